@@ -1,0 +1,140 @@
+"""The small vector interface the algorithms run on, and its numpy oracle implementation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import InvalidInputError
+
+__all__ = ["ChunkedVector", "VectorBackend", "PlainBackend", "DEFAULT_SLOTS", "n_chunks", "split_chunks"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Slots per ciphertext at the default CKKS ring degree N = 8192.
+DEFAULT_SLOTS = 4096
+
+
+@dataclass(frozen=True)
+class ChunkedVector:
+    """A length-`length` vector stored as consecutive chunks of `slots` values each.
+
+    Chunks are opaque to the algorithms: numpy arrays in the oracle, CKKS ciphertexts in
+    production. The last chunk is zero-padded.
+    """
+
+    length: int
+    chunks: tuple[Any, ...]
+
+
+def n_chunks(length: int, slots: int) -> int:
+    return -(-length // slots)
+
+
+def split_chunks(values: npt.ArrayLike, slots: int) -> list[FloatArray]:
+    """Split a 1-D vector into zero-padded chunks of `slots` float values."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise InvalidInputError(f"expected a 1-D vector, got shape {arr.shape}")
+    k = n_chunks(arr.size, slots)
+    padded = np.zeros(k * slots, dtype=np.float64)
+    padded[: arr.size] = arr
+    return [padded[i * slots : (i + 1) * slots] for i in range(k)]
+
+
+class VectorBackend(Protocol):
+    """Only the homomorphic operations the strategies need.
+
+    Every measurement in dpagg is a plaintext mask of the aggregated (prefix-encoded)
+    histogram plus a noise vector, so no rotation (and no Galois key) is needed; see
+    `he_partition.measurements` for why.
+    """
+
+    slots: int
+
+    @property
+    def can_decrypt(self) -> bool: ...
+
+    def encrypt(self, values: npt.ArrayLike) -> ChunkedVector: ...
+
+    def add(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector: ...
+
+    def sub(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector: ...
+
+    def mul_mask(self, a: ChunkedVector, mask: npt.ArrayLike) -> ChunkedVector: ...
+
+    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector: ...
+
+    def decrypt(self, a: ChunkedVector) -> FloatArray: ...
+
+    def serialize_chunk(self, chunk: Any) -> bytes: ...
+
+    def deserialize_chunk(self, data: bytes) -> Any: ...
+
+
+def _check_same_length(a: ChunkedVector, b: ChunkedVector) -> None:
+    if a.length != b.length:
+        raise InvalidInputError(f"vector lengths differ: {a.length} != {b.length}")
+
+
+def _mask_chunks(mask: npt.ArrayLike, length: int, slots: int) -> list[FloatArray]:
+    m = np.asarray(mask, dtype=np.float64)
+    if m.shape != (length,):
+        raise InvalidInputError(f"mask must have shape ({length},), got {m.shape}")
+    return split_chunks(m, slots)
+
+
+class PlainBackend:
+    """The numpy oracle: the same chunked layout and operations, without encryption."""
+
+    def __init__(self, slots: int = DEFAULT_SLOTS) -> None:
+        if slots < 1:
+            raise InvalidInputError(f"slots must be >= 1, got {slots}")
+        self.slots = slots
+
+    @property
+    def can_decrypt(self) -> bool:
+        return True
+
+    def encrypt(self, values: npt.ArrayLike) -> ChunkedVector:
+        arr = np.asarray(values, dtype=np.float64)
+        return ChunkedVector(arr.size, tuple(c.copy() for c in split_chunks(arr, self.slots)))
+
+    def add(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
+        _check_same_length(a, b)
+        return ChunkedVector(a.length, tuple(x + y for x, y in zip(a.chunks, b.chunks)))
+
+    def sub(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
+        _check_same_length(a, b)
+        return ChunkedVector(a.length, tuple(x - y for x, y in zip(a.chunks, b.chunks)))
+
+    def mul_mask(self, a: ChunkedVector, mask: npt.ArrayLike) -> ChunkedVector:
+        masks = _mask_chunks(mask, a.length, self.slots)
+        return ChunkedVector(a.length, tuple(x * m for x, m in zip(a.chunks, masks)))
+
+    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector:
+        return self.add(a, self.encrypt(noise))
+
+    def decrypt(self, a: ChunkedVector) -> FloatArray:
+        return np.concatenate(a.chunks)[: a.length] if a.chunks else np.zeros(0)
+
+    def serialize_chunk(self, chunk: Any) -> bytes:
+        return np.asarray(chunk, dtype="<f8").tobytes()
+
+    def deserialize_chunk(self, data: bytes) -> Any:
+        if len(data) != 8 * self.slots:
+            raise InvalidInputError(f"a plain chunk must be {8 * self.slots} bytes, got {len(data)}")
+        return np.frombuffer(data, dtype="<f8").copy()
+
+
+def sum_vectors(backend: VectorBackend, vectors: Sequence[ChunkedVector]) -> ChunkedVector:
+    """Aggregate the owners' encrypted vectors (the data is their sum)."""
+    if not vectors:
+        raise InvalidInputError("at least one vector is needed to aggregate")
+    total = vectors[0]
+    for v in vectors[1:]:
+        total = backend.add(total, v)
+    return total

@@ -1,0 +1,31 @@
+"""Domain errors of the core; the services map each class to one gRPC status code."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DPAggError",
+    "InvalidInputError",
+    "PrecisionError",
+    "MeasurementShapeError",
+    "BudgetExhaustedError",
+]
+
+
+class DPAggError(Exception):
+    """Base class of every error the core raises on purpose."""
+
+
+class InvalidInputError(DPAggError, ValueError):
+    """A caller passed a value of the wrong shape, type or range (INVALID_ARGUMENT)."""
+
+
+class PrecisionError(DPAggError):
+    """Decrypted slots are not close to integers: wrong key, or a value beyond CKKS precision."""
+
+
+class MeasurementShapeError(DPAggError):
+    """A ciphertext does not have the slot layout of the measurement it claims to be."""
+
+
+class BudgetExhaustedError(DPAggError):
+    """A charge would take the privacy budget past its total (RESOURCE_EXHAUSTED)."""

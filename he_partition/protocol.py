@@ -1,0 +1,245 @@
+"""The three roles of a release (data owners, computation side, decryption side) and `release()`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .backend import ChunkedVector, PlainBackend, VectorBackend, sum_vectors, DEFAULT_SLOTS
+from .errors import BudgetExhaustedError, InvalidInputError
+from .gap import GapParams, gap_strategy
+from .measurements import Measurement, owner_encoding, round_slots
+from .noise import RandomSource, as_random_source, discrete_laplace
+from .summary import Summary
+
+__all__ = [
+    "Budget",
+    "ComputationSide",
+    "DecryptionSide",
+    "encrypt_histogram",
+    "validate_histogram",
+    "validate_histograms",
+    "run_strategy",
+    "make_strategy",
+    "release",
+    "STRATEGIES",
+    "EPSILON_TOLERANCE",
+]
+
+IntArray = npt.NDArray[np.int64]
+
+#: Relative slack when comparing sums of float epsilons with a total, so that a split
+#: such as 0.02 + 0.08 is not refused for 1e-17 of rounding. Far below any meaningful eps.
+EPSILON_TOLERANCE = 1e-9
+
+
+def validate_histogram(h: Any, *, name: str = "histogram") -> IntArray:
+    """A 1-D, non-empty array of finite, non-negative integer counts (clear errors otherwise)."""
+    arr = np.asarray(h)
+    if arr.ndim != 1:
+        raise InvalidInputError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.size == 0:
+        raise InvalidInputError(f"{name} is empty: the domain needs at least one bin")
+    if arr.dtype.kind not in "iuf" and arr.dtype != bool:
+        raise InvalidInputError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise InvalidInputError(f"{name} has NaN or infinite counts (first at bin {int(np.argmax(bad))})")
+        if np.any(arr != np.rint(arr)):
+            raise InvalidInputError(f"{name} has non-integer counts (first at bin {int(np.argmax(arr != np.rint(arr)))})")
+    out = arr.astype(np.int64)
+    if np.any(out < 0):
+        raise InvalidInputError(f"{name} has negative counts (first at bin {int(np.argmax(out < 0))})")
+    return out
+
+
+def validate_histograms(histograms: Sequence[Any]) -> list[IntArray]:
+    if isinstance(histograms, np.ndarray) and histograms.ndim == 1:
+        raise InvalidInputError("histograms must be a sequence of per-owner 1-D arrays, got a single 1-D array")
+    hs = [validate_histogram(h, name=f"histogram of owner {i}") for i, h in enumerate(histograms)]
+    if not hs:
+        raise InvalidInputError("at least one data owner's histogram is needed")
+    n = hs[0].size
+    for i, h in enumerate(hs):
+        if h.size != n:
+            raise InvalidInputError(f"histogram lengths differ: owner 0 has {n} bins, owner {i} has {h.size}")
+    return hs
+
+
+def validate_epsilon(epsilon: float) -> float:
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"epsilon must be a number, got {epsilon!r}") from exc
+    if not (math.isfinite(eps) and eps > 0):
+        raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon}")
+    return eps
+
+
+def encrypt_histogram(backend: VectorBackend, histogram: npt.ArrayLike) -> ChunkedVector:
+    """Data-owner step: validate, prefix-encode and encrypt one histogram."""
+    return backend.encrypt(owner_encoding(validate_histogram(histogram)))
+
+
+@dataclass
+class Budget:
+    """In-memory privacy budget with a dry-run before every charge.
+
+    The services replace this with the decryption server's SQLite ledger; both refuse a
+    charge that would pass the total (within EPSILON_TOLERANCE) before anything is
+    decrypted.
+    """
+
+    total: float
+    charges: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def spent(self) -> float:
+        return math.fsum(e for _, e in self.charges)
+
+    def charge(self, what: str, epsilon: float) -> None:
+        if self.spent + epsilon > self.total * (1 + EPSILON_TOLERANCE):
+            raise BudgetExhaustedError(
+                f"charging {epsilon:g} for {what} would spend {self.spent + epsilon:g} of a total {self.total:g}"
+            )
+        self.charges.append((what, epsilon))
+
+
+class ComputationSide:
+    """Holds only public material: aggregates ciphertexts and adds its own noise.
+
+    For each measurement it draws eta ~ discrete Laplace(sensitivity / eps) per value
+    (it alone knows eta) and adds the slot-domain noise N (with decode(N) = eta) under
+    encryption, so the decryption side never sees an un-noised measurement.
+    """
+
+    def __init__(self, backend: VectorBackend, rng: RandomSource) -> None:
+        self.backend = backend
+        self.rng = rng
+
+    def aggregate(self, vectors: Sequence[ChunkedVector]) -> ChunkedVector:
+        return sum_vectors(self.backend, vectors)
+
+    def measure(self, aggregate: ChunkedVector, m: Measurement) -> ChunkedVector:
+        if aggregate.length != m.domain_size:
+            raise InvalidInputError(
+                f"measurement is for {m.domain_size} bins but the aggregate has {aggregate.length}"
+            )
+        eta = discrete_laplace(m.scale, m.count, self.rng)
+        mask = m.mask()
+        masked = aggregate if mask is None else self.backend.mul_mask(aggregate, mask)
+        return self.backend.add_noise(masked, m.noise_slots(eta))
+
+
+class DecryptionSide:
+    """Key holder: charges the budget, decrypts, rounds, decodes, adds its own noise.
+
+    With noise_parties == 2 it adds an independent discrete Laplace draw of the same
+    scale to every decoded value (it alone knows that draw), so the computation side,
+    which knows its own draw, still sees an eps-DP value. With noise_parties == 1 it adds
+    none: an explicit opt-in for deployments where the computation side never sees a
+    release. Every value leaving it is an integer.
+    """
+
+    def __init__(self, backend: VectorBackend, rng: RandomSource, budget: Budget, noise_parties: int = 2) -> None:
+        if not backend.can_decrypt:
+            raise InvalidInputError("the decryption side needs a backend holding the secret key")
+        if noise_parties not in (1, 2):
+            raise InvalidInputError(f"noise_parties must be 1 or 2, got {noise_parties}")
+        self.backend = backend
+        self.rng = rng
+        self.budget = budget
+        self.noise_parties = noise_parties
+
+    def decrypt_measurement(self, m: Measurement, ciphertext: ChunkedVector) -> IntArray:
+        if ciphertext.length != m.domain_size:
+            raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")
+        self.budget.charge(m.kind, m.epsilon)
+        values = m.decode(round_slots(self.backend.decrypt(ciphertext)))
+        if self.noise_parties == 2:
+            values = values + discrete_laplace(m.scale, m.count, self.rng)
+        return values
+
+
+Strategy = Generator[Measurement, IntArray, Summary]
+STRATEGIES = ("gap",)
+
+
+def make_strategy(name: str, domain_size: int, epsilon: float, *, noise_parties: int,
+                  contribution_bound: int = 1, params: Any = None) -> Strategy:
+    """Instantiate a strategy coroutine by name."""
+    if name == "gap":
+        return gap_strategy(domain_size, epsilon, noise_parties=noise_parties,
+                            contribution_bound=contribution_bound, params=params or GapParams())
+    raise InvalidInputError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def run_strategy(strategy: Strategy, measure: Callable[[Measurement], IntArray]) -> Summary:
+    """Drive a strategy: each yielded measurement is measured (noised, decrypted) and sent back."""
+    try:
+        m = next(strategy)
+        while True:
+            m = strategy.send(measure(m))
+    except StopIteration as stop:
+        result: Summary = stop.value
+        return result
+
+
+def release(
+    histograms: Sequence[npt.ArrayLike],
+    epsilon: float,
+    *,
+    strategy: str = "gap",
+    backend: str = "plain",
+    noise_parties: int = 2,
+    rng: RandomSource | int | None = None,
+    contribution_bound: int = 1,
+    params: Any = None,
+) -> Summary:
+    """Run the whole protocol in one process: owners -> computation -> decryption.
+
+    Privacy: the summary is `epsilon`-DP under add/remove of one record (one person with
+    at most `contribution_bound` records in the combined histograms), from the point of
+    view of each server (each one's own noise draw suffices, noise_parties=2) and of
+    everyone who sees the release. The computation side sees only ciphertexts; the
+    decryption side sees only noised measurements; both noises are discrete Laplace.
+
+    `rng`: None draws from the OS CSPRNG (production). An int seed or a RandomSource makes
+    every draw come from it in a fixed order (computation side, then decryption side, per
+    measurement), so the plain and CKKS backends release the same summary.
+    """
+    hs = validate_histograms(histograms)
+    eps = validate_epsilon(epsilon)
+    if noise_parties not in (1, 2):
+        raise InvalidInputError(f"noise_parties must be 1 or 2, got {noise_parties}")
+    if isinstance(contribution_bound, bool) or int(contribution_bound) != contribution_bound or contribution_bound < 1:
+        raise InvalidInputError(f"contribution_bound must be an integer >= 1, got {contribution_bound}")
+    if strategy not in STRATEGIES:
+        raise InvalidInputError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    source = as_random_source(rng)
+    n = hs[0].size
+
+    owner_be: VectorBackend
+    ds_be: VectorBackend
+    if backend == "plain":
+        owner_be = ds_be = PlainBackend(DEFAULT_SLOTS)
+    elif backend == "ckks":
+        from .ckks import CkksBackend, generate_secret_context, load_context, public_context_bytes
+
+        secret = generate_secret_context()
+        ds_be = CkksBackend(secret)
+        owner_be = CkksBackend(load_context(public_context_bytes(secret)))
+    else:
+        raise InvalidInputError(f"unknown backend {backend!r}; choose 'plain' or 'ckks'")
+
+    cs = ComputationSide(owner_be, source)
+    ds = DecryptionSide(ds_be, source, Budget(eps), noise_parties)
+    aggregate = cs.aggregate([encrypt_histogram(owner_be, h) for h in hs])
+    strat = make_strategy(strategy, n, eps, noise_parties=noise_parties,
+                          contribution_bound=int(contribution_bound), params=params)
+    return run_strategy(strat, lambda m: ds.decrypt_measurement(m, cs.measure(aggregate, m)))
