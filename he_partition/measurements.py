@@ -34,6 +34,7 @@ __all__ = [
     "owner_encoding",
     "round_slots",
     "MAX_ROUNDING_ERROR",
+    "MAX_SLOT_MAGNITUDE",
     "measurement_from_dict",
 ]
 
@@ -43,6 +44,12 @@ FloatArray = npt.NDArray[np.float64]
 #: A decrypted slot further than this from an integer means a wrong key or a value
 #: beyond CKKS precision; the decryption side refuses to release anything then.
 MAX_ROUNDING_ERROR = 0.25
+
+#: Decrypted slots larger than this cannot be trusted to the unit (CKKS error grows with
+#: magnitude, and a float above 2**52 is always "an integer"): a ciphertext under another
+#: key decrypts to values around 1e30. Real slots stay far below (prefix sums plus the
+#: double-cumulative gap noise reach ~1e12 at a million bins).
+MAX_SLOT_MAGNITUDE = float(2**50)
 
 
 def owner_encoding(histogram: npt.ArrayLike) -> FloatArray:
@@ -55,6 +62,12 @@ def round_slots(values: FloatArray) -> IntArray:
     """Round decrypted slots to integers, refusing values not near an integer."""
     rounded = np.rint(values)
     if values.size:
+        biggest = float(np.max(np.abs(values)))
+        if not biggest <= MAX_SLOT_MAGNITUDE:
+            raise PrecisionError(
+                f"decrypted values reach {biggest:.3g}, beyond {MAX_SLOT_MAGNITUDE:.3g}: the ciphertext was made "
+                "under another key or is corrupt"
+            )
         worst = float(np.max(np.abs(values - rounded)))
         if not np.isfinite(worst) or worst > MAX_ROUNDING_ERROR:
             raise PrecisionError(
