@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -130,11 +130,15 @@ class PlainBackend:
         return np.frombuffer(data, dtype="<f8").copy()
 
 
-def sum_vectors(backend: VectorBackend, vectors: Sequence[ChunkedVector]) -> ChunkedVector:
-    """Aggregate the owners' encrypted vectors (the data is their sum)."""
-    if not vectors:
+def sum_vectors(backend: VectorBackend, vectors: Iterable[ChunkedVector]) -> ChunkedVector:
+    """Aggregate the owners' encrypted vectors (the data is their sum), one at a time.
+
+    Accepts any iterable so that callers can stream owners: only the running total and
+    one owner's vector are alive at once.
+    """
+    total: ChunkedVector | None = None
+    for v in vectors:
+        total = v if total is None else backend.add(total, v)
+    if total is None:
         raise InvalidInputError("at least one vector is needed to aggregate")
-    total = vectors[0]
-    for v in vectors[1:]:
-        total = backend.add(total, v)
     return total

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Sequence
+from typing import Any, Callable, Generator, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -122,7 +122,7 @@ class ComputationSide:
         self.backend = backend
         self.rng = rng
 
-    def aggregate(self, vectors: Sequence[ChunkedVector]) -> ChunkedVector:
+    def aggregate(self, vectors: Iterable[ChunkedVector]) -> ChunkedVector:
         return sum_vectors(self.backend, vectors)
 
     def measure(self, aggregate: ChunkedVector, m: Measurement) -> ChunkedVector:
@@ -239,7 +239,7 @@ def release(
 
     cs = ComputationSide(owner_be, source)
     ds = DecryptionSide(ds_be, source, Budget(eps), noise_parties)
-    aggregate = cs.aggregate([encrypt_histogram(owner_be, h) for h in hs])
+    aggregate = cs.aggregate(encrypt_histogram(owner_be, h) for h in hs)
     strat = make_strategy(strategy, n, eps, noise_parties=noise_parties,
                           contribution_bound=int(contribution_bound), params=params)
     return run_strategy(strat, lambda m: ds.decrypt_measurement(m, cs.measure(aggregate, m)))
