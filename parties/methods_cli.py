@@ -1,0 +1,122 @@
+"""CLI subcommands for the methods around a release: epsilon guidance, audit, correlated data, accounting, p-views."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["register"]
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=float))
+
+
+def _epsilon(args: argparse.Namespace) -> int:
+    from he_partition.guidance import assess_epsilon, epsilon_for_guessing_bound
+
+    if args.alpha is not None:
+        eps = epsilon_for_guessing_bound(args.alpha)
+        _print({"alpha": args.alpha, "epsilon": round(eps, 3), "epsilon_exact": eps})
+        return 0
+    a = assess_epsilon(args.eps)
+    _print({"epsilon": a.epsilon, "variance_lower_bound": a.variance_lower_bound,
+            "std_lower_bound": a.std_lower_bound, "guessing_bound_alpha": a.guessing_bound,
+            "guessing_bound_clipped": a.guessing_bound_clipped, "warnings": list(a.warnings)})
+    for w in a.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from he_partition.audit import run_audit
+
+    result = run_audit(args.eps, trials=args.trials, broken=args.broken, seed=args.seed)
+    _print(result.to_dict())
+    if result.violation and not args.broken:
+        print(f"VIOLATION: empirical lower bound {result.epsilon_lower_bound:.3f} exceeds epsilon {args.eps}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _load_matrix(path: str) -> np.ndarray:
+    p = Path(path)
+    if p.suffix == ".npy":
+        return np.load(p)
+    return np.asarray(json.loads(p.read_text()), dtype=np.float64)
+
+
+def _bayes(args: argparse.Namespace) -> int:
+    from he_partition.bayesian import CorrelationModel
+
+    model = CorrelationModel(_load_matrix(args.adjacency), tau=args.tau)
+    leak = model.leakage_coefficients()
+    _print({"records": model.n, "tau": args.tau, "leakage": leak.tolist(), "max_leakage": float(leak.max()),
+            "laplace_scale": model.laplace_scale(args.eps, args.sensitivity),
+            "plain_dp_laplace_scale": args.sensitivity / args.eps})
+    return 0
+
+
+def _charge(args: argparse.Namespace) -> int:
+    from he_partition.accounting import RangeQuery, charged_epsilon, overlap_graph_max_clique, sequential_epsilon
+
+    raw = json.loads(Path(args.queries).read_text())
+    queries = [RangeQuery(tuple(q["lo"]), tuple(q["hi"]), float(q["epsilon"])) for q in raw]
+    clique = overlap_graph_max_clique(queries)
+    _print({"queries": len(queries), "charged_epsilon": charged_epsilon(queries),
+            "sequential_epsilon": sequential_epsilon(queries), "max_clique": list(clique.indices)})
+    return 0
+
+
+def _pview(args: argparse.Namespace) -> int:
+    from he_partition.pviews import build_pview
+
+    counts = np.load(args.counts)
+    seed = args.seed if args.seed is not None else secrets.randbits(128)
+    view = build_pview(counts, args.eps, np.random.default_rng(seed))
+    if args.out:
+        np.save(args.out, view.estimate())
+    _print({"shape": list(view.shape), "blocks": len(view.blocks), "epsilon": args.eps,
+            "estimate_written_to": args.out})
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add the method subcommands to the `dpagg` CLI."""
+    p = sub.add_parser("epsilon", help="what an epsilon means (seed 002): variance floor, guessing bound; or alpha -> eps")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--eps", type=float, help="assess this epsilon")
+    g.add_argument("--alpha", type=float, help="target guessing bound (e.g. 0.1) -> epsilon")
+    p.set_defaults(func=_epsilon)
+
+    p = sub.add_parser("audit", help="empirical DP audit: lower confidence bound on epsilon by hypothesis testing")
+    p.add_argument("--eps", type=float, default=1.0)
+    p.add_argument("--trials", type=int, default=20_000)
+    p.add_argument("--broken", action="store_true", help="audit a deliberately broken mechanism (noise scale halved)")
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=_audit)
+
+    p = sub.add_parser("bayes-scale", help="Laplace scale for Bayesian DP on correlated records (seed 003)")
+    p.add_argument("--adjacency", required=True, help="weighted adjacency matrix (.npy or JSON list of lists)")
+    p.add_argument("--eps", type=float, required=True)
+    p.add_argument("--sensitivity", type=float, default=1.0)
+    p.add_argument("--tau", type=float, default=0.0, help="prior precision tau of the Gaussian correlation model")
+    p.set_defaults(func=_bayes)
+
+    p = sub.add_parser("charge", help="epsilon charged for direct range queries: max-clique of overlaps (seed 004)")
+    p.add_argument("--queries", required=True, help='JSON list of {"lo": [...], "hi": [...], "epsilon": e}')
+    p.set_defaults(func=_charge)
+
+    p = sub.add_parser("pview", help="trusted-curator p-view (DP-Mondrian/HDPView, seed 000) of a count tensor")
+    p.add_argument("--counts", required=True, help="count tensor (.npy)")
+    p.add_argument("--eps", type=float, required=True)
+    p.add_argument("--out", help="write the estimated tensor here (.npy)")
+    p.add_argument("--seed", type=int, default=None, help="for tests only; default draws a seed from `secrets`")
+    p.set_defaults(func=_pview)

@@ -1,0 +1,70 @@
+"""The method subcommands (epsilon, audit, bayes-scale, charge, pview) give the seeds' worked numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parties.methods_cli import register
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(argv)
+    code = args.func(args)
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("alpha,eps", [("0.1", 1.991), ("0.05", 2.297), ("0.01", 3.045)])
+def test_alpha_to_epsilon(alpha: str, eps: float, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(["epsilon", "--alpha", alpha], capsys)
+    assert code == 0 and out["epsilon"] == eps
+
+
+def test_epsilon_assessment_warns_outside_practical_range(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(["epsilon", "--eps", "8"], capsys)
+    assert code == 0 and out["warnings"]
+    code, out = _run(["epsilon", "--eps", "1"], capsys)
+    assert out["variance_lower_bound"] == pytest.approx(1 / (np.e - 1) ** 2)
+    assert out["guessing_bound_alpha"] == pytest.approx(4 / (np.e - 1) ** 2)
+
+
+def test_charge_seed_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Three intervals, two of which overlap: max clique 2 -> 2 eps instead of 3 eps.
+    q = [{"lo": [0], "hi": [10], "epsilon": 0.5}, {"lo": [5], "hi": [15], "epsilon": 0.5},
+         {"lo": [20], "hi": [30], "epsilon": 0.5}]
+    f = tmp_path / "q.json"
+    f.write_text(json.dumps(q))
+    code, out = _run(["charge", "--queries", str(f)], capsys)
+    assert out["charged_epsilon"] == 1.0 and out["sequential_epsilon"] == 1.5
+
+
+def test_bayes_scale_two_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps([[0, 1], [1, 0]]))
+    code, out = _run(["bayes-scale", "--adjacency", str(f), "--eps", "1", "--tau", "1"], capsys)
+    assert out["laplace_scale"] == pytest.approx(1 + out["max_leakage"])
+    assert out["max_leakage"] > 0
+
+
+@pytest.mark.statistical
+def test_audit_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(["audit", "--eps", "1", "--trials", "20000", "--seed", "3"], capsys)
+    assert code == 0 and out["epsilon_lower_bound"] <= 1.0
+    code, out = _run(["audit", "--eps", "1", "--trials", "20000", "--seed", "3", "--broken"], capsys)
+    assert out["epsilon_lower_bound"] > 1.0
+
+
+def test_pview_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    counts = np.zeros((8, 8), dtype=np.int64)
+    counts[:4, :4] = 50
+    np.save(tmp_path / "c.npy", counts)
+    code, out = _run(["pview", "--counts", str(tmp_path / "c.npy"), "--eps", "1", "--seed", "1",
+                      "--out", str(tmp_path / "v.npy")], capsys)
+    assert code == 0 and out["blocks"] >= 1
+    assert np.load(tmp_path / "v.npy").shape == (8, 8)
