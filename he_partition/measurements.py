@@ -13,6 +13,12 @@ the measured quantities) the computation side picks N with A(N) = eta, its own n
 draw. The decryption side sees P_masked + N = A^{-1}(A P_masked + eta): a fixed,
 public, invertible function of (measurement + eta), so it learns exactly as much as the
 noisy measurement and nothing else. It rounds the slots, applies A, adds its own noise.
+
+When A^{-1} is not an integer map (Haar coefficients: reconstructing prefix sums from
+coefficients divides by 2 per tree level), the slots are first multiplied by a public
+constant 2^L (the "mask" is then a constant multiplier) so that the decryption side's
+view 2^L * (P + A^{-1} eta) is still integral; A(slots) / 2^L must then be exact integers,
+which doubles as the layout check.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import InvalidInputError, MeasurementShapeError, PrecisionError
+from .estimation import haar_depth, haar_forward_prefix
 from .noise import laplace_scale, discrete_laplace_variance
 
 __all__ = [
     "Measurement",
     "PrefixDifferences",
     "PartitionSums",
+    "HaarCoefficients",
     "owner_encoding",
     "round_slots",
     "MAX_ROUNDING_ERROR",
@@ -115,7 +123,7 @@ class Measurement:
         raise NotImplementedError
 
     def mask(self) -> FloatArray | None:
-        """0/1 mask over the slots, or None when every slot is kept."""
+        """Plaintext multiplier over the slots (0/1 keeps or zeroes a slot), or None to keep every slot."""
         raise NotImplementedError
 
     def noise_slots(self, eta: IntArray) -> FloatArray:
@@ -225,7 +233,92 @@ class PartitionSums(Measurement):
         return d
 
 
-_KINDS: dict[str, type[Measurement]] = {PrefixDifferences.kind: PrefixDifferences, PartitionSums.kind: PartitionSums}
+@dataclass(frozen=True)
+class HaarCoefficients(Measurement):
+    """Unnormalised Haar wavelet coefficients of the aggregated histogram (Privelet, Xiao et al.).
+
+    Tree: the dyadic binary tree over [0, 2^L), L = ceil(log2 n), restricted to [0, n)
+    (unary nodes collapsed), so there are exactly n coefficients: the total, and for each
+    internal node with midpoint m the difference S[a, m) - S[m, b) of its halves' sums
+    (value i of the release belongs to the node with midpoint i + 1; value n - 1 is the
+    total). See `he_partition.estimation`.
+
+    Sensitivity: one record changes the total by 1 and the detail of each of its (at most L)
+    ancestors by 1: L1 sensitivity (1 + L) * c. With one noise scale for every coefficient
+    this is exactly Privelet's noise Lap((1 + log2 n) / eps) on the weighted coefficients.
+
+    Layout: the inverse transform divides by 2 per level, so the computation side
+    multiplies every slot by the public constant 2^L under encryption and adds
+    N = 2^L * A^{-1}(eta), an integer vector. The decryption side sees
+    2^L * (P + A^{-1} eta), a public invertible function of the noisy coefficients; the
+    decode A(slots) / 2^L must divide exactly (otherwise the ciphertext is refused).
+    CKKS caveat (measured, scale 2^50): decryption error is about 1.5e-11 times the slot
+    magnitude, so rounding needs 2^L * total below about 1e10 (for 4,096 bins: totals up
+    to ~2e6); larger aggregates raise PrecisionError on the decryption side.
+    """
+
+    kind: ClassVar[str] = "haar_coefficients"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unit = 1 + self.depth
+        if self.sensitivity % unit:
+            raise InvalidInputError(
+                f"Haar sensitivity must be a multiple of 1 + ceil(log2 {self.domain_size}) = {unit} "
+                f"(times the contribution bound), got {self.sensitivity}"
+            )
+
+    @property
+    def depth(self) -> int:
+        return haar_depth(self.domain_size)
+
+    @property
+    def multiplier(self) -> int:
+        return 1 << self.depth
+
+    @property
+    def count(self) -> int:
+        return self.domain_size
+
+    def mask(self) -> FloatArray | None:
+        return None if self.depth == 0 else np.full(self.domain_size, float(self.multiplier))
+
+    def noise_slots(self, eta: IntArray) -> FloatArray:
+        e = np.asarray(eta, dtype=np.int64)
+        if e.shape != (self.domain_size,):
+            raise MeasurementShapeError(f"expected {self.domain_size} noise values, got shape {e.shape}")
+        n, scale = self.domain_size, self.multiplier
+        # Exact integer inverse transform of scale * eta (every division by 2 is exact).
+        q = np.zeros(n + 1, dtype=np.int64)
+        q[n] = scale * e[n - 1]
+        h = self.depth
+        while h >= 1:
+            half = 1 << (h - 1)
+            m = np.arange(half, n, 2 * half, dtype=np.int64)
+            if m.size:
+                a, b = m - half, np.minimum(m + half, n)
+                num = scale * e[m - 1] + q[a] + q[b]
+                assert not np.any(num % 2), "Haar inverse must divide exactly"
+                q[m] = num // 2
+            h -= 1
+        return q[1:].astype(np.float64)
+
+    def decode(self, slots: IntArray) -> IntArray:
+        _check_slots(slots, self.domain_size)
+        raw = haar_forward_prefix(np.asarray(slots, dtype=np.int64))
+        if np.any(raw % self.multiplier):
+            raise MeasurementShapeError(
+                f"{int(np.count_nonzero(raw % self.multiplier))} decoded Haar coefficients are not multiples of "
+                f"{self.multiplier}: the ciphertext is not shaped like this Haar measurement"
+            )
+        return raw // self.multiplier
+
+
+_KINDS: dict[str, type[Measurement]] = {
+    PrefixDifferences.kind: PrefixDifferences,
+    PartitionSums.kind: PartitionSums,
+    HaarCoefficients.kind: HaarCoefficients,
+}
 
 
 def measurement_from_dict(d: dict[str, Any]) -> Measurement:

@@ -12,6 +12,10 @@ import numpy.typing as npt
 from .backend import ChunkedVector, PlainBackend, VectorBackend, sum_vectors, DEFAULT_SLOTS
 from .errors import BudgetExhaustedError, InvalidInputError
 from .gap import GapParams, gap_strategy
+from .hier import HierParams, hier_strategy
+from .dawa import DawaParams, dawa_strategy
+from .privelet import PriveletParams, privelet_strategy
+from .auto import AutoParams, auto_strategy
 from .measurements import Measurement, owner_encoding, round_slots
 from .noise import RandomSource, as_random_source, discrete_laplace
 from .summary import Summary
@@ -27,6 +31,7 @@ __all__ = [
     "make_strategy",
     "release",
     "STRATEGIES",
+    "DEFAULT_STRATEGY",
     "EPSILON_TOLERANCE",
 ]
 
@@ -167,16 +172,48 @@ class DecryptionSide:
 
 
 Strategy = Generator[Measurement, IntArray, Summary]
-STRATEGIES = ("gap",)
+STRATEGIES = ("auto", "gap", "hier", "dawa", "privelet")
+
+#: release()'s default: the best strategy on the DPBench benchmark (benchmarks/accuracy.py).
+DEFAULT_STRATEGY = "auto"
+
+_PARAM_TYPES: dict[str, type] = {"gap": GapParams, "hier": HierParams, "dawa": DawaParams,
+                                 "privelet": PriveletParams, "auto": AutoParams}
 
 
 def make_strategy(name: str, domain_size: int, epsilon: float, *, noise_parties: int,
                   contribution_bound: int = 1, params: Any = None) -> Strategy:
-    """Instantiate a strategy coroutine by name."""
+    """Instantiate a strategy coroutine by name.
+
+    `params`: None for the strategy's defaults, its params dataclass (e.g. HierParams), or
+    a dict of that dataclass's fields.
+    """
+    if name not in _PARAM_TYPES:
+        raise InvalidInputError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    ptype = _PARAM_TYPES[name]
+    if params is None:
+        p = ptype()
+    elif isinstance(params, ptype):
+        p = params
+    elif isinstance(params, dict):
+        try:
+            p = ptype(**params)
+        except TypeError as exc:
+            raise InvalidInputError(f"bad params for strategy {name!r}: {exc}") from exc
+    else:
+        raise InvalidInputError(
+            f"params for strategy {name!r} must be None, a dict or a {ptype.__name__}, got {type(params).__name__}"
+        )
+    kw = dict(noise_parties=noise_parties, contribution_bound=contribution_bound)
     if name == "gap":
-        return gap_strategy(domain_size, epsilon, noise_parties=noise_parties,
-                            contribution_bound=contribution_bound, params=params or GapParams())
-    raise InvalidInputError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+        return gap_strategy(domain_size, epsilon, params=p, **kw)
+    if name == "hier":
+        return hier_strategy(domain_size, epsilon, params=p, **kw)
+    if name == "privelet":
+        return privelet_strategy(domain_size, epsilon, params=p, **kw)
+    if name == "auto":
+        return auto_strategy(domain_size, epsilon, params=p, **kw)
+    return dawa_strategy(domain_size, epsilon, params=p, **kw)
 
 
 def run_strategy(strategy: Strategy, measure: Callable[[Measurement], IntArray]) -> Summary:
@@ -194,7 +231,7 @@ def release(
     histograms: Sequence[npt.ArrayLike],
     epsilon: float,
     *,
-    strategy: str = "gap",
+    strategy: str = DEFAULT_STRATEGY,
     backend: str = "plain",
     noise_parties: int = 2,
     rng: RandomSource | int | None = None,
@@ -208,6 +245,11 @@ def release(
     view of each server (each one's own noise draw suffices, noise_parties=2) and of
     everyone who sees the release. The computation side sees only ciphertexts; the
     decryption side sees only noised measurements; both noises are discrete Laplace.
+
+    `strategy`: one of STRATEGIES; the default "auto" (least-squares tree chosen from n and
+    eps, refined where the released values show empty regions) was the most accurate on the
+    DPBench benchmark (benchmarks/accuracy.py). `params`: the strategy's params dataclass or
+    a dict of its fields (None: defaults).
 
     `rng`: None draws from the OS CSPRNG (production). An int seed or a RandomSource makes
     every draw come from it in a fixed order (computation side, then decryption side, per

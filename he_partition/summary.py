@@ -4,16 +4,67 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .errors import InvalidInputError
+from .estimation import IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint, range_weights
 
-__all__ = ["Summary", "RangeCount", "SUMMARY_FORMAT"]
+__all__ = ["Summary", "RangeCount", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 
 SUMMARY_FORMAT = "dpagg.summary.v1"
+
+#: How per-bin estimates are derived from the released values.
+#: "partition": spread each of `sums` evenly over its partition (the original gap summaries);
+#: "tree": least-squares consistent estimate over every released partition-sum measurement
+#: (Hay et al.), leaves spread evenly; "haar": inverse Haar transform of released wavelet
+#: coefficients (Privelet); "haar_nonnegative": the same with the non-negative refinement.
+ESTIMATORS = ("partition", "tree", "haar", "haar_nonnegative")
+
+_RELEASED_KINDS = ("partition_sums", "haar_coefficients")
+
+
+@dataclass(frozen=True)
+class ReleasedValues:
+    """One released measurement, as analysts see it: its values and their noise variance.
+
+    `values` are the integers that left the decryption side (true value plus every noise
+    party's discrete Laplace draw); `variance` is the total noise variance of each value;
+    `starts` are the partition starts of a "partition_sums" measurement (empty for
+    "haar_coefficients", whose layout follows from the domain size).
+    """
+
+    kind: str
+    values: tuple[int, ...]
+    variance: float
+    epsilon: float
+    starts: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in _RELEASED_KINDS:
+            raise InvalidInputError(f"unknown released kind {self.kind!r}; known: {', '.join(_RELEASED_KINDS)}")
+        if not (np.isfinite(self.variance) and self.variance >= 0):
+            raise InvalidInputError(f"released variance must be finite and >= 0, got {self.variance}")
+        if self.kind == "partition_sums" and len(self.starts) != len(self.values):
+            raise InvalidInputError(
+                f"a partition_sums release needs one value per partition, got {len(self.values)} values for "
+                f"{len(self.starts)} starts"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "values": list(self.values), "variance": self.variance,
+                             "epsilon": self.epsilon}
+        if self.starts:
+            d["starts"] = list(self.starts)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ReleasedValues":
+        return cls(kind=str(d["kind"]), values=tuple(int(v) for v in d["values"]), variance=float(d["variance"]),
+                   epsilon=float(d["epsilon"]), starts=tuple(int(v) for v in d.get("starts", ())))
 
 
 @dataclass(frozen=True)
@@ -32,9 +83,20 @@ class Summary:
 
     `starts[k]` is the first bin of partition k; `sums[k]` its released noisy sum (integer:
     true sum plus every noise party's discrete Laplace draw); `sum_variance[k]` the
-    variance of that noise. Per-bin estimates spread each sum uniformly over its bins.
-    Standard errors describe the DP noise only: ranges that cut through a partition also
-    carry the (unknown, data-dependent) error of uniform spreading.
+    variance of that noise. With the default estimator "partition", per-bin estimates
+    spread each sum uniformly over its bins.
+
+    Other strategies also fill `released` (every released measurement, in release order)
+    and name an `estimator` (see ESTIMATORS); estimates and standard errors then come from
+    all released values. `starts`/`sums`/`sum_variance` still hold a valid partition view
+    (one released partition with its own noisy sums, or the noisy total for wavelet
+    releases), so readers that know only those fields keep working. For "tree", `starts`
+    is also the partition whose least-squares cell estimates are spread evenly over bins.
+
+    Standard errors describe the DP noise only and are exact for the linear estimators:
+    ranges that cut through a partition (a leaf) also carry the (unknown, data-dependent)
+    error of uniform spreading, and "haar_nonnegative" is a non-linear refinement whose
+    reported standard error is that of the linear estimate it refines.
     """
 
     domain_size: int
@@ -47,6 +109,8 @@ class Summary:
     contribution_bound: int = 1
     epsilon_spent: tuple[tuple[str, float], ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
+    estimator: str = "partition"
+    released: tuple[ReleasedValues, ...] = ()
 
     def __post_init__(self) -> None:
         k = len(self.starts)
@@ -60,6 +124,58 @@ class Summary:
         s = np.asarray(self.starts)
         if np.any(np.diff(s) <= 0) or s[-1] >= self.domain_size:
             raise InvalidInputError("partition starts must be strictly increasing and inside the domain")
+        if self.estimator not in ESTIMATORS:
+            raise InvalidInputError(f"unknown estimator {self.estimator!r}; known: {', '.join(ESTIMATORS)}")
+        if self.estimator == "tree":
+            if not self.released or any(r.kind != "partition_sums" for r in self.released):
+                raise InvalidInputError("a tree summary needs released partition sums (and only those)")
+            _ = self._tree  # validates nesting
+        elif self.estimator in ("haar", "haar_nonnegative"):
+            if len(self.released) != 1 or self.released[0].kind != "haar_coefficients":
+                raise InvalidInputError("a wavelet summary needs exactly one released haar_coefficients measurement")
+            if len(self.released[0].values) != self.domain_size:
+                raise InvalidInputError(
+                    f"a wavelet release needs {self.domain_size} coefficients, got {len(self.released[0].values)}"
+                )
+
+    # -- estimators ----------------------------------------------------------------
+    @cached_property
+    def _tree(self) -> IntervalTree:
+        return IntervalTree(self.domain_size, [(r.starts, r.values, r.variance) for r in self.released],
+                            cells=self.starts)
+
+    @cached_property
+    def _bin_estimates(self) -> npt.NDArray[np.float64]:
+        if self.estimator == "tree":
+            est = self._tree.bin_estimates()
+        elif self.estimator in ("haar", "haar_nonnegative"):
+            coeffs = np.asarray(self.released[0].values, dtype=np.float64)
+            inv = haar_nonnegative_prefix if self.estimator == "haar_nonnegative" else haar_inverse_prefix
+            est = np.diff(inv(coeffs), prepend=0.0)
+        else:
+            lengths = self.lengths
+            est = np.repeat(np.asarray(self.sums, dtype=np.float64) / lengths, lengths)
+        est.setflags(write=False)
+        return est
+
+    def _bin_weight_variance(self, weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Noise variance of w . estimate() for each row w (weights over bins)."""
+        w = np.atleast_2d(weights)
+        if self.estimator == "tree":
+            leaves = self._tree.leaf_starts
+            lengths = np.diff(np.append(leaves, self.domain_size))
+            csum = np.concatenate([np.zeros((w.shape[0], 1)), np.cumsum(w, axis=1)], axis=1)
+            leaf_w = (csum[:, np.append(leaves[1:], self.domain_size)] - csum[:, leaves]) / lengths[None, :]
+            return self._tree.query_variance(leaf_w)
+        if self.estimator in ("haar", "haar_nonnegative"):
+            var = self.released[0].variance
+            g = w - np.concatenate([w[:, 1:], np.zeros((w.shape[0], 1))], axis=1)  # weights on prefix sums
+            return np.array([var * float(np.sum(haar_prefix_adjoint(row) ** 2)) for row in g])
+        s = np.asarray(self.starts, dtype=np.int64)
+        lengths = self.lengths
+        csum = np.concatenate([np.zeros((w.shape[0], 1)), np.cumsum(w, axis=1)], axis=1)
+        frac = (csum[:, s + lengths] - csum[:, s]) / lengths[None, :]
+        return np.sum(frac**2 * np.asarray(self.sum_variance)[None, :], axis=1)
 
     # -- derived views -------------------------------------------------------------
     @property
@@ -72,14 +188,15 @@ class Summary:
         return len(self.starts)
 
     def estimate(self) -> npt.NDArray[np.float64]:
-        """Per-bin estimates: each partition's noisy sum spread evenly over its bins."""
-        lengths = self.lengths
-        return np.repeat(np.asarray(self.sums, dtype=np.float64) / lengths, lengths)
+        """Per-bin estimates (a fresh array): for "partition", each noisy sum spread evenly over its bins."""
+        return np.array(self._bin_estimates)
 
     def range_count(self, lo: int, hi: int) -> RangeCount:
         """Estimated number of records in bins [lo, hi), with the standard error of its noise."""
         if not (0 <= lo < hi <= self.domain_size):
             raise InvalidInputError(f"range must satisfy 0 <= lo < hi <= {self.domain_size}, got [{lo}, {hi})")
+        if self.estimator != "partition":
+            return self.range_counts([(lo, hi)])[0]
         s = np.asarray(self.starts, dtype=np.int64)
         e = s + self.lengths
         first = int(np.searchsorted(s, lo, side="right")) - 1
@@ -94,7 +211,39 @@ class Summary:
     def range_counts(self, ranges: npt.ArrayLike) -> list[RangeCount]:
         """Many range counts at once; `ranges` is a sequence of (lo, hi) pairs."""
         arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
-        return [self.range_count(int(a), int(b)) for a, b in arr]
+        if self.estimator == "partition":
+            return [self.range_count(int(a), int(b)) for a, b in arr]
+        bad = (arr[:, 0] < 0) | (arr[:, 0] >= arr[:, 1]) | (arr[:, 1] > self.domain_size)
+        if bad.any():
+            a, b = arr[int(np.argmax(bad))]
+            raise InvalidInputError(f"range must satisfy 0 <= lo < hi <= {self.domain_size}, got [{a}, {b})")
+        pe = np.concatenate([[0.0], np.cumsum(self._bin_estimates)])
+        values = pe[arr[:, 1]] - pe[arr[:, 0]]
+        if self.estimator == "tree":
+            var = self._tree.range_variance(arr[:, 0], arr[:, 1])
+        else:
+            out = np.empty(arr.shape[0])
+            for i in range(0, arr.shape[0], 256):
+                part = arr[i : i + 256]
+                idx = np.arange(self.domain_size)[None, :]
+                w = ((idx >= part[:, :1]) & (idx < part[:, 1:])).astype(np.float64)
+                out[i : i + 256] = self._bin_weight_variance(w)
+            var = out
+        return [RangeCount(int(a), int(b), float(v), float(np.sqrt(max(s2, 0.0))))
+                for (a, b), v, s2 in zip(arr, values, var)]
+
+    def weighted_count(self, weights: npt.ArrayLike) -> tuple[float, float]:
+        """Estimate of sum_i weights[i] * x[i] and the standard error of its noise.
+
+        Used for sets of bins (e.g. a 2-D rectangle flattened along a Hilbert curve is a
+        union of 1-D ranges: weights are its 0/1 indicator).
+        """
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (self.domain_size,) or not np.all(np.isfinite(w)):
+            raise InvalidInputError(f"weights must be {self.domain_size} finite numbers, got shape {w.shape}")
+        value = float(w @ self._bin_estimates)
+        var = float(self._bin_weight_variance(w[None, :])[0])
+        return value, float(np.sqrt(max(var, 0.0)))
 
     # -- serialization -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +259,9 @@ class Summary:
             "sum_variance": list(self.sum_variance),
             "epsilon_spent": [[k, v] for k, v in self.epsilon_spent],
             "params": self.params,
+            # Optional fields are written only when used, so partition summaries are unchanged.
+            **({"estimator": self.estimator} if self.estimator != "partition" else {}),
+            **({"released": [r.to_dict() for r in self.released]} if self.released else {}),
         }
 
     def to_json(self) -> str:
@@ -131,6 +283,8 @@ class Summary:
                 sum_variance=tuple(float(v) for v in d["sum_variance"]),
                 epsilon_spent=tuple((str(k), float(v)) for k, v in d.get("epsilon_spent", [])),
                 params=dict(d.get("params", {})),
+                estimator=str(d.get("estimator", "partition")),
+                released=tuple(ReleasedValues.from_dict(r) for r in d.get("released", [])),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInputError(f"malformed summary document: {exc}") from exc

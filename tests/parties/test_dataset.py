@@ -400,7 +400,7 @@ def test_noise_scale_follows_the_bound(tmp_path: Path, per_bin: int, max_bins: i
     assert h.contribution_bound == c
     eps = 0.5
     check_bound_matches(h, c)
-    summary = release([h.counts], eps, contribution_bound=h.contribution_bound, rng=SeededRandom(9))
+    summary = release([h.counts], eps, strategy="gap", contribution_bound=h.contribution_bound, rng=SeededRandom(9))
     _, eps_sum = GapParams().split(eps)
     expected = summary.noise_parties * discrete_laplace_variance(laplace_scale(c, eps_sum))
     assert summary.noise_parties == 2 and summary.contribution_bound == c

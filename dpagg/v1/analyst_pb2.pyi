@@ -1,0 +1,62 @@
+from dpagg.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ListReleasesRequest(_message.Message):
+    __slots__ = ("study_id",)
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    def __init__(self, study_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseInfo(_message.Message):
+    __slots__ = ("release_id", "study_id", "epsilon", "domain_size", "partitions", "created_at")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    study_id: str
+    epsilon: float
+    domain_size: int
+    partitions: int
+    created_at: str
+    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., epsilon: _Optional[float] = ..., domain_size: _Optional[int] = ..., partitions: _Optional[int] = ..., created_at: _Optional[str] = ...) -> None: ...
+
+class ListReleasesResponse(_message.Message):
+    __slots__ = ("releases",)
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    releases: _containers.RepeatedCompositeFieldContainer[ReleaseInfo]
+    def __init__(self, releases: _Optional[_Iterable[_Union[ReleaseInfo, _Mapping]]] = ...) -> None: ...
+
+class GetReleaseRequest(_message.Message):
+    __slots__ = ("release_id",)
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    def __init__(self, release_id: _Optional[str] = ...) -> None: ...
+
+class GetReleaseResponse(_message.Message):
+    __slots__ = ("summary",)
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    summary: _common_pb2.ReleaseSummary
+    def __init__(self, summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ...) -> None: ...
+
+class RangeCountsRequest(_message.Message):
+    __slots__ = ("release_id", "ranges")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    ranges: _containers.RepeatedCompositeFieldContainer[_common_pb2.Range]
+    def __init__(self, release_id: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[_common_pb2.Range, _Mapping]]] = ...) -> None: ...
+
+class RangeCountsResponse(_message.Message):
+    __slots__ = ("counts",)
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    counts: _containers.RepeatedCompositeFieldContainer[_common_pb2.RangeCount]
+    def __init__(self, counts: _Optional[_Iterable[_Union[_common_pb2.RangeCount, _Mapping]]] = ...) -> None: ...

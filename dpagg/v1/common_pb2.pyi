@@ -1,0 +1,129 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StudyContract(_message.Message):
+    __slots__ = ("version", "study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "context_fingerprint", "strategy_params_json", "contract_hash", "domain_spec")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTION_BOUND_FIELD_NUMBER: _ClassVar[int]
+    NOISE_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_OWNERS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SPEC_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    study_id: str
+    domain_size: int
+    epsilon: float
+    strategy: str
+    contribution_bound: int
+    noise_parties: int
+    expected_owners: _containers.RepeatedScalarFieldContainer[str]
+    context_fingerprint: str
+    strategy_params_json: str
+    contract_hash: str
+    domain_spec: str
+    def __init__(self, version: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., context_fingerprint: _Optional[str] = ..., strategy_params_json: _Optional[str] = ..., contract_hash: _Optional[str] = ..., domain_spec: _Optional[str] = ...) -> None: ...
+
+class MeasurementSpec(_message.Message):
+    __slots__ = ("kind", "domain_size", "epsilon", "sensitivity", "starts")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    domain_size: int
+    epsilon: float
+    sensitivity: int
+    starts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., sensitivity: _Optional[int] = ..., starts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ReleaseSummary(_message.Message):
+    __slots__ = ("release_id", "study_id", "domain_size", "epsilon", "strategy", "noise_parties", "contribution_bound", "starts", "sums", "sum_variance", "epsilon_spent", "params_json", "owners", "contract_hash", "created_at", "estimator", "released")
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    NOISE_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTION_BOUND_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    SUMS_FIELD_NUMBER: _ClassVar[int]
+    SUM_VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    study_id: str
+    domain_size: int
+    epsilon: float
+    strategy: str
+    noise_parties: int
+    contribution_bound: int
+    starts: _containers.RepeatedScalarFieldContainer[int]
+    sums: _containers.RepeatedScalarFieldContainer[int]
+    sum_variance: _containers.RepeatedScalarFieldContainer[float]
+    epsilon_spent: _containers.RepeatedCompositeFieldContainer[EpsilonCharge]
+    params_json: str
+    owners: _containers.RepeatedScalarFieldContainer[str]
+    contract_hash: str
+    created_at: str
+    estimator: str
+    released: _containers.RepeatedCompositeFieldContainer[ReleasedValues]
+    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., noise_parties: _Optional[int] = ..., contribution_bound: _Optional[int] = ..., starts: _Optional[_Iterable[int]] = ..., sums: _Optional[_Iterable[int]] = ..., sum_variance: _Optional[_Iterable[float]] = ..., epsilon_spent: _Optional[_Iterable[_Union[EpsilonCharge, _Mapping]]] = ..., params_json: _Optional[str] = ..., owners: _Optional[_Iterable[str]] = ..., contract_hash: _Optional[str] = ..., created_at: _Optional[str] = ..., estimator: _Optional[str] = ..., released: _Optional[_Iterable[_Union[ReleasedValues, _Mapping]]] = ...) -> None: ...
+
+class ReleasedValues(_message.Message):
+    __slots__ = ("kind", "values", "variance", "epsilon", "starts")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    values: _containers.RepeatedScalarFieldContainer[int]
+    variance: float
+    epsilon: float
+    starts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[str] = ..., values: _Optional[_Iterable[int]] = ..., variance: _Optional[float] = ..., epsilon: _Optional[float] = ..., starts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class EpsilonCharge(_message.Message):
+    __slots__ = ("what", "epsilon")
+    WHAT_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    what: str
+    epsilon: float
+    def __init__(self, what: _Optional[str] = ..., epsilon: _Optional[float] = ...) -> None: ...
+
+class Range(_message.Message):
+    __slots__ = ("lo", "hi")
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    lo: int
+    hi: int
+    def __init__(self, lo: _Optional[int] = ..., hi: _Optional[int] = ...) -> None: ...
+
+class RangeCount(_message.Message):
+    __slots__ = ("lo", "hi", "value", "standard_error")
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    STANDARD_ERROR_FIELD_NUMBER: _ClassVar[int]
+    lo: int
+    hi: int
+    value: float
+    standard_error: float
+    def __init__(self, lo: _Optional[int] = ..., hi: _Optional[int] = ..., value: _Optional[float] = ..., standard_error: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,160 @@
+from dpagg.v1 import common_pb2 as _common_pb2
+from dpagg.v1 import decryption_pb2 as _decryption_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubmitHeader(_message.Message):
+    __slots__ = ("study_id", "owner_id", "idempotency_key", "domain_length", "context_fingerprint", "chunk_count")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    owner_id: str
+    idempotency_key: str
+    domain_length: int
+    context_fingerprint: str
+    chunk_count: int
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., domain_length: _Optional[int] = ..., context_fingerprint: _Optional[str] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+
+class CiphertextChunk(_message.Message):
+    __slots__ = ("index", "data")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    data: bytes
+    def __init__(self, index: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SubmitHistogramRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: SubmitHeader
+    chunk: CiphertextChunk
+    def __init__(self, header: _Optional[_Union[SubmitHeader, _Mapping]] = ..., chunk: _Optional[_Union[CiphertextChunk, _Mapping]] = ...) -> None: ...
+
+class SubmitHistogramResponse(_message.Message):
+    __slots__ = ("committed", "duplicate", "received_chunks", "chunk_count", "bytes_received")
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    committed: bool
+    duplicate: bool
+    received_chunks: _containers.RepeatedScalarFieldContainer[int]
+    chunk_count: int
+    bytes_received: int
+    def __init__(self, committed: _Optional[bool] = ..., duplicate: _Optional[bool] = ..., received_chunks: _Optional[_Iterable[int]] = ..., chunk_count: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
+
+class UploadStatusRequest(_message.Message):
+    __slots__ = ("study_id", "owner_id", "idempotency_key")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    owner_id: str
+    idempotency_key: str
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class UploadStatusResponse(_message.Message):
+    __slots__ = ("state", "received_chunks", "chunk_count")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[UploadStatusResponse.State]
+        NONE: _ClassVar[UploadStatusResponse.State]
+        PARTIAL: _ClassVar[UploadStatusResponse.State]
+        COMMITTED: _ClassVar[UploadStatusResponse.State]
+        CONFLICT: _ClassVar[UploadStatusResponse.State]
+    STATE_UNSPECIFIED: UploadStatusResponse.State
+    NONE: UploadStatusResponse.State
+    PARTIAL: UploadStatusResponse.State
+    COMMITTED: UploadStatusResponse.State
+    CONFLICT: UploadStatusResponse.State
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    state: UploadStatusResponse.State
+    received_chunks: _containers.RepeatedScalarFieldContainer[int]
+    chunk_count: int
+    def __init__(self, state: _Optional[_Union[UploadStatusResponse.State, str]] = ..., received_chunks: _Optional[_Iterable[int]] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+
+class StudyStatusRequest(_message.Message):
+    __slots__ = ("study_id",)
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    def __init__(self, study_id: _Optional[str] = ...) -> None: ...
+
+class StudyStatusResponse(_message.Message):
+    __slots__ = ("contract", "submitted_owners", "missing_owners", "release_ids")
+    CONTRACT_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_OWNERS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_OWNERS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    contract: _common_pb2.StudyContract
+    submitted_owners: _containers.RepeatedScalarFieldContainer[str]
+    missing_owners: _containers.RepeatedScalarFieldContainer[str]
+    release_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ..., submitted_owners: _Optional[_Iterable[str]] = ..., missing_owners: _Optional[_Iterable[str]] = ..., release_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RunReleaseRequest(_message.Message):
+    __slots__ = ("study_id", "epsilon", "force", "wait", "request_key")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_KEY_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    epsilon: float
+    force: bool
+    wait: bool
+    request_key: str
+    def __init__(self, study_id: _Optional[str] = ..., epsilon: _Optional[float] = ..., force: _Optional[bool] = ..., wait: _Optional[bool] = ..., request_key: _Optional[str] = ...) -> None: ...
+
+class ReleaseStatusRequest(_message.Message):
+    __slots__ = ("release_id",)
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    def __init__(self, release_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseStatusResponse(_message.Message):
+    __slots__ = ("release_id", "study_id", "state", "epsilon", "owners", "error_code", "error_message", "summary", "seconds", "bytes_to_decryption")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[ReleaseStatusResponse.State]
+        RUNNING: _ClassVar[ReleaseStatusResponse.State]
+        DONE: _ClassVar[ReleaseStatusResponse.State]
+        FAILED: _ClassVar[ReleaseStatusResponse.State]
+    STATE_UNSPECIFIED: ReleaseStatusResponse.State
+    RUNNING: ReleaseStatusResponse.State
+    DONE: ReleaseStatusResponse.State
+    FAILED: ReleaseStatusResponse.State
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TO_DECRYPTION_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    study_id: str
+    state: ReleaseStatusResponse.State
+    epsilon: float
+    owners: _containers.RepeatedScalarFieldContainer[str]
+    error_code: str
+    error_message: str
+    summary: _common_pb2.ReleaseSummary
+    seconds: float
+    bytes_to_decryption: int
+    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ...) -> None: ...

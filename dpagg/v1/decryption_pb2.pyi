@@ -1,0 +1,132 @@
+from dpagg.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetPublicContextRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PublicContextChunk(_message.Message):
+    __slots__ = ("total_size", "offset", "data", "fingerprint")
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    total_size: int
+    offset: int
+    data: bytes
+    fingerprint: str
+    def __init__(self, total_size: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., fingerprint: _Optional[str] = ...) -> None: ...
+
+class OpenStudyRequest(_message.Message):
+    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTION_BOUND_FIELD_NUMBER: _ClassVar[int]
+    NOISE_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_OWNERS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SPEC_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    domain_size: int
+    epsilon: float
+    strategy: str
+    contribution_bound: int
+    noise_parties: int
+    expected_owners: _containers.RepeatedScalarFieldContainer[str]
+    strategy_params_json: str
+    domain_spec: str
+    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ...) -> None: ...
+
+class OpenStudyResponse(_message.Message):
+    __slots__ = ("contract", "already_existed")
+    CONTRACT_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_EXISTED_FIELD_NUMBER: _ClassVar[int]
+    contract: _common_pb2.StudyContract
+    already_existed: bool
+    def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ..., already_existed: _Optional[bool] = ...) -> None: ...
+
+class GetStudyRequest(_message.Message):
+    __slots__ = ("study_id",)
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    def __init__(self, study_id: _Optional[str] = ...) -> None: ...
+
+class GetStudyResponse(_message.Message):
+    __slots__ = ("contract",)
+    CONTRACT_FIELD_NUMBER: _ClassVar[int]
+    contract: _common_pb2.StudyContract
+    def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ...) -> None: ...
+
+class DecryptMeasurementHeader(_message.Message):
+    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    release_id: str
+    release_epsilon: float
+    measurement: _common_pb2.MeasurementSpec
+    chunk_count: int
+    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+
+class DecryptMeasurementRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: DecryptMeasurementHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[DecryptMeasurementHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class DecryptMeasurementResponse(_message.Message):
+    __slots__ = ("values", "charge_id", "epsilon_remaining")
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[int]
+    charge_id: int
+    epsilon_remaining: float
+    def __init__(self, values: _Optional[_Iterable[int]] = ..., charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ...) -> None: ...
+
+class BudgetStatusRequest(_message.Message):
+    __slots__ = ("study_id",)
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    def __init__(self, study_id: _Optional[str] = ...) -> None: ...
+
+class LedgerCharge(_message.Message):
+    __slots__ = ("charge_id", "release_id", "kind", "epsilon", "created_at")
+    CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    charge_id: int
+    release_id: str
+    kind: str
+    epsilon: float
+    created_at: str
+    def __init__(self, charge_id: _Optional[int] = ..., release_id: _Optional[str] = ..., kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., created_at: _Optional[str] = ...) -> None: ...
+
+class BudgetStatusResponse(_message.Message):
+    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    CHARGES_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    epsilon_total: float
+    epsilon_spent: float
+    epsilon_remaining: float
+    charges: _containers.RepeatedCompositeFieldContainer[LedgerCharge]
+    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,375 @@
+"""Post-processing of released noisy values: least-squares tree consistency and Haar transforms, with exact variances.
+
+Everything here is a public, deterministic function of already-released DP values, so it
+costs no privacy. It is shared by the strategies (which pick designs) and by `Summary`
+(which answers range counts and their standard errors from the released values).
+
+Tree consistency (Hay et al., VLDB 2010, generalised). Released partition sums of a chain
+of refining partitions form a laminar family of intervals, i.e. a tree (identical
+intervals measured twice are merged by inverse-variance weighting). With independent
+noise of known variance on every node, the generalised least-squares estimate of the
+leaf sums is computed exactly in two passes: bottom-up, each node combines its own
+measurement with the sum of its children's estimates (inverse-variance weights); top-down,
+the difference between a parent's final estimate and its children's sum is spread over
+the children in proportion to their variances. For any linear query q over the leaves,
+Var(q . x_hat) is computed exactly by the adjoint (reverse-mode) of the same two passes:
+var = sum_v (d(q . x_hat) / d y_v)^2 * var(y_v).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import InvalidInputError
+
+#: Variances below this are treated as this in the least-squares weights: such values are
+#: exact for every practical purpose (discrete Laplace noise of scale < 0.05), and a zero
+#: variance (which the sampler's variance formula returns at absurdly large epsilon) would
+#: make the weights infinite.
+MIN_VARIANCE = 1e-9
+
+__all__ = [
+    "MIN_VARIANCE",
+    "IntervalTree",
+    "haar_depth",
+    "haar_forward",
+    "haar_forward_prefix",
+    "haar_inverse_prefix",
+    "haar_prefix_adjoint",
+    "haar_nonnegative_prefix",
+    "range_weights",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def range_weights(starts: npt.ArrayLike, domain_size: int, lo: npt.ArrayLike, hi: npt.ArrayLike) -> FloatArray:
+    """Weights over the cells of a partition for ranges [lo, hi): the covered fraction of each cell.
+
+    Returns a (len(lo), n_cells) matrix; row r times the cell values, spread uniformly over
+    each cell's bins, gives the count of bins [lo[r], hi[r]).
+    """
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.append(s[1:], domain_size)
+    lo_a = np.asarray(lo, dtype=np.int64).reshape(-1, 1)
+    hi_a = np.asarray(hi, dtype=np.int64).reshape(-1, 1)
+    overlap = np.clip(np.minimum(e[None, :], hi_a) - np.maximum(s[None, :], lo_a), 0, None)
+    return overlap / (e - s)[None, :]
+
+
+@dataclass(frozen=True)
+class _Depth:
+    lo: IntArray  # first bin of each node at this depth (sorted)
+    hi: IntArray  # one past the last bin
+    y: FloatArray  # combined measurement
+    prec: FloatArray  # precision (1 / variance) of y; > 0 for every node
+    parent: IntArray  # index of the parent in the previous depth (-1 at depth 0)
+    child_lo: IntArray  # children of node k are [child_lo[k], child_hi[k]) at the next depth
+    child_hi: IntArray
+
+
+class IntervalTree:
+    """Exact GLS over a laminar family of measured interval sums.
+
+    `partitions` are released partition-sum measurements: (starts, values, variance per
+    value). Together they must form a chain of refinements of [0, domain_size) (each one
+    refines or is refined by every other), which is what hierarchical designs produce.
+    Per-bin estimates spread the estimate of each cell of `cells` (a partition whose cells
+    are all measured intervals; default: the finest partition) evenly over its bins.
+    """
+
+    def __init__(self, domain_size: int,
+                 partitions: Sequence[tuple[npt.ArrayLike, npt.ArrayLike, float | npt.ArrayLike]],
+                 cells: npt.ArrayLike | None = None) -> None:
+        if not partitions:
+            raise InvalidInputError("a tree estimate needs at least one released partition")
+        n = int(domain_size)
+        # Merge every measured interval: key (lo, hi) -> (sum of prec * y, sum of prec).
+        acc: dict[tuple[int, int], list[float]] = {}
+        finest = None
+        for starts, values, variance in partitions:
+            s = np.asarray(starts, dtype=np.int64)
+            v = np.asarray(values, dtype=np.float64)
+            var = np.broadcast_to(np.asarray(variance, dtype=np.float64), v.shape)
+            if s.size == 0 or s[0] != 0 or np.any(np.diff(s) <= 0) or s[-1] >= n or v.shape != s.shape:
+                raise InvalidInputError("each released partition needs increasing starts from 0 and one value per cell")
+            if np.any(~np.isfinite(var)) or np.any(var < 0):
+                raise InvalidInputError("released values need finite, non-negative noise variances")
+            var = np.maximum(var, MIN_VARIANCE)
+            if finest is None or s.size > finest.size:
+                finest = s
+            e = np.append(s[1:], n)
+            for a, b, val, vv in zip(s.tolist(), e.tolist(), v.tolist(), var.tolist()):
+                slot = acc.setdefault((a, b), [0.0, 0.0])
+                slot[0] += val / vv
+                slot[1] += 1.0 / vv
+        assert finest is not None
+        keys = sorted(acc, key=lambda k: (k[0], -k[1]))
+        # Parent of each interval: the innermost earlier interval containing it (laminar check).
+        depth_of: dict[tuple[int, int], int] = {}
+        parent_of: dict[tuple[int, int], tuple[int, int] | None] = {}
+        stack: list[tuple[int, int]] = []
+        for k in keys:
+            while stack and stack[-1][1] <= k[0]:
+                stack.pop()
+            if stack and not (stack[-1][0] <= k[0] and k[1] <= stack[-1][1]):
+                raise InvalidInputError(
+                    f"released partitions do not nest: [{stack[-1][0]}, {stack[-1][1]}) and [{k[0]}, {k[1]}) overlap; "
+                    "each partition must refine the coarser ones"
+                )
+            parent_of[k] = stack[-1] if stack else None
+            depth_of[k] = len(stack)
+            stack.append(k)
+        roots = [k for k in keys if parent_of[k] is None]
+        if roots[0][0] != 0 or roots[-1][1] != n or any(a[1] != b[0] for a, b in zip(roots, roots[1:])):
+            raise InvalidInputError("the coarsest released intervals do not cover the domain")
+        fin_e = np.append(finest[1:], n)
+        finest_keys = set(zip(finest.tolist(), fin_e.tolist()))
+        has_child = {parent_of[k] for k in keys if parent_of[k] is not None}
+        leaves = [k for k in keys if k not in has_child]
+        if set(leaves) != finest_keys:
+            raise InvalidInputError("the finest released partition must refine every other one")
+        max_depth = max(depth_of.values())
+        by_depth: list[list[tuple[int, int]]] = [[] for _ in range(max_depth + 1)]
+        for k in keys:
+            by_depth[depth_of[k]].append(k)
+        index = {k: i for d in by_depth for i, k in enumerate(d)}
+        depths: list[_Depth] = []
+        for d, nodes in enumerate(by_depth):
+            lo = np.array([k[0] for k in nodes], dtype=np.int64)
+            hi = np.array([k[1] for k in nodes], dtype=np.int64)
+            prec = np.array([acc[k][1] for k in nodes])
+            y = np.array([acc[k][0] for k in nodes]) / prec
+            par = np.array([index[parent_of[k]] if parent_of[k] is not None else -1 for k in nodes], dtype=np.int64)
+            if d + 1 < len(by_depth):
+                child_par = np.array([index[parent_of[k]] for k in by_depth[d + 1]], dtype=np.int64)  # type: ignore[index]
+                child_lo = np.searchsorted(child_par, np.arange(len(nodes)), side="left")
+                child_hi = np.searchsorted(child_par, np.arange(len(nodes)), side="right")
+            else:
+                child_lo = child_hi = np.zeros(len(nodes), dtype=np.int64)
+            depths.append(_Depth(lo, hi, y, prec, par, child_lo.astype(np.int64), child_hi.astype(np.int64)))
+        self.domain_size = n
+        self._depths = depths
+        cs = finest if cells is None else np.asarray(cells, dtype=np.int64)
+        ce = np.append(cs[1:], n)
+        cell_keys = list(zip(cs.tolist(), ce.tolist()))
+        missing = [k for k in cell_keys if k not in index]
+        if cs.size == 0 or cs[0] != 0 or missing:
+            raise InvalidInputError(
+                f"the estimate's cells must be measured intervals; {len(missing)} are not (first: {missing[:1]})"
+            )
+        self.leaf_starts = cs
+        # Cells in bin order: (depth, index) of each node that is spread evenly.
+        self._leaf_depth = np.array([depth_of[k] for k in cell_keys], dtype=np.int64)
+        self._leaf_index = np.array([index[k] for k in cell_keys], dtype=np.int64)
+        self._solve()
+
+    # -- the two passes ------------------------------------------------------------
+    @staticmethod
+    def _segment_sum(values: FloatArray, lo: IntArray, hi: IntArray) -> FloatArray:
+        """Sum of values[..., lo[k]:hi[k]] for each k (empty segments give 0), along the last axis."""
+        c = np.concatenate([np.zeros(values.shape[:-1] + (1,)), np.cumsum(values, axis=-1)], axis=-1)
+        return c[..., hi] - c[..., lo]
+
+    def _solve(self) -> None:
+        ds = self._depths
+        z: list[FloatArray] = [np.empty(0)] * len(ds)
+        post: list[FloatArray] = [np.empty(0)] * len(ds)  # posterior precision of z
+        csum: list[FloatArray] = [np.empty(0)] * len(ds)  # sum of children's z
+        rvar: list[FloatArray] = [np.empty(0)] * len(ds)  # sum of children's 1/post
+        alpha: list[FloatArray] = [np.empty(0)] * len(ds)  # weight of own y in z
+        for d in range(len(ds) - 1, -1, -1):
+            cur = ds[d]
+            has = cur.child_hi > cur.child_lo
+            if d + 1 < len(ds):
+                c = self._segment_sum(z[d + 1], cur.child_lo, cur.child_hi)
+                r = self._segment_sum(1.0 / post[d + 1], cur.child_lo, cur.child_hi)
+            else:
+                c = np.zeros(cur.y.size)
+                r = np.zeros(cur.y.size)
+            q = np.where(has, 1.0 / np.where(has, r, 1.0), 0.0)
+            p = cur.prec
+            z[d] = (p * cur.y + q * c) / (p + q)
+            post[d] = p + q
+            alpha[d] = p / (p + q)
+            csum[d], rvar[d] = c, r
+        x: list[FloatArray] = [np.empty(0)] * len(ds)
+        x[0] = z[0]
+        for d in range(1, len(ds)):
+            par = ds[d].parent
+            share = (1.0 / post[d]) / rvar[d - 1][par]
+            x[d] = z[d] + share * (x[d - 1] - csum[d - 1])[par]
+        self._z, self._post, self._csum, self._rvar, self._alpha, self._x = z, post, csum, rvar, alpha, x
+
+    # -- estimates -----------------------------------------------------------------
+    def leaf_estimates(self) -> FloatArray:
+        """GLS estimates of the cells' sums, in bin order."""
+        return np.array([self._x[d][i] for d, i in zip(self._leaf_depth.tolist(), self._leaf_index.tolist())])
+
+    def bin_estimates(self) -> FloatArray:
+        lengths = np.diff(np.append(self.leaf_starts, self.domain_size))
+        return np.repeat(self.leaf_estimates() / lengths, lengths)
+
+    def cell_variances(self) -> FloatArray:
+        """Noise variance of each cell's estimate (the diagonal of its covariance), in O(nodes).
+
+        Top-down smoother recursion: Var_w = u_w + (u_w / r_v)^2 * (Var_v - r_v) for a child
+        w of v, with u_w the variance of w's bottom-up estimate and r_v that of the sum of
+        v's children's bottom-up estimates.
+        """
+        ds = self._depths
+        var: list[FloatArray] = [1.0 / self._post[0]]
+        for d in range(1, len(ds)):
+            par = ds[d].parent
+            u = 1.0 / self._post[d]
+            a = u / self._rvar[d - 1][par]
+            var.append(u + a * a * (var[d - 1][par] - self._rvar[d - 1][par]))
+        return np.array([var[d][i] for d, i in zip(self._leaf_depth.tolist(), self._leaf_index.tolist())])
+
+    def query_variance(self, leaf_weights: npt.ArrayLike) -> FloatArray:
+        """Exact noise variance of q . leaf_estimates for each row q of `leaf_weights` (adjoint pass)."""
+        qm = np.atleast_2d(np.asarray(leaf_weights, dtype=np.float64))
+        if qm.shape[1] != self.leaf_starts.size:
+            raise InvalidInputError(f"expected weights over {self.leaf_starts.size} cells, got {qm.shape[1]}")
+        ds = self._depths
+        nq = qm.shape[0]
+        xbar = [np.zeros((nq, dd.y.size)) for dd in ds]
+        for d in range(len(ds)):
+            sel = self._leaf_depth == d
+            if sel.any():
+                xbar[d][:, self._leaf_index[sel]] += qm[:, sel]
+        zbar = [np.zeros((nq, dd.y.size)) for dd in ds]
+        cbar = [np.zeros((nq, dd.y.size)) for dd in ds]
+        # Reverse of the top-down pass (deepest first).
+        for d in range(len(ds) - 1, 0, -1):
+            par = ds[d].parent
+            share = (1.0 / self._post[d]) / self._rvar[d - 1][par]
+            zbar[d] += xbar[d]
+            contrib = xbar[d] * share[None, :]
+            up = self._segment_sum(contrib, ds[d - 1].child_lo, ds[d - 1].child_hi)
+            xbar[d - 1] += up
+            cbar[d - 1] -= up
+        zbar[0] += xbar[0]
+        # Reverse of the bottom-up pass (root first).
+        var = np.zeros(nq)
+        for d in range(len(ds)):
+            a = self._alpha[d]
+            ybar = zbar[d] * a[None, :]
+            var += np.sum(ybar**2 / ds[d].prec[None, :], axis=1)
+            if d + 1 < len(ds):
+                cbar[d] += zbar[d] * (1.0 - a)[None, :]
+                zbar[d + 1] += cbar[d][:, ds[d + 1].parent]
+        return var
+
+    def range_variance(self, lo: npt.ArrayLike, hi: npt.ArrayLike, batch: int = 256) -> FloatArray:
+        """Noise variance of the estimated counts of bins [lo, hi) (uniform spreading inside leaves)."""
+        lo_a = np.atleast_1d(np.asarray(lo, dtype=np.int64))
+        hi_a = np.atleast_1d(np.asarray(hi, dtype=np.int64))
+        out = np.empty(lo_a.size)
+        for i in range(0, lo_a.size, batch):
+            w = range_weights(self.leaf_starts, self.domain_size, lo_a[i : i + batch], hi_a[i : i + batch])
+            out[i : i + batch] = self.query_variance(w)
+        return out
+
+
+# -- Haar wavelet (Privelet) ----------------------------------------------------------
+#
+# Tree: the dyadic binary tree over [0, 2^L), L = ceil(log2 n), restricted to [0, n) with
+# unary nodes collapsed. Internal nodes are in one-to-one correspondence with midpoints
+# m in 1..n-1: the node of height h = 1 + trailing_zeros(m) spans [m - 2^(h-1),
+# min(m + 2^(h-1), n)). Coefficient layout (length n, aligned with the prefix slots):
+# w[m - 1] = S[a, m) - S[m, b) (left minus right sum, unnormalised), w[n - 1] = total.
+
+
+def haar_depth(n: int) -> int:
+    """L = ceil(log2 n): the number of detail coefficients a single bin contributes to, at most."""
+    if n < 1:
+        raise InvalidInputError(f"domain size must be >= 1, got {n}")
+    return int(n - 1).bit_length()
+
+
+def _haar_nodes(n: int) -> list[tuple[int, IntArray, IntArray, IntArray]]:
+    """(height, a, m, b) arrays per height, from the top (largest) down."""
+    out = []
+    for h in range(haar_depth(n), 0, -1):
+        half = 1 << (h - 1)
+        m = np.arange(half, n, 2 * half, dtype=np.int64)
+        if m.size:
+            out.append((h, m - half, m, np.minimum(m + half, n)))
+    return out
+
+
+def haar_forward_prefix(prefix: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Haar coefficients from inclusive prefix sums P (P[i] = x[0] + ... + x[i]); exact for integers."""
+    p = np.asarray(prefix)
+    n = p.size
+    pp = np.concatenate([np.zeros(1, dtype=p.dtype), p])  # pp[k] = P[k - 1], pp[0] = 0
+    w = np.zeros(n, dtype=p.dtype)
+    w[n - 1] = pp[n]
+    for _, a, m, b in _haar_nodes(n):
+        w[m - 1] = 2 * pp[m] - pp[a] - pp[b]
+    return w
+
+
+def haar_forward(x: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Haar coefficients of a histogram x."""
+    return haar_forward_prefix(np.cumsum(np.asarray(x)))
+
+
+def haar_inverse_prefix(w: npt.ArrayLike) -> FloatArray:
+    """Prefix sums P from coefficients (inverse of `haar_forward_prefix`; rational, computed in floats)."""
+    c = np.asarray(w, dtype=np.float64)
+    n = c.size
+    pp = np.zeros(n + 1)
+    pp[n] = c[n - 1]
+    for _, a, m, b in _haar_nodes(n):
+        pp[m] = (c[m - 1] + pp[a] + pp[b]) / 2.0
+    return pp[1:]
+
+
+def haar_prefix_adjoint(g: npt.ArrayLike) -> FloatArray:
+    """Transpose of `haar_inverse_prefix`: maps a weight vector on P to one on the coefficients.
+
+    For a linear query q . x = g . P (g the query's weights on prefix sums), the estimate
+    from noisy coefficients has variance var * ||haar_prefix_adjoint(g)||^2.
+    """
+    gp = np.concatenate([[0.0], np.asarray(g, dtype=np.float64)])  # adjoint of pp
+    n = gp.size - 1
+    cbar = np.zeros(n)
+    for _, a, m, b in reversed(_haar_nodes(n)):
+        t = gp[m] / 2.0
+        cbar[m - 1] += t
+        np.add.at(gp, a, t)
+        np.add.at(gp, b, t)
+        gp[m] = 0.0
+    cbar[n - 1] += gp[n]
+    return cbar
+
+
+def haar_nonnegative_prefix(w: npt.ArrayLike) -> FloatArray:
+    """Inverse Haar with the non-negative refinement of Terada et al. / Hongo et al.
+
+    Top-down: the total is clamped at 0; at each node with (already non-negative) sum S and
+    noisy detail d, the children's sums are (S + d)/2 and (S - d)/2 (from S_l + S_r = S,
+    S_l - S_r = d). When a child would be negative, the detail is shrunk by
+    beta = S / |d| so that the smaller child is exactly 0, as in the seed paper's
+    refinement (its 2-D rule scales the three details of a 2x2 block the same way). This is a
+    non-linear post-processing: unbiasedness and the linear standard errors no longer hold
+    exactly; it removes negative counts and sharply reduces error on sparse data.
+    """
+    c = np.asarray(w, dtype=np.float64)
+    n = c.size
+    pp = np.zeros(n + 1)
+    pp[n] = max(c[n - 1], 0.0)
+    for _, a, m, b in _haar_nodes(n):
+        s = pp[b] - pp[a]
+        d = c[m - 1]
+        # Children: left = (s + d)/2, right = (s - d)/2. Shrink d so both are >= 0.
+        d = np.clip(d, -s, s)
+        pp[m] = pp[a] + (s + d) / 2.0
+    return pp[1:]

@@ -1,0 +1,1 @@
+"""The dpagg parties as gRPC services: data owner, computation, decryption and analyst roles, and the CLI."""

@@ -1,0 +1,1 @@
+"""Analyst role: read-only queries (summaries, range counts with standard errors) against released summaries."""

@@ -1,0 +1,74 @@
+"""Typed Python client of the analyst service (hosted by the computation server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
+from he_partition.summary import RangeCount, Summary
+
+from ..common.client import BaseClient
+from ..common.convert import range_counts_from_proto, ranges_to_proto, summary_from_proto
+
+__all__ = ["AnalystClient", "ReleaseInfo", "Release"]
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """One line of ListReleases."""
+
+    release_id: str
+    study_id: str
+    epsilon: float
+    domain_size: int
+    partitions: int
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """A released summary with where it came from. Querying it locally spends no budget."""
+
+    release_id: str
+    study_id: str
+    owners: tuple[str, ...]
+    contract_hash: str
+    created_at: str
+    summary: Summary
+
+
+class AnalystClient(BaseClient):
+    """Read-only queries; every call has a deadline and retries on UNAVAILABLE.
+
+    Example::
+
+        with AnalystClient("127.0.0.1:50052") as an:
+            latest = an.list_releases("s1")[0]
+            for rc in an.range_counts(latest.release_id, [(0, 10), (10, 50)]):
+                print(rc.lo, rc.hi, rc.value, "+-", rc.standard_error)
+    """
+
+    stub_class = analyst_pb2_grpc.AnalystStub
+
+    def list_releases(self, study_id: str = "", *, timeout: float | None = None) -> list[ReleaseInfo]:
+        """Finished releases, newest first (of one study, or all)."""
+        resp = self._unary(self._stub.ListReleases, analyst_pb2.ListReleasesRequest(study_id=study_id),
+                           method="Analyst/ListReleases", timeout=timeout)
+        return [ReleaseInfo(r.release_id, r.study_id, r.epsilon, r.domain_size, r.partitions, r.created_at)
+                for r in resp.releases]
+
+    def get_release(self, release_id: str, *, timeout: float | None = None) -> Release:
+        """The full summary of a finished release (partitions, noisy sums, noise variances)."""
+        resp = self._unary(self._stub.GetRelease, analyst_pb2.GetReleaseRequest(release_id=release_id),
+                           method="Analyst/GetRelease", timeout=timeout)
+        s = resp.summary
+        return Release(s.release_id, s.study_id, tuple(s.owners), s.contract_hash, s.created_at,
+                       summary_from_proto(s))
+
+    def range_counts(self, release_id: str, ranges: Iterable[tuple[int, int]], *,
+                     timeout: float | None = None) -> list[RangeCount]:
+        """Estimated counts over half-open bin ranges [lo, hi), each with the standard error of its DP noise."""
+        req = analyst_pb2.RangeCountsRequest(release_id=release_id, ranges=ranges_to_proto(ranges))
+        resp = self._unary(self._stub.RangeCounts, req, method="Analyst/RangeCounts", timeout=timeout)
+        return range_counts_from_proto(resp.counts)

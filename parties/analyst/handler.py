@@ -1,0 +1,74 @@
+"""Transport-neutral analyst queries over the released summaries a computation server stores."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Sequence
+
+from he_partition.errors import InvalidInputError
+from he_partition.summary import RangeCount, Summary
+
+from ..common.contract import check_id
+from ..common.errors import FailedPreconditionError, NotFoundError
+from ..computation.store import ComputationStore, ReleaseRecord, ReleaseState
+
+__all__ = ["AnalystHandler", "MAX_RANGES"]
+
+#: Most ranges one RangeCounts call may ask (bounds the work and the reply size).
+MAX_RANGES = 100_000
+
+
+class AnalystHandler:
+    """Post-processing only: nothing here touches ciphertexts or spends budget.
+
+    Released summaries are immutable once DONE, so parsed summaries are cached.
+    """
+
+    def __init__(self, store: ComputationStore, cache_size: int = 64) -> None:
+        self.store = store
+        self._cache: OrderedDict[str, Summary] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
+        """Finished releases, newest first."""
+        if study_id:
+            check_id("study_id", study_id)
+        done = [r for r in self.store.list_releases(study_id) if r.state == ReleaseState.DONE]
+        return list(reversed(done))
+
+    def release(self, release_id: str) -> tuple[ReleaseRecord, Summary]:
+        check_id("release_id", release_id)
+        rec = self.store.get_release(release_id)
+        if rec is None:
+            raise NotFoundError(f"unknown release {release_id!r}; list the releases with `dpagg query --list`")
+        if rec.state != ReleaseState.DONE:
+            why = f": {rec.error_message}" if rec.state == ReleaseState.FAILED else "; wait for it to finish"
+            raise FailedPreconditionError(f"release {release_id} is {rec.state}{why}")
+        with self._lock:
+            summary = self._cache.get(release_id)
+            if summary is not None:
+                self._cache.move_to_end(release_id)
+                return rec, summary
+        summary = rec.summary
+        assert summary is not None
+        with self._lock:
+            self._cache[release_id] = summary
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return rec, summary
+
+    def range_counts(self, release_id: str, ranges: Sequence[tuple[int, int]]) -> list[RangeCount]:
+        """Estimated counts over [lo, hi) with the standard error of their DP noise (no budget spent)."""
+        if len(ranges) > MAX_RANGES:
+            raise InvalidInputError(f"at most {MAX_RANGES} ranges per call, got {len(ranges)}; split the batch")
+        _, summary = self.release(release_id)
+        out = []
+        for i, (lo, hi) in enumerate(ranges):
+            if not 0 <= lo < hi <= summary.domain_size:
+                raise InvalidInputError(
+                    f"range {i} [{lo}, {hi}) is invalid: need 0 <= lo < hi <= {summary.domain_size} (the domain size)"
+                )
+            out.append(summary.range_count(lo, hi))
+        return out

@@ -1,0 +1,42 @@
+"""Thin gRPC servicer of the analyst service."""
+
+from __future__ import annotations
+
+import grpc
+
+from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
+
+from ..common.convert import range_counts_to_proto, ranges_from_proto, summary_to_proto
+from .handler import AnalystHandler
+
+__all__ = ["AnalystServicer", "SERVICE_NAME"]
+
+SERVICE_NAME = analyst_pb2.DESCRIPTOR.services_by_name["Analyst"].full_name
+
+
+class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
+    def __init__(self, handler: AnalystHandler) -> None:
+        self.handler = handler
+
+    def ListReleases(self, request: analyst_pb2.ListReleasesRequest,
+                     context: grpc.ServicerContext) -> analyst_pb2.ListReleasesResponse:
+        infos = []
+        for rec in self.handler.list_releases(request.study_id):
+            summary = rec.summary
+            assert summary is not None
+            infos.append(analyst_pb2.ReleaseInfo(release_id=rec.release_id, study_id=rec.study_id,
+                                                 epsilon=rec.epsilon, domain_size=summary.domain_size,
+                                                 partitions=summary.n_partitions, created_at=rec.finished_at))
+        return analyst_pb2.ListReleasesResponse(releases=infos)
+
+    def GetRelease(self, request: analyst_pb2.GetReleaseRequest,
+                   context: grpc.ServicerContext) -> analyst_pb2.GetReleaseResponse:
+        rec, summary = self.handler.release(request.release_id)
+        return analyst_pb2.GetReleaseResponse(summary=summary_to_proto(
+            summary, release_id=rec.release_id, study_id=rec.study_id, owners=rec.owners,
+            contract_hash=rec.contract_hash, created_at=rec.finished_at))
+
+    def RangeCounts(self, request: analyst_pb2.RangeCountsRequest,
+                    context: grpc.ServicerContext) -> analyst_pb2.RangeCountsResponse:
+        counts = self.handler.range_counts(request.release_id, ranges_from_proto(request.ranges))
+        return analyst_pb2.RangeCountsResponse(counts=range_counts_to_proto(counts))

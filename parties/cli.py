@@ -1,0 +1,464 @@
+"""The `dpagg` command line: run each server, act as operator, data owner or analyst, or run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from he_partition.errors import DPAggError
+
+from .common.config import (
+    ENV_ANALYST,
+    ENV_COMPUTATION,
+    ENV_DECRYPTION,
+    AnalystConfig,
+    ComputationConfig,
+    DecryptionConfig,
+    default_target,
+)
+from .common.errors import ServiceError
+
+__all__ = ["main", "build_parser"]
+
+ENV_STATE_DIR = "DPAGG_STATE_DIR"
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=None, separators=(",", ":")))
+
+
+def _owners(text: str) -> list[str]:
+    owners = [o.strip() for o in text.split(",") if o.strip()]
+    if not owners:
+        raise argparse.ArgumentTypeError("give at least one owner id, comma-separated")
+    return owners
+
+
+def _range(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a range is LO:HI (bin indices, HI exclusive), got {text!r}") from None
+    return lo, hi
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    base = args.state_dir or os.environ.get(ENV_STATE_DIR) or str(Path.home() / ".dpagg")
+    return Path(base) / "uploads"
+
+
+def _upload_key(args: argparse.Namespace) -> str:
+    """The idempotency key of this owner's upload to this study, kept on disk so a re-run resumes."""
+    if args.idempotency_key:
+        return str(args.idempotency_key)
+    ident = hashlib.sha256(f"{args.computation}|{args.study}|{args.owner}".encode()).hexdigest()[:16]
+    path = _state_dir(args) / f"{args.study}.{args.owner}.{ident}.key"
+    if path.exists():
+        return path.read_text().strip()
+    key = f"up-{uuid.uuid4().hex[:20]}"
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(key + "\n")
+    return key
+
+
+# --------------------------------------------------------------------------------------- commands
+def cmd_serve_decryption(args: argparse.Namespace) -> int:
+    from .decryption.server import serve_decryption
+
+    serve_decryption(DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
+                                      noise_seed=args.insecure_noise_seed), port_file=args.port_file)
+    return 0
+
+
+def cmd_serve_computation(args: argparse.Namespace) -> int:
+    from .computation.server import serve_computation
+
+    serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
+                                        noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst),
+                      port_file=args.port_file)
+    return 0
+
+
+def cmd_serve_analyst(args: argparse.Namespace) -> int:
+    from .computation.server import serve_analyst
+
+    serve_analyst(AnalystConfig(Path(args.data_dir), host=args.host, port=args.port), port_file=args.port_file)
+    return 0
+
+
+def cmd_open_study(args: argparse.Namespace) -> int:
+    from .computation.client import ComputationClient
+
+    domain_size = args.domain_size
+    if args.domain:
+        from .data_owner.dataset import DomainSpec
+
+        n = DomainSpec.parse(args.domain).n_bins
+        if domain_size and domain_size != n:
+            raise DPAggError(f"--domain {args.domain} has {n} bins but --domain-size says {domain_size}")
+        domain_size = n
+    if not domain_size:
+        raise DPAggError("give the domain: --domain COLUMN:LO:HI:BINS (or --domain-size N)")
+    with ComputationClient(args.computation) as cs:
+        contract, existed = cs.open_study(
+            study_id=args.study_id or "", domain_size=domain_size, epsilon=args.epsilon, expected_owners=args.owners,
+            strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
+            strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "")
+    if args.json:
+        _print_json({**contract.to_dict(), "contract_hash": contract.contract_hash, "already_existed": existed})
+    else:
+        print(f"study {contract.study_id} {'already open' if existed else 'opened'}: {contract.domain_size} bins, "
+              f"epsilon {contract.epsilon:g}, owners {', '.join(contract.expected_owners)}, "
+              f"contribution bound {contract.contribution_bound}, noise parties {contract.noise_parties}")
+        print(f"contract hash {contract.contract_hash}")
+        print(f"key fingerprint {contract.context_fingerprint}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .computation.client import ComputationClient
+
+    with ComputationClient(args.computation) as cs:
+        st = cs.study_status(args.study)
+    if args.json:
+        _print_json({"contract": st.contract.to_dict(), "contract_hash": st.contract.contract_hash,
+                     "submitted_owners": list(st.submitted_owners), "missing_owners": list(st.missing_owners),
+                     "release_ids": list(st.release_ids)})
+    else:
+        c = st.contract
+        print(f"study {c.study_id}: {c.domain_size} bins{f' ({c.domain_spec})' if c.domain_spec else ''}, "
+              f"epsilon {c.epsilon:g}, contract {c.contract_hash[:16]}")
+        print(f"  submitted: {', '.join(st.submitted_owners) or '-'}")
+        print(f"  missing:   {', '.join(st.missing_owners) or '-'}")
+        print(f"  releases:  {', '.join(st.release_ids) or '-'}")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from .computation.client import ComputationClient
+    from .data_owner.client import DataOwnerClient
+    from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram
+
+    with ComputationClient(args.computation) as cs:
+        contract = cs.study_status(args.study).contract
+        domain_text = args.domain or contract.domain_spec
+        if not domain_text:
+            raise DPAggError(f"study {args.study} records no domain spec; pass --domain COLUMN:LO:HI:BINS")
+        domain = DomainSpec.parse(domain_text)
+        bounds = ContributionBounds(per_bin=args.per_bin, max_bins=args.max_bins)
+        hist = read_histogram(args.csv, domain, person_column=args.person_column, bounds=bounds,
+                              on_bad_value="drop" if args.drop_bad_values else "error")
+        key = _upload_key(args)
+        with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption,
+                             progress=not args.no_progress and not args.json) as owner:
+            res = owner.submit(args.study, hist, idempotency_key=key)
+    if args.json:
+        _print_json({"study_id": res.study_id, "owner_id": res.owner_id, "idempotency_key": res.idempotency_key,
+                     "committed": res.committed, "duplicate": res.duplicate, "chunks": res.chunk_count,
+                     "bytes_sent": res.bytes_sent, "records_read": hist.records_read,
+                     "records_dropped": hist.records_dropped, "out_of_domain": hist.out_of_domain})
+    elif res.duplicate:
+        print(f"{args.owner} had already submitted to study {args.study} (upload {key}); nothing sent. "
+              "A study counts one submission per owner.")
+    else:
+        print(f"{args.owner} submitted {hist.total} records ({hist.records_dropped} dropped by the contribution "
+              f"bound, {hist.out_of_domain} outside the domain) to study {args.study}: {res.chunk_count} ciphertext "
+              f"chunk(s), {res.bytes_sent / 1e6:.2f} MB, upload {key}")
+    return 0
+
+
+def _print_release(st: Any, as_json: bool) -> None:
+    if as_json:
+        _print_json({"release_id": st.release_id, "study_id": st.study_id, "state": st.state, "epsilon": st.epsilon,
+                     "owners": list(st.owners), "error_code": st.error_code, "error_message": st.error_message,
+                     "seconds": st.seconds, "summary": st.summary.to_dict() if st.summary else None})
+        return
+    print(f"release {st.release_id} of study {st.study_id}: {st.state}, epsilon {st.epsilon:g}, "
+          f"owners {', '.join(st.owners)}")
+    if st.summary is not None:
+        s = st.summary
+        print(f"  {s.n_partitions} partitions over {s.domain_size} bins, total {sum(s.sums)} "
+              f"+- {sum(s.sum_variance) ** 0.5:.1f}, computed in {st.seconds:.2f} s")
+    if st.error_message:
+        print(f"  {st.error_code}: {st.error_message}")
+
+
+def cmd_release_run(args: argparse.Namespace) -> int:
+    from .computation.client import ComputationClient
+
+    with ComputationClient(args.computation) as cs:
+        st = cs.run_release(args.study, epsilon=args.epsilon or 0.0, force=args.force, wait=not args.no_wait)
+    _print_release(st, args.json)
+    return 0
+
+
+def cmd_release_status(args: argparse.Namespace) -> int:
+    from .computation.client import ComputationClient
+
+    with ComputationClient(args.computation) as cs:
+        st = cs.release_status(args.release)
+    _print_release(st, args.json)
+    return 0 if st.state != "FAILED" else 1
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from .analyst.client import AnalystClient
+
+    with AnalystClient(args.analyst) as an:
+        if args.list or not args.release:
+            infos = an.list_releases(args.study or "")
+            if args.json:
+                _print_json([vars(i) for i in infos])
+            else:
+                for i in infos:
+                    print(f"{i.release_id}  study {i.study_id}  epsilon {i.epsilon:g}  {i.domain_size} bins  "
+                          f"{i.partitions} partitions  {i.created_at}")
+                if not infos:
+                    print("no finished releases")
+            return 0
+        rel = an.get_release(args.release)
+        ranges = args.range or [(0, rel.summary.domain_size)]
+        counts = an.range_counts(args.release, ranges)
+    if args.json:
+        out: dict[str, Any] = {"release_id": rel.release_id, "study_id": rel.study_id,
+                               "range_counts": [vars(c) for c in counts]}
+        if args.show:
+            out["summary"] = rel.summary.to_dict()
+            out["estimates"] = [float(v) for v in rel.summary.estimate()]
+        _print_json(out)
+        return 0
+    if args.show:
+        s = rel.summary
+        print(f"release {rel.release_id} of study {rel.study_id}: {s.n_partitions} partitions, epsilon {s.epsilon:g}")
+        for start, length, total in zip(s.starts, s.lengths, s.sums):
+            print(f"  bins [{start}, {start + length}): {total}")
+    for c in counts:
+        print(f"[{c.lo}, {c.hi}): {c.value:.1f} +- {c.standard_error:.1f}")
+    return 0
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    from .decryption.client import DecryptionClient
+
+    with DecryptionClient(args.decryption) as ds:
+        b = ds.budget(args.study)
+    if args.json:
+        _print_json({"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
+                     "charges": [vars(c) for c in b.charges]})
+    else:
+        print(f"study {b.study_id}: spent {b.spent:g} of {b.total:g}, {b.remaining:g} left")
+        for c in b.charges:
+            print(f"  #{c.charge_id} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:g}")
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from .common.client import BaseClient
+
+    with BaseClient(args.target) as c:
+        c.wait_ready(args.service, timeout=args.timeout)
+    print(f"{args.target} {args.service or '(server)'}: SERVING")
+    return 0
+
+
+def cmd_sample_csv(args: argparse.Namespace) -> int:
+    from .data_owner.dataset import write_sample_csv
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(args.owners):
+        path = out / f"owner-{i + 1}.csv"
+        write_sample_csv(path, seed=args.seed, n_records=args.records, owner_index=i)
+        print(path)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import format_demo, plot_demo, run_demo
+
+    result = run_demo(owners=args.owners, records=args.records, domain=args.domain, epsilon=args.epsilon,
+                      seed=args.seed, data_dir=Path(args.data_dir) if args.data_dir else None,
+                      noise_seed=args.insecure_noise_seed)
+    if args.plot:
+        plot_demo(result, Path(args.plot))
+        result["plot"] = str(args.plot)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_demo(result))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- parser
+def _server_args(p: argparse.ArgumentParser, default_port: int) -> None:
+    p.add_argument("--data-dir", required=True, help="directory for this server's state (created if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in containers)")
+    p.add_argument("--port", type=int, default=default_port, help=f"port (0 = any free port; default {default_port})")
+    p.add_argument("--port-file", help="write the bound port to this file once listening")
+
+
+def _seed_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--insecure-noise-seed", type=int, default=None, metavar="N",
+                   help="TESTS ONLY: draw this server's DP noise from a seeded stream (predictable noise gives "
+                        "no privacy)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="dpagg",
+        description="Secure multi-party differentially private histograms: CKKS-encrypted uploads, two "
+                    "non-colluding servers, a privacy-budget ledger. Try `dpagg demo`.")
+    ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=fn)
+        return p
+
+    comp = {"default": default_target(ENV_COMPUTATION),
+            "help": f"computation server host:port (env {ENV_COMPUTATION}; default %(default)s)"}
+    dec = {"default": default_target(ENV_DECRYPTION),
+           "help": f"decryption server host:port (env {ENV_DECRYPTION}; default %(default)s)"}
+
+    p = add("serve-decryption", cmd_serve_decryption, "run the decryption server (key holder and budget ledger)")
+    _server_args(p, 50051)
+    _seed_arg(p)
+
+    p = add("serve-computation", cmd_serve_computation,
+            "run the computation server (uploads, aggregation, releases; hosts the analyst service)")
+    _server_args(p, 50052)
+    p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
+    p.add_argument("--no-analyst", action="store_true", help="do not host the analyst service in this process")
+    _seed_arg(p)
+
+    p = add("serve-analyst", cmd_serve_analyst,
+            "serve the analyst queries from a computation server's data directory (read-only)")
+    _server_args(p, 50053)
+
+    p = add("open-study", cmd_open_study, "open a study (operator)")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
+    p.add_argument("--study-id", help="study id (default: generated)")
+    p.add_argument("--domain", help="binning every owner uses, COLUMN:LO:HI:BINS (e.g. age:0:100:50), "
+                                    "COLUMN:edges:E0,E1,... or COLUMN:categories:A,B,...")
+    p.add_argument("--domain-size", type=int, default=0, help="number of bins, if no --domain is recorded")
+    p.add_argument("--epsilon", type=float, required=True, help="total privacy budget of the study")
+    p.add_argument("--owners", type=_owners, required=True, help="expected data owner ids, comma-separated")
+    p.add_argument("--contribution-bound", type=int, default=1,
+                   help="max records per person over all owners' data (owners bound with per_bin*max_bins = this)")
+    p.add_argument("--noise-parties", type=int, choices=(1, 2), default=2,
+                   help="2: both servers add noise (default); 1: only the computation server (opt-in)")
+    p.add_argument("--strategy", default="gap", help="release strategy (default gap)")
+    p.add_argument("--strategy-params", help="strategy parameters as a JSON object")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("status", cmd_status, "show a study: contract, who submitted, releases")
+    p.add_argument("study", help="study id")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("submit", cmd_submit, "data owner: bin a CSV, bound contributions, encrypt, upload (resumable)")
+    p.add_argument("--study", required=True, help="study id")
+    p.add_argument("--owner", required=True, help="your owner id (as listed in the study)")
+    p.add_argument("--csv", required=True, type=Path, help="CSV file with a header row")
+    p.add_argument("--domain", help="binning (default: the study's recorded domain spec)")
+    p.add_argument("--person-column", help="column identifying a person (default: every record is a person)")
+    p.add_argument("--per-bin", type=int, default=1, help="max records of one person per bin (default 1)")
+    p.add_argument("--max-bins", type=int, default=1, help="max bins one person counts in (default 1)")
+    p.add_argument("--drop-bad-values", action="store_true", help="skip records with empty/non-numeric values")
+    p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir, so a re-run resumes)")
+    p.add_argument("--state-dir", help=f"where upload keys are kept (env {ENV_STATE_DIR}; default ~/.dpagg)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
+    p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    rel = add("release", lambda a: 2, "run or inspect a release (operator)")
+    rsub = rel.add_subparsers(dest="release_command", required=True, metavar="ACTION")
+    p = rsub.add_parser("run", help="release a study (waits for the summary unless --no-wait)")
+    p.set_defaults(func=cmd_release_run)
+    p.add_argument("study", help="study id")
+    p.add_argument("--epsilon", type=float, help="epsilon to spend (default: the study's whole budget)")
+    p.add_argument("--force", action="store_true", help="release even if some expected owners have not submitted")
+    p.add_argument("--no-wait", action="store_true", help="return at once; poll with `dpagg release status`")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = rsub.add_parser("status", help="show a release")
+    p.set_defaults(func=cmd_release_status)
+    p.add_argument("release", help="release id")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("query", cmd_query, "analyst: list releases, show a summary, range counts with standard errors")
+    p.add_argument("release", nargs="?", help="release id (omit with --list)")
+    p.add_argument("--list", action="store_true", help="list finished releases")
+    p.add_argument("--study", help="with --list: only this study")
+    p.add_argument("--range", type=_range, action="append", metavar="LO:HI",
+                   help="bin range [LO, HI) to count (repeatable; default the whole domain)")
+    p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
+    p.add_argument("--analyst", default=default_target(ENV_ANALYST),
+                   help=f"analyst service host:port (env {ENV_ANALYST}, else {ENV_COMPUTATION}; default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("budget", cmd_budget, "show a study's privacy budget and ledger")
+    p.add_argument("study", help="study id")
+    p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("health", cmd_health, "check a server's gRPC health (exit 0 when SERVING); for container probes")
+    p.add_argument("target", help="host:port")
+    p.add_argument("--service", default="", help="service name, e.g. dpagg.v1.Computation (default: the server)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
+
+    p = add("sample-csv", cmd_sample_csv, "write seeded synthetic owner CSVs (person_id, age, income) for trying dpagg")
+    p.add_argument("--out", required=True, help="directory to write owner-1.csv ... into")
+    p.add_argument("--owners", type=int, default=3, help="number of files (default 3)")
+    p.add_argument("--records", type=int, default=3000, help="records per file (default 3000)")
+    p.add_argument("--seed", type=int, default=7, help="seed (default 7)")
+
+    p = add("demo", cmd_demo, "run every party on loopback with three generated data owners, release, query")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG of true vs released histogram (needs matplotlib)")
+    p.add_argument("--owners", type=int, default=3, help="number of data owners (default 3)")
+    p.add_argument("--records", type=int, default=3000, help="records per owner (default 3000)")
+    p.add_argument("--domain", default="age:0:100:100", help="binning (default age:0:100:100)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="study budget (default 1.0)")
+    p.add_argument("--seed", type=int, default=7, help="seed of the generated data (default 7)")
+    p.add_argument("--data-dir", help="keep the servers' state here (default: a temporary directory)")
+    _seed_arg(p)
+
+    # Method subcommands (epsilon guidance, audit, accounting, p-views) live in their own module.
+    from .methods_cli import register as register_methods
+
+    register_methods(sub)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return int(args.func(args))
+    except ServiceError as exc:
+        print(f"dpagg: {exc.code.name}: {exc.details}", file=sys.stderr)
+        return 1
+    except DPAggError as exc:
+        print(f"dpagg: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

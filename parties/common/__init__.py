@@ -1,0 +1,1 @@
+"""What the parties share: configuration, server bootstrap, status mapping, TLS identities and signatures."""

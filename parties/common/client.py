@@ -1,0 +1,102 @@
+"""What every typed client shares: the channel, deadlines, retries with backoff, and error translation."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Callable, ClassVar, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from .config import DEFAULT_TIMEOUT, GRPC_OPTIONS, RetryPolicy
+from .errors import ServiceError
+
+__all__ = ["BaseClient", "call_with_retry"]
+
+T = TypeVar("T")
+
+
+def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, method: str,
+                    sleep: Callable[[float], None] = time.sleep) -> T:
+    """Run `fn` (one RPC) and retry it on the policy's codes with exponential backoff.
+
+    Only use it for calls that are safe to repeat (reads, and writes with an
+    idempotency key). Any failure is raised as `ServiceError`.
+    """
+    delay = policy.initial_delay
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return fn()
+        except grpc.RpcError as err:
+            error = ServiceError.from_rpc_error(err, method)
+            if error.code.name not in policy.retry_codes or attempt == policy.attempts:
+                if error.code == grpc.StatusCode.UNAVAILABLE:
+                    error.details += f" (after {attempt} attempt(s); is the server running and reachable?)"
+                    error.args = (f"{error.code.name} ({method}): {error.details}",)
+                raise error from None
+            sleep(random.uniform(0, min(policy.max_delay, delay)))
+            delay *= policy.multiplier
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class BaseClient:
+    """A channel to one dpagg server with per-call deadlines and retries on UNAVAILABLE.
+
+    Use as a context manager, or call `close()`. `timeout` is the default deadline of
+    each call in seconds; every method also takes its own `timeout`.
+    """
+
+    #: The generated stub class of the service this client talks to.
+    stub_class: ClassVar[Callable[[grpc.Channel], Any] | None] = None
+
+    def __init__(self, target: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
+                 channel: grpc.Channel | None = None) -> None:
+        if not target and channel is None:
+            raise ValueError("target must be host:port of a dpagg server")
+        self.target = target
+        self.timeout = timeout
+        self.retry = retry
+        self._channel = channel or grpc.insecure_channel(target, options=list(GRPC_OPTIONS))
+        self._owns_channel = channel is None
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._stub: Any = type(self).stub_class(self._channel) if type(self).stub_class else None
+
+    @property
+    def channel(self) -> grpc.Channel:
+        return self._channel
+
+    def close(self) -> None:
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self: Any) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _unary(self, rpc: Callable[..., T], request: Any, *, method: str, timeout: float | None = None,
+               retry: bool = True) -> T:
+        """One unary call with a deadline; retried on UNAVAILABLE when `retry` (idempotent calls)."""
+        deadline = self.timeout if timeout is None else timeout
+        policy = self.retry if retry else RetryPolicy(attempts=1)
+        return call_with_retry(lambda: rpc(request, timeout=deadline), policy=policy, method=method)
+
+    def wait_ready(self, service: str = "", timeout: float = 30.0) -> None:
+        """Block until the server's health check reports SERVING for `service` ("" = the whole server)."""
+        end = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < end:
+            try:
+                resp = self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                          timeout=max(0.1, min(2.0, end - time.monotonic())))
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError as err:
+                last = err
+            time.sleep(0.05)
+        detail = f": {last.details()}" if isinstance(last, grpc.RpcError) else ""  # type: ignore[attr-defined]
+        raise ServiceError(grpc.StatusCode.UNAVAILABLE,
+                           f"{self.target} did not become healthy within {timeout:g} s{detail}; is it running?",
+                           method="grpc.health.v1.Health/Check")

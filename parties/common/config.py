@@ -1,0 +1,150 @@
+"""Configuration of the servers and clients: frozen dataclasses validated at construction, and wire limits."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from he_partition.errors import InvalidInputError
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "CONTEXT_CHUNK_BYTES",
+    "DEFAULT_TIMEOUT",
+    "RELEASE_TIMEOUT",
+    "GRPC_OPTIONS",
+    "ENV_COMPUTATION",
+    "ENV_DECRYPTION",
+    "ENV_ANALYST",
+    "DecryptionConfig",
+    "ComputationConfig",
+    "AnalystConfig",
+    "RetryPolicy",
+    "default_target",
+]
+
+#: Largest single gRPC message either side accepts, raised deliberately from gRPC's 4 MB
+#: default: a 1,048,576-bin measurement answer is ~1M sint64 values (3-5 MB) and a
+#: partition-sum request carries up to 1M partition starts. Ciphertexts (~370 KB each) and
+#: the public context (~0.5 MB, > 4 MB with Galois keys) are streamed in chunks anyway.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: Size of each public-context chunk on the wire.
+CONTEXT_CHUNK_BYTES = 1024 * 1024
+
+#: Deadline of an ordinary client call, seconds.
+DEFAULT_TIMEOUT = 30.0
+
+#: Deadline of a blocking RunRelease call, seconds (1M bins x 10 owners takes tens of seconds).
+RELEASE_TIMEOUT = 900.0
+
+GRPC_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+)
+
+ENV_COMPUTATION = "DPAGG_COMPUTATION"
+ENV_DECRYPTION = "DPAGG_DECRYPTION"
+ENV_ANALYST = "DPAGG_ANALYST"
+
+_DEFAULT_TARGETS = {ENV_DECRYPTION: "127.0.0.1:50051", ENV_COMPUTATION: "127.0.0.1:50052", ENV_ANALYST: ""}
+
+
+def default_target(env: str) -> str:
+    """The address in environment variable `env`, or the loopback default for that role."""
+    value = os.environ.get(env) or _DEFAULT_TARGETS.get(env, "")
+    if env == ENV_ANALYST and not value:
+        return default_target(ENV_COMPUTATION)  # the analyst service lives in the computation server
+    return value
+
+
+def _check_port(port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise InvalidInputError(f"port must be in [0, 65535] (0 = any free port), got {port}")
+
+
+def _check_workers(n: int) -> None:
+    if n < 1:
+        raise InvalidInputError(f"max_workers must be >= 1, got {n}")
+
+
+@dataclass(frozen=True)
+class DecryptionConfig:
+    """Decryption server. `data_dir` holds the key files (secret one mode 0600) and the SQLite ledger.
+
+    `noise_seed` is for tests only: it makes the server's discrete Laplace draws
+    reproducible (and therefore predictable to whoever knows the seed). None draws from
+    the OS CSPRNG.
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_workers: int = 8
+    noise_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        _check_port(self.port)
+        _check_workers(self.max_workers)
+
+
+@dataclass(frozen=True)
+class ComputationConfig:
+    """Computation server (and, by default, the analyst service in the same process).
+
+    `data_dir` holds the SQLite state, the received ciphertext chunks and the released
+    summaries. `decryption_target` is where the decryption server listens.
+    `noise_seed`: tests only, as in DecryptionConfig.
+    """
+
+    data_dir: Path
+    decryption_target: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_workers: int = 16
+    noise_seed: int | None = None
+    serve_analyst: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        _check_port(self.port)
+        _check_workers(self.max_workers)
+        if not self.decryption_target:
+            raise InvalidInputError("decryption_target must be host:port of the decryption server")
+
+
+@dataclass(frozen=True)
+class AnalystConfig:
+    """A stand-alone analyst server reading the computation server's data directory."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_workers: int = 8
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        _check_port(self.port)
+        _check_workers(self.max_workers)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of client calls that fail with UNAVAILABLE: exponential backoff with full jitter.
+
+    Attempt k (k = 1, 2, ...) waits uniform(0, min(max_delay, initial_delay * multiplier**(k-1))).
+    """
+
+    attempts: int = 5
+    initial_delay: float = 0.2
+    max_delay: float = 5.0
+    multiplier: float = 2.0
+    retry_codes: tuple[str, ...] = field(default=("UNAVAILABLE",))
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise InvalidInputError(f"attempts must be >= 1, got {self.attempts}")
+        if not (self.initial_delay >= 0 and self.max_delay >= 0 and self.multiplier >= 1):
+            raise InvalidInputError("delays must be >= 0 and multiplier >= 1")

@@ -1,0 +1,234 @@
+"""The study contract: the immutable terms of one study, its canonical JSON form and its SHA-256 hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from he_partition.errors import InvalidInputError
+from he_partition.protocol import STRATEGIES, make_strategy
+
+__all__ = [
+    "CONTRACT_VERSION",
+    "ID_PATTERN",
+    "MAX_DOMAIN_SIZE",
+    "StudyContract",
+    "canonical_json",
+    "check_id",
+    "contract_hash",
+]
+
+CONTRACT_VERSION = "dpagg.contract.v1"
+
+#: Ids end up in file names on the servers, so they are restricted to a safe alphabet.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+#: 2^24 bins = 4,096 ciphertexts per owner at 4,096 slots; larger domains need a
+#: different deployment (and a different upload size budget).
+MAX_DOMAIN_SIZE = 1 << 24
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def check_id(name: str, value: object) -> str:
+    """Return `value` if it is a valid identifier, else raise InvalidInputError naming `name`."""
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        raise InvalidInputError(
+            f"{name} must be 1-64 characters of letters, digits, '.', '_' or '-' (starting with a letter "
+            f"or digit), got {value!r}"
+        )
+    return value
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, no whitespace, ASCII only, no NaN/Infinity.
+
+    Floats use Python's shortest round-trip repr (e.g. 0.1 -> "0.1"), so another
+    language must format doubles the same way to recompute a hash; every dpagg server
+    returns the hash alongside the contract.
+    """
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _canonical_params(params: Mapping[str, Any] | str | None) -> str:
+    if params is None or params == "":
+        return "{}"
+    if isinstance(params, str):
+        try:
+            parsed = json.loads(params)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"strategy_params must be a JSON object, got {params[:80]!r}: {exc}") from exc
+    else:
+        parsed = dict(params)
+    if not isinstance(parsed, dict):
+        raise InvalidInputError(f"strategy_params must be a JSON object, got {type(parsed).__name__}")
+    try:
+        return canonical_json(parsed)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"strategy_params must hold finite JSON values: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class StudyContract:
+    """What every party agrees on before any data moves; validated at construction.
+
+    `epsilon` is the study's total budget under add/remove of one person who contributes
+    at most `contribution_bound` records over all owners; the decryption server's ledger
+    never lets the releases of the study spend more. `context_fingerprint` binds the study
+    to the decryption server's public key. The hash covers every field, so two parties
+    holding the same hash hold the same terms.
+    """
+
+    study_id: str
+    domain_size: int
+    epsilon: float
+    expected_owners: tuple[str, ...]
+    context_fingerprint: str
+    strategy: str = "gap"
+    contribution_bound: int = 1
+    noise_parties: int = 2
+    strategy_params_json: str = "{}"
+    domain_spec: str = ""
+    version: str = CONTRACT_VERSION
+
+    def __post_init__(self) -> None:
+        check_id("study_id", self.study_id)
+        if isinstance(self.domain_size, bool) or not isinstance(self.domain_size, int):
+            raise InvalidInputError(f"domain_size must be an integer, got {self.domain_size!r}")
+        if not 1 <= self.domain_size <= MAX_DOMAIN_SIZE:
+            raise InvalidInputError(f"domain_size must be in [1, {MAX_DOMAIN_SIZE}], got {self.domain_size}")
+        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float)):
+            raise InvalidInputError(f"epsilon must be a number, got {self.epsilon!r}")
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise InvalidInputError(f"epsilon must be > 0 and finite, got {self.epsilon}")
+        object.__setattr__(self, "epsilon", float(self.epsilon))
+        owners = tuple(self.expected_owners)
+        if not owners:
+            raise InvalidInputError("expected_owners must name at least one data owner")
+        for o in owners:
+            check_id("owner id", o)
+        if len(set(owners)) != len(owners):
+            dup = sorted({o for o in owners if owners.count(o) > 1})
+            raise InvalidInputError(f"expected_owners has duplicates: {', '.join(dup)}")
+        object.__setattr__(self, "expected_owners", tuple(sorted(owners)))
+        if not isinstance(self.context_fingerprint, str) or not _HEX64.match(self.context_fingerprint):
+            raise InvalidInputError(
+                f"context_fingerprint must be 64 lowercase hex digits (a SHA-256), got {self.context_fingerprint!r}"
+            )
+        if self.strategy not in STRATEGIES:
+            raise InvalidInputError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if isinstance(self.contribution_bound, bool) or not isinstance(self.contribution_bound, int) \
+                or self.contribution_bound < 1:
+            raise InvalidInputError(f"contribution_bound must be an integer >= 1, got {self.contribution_bound!r}")
+        if self.noise_parties not in (1, 2) or isinstance(self.noise_parties, bool):
+            raise InvalidInputError(f"noise_parties must be 1 or 2, got {self.noise_parties!r}")
+        object.__setattr__(self, "strategy_params_json", _canonical_params(self.strategy_params_json))
+        self.validate_strategy()
+        if not isinstance(self.domain_spec, str) or len(self.domain_spec) > 4096 or \
+                any(ord(ch) < 32 for ch in self.domain_spec):
+            raise InvalidInputError("domain_spec must be printable text of at most 4096 characters")
+        if self.version != CONTRACT_VERSION:
+            raise InvalidInputError(f"unsupported contract version {self.version!r}; this build reads {CONTRACT_VERSION}")
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        study_id: str,
+        domain_size: int,
+        epsilon: float,
+        expected_owners: Iterable[str],
+        context_fingerprint: str,
+        strategy: str = "gap",
+        contribution_bound: int = 1,
+        noise_parties: int = 2,
+        strategy_params: Mapping[str, Any] | str | None = None,
+        domain_spec: str = "",
+    ) -> "StudyContract":
+        """Build a contract from loosely typed inputs (e.g. a request), validating everything."""
+        return cls(
+            study_id=study_id,
+            domain_size=int(domain_size),
+            epsilon=float(epsilon),
+            expected_owners=tuple(expected_owners),
+            context_fingerprint=context_fingerprint,
+            strategy=strategy or "gap",
+            contribution_bound=int(contribution_bound),
+            noise_parties=int(noise_parties),
+            strategy_params_json=_canonical_params(strategy_params),
+            domain_spec=domain_spec or "",
+        )
+
+    @property
+    def strategy_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = json.loads(self.strategy_params_json)
+        return params
+
+    def validate_strategy(self) -> None:
+        """Check that the strategy exists and accepts `strategy_params` (InvalidInputError otherwise)."""
+        make_strategy(self.strategy, self.domain_size, self.epsilon, noise_parties=self.noise_parties,
+                      contribution_bound=self.contribution_bound, params=self.strategy_params or None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON types (the input of the hash)."""
+        return {
+            "version": self.version,
+            "study_id": self.study_id,
+            "domain_size": self.domain_size,
+            "epsilon": self.epsilon,
+            "strategy": self.strategy,
+            "contribution_bound": self.contribution_bound,
+            "noise_parties": self.noise_parties,
+            "expected_owners": list(self.expected_owners),
+            "context_fingerprint": self.context_fingerprint,
+            "strategy_params": self.strategy_params,
+            "domain_spec": self.domain_spec,
+        }
+
+    def canonical_json(self) -> str:
+        return canonical_json(self.to_dict())
+
+    @property
+    def contract_hash(self) -> str:
+        """SHA-256 (hex) of the canonical JSON of every field."""
+        return contract_hash(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StudyContract":
+        try:
+            return cls(
+                version=str(d.get("version", CONTRACT_VERSION)),
+                study_id=d["study_id"],
+                domain_size=int(d["domain_size"]),
+                epsilon=float(d["epsilon"]),
+                strategy=str(d["strategy"]),
+                contribution_bound=int(d["contribution_bound"]),
+                noise_parties=int(d["noise_parties"]),
+                expected_owners=tuple(d["expected_owners"]),
+                context_fingerprint=str(d["context_fingerprint"]),
+                strategy_params_json=_canonical_params(d.get("strategy_params")),
+                domain_spec=str(d.get("domain_spec", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidInputError):
+                raise
+            raise InvalidInputError(f"malformed study contract: {exc!r}") from exc
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "StudyContract":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"study contract is not valid JSON: {exc}") from exc
+        if not isinstance(d, dict):
+            raise InvalidInputError("study contract JSON must be an object")
+        return cls.from_dict(d)
+
+
+def contract_hash(contract: StudyContract) -> str:
+    """SHA-256 (hex) of `contract.canonical_json()` encoded as UTF-8."""
+    return hashlib.sha256(contract.canonical_json().encode("utf-8")).hexdigest()

@@ -1,0 +1,148 @@
+"""Conversion between protobuf messages and domain objects (contracts, measurements, summaries)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+from dpagg.v1 import common_pb2
+from he_partition.errors import InvalidInputError
+from he_partition.measurements import Measurement, measurement_from_dict
+from he_partition.summary import RangeCount, ReleasedValues, Summary
+
+from .contract import StudyContract
+
+__all__ = [
+    "contract_to_proto",
+    "contract_from_proto",
+    "measurement_to_proto",
+    "measurement_from_proto",
+    "summary_to_proto",
+    "summary_from_proto",
+    "range_counts_to_proto",
+    "range_counts_from_proto",
+    "ranges_to_proto",
+    "ranges_from_proto",
+]
+
+
+def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
+    return common_pb2.StudyContract(
+        version=c.version,
+        study_id=c.study_id,
+        domain_size=c.domain_size,
+        epsilon=c.epsilon,
+        strategy=c.strategy,
+        contribution_bound=c.contribution_bound,
+        noise_parties=c.noise_parties,
+        expected_owners=list(c.expected_owners),
+        context_fingerprint=c.context_fingerprint,
+        strategy_params_json=c.strategy_params_json,
+        contract_hash=c.contract_hash,
+        domain_spec=c.domain_spec,
+    )
+
+
+def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True) -> StudyContract:
+    """Rebuild and validate a contract; with `verify_hash`, a hash that does not match the fields is refused."""
+    c = StudyContract(
+        version=p.version,
+        study_id=p.study_id,
+        domain_size=int(p.domain_size),
+        epsilon=float(p.epsilon),
+        strategy=p.strategy,
+        contribution_bound=int(p.contribution_bound),
+        noise_parties=int(p.noise_parties),
+        expected_owners=tuple(p.expected_owners),
+        context_fingerprint=p.context_fingerprint,
+        strategy_params_json=p.strategy_params_json or "{}",
+        domain_spec=p.domain_spec,
+    )
+    if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
+        raise InvalidInputError(
+            f"contract hash mismatch for study {c.study_id}: received {p.contract_hash}, fields hash to "
+            f"{c.contract_hash}; the contract was altered in transit or built by an incompatible version"
+        )
+    return c
+
+
+def measurement_to_proto(m: Measurement) -> common_pb2.MeasurementSpec:
+    d = m.to_dict()
+    return common_pb2.MeasurementSpec(
+        kind=d["kind"], domain_size=int(d["domain_size"]), epsilon=float(d["epsilon"]),
+        sensitivity=int(d["sensitivity"]), starts=[int(s) for s in d.get("starts", [])],
+    )
+
+
+def measurement_from_proto(p: common_pb2.MeasurementSpec) -> Measurement:
+    d: dict[str, Any] = {"kind": p.kind, "domain_size": int(p.domain_size), "epsilon": float(p.epsilon),
+                         "sensitivity": int(p.sensitivity)}
+    if p.kind == "partition_sums":
+        d["starts"] = [int(s) for s in p.starts]
+    elif len(p.starts):
+        raise InvalidInputError(f"measurement kind {p.kind!r} takes no partition starts")
+    return measurement_from_dict(d)
+
+
+def summary_to_proto(s: Summary, *, release_id: str, study_id: str, owners: Sequence[str] = (),
+                     contract_hash: str = "", created_at: str = "") -> common_pb2.ReleaseSummary:
+    return common_pb2.ReleaseSummary(
+        release_id=release_id,
+        study_id=study_id,
+        domain_size=s.domain_size,
+        epsilon=s.epsilon,
+        strategy=s.strategy,
+        noise_parties=s.noise_parties,
+        contribution_bound=s.contribution_bound,
+        starts=[int(v) for v in s.starts],
+        sums=[int(v) for v in s.sums],
+        sum_variance=[float(v) for v in s.sum_variance],
+        epsilon_spent=[common_pb2.EpsilonCharge(what=k, epsilon=float(v)) for k, v in s.epsilon_spent],
+        params_json=json.dumps(s.params, sort_keys=True),
+        owners=list(owners),
+        contract_hash=contract_hash,
+        created_at=created_at,
+        estimator="" if s.estimator == "partition" else s.estimator,
+        released=[common_pb2.ReleasedValues(kind=r.kind, values=[int(v) for v in r.values], variance=r.variance,
+                                            epsilon=r.epsilon, starts=[int(v) for v in r.starts])
+                  for r in s.released],
+    )
+
+
+def summary_from_proto(p: common_pb2.ReleaseSummary) -> Summary:
+    try:
+        params = json.loads(p.params_json) if p.params_json else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"release {p.release_id}: params_json is not JSON: {exc}") from exc
+    return Summary(
+        domain_size=int(p.domain_size),
+        epsilon=float(p.epsilon),
+        strategy=p.strategy,
+        noise_parties=int(p.noise_parties),
+        contribution_bound=int(p.contribution_bound),
+        starts=tuple(int(v) for v in p.starts),
+        sums=tuple(int(v) for v in p.sums),
+        sum_variance=tuple(float(v) for v in p.sum_variance),
+        epsilon_spent=tuple((e.what, float(e.epsilon)) for e in p.epsilon_spent),
+        params=params,
+        estimator=p.estimator or "partition",
+        released=tuple(ReleasedValues(kind=r.kind, values=tuple(int(v) for v in r.values), variance=float(r.variance),
+                                      epsilon=float(r.epsilon), starts=tuple(int(v) for v in r.starts))
+                       for r in p.released),
+    )
+
+
+def ranges_to_proto(ranges: Iterable[tuple[int, int]]) -> list[common_pb2.Range]:
+    return [common_pb2.Range(lo=int(lo), hi=int(hi)) for lo, hi in ranges]
+
+
+def ranges_from_proto(ranges: Iterable[common_pb2.Range]) -> list[tuple[int, int]]:
+    return [(int(r.lo), int(r.hi)) for r in ranges]
+
+
+def range_counts_to_proto(counts: Iterable[RangeCount]) -> list[common_pb2.RangeCount]:
+    return [common_pb2.RangeCount(lo=c.lo, hi=c.hi, value=c.value, standard_error=c.standard_error) for c in counts]
+
+
+def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> list[RangeCount]:
+    return [RangeCount(int(c.lo), int(c.hi), float(c.value), float(c.standard_error)) for c in counts]

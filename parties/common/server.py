@@ -1,0 +1,155 @@
+"""Server bootstrap shared by every role: `create_server(...) -> (server, port)` and a separate `serve()`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from he_partition.errors import InvalidInputError
+
+from .config import GRPC_OPTIONS
+from .errors import ErrorMappingInterceptor
+
+__all__ = ["ServiceBinding", "ServerHandle", "create_server", "serve", "write_port_file"]
+
+log = logging.getLogger("dpagg.server")
+
+#: (add_XServicer_to_server function, servicer instance, full service name)
+ServiceBinding = tuple[Callable[[Any, grpc.Server], None], Any, str]
+
+
+def create_server(
+    services: Sequence[ServiceBinding],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_workers: int = 8,
+    options: Iterable[tuple[str, Any]] = GRPC_OPTIONS,
+) -> tuple[grpc.Server, int]:
+    """Build (not start) a gRPC server hosting `services`, plus health checking and reflection.
+
+    Every RPC goes through `ErrorMappingInterceptor`, the one place where domain errors
+    become status codes. Port 0 binds any free port; the bound port is returned. The
+    server listens without TLS (deployments put it behind mTLS; see parties/common/tls.py).
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpagg-rpc"),
+        interceptors=(ErrorMappingInterceptor(),),
+        options=list(options),
+    )
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = []
+    for add, servicer, name in services:
+        add(servicer, server)
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        names.append(name)
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection((*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    address = f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise InvalidInputError(f"cannot listen on {address}: {exc}; is the port in use?") from exc
+    if bound == 0:
+        raise InvalidInputError(f"cannot listen on {address}; is the port in use or the host wrong?")
+    server._dpagg_health = health_servicer  # type: ignore[attr-defined]  # kept for a graceful shutdown
+    return server, bound
+
+
+@dataclass
+class ServerHandle:
+    """A built server with its bound port and what must be closed after it stops.
+
+    `handler` is the role's transport-neutral handler (tests and the demo use it directly).
+    """
+
+    server: grpc.Server
+    port: int
+    host: str
+    handler: Any = None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    _stopped: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> "ServerHandle":
+        self.server.start()
+        return self
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop serving (in-flight calls get `grace` seconds), then close stores. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        health_servicer = getattr(self.server, "_dpagg_health", None)
+        if health_servicer is not None:
+            health_servicer.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        for close in reversed(self.closers):
+            close()
+
+    def serve(self, *, port_file: str | Path | None = None, stop_event: threading.Event | None = None) -> None:
+        """Run until SIGINT/SIGTERM (see `serve`)."""
+        if port_file:
+            write_port_file(port_file, self.port)
+        serve(self.server, on_stop=lambda: [c() for c in reversed(self.closers)], stop_event=stop_event)
+        self._stopped = True
+
+    def __enter__(self) -> "ServerHandle":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def write_port_file(path: str | Path, port: int) -> None:
+    """Write the bound port atomically (tests and scripts start servers on port 0 and read it)."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(f"{port}\n")
+    tmp.replace(p)
+
+
+def serve(server: grpc.Server, *, grace: float = 5.0, on_stop: Callable[[], None] | None = None,
+          stop_event: threading.Event | None = None) -> None:
+    """Start `server` and block until SIGINT/SIGTERM (or `stop_event`), then stop gracefully.
+
+    Health is switched to NOT_SERVING first so load balancers drain, in-flight calls get
+    `grace` seconds, then `on_stop` runs (close stores).
+    """
+    stop = stop_event or threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if stop.is_set():  # a second signal: stop waiting for in-flight calls
+            log.warning("second signal %d: exiting without a graceful shutdown", signum)
+            os._exit(1)
+        log.info("signal %d: shutting down (in-flight calls get %.1f s)", signum, grace)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+    server.start()
+    try:
+        stop.wait()
+    finally:
+        health_servicer = getattr(server, "_dpagg_health", None)
+        if health_servicer is not None:
+            health_servicer.enter_graceful_shutdown()
+        server.stop(grace).wait()
+        if on_stop is not None:
+            on_stop()
+        log.info("server stopped")

@@ -1,0 +1,66 @@
+"""Small helpers the roles share: timestamps, ids, a thread-safe noise source, private files."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import secrets
+import threading
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from he_partition.noise import RandomSource, SecureRandom, SeededRandom
+
+__all__ = ["utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic"]
+
+
+def utc_now() -> str:
+    """Current time, RFC 3339 UTC with microseconds."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id such as 'rel-3f9c2a7b1d0e4c55' (64 random bits)."""
+    return f"{prefix}-{secrets.token_hex(8)}"
+
+
+class LockedRandom:
+    """Serializes draws from one RandomSource across server threads (SeededRandom is not thread-safe)."""
+
+    def __init__(self, source: RandomSource) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+
+    def integers(self, high: npt.NDArray[np.int64] | int, size: int) -> npt.NDArray[np.int64]:
+        with self._lock:
+            return self._source.integers(high, size)
+
+
+def noise_source(seed: int | None) -> RandomSource:
+    """The server's noise source: the OS CSPRNG, or (tests only) a seeded, predictable stream."""
+    return LockedRandom(SecureRandom() if seed is None else SeededRandom(seed))
+
+
+def write_file_atomic(path: Path, data: bytes, *, mode: int = 0o644, fsync: bool = True) -> None:
+    """Write `data` to `path` via a temporary file and rename, so readers never see a partial file."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Write a secret: mode 0600 from creation on (never briefly world-readable), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_file_atomic(path, data, mode=0o600)
+    os.chmod(path, 0o600)  # the umask can only remove bits; make the mode exact

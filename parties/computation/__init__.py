@@ -1,0 +1,1 @@
+"""Computation role: stores encrypted submissions, computes noised measurements under encryption, runs releases."""

@@ -1,0 +1,196 @@
+"""Typed Python client of the computation service (operator actions and the low-level upload stream)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import grpc
+
+from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from he_partition.summary import Summary
+
+from ..common.client import BaseClient
+from ..common.config import RELEASE_TIMEOUT
+from ..common.contract import StudyContract
+from ..common.convert import contract_from_proto, summary_from_proto
+from ..common.errors import ServiceError
+
+__all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus"]
+
+_UPLOAD_STATES = computation_pb2.UploadStatusResponse.State
+_RELEASE_STATES = computation_pb2.ReleaseStatusResponse.State
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    """A study's contract, who submitted, who is missing, and its release ids."""
+
+    contract: StudyContract
+    submitted_owners: tuple[str, ...]
+    missing_owners: tuple[str, ...]
+    release_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UploadStatus:
+    """`state` is NONE, PARTIAL, COMMITTED or CONFLICT; `received` the chunk indices the server holds."""
+
+    state: str
+    received: tuple[int, ...]
+    chunk_count: int
+
+
+@dataclass(frozen=True)
+class SubmitResponse:
+    """Result of one upload stream."""
+
+    committed: bool
+    duplicate: bool
+    received: tuple[int, ...]
+    chunk_count: int
+    bytes_received: int
+
+
+@dataclass(frozen=True)
+class ReleaseStatus:
+    """A release: `state` RUNNING, DONE (then `summary` is set) or FAILED (then `error_code`/`error_message`)."""
+
+    release_id: str
+    study_id: str
+    state: str
+    epsilon: float
+    owners: tuple[str, ...]
+    error_code: str
+    error_message: str
+    summary: Summary | None
+    seconds: float
+    bytes_to_decryption: int = 0
+
+    def raise_for_failure(self) -> None:
+        """Raise the release's error as a ServiceError if it FAILED."""
+        if self.state == "FAILED":
+            code = getattr(grpc.StatusCode, self.error_code, grpc.StatusCode.UNKNOWN)
+            raise ServiceError(code, self.error_message, method="Computation/RunRelease")
+
+
+def _release(resp: computation_pb2.ReleaseStatusResponse) -> ReleaseStatus:
+    return ReleaseStatus(
+        release_id=resp.release_id, study_id=resp.study_id, state=_RELEASE_STATES.Name(resp.state),
+        epsilon=resp.epsilon, owners=tuple(resp.owners), error_code=resp.error_code,
+        error_message=resp.error_message, summary=summary_from_proto(resp.summary) if resp.HasField("summary") else None,
+        seconds=resp.seconds, bytes_to_decryption=resp.bytes_to_decryption,
+    )
+
+
+class ComputationClient(BaseClient):
+    """Client of the computation server. Every call has a deadline; idempotent calls retry on UNAVAILABLE.
+
+    Example::
+
+        with ComputationClient("127.0.0.1:50052") as cs:
+            contract, _ = cs.open_study(study_id="s1", domain_size=100, epsilon=1.0, expected_owners=["a", "b"])
+            ...  # owners submit (DataOwnerClient)
+            release = cs.run_release("s1")
+            print(release.summary.range_count(10, 20))
+    """
+
+    stub_class = computation_pb2_grpc.ComputationStub
+
+    def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
+                   strategy: str = "gap", contribution_bound: int = 1, noise_parties: int = 2,
+                   strategy_params_json: str = "", domain_spec: str = "",
+                   timeout: float | None = None) -> tuple[StudyContract, bool]:
+        """Open a study (forwarded to the decryption server, which owns contracts and the ledger).
+
+        `epsilon` is the study's total privacy budget; every release spends from it.
+        Returns (contract, already_existed). Without `study_id` one is generated here, so
+        the call is safe to retry.
+        """
+        req = decryption_pb2.OpenStudyRequest(
+            study_id=study_id or f"study-{uuid.uuid4().hex[:16]}", domain_size=domain_size, epsilon=epsilon,
+            strategy=strategy, contribution_bound=contribution_bound, noise_parties=noise_parties,
+            expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+        )
+        resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
+        return contract_from_proto(resp.contract), resp.already_existed
+
+    def study_status(self, study_id: str, *, timeout: float | None = None) -> StudyStatus:
+        resp = self._unary(self._stub.StudyStatus, computation_pb2.StudyStatusRequest(study_id=study_id),
+                           method="Computation/StudyStatus", timeout=timeout)
+        return StudyStatus(contract_from_proto(resp.contract), tuple(resp.submitted_owners),
+                           tuple(resp.missing_owners), tuple(resp.release_ids))
+
+    def upload_status(self, study_id: str, owner_id: str, idempotency_key: str, *,
+                      timeout: float | None = None) -> UploadStatus:
+        resp = self._unary(self._stub.UploadStatus,
+                           computation_pb2.UploadStatusRequest(study_id=study_id, owner_id=owner_id,
+                                                               idempotency_key=idempotency_key),
+                           method="Computation/UploadStatus", timeout=timeout)
+        return UploadStatus(_UPLOAD_STATES.Name(resp.state), tuple(resp.received_chunks), resp.chunk_count)
+
+    def submit_chunks(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
+                      context_fingerprint: str, chunk_count: int, chunks: Iterable[tuple[int, bytes]],
+                      timeout: float | None = None) -> SubmitResponse:
+        """One upload stream: the header, then (index, ciphertext bytes) pairs. Not retried here.
+
+        Most callers want `DataOwnerClient.submit`, which encrypts, resumes and retries.
+        """
+        header = computation_pb2.SubmitHeader(study_id=study_id, owner_id=owner_id, idempotency_key=idempotency_key,
+                                              domain_length=domain_length, context_fingerprint=context_fingerprint,
+                                              chunk_count=chunk_count)
+
+        def requests() -> Iterator[computation_pb2.SubmitHistogramRequest]:
+            yield computation_pb2.SubmitHistogramRequest(header=header)
+            for index, data in chunks:
+                yield computation_pb2.SubmitHistogramRequest(
+                    chunk=computation_pb2.CiphertextChunk(index=index, data=data))
+
+        deadline = (self.timeout if timeout is None else timeout) + 1.0 * chunk_count
+        resp = self._unary(lambda req, timeout: self._stub.SubmitHistogram(req, timeout=timeout), requests(),
+                           method="Computation/SubmitHistogram", timeout=deadline, retry=False)
+        return SubmitResponse(resp.committed, resp.duplicate, tuple(resp.received_chunks), resp.chunk_count,
+                              resp.bytes_received)
+
+    def run_release(self, study_id: str, *, epsilon: float = 0.0, force: bool = False, wait: bool = True,
+                    request_key: str = "", timeout: float | None = None) -> ReleaseStatus:
+        """Run a release of the study, spending `epsilon` (0 = the study's whole budget).
+
+        Privacy: the released summary is `epsilon`-DP under add/remove of one person who
+        contributes at most the contract's contribution bound c records (sensitivities
+        include c); with noise_parties == 2 each server adds its own discrete Laplace draw,
+        known only to itself, that alone gives `epsilon`. The decryption server's ledger
+        is charged before anything is decrypted.
+
+        With `wait` the call blocks until the summary is stored (deadline RELEASE_TIMEOUT
+        unless `timeout` is given) and failures raise ServiceError with the server's code:
+        FAILED_PRECONDITION (owners missing; pass force=True to release without them),
+        RESOURCE_EXHAUSTED (budget). A `request_key` is generated so retries after
+        UNAVAILABLE never start a second release.
+        """
+        req = computation_pb2.RunReleaseRequest(study_id=study_id, epsilon=epsilon, force=force, wait=wait,
+                                                request_key=request_key or f"req-{uuid.uuid4().hex[:16]}")
+        if timeout is None:
+            timeout = RELEASE_TIMEOUT if wait else self.timeout
+        return _release(self._unary(self._stub.RunRelease, req, method="Computation/RunRelease", timeout=timeout))
+
+    def release_status(self, release_id: str, *, timeout: float | None = None) -> ReleaseStatus:
+        return _release(self._unary(self._stub.ReleaseStatus,
+                                    computation_pb2.ReleaseStatusRequest(release_id=release_id),
+                                    method="Computation/ReleaseStatus", timeout=timeout))
+
+    def wait_release(self, release_id: str, *, timeout: float = RELEASE_TIMEOUT, poll: float = 0.2) -> ReleaseStatus:
+        """Poll until the release is DONE (returned) or FAILED (raised as ServiceError)."""
+        end = time.monotonic() + timeout
+        while True:
+            st = self.release_status(release_id)
+            if st.state != "RUNNING":
+                st.raise_for_failure()
+                return st
+            if time.monotonic() > end:
+                raise ServiceError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                   f"release {release_id} still running after {timeout:g} s",
+                                   method="Computation/ReleaseStatus")
+            time.sleep(poll)

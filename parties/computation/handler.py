@@ -1,0 +1,400 @@
+"""Transport-neutral logic of the computation server: uploads, aggregation under encryption, releases."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import numpy.typing as npt
+
+from he_partition.backend import ChunkedVector, n_chunks
+from he_partition.ckks import CkksBackend, context_fingerprint, load_context
+from he_partition.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.measurements import Measurement
+from he_partition.noise import RandomSource
+from he_partition.protocol import EPSILON_TOLERANCE, ComputationSide, make_strategy, run_strategy
+from he_partition.summary import Summary
+
+from ..common.contract import StudyContract, check_id
+from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError, status_for
+from ..common.util import new_id, utc_now, write_file_atomic
+from ..decryption.client import DecryptionClient
+from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta
+
+__all__ = ["ComputationHandler", "UploadSession", "UploadOutcome", "UploadState", "StudyState"]
+
+log = logging.getLogger("dpagg.computation")
+
+IntArray = npt.NDArray[np.int64]
+
+PUBLIC_CONTEXT_FILE = "public_context.bin"
+
+
+class UploadState:
+    NONE = "NONE"
+    PARTIAL = "PARTIAL"
+    COMMITTED = "COMMITTED"
+    CONFLICT = "CONFLICT"
+
+
+@dataclass(frozen=True)
+class UploadOutcome:
+    """Where an upload stands after a stream (or for UploadStatus)."""
+
+    state: str
+    received: tuple[int, ...]
+    chunk_count: int
+    bytes_received: int = 0
+    duplicate: bool = False
+
+    @property
+    def committed(self) -> bool:
+        return self.state == UploadState.COMMITTED
+
+
+@dataclass(frozen=True)
+class StudyState:
+    """A study as this server sees it."""
+
+    contract: StudyContract
+    submitted: tuple[str, ...]
+    missing: tuple[str, ...]
+    release_ids: tuple[str, ...]
+
+
+class UploadSession:
+    """One SubmitHistogram stream: validates every chunk before storing it; `finish` commits when complete."""
+
+    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: CkksBackend, duplicate: bool) -> None:
+        self._h = handler
+        self.meta = meta
+        self._backend = backend
+        self.duplicate = duplicate
+        self.bytes_this_stream = 0
+
+    def add(self, index: int, data: bytes) -> None:
+        """Validate (deserialize under the study's public key) and store one chunk.
+
+        An invalid chunk discards the whole partial upload, so nothing from a bad upload
+        is ever stored or counted. Chunks of an already committed upload are ignored.
+        """
+        if self.duplicate:
+            return
+        if not 0 <= index < self.meta.chunk_count:
+            self.abort()
+            raise InvalidInputError(f"chunk index {index} is outside [0, {self.meta.chunk_count})")
+        try:
+            self._backend.deserialize_chunk(data)
+        except InvalidInputError as exc:
+            self.abort()
+            raise InvalidInputError(
+                f"chunk {index} of owner {self.meta.owner_id}'s upload is not a valid ciphertext for study "
+                f"{self.meta.study_id} ({exc}); the upload was discarded, nothing is stored. Re-encrypt with the "
+                "study's public context and upload again"
+            ) from exc
+        self._h.store.put_chunk(self.meta, index, data)
+        self.bytes_this_stream += len(data)
+
+    def abort(self) -> None:
+        self._h.store.discard_upload(self.meta)
+
+    def finish(self) -> UploadOutcome:
+        """Commit if every chunk has arrived; otherwise report what is held (resume with the same key)."""
+        held = self._h.store.received_chunks(self.meta)
+        if not self.duplicate and len(held) == self.meta.chunk_count:
+            self._h.store.commit_upload(self.meta)
+            log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id, self.meta.owner_id,
+                     len(held), sum(held.values()))
+        state = UploadState.COMMITTED if self.duplicate or len(held) == self.meta.chunk_count else UploadState.PARTIAL
+        return UploadOutcome(state, tuple(sorted(held)), self.meta.chunk_count, sum(held.values()), self.duplicate)
+
+
+@dataclass
+class _KeyCache:
+    fingerprint: str = ""
+    backend: CkksBackend | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ComputationHandler:
+    """The computation server's operations. It holds public material only: no secret key ever reaches it.
+
+    Studies are owned by the decryption server (which keeps contracts next to the budget
+    ledger); this server forwards OpenStudy there and caches each contract it uses
+    (fetching unknown ones with GetStudy), so the two servers can never disagree on terms.
+    """
+
+    def __init__(self, store: ComputationStore, decryption: DecryptionClient, rng: RandomSource, *,
+                 data_dir: Path | None = None) -> None:
+        self.store = store
+        self.decryption = decryption
+        self.rng = rng
+        self.data_dir = data_dir
+        self._keys = _KeyCache()
+        self._running: set[str] = set()
+        self._running_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._recover_interrupted_releases()
+
+    # -- keys and studies -----------------------------------------------------------------
+    def _recover_interrupted_releases(self) -> None:
+        for r in self.store.list_releases():
+            if r.state == ReleaseState.RUNNING:
+                self.store.save_release(replace(
+                    r, state=ReleaseState.FAILED, finished_at=utc_now(), error_code="ABORTED",
+                    error_message="interrupted by a restart of the computation server; epsilon already charged "
+                                  "at the decryption server stays spent. Run a new release"))
+
+    def backend_for(self, contract: StudyContract) -> CkksBackend:
+        """A public-key CKKS backend for the study's key (fetched from the decryption server, cached on disk)."""
+        want = contract.context_fingerprint
+        with self._keys.lock:
+            if self._keys.backend is not None and self._keys.fingerprint == want:
+                return self._keys.backend
+            data = self._cached_context()
+            if data is None or context_fingerprint(data) != want:
+                data = self.decryption.public_context()
+            got = context_fingerprint(data)
+            if got != want:
+                raise FailedPreconditionError(
+                    f"study {contract.study_id} was opened under key {want[:16]} but the decryption server now "
+                    f"serves key {got[:16]}; the study cannot continue, open a new one"
+                )
+            ctx = load_context(data)
+            if ctx.is_private():
+                raise InvalidInputError("the decryption server served a context holding a secret key; refusing it")
+            self._keys.backend = CkksBackend(ctx)
+            self._keys.fingerprint = got
+            if self.data_dir is not None:
+                write_file_atomic(self.data_dir / PUBLIC_CONTEXT_FILE, data)
+            return self._keys.backend
+
+    def _cached_context(self) -> bytes | None:
+        if self.data_dir is None:
+            return None
+        p = self.data_dir / PUBLIC_CONTEXT_FILE
+        return p.read_bytes() if p.exists() else None
+
+    def open_study(self, **terms: object) -> tuple[StudyContract, bool]:
+        """Forward to the decryption server (which creates the contract and its ledger) and keep the contract."""
+        contract, existed = self.decryption.open_study(**terms)  # type: ignore[arg-type]
+        self.store.put_study(contract)
+        return contract, existed
+
+    def study(self, study_id: str) -> StudyContract:
+        """The study's contract, from the local cache or from the decryption server (NOT_FOUND if unknown)."""
+        check_id("study_id", study_id)
+        contract = self.store.get_study(study_id)
+        if contract is None:
+            contract = self.decryption.get_study(study_id)
+            self.store.put_study(contract)
+        return contract
+
+    def study_state(self, study_id: str) -> StudyState:
+        contract = self.study(study_id)
+        submitted = tuple(s.owner_id for s in self.store.submissions(study_id))
+        missing = tuple(o for o in contract.expected_owners if o not in submitted)
+        releases = tuple(r.release_id for r in self.store.list_releases(study_id))
+        return StudyState(contract, submitted, missing, releases)
+
+    # -- uploads -------------------------------------------------------------------------
+    def open_upload(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
+                    context_fingerprint: str, chunk_count: int) -> UploadSession:
+        """Check an upload header against the study; nothing is stored unless every check passes."""
+        check_id("owner_id", owner_id)
+        check_id("idempotency_key", idempotency_key)
+        contract = self.study(study_id)
+        if owner_id not in contract.expected_owners:
+            raise PermissionDeniedError(
+                f"owner {owner_id!r} is not expected by study {study_id} (expected: "
+                f"{', '.join(contract.expected_owners)}); check --owner, or ask the operator to open a study "
+                "that includes you"
+            )
+        if domain_length != contract.domain_size:
+            raise InvalidInputError(
+                f"histogram has {domain_length} bins but study {study_id} has domain size {contract.domain_size}; "
+                f"bin your data with the study's domain{f' ({contract.domain_spec})' if contract.domain_spec else ''}"
+            )
+        if context_fingerprint != contract.context_fingerprint:
+            raise InvalidInputError(
+                f"the histogram was encrypted under public key {context_fingerprint[:16] or '(none)'} but study "
+                f"{study_id} uses key {contract.context_fingerprint[:16]}; fetch the decryption server's public "
+                "context again and re-encrypt"
+            )
+        backend = self.backend_for(contract)
+        expected = n_chunks(contract.domain_size, backend.slots)
+        if chunk_count != expected:
+            raise InvalidInputError(
+                f"a {contract.domain_size}-bin histogram is {expected} ciphertext chunks of {backend.slots} slots, "
+                f"header says {chunk_count}"
+            )
+        meta = UploadMeta(study_id, owner_id, idempotency_key, int(chunk_count), int(domain_length),
+                          context_fingerprint)
+        existing = self.store.get_submission(study_id, owner_id)
+        if existing is not None and existing.meta == meta:
+            return UploadSession(self, meta, backend, duplicate=True)
+        self.store.start_upload(meta)  # raises ALREADY_EXISTS for a committed owner under another key
+        return UploadSession(self, meta, backend, duplicate=False)
+
+    def upload_status(self, study_id: str, owner_id: str, idempotency_key: str) -> UploadOutcome:
+        check_id("owner_id", owner_id)
+        check_id("idempotency_key", idempotency_key)
+        self.study(study_id)
+        sub = self.store.get_submission(study_id, owner_id)
+        if sub is not None:
+            state = UploadState.COMMITTED if sub.idempotency_key == idempotency_key else UploadState.CONFLICT
+            held = self.store.received_chunks(sub.meta) if state == UploadState.COMMITTED else {}
+            return UploadOutcome(state, tuple(sorted(held)), sub.meta.chunk_count, sum(held.values()))
+        up = self.store.get_upload(study_id, owner_id)
+        if up is None or up.idempotency_key != idempotency_key:
+            return UploadOutcome(UploadState.NONE, (), 0)
+        held = self.store.received_chunks(up)
+        return UploadOutcome(UploadState.PARTIAL, tuple(sorted(held)), up.chunk_count, sum(held.values()))
+
+    # -- releases ------------------------------------------------------------------------
+    def release(self, release_id: str) -> ReleaseRecord:
+        check_id("release_id", release_id)
+        rec = self.store.get_release(release_id)
+        if rec is None:
+            raise NotFoundError(f"unknown release {release_id!r}; list releases with `dpagg query --list`")
+        return rec
+
+    def run_release(self, study_id: str, *, epsilon: float = 0.0, force: bool = False, wait: bool = True,
+                    request_key: str = "") -> ReleaseRecord:
+        """Release the study's aggregate with its strategy; see `_execute` for the privacy statement.
+
+        Checks before anything is computed: every expected owner submitted (or `force`),
+        `epsilon` (default: the study's total) fits the budget left at the decryption
+        server (RESOURCE_EXHAUSTED otherwise, and nothing is decrypted), and no other
+        release of the study is running.
+        """
+        contract = self.study(study_id)
+        if request_key:
+            check_id("request_key", request_key)
+            previous = self.store.release_by_request_key(study_id, request_key)
+            if previous is not None:
+                return previous
+        eps = float(epsilon) if epsilon else contract.epsilon
+        if not (math.isfinite(eps) and eps > 0):
+            raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon}")
+        if eps > contract.epsilon * (1 + EPSILON_TOLERANCE):
+            raise InvalidInputError(f"epsilon {eps:g} exceeds study {study_id}'s total budget {contract.epsilon:g}")
+        subs = self.store.submissions(study_id)
+        owners = tuple(s.owner_id for s in subs)
+        missing = [o for o in contract.expected_owners if o not in owners]
+        if not subs:
+            raise FailedPreconditionError(f"no data owner has submitted to study {study_id} yet; nothing to release")
+        if missing and not force:
+            raise FailedPreconditionError(
+                f"study {study_id} still waits for {len(missing)} owner(s): {', '.join(missing)}; release when they "
+                "have submitted, or force a release with the owners present"
+            )
+        budget = self.decryption.budget(study_id)
+        if budget.spent + eps > budget.total * (1 + EPSILON_TOLERANCE):
+            raise BudgetExhaustedError(
+                f"a release needs epsilon {eps:g} but study {study_id} has {budget.remaining:g} left of "
+                f"{budget.total:g}; nothing was decrypted. Open a new study for more releases"
+            )
+        with self._running_lock:
+            if study_id in self._running:
+                raise FailedPreconditionError(f"a release of study {study_id} is already running; wait for it")
+            self._running.add(study_id)
+        record = ReleaseRecord(release_id=new_id("rel"), study_id=study_id, state=ReleaseState.RUNNING, epsilon=eps,
+                               owners=owners, contract_hash=contract.contract_hash, started_at=utc_now(),
+                               request_key=request_key)
+        try:
+            self.store.save_release(record)
+        except BaseException:
+            self._done(study_id)
+            raise
+        if wait:
+            return self._execute(record, contract, subs, raise_errors=True)
+        t = threading.Thread(target=self._execute, args=(record, contract, subs), kwargs={"raise_errors": False},
+                             name=f"release-{record.release_id}", daemon=True)
+        self._threads.append(t)
+        t.start()
+        return record
+
+    def _done(self, study_id: str) -> None:
+        with self._running_lock:
+            self._running.discard(study_id)
+
+    def aggregate(self, contract: StudyContract, subs: list[Submission], backend: CkksBackend) -> ChunkedVector:
+        """Sum the owners' encrypted, prefix-encoded histograms chunk by chunk (memory: one aggregate)."""
+        cs = ComputationSide(backend, self.rng)
+        k = n_chunks(contract.domain_size, backend.slots)
+        chunks = []
+        for i in range(k):
+            parts = [ChunkedVector(backend.slots, (backend.deserialize_chunk(self.store.read_chunk(s, i)),))
+                     for s in subs]
+            chunks.append(cs.aggregate(parts).chunks[0])
+        return ChunkedVector(contract.domain_size, tuple(chunks))
+
+    def _execute(self, record: ReleaseRecord, contract: StudyContract, subs: list[Submission], *,
+                 raise_errors: bool) -> ReleaseRecord:
+        """Run the strategy against the aggregate.
+
+        Privacy: the strategy's measurements compose sequentially to `record.epsilon`
+        (gap: eps_gap on adjacent differences, L1 sensitivity 2c; the rest on disjoint
+        partition sums, sensitivity c), under add/remove of one person contributing at
+        most c = contract.contribution_bound records. For each measurement this server
+        draws discrete Laplace noise of scale sensitivity/epsilon (only it knows the draw)
+        and adds it under encryption before the ciphertext leaves; the decryption server
+        charges its ledger, rounds, and adds its own draw when noise_parties == 2. The
+        partition is chosen from released values only (post-processing).
+        """
+        started = time.monotonic()
+        try:
+            backend = self.backend_for(contract)
+            aggregate = self.aggregate(contract, subs, backend)
+            cs = ComputationSide(backend, self.rng)
+            strategy = make_strategy(contract.strategy, contract.domain_size, record.epsilon,
+                                     noise_parties=contract.noise_parties,
+                                     contribution_bound=contract.contribution_bound,
+                                     params=contract.strategy_params or None)
+
+            sent = [0]
+
+            def measure(m: Measurement) -> IntArray:
+                noised = cs.measure(aggregate, m)
+
+                def chunks() -> Iterator[bytes]:
+                    for c in noised.chunks:
+                        data = backend.serialize_chunk(c)
+                        sent[0] += len(data)
+                        yield data
+
+                return self.decryption.decrypt_measurement(
+                    study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
+                    measurement=m, chunks=chunks(), chunk_count=len(noised.chunks)).values
+
+            summary: Summary = run_strategy(strategy, measure)
+            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),
+                           seconds=time.monotonic() - started, bytes_to_decryption=sent[0])
+            self.store.save_release(done)
+            log.info("release %s of study %s done in %.2f s (%d partitions)", record.release_id, record.study_id,
+                     done.seconds, summary.n_partitions)
+            return done
+        except Exception as exc:
+            code, message = status_for(exc)
+            failed = replace(record, state=ReleaseState.FAILED, finished_at=utc_now(), error_code=code.name,
+                             error_message=message, seconds=time.monotonic() - started)
+            self.store.save_release(failed)
+            log.warning("release %s of study %s failed: %s", record.release_id, record.study_id, message)
+            if raise_errors:
+                raise
+            return failed
+        finally:
+            self._done(record.study_id)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for background releases (used before shutdown and in tests)."""
+        for t in list(self._threads):
+            t.join(timeout)
+

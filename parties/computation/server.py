@@ -1,0 +1,73 @@
+"""Build and run the computation server (hosting the analyst service in the same process by default).
+
+Why the analyst service lives here: the computation server assembles every release and
+stores its summary, so hosting the read-only analyst queries next to that store needs
+no copy and no extra trust; the decryption server stays a minimal key holder that
+analysts never reach. `dpagg serve-analyst` can serve the same store from a separate
+process (read-only) when analysts must be isolated from the upload endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dpagg.v1 import analyst_pb2_grpc, computation_pb2_grpc
+
+from ..analyst.handler import AnalystHandler
+from ..analyst.servicer import SERVICE_NAME as ANALYST_SERVICE
+from ..analyst.servicer import AnalystServicer
+from ..common.config import AnalystConfig, ComputationConfig
+from ..common.server import ServerHandle, ServiceBinding, create_server
+from ..common.util import noise_source
+from ..decryption.client import DecryptionClient
+from .handler import ComputationHandler
+from .servicer import SERVICE_NAME, ComputationServicer
+from .store import ComputationStore, SqliteComputationStore
+
+__all__ = ["create_computation_server", "serve_computation", "create_analyst_server", "serve_analyst"]
+
+log = logging.getLogger("dpagg.computation")
+
+
+def create_computation_server(config: ComputationConfig, *, store: ComputationStore | None = None,
+                              durable: bool = True) -> ServerHandle:
+    """Open the store in `config.data_dir` and build the server (not started).
+
+    The decryption server is contacted lazily (first study, first upload), so the two
+    servers can start in any order.
+    """
+    st = store or SqliteComputationStore(config.data_dir, durable=durable)
+    ds = DecryptionClient(config.decryption_target)
+    if config.noise_seed is not None:
+        log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
+    handler = ComputationHandler(st, ds, noise_source(config.noise_seed), data_dir=config.data_dir)
+    services: list[ServiceBinding] = [
+        (computation_pb2_grpc.add_ComputationServicer_to_server, ComputationServicer(handler), SERVICE_NAME)]
+    if config.serve_analyst:
+        services.append((analyst_pb2_grpc.add_AnalystServicer_to_server, AnalystServicer(AnalystHandler(st)),
+                         ANALYST_SERVICE))
+    server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers)
+    return ServerHandle(server, port, config.host, handler, [st.close, ds.close, lambda: handler.join(5.0)])
+
+
+def serve_computation(config: ComputationConfig, *, port_file: str | None = None) -> None:
+    handle = create_computation_server(config)
+    log.info("computation server listening on %s (decryption server %s, analyst service %s)", handle.target,
+             config.decryption_target, "on" if config.serve_analyst else "off")
+    handle.serve(port_file=port_file)
+
+
+def create_analyst_server(config: AnalystConfig) -> ServerHandle:
+    """A stand-alone analyst server over a computation server's data directory (opened read-only)."""
+    st = SqliteComputationStore(config.data_dir, read_only=True)
+    handler = AnalystHandler(st)
+    server, port = create_server(
+        [(analyst_pb2_grpc.add_AnalystServicer_to_server, AnalystServicer(handler), ANALYST_SERVICE)],
+        host=config.host, port=config.port, max_workers=config.max_workers)
+    return ServerHandle(server, port, config.host, handler, [st.close])
+
+
+def serve_analyst(config: AnalystConfig, *, port_file: str | None = None) -> None:
+    handle = create_analyst_server(config)
+    log.info("analyst server listening on %s (data %s)", handle.target, config.data_dir)
+    handle.serve(port_file=port_file)

@@ -1,0 +1,95 @@
+"""Thin gRPC servicer of the computation service."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import grpc
+
+from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from he_partition.errors import InvalidInputError
+
+from ..common.convert import contract_to_proto, summary_to_proto
+from .handler import ComputationHandler, UploadOutcome
+from .store import ReleaseRecord
+
+__all__ = ["ComputationServicer", "SERVICE_NAME", "release_to_proto"]
+
+SERVICE_NAME = computation_pb2.DESCRIPTOR.services_by_name["Computation"].full_name
+
+_UPLOAD_STATES = computation_pb2.UploadStatusResponse.State
+_RELEASE_STATES = computation_pb2.ReleaseStatusResponse.State
+
+
+def release_to_proto(rec: ReleaseRecord) -> computation_pb2.ReleaseStatusResponse:
+    resp = computation_pb2.ReleaseStatusResponse(
+        release_id=rec.release_id, study_id=rec.study_id, state=_RELEASE_STATES.Value(rec.state),
+        epsilon=rec.epsilon, owners=list(rec.owners), error_code=rec.error_code, error_message=rec.error_message,
+        seconds=rec.seconds, bytes_to_decryption=rec.bytes_to_decryption,
+    )
+    summary = rec.summary
+    if summary is not None:
+        resp.summary.CopyFrom(summary_to_proto(summary, release_id=rec.release_id, study_id=rec.study_id,
+                                               owners=rec.owners, contract_hash=rec.contract_hash,
+                                               created_at=rec.finished_at))
+    return resp
+
+
+def _submit_response(o: UploadOutcome) -> computation_pb2.SubmitHistogramResponse:
+    return computation_pb2.SubmitHistogramResponse(committed=o.committed, duplicate=o.duplicate,
+                                                   received_chunks=list(o.received), chunk_count=o.chunk_count,
+                                                   bytes_received=o.bytes_received)
+
+
+class ComputationServicer(computation_pb2_grpc.ComputationServicer):
+    def __init__(self, handler: ComputationHandler) -> None:
+        self.handler = handler
+
+    def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
+                  context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
+        contract, existed = self.handler.open_study(
+            study_id=request.study_id, domain_size=request.domain_size, epsilon=request.epsilon,
+            expected_owners=list(request.expected_owners), strategy=request.strategy,
+            contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
+            strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
+        )
+        return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
+
+    def SubmitHistogram(self, request_iterator: Iterator[computation_pb2.SubmitHistogramRequest],
+                        context: grpc.ServicerContext) -> computation_pb2.SubmitHistogramResponse:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidInputError("SubmitHistogram must start with a header message")
+        h = first.header
+        session = self.handler.open_upload(study_id=h.study_id, owner_id=h.owner_id,
+                                           idempotency_key=h.idempotency_key, domain_length=int(h.domain_length),
+                                           context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count))
+        for msg in request_iterator:
+            if msg.WhichOneof("part") != "chunk":
+                session.abort()
+                raise InvalidInputError("only ciphertext chunks may follow the upload header; upload discarded")
+            session.add(int(msg.chunk.index), msg.chunk.data)
+        return _submit_response(session.finish())
+
+    def UploadStatus(self, request: computation_pb2.UploadStatusRequest,
+                     context: grpc.ServicerContext) -> computation_pb2.UploadStatusResponse:
+        o = self.handler.upload_status(request.study_id, request.owner_id, request.idempotency_key)
+        return computation_pb2.UploadStatusResponse(state=_UPLOAD_STATES.Value(o.state),
+                                                    received_chunks=list(o.received), chunk_count=o.chunk_count)
+
+    def StudyStatus(self, request: computation_pb2.StudyStatusRequest,
+                    context: grpc.ServicerContext) -> computation_pb2.StudyStatusResponse:
+        s = self.handler.study_state(request.study_id)
+        return computation_pb2.StudyStatusResponse(contract=contract_to_proto(s.contract),
+                                                   submitted_owners=list(s.submitted), missing_owners=list(s.missing),
+                                                   release_ids=list(s.release_ids))
+
+    def RunRelease(self, request: computation_pb2.RunReleaseRequest,
+                   context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
+        rec = self.handler.run_release(request.study_id, epsilon=request.epsilon, force=request.force,
+                                       wait=request.wait, request_key=request.request_key)
+        return release_to_proto(rec)
+
+    def ReleaseStatus(self, request: computation_pb2.ReleaseStatusRequest,
+                      context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
+        return release_to_proto(self.handler.release(request.release_id))

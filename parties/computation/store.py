@@ -1,0 +1,578 @@
+"""The computation server's state: study contracts, uploads and submissions (ciphertext chunks), releases.
+
+`SqliteComputationStore` keeps metadata in SQLite and ciphertext chunks as files, so a
+restart loses nothing: partial uploads can be resumed, committed submissions are counted
+exactly once (one row per study and owner), released summaries stay queryable.
+`MemoryComputationStore` has the same contract (see tests/parties/test_stores.py).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import shutil
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from he_partition.errors import InvalidInputError
+from he_partition.summary import Summary
+
+from ..common.contract import StudyContract, check_id
+from ..common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from ..common.util import utc_now, write_file_atomic
+
+__all__ = [
+    "UploadMeta",
+    "Submission",
+    "ReleaseRecord",
+    "ReleaseState",
+    "ComputationStore",
+    "MemoryComputationStore",
+    "SqliteComputationStore",
+]
+
+
+@dataclass(frozen=True)
+class UploadMeta:
+    """What an upload's header promised; fixed for the life of its idempotency key."""
+
+    study_id: str
+    owner_id: str
+    idempotency_key: str
+    chunk_count: int
+    domain_length: int
+    context_fingerprint: str
+
+    def __post_init__(self) -> None:
+        check_id("study_id", self.study_id)
+        check_id("owner_id", self.owner_id)
+        check_id("idempotency_key", self.idempotency_key)
+        if self.chunk_count < 1:
+            raise InvalidInputError(f"chunk_count must be >= 1, got {self.chunk_count}")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A committed upload: it counts in every later release of the study, exactly once."""
+
+    meta: UploadMeta
+    bytes_total: int
+    committed_at: str
+
+    @property
+    def owner_id(self) -> str:
+        return self.meta.owner_id
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.meta.idempotency_key
+
+
+class ReleaseState:
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """One release of a study; `summary_json` is set when DONE, the error fields when FAILED."""
+
+    release_id: str
+    study_id: str
+    state: str
+    epsilon: float
+    owners: tuple[str, ...]
+    contract_hash: str
+    started_at: str
+    request_key: str = ""
+    finished_at: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    summary_json: str = ""
+    seconds: float = 0.0
+    bytes_to_decryption: int = 0
+
+    @property
+    def summary(self) -> Summary | None:
+        return Summary.from_json(self.summary_json) if self.summary_json else None
+
+
+class ComputationStore(abc.ABC):
+    """State of one computation server. Every method is atomic on its own."""
+
+    # -- studies ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_study(self, contract: StudyContract) -> None:
+        """Remember a contract (idempotent); a different contract under the same id raises AlreadyExistsError."""
+
+    @abc.abstractmethod
+    def get_study(self, study_id: str) -> StudyContract | None:
+        """The contract, or None if this server has never seen the study."""
+
+    # -- uploads -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def start_upload(self, meta: UploadMeta) -> None:
+        """Begin (or keep, if `meta` is the same) the owner's partial upload.
+
+        A partial upload of the same owner under another key or with other terms is
+        discarded first. Raises AlreadyExistsError if the owner already committed.
+        """
+
+    @abc.abstractmethod
+    def get_upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
+        """The owner's current partial (uncommitted) upload, if any."""
+
+    @abc.abstractmethod
+    def put_chunk(self, meta: UploadMeta, index: int, data: bytes) -> None:
+        """Store one validated chunk of a started upload (rewriting the same index is harmless)."""
+
+    @abc.abstractmethod
+    def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
+        """Index -> size in bytes of every chunk held for this upload (partial or committed)."""
+
+    @abc.abstractmethod
+    def commit_upload(self, meta: UploadMeta) -> Submission:
+        """Turn a complete upload into the owner's submission (FailedPreconditionError if chunks are missing)."""
+
+    @abc.abstractmethod
+    def discard_upload(self, meta: UploadMeta) -> None:
+        """Forget a partial upload and its chunks (never a committed one)."""
+
+    @abc.abstractmethod
+    def get_submission(self, study_id: str, owner_id: str) -> Submission | None:
+        """The owner's committed submission, if any."""
+
+    @abc.abstractmethod
+    def submissions(self, study_id: str) -> list[Submission]:
+        """Committed submissions of a study, sorted by owner id."""
+
+    @abc.abstractmethod
+    def read_chunk(self, submission: Submission, index: int) -> bytes:
+        """One ciphertext chunk of a committed submission."""
+
+    # -- releases --------------------------------------------------------------------
+    @abc.abstractmethod
+    def save_release(self, record: ReleaseRecord) -> None:
+        """Insert or replace a release record."""
+
+    @abc.abstractmethod
+    def get_release(self, release_id: str) -> ReleaseRecord | None:
+        """A release, or None."""
+
+    @abc.abstractmethod
+    def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
+        """Releases (of one study, or all), oldest first."""
+
+    def release_by_request_key(self, study_id: str, request_key: str) -> ReleaseRecord | None:
+        if not request_key:
+            return None
+        for r in self.list_releases(study_id):
+            if r.request_key == request_key:
+                return r
+        return None
+
+    def close(self) -> None:
+        """Release resources (no-op by default)."""
+
+
+def _check_complete(meta: UploadMeta, held: dict[int, int]) -> None:
+    missing = [i for i in range(meta.chunk_count) if i not in held]
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise FailedPreconditionError(
+            f"upload {meta.idempotency_key} of owner {meta.owner_id} lacks {len(missing)} of {meta.chunk_count} "
+            f"chunks ({shown}); send them with the same idempotency key"
+        )
+
+
+def _check_index(meta: UploadMeta, index: int) -> None:
+    if not 0 <= index < meta.chunk_count:
+        raise InvalidInputError(f"chunk index {index} is outside [0, {meta.chunk_count})")
+
+
+def _owner_conflict(existing: Submission) -> AlreadyExistsError:
+    return AlreadyExistsError(
+        f"owner {existing.owner_id} already submitted to study {existing.meta.study_id} under idempotency key "
+        f"{existing.idempotency_key}; a study counts one submission per owner. Retry with that key, or open a "
+        "new study"
+    )
+
+
+def _study_conflict(existing: StudyContract) -> AlreadyExistsError:
+    return AlreadyExistsError(
+        f"study {existing.study_id} is already known here with different terms (contract "
+        f"{existing.contract_hash[:16]})"
+    )
+
+
+class MemoryComputationStore(ComputationStore):
+    """Everything in dictionaries: for unit tests; lost at exit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._studies: dict[str, StudyContract] = {}
+        self._uploads: dict[tuple[str, str], UploadMeta] = {}
+        self._chunks: dict[tuple[str, str, str], dict[int, bytes]] = {}
+        self._subs: dict[tuple[str, str], Submission] = {}
+        self._releases: dict[str, ReleaseRecord] = {}
+
+    def put_study(self, contract: StudyContract) -> None:
+        with self._lock:
+            existing = self._studies.get(contract.study_id)
+            if existing is not None and existing.contract_hash != contract.contract_hash:
+                raise _study_conflict(existing)
+            self._studies[contract.study_id] = contract
+
+    def get_study(self, study_id: str) -> StudyContract | None:
+        with self._lock:
+            return self._studies.get(study_id)
+
+    def start_upload(self, meta: UploadMeta) -> None:
+        with self._lock:
+            sub = self._subs.get((meta.study_id, meta.owner_id))
+            if sub is not None:
+                if sub.meta == meta:
+                    return
+                raise _owner_conflict(sub)
+            current = self._uploads.get((meta.study_id, meta.owner_id))
+            if current == meta:
+                return
+            if current is not None:
+                self.discard_upload(current)
+            self._uploads[(meta.study_id, meta.owner_id)] = meta
+            self._chunks[(meta.study_id, meta.owner_id, meta.idempotency_key)] = {}
+
+    def get_upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
+        with self._lock:
+            return self._uploads.get((study_id, owner_id))
+
+    def put_chunk(self, meta: UploadMeta, index: int, data: bytes) -> None:
+        _check_index(meta, index)
+        with self._lock:
+            if self._uploads.get((meta.study_id, meta.owner_id)) != meta:
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
+            self._chunks[(meta.study_id, meta.owner_id, meta.idempotency_key)][index] = bytes(data)
+
+    def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
+        with self._lock:
+            held = self._chunks.get((meta.study_id, meta.owner_id, meta.idempotency_key), {})
+            return {i: len(b) for i, b in held.items()}
+
+    def commit_upload(self, meta: UploadMeta) -> Submission:
+        with self._lock:
+            sub = self._subs.get((meta.study_id, meta.owner_id))
+            if sub is not None:
+                if sub.meta == meta:
+                    return sub
+                raise _owner_conflict(sub)
+            if self._uploads.get((meta.study_id, meta.owner_id)) != meta:
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}")
+            held = self.received_chunks(meta)
+            _check_complete(meta, held)
+            sub = Submission(meta, sum(held.values()), utc_now())
+            self._subs[(meta.study_id, meta.owner_id)] = sub
+            del self._uploads[(meta.study_id, meta.owner_id)]
+            return sub
+
+    def discard_upload(self, meta: UploadMeta) -> None:
+        with self._lock:
+            sub = self._subs.get((meta.study_id, meta.owner_id))
+            if sub is not None and sub.meta.idempotency_key == meta.idempotency_key:
+                return
+            if self._uploads.get((meta.study_id, meta.owner_id)) == meta:
+                del self._uploads[(meta.study_id, meta.owner_id)]
+            self._chunks.pop((meta.study_id, meta.owner_id, meta.idempotency_key), None)
+
+    def get_submission(self, study_id: str, owner_id: str) -> Submission | None:
+        with self._lock:
+            return self._subs.get((study_id, owner_id))
+
+    def submissions(self, study_id: str) -> list[Submission]:
+        with self._lock:
+            return sorted((s for (st, _), s in self._subs.items() if st == study_id), key=lambda s: s.owner_id)
+
+    def read_chunk(self, submission: Submission, index: int) -> bytes:
+        m = submission.meta
+        _check_index(m, index)
+        with self._lock:
+            return self._chunks[(m.study_id, m.owner_id, m.idempotency_key)][index]
+
+    def save_release(self, record: ReleaseRecord) -> None:
+        with self._lock:
+            self._releases[record.release_id] = record
+
+    def get_release(self, release_id: str) -> ReleaseRecord | None:
+        with self._lock:
+            return self._releases.get(release_id)
+
+    def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
+        with self._lock:
+            found = [r for r in self._releases.values() if not study_id or r.study_id == study_id]
+        return sorted(found, key=lambda r: (r.started_at, r.release_id))
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS studies (
+    study_id      TEXT PRIMARY KEY,
+    contract_json TEXT NOT NULL,
+    contract_hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS uploads (
+    study_id            TEXT NOT NULL,
+    owner_id            TEXT NOT NULL,
+    idempotency_key     TEXT NOT NULL,
+    chunk_count         INTEGER NOT NULL,
+    domain_length       INTEGER NOT NULL,
+    context_fingerprint TEXT NOT NULL,
+    started_at          TEXT NOT NULL,
+    PRIMARY KEY (study_id, owner_id)
+);
+CREATE TABLE IF NOT EXISTS submissions (
+    study_id            TEXT NOT NULL,
+    owner_id            TEXT NOT NULL,
+    idempotency_key     TEXT NOT NULL,
+    chunk_count         INTEGER NOT NULL,
+    domain_length       INTEGER NOT NULL,
+    context_fingerprint TEXT NOT NULL,
+    bytes_total         INTEGER NOT NULL,
+    committed_at        TEXT NOT NULL,
+    PRIMARY KEY (study_id, owner_id)
+);
+CREATE TABLE IF NOT EXISTS releases (
+    release_id    TEXT PRIMARY KEY,
+    study_id      TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    epsilon       REAL NOT NULL,
+    owners_json   TEXT NOT NULL,
+    contract_hash TEXT NOT NULL,
+    started_at    TEXT NOT NULL,
+    request_key   TEXT NOT NULL,
+    finished_at   TEXT NOT NULL,
+    error_code    TEXT NOT NULL,
+    error_message TEXT NOT NULL,
+    summary_json  TEXT NOT NULL,
+    seconds       REAL NOT NULL,
+    bytes_to_decryption INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS releases_by_study ON releases(study_id);
+"""
+
+_META_COLS = "study_id, owner_id, idempotency_key, chunk_count, domain_length, context_fingerprint"
+_REL_COLS = ("release_id, study_id, state, epsilon, owners_json, contract_hash, started_at, request_key, "
+             "finished_at, error_code, error_message, summary_json, seconds, bytes_to_decryption")
+
+
+def _meta(row: tuple[object, ...]) -> UploadMeta:
+    return UploadMeta(str(row[0]), str(row[1]), str(row[2]), int(row[3]), int(row[4]),  # type: ignore[call-overload]
+                      str(row[5]))
+
+
+def _release(row: tuple[object, ...]) -> ReleaseRecord:
+    return ReleaseRecord(
+        release_id=str(row[0]), study_id=str(row[1]), state=str(row[2]), epsilon=float(row[3]),  # type: ignore[arg-type]
+        owners=tuple(json.loads(str(row[4]))), contract_hash=str(row[5]), started_at=str(row[6]),
+        request_key=str(row[7]), finished_at=str(row[8]), error_code=str(row[9]), error_message=str(row[10]),
+        summary_json=str(row[11]), seconds=float(row[12]),  # type: ignore[arg-type]
+        bytes_to_decryption=int(row[13]),  # type: ignore[call-overload]
+    )
+
+
+class SqliteComputationStore(ComputationStore):
+    """Metadata in `data_dir/computation.sqlite3`, chunks in `data_dir/uploads/<study>/<owner>/<key>/`.
+
+    Chunks are written to a temporary file and renamed (and fsynced when `durable`), so a
+    crash never leaves half a chunk; committing is one SQLite transaction that inserts
+    the submission row (primary key study+owner: one submission per owner, ever) and
+    removes the partial-upload row. `read_only` opens an existing store for a separate
+    analyst process.
+    """
+
+    DB_FILE = "computation.sqlite3"
+
+    def __init__(self, data_dir: Path | str, *, durable: bool = True, read_only: bool = False) -> None:
+        self.data_dir = Path(data_dir)
+        self.durable = durable
+        self._lock = threading.RLock()
+        db_path = self.data_dir / self.DB_FILE
+        if read_only:
+            if not db_path.exists():
+                raise NotFoundError(f"{db_path} does not exist; point --data-dir at a computation server's data")
+            self._db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None,
+                                       check_same_thread=False, timeout=30.0)
+        else:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _tx(self) -> "_Tx":
+        return _Tx(self._db)
+
+    def _dir(self, meta: UploadMeta) -> Path:
+        return self.data_dir / "uploads" / meta.study_id / meta.owner_id / meta.idempotency_key
+
+    # -- studies ---------------------------------------------------------------------
+    def put_study(self, contract: StudyContract) -> None:
+        with self._lock, self._tx():
+            row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?",
+                                   (contract.study_id,)).fetchone()
+            if row is not None:
+                existing = StudyContract.from_json(row[0])
+                if existing.contract_hash != contract.contract_hash:
+                    raise _study_conflict(existing)
+                return
+            self._db.execute("INSERT INTO studies VALUES (?, ?, ?)",
+                             (contract.study_id, contract.canonical_json(), contract.contract_hash))
+
+    def get_study(self, study_id: str) -> StudyContract | None:
+        with self._lock:
+            row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?", (study_id,)).fetchone()
+        return None if row is None else StudyContract.from_json(row[0])
+
+    # -- uploads -----------------------------------------------------------------------
+    def _submission(self, study_id: str, owner_id: str) -> Submission | None:
+        row = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at FROM submissions "
+                               "WHERE study_id = ? AND owner_id = ?", (study_id, owner_id)).fetchone()
+        return None if row is None else Submission(_meta(row[:6]), int(row[6]), str(row[7]))
+
+    def _upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
+        row = self._db.execute(f"SELECT {_META_COLS} FROM uploads WHERE study_id = ? AND owner_id = ?",
+                               (study_id, owner_id)).fetchone()
+        return None if row is None else _meta(row)
+
+    def start_upload(self, meta: UploadMeta) -> None:
+        with self._lock:
+            sub = self._submission(meta.study_id, meta.owner_id)
+            if sub is not None:
+                if sub.meta == meta:
+                    return
+                raise _owner_conflict(sub)
+            current = self._upload(meta.study_id, meta.owner_id)
+            if current == meta:
+                return
+            if current is not None:
+                self.discard_upload(current)
+            with self._tx():
+                self._db.execute(f"INSERT INTO uploads ({_META_COLS}, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (meta.study_id, meta.owner_id, meta.idempotency_key, meta.chunk_count,
+                                  meta.domain_length, meta.context_fingerprint, utc_now()))
+            self._dir(meta).mkdir(parents=True, exist_ok=True)
+
+    def get_upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
+        with self._lock:
+            return self._upload(study_id, owner_id)
+
+    def put_chunk(self, meta: UploadMeta, index: int, data: bytes) -> None:
+        _check_index(meta, index)
+        with self._lock:
+            if self._upload(meta.study_id, meta.owner_id) != meta:
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
+        # File I/O outside the lock: chunks of different owners are written in parallel.
+        write_file_atomic(self._dir(meta) / f"{index:07d}.ct", bytes(data), fsync=self.durable)
+
+    def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
+        d = self._dir(meta)
+        if not d.is_dir():
+            return {}
+        out: dict[int, int] = {}
+        for p in d.iterdir():
+            if p.suffix == ".ct" and p.stem.isdigit():
+                out[int(p.stem)] = p.stat().st_size
+        return out
+
+    def commit_upload(self, meta: UploadMeta) -> Submission:
+        with self._lock:
+            sub = self._submission(meta.study_id, meta.owner_id)
+            if sub is not None:
+                if sub.meta == meta:
+                    return sub
+                raise _owner_conflict(sub)
+            if self._upload(meta.study_id, meta.owner_id) != meta:
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}")
+            held = self.received_chunks(meta)
+            _check_complete(meta, held)
+            sub = Submission(meta, sum(held.values()), utc_now())
+            with self._tx():
+                self._db.execute(
+                    f"INSERT INTO submissions ({_META_COLS}, bytes_total, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (meta.study_id, meta.owner_id, meta.idempotency_key, meta.chunk_count, meta.domain_length,
+                     meta.context_fingerprint, sub.bytes_total, sub.committed_at))
+                self._db.execute("DELETE FROM uploads WHERE study_id = ? AND owner_id = ?",
+                                 (meta.study_id, meta.owner_id))
+            return sub
+
+    def discard_upload(self, meta: UploadMeta) -> None:
+        with self._lock:
+            sub = self._submission(meta.study_id, meta.owner_id)
+            if sub is not None and sub.meta.idempotency_key == meta.idempotency_key:
+                return  # never delete a committed submission's chunks
+            with self._tx():
+                self._db.execute("DELETE FROM uploads WHERE study_id = ? AND owner_id = ? AND idempotency_key = ?",
+                                 (meta.study_id, meta.owner_id, meta.idempotency_key))
+            shutil.rmtree(self._dir(meta), ignore_errors=True)
+
+    def get_submission(self, study_id: str, owner_id: str) -> Submission | None:
+        with self._lock:
+            return self._submission(study_id, owner_id)
+
+    def submissions(self, study_id: str) -> list[Submission]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at FROM submissions "
+                                    "WHERE study_id = ? ORDER BY owner_id", (study_id,)).fetchall()
+        return [Submission(_meta(r[:6]), int(r[6]), str(r[7])) for r in rows]
+
+    def read_chunk(self, submission: Submission, index: int) -> bytes:
+        _check_index(submission.meta, index)
+        path = self._dir(submission.meta) / f"{index:07d}.ct"
+        try:
+            return path.read_bytes()
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"chunk {index} of owner {submission.owner_id}'s submission is missing from "
+                                f"{path.parent}; the data directory was altered") from exc
+
+    # -- releases --------------------------------------------------------------------
+    def save_release(self, record: ReleaseRecord) -> None:
+        r = record
+        with self._lock, self._tx():
+            self._db.execute(
+                f"INSERT OR REPLACE INTO releases ({_REL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (r.release_id, r.study_id, r.state, r.epsilon, json.dumps(list(r.owners)), r.contract_hash,
+                 r.started_at, r.request_key, r.finished_at, r.error_code, r.error_message, r.summary_json,
+                 r.seconds, r.bytes_to_decryption))
+
+    def get_release(self, release_id: str) -> ReleaseRecord | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {_REL_COLS} FROM releases WHERE release_id = ?",
+                                   (release_id,)).fetchone()
+        return None if row is None else _release(row)
+
+    def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
+        with self._lock:
+            if study_id:
+                rows = self._db.execute(f"SELECT {_REL_COLS} FROM releases WHERE study_id = ? ORDER BY started_at, release_id",
+                                        (study_id,)).fetchall()
+            else:
+                rows = self._db.execute(f"SELECT {_REL_COLS} FROM releases ORDER BY started_at, release_id").fetchall()
+        return [_release(r) for r in rows]
+
+
+class _Tx:
+    """`with _Tx(db):` runs the block in BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+

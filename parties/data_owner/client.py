@@ -1,0 +1,270 @@
+"""Data-owner client: validate a histogram, encrypt it under the study's public key, upload it resumably."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import grpc
+
+from he_partition.ckks import CkksBackend, context_fingerprint, load_context
+from he_partition.errors import InvalidInputError
+from he_partition.protocol import encrypt_histogram, validate_histogram
+
+from ..common.config import DEFAULT_TIMEOUT, RetryPolicy
+from ..common.contract import StudyContract, check_id
+from ..common.errors import PermissionDeniedError, ServiceError
+from ..computation.client import ComputationClient
+from ..decryption.client import DecryptionClient
+
+__all__ = ["DataOwnerClient", "EncryptedHistogram", "SubmitResult", "RESUMABLE_CODES"]
+
+#: Failures after which an upload is resumed (same idempotency key, only the missing chunks).
+RESUMABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
+                   grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+@dataclass(frozen=True)
+class EncryptedHistogram:
+    """A histogram encrypted for one study: serialized ciphertext chunks of the prefix-encoded counts."""
+
+    study_id: str
+    domain_length: int
+    context_fingerprint: str
+    chunks: tuple[bytes, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(c) for c in self.chunks)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What one `submit` achieved. `duplicate`: the server already had this upload (nothing was sent)."""
+
+    study_id: str
+    owner_id: str
+    idempotency_key: str
+    committed: bool
+    duplicate: bool
+    chunk_count: int
+    chunks_sent: int
+    bytes_sent: int
+    attempts: int
+    seconds: float
+
+
+def _counts_of(histogram: Any) -> tuple[Any, int | None]:
+    """Accept a plain array or a BoundedHistogram (parties.data_owner.dataset); return (counts, its bound)."""
+    if hasattr(histogram, "counts") and hasattr(histogram, "contribution_bound"):
+        return histogram.counts, int(histogram.contribution_bound)
+    return histogram, None
+
+
+class DataOwnerClient:
+    """One data owner's connection to a study.
+
+    The owner fetches the public context from the decryption server (checking its
+    fingerprint against the study contract), encrypts locally, and streams ciphertext
+    chunks to the computation server. Raw counts never leave this process. Uploads are
+    resumable: with the same `idempotency_key` a retry sends only the chunks the server
+    lacks, and a retry of a finished upload is a no-op (never counted twice).
+
+    Example::
+
+        with DataOwnerClient("hospital-a", computation="cs:50052", decryption="ds:50051") as owner:
+            owner.submit("study-1", counts)
+    """
+
+    def __init__(self, owner_id: str, *, computation: str | ComputationClient, decryption: str | DecryptionClient,
+                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(), progress: bool = True) -> None:
+        self.owner_id = check_id("owner_id", owner_id)
+        self._own: list[ComputationClient | DecryptionClient] = []
+        if isinstance(computation, str):
+            computation = ComputationClient(computation, timeout=timeout, retry=retry)
+            self._own.append(computation)
+        if isinstance(decryption, str):
+            decryption = DecryptionClient(decryption, timeout=timeout, retry=retry)
+            self._own.append(decryption)
+        self.computation: ComputationClient = computation
+        self.decryption: DecryptionClient = decryption
+        self.retry = retry
+        self.progress = progress
+        self._context: tuple[str, CkksBackend] | None = None
+
+    def close(self) -> None:
+        for c in self._own:
+            c.close()
+
+    def __enter__(self) -> "DataOwnerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- steps --------------------------------------------------------------------------
+    def contract(self, study_id: str) -> StudyContract:
+        """The study's contract from the computation server (hash checked)."""
+        return self.computation.study_status(study_id).contract
+
+    def backend(self, contract: StudyContract) -> CkksBackend:
+        """A public-key backend for the study's key; refuses a context whose fingerprint differs from the contract's."""
+        if self._context is not None and self._context[0] == contract.context_fingerprint:
+            return self._context[1]
+        data = self.decryption.public_context()
+        fp = context_fingerprint(data)
+        if fp != contract.context_fingerprint:
+            raise InvalidInputError(
+                f"the decryption server's public key {fp[:16]} is not the key of study {contract.study_id} "
+                f"({contract.context_fingerprint[:16]}); are you talking to the right decryption server?"
+            )
+        ctx = load_context(data)
+        if ctx.is_private():
+            raise InvalidInputError("the decryption server sent a context with a secret key; refusing to use it")
+        backend = CkksBackend(ctx)
+        self._context = (fp, backend)
+        return backend
+
+    def encrypt(self, study_id: str, histogram: Any) -> EncryptedHistogram:
+        """Validate the counts and encrypt them for the study (nothing is sent).
+
+        NaN, infinite, negative or non-integer counts and a wrong length are refused here,
+        before anything leaves the machine. A BoundedHistogram whose contribution bound
+        differs from the contract's is refused (its noise would be miscalibrated).
+        """
+        counts, bound = _counts_of(histogram)
+        hist = validate_histogram(counts, name=f"histogram of owner {self.owner_id}")
+        contract = self.contract(study_id)
+        if self.owner_id not in contract.expected_owners:
+            raise PermissionDeniedError(
+                f"owner {self.owner_id!r} is not expected by study {study_id} (expected: "
+                f"{', '.join(contract.expected_owners)}); check the owner id"
+            )
+        if hist.size != contract.domain_size:
+            raise InvalidInputError(
+                f"histogram has {hist.size} bins but study {study_id} has domain size {contract.domain_size}"
+                + (f" (domain {contract.domain_spec})" if contract.domain_spec else "")
+            )
+        if bound is not None:
+            from .dataset import check_bound_matches
+
+            check_bound_matches(histogram, contract.contribution_bound)
+        backend = self.backend(contract)
+        vec = encrypt_histogram(backend, hist)
+        return EncryptedHistogram(study_id, int(hist.size), contract.context_fingerprint,
+                                  tuple(backend.serialize_chunk(c) for c in vec.chunks))
+
+    def submit(self, study_id: str, histogram: Any, *, idempotency_key: str | None = None,
+               progress: bool | None = None, max_attempts: int = 5) -> SubmitResult:
+        """Encrypt and upload `histogram` (counts per bin, or a BoundedHistogram) to the study.
+
+        Retries (UNAVAILABLE, DEADLINE_EXCEEDED, ...) resume the upload: the server
+        reports which chunks it holds and only the others are sent. Keep
+        `idempotency_key` to resume from another process after a crash; a fresh key is
+        generated otherwise. Raises ServiceError with ALREADY_EXISTS if this owner
+        already submitted under a different key.
+        """
+        counts, _ = _counts_of(histogram)
+        validate_histogram(counts, name=f"histogram of owner {self.owner_id}")  # before any network traffic
+        key = check_id("idempotency_key", idempotency_key or f"up-{uuid.uuid4().hex[:20]}")
+        started = time.monotonic()
+        status = self.computation.upload_status(study_id, self.owner_id, key)
+        if status.state == "COMMITTED":
+            return SubmitResult(study_id, self.owner_id, key, True, True, status.chunk_count, 0, 0, 0,
+                                time.monotonic() - started)
+        if status.state == "CONFLICT":
+            raise ServiceError(grpc.StatusCode.ALREADY_EXISTS,
+                               f"owner {self.owner_id} already submitted to study {study_id} under another "
+                               "idempotency key; a study counts one submission per owner",
+                               method="Computation/UploadStatus")
+        enc = self.encrypt(study_id, histogram)
+        return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
+                           started=started)
+
+    def upload(self, enc: EncryptedHistogram, *, idempotency_key: str, progress: bool | None = None,
+               max_attempts: int = 5, only: Sequence[int] | None = None, started: float | None = None) -> SubmitResult:
+        """Upload already encrypted chunks, resuming until committed. `only` restricts the first attempt
+        to some chunk indices (it simulates an interrupted upload in tests and demos)."""
+        t0 = time.monotonic() if started is None else started
+        k = len(enc.chunks)
+        show = self.progress if progress is None else progress
+        sent_chunks = 0
+        sent_bytes = 0
+        delay = self.retry.initial_delay
+        bar = _progress_bar(show, enc.nbytes, f"{self.owner_id} -> {enc.study_id}")
+        try:
+            for attempt in range(1, max_attempts + 1):
+                status = self.computation.upload_status(enc.study_id, self.owner_id, idempotency_key)
+                if status.state == "COMMITTED":
+                    return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, sent_chunks == 0, k,
+                                        sent_chunks, sent_bytes, attempt - 1, time.monotonic() - t0)
+                if status.state == "CONFLICT":
+                    raise ServiceError(grpc.StatusCode.ALREADY_EXISTS,
+                                       f"owner {self.owner_id} already submitted to study {enc.study_id} under "
+                                       "another idempotency key", method="Computation/UploadStatus")
+                held = set(status.received) if status.state == "PARTIAL" else set()
+                todo = [i for i in range(k) if i not in held]
+                if only is not None and attempt == 1:
+                    todo = [i for i in todo if i in set(only)]
+                bar.reset_to(sum(len(enc.chunks[i]) for i in held))
+
+                def stream(indices: list[int] = todo) -> Iterator[tuple[int, bytes]]:
+                    nonlocal sent_chunks, sent_bytes
+                    for i in indices:
+                        yield i, enc.chunks[i]
+                        sent_chunks += 1
+                        sent_bytes += len(enc.chunks[i])
+                        bar.update(len(enc.chunks[i]))
+
+                try:
+                    resp = self.computation.submit_chunks(
+                        study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
+                        domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
+                        chunk_count=k, chunks=stream())
+                except ServiceError as err:
+                    if err.code not in RESUMABLE_CODES or attempt == max_attempts:
+                        raise
+                    time.sleep(random.uniform(0, min(self.retry.max_delay, delay)))
+                    delay *= self.retry.multiplier
+                    continue
+                if resp.committed:
+                    return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, resp.duplicate, k,
+                                        sent_chunks, sent_bytes, attempt, time.monotonic() - t0)
+                if only is not None and attempt == 1:
+                    return SubmitResult(enc.study_id, self.owner_id, idempotency_key, False, False, k, sent_chunks,
+                                        sent_bytes, attempt, time.monotonic() - t0)
+        finally:
+            bar.close()
+        raise ServiceError(grpc.StatusCode.UNAVAILABLE,
+                           f"upload {idempotency_key} not committed after {max_attempts} attempts; run the same "
+                           "submit again with this idempotency key to resume", method="Computation/SubmitHistogram")
+
+
+class _Bar:
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def reset_to(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.n = n
+            self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _progress_bar(show: bool, total: int, desc: str) -> _Bar:
+    if not show:
+        return _Bar(None)
+    from tqdm import tqdm
+
+    return _Bar(tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False))
+

@@ -1,0 +1,1 @@
+"""Decryption role: the key holder, its budget ledger, and the service that decrypts noised measurements."""

@@ -1,0 +1,148 @@
+"""Typed Python client of the decryption service (used by operators, data owners and the computation server)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
+from he_partition.errors import InvalidInputError
+from he_partition.measurements import Measurement
+
+from ..common.client import BaseClient, call_with_retry
+from ..common.contract import StudyContract
+from ..common.convert import contract_from_proto, measurement_to_proto
+
+__all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult"]
+
+
+@dataclass(frozen=True)
+class ChargeInfo:
+    """One ledger row as reported by BudgetStatus."""
+
+    charge_id: int
+    release_id: str
+    kind: str
+    epsilon: float
+    created_at: str
+
+
+@dataclass(frozen=True)
+class BudgetInfo:
+    """A study's privacy budget: total (the contract's epsilon), spent, remaining, and every charge."""
+
+    study_id: str
+    total: float
+    spent: float
+    remaining: float
+    charges: tuple[ChargeInfo, ...]
+
+
+@dataclass(frozen=True)
+class DecryptResult:
+    """Released integer values of one measurement (both servers' noise included)."""
+
+    values: npt.NDArray[np.int64]
+    charge_id: int
+    epsilon_remaining: float
+
+
+class DecryptionClient(BaseClient):
+    """Client of the key holder. Every call has a deadline (`timeout`, seconds); reads retry on UNAVAILABLE.
+
+    Example::
+
+        with DecryptionClient("127.0.0.1:50051") as ds:
+            ctx = ds.public_context()
+            print(ds.budget("study-1").remaining)
+    """
+
+    stub_class = decryption_pb2_grpc.DecryptionStub
+
+    def public_context(self, *, timeout: float | None = None) -> bytes:
+        """Download the serialized public CKKS context (streamed in chunks) and check its SHA-256 fingerprint."""
+        deadline = self.timeout if timeout is None else timeout
+
+        def fetch() -> bytes:
+            parts: list[bytes] = []
+            total = -1
+            fingerprint = ""
+            for chunk in self._stub.GetPublicContext(decryption_pb2.GetPublicContextRequest(), timeout=deadline):
+                if chunk.offset != sum(len(p) for p in parts):
+                    raise InvalidInputError("public context chunks arrived out of order")
+                parts.append(chunk.data)
+                total, fingerprint = chunk.total_size, chunk.fingerprint
+            data = b"".join(parts)
+            if len(data) != total or hashlib.sha256(data).hexdigest() != fingerprint:
+                raise InvalidInputError(
+                    f"public context download is corrupt ({len(data)} of {total} bytes, fingerprint mismatch); retry"
+                )
+            return data
+
+        return call_with_retry(fetch, policy=self.retry, method="Decryption/GetPublicContext")
+
+    def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
+                   strategy: str = "gap", contribution_bound: int = 1, noise_parties: int = 2,
+                   strategy_params_json: str = "", domain_spec: str = "",
+                   timeout: float | None = None) -> tuple[StudyContract, bool]:
+        """Create a study; returns (contract, already_existed). With your own `study_id` retries are idempotent.
+
+        `epsilon` is the study's total budget; `contribution_bound` c multiplies every
+        sensitivity; `noise_parties` 2 (default) makes both servers add noise.
+        """
+        req = decryption_pb2.OpenStudyRequest(
+            study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
+            contribution_bound=contribution_bound, noise_parties=noise_parties,
+            expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+        )
+        resp = self._unary(self._stub.OpenStudy, req, method="Decryption/OpenStudy", timeout=timeout,
+                           retry=bool(study_id))
+        return contract_from_proto(resp.contract), resp.already_existed
+
+    def get_study(self, study_id: str, *, timeout: float | None = None) -> StudyContract:
+        """The contract of a study (its hash is checked against its fields)."""
+        resp = self._unary(self._stub.GetStudy, decryption_pb2.GetStudyRequest(study_id=study_id),
+                           method="Decryption/GetStudy", timeout=timeout)
+        return contract_from_proto(resp.contract)
+
+    def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
+                            chunks: Iterable[bytes], chunk_count: int,
+                            timeout: float | None = None) -> DecryptResult:
+        """Send one noised measurement ciphertext (streamed chunk by chunk) and get its released values.
+
+        Spends `measurement.epsilon` of the study's budget (sensitivity
+        `measurement.sensitivity`, add/remove of one person with at most c records); the
+        server adds its own discrete Laplace draw (noise_parties == 2), which only it knows.
+
+        Not retried: the server charges the ledger before decrypting, so a lost reply must
+        not be answered by a second decryption. The ledger refuses (RESOURCE_EXHAUSTED) a
+        charge that does not fit.
+        """
+        header = decryption_pb2.DecryptMeasurementHeader(
+            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
+            measurement=measurement_to_proto(measurement), chunk_count=chunk_count,
+        )
+
+        def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
+            yield decryption_pb2.DecryptMeasurementRequest(header=header)
+            for c in chunks:
+                yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
+
+        deadline = (self.timeout if timeout is None else timeout) + 0.5 * chunk_count
+        resp = self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout), requests(),
+                           method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
+        return DecryptResult(np.asarray(resp.values, dtype=np.int64), int(resp.charge_id),
+                             float(resp.epsilon_remaining))
+
+    def budget(self, study_id: str, *, timeout: float | None = None) -> BudgetInfo:
+        """Total, spent and remaining epsilon of a study, with the ledger rows."""
+        resp = self._unary(self._stub.BudgetStatus, decryption_pb2.BudgetStatusRequest(study_id=study_id),
+                           method="Decryption/BudgetStatus", timeout=timeout)
+        return BudgetInfo(
+            resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
+            tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),
+        )

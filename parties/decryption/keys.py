@@ -1,0 +1,87 @@
+"""The decryption server's key store on disk: the secret CKKS context (mode 0600, never served) and its public part."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from he_partition.ckks import CkksParams, context_fingerprint, generate_secret_context, load_context, public_context_bytes
+from he_partition.errors import InvalidInputError
+
+from ..common.util import write_file_atomic, write_private_file
+
+__all__ = ["KeyMaterial", "KeyStore"]
+
+log = logging.getLogger("dpagg.decryption.keys")
+
+SECRET_FILE = "secret_context.bin"
+PUBLIC_FILE = "public_context.bin"
+
+
+@dataclass(frozen=True)
+class KeyMaterial:
+    """The loaded key: `secret_context` stays in this process; `public_bytes` may be served."""
+
+    secret_context: Any
+    public_bytes: bytes
+
+    @property
+    def fingerprint(self) -> str:
+        return context_fingerprint(self.public_bytes)
+
+
+class KeyStore:
+    """Keys in `directory` (mode 0700): secret_context.bin (0600) and public_context.bin.
+
+    The first `load_or_create` generates a key pair; later ones (server restarts) load it,
+    refusing a secret file that other users can read. The public file is re-derived from
+    the secret context and compared, so a swapped public file is noticed.
+    """
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+
+    @property
+    def secret_path(self) -> Path:
+        return self.directory / SECRET_FILE
+
+    @property
+    def public_path(self) -> Path:
+        return self.directory / PUBLIC_FILE
+
+    def load_or_create(self, params: CkksParams = CkksParams()) -> KeyMaterial:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.secret_path.exists():
+            return self._load()
+        secret = generate_secret_context(params)
+        # The only place a secret key is serialized: straight into a 0600 file.
+        write_private_file(self.secret_path, bytes(secret.serialize(save_secret_key=True)))
+        public = public_context_bytes(secret)
+        write_file_atomic(self.public_path, public)
+        log.info("generated a new CKKS key pair in %s (fingerprint %s)", self.directory,
+                 context_fingerprint(public)[:16])
+        return KeyMaterial(secret, public)
+
+    def _load(self) -> KeyMaterial:
+        mode = stat.S_IMODE(os.stat(self.secret_path).st_mode)
+        if mode & 0o077:
+            raise InvalidInputError(
+                f"{self.secret_path} has mode {mode:04o}: other users could read the secret key. "
+                f"Run: chmod 600 {self.secret_path}"
+            )
+        secret = load_context(self.secret_path.read_bytes())
+        if not secret.is_private():
+            raise InvalidInputError(f"{self.secret_path} holds no secret key; restore it from a backup")
+        public = public_context_bytes(secret)
+        if self.public_path.exists() and self.public_path.read_bytes() != public:
+            raise InvalidInputError(
+                f"{self.public_path} does not match the secret key in {self.secret_path}; delete the public file "
+                "to re-derive it"
+            )
+        if not self.public_path.exists():
+            write_file_atomic(self.public_path, public)
+        return KeyMaterial(secret, public)

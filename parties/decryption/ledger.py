@@ -1,0 +1,295 @@
+"""The decryption server's study contracts and append-only privacy-budget ledger (SQLite or in memory)."""
+
+from __future__ import annotations
+
+import abc
+import math
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from he_partition.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.protocol import EPSILON_TOLERANCE
+
+from ..common.contract import StudyContract, check_id
+from ..common.errors import AlreadyExistsError, NotFoundError
+from ..common.util import utc_now
+
+__all__ = ["Charge", "LedgerStore", "SqliteLedgerStore", "MemoryLedgerStore", "check_charge"]
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One immutable ledger event: `epsilon` spent on a `kind` measurement of a release of a study."""
+
+    charge_id: int
+    study_id: str
+    release_id: str
+    kind: str
+    epsilon: float
+    release_epsilon: float
+    created_at: str
+
+
+def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: float, release_epsilon: float) -> None:
+    """Dry-run a charge against a study's existing charges; raise if it must be refused.
+
+    Rules (sums with relative slack EPSILON_TOLERANCE):
+    - the study never spends more than `total`;
+    - the first charge of a release requires the *whole* release (`release_epsilon`) to
+      fit the remaining budget, so a release is refused before anything is decrypted
+      rather than half way through;
+    - a release's charges never exceed its declared `release_epsilon`.
+    """
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise InvalidInputError(f"a charge's epsilon must be > 0 and finite, got {epsilon}")
+    if not (math.isfinite(release_epsilon) and release_epsilon >= epsilon):
+        raise InvalidInputError(
+            f"release_epsilon must be finite and >= the measurement's epsilon {epsilon:g}, got {release_epsilon}"
+        )
+    slack = 1 + EPSILON_TOLERANCE
+    spent = math.fsum(c.epsilon for c in charges)
+    mine = [c for c in charges if c.release_id == release_id]
+    if not mine and spent + release_epsilon > total * slack:
+        raise BudgetExhaustedError(
+            f"release {release_id} needs epsilon {release_epsilon:g} but the study has {max(0.0, total - spent):g} "
+            f"left of {total:g}; nothing was decrypted. Open a new study for more releases"
+        )
+    if mine and any(not math.isclose(c.release_epsilon, release_epsilon, rel_tol=1e-12) for c in mine):
+        raise InvalidInputError(
+            f"release {release_id} was declared with epsilon {mine[0].release_epsilon:g}, not {release_epsilon:g}"
+        )
+    release_spent = math.fsum(c.epsilon for c in mine)
+    if release_spent + epsilon > release_epsilon * slack:
+        raise BudgetExhaustedError(
+            f"charging {epsilon:g} would take release {release_id} to {release_spent + epsilon:g}, past its "
+            f"declared epsilon {release_epsilon:g}; nothing was decrypted"
+        )
+    if spent + epsilon > total * slack:
+        raise BudgetExhaustedError(
+            f"charging {epsilon:g} would spend {spent + epsilon:g} of the study's total {total:g}; "
+            "nothing was decrypted"
+        )
+
+
+class LedgerStore(abc.ABC):
+    """Study contracts and the append-only charge ledger of one decryption server.
+
+    `charge` checks and appends in one atomic step; rows are never updated or deleted.
+    """
+
+    @abc.abstractmethod
+    def create_study(self, contract: StudyContract) -> tuple[StudyContract, bool]:
+        """Store a new contract; an identical existing one is returned with True (idempotent),
+        a different one under the same id raises AlreadyExistsError."""
+
+    @abc.abstractmethod
+    def get_study(self, study_id: str) -> StudyContract:
+        """The contract, or NotFoundError."""
+
+    @abc.abstractmethod
+    def list_studies(self) -> list[StudyContract]:
+        """Every contract, oldest first."""
+
+    @abc.abstractmethod
+    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float) -> Charge:
+        """Check (`check_charge`) and append one charge atomically; durable when it returns.
+
+        This is where budget is spent: `epsilon` of the study's total (sequential
+        composition over every charge of the study). Callers charge before they decrypt.
+        """
+
+    @abc.abstractmethod
+    def charges(self, study_id: str) -> list[Charge]:
+        """A study's charges, oldest first (NotFoundError for an unknown study)."""
+
+    def spent(self, study_id: str) -> float:
+        return math.fsum(c.epsilon for c in self.charges(study_id))
+
+    def close(self) -> None:
+        """Release resources (no-op by default)."""
+
+
+def _same_terms(a: StudyContract, b: StudyContract) -> bool:
+    return a.contract_hash == b.contract_hash
+
+
+def _conflict(existing: StudyContract) -> AlreadyExistsError:
+    return AlreadyExistsError(
+        f"study {existing.study_id} already exists with different terms (contract {existing.contract_hash[:16]}); "
+        "choose another study id"
+    )
+
+
+class MemoryLedgerStore(LedgerStore):
+    """In-memory ledger for unit tests; same contract as the SQLite one, lost at exit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._studies: dict[str, StudyContract] = {}
+        self._charges: list[Charge] = []
+
+    def create_study(self, contract: StudyContract) -> tuple[StudyContract, bool]:
+        with self._lock:
+            existing = self._studies.get(contract.study_id)
+            if existing is not None:
+                if not _same_terms(existing, contract):
+                    raise _conflict(existing)
+                return existing, True
+            self._studies[contract.study_id] = contract
+            return contract, False
+
+    def get_study(self, study_id: str) -> StudyContract:
+        with self._lock:
+            c = self._studies.get(study_id)
+        if c is None:
+            raise NotFoundError(f"unknown study {study_id!r}; open it first (dpagg open-study)")
+        return c
+
+    def list_studies(self) -> list[StudyContract]:
+        with self._lock:
+            return list(self._studies.values())
+
+    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float) -> Charge:
+        check_id("release_id", release_id)
+        with self._lock:
+            contract = self._studies.get(study_id)
+            if contract is None:
+                raise NotFoundError(f"unknown study {study_id!r}; open it first (dpagg open-study)")
+            mine = [c for c in self._charges if c.study_id == study_id]
+            check_charge(contract.epsilon, mine, release_id, float(epsilon), float(release_epsilon))
+            c = Charge(len(self._charges) + 1, study_id, release_id, kind, float(epsilon), float(release_epsilon),
+                       utc_now())
+            self._charges.append(c)
+            return c
+
+    def charges(self, study_id: str) -> list[Charge]:
+        self.get_study(study_id)
+        with self._lock:
+            return [c for c in self._charges if c.study_id == study_id]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS studies (
+    study_id      TEXT PRIMARY KEY,
+    contract_json TEXT NOT NULL,
+    contract_hash TEXT NOT NULL,
+    created_at    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS charges (
+    charge_id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    study_id        TEXT NOT NULL REFERENCES studies(study_id),
+    release_id      TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    epsilon         REAL NOT NULL CHECK (epsilon > 0),
+    release_epsilon REAL NOT NULL,
+    created_at      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS charges_by_study ON charges(study_id);
+-- The ledger is append-only: a charge, once written, can be neither changed nor removed.
+CREATE TRIGGER IF NOT EXISTS charges_no_update BEFORE UPDATE ON charges
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS charges_no_delete BEFORE DELETE ON charges
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS studies_no_update BEFORE UPDATE ON studies
+BEGIN SELECT RAISE(ABORT, 'study contracts are immutable'); END;
+CREATE TRIGGER IF NOT EXISTS studies_no_delete BEFORE DELETE ON studies
+BEGIN SELECT RAISE(ABORT, 'study contracts are immutable'); END;
+"""
+
+
+class SqliteLedgerStore(LedgerStore):
+    """The production ledger: one SQLite file, WAL journal, synchronous=FULL.
+
+    Each charge runs in a `BEGIN IMMEDIATE` transaction (the write lock is taken before
+    the budget is read), so two threads or processes can never both fit a charge into
+    the same remaining budget; the row is committed to disk before `charge` returns, so
+    it precedes any decrypted value leaving the server.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def create_study(self, contract: StudyContract) -> tuple[StudyContract, bool]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?",
+                                       (contract.study_id,)).fetchone()
+                if row is not None:
+                    existing = StudyContract.from_json(row[0])
+                    self._db.execute("COMMIT")
+                    if not _same_terms(existing, contract):
+                        raise _conflict(existing)
+                    return existing, True
+                self._db.execute(
+                    "INSERT INTO studies (study_id, contract_json, contract_hash, created_at) VALUES (?, ?, ?, ?)",
+                    (contract.study_id, contract.canonical_json(), contract.contract_hash, utc_now()),
+                )
+                self._db.execute("COMMIT")
+                return contract, False
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def _get(self, study_id: str) -> StudyContract:
+        row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?", (study_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"unknown study {study_id!r}; open it first (dpagg open-study)")
+        return StudyContract.from_json(row[0])
+
+    def get_study(self, study_id: str) -> StudyContract:
+        with self._lock:
+            return self._get(study_id)
+
+    def list_studies(self) -> list[StudyContract]:
+        with self._lock:
+            rows = self._db.execute("SELECT contract_json FROM studies ORDER BY rowid").fetchall()
+        return [StudyContract.from_json(r[0]) for r in rows]
+
+    def _charges(self, study_id: str) -> list[Charge]:
+        rows = self._db.execute(
+            "SELECT charge_id, study_id, release_id, kind, epsilon, release_epsilon, created_at FROM charges "
+            "WHERE study_id = ? ORDER BY charge_id", (study_id,)).fetchall()
+        return [Charge(int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6]) for r in rows]
+
+    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float) -> Charge:
+        check_id("release_id", release_id)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                contract = self._get(study_id)
+                check_charge(contract.epsilon, self._charges(study_id), release_id, float(epsilon),
+                             float(release_epsilon))
+                created = utc_now()
+                cur = self._db.execute(
+                    "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (study_id, release_id, kind, float(epsilon), float(release_epsilon), created),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            assert cur.lastrowid is not None
+            return Charge(int(cur.lastrowid), study_id, release_id, kind, float(epsilon), float(release_epsilon),
+                          created)
+
+    def charges(self, study_id: str) -> list[Charge]:
+        with self._lock:
+            self._get(study_id)
+            return self._charges(study_id)

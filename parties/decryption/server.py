@@ -1,0 +1,47 @@
+"""Build and run the decryption server: key store + SQLite ledger + the Decryption service."""
+
+from __future__ import annotations
+
+import logging
+
+from dpagg.v1 import decryption_pb2_grpc
+
+from ..common.config import DecryptionConfig
+from ..common.server import ServerHandle, create_server
+from ..common.util import noise_source
+from .handler import DecryptionHandler
+from .keys import KeyStore
+from .ledger import LedgerStore, SqliteLedgerStore
+from .servicer import SERVICE_NAME, DecryptionServicer
+
+__all__ = ["create_decryption_server", "serve_decryption", "LEDGER_FILE", "KEYS_DIR"]
+
+log = logging.getLogger("dpagg.decryption")
+
+LEDGER_FILE = "ledger.sqlite3"
+KEYS_DIR = "keys"
+
+
+def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | None = None) -> ServerHandle:
+    """Load (or create) the key in `config.data_dir/keys`, open the ledger, build the server (not started).
+
+    Restarting on the same data directory keeps the key, every study and every charge.
+    """
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    keys = KeyStore(config.data_dir / KEYS_DIR).load_or_create()
+    store = ledger or SqliteLedgerStore(config.data_dir / LEDGER_FILE)
+    if config.noise_seed is not None:
+        log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
+    handler = DecryptionHandler(store, keys, noise_source(config.noise_seed))
+    server, port = create_server(
+        [(decryption_pb2_grpc.add_DecryptionServicer_to_server, DecryptionServicer(handler), SERVICE_NAME)],
+        host=config.host, port=config.port, max_workers=config.max_workers,
+    )
+    return ServerHandle(server, port, config.host, handler, [store.close])
+
+
+def serve_decryption(config: DecryptionConfig, *, port_file: str | None = None) -> None:
+    """Run the decryption server until SIGINT/SIGTERM."""
+    handle = create_decryption_server(config)
+    log.info("decryption server listening on %s (key %s)", handle.target, handle.handler.fingerprint[:16])
+    handle.serve(port_file=port_file)

@@ -1,0 +1,85 @@
+"""Thin gRPC servicer of the decryption service: decode the request, call the handler, encode the reply."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import grpc
+
+from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
+from he_partition.errors import InvalidInputError
+
+from ..common.config import CONTEXT_CHUNK_BYTES
+from ..common.convert import contract_to_proto, measurement_from_proto
+from .handler import DecryptionHandler
+
+__all__ = ["DecryptionServicer", "SERVICE_NAME"]
+
+SERVICE_NAME = decryption_pb2.DESCRIPTOR.services_by_name["Decryption"].full_name
+
+
+class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
+    """Errors raised here or in the handler become status codes in `ErrorMappingInterceptor`."""
+
+    def __init__(self, handler: DecryptionHandler) -> None:
+        self.handler = handler
+
+    def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
+                         context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
+        data = self.handler.public_context
+        fingerprint = self.handler.fingerprint
+        for offset in range(0, len(data), CONTEXT_CHUNK_BYTES):
+            yield decryption_pb2.PublicContextChunk(total_size=len(data), offset=offset,
+                                                    data=data[offset:offset + CONTEXT_CHUNK_BYTES],
+                                                    fingerprint=fingerprint)
+
+    def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
+                  context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
+        contract, existed = self.handler.open_study(
+            study_id=request.study_id, domain_size=request.domain_size, epsilon=request.epsilon,
+            expected_owners=list(request.expected_owners), strategy=request.strategy,
+            contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
+            strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
+        )
+        return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
+
+    def GetStudy(self, request: decryption_pb2.GetStudyRequest,
+                 context: grpc.ServicerContext) -> decryption_pb2.GetStudyResponse:
+        return decryption_pb2.GetStudyResponse(contract=contract_to_proto(self.handler.get_study(request.study_id)))
+
+    def DecryptMeasurement(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
+                           context: grpc.ServicerContext) -> decryption_pb2.DecryptMeasurementResponse:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidInputError("DecryptMeasurement must start with a header message")
+        header = first.header
+        measurement = measurement_from_proto(header.measurement)
+        contract = self.handler.get_study(header.study_id)
+        # Validate the header before reading ciphertexts, so a bad request costs no memory.
+        self.handler.check_measurement(contract, measurement, int(header.chunk_count))
+        chunks: list[bytes] = []
+        for msg in request_iterator:
+            if msg.WhichOneof("part") != "chunk":
+                raise InvalidInputError("only ciphertext chunks may follow the DecryptMeasurement header")
+            if len(chunks) >= header.chunk_count:
+                raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
+            chunks.append(msg.chunk)
+        result = self.handler.decrypt_measurement(
+            study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
+            measurement=measurement, chunks=chunks,
+        )
+        return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
+                                                         charge_id=result.charge.charge_id,
+                                                         epsilon_remaining=result.epsilon_remaining)
+
+    def BudgetStatus(self, request: decryption_pb2.BudgetStatusRequest,
+                     context: grpc.ServicerContext) -> decryption_pb2.BudgetStatusResponse:
+        report = self.handler.budget(request.study_id)
+        return decryption_pb2.BudgetStatusResponse(
+            study_id=report.study_id, epsilon_total=report.total, epsilon_spent=report.spent,
+            epsilon_remaining=report.remaining,
+            charges=[decryption_pb2.LedgerCharge(charge_id=c.charge_id, release_id=c.release_id, kind=c.kind,
+                                                 epsilon=c.epsilon, created_at=c.created_at)
+                     for c in report.charges],
+        )
+

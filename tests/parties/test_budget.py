@@ -1,0 +1,110 @@
+"""The decryption server's ledger through the services: refusals, nothing decrypted, survival across restarts."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import grpc
+import numpy as np
+import pytest
+
+from he_partition.backend import ChunkedVector
+from he_partition.ckks import CkksBackend, load_context
+from he_partition.measurements import PartitionSums, PrefixDifferences, owner_encoding
+from parties.common.errors import ServiceError
+from parties.decryption.server import LEDGER_FILE
+
+from .conftest import Cluster
+
+
+def _encrypted_prefix(cluster: Cluster, hist: np.ndarray) -> tuple[list[bytes], CkksBackend]:
+    be = CkksBackend(load_context(cluster.decryption().public_context()))
+    vec: ChunkedVector = be.encrypt(owner_encoding(hist))
+    return [be.serialize_chunk(c) for c in vec.chunks], be
+
+
+def test_second_release_past_epsilon_is_refused_and_decrypts_nothing(cluster: Cluster) -> None:
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(64))
+    cs = cluster.computation()
+    first = cs.run_release("s1", epsilon=0.6)
+    ds = cluster.decryption()
+    before = ds.budget("s1")
+    assert [c.epsilon for c in before.charges] == [0.6 * 0.2, 0.6 - 0.6 * 0.2]
+    assert before.spent == pytest.approx(0.6, abs=1e-15)
+
+    with pytest.raises(ServiceError) as ei:
+        cs.run_release("s1", epsilon=0.6)
+    assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "nothing was decrypted" in ei.value.details
+    assert ds.budget("s1").charges == before.charges  # no charge, so no decryption
+    assert cluster.analyst().list_releases("s1")[0].release_id == first.release_id
+
+    # The rest of the budget can still be spent exactly.
+    second = cs.run_release("s1", epsilon=0.4)
+    assert second.state == "DONE"
+    assert ds.budget("s1").spent == pytest.approx(1.0, abs=1e-12)
+
+
+def test_ledger_refuses_direct_decryption_past_the_budget(cluster: Cluster) -> None:
+    """Even a computation server that skipped its own check cannot get a decryption past the budget."""
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    ds = cluster.decryption()
+    chunks, _ = _encrypted_prefix(cluster, np.arange(64))
+    m = PrefixDifferences(64, 0.5, 2)
+    res = ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0, measurement=m,
+                                 chunks=chunks, chunk_count=1)
+    truth = np.diff(np.arange(64), prepend=0)
+    assert res.values.dtype == np.int64 and res.values.shape == (64,)
+    assert res.epsilon_remaining == 0.5
+    assert np.max(np.abs(res.values - truth)) < 60  # only the server's discrete Laplace noise (scale 4)
+
+    with pytest.raises(ServiceError) as ei:  # a release declaring more than is left
+        ds.decrypt_measurement(study_id="s1", release_id="r2", release_epsilon=0.6, measurement=PrefixDifferences(
+            64, 0.1, 2), chunks=chunks, chunk_count=1)
+    assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with pytest.raises(ServiceError) as ei:  # a release spending past what it declared
+        ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0, measurement=PrefixDifferences(
+            64, 0.6, 2), chunks=chunks, chunk_count=1)
+    assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert [c.epsilon for c in ds.budget("s1").charges] == [0.5]
+
+    with pytest.raises(ServiceError) as ei:  # sensitivity below 2c would under-noise
+        ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
+                               measurement=PrefixDifferences(64, 0.1, 1), chunks=chunks, chunk_count=1)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sensitivity 1 is below 2" in ei.value.details
+    with pytest.raises(ServiceError) as ei:  # not shaped like a partition-sum measurement: refused after charging
+        ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
+                               measurement=PartitionSums(64, 0.1, 1, starts=(0, 32)), chunks=chunks, chunk_count=1)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [c.epsilon for c in ds.budget("s1").charges] == [0.5, 0.1]  # the budget is spent even then
+
+
+def test_ledger_survives_a_decryption_server_restart(cluster: Cluster) -> None:
+    contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(64))
+    cluster.computation().run_release("s1")
+    before = cluster.decryption().budget("s1")
+    assert before.spent == 1.0
+
+    cluster.restart_ds()
+    ds = cluster.decryption()
+    after = ds.budget("s1")
+    assert after == before
+    assert ds.get_study("s1") == contract  # same contract, same key fingerprint
+    with pytest.raises(ServiceError) as ei:
+        cluster.computation().run_release("s1")
+    assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_sqlite_ledger_rows_cannot_be_changed_or_removed(cluster: Cluster) -> None:
+    cluster.open_study(domain_size=64, owners=("a",))
+    cluster.owner("a").submit("s1", np.arange(64))
+    cluster.computation().run_release("s1")
+    db = sqlite3.connect(cluster.root / "ds" / LEDGER_FILE)
+    try:
+        for sql in ("UPDATE charges SET epsilon = 0.0001", "DELETE FROM charges"):
+            with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                db.execute(sql)
+    finally:
+        db.close()

@@ -1,0 +1,105 @@
+"""Static checks of the compose deployment (no Docker daemon here): it must run real `dpagg` commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parties.cli import build_parser
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse compose/docker-compose.yml")
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose" / "docker-compose.yml"
+DOCKERFILE = ROOT / "compose" / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _flag(cmd: list[str], name: str) -> str | None:
+    return cmd[cmd.index(name) + 1] if name in cmd else None
+
+
+def test_every_service_runs_a_valid_dpagg_command_from_the_one_image(compose: dict[str, Any]) -> None:
+    parser = build_parser()
+    services = compose["services"]
+    assert {"decryption", "computation", "open-study", "owner-1", "owner-2", "owner-3", "release", "query"} <= set(services)
+    for name, svc in services.items():
+        assert svc["image"] == "dpagg:local", name
+        assert (COMPOSE.parent / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve() == DOCKERFILE
+        cmd = svc["command"]
+        assert cmd[0] == "dpagg", name
+        parser.parse_args(cmd[1:])  # exits (fails the test) on an unknown subcommand or flag
+        if "healthcheck" in svc:
+            test = svc["healthcheck"]["test"]
+            assert test[:2] == ["CMD", "dpagg"]
+            parser.parse_args(test[2:])
+
+
+def test_addresses_dependencies_and_volumes_are_consistent(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    listening = {name: _flag(svc["command"], "--port") for name, svc in services.items()
+                 if svc["command"][1].startswith("serve-")}
+    assert listening == {"decryption": "50051", "computation": "50052"}
+    for name, svc in services.items():
+        cmd = svc["command"]
+        for flag in ("--computation", "--decryption", "--analyst"):
+            target = _flag(cmd, flag)
+            if target is None:
+                continue
+            host, port = target.split(":")
+            assert listening.get(host) == port, f"{name}: {flag} {target} does not match a server"
+            assert host in _deps(svc) or _reaches(services, name, host), f"{name} must start after {host}"
+        for dep, spec in svc.get("depends_on", {}).items():
+            assert dep in services, f"{name} depends on unknown service {dep}"
+            assert spec["condition"] in ("service_healthy", "service_completed_successfully", "service_started")
+            if spec["condition"] == "service_healthy":
+                assert "healthcheck" in services[dep]
+        for vol in svc.get("volumes", []):
+            assert vol.split(":")[0] in compose["volumes"], f"{name}: undeclared volume {vol}"
+        if cmd[1] in ("serve-decryption", "serve-computation"):
+            assert _flag(cmd, "--host") == "0.0.0.0" and _flag(cmd, "--data-dir") == "/data"
+            assert any(v.endswith(":/data") for v in svc["volumes"]), f"{name} must keep its state on a volume"
+    study = _flag(services["open-study"]["command"], "--study-id")
+    owners = _flag(services["open-study"]["command"], "--owners").split(",")  # type: ignore[union-attr]
+    submitted = [_flag(services[o]["command"], "--owner") for o in owners]
+    assert submitted == owners
+    assert all(_flag(services[o]["command"], "--study") == study for o in owners)
+    assert set(_deps(services["release"])) == set(owners)
+
+
+def _deps(svc: dict[str, Any]) -> list[str]:
+    return list(svc.get("depends_on", {}))
+
+
+def _reaches(services: dict[str, Any], start: str, goal: str) -> bool:
+    todo, seen = [start], set()
+    while todo:
+        s = todo.pop()
+        if s == goal:
+            return True
+        if s not in seen:
+            seen.add(s)
+            todo += _deps(services[s])
+    return False
+
+
+def test_dockerfile_installs_the_packages_and_runs_unprivileged() -> None:
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^FROM python:3\.11", text, re.M)
+    copied = re.findall(r"^COPY (.+) \S+$", text, re.M)
+    sources = [s for line in copied for s in line.split()]
+    for src in sources:
+        if src != "README.md":  # README.md is written by the docs task; pip needs it at build time
+            assert (ROOT / src).exists(), f"Dockerfile copies missing {src}"
+    assert {"he_partition", "parties", "dpagg", "pyproject.toml"} <= set(sources)
+    assert re.search(r"^RUN pip install", text, re.M)
+    assert re.search(r"^USER (?!root)", text, re.M)

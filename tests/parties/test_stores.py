@@ -1,0 +1,230 @@
+"""One contract test per storage interface, run against the SQLite and the in-memory implementation."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from he_partition.errors import BudgetExhaustedError, InvalidInputError
+from parties.common.contract import StudyContract
+from parties.common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from parties.computation.store import (
+    ComputationStore,
+    MemoryComputationStore,
+    ReleaseRecord,
+    SqliteComputationStore,
+    UploadMeta,
+)
+from parties.decryption.ledger import LedgerStore, MemoryLedgerStore, SqliteLedgerStore
+
+FP = "ab" * 32
+
+
+def contract(study_id: str = "s1", epsilon: float = 1.0, owners: tuple[str, ...] = ("a", "b")) -> StudyContract:
+    return StudyContract(study_id=study_id, domain_size=64, epsilon=epsilon, expected_owners=owners,
+                         context_fingerprint=FP)
+
+
+# ---------------------------------------------------------------------------------------- ledger
+@pytest.fixture(params=["sqlite", "memory"])
+def ledger_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], LedgerStore]]:
+    opened: list[LedgerStore] = []
+
+    def make() -> LedgerStore:
+        s: LedgerStore = SqliteLedgerStore(tmp_path / "ledger.sqlite3") if request.param == "sqlite" \
+            else MemoryLedgerStore()
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+def test_ledger_studies_are_idempotent_and_immutable(ledger_factory: Callable[[], LedgerStore]) -> None:
+    store = ledger_factory()
+    c = contract()
+    assert store.create_study(c) == (c, False)
+    assert store.create_study(contract()) == (c, True)
+    with pytest.raises(AlreadyExistsError, match="different terms"):
+        store.create_study(contract(epsilon=2.0))
+    assert store.get_study("s1") == c
+    assert store.list_studies() == [c]
+    with pytest.raises(NotFoundError):
+        store.get_study("nope")
+
+
+def test_ledger_charges_add_up_exactly_and_refuse_overspending(ledger_factory: Callable[[], LedgerStore]) -> None:
+    store = ledger_factory()
+    store.create_study(contract(epsilon=1.0))
+    a = store.charge("s1", "r1", "prefix_differences", 0.2, 1.0)
+    b = store.charge("s1", "r1", "partition_sums", 0.8, 1.0)
+    assert (a.epsilon, b.epsilon) == (0.2, 0.8) and b.charge_id > a.charge_id
+    assert store.spent("s1") == 1.0
+    with pytest.raises(BudgetExhaustedError, match="has 0 left of 1"):
+        store.charge("s1", "r2", "prefix_differences", 1e-6, 1e-6)
+    assert [c.epsilon for c in store.charges("s1")] == [0.2, 0.8]
+
+
+def test_ledger_checks_the_whole_release_before_its_first_charge(ledger_factory: Callable[[], LedgerStore]) -> None:
+    store = ledger_factory()
+    store.create_study(contract(epsilon=1.0))
+    store.charge("s1", "r1", "prefix_differences", 0.5, 0.5)
+    with pytest.raises(BudgetExhaustedError, match="needs epsilon 0.6"):
+        store.charge("s1", "r2", "prefix_differences", 0.1, 0.6)  # 0.1 fits, the release does not
+    with pytest.raises(BudgetExhaustedError, match="past its declared epsilon 0.5"):
+        store.charge("s1", "r1", "partition_sums", 0.1, 0.5)
+    with pytest.raises(InvalidInputError, match="declared with epsilon 0.5"):
+        store.charge("s1", "r1", "partition_sums", 0.1, 0.7)
+    with pytest.raises(InvalidInputError, match="epsilon must be > 0"):
+        store.charge("s1", "r3", "x", 0.0, 0.1)
+    with pytest.raises(NotFoundError):
+        store.charge("nope", "r1", "x", 0.1, 0.1)
+    assert [c.epsilon for c in store.charges("s1")] == [0.5]
+    # Float splits such as 0.1 + 0.2 + 0.7 must not be refused for rounding noise.
+    store.charge("s1", "r4", "a", 0.1, 0.5)
+    store.charge("s1", "r4", "b", 0.2, 0.5)
+    store.charge("s1", "r4", "c", 0.2, 0.5)
+    assert store.spent("s1") == pytest.approx(1.0, abs=1e-15)
+
+
+def test_ledger_concurrent_charges_never_exceed_the_total(ledger_factory: Callable[[], LedgerStore]) -> None:
+    store = ledger_factory()
+    store.create_study(contract(epsilon=1.0))
+    ok: list[int] = []
+    refused: list[int] = []
+
+    def spend(i: int) -> None:
+        try:
+            store.charge("s1", f"r{i}", "partition_sums", 0.3, 0.3)
+            ok.append(i)
+        except BudgetExhaustedError:
+            refused.append(i)
+
+    threads = [threading.Thread(target=spend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ok) == 3 and len(refused) == 5
+    assert store.spent("s1") == pytest.approx(0.9)
+
+
+def test_sqlite_ledger_persists_across_reopen(tmp_path: Path) -> None:
+    s = SqliteLedgerStore(tmp_path / "l.sqlite3")
+    s.create_study(contract())
+    s.charge("s1", "r1", "prefix_differences", 0.25, 0.25)
+    s.close()
+    s2 = SqliteLedgerStore(tmp_path / "l.sqlite3")
+    try:
+        assert [c.epsilon for c in s2.charges("s1")] == [0.25]
+        assert s2.get_study("s1") == contract()
+    finally:
+        s2.close()
+
+
+# ----------------------------------------------------------------------------------- computation
+@pytest.fixture(params=["sqlite", "memory"])
+def cstore(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ComputationStore]:
+    s: ComputationStore = SqliteComputationStore(tmp_path / "cs", durable=False) if request.param == "sqlite" \
+        else MemoryComputationStore()
+    yield s
+    s.close()
+
+
+def meta(key: str = "k1", owner: str = "a", chunks: int = 3) -> UploadMeta:
+    return UploadMeta("s1", owner, key, chunks, 64, FP)
+
+
+def test_store_studies(cstore: ComputationStore) -> None:
+    assert cstore.get_study("s1") is None
+    cstore.put_study(contract())
+    cstore.put_study(contract())
+    assert cstore.get_study("s1") == contract()
+    with pytest.raises(AlreadyExistsError):
+        cstore.put_study(contract(epsilon=3.0))
+
+
+def test_store_upload_lifecycle(cstore: ComputationStore) -> None:
+    m = meta()
+    cstore.start_upload(m)
+    assert cstore.get_upload("s1", "a") == m
+    cstore.put_chunk(m, 2, b"two")
+    cstore.put_chunk(m, 0, b"zero")
+    cstore.put_chunk(m, 0, b"zero")  # rewriting the same chunk is harmless
+    assert cstore.received_chunks(m) == {0: 4, 2: 3}
+    with pytest.raises(FailedPreconditionError, match="lacks 1 of 3 chunks \\(1\\)"):
+        cstore.commit_upload(m)
+    with pytest.raises(InvalidInputError):
+        cstore.put_chunk(m, 3, b"x")
+    cstore.put_chunk(m, 1, b"one")
+    sub = cstore.commit_upload(m)
+    assert sub.bytes_total == 10 and sub.meta == m
+    assert cstore.commit_upload(m) == sub  # idempotent
+    assert cstore.get_upload("s1", "a") is None
+    assert cstore.submissions("s1") == [sub]
+    assert [cstore.read_chunk(sub, i) for i in range(3)] == [b"zero", b"one", b"two"]
+    cstore.start_upload(m)  # same upload again: a no-op
+    with pytest.raises(AlreadyExistsError, match="under idempotency key k1"):
+        cstore.start_upload(meta("k2"))
+    cstore.discard_upload(m)  # never removes a committed submission
+    assert cstore.read_chunk(sub, 1) == b"one"
+
+
+def test_store_new_key_discards_the_old_partial(cstore: ComputationStore) -> None:
+    old, new = meta("old"), meta("new")
+    cstore.start_upload(old)
+    cstore.put_chunk(old, 0, b"x")
+    cstore.start_upload(new)
+    assert cstore.get_upload("s1", "a") == new
+    assert cstore.received_chunks(old) == {}
+    with pytest.raises(NotFoundError):
+        cstore.put_chunk(old, 1, b"y")
+    cstore.discard_upload(new)
+    assert cstore.get_upload("s1", "a") is None and cstore.received_chunks(new) == {}
+
+
+def test_store_submissions_are_per_owner_and_sorted(cstore: ComputationStore) -> None:
+    for owner in ("b", "a"):
+        m = meta(owner=owner, chunks=1)
+        cstore.start_upload(m)
+        cstore.put_chunk(m, 0, owner.encode())
+        cstore.commit_upload(m)
+    assert [s.owner_id for s in cstore.submissions("s1")] == ["a", "b"]
+    assert cstore.get_submission("s1", "b") is not None and cstore.submissions("other") == []
+
+
+def test_store_releases(cstore: ComputationStore) -> None:
+    r1 = ReleaseRecord("rel-1", "s1", "RUNNING", 0.5, ("a",), "h", "2026-01-01T00:00:00Z", request_key="q1")
+    r2 = ReleaseRecord("rel-2", "s2", "RUNNING", 1.0, ("a",), "h", "2026-01-02T00:00:00Z")
+    cstore.save_release(r1)
+    cstore.save_release(r2)
+    done = ReleaseRecord("rel-1", "s1", "DONE", 0.5, ("a",), "h", "2026-01-01T00:00:00Z", request_key="q1",
+                         summary_json="", seconds=1.5)
+    cstore.save_release(done)
+    assert cstore.get_release("rel-1") == done
+    assert [r.release_id for r in cstore.list_releases()] == ["rel-1", "rel-2"]
+    assert [r.release_id for r in cstore.list_releases("s2")] == ["rel-2"]
+    assert cstore.release_by_request_key("s1", "q1") == done
+    assert cstore.release_by_request_key("s1", "nope") is None and cstore.get_release("x") is None
+
+
+def test_sqlite_store_survives_reopen_and_opens_read_only(tmp_path: Path) -> None:
+    s = SqliteComputationStore(tmp_path / "cs")
+    m = meta(chunks=1)
+    s.put_study(contract())
+    s.start_upload(m)
+    s.put_chunk(m, 0, b"c")
+    s.commit_upload(m)
+    s.close()
+    ro = SqliteComputationStore(tmp_path / "cs", read_only=True)
+    try:
+        assert ro.get_study("s1") == contract()
+        assert ro.read_chunk(ro.submissions("s1")[0], 0) == b"c"
+    finally:
+        ro.close()
+    with pytest.raises(NotFoundError, match="does not exist"):
+        SqliteComputationStore(tmp_path / "elsewhere", read_only=True)
