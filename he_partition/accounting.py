@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import BudgetExhaustedError
+from .validation import positive_finite
 
 __all__ = [
     "RangeQuery",
@@ -34,12 +35,7 @@ def _exact(x: float) -> Fraction:
 
 
 def _check_epsilon(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v) or v <= 0.0:
-        raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
-    return v
+    return positive_finite(name, value)
 
 
 def _as_int_tuple(name: str, values: Sequence[int]) -> tuple[int, ...]:

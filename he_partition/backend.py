@@ -87,7 +87,28 @@ def _mask_chunks(mask: npt.ArrayLike, length: int, slots: int) -> list[FloatArra
     return split_chunks(m, slots)
 
 
-class PlainBackend:
+class ChunkwiseArithmetic:
+    """add, sub and add_noise chunk by chunk: the same for every backend whose chunks support + and -."""
+
+    slots: int
+
+    def encrypt(self, values: npt.ArrayLike) -> ChunkedVector:
+        raise NotImplementedError
+
+    def add(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
+        _check_same_length(a, b)
+        return ChunkedVector(a.length, tuple(x + y for x, y in zip(a.chunks, b.chunks)))
+
+    def sub(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
+        _check_same_length(a, b)
+        return ChunkedVector(a.length, tuple(x - y for x, y in zip(a.chunks, b.chunks)))
+
+    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector:
+        """Encrypt `noise` freshly (in CKKS its encryption randomness also floods the result) and add it."""
+        return self.add(a, self.encrypt(noise))
+
+
+class PlainBackend(ChunkwiseArithmetic):
     """The numpy oracle: the same chunked layout and operations, without encryption."""
 
     def __init__(self, slots: int = DEFAULT_SLOTS) -> None:
@@ -103,20 +124,9 @@ class PlainBackend:
         arr = np.asarray(values, dtype=np.float64)
         return ChunkedVector(arr.size, tuple(c.copy() for c in split_chunks(arr, self.slots)))
 
-    def add(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
-        _check_same_length(a, b)
-        return ChunkedVector(a.length, tuple(x + y for x, y in zip(a.chunks, b.chunks)))
-
-    def sub(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
-        _check_same_length(a, b)
-        return ChunkedVector(a.length, tuple(x - y for x, y in zip(a.chunks, b.chunks)))
-
     def mul_mask(self, a: ChunkedVector, mask: npt.ArrayLike) -> ChunkedVector:
         masks = _mask_chunks(mask, a.length, self.slots)
         return ChunkedVector(a.length, tuple(x * m for x, m in zip(a.chunks, masks)))
-
-    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector:
-        return self.add(a, self.encrypt(noise))
 
     def decrypt(self, a: ChunkedVector) -> FloatArray:
         return np.concatenate(a.chunks)[: a.length] if a.chunks else np.zeros(0)

@@ -43,6 +43,8 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from .validation import positive_finite
+
 __all__ = [
     "CorrelationModel",
     "leakage_coefficients",
@@ -59,12 +61,7 @@ LeakageMethod = Literal["algorithm1", "closed_form"]
 
 
 def _check_positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v) or v <= 0.0:
-        raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
-    return v
+    return positive_finite(name, value)
 
 
 def _components(adjacency: FloatArray) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import tenseal as ts
 
-from .backend import ChunkedVector, FloatArray, _check_same_length, _mask_chunks, split_chunks
+from .backend import ChunkedVector, ChunkwiseArithmetic, FloatArray, _mask_chunks, split_chunks
 from .errors import InvalidInputError
 
 __all__ = ["CkksParams", "CkksBackend", "generate_secret_context", "public_context_bytes", "load_context"]
@@ -74,7 +74,7 @@ def context_fingerprint(ctx_bytes: bytes) -> str:
     return hashlib.sha256(ctx_bytes).hexdigest()
 
 
-class CkksBackend:
+class CkksBackend(ChunkwiseArithmetic):
     """Chunked CKKS vectors over one TenSEAL context.
 
     With a public context it can encrypt and compute (data owners, computation server);
@@ -96,21 +96,9 @@ class CkksBackend:
         chunks = tuple(ts.ckks_vector(self.context, c.tolist()) for c in split_chunks(arr, self.slots))
         return ChunkedVector(arr.size, chunks)
 
-    def add(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
-        _check_same_length(a, b)
-        return ChunkedVector(a.length, tuple(x + y for x, y in zip(a.chunks, b.chunks)))
-
-    def sub(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector:
-        _check_same_length(a, b)
-        return ChunkedVector(a.length, tuple(x - y for x, y in zip(a.chunks, b.chunks)))
-
     def mul_mask(self, a: ChunkedVector, mask: npt.ArrayLike) -> ChunkedVector:
         masks = _mask_chunks(mask, a.length, self.slots)
         return ChunkedVector(a.length, tuple(x.mul(m.tolist()) for x, m in zip(a.chunks, masks)))
-
-    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector:
-        """Encrypt `noise` freshly (its encryption randomness also floods the result) and add it."""
-        return self.add(a, self.encrypt(noise))
 
     def decrypt(self, a: ChunkedVector) -> FloatArray:
         if not self.can_decrypt:

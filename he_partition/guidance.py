@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .validation import positive_finite
+
 __all__ = [
     "PRACTICAL_EPSILON_MIN",
     "PRACTICAL_EPSILON_MAX",
@@ -37,12 +39,7 @@ DECISIVE_EPSILON = math.log(100.0)
 
 
 def _check_epsilon(epsilon: float) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
-        raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
-    eps = float(epsilon)
-    if not math.isfinite(eps) or eps <= 0.0:
-        raise ValueError(f"epsilon must be > 0 and finite, got {epsilon!r}")
-    return eps
+    return positive_finite("epsilon", epsilon)
 
 
 def _inverse_expm1_squared(eps: float) -> float:
