@@ -90,8 +90,8 @@ def run_case(n: int, owners: int, workdir: Path) -> dict[str, Any]:
     from parties.computation.client import ComputationClient
     from parties.decryption.client import DecryptionClient
 
-    ds_proc, ds = _start_server(["serve-decryption", "--data-dir", str(workdir / "ds")], workdir, "ds")
-    cs_proc, cs = _start_server(["serve-computation", "--data-dir", str(workdir / "cs"), "--decryption", ds],
+    ds_proc, ds = _start_server(["serve-decryption", "--insecure", "--data-dir", str(workdir / "ds")], workdir, "ds")
+    cs_proc, cs = _start_server(["serve-computation", "--insecure", "--data-dir", str(workdir / "cs"), "--decryption", ds],
                                 workdir, "cs")
     try:
         with ComputationClient(cs, timeout=60.0) as op, DecryptionClient(ds) as key_holder:

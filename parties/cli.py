@@ -10,7 +10,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from he_partition.errors import DPAggError
 
@@ -25,9 +25,15 @@ from .common.config import (
 )
 from .common.errors import ServiceError
 
+if TYPE_CHECKING:
+    from .common.tls import TlsConfig
+
 __all__ = ["main", "build_parser"]
 
 ENV_STATE_DIR = "DPAGG_STATE_DIR"
+ENV_CA_CERT = "DPAGG_CA_CERT"
+ENV_CERT = "DPAGG_CERT"
+ENV_KEY = "DPAGG_KEY"
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -69,20 +75,44 @@ def _upload_key(args: argparse.Namespace) -> str:
     return key
 
 
+def _tls(args: argparse.Namespace) -> "TlsConfig | None":
+    """This party's mutual-TLS files from --ca-cert/--cert/--key (or DPAGG_CA_CERT/DPAGG_CERT/DPAGG_KEY).
+
+    Without them the command refuses to run unless --insecure was given explicitly.
+    """
+    from .common.tls import TlsConfig
+
+    given = [args.ca_cert, args.cert, args.key]
+    if args.insecure:
+        return None
+    if not all(given):
+        missing = [flag for flag, v in zip(("--ca-cert", "--cert", "--key"), given) if not v]
+        raise DPAggError(
+            f"`dpagg {args.command}` uses mutual TLS and needs this party's certificate: {', '.join(missing)} "
+            f"missing (or set {ENV_CA_CERT}, {ENV_CERT}, {ENV_KEY}). Create them with `dpagg certs --out DIR "
+            "--party ID:ROLE ...`, or pass --insecure for a local test setup without TLS"
+        )
+    return TlsConfig(Path(args.ca_cert), Path(args.cert), Path(args.key), server_name=args.tls_server_name or "")
+
+
 # --------------------------------------------------------------------------------------- commands
 def cmd_serve_decryption(args: argparse.Namespace) -> int:
     from .decryption.server import serve_decryption
 
+    tls = _tls(args)
     serve_decryption(DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
-                                      noise_seed=args.insecure_noise_seed), port_file=args.port_file)
+                                      noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
+                                      computation_ids=tuple(args.computation_id or ())), port_file=args.port_file)
     return 0
 
 
 def cmd_serve_computation(args: argparse.Namespace) -> int:
     from .computation.server import serve_computation
 
+    tls = _tls(args)
     serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
-                                        noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst),
+                                        noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
+                                        tls=tls, insecure=tls is None),
                       port_file=args.port_file)
     return 0
 
@@ -90,7 +120,66 @@ def cmd_serve_computation(args: argparse.Namespace) -> int:
 def cmd_serve_analyst(args: argparse.Namespace) -> int:
     from .computation.server import serve_analyst
 
-    serve_analyst(AnalystConfig(Path(args.data_dir), host=args.host, port=args.port), port_file=args.port_file)
+    tls = _tls(args)
+    serve_analyst(AnalystConfig(Path(args.data_dir), host=args.host, port=args.port, tls=tls, insecure=tls is None),
+                  port_file=args.port_file)
+    return 0
+
+
+def _party(text: str) -> tuple[str, str, tuple[str, ...]]:
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise argparse.ArgumentTypeError(f"a party is ID:ROLE or ID:ROLE:HOST,HOST..., got {text!r}")
+    hosts = tuple(h for h in parts[2].split(",") if h) if len(parts) == 3 else ()
+    return parts[0], parts[1], hosts
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    """Create (or reuse) a private CA and issue one certificate per party; print where the files are."""
+    from .common import tls
+    from .common.signing import generate_signing_key, save_private_key
+
+    out = Path(args.out)
+    ca_dir = Path(args.ca) if args.ca else out
+    ca = tls.CaFiles.in_directory(ca_dir)
+    created_ca = False
+    if ca.cert_path.exists() and ca.key_path.exists():
+        pass  # reuse: new parties join the same deployment
+    elif ca.cert_path.exists() or ca.key_path.exists():
+        raise DPAggError(f"{ca_dir} holds only half of a CA ({ca.cert_path.name} / {ca.key_path.name}); "
+                         "restore the other file or choose an empty --ca directory")
+    else:
+        ca = tls.create_ca(ca_dir)
+        created_ca = True
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if ca_dir.resolve() != out.resolve():
+        (out / ca.cert_path.name).write_bytes(ca.cert_pem())  # parties need the CA certificate, not its key
+    written: list[dict[str, Any]] = []
+    for party_id, role, hosts in args.party:
+        files = tls.PartyFiles.in_directory(out, party_id, role)
+        if files.key_path.exists() and not args.force:
+            raise DPAggError(f"{files.key_path} exists; pass --force to issue a new key and certificate for "
+                             f"{party_id!r}")
+        names = hosts or (party_id, "localhost", "127.0.0.1")
+        files = tls.issue_party_certificate(ca, out, party_id, role, hostnames=names)
+        entry: dict[str, Any] = {"party_id": party_id, "role": role, "cert": str(files.cert_path),
+                                 "key": str(files.key_path), "hostnames": list(names)}
+        if role == "data_owner" and args.signing_keys:
+            private, public = generate_signing_key()
+            key_path = save_private_key(out / f"{party_id}.signing.key", private)
+            pub_path = out / f"{party_id}.signing.pub"
+            pub_path.write_text(public.hex() + "\n")
+            entry.update(signing_key=str(key_path), signing_public_key=public.hex())
+        written.append(entry)
+    if args.json:
+        _print_json({"ca_cert": str(out / ca.cert_path.name), "ca_key": str(ca.key_path), "created_ca": created_ca,
+                     "parties": written})
+    else:
+        print(f"CA {'created' if created_ca else 'reused'}: {ca.cert_path} (its key {ca.key_path} can mint any "
+              "identity: keep it offline)")
+        for e in written:
+            extra = f", signing key {e['signing_key']} (public {e['signing_public_key']})" if "signing_key" in e else ""
+            print(f"  {e['role']:<11} {e['party_id']}: {e['cert']}, key {e['key']}{extra}")
     return 0
 
 
@@ -107,11 +196,12 @@ def cmd_open_study(args: argparse.Namespace) -> int:
         domain_size = n
     if not domain_size:
         raise DPAggError("give the domain: --domain COLUMN:LO:HI:BINS (or --domain-size N)")
-    with ComputationClient(args.computation) as cs:
+    owner_keys = _owner_keys(args)
+    with ComputationClient(args.computation, tls=_tls(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=domain_size, epsilon=args.epsilon, expected_owners=args.owners,
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
-            strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "")
+            strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys)
     if args.json:
         _print_json({**contract.to_dict(), "contract_hash": contract.contract_hash, "already_existed": existed})
     else:
@@ -123,10 +213,52 @@ def cmd_open_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _owner_keys(args: argparse.Namespace) -> dict[str, str]:
+    """Owner id -> Ed25519 public key hex, from --owner-key ID=HEX|ID=@FILE and --owner-keys-dir DIR."""
+    keys: dict[str, str] = {}
+    for item in args.owner_key or ():
+        owner, sep, value = item.partition("=")
+        if not sep or not owner or not value:
+            raise DPAggError(f"--owner-key takes ID=HEX or ID=@FILE, got {item!r}")
+        keys[owner] = Path(value[1:]).read_text().strip() if value.startswith("@") else value.strip()
+    if args.owner_keys_dir:
+        for owner in args.owners:
+            if owner in keys:
+                continue
+            path = Path(args.owner_keys_dir) / f"{owner}.signing.pub"
+            if not path.exists():
+                raise DPAggError(f"no public key for owner {owner}: {path} is missing (the owner creates it with "
+                                 f"`dpagg keygen --out {owner}.signing.key`)")
+            keys[owner] = path.read_text().strip()
+    return keys
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """Create a data owner's Ed25519 signing key (0600) and print its public half for the operator."""
+    from .common.signing import generate_signing_key, key_fingerprint, save_private_key
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise DPAggError(f"{out} exists; pass --force to replace it (uploads already signed with it stay valid)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    private, public = generate_signing_key()
+    save_private_key(out, private)
+    pub_path = out.with_suffix(".pub")
+    pub_path.write_text(public.hex() + "\n")
+    if args.json:
+        _print_json({"private_key": str(out), "public_key_file": str(pub_path), "public_key": public.hex(),
+                     "fingerprint": key_fingerprint(public)})
+    else:
+        print(f"signing key written to {out} (mode 0600; keep it secret)")
+        print(f"public key {public.hex()} (also in {pub_path}): give it to the operator, who opens the study with "
+              "--owner-key YOUR_ID=<public key>")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
 
-    with ComputationClient(args.computation) as cs:
+    with ComputationClient(args.computation, tls=_tls(args)) as cs:
         st = cs.study_status(args.study)
     if args.json:
         _print_json({"contract": st.contract.to_dict(), "contract_hash": st.contract.contract_hash,
@@ -147,7 +279,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from .data_owner.client import DataOwnerClient
     from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram
 
-    with ComputationClient(args.computation) as cs:
+    tls = _tls(args)
+    with ComputationClient(args.computation, tls=tls) as cs:
         contract = cs.study_status(args.study).contract
         domain_text = args.domain or contract.domain_spec
         if not domain_text:
@@ -157,8 +290,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
         hist = read_histogram(args.csv, domain, person_column=args.person_column, bounds=bounds,
                               on_bad_value="drop" if args.drop_bad_values else "error")
         key = _upload_key(args)
-        with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption,
-                             progress=not args.no_progress and not args.json) as owner:
+        signing_key = None
+        if args.signing_key:
+            from .common.signing import load_private_key
+
+            signing_key = load_private_key(args.signing_key)
+        with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls,
+                             signing_key=signing_key, progress=not args.no_progress and not args.json) as owner:
             res = owner.submit(args.study, hist, idempotency_key=key)
     if args.json:
         _print_json({"study_id": res.study_id, "owner_id": res.owner_id, "idempotency_key": res.idempotency_key,
@@ -194,7 +332,7 @@ def _print_release(st: Any, as_json: bool) -> None:
 def cmd_release_run(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
 
-    with ComputationClient(args.computation) as cs:
+    with ComputationClient(args.computation, tls=_tls(args)) as cs:
         st = cs.run_release(args.study, epsilon=args.epsilon or 0.0, force=args.force, wait=not args.no_wait)
     _print_release(st, args.json)
     return 0
@@ -203,7 +341,7 @@ def cmd_release_run(args: argparse.Namespace) -> int:
 def cmd_release_status(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
 
-    with ComputationClient(args.computation) as cs:
+    with ComputationClient(args.computation, tls=_tls(args)) as cs:
         st = cs.release_status(args.release)
     _print_release(st, args.json)
     return 0 if st.state != "FAILED" else 1
@@ -212,7 +350,7 @@ def cmd_release_status(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     from .analyst.client import AnalystClient
 
-    with AnalystClient(args.analyst) as an:
+    with AnalystClient(args.analyst, tls=_tls(args)) as an:
         if args.list or not args.release:
             infos = an.list_releases(args.study or "")
             if args.json:
@@ -248,7 +386,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_budget(args: argparse.Namespace) -> int:
     from .decryption.client import DecryptionClient
 
-    with DecryptionClient(args.decryption) as ds:
+    with DecryptionClient(args.decryption, tls=_tls(args)) as ds:
         b = ds.budget(args.study)
     if args.json:
         _print_json({"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
@@ -263,7 +401,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
 def cmd_health(args: argparse.Namespace) -> int:
     from .common.client import BaseClient
 
-    with BaseClient(args.target) as c:
+    with BaseClient(args.target, tls=_tls(args)) as c:
         c.wait_ready(args.service, timeout=args.timeout)
     print(f"{args.target} {args.service or '(server)'}: SERVING")
     return 0
@@ -286,7 +424,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     result = run_demo(owners=args.owners, records=args.records, domain=args.domain, epsilon=args.epsilon,
                       seed=args.seed, data_dir=Path(args.data_dir) if args.data_dir else None,
-                      noise_seed=args.insecure_noise_seed)
+                      noise_seed=args.insecure_noise_seed, tls=not args.insecure)
     if args.plot:
         plot_demo(result, Path(args.plot))
         result["plot"] = str(args.plot)
@@ -305,6 +443,20 @@ def _server_args(p: argparse.ArgumentParser, default_port: int) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in containers)")
     p.add_argument("--port", type=int, default=default_port, help=f"port (0 = any free port; default {default_port})")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
+
+
+def _tls_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("mutual TLS (required unless --insecure)")
+    g.add_argument("--ca-cert", default=os.environ.get(ENV_CA_CERT), metavar="PATH",
+                   help=f"the deployment CA's certificate (env {ENV_CA_CERT})")
+    g.add_argument("--cert", default=os.environ.get(ENV_CERT), metavar="PATH",
+                   help=f"this party's certificate; its id and role are what servers check (env {ENV_CERT})")
+    g.add_argument("--key", default=os.environ.get(ENV_KEY), metavar="PATH",
+                   help=f"this party's private key, mode 0600 (env {ENV_KEY})")
+    g.add_argument("--tls-server-name", metavar="NAME",
+                   help="name to verify in the server certificate instead of the dialled host")
+    g.add_argument("--insecure", action="store_true",
+                   help="TESTS ONLY: plaintext gRPC without identities; servers then skip every role check")
 
 
 def _seed_arg(p: argparse.ArgumentParser) -> None:
@@ -333,7 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("serve-decryption", cmd_serve_decryption, "run the decryption server (key holder and budget ledger)")
     _server_args(p, 50051)
+    p.add_argument("--computation-id", action="append", metavar="ID",
+                   help="party id of a computation server allowed to open studies and request decryptions "
+                        "(repeatable; default: any certificate with role computation)")
     _seed_arg(p)
+    _tls_args(p)
 
     p = add("serve-computation", cmd_serve_computation,
             "run the computation server (uploads, aggregation, releases; hosts the analyst service)")
@@ -341,10 +497,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
     p.add_argument("--no-analyst", action="store_true", help="do not host the analyst service in this process")
     _seed_arg(p)
+    _tls_args(p)
 
     p = add("serve-analyst", cmd_serve_analyst,
             "serve the analyst queries from a computation server's data directory (read-only)")
     _server_args(p, 50053)
+    _tls_args(p)
 
     p = add("open-study", cmd_open_study, "open a study (operator)")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
@@ -358,14 +516,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="max records per person over all owners' data (owners bound with per_bin*max_bins = this)")
     p.add_argument("--noise-parties", type=int, choices=(1, 2), default=2,
                    help="2: both servers add noise (default); 1: only the computation server (opt-in)")
-    p.add_argument("--strategy", default="gap", help="release strategy (default gap)")
+    p.add_argument("--strategy", default="auto", help="release strategy: auto (default), gap, hier, dawa or privelet")
     p.add_argument("--strategy-params", help="strategy parameters as a JSON object")
+    p.add_argument("--owner-key", action="append", metavar="ID=HEX",
+                   help="an owner's Ed25519 public key (hex, or ID=@FILE); repeatable. Servers with mutual TLS "
+                        "require one per owner and then count only uploads signed with it")
+    p.add_argument("--owner-keys-dir", metavar="DIR",
+                   help="read missing owner keys from DIR/<owner>.signing.pub (as `dpagg certs --signing-keys` and "
+                        "`dpagg keygen` write them)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
 
     p = add("status", cmd_status, "show a study: contract, who submitted, releases")
     p.add_argument("study", help="study id")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
 
     p = add("submit", cmd_submit, "data owner: bin a CSV, bound contributions, encrypt, upload (resumable)")
     p.add_argument("--study", required=True, help="study id")
@@ -379,9 +545,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir, so a re-run resumes)")
     p.add_argument("--state-dir", help=f"where upload keys are kept (env {ENV_STATE_DIR}; default ~/.dpagg)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--signing-key", default=os.environ.get("DPAGG_SIGNING_KEY"), metavar="PATH",
+                   help="your Ed25519 signing key (from `dpagg keygen`); required by signed studies "
+                        "(env DPAGG_SIGNING_KEY)")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
     p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
 
     rel = add("release", lambda a: 2, "run or inspect a release (operator)")
     rsub = rel.add_subparsers(dest="release_command", required=True, metavar="ACTION")
@@ -393,11 +563,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="return at once; poll with `dpagg release status`")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
     p = rsub.add_parser("status", help="show a release")
     p.set_defaults(func=cmd_release_status)
     p.add_argument("release", help="release id")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
 
     p = add("query", cmd_query, "analyst: list releases, show a summary, range counts with standard errors")
     p.add_argument("release", nargs="?", help="release id (omit with --list)")
@@ -409,16 +581,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--analyst", default=default_target(ENV_ANALYST),
                    help=f"analyst service host:port (env {ENV_ANALYST}, else {ENV_COMPUTATION}; default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
 
     p = add("budget", cmd_budget, "show a study's privacy budget and ledger")
     p.add_argument("study", help="study id")
     p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
 
     p = add("health", cmd_health, "check a server's gRPC health (exit 0 when SERVING); for container probes")
     p.add_argument("target", help="host:port")
     p.add_argument("--service", default="", help="service name, e.g. dpagg.v1.Computation (default: the server)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
+    _tls_args(p)
+
+    p = add("certs", cmd_certs, "create a private CA and one mutual-TLS certificate per party (keys 0600, never "
+                                "printed)")
+    p.add_argument("--out", required=True, help="directory for the party certificates and keys")
+    p.add_argument("--ca", help="directory of the CA (dpagg-ca.crt/.key): reused if present, else created "
+                                "(default: --out)")
+    p.add_argument("--party", type=_party, action="append", required=True, metavar="ID:ROLE[:HOSTS]",
+                   help="a party and its role (data_owner, computation, decryption, analyst, operator), optionally "
+                        "the comma-separated host names it serves under (default: ID, localhost, 127.0.0.1); "
+                        "repeatable")
+    p.add_argument("--signing-keys", action="store_true",
+                   help="also create an Ed25519 submission-signing key for every data_owner (ID.signing.key, 0600, "
+                        "and ID.signing.pub); in a real deployment each owner runs `dpagg keygen` itself")
+    p.add_argument("--force", action="store_true", help="replace existing party keys and certificates")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("keygen", cmd_keygen, "data owner: create an Ed25519 signing key for your uploads; prints the public key")
+    p.add_argument("--out", required=True, help="private key file to write (mode 0600); the public key goes to "
+                                                "the same name with suffix .pub")
+    p.add_argument("--force", action="store_true", help="replace an existing key file")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     p = add("sample-csv", cmd_sample_csv, "write seeded synthetic owner CSVs (person_id, age, income) for trying dpagg")
     p.add_argument("--out", required=True, help="directory to write owner-1.csv ... into")
@@ -435,6 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=1.0, help="study budget (default 1.0)")
     p.add_argument("--seed", type=int, default=7, help="seed of the generated data (default 7)")
     p.add_argument("--data-dir", help="keep the servers' state here (default: a temporary directory)")
+    p.add_argument("--insecure", action="store_true",
+                   help="run the parties without mutual TLS (default: TLS with a throwaway CA in the data dir)")
     _seed_arg(p)
 
     # Method subcommands (epsilon guidance, audit, accounting, p-views) live in their own module.

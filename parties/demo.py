@@ -12,6 +12,8 @@ import numpy as np
 
 from .analyst.client import AnalystClient
 from .common.config import ComputationConfig, DecryptionConfig
+from .common.signing import generate_signing_key
+from .common.tls import TlsConfig, create_ca, issue_party_certificate
 from .computation.client import ComputationClient
 from .computation.server import create_computation_server
 from .data_owner.client import DataOwnerClient
@@ -29,14 +31,32 @@ def _ranges(n: int) -> list[tuple[int, int]]:
     return [(0, n)] + [(q[i], q[i + 1]) for i in range(4) if q[i] < q[i + 1]]
 
 
+def _demo_pki(directory: Path, owner_ids: list[str]) -> dict[str, TlsConfig]:
+    """A throwaway private CA and one certificate per demo party (keys 0600, in `directory`)."""
+    ca = create_ca(directory)
+    parties = {"decryption": "decryption", "computation": "computation", "operator": "operator",
+               "analyst": "analyst", **{o: "data_owner" for o in owner_ids}}
+    out = {}
+    for party_id, role in parties.items():
+        issue_party_certificate(ca, directory, party_id, role)
+        out[party_id] = TlsConfig.in_directory(directory, party_id)
+    return out
+
+
 def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:100", epsilon: float = 1.0,
-             seed: int = 7, data_dir: Path | None = None, noise_seed: int | None = None) -> dict[str, Any]:
+             seed: int = 7, data_dir: Path | None = None, noise_seed: int | None = None,
+             tls: bool = True) -> dict[str, Any]:
     """Run a complete study in this process and return what the demo prints (as plain JSON types).
 
     Servers listen on 127.0.0.1, port 0; state goes to `data_dir` (a temporary directory by
-    default, removed afterwards). The owners' records are synthetic (seeded), each person
-    contributes at most one record (person column ``person_id``), so the release is
-    `epsilon`-DP per person; noise comes from the OS CSPRNG unless `noise_seed` is given.
+    default, removed afterwards). With `tls` (the default) every party talks mutual TLS
+    with a certificate from a throwaway CA created in that directory, so the servers check
+    every caller's role exactly as in a deployment, and the study is signed: each owner
+    gets an Ed25519 key whose public half goes into the contract, signs its upload, and
+    the release lists the owners' signatures. `tls=False` runs everything insecure. The
+    owners' records are synthetic (seeded), each person contributes at most one record
+    (person column ``person_id``), so the release is `epsilon`-DP per person; noise comes
+    from the OS CSPRNG unless `noise_seed` is given.
     """
     from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram, write_sample_csv
 
@@ -47,16 +67,22 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
     with tempfile.TemporaryDirectory(prefix="dpagg-demo-") as tmp:
         root = Path(data_dir) if data_dir is not None else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        ds = create_decryption_server(DecryptionConfig(root / "decryption", noise_seed=noise_seed)).start()
+        pki = _demo_pki(root / "pki", owner_ids) if tls else {}
+        signing = {o: generate_signing_key() for o in owner_ids} if tls else {}
+        ds = create_decryption_server(DecryptionConfig(root / "decryption", noise_seed=noise_seed,
+                                                       tls=pki.get("decryption"), insecure=not tls)).start()
         cs = create_computation_server(ComputationConfig(
-            root / "computation", ds.target, noise_seed=None if noise_seed is None else noise_seed + 1)).start()
+            root / "computation", ds.target, noise_seed=None if noise_seed is None else noise_seed + 1,
+            tls=pki.get("computation"), insecure=not tls)).start()
         try:
-            with ComputationClient(cs.target) as operator, DecryptionClient(ds.target) as key_holder, \
-                    AnalystClient(cs.target) as analyst:
+            with ComputationClient(cs.target, tls=pki.get("operator")) as operator, \
+                    DecryptionClient(ds.target, tls=pki.get("operator")) as key_holder, \
+                    AnalystClient(cs.target, tls=pki.get("analyst")) as analyst:
                 operator.wait_ready()
                 contract, _ = operator.open_study(
                     domain_size=spec.n_bins, epsilon=epsilon, expected_owners=owner_ids,
-                    contribution_bound=bounds.contribution_bound, domain_spec=domain)
+                    contribution_bound=bounds.contribution_bound, domain_spec=domain,
+                    owner_keys={o: pub for o, (_, pub) in signing.items()} or None)
                 truth = np.zeros(spec.n_bins, dtype=np.int64)
                 uploads = []
                 for i, owner in enumerate(owner_ids):
@@ -64,12 +90,17 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
                     write_sample_csv(csv_path, seed=seed, n_records=records, owner_index=i)
                     hist = read_histogram(csv_path, spec, person_column="person_id", bounds=bounds, rng=seed + i)
                     truth += hist.counts
-                    with DataOwnerClient(owner, computation=operator, decryption=key_holder, progress=False) as do:
+                    with DataOwnerClient(owner, computation=cs.target, decryption=ds.target, tls=pki.get(owner),
+                                         signing_key=signing[owner][0] if signing else None, progress=False) as do:
                         res = do.submit(contract.study_id, hist)
                     uploads.append({"owner": owner, "records_read": hist.records_read,
                                     "records_kept": hist.total, "bytes_sent": res.bytes_sent})
                 release = operator.run_release(contract.study_id)
                 got = analyst.get_release(release.release_id)
+                for sig in got.signatures:  # anyone holding the contract can check whose data is in it
+                    key = contract.owner_public_key(sig.owner_id)
+                    assert key is not None
+                    sig.verify(key, study_id=contract.study_id, contract_hash=contract.contract_hash)
                 summary = got.summary
                 ranges = _ranges(spec.n_bins)
                 counts = analyst.range_counts(release.release_id, ranges)
@@ -82,6 +113,8 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
         "release_id": release.release_id,
         "study_id": contract.study_id,
         "contract_hash": contract.contract_hash,
+        "tls": tls,
+        "signed_by": [s.owner_id for s in got.signatures],
         "epsilon_total": budget.total,
         "epsilon_spent": budget.spent,
         "epsilon_left": budget.remaining,
@@ -114,9 +147,12 @@ def format_demo(result: dict[str, Any]) -> str:
         lines.append(f"  {o['owner']}: {o['records_read']} records, {o['records_kept']} kept after bounding, "
                      f"{o['bytes_sent'] / 1e6:.2f} MB of ciphertext uploaded")
     parts = result["partitions"]
+    signed = result.get("signed_by") or []
     lines += [
         f"release {result['release_id']} of study {result['study_id']}: {len(parts['starts'])} partitions, "
         f"{result['noise_parties']} noise parties, contribution bound {result['contribution_bound']}",
+        ("parties talked mutual TLS; the release contains the signed submissions of " + ", ".join(signed))
+        if result.get("tls") else "parties talked WITHOUT TLS (--insecure); submissions were not signed",
         "range counts (estimate +- 1 standard error of the DP noise; true count of the generated data):",
     ]
     for c in result["range_counts"]:

@@ -7,7 +7,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StudyContract(_message.Message):
-    __slots__ = ("version", "study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "context_fingerprint", "strategy_params_json", "contract_hash", "domain_spec")
+    __slots__ = ("version", "study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "context_fingerprint", "strategy_params_json", "contract_hash", "domain_spec", "owner_keys")
+    class OwnerKeysEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +27,7 @@ class StudyContract(_message.Message):
     STRATEGY_PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SPEC_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEYS_FIELD_NUMBER: _ClassVar[int]
     version: str
     study_id: str
     domain_size: int
@@ -32,7 +40,20 @@ class StudyContract(_message.Message):
     strategy_params_json: str
     contract_hash: str
     domain_spec: str
-    def __init__(self, version: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., context_fingerprint: _Optional[str] = ..., strategy_params_json: _Optional[str] = ..., contract_hash: _Optional[str] = ..., domain_spec: _Optional[str] = ...) -> None: ...
+    owner_keys: _containers.ScalarMap[str, str]
+    def __init__(self, version: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., context_fingerprint: _Optional[str] = ..., strategy_params_json: _Optional[str] = ..., contract_hash: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class OwnerSignature(_message.Message):
+    __slots__ = ("owner_id", "idempotency_key", "ciphertext_digest", "signature")
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CIPHERTEXT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    owner_id: str
+    idempotency_key: str
+    ciphertext_digest: bytes
+    signature: bytes
+    def __init__(self, owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ciphertext_digest: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class MeasurementSpec(_message.Message):
     __slots__ = ("kind", "domain_size", "epsilon", "sensitivity", "starts")
@@ -49,7 +70,7 @@ class MeasurementSpec(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., sensitivity: _Optional[int] = ..., starts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReleaseSummary(_message.Message):
-    __slots__ = ("release_id", "study_id", "domain_size", "epsilon", "strategy", "noise_parties", "contribution_bound", "starts", "sums", "sum_variance", "epsilon_spent", "params_json", "owners", "contract_hash", "created_at", "estimator", "released")
+    __slots__ = ("release_id", "study_id", "domain_size", "epsilon", "strategy", "noise_parties", "contribution_bound", "starts", "sums", "sum_variance", "epsilon_spent", "params_json", "owners", "contract_hash", "created_at", "estimator", "released", "owner_signatures")
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +88,7 @@ class ReleaseSummary(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
+    OWNER_SIGNATURES_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     study_id: str
     domain_size: int
@@ -84,7 +106,8 @@ class ReleaseSummary(_message.Message):
     created_at: str
     estimator: str
     released: _containers.RepeatedCompositeFieldContainer[ReleasedValues]
-    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., noise_parties: _Optional[int] = ..., contribution_bound: _Optional[int] = ..., starts: _Optional[_Iterable[int]] = ..., sums: _Optional[_Iterable[int]] = ..., sum_variance: _Optional[_Iterable[float]] = ..., epsilon_spent: _Optional[_Iterable[_Union[EpsilonCharge, _Mapping]]] = ..., params_json: _Optional[str] = ..., owners: _Optional[_Iterable[str]] = ..., contract_hash: _Optional[str] = ..., created_at: _Optional[str] = ..., estimator: _Optional[str] = ..., released: _Optional[_Iterable[_Union[ReleasedValues, _Mapping]]] = ...) -> None: ...
+    owner_signatures: _containers.RepeatedCompositeFieldContainer[OwnerSignature]
+    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., noise_parties: _Optional[int] = ..., contribution_bound: _Optional[int] = ..., starts: _Optional[_Iterable[int]] = ..., sums: _Optional[_Iterable[int]] = ..., sum_variance: _Optional[_Iterable[float]] = ..., epsilon_spent: _Optional[_Iterable[_Union[EpsilonCharge, _Mapping]]] = ..., params_json: _Optional[str] = ..., owners: _Optional[_Iterable[str]] = ..., contract_hash: _Optional[str] = ..., created_at: _Optional[str] = ..., estimator: _Optional[str] = ..., released: _Optional[_Iterable[_Union[ReleasedValues, _Mapping]]] = ..., owner_signatures: _Optional[_Iterable[_Union[OwnerSignature, _Mapping]]] = ...) -> None: ...
 
 class ReleasedValues(_message.Message):
     __slots__ = ("kind", "values", "variance", "epsilon", "starts")

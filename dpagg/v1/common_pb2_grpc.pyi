@@ -11,7 +11,9 @@ Conventions used by every dpagg.v1 service:
   decryptions are rounded there and never sent anywhere raw.
 - Errors are gRPC status codes with a human-readable message naming the problem
   and what to do: INVALID_ARGUMENT (bad shape or value), NOT_FOUND (unknown
-  study or release), PERMISSION_DENIED (owner not expected by the study),
+  study or release), UNAUTHENTICATED (no verified party certificate, or a
+  submission signature that does not verify), PERMISSION_DENIED (the caller's
+  role or id may not do this, e.g. an owner not expected by the study),
   ALREADY_EXISTS (a conflicting object with that id), FAILED_PRECONDITION
   (wrong state, e.g. release before all owners submitted), RESOURCE_EXHAUSTED
   (privacy budget), UNAVAILABLE (retry with backoff).

@@ -26,7 +26,7 @@ from dpagg.v1 import common_pb2 as dpagg_dot_v1_dot_common__pb2
 from dpagg.v1 import decryption_pb2 as dpagg_dot_v1_dot_decryption__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64pagg/v1/computation.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\x1a\x19\x64pagg/v1/decryption.proto\"\x94\x01\n\x0cSubmitHeader\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x15\n\rdomain_length\x18\x04 \x01(\x03\x12\x1b\n\x13\x63ontext_fingerprint\x18\x05 \x01(\t\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x03\".\n\x0f\x43iphertextChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"v\n\x16SubmitHistogramRequest\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.dpagg.v1.SubmitHeaderH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.dpagg.v1.CiphertextChunkH\x00\x42\x06\n\x04part\"\x85\x01\n\x17SubmitHistogramResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x17\n\x0freceived_chunks\x18\x03 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x05 \x01(\x03\"R\n\x13UploadStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"\xcd\x01\n\x14UploadStatusResponse\x12\x33\n\x05state\x18\x01 \x01(\x0e\x32$.dpagg.v1.UploadStatusResponse.State\x12\x17\n\x0freceived_chunks\x18\x02 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x03\"R\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04NONE\x10\x01\x12\x0b\n\x07PARTIAL\x10\x02\x12\r\n\tCOMMITTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\"&\n\x12StudyStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\x87\x01\n\x13StudyStatusResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\x12\x18\n\x10submitted_owners\x18\x02 \x03(\t\x12\x16\n\x0emissing_owners\x18\x03 \x03(\t\x12\x13\n\x0brelease_ids\x18\x04 \x03(\t\"h\n\x11RunReleaseRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x0c\n\x04wait\x18\x04 \x01(\x08\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\"*\n\x14ReleaseStatusRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"\xdb\x02\n\x15ReleaseStatusResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x34\n\x05state\x18\x03 \x01(\x0e\x32%.dpagg.v1.ReleaseStatusResponse.State\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\x0e\n\x06owners\x18\x05 \x03(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12)\n\x07summary\x18\x08 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\x12\x0f\n\x07seconds\x18\t \x01(\x01\x12\x1b\n\x13\x62ytes_to_decryption\x18\n \x01(\x03\"A\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x32\xe6\x03\n\x0b\x43omputation\x12\x44\n\tOpenStudy\x12\x1a.dpagg.v1.OpenStudyRequest\x1a\x1b.dpagg.v1.OpenStudyResponse\x12X\n\x0fSubmitHistogram\x12 .dpagg.v1.SubmitHistogramRequest\x1a!.dpagg.v1.SubmitHistogramResponse(\x01\x12M\n\x0cUploadStatus\x12\x1d.dpagg.v1.UploadStatusRequest\x1a\x1e.dpagg.v1.UploadStatusResponse\x12J\n\x0bStudyStatus\x12\x1c.dpagg.v1.StudyStatusRequest\x1a\x1d.dpagg.v1.StudyStatusResponse\x12J\n\nRunRelease\x12\x1b.dpagg.v1.RunReleaseRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponse\x12P\n\rReleaseStatus\x12\x1e.dpagg.v1.ReleaseStatusRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64pagg/v1/computation.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\x1a\x19\x64pagg/v1/decryption.proto\"\xbe\x01\n\x0cSubmitHeader\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x15\n\rdomain_length\x18\x04 \x01(\x03\x12\x1b\n\x13\x63ontext_fingerprint\x18\x05 \x01(\t\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x03\x12\x15\n\rcontract_hash\x18\x07 \x01(\t\x12\x11\n\tsignature\x18\x08 \x01(\x0c\".\n\x0f\x43iphertextChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"v\n\x16SubmitHistogramRequest\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.dpagg.v1.SubmitHeaderH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.dpagg.v1.CiphertextChunkH\x00\x42\x06\n\x04part\"\x85\x01\n\x17SubmitHistogramResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x17\n\x0freceived_chunks\x18\x03 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x05 \x01(\x03\"R\n\x13UploadStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"\xcd\x01\n\x14UploadStatusResponse\x12\x33\n\x05state\x18\x01 \x01(\x0e\x32$.dpagg.v1.UploadStatusResponse.State\x12\x17\n\x0freceived_chunks\x18\x02 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x03\"R\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04NONE\x10\x01\x12\x0b\n\x07PARTIAL\x10\x02\x12\r\n\tCOMMITTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\"&\n\x12StudyStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\x87\x01\n\x13StudyStatusResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\x12\x18\n\x10submitted_owners\x18\x02 \x03(\t\x12\x16\n\x0emissing_owners\x18\x03 \x03(\t\x12\x13\n\x0brelease_ids\x18\x04 \x03(\t\"h\n\x11RunReleaseRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x0c\n\x04wait\x18\x04 \x01(\x08\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\"*\n\x14ReleaseStatusRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"\xdb\x02\n\x15ReleaseStatusResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x34\n\x05state\x18\x03 \x01(\x0e\x32%.dpagg.v1.ReleaseStatusResponse.State\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\x0e\n\x06owners\x18\x05 \x03(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12)\n\x07summary\x18\x08 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\x12\x0f\n\x07seconds\x18\t \x01(\x01\x12\x1b\n\x13\x62ytes_to_decryption\x18\n \x01(\x03\"A\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x32\xe6\x03\n\x0b\x43omputation\x12\x44\n\tOpenStudy\x12\x1a.dpagg.v1.OpenStudyRequest\x1a\x1b.dpagg.v1.OpenStudyResponse\x12X\n\x0fSubmitHistogram\x12 .dpagg.v1.SubmitHistogramRequest\x1a!.dpagg.v1.SubmitHistogramResponse(\x01\x12M\n\x0cUploadStatus\x12\x1d.dpagg.v1.UploadStatusRequest\x1a\x1e.dpagg.v1.UploadStatusResponse\x12J\n\x0bStudyStatus\x12\x1c.dpagg.v1.StudyStatusRequest\x1a\x1d.dpagg.v1.StudyStatusResponse\x12J\n\nRunRelease\x12\x1b.dpagg.v1.RunReleaseRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponse\x12P\n\rReleaseStatus\x12\x1e.dpagg.v1.ReleaseStatusRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dpagg.v1.computation_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SUBMITHEADER']._serialized_start=91
-  _globals['_SUBMITHEADER']._serialized_end=239
-  _globals['_CIPHERTEXTCHUNK']._serialized_start=241
-  _globals['_CIPHERTEXTCHUNK']._serialized_end=287
-  _globals['_SUBMITHISTOGRAMREQUEST']._serialized_start=289
-  _globals['_SUBMITHISTOGRAMREQUEST']._serialized_end=407
-  _globals['_SUBMITHISTOGRAMRESPONSE']._serialized_start=410
-  _globals['_SUBMITHISTOGRAMRESPONSE']._serialized_end=543
-  _globals['_UPLOADSTATUSREQUEST']._serialized_start=545
-  _globals['_UPLOADSTATUSREQUEST']._serialized_end=627
-  _globals['_UPLOADSTATUSRESPONSE']._serialized_start=630
-  _globals['_UPLOADSTATUSRESPONSE']._serialized_end=835
-  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_start=753
-  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_end=835
-  _globals['_STUDYSTATUSREQUEST']._serialized_start=837
-  _globals['_STUDYSTATUSREQUEST']._serialized_end=875
-  _globals['_STUDYSTATUSRESPONSE']._serialized_start=878
-  _globals['_STUDYSTATUSRESPONSE']._serialized_end=1013
-  _globals['_RUNRELEASEREQUEST']._serialized_start=1015
-  _globals['_RUNRELEASEREQUEST']._serialized_end=1119
-  _globals['_RELEASESTATUSREQUEST']._serialized_start=1121
-  _globals['_RELEASESTATUSREQUEST']._serialized_end=1163
-  _globals['_RELEASESTATUSRESPONSE']._serialized_start=1166
-  _globals['_RELEASESTATUSRESPONSE']._serialized_end=1513
-  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_start=1448
-  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_end=1513
-  _globals['_COMPUTATION']._serialized_start=1516
-  _globals['_COMPUTATION']._serialized_end=2002
+  _globals['_SUBMITHEADER']._serialized_end=281
+  _globals['_CIPHERTEXTCHUNK']._serialized_start=283
+  _globals['_CIPHERTEXTCHUNK']._serialized_end=329
+  _globals['_SUBMITHISTOGRAMREQUEST']._serialized_start=331
+  _globals['_SUBMITHISTOGRAMREQUEST']._serialized_end=449
+  _globals['_SUBMITHISTOGRAMRESPONSE']._serialized_start=452
+  _globals['_SUBMITHISTOGRAMRESPONSE']._serialized_end=585
+  _globals['_UPLOADSTATUSREQUEST']._serialized_start=587
+  _globals['_UPLOADSTATUSREQUEST']._serialized_end=669
+  _globals['_UPLOADSTATUSRESPONSE']._serialized_start=672
+  _globals['_UPLOADSTATUSRESPONSE']._serialized_end=877
+  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_start=795
+  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_end=877
+  _globals['_STUDYSTATUSREQUEST']._serialized_start=879
+  _globals['_STUDYSTATUSREQUEST']._serialized_end=917
+  _globals['_STUDYSTATUSRESPONSE']._serialized_start=920
+  _globals['_STUDYSTATUSRESPONSE']._serialized_end=1055
+  _globals['_RUNRELEASEREQUEST']._serialized_start=1057
+  _globals['_RUNRELEASEREQUEST']._serialized_end=1161
+  _globals['_RELEASESTATUSREQUEST']._serialized_start=1163
+  _globals['_RELEASESTATUSREQUEST']._serialized_end=1205
+  _globals['_RELEASESTATUSRESPONSE']._serialized_start=1208
+  _globals['_RELEASESTATUSRESPONSE']._serialized_end=1555
+  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_start=1490
+  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_end=1555
+  _globals['_COMPUTATION']._serialized_start=1558
+  _globals['_COMPUTATION']._serialized_end=2044
 # @@protoc_insertion_point(module_scope)

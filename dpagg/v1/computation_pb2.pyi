@@ -10,20 +10,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitHeader(_message.Message):
-    __slots__ = ("study_id", "owner_id", "idempotency_key", "domain_length", "context_fingerprint", "chunk_count")
+    __slots__ = ("study_id", "owner_id", "idempotency_key", "domain_length", "context_fingerprint", "chunk_count", "contract_hash", "signature")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_LENGTH_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     owner_id: str
     idempotency_key: str
     domain_length: int
     context_fingerprint: str
     chunk_count: int
-    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., domain_length: _Optional[int] = ..., context_fingerprint: _Optional[str] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+    contract_hash: str
+    signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., domain_length: _Optional[int] = ..., context_fingerprint: _Optional[str] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class CiphertextChunk(_message.Message):
     __slots__ = ("index", "data")

@@ -77,7 +77,7 @@ class ComputationServicer:
     def OpenStudy(self, request, context):
         """Open a study: forwarded to the decryption service (which owns contracts and
         the ledger); the returned contract is also kept here. Same semantics as
-        Decryption.OpenStudy.
+        Decryption.OpenStudy. Operators only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -87,7 +87,10 @@ class ComputationServicer:
         """Upload one owner's encrypted histogram. Client-streaming: a header first,
         then ciphertext chunks (any order, any subset: an interrupted upload is
         resumed by sending the chunks UploadStatus reports missing, with the same
-        idempotency key). The submission is committed when every chunk has arrived;
+        idempotency key). Only a data owner may call it, in its own name (the owner id
+        of its certificate), for a study that lists it. The submission is committed
+        when every chunk has arrived and, in a signed study, the owner's signature
+        verifies over all of them (else UNAUTHENTICATED and the upload is discarded);
         a retry of a committed upload with the same key is a no-op (never counted
         twice); a different key for an owner that already submitted is refused with
         ALREADY_EXISTS.

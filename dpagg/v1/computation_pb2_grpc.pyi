@@ -44,13 +44,16 @@ class ComputationStub:
     OpenStudy: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.OpenStudyRequest, _decryption_pb2.OpenStudyResponse]
     """Open a study: forwarded to the decryption service (which owns contracts and
     the ledger); the returned contract is also kept here. Same semantics as
-    Decryption.OpenStudy.
+    Decryption.OpenStudy. Operators only.
     """
     SubmitHistogram: _grpc.StreamUnaryMultiCallable[_computation_pb2.SubmitHistogramRequest, _computation_pb2.SubmitHistogramResponse]
     """Upload one owner's encrypted histogram. Client-streaming: a header first,
     then ciphertext chunks (any order, any subset: an interrupted upload is
     resumed by sending the chunks UploadStatus reports missing, with the same
-    idempotency key). The submission is committed when every chunk has arrived;
+    idempotency key). Only a data owner may call it, in its own name (the owner id
+    of its certificate), for a study that lists it. The submission is committed
+    when every chunk has arrived and, in a signed study, the owner's signature
+    verifies over all of them (else UNAUTHENTICATED and the upload is discarded);
     a retry of a committed upload with the same key is a no-op (never counted
     twice); a different key for an owner that already submitted is refused with
     ALREADY_EXISTS.
@@ -79,13 +82,16 @@ class ComputationAsyncStub(ComputationStub):
     OpenStudy: _aio.UnaryUnaryMultiCallable[_decryption_pb2.OpenStudyRequest, _decryption_pb2.OpenStudyResponse]  # type: ignore[assignment]
     """Open a study: forwarded to the decryption service (which owns contracts and
     the ledger); the returned contract is also kept here. Same semantics as
-    Decryption.OpenStudy.
+    Decryption.OpenStudy. Operators only.
     """
     SubmitHistogram: _aio.StreamUnaryMultiCallable[_computation_pb2.SubmitHistogramRequest, _computation_pb2.SubmitHistogramResponse]  # type: ignore[assignment]
     """Upload one owner's encrypted histogram. Client-streaming: a header first,
     then ciphertext chunks (any order, any subset: an interrupted upload is
     resumed by sending the chunks UploadStatus reports missing, with the same
-    idempotency key). The submission is committed when every chunk has arrived;
+    idempotency key). Only a data owner may call it, in its own name (the owner id
+    of its certificate), for a study that lists it. The submission is committed
+    when every chunk has arrived and, in a signed study, the owner's signature
+    verifies over all of them (else UNAUTHENTICATED and the upload is discarded);
     a retry of a committed upload with the same key is a no-op (never counted
     twice); a different key for an owner that already submitted is refused with
     ALREADY_EXISTS.
@@ -117,7 +123,7 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_decryption_pb2.OpenStudyResponse, _abc.Awaitable[_decryption_pb2.OpenStudyResponse]]:
         """Open a study: forwarded to the decryption service (which owns contracts and
         the ledger); the returned contract is also kept here. Same semantics as
-        Decryption.OpenStudy.
+        Decryption.OpenStudy. Operators only.
         """
 
     @_abc_1.abstractmethod
@@ -129,7 +135,10 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
         """Upload one owner's encrypted histogram. Client-streaming: a header first,
         then ciphertext chunks (any order, any subset: an interrupted upload is
         resumed by sending the chunks UploadStatus reports missing, with the same
-        idempotency key). The submission is committed when every chunk has arrived;
+        idempotency key). Only a data owner may call it, in its own name (the owner id
+        of its certificate), for a study that lists it. The submission is committed
+        when every chunk has arrived and, in a signed study, the owner's signature
+        verifies over all of them (else UNAUTHENTICATED and the upload is discarded);
         a retry of a committed upload with the same key is a no-op (never counted
         twice); a different key for an owner that already submitted is refused with
         ALREADY_EXISTS.

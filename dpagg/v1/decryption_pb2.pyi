@@ -24,7 +24,14 @@ class PublicContextChunk(_message.Message):
     def __init__(self, total_size: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class OpenStudyRequest(_message.Message):
-    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec")
+    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys")
+    class OwnerKeysEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +41,7 @@ class OpenStudyRequest(_message.Message):
     EXPECTED_OWNERS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SPEC_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEYS_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     domain_size: int
     epsilon: float
@@ -43,7 +51,8 @@ class OpenStudyRequest(_message.Message):
     expected_owners: _containers.RepeatedScalarFieldContainer[str]
     strategy_params_json: str
     domain_spec: str
-    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ...) -> None: ...
+    owner_keys: _containers.ScalarMap[str, str]
+    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class OpenStudyResponse(_message.Message):
     __slots__ = ("contract", "already_existed")
@@ -66,18 +75,20 @@ class GetStudyResponse(_message.Message):
     def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ...) -> None: ...
 
 class DecryptMeasurementHeader(_message.Message):
-    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count")
+    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count", "contract_hash")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_EPSILON_FIELD_NUMBER: _ClassVar[int]
     MEASUREMENT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     release_id: str
     release_epsilon: float
     measurement: _common_pb2.MeasurementSpec
     chunk_count: int
-    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+    contract_hash: str
+    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ...) -> None: ...
 
 class DecryptMeasurementRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -118,15 +129,17 @@ class LedgerCharge(_message.Message):
     def __init__(self, charge_id: _Optional[int] = ..., release_id: _Optional[str] = ..., kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class BudgetStatusResponse(_message.Message):
-    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges")
+    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges", "epsilon_reserved")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
     EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
     CHARGES_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_RESERVED_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     epsilon_total: float
     epsilon_spent: float
     epsilon_remaining: float
     charges: _containers.RepeatedCompositeFieldContainer[LedgerCharge]
-    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ...) -> None: ...
+    epsilon_reserved: float
+    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ...) -> None: ...

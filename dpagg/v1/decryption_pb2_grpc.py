@@ -79,6 +79,7 @@ class DecryptionServicer:
     def OpenStudy(self, request, context):
         """Create a study contract (idempotent: opening the same study id with the same
         terms again returns the same contract; different terms -> ALREADY_EXISTS).
+        Only the computation server may call it (role computation).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -93,8 +94,12 @@ class DecryptionServicer:
 
     def DecryptMeasurement(self, request_iterator, context):
         """Decrypt one noised measurement of a study. Client-streaming: the first
-        message is a header, then the ciphertext chunks in order. The ledger is
-        charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
+        message is a header, then the ciphertext chunks in order. Only the computation
+        server may call it. The measurement must match the study contract (hash, domain
+        size, a measurement kind the study's strategy uses, sensitivity at least the
+        kind's minimum times the contribution bound, one ciphertext chunk per `slots`
+        bins); otherwise it is refused before anything is charged or decrypted. The
+        ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
         decrypted then) and the charge is committed before any value is returned.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

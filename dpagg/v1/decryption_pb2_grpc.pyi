@@ -46,13 +46,18 @@ class DecryptionStub:
     OpenStudy: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.OpenStudyRequest, _decryption_pb2.OpenStudyResponse]
     """Create a study contract (idempotent: opening the same study id with the same
     terms again returns the same contract; different terms -> ALREADY_EXISTS).
+    Only the computation server may call it (role computation).
     """
     GetStudy: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.GetStudyRequest, _decryption_pb2.GetStudyResponse]
     """Fetch a study contract by id (NOT_FOUND if unknown)."""
     DecryptMeasurement: _grpc.StreamUnaryMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.DecryptMeasurementResponse]
     """Decrypt one noised measurement of a study. Client-streaming: the first
-    message is a header, then the ciphertext chunks in order. The ledger is
-    charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
+    message is a header, then the ciphertext chunks in order. Only the computation
+    server may call it. The measurement must match the study contract (hash, domain
+    size, a measurement kind the study's strategy uses, sensitivity at least the
+    kind's minimum times the contribution bound, one ciphertext chunk per `slots`
+    bins); otherwise it is refused before anything is charged or decrypted. The
+    ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
     decrypted then) and the charge is committed before any value is returned.
     """
     BudgetStatus: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]
@@ -72,13 +77,18 @@ class DecryptionAsyncStub(DecryptionStub):
     OpenStudy: _aio.UnaryUnaryMultiCallable[_decryption_pb2.OpenStudyRequest, _decryption_pb2.OpenStudyResponse]  # type: ignore[assignment]
     """Create a study contract (idempotent: opening the same study id with the same
     terms again returns the same contract; different terms -> ALREADY_EXISTS).
+    Only the computation server may call it (role computation).
     """
     GetStudy: _aio.UnaryUnaryMultiCallable[_decryption_pb2.GetStudyRequest, _decryption_pb2.GetStudyResponse]  # type: ignore[assignment]
     """Fetch a study contract by id (NOT_FOUND if unknown)."""
     DecryptMeasurement: _aio.StreamUnaryMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.DecryptMeasurementResponse]  # type: ignore[assignment]
     """Decrypt one noised measurement of a study. Client-streaming: the first
-    message is a header, then the ciphertext chunks in order. The ledger is
-    charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
+    message is a header, then the ciphertext chunks in order. Only the computation
+    server may call it. The measurement must match the study contract (hash, domain
+    size, a measurement kind the study's strategy uses, sensitivity at least the
+    kind's minimum times the contribution bound, one ciphertext chunk per `slots`
+    bins); otherwise it is refused before anything is charged or decrypted. The
+    ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
     decrypted then) and the charge is committed before any value is returned.
     """
     BudgetStatus: _aio.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]  # type: ignore[assignment]
@@ -107,6 +117,7 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_decryption_pb2.OpenStudyResponse, _abc.Awaitable[_decryption_pb2.OpenStudyResponse]]:
         """Create a study contract (idempotent: opening the same study id with the same
         terms again returns the same contract; different terms -> ALREADY_EXISTS).
+        Only the computation server may call it (role computation).
         """
 
     @_abc_1.abstractmethod
@@ -124,8 +135,12 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.DecryptMeasurementResponse, _abc.Awaitable[_decryption_pb2.DecryptMeasurementResponse]]:
         """Decrypt one noised measurement of a study. Client-streaming: the first
-        message is a header, then the ciphertext chunks in order. The ledger is
-        charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
+        message is a header, then the ciphertext chunks in order. Only the computation
+        server may call it. The measurement must match the study contract (hash, domain
+        size, a measurement kind the study's strategy uses, sensitivity at least the
+        kind's minimum times the contribution bound, one ciphertext chunk per `slots`
+        bins); otherwise it is refused before anything is charged or decrypted. The
+        ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
         decrypted then) and the charge is committed before any value is returned.
         """
 

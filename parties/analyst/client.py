@@ -9,7 +9,8 @@ from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
 from he_partition.summary import RangeCount, Summary
 
 from ..common.client import BaseClient
-from ..common.convert import range_counts_from_proto, ranges_to_proto, summary_from_proto
+from ..common.convert import range_counts_from_proto, ranges_to_proto, signatures_from_proto, summary_from_proto
+from ..common.signing import OwnerSignature
 
 __all__ = ["AnalystClient", "ReleaseInfo", "Release"]
 
@@ -28,7 +29,11 @@ class ReleaseInfo:
 
 @dataclass(frozen=True)
 class Release:
-    """A released summary with where it came from. Querying it locally spends no budget."""
+    """A released summary with where it came from. Querying it locally spends no budget.
+
+    `signatures` (signed studies): each owner's signature on the submission the release
+    contains; check them against the contract's owner keys with `OwnerSignature.verify`.
+    """
 
     release_id: str
     study_id: str
@@ -36,6 +41,7 @@ class Release:
     contract_hash: str
     created_at: str
     summary: Summary
+    signatures: tuple[OwnerSignature, ...] = ()
 
 
 class AnalystClient(BaseClient):
@@ -64,7 +70,7 @@ class AnalystClient(BaseClient):
                            method="Analyst/GetRelease", timeout=timeout)
         s = resp.summary
         return Release(s.release_id, s.study_id, tuple(s.owners), s.contract_hash, s.created_at,
-                       summary_from_proto(s))
+                       summary_from_proto(s), signatures_from_proto(s.owner_signatures))
 
     def range_counts(self, release_id: str, ranges: Iterable[tuple[int, int]], *,
                      timeout: float | None = None) -> list[RangeCount]:

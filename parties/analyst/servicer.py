@@ -6,6 +6,7 @@ import grpc
 
 from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
 
+from ..common.access import AccessPolicy
 from ..common.convert import range_counts_to_proto, ranges_from_proto, summary_to_proto
 from .handler import AnalystHandler
 
@@ -14,12 +15,19 @@ __all__ = ["AnalystServicer", "SERVICE_NAME"]
 SERVICE_NAME = analyst_pb2.DESCRIPTOR.services_by_name["Analyst"].full_name
 
 
+_READERS = ("analyst", "operator")
+
+
 class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
-    def __init__(self, handler: AnalystHandler) -> None:
+    """Read-only; callers must be analysts or operators (checked first in every method)."""
+
+    def __init__(self, handler: AnalystHandler, policy: AccessPolicy | None = None) -> None:
         self.handler = handler
+        self.policy = policy if policy is not None else AccessPolicy()
 
     def ListReleases(self, request: analyst_pb2.ListReleasesRequest,
                      context: grpc.ServicerContext) -> analyst_pb2.ListReleasesResponse:
+        self.policy.require(context, _READERS, action="list releases")
         infos = []
         for rec in self.handler.list_releases(request.study_id):
             summary = rec.summary
@@ -31,12 +39,14 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
 
     def GetRelease(self, request: analyst_pb2.GetReleaseRequest,
                    context: grpc.ServicerContext) -> analyst_pb2.GetReleaseResponse:
+        self.policy.require(context, _READERS, action="read a release")
         rec, summary = self.handler.release(request.release_id)
         return analyst_pb2.GetReleaseResponse(summary=summary_to_proto(
             summary, release_id=rec.release_id, study_id=rec.study_id, owners=rec.owners,
-            contract_hash=rec.contract_hash, created_at=rec.finished_at))
+            contract_hash=rec.contract_hash, created_at=rec.finished_at, owner_signatures=rec.signatures))
 
     def RangeCounts(self, request: analyst_pb2.RangeCountsRequest,
                     context: grpc.ServicerContext) -> analyst_pb2.RangeCountsResponse:
+        self.policy.require(context, _READERS, action="ask range counts")
         counts = self.handler.range_counts(request.release_id, ranges_from_proto(request.ranges))
         return analyst_pb2.RangeCountsResponse(counts=range_counts_to_proto(counts))

@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from .config import DEFAULT_TIMEOUT, GRPC_OPTIONS, RetryPolicy
 from .errors import ServiceError
+from .tls import TlsConfig
 
 __all__ = ["BaseClient", "call_with_retry"]
 
@@ -44,21 +45,34 @@ class BaseClient:
     """A channel to one dpagg server with per-call deadlines and retries on UNAVAILABLE.
 
     Use as a context manager, or call `close()`. `timeout` is the default deadline of
-    each call in seconds; every method also takes its own `timeout`.
+    each call in seconds; every method also takes its own `timeout`. `tls` (this party's
+    certificate, key and the deployment CA) makes the channel mutual TLS, which every
+    server outside a test setup requires: the server checks the certificate's role and
+    id on every call. Without `tls` the channel is plaintext (only an `--insecure`
+    server accepts it).
     """
 
     #: The generated stub class of the service this client talks to.
     stub_class: ClassVar[Callable[[grpc.Channel], Any] | None] = None
 
     def __init__(self, target: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
-                 channel: grpc.Channel | None = None) -> None:
+                 channel: grpc.Channel | None = None, tls: TlsConfig | None = None) -> None:
         if not target and channel is None:
             raise ValueError("target must be host:port of a dpagg server")
         self.target = target
         self.timeout = timeout
         self.retry = retry
-        self._channel = channel or grpc.insecure_channel(target, options=list(GRPC_OPTIONS))
-        self._owns_channel = channel is None
+        self.tls = tls
+        if channel is None:
+            if tls is not None:
+                channel = grpc.secure_channel(target, tls.channel_credentials(),
+                                              options=[*GRPC_OPTIONS, *tls.channel_options()])
+            else:
+                channel = grpc.insecure_channel(target, options=list(GRPC_OPTIONS))
+            self._owns_channel = True
+        else:
+            self._owns_channel = False
+        self._channel = channel
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._stub: Any = type(self).stub_class(self._channel) if type(self).stub_class else None
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from he_partition.errors import InvalidInputError
 
+from .contract import check_id
+from .tls import TlsConfig
+
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "CONTEXT_CHUNK_BYTES",
@@ -17,6 +20,7 @@ __all__ = [
     "ENV_COMPUTATION",
     "ENV_DECRYPTION",
     "ENV_ANALYST",
+    "TlsConfig",
     "DecryptionConfig",
     "ComputationConfig",
     "AnalystConfig",
@@ -69,10 +73,28 @@ def _check_workers(n: int) -> None:
         raise InvalidInputError(f"max_workers must be >= 1, got {n}")
 
 
+def _check_transport(server: str, tls: TlsConfig | None, insecure: bool, roles: tuple[str, ...]) -> None:
+    """Mutual TLS unless the caller explicitly chose insecure; never both, never neither."""
+    if tls is not None and insecure:
+        raise InvalidInputError(f"the {server} got both TLS files and insecure=True; choose one")
+    if tls is None and not insecure:
+        raise InvalidInputError(
+            f"the {server} needs mutual TLS: pass tls=TlsConfig(ca_cert, cert, key) (create them with "
+            "`dpagg certs`), or insecure=True for a local test setup without TLS, identities or role checks"
+        )
+    if tls is not None:
+        tls.require_role(*roles)
+
+
 @dataclass(frozen=True)
 class DecryptionConfig:
     """Decryption server. `data_dir` holds the key files (secret one mode 0600) and the SQLite ledger.
 
+    `tls`: its certificate (role ``decryption``) and the CA; every caller must present a
+    certificate from that CA. `computation_ids`: the party ids of computation servers
+    allowed to open studies and request decryptions (empty: any ``computation``
+    certificate of the CA). `insecure=True` instead of `tls`: plaintext, no identities,
+    no role checks, unsigned studies accepted (local tests only; must be explicit).
     `noise_seed` is for tests only: it makes the server's discrete Laplace draws
     reproducible (and therefore predictable to whoever knows the seed). None draws from
     the OS CSPRNG.
@@ -83,11 +105,18 @@ class DecryptionConfig:
     port: int = 0
     max_workers: int = 8
     noise_seed: int | None = None
+    tls: TlsConfig | None = None
+    insecure: bool = False
+    computation_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         _check_port(self.port)
         _check_workers(self.max_workers)
+        _check_transport("decryption server", self.tls, self.insecure, ("decryption",))
+        object.__setattr__(self, "computation_ids", tuple(self.computation_ids))
+        for cid in self.computation_ids:
+            check_id("computation id", cid)
 
 
 @dataclass(frozen=True)
@@ -96,6 +125,8 @@ class ComputationConfig:
 
     `data_dir` holds the SQLite state, the received ciphertext chunks and the released
     summaries. `decryption_target` is where the decryption server listens.
+    `tls`: its certificate (role ``computation``), presented to its callers and to the
+    decryption server; `insecure=True` instead: plaintext, no role checks (tests only).
     `noise_seed`: tests only, as in DecryptionConfig.
     """
 
@@ -106,28 +137,38 @@ class ComputationConfig:
     max_workers: int = 16
     noise_seed: int | None = None
     serve_analyst: bool = True
+    tls: TlsConfig | None = None
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         _check_port(self.port)
         _check_workers(self.max_workers)
+        _check_transport("computation server", self.tls, self.insecure, ("computation",))
         if not self.decryption_target:
             raise InvalidInputError("decryption_target must be host:port of the decryption server")
 
 
 @dataclass(frozen=True)
 class AnalystConfig:
-    """A stand-alone analyst server reading the computation server's data directory."""
+    """A stand-alone analyst server reading the computation server's data directory.
+
+    `tls`: a ``computation`` certificate (the analyst server is run by the computation
+    server's operator, next to its data); `insecure=True` instead for tests.
+    """
 
     data_dir: Path
     host: str = "127.0.0.1"
     port: int = 0
     max_workers: int = 8
+    tls: TlsConfig | None = None
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         _check_port(self.port)
         _check_workers(self.max_workers)
+        _check_transport("analyst server", self.tls, self.insecure, ("computation",))
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,10 @@ class StudyContract:
     `epsilon` is the study's total budget under add/remove of one person who contributes
     at most `contribution_bound` records over all owners; the decryption server's ledger
     never lets the releases of the study spend more. `context_fingerprint` binds the study
-    to the decryption server's public key. The hash covers every field, so two parties
-    holding the same hash hold the same terms.
+    to the decryption server's public key. `owner_keys` pairs every expected owner with
+    its Ed25519 public key (64 hex digits), or is empty for an unsigned study (only
+    servers run without TLS accept those). The hash covers every field, so two parties
+    holding the same hash hold the same terms, including whose signatures count.
     """
 
     study_id: str
@@ -88,11 +90,12 @@ class StudyContract:
     epsilon: float
     expected_owners: tuple[str, ...]
     context_fingerprint: str
-    strategy: str = "gap"
+    strategy: str = "auto"
     contribution_bound: int = 1
     noise_parties: int = 2
     strategy_params_json: str = "{}"
     domain_spec: str = ""
+    owner_keys: tuple[tuple[str, str], ...] = ()
     version: str = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -131,6 +134,7 @@ class StudyContract:
         if not isinstance(self.domain_spec, str) or len(self.domain_spec) > 4096 or \
                 any(ord(ch) < 32 for ch in self.domain_spec):
             raise InvalidInputError("domain_spec must be printable text of at most 4096 characters")
+        object.__setattr__(self, "owner_keys", _canonical_owner_keys(self.owner_keys, owners))
         if self.version != CONTRACT_VERSION:
             raise InvalidInputError(f"unsupported contract version {self.version!r}; this build reads {CONTRACT_VERSION}")
 
@@ -143,11 +147,12 @@ class StudyContract:
         epsilon: float,
         expected_owners: Iterable[str],
         context_fingerprint: str,
-        strategy: str = "gap",
+        strategy: str = "auto",
         contribution_bound: int = 1,
         noise_parties: int = 2,
         strategy_params: Mapping[str, Any] | str | None = None,
         domain_spec: str = "",
+        owner_keys: Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]] | None = None,
     ) -> "StudyContract":
         """Build a contract from loosely typed inputs (e.g. a request), validating everything."""
         return cls(
@@ -156,12 +161,25 @@ class StudyContract:
             epsilon=float(epsilon),
             expected_owners=tuple(expected_owners),
             context_fingerprint=context_fingerprint,
-            strategy=strategy or "gap",
+            strategy=strategy or "auto",
             contribution_bound=int(contribution_bound),
             noise_parties=int(noise_parties),
             strategy_params_json=_canonical_params(strategy_params),
             domain_spec=domain_spec or "",
+            owner_keys=_owner_key_pairs(owner_keys),
         )
+
+    @property
+    def signed(self) -> bool:
+        """True when every owner's public key is part of the contract (submissions must be signed)."""
+        return bool(self.owner_keys)
+
+    def owner_public_key(self, owner_id: str) -> bytes | None:
+        """The raw 32-byte Ed25519 key of `owner_id` (None for an unsigned study or an unknown owner)."""
+        for o, k in self.owner_keys:
+            if o == owner_id:
+                return bytes.fromhex(k)
+        return None
 
     @property
     def strategy_params(self) -> dict[str, Any]:
@@ -174,8 +192,12 @@ class StudyContract:
                       contribution_bound=self.contribution_bound, params=self.strategy_params or None)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain JSON types (the input of the hash)."""
-        return {
+        """The fields as plain JSON types (the input of the hash).
+
+        "owner_keys" appears only for a signed study, so the canonical form of an unsigned
+        one is unchanged from before signing existed.
+        """
+        d = {
             "version": self.version,
             "study_id": self.study_id,
             "domain_size": self.domain_size,
@@ -188,6 +210,9 @@ class StudyContract:
             "strategy_params": self.strategy_params,
             "domain_spec": self.domain_spec,
         }
+        if self.owner_keys:
+            d["owner_keys"] = dict(self.owner_keys)
+        return d
 
     def canonical_json(self) -> str:
         return canonical_json(self.to_dict())
@@ -212,6 +237,7 @@ class StudyContract:
                 context_fingerprint=str(d["context_fingerprint"]),
                 strategy_params_json=_canonical_params(d.get("strategy_params")),
                 domain_spec=str(d.get("domain_spec", "")),
+                owner_keys=_owner_key_pairs(d.get("owner_keys")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):
@@ -227,6 +253,44 @@ class StudyContract:
         if not isinstance(d, dict):
             raise InvalidInputError("study contract JSON must be an object")
         return cls.from_dict(d)
+
+
+def _owner_key_pairs(keys: Any) -> tuple[tuple[str, str], ...]:
+    if not keys:
+        return ()
+    items = keys.items() if isinstance(keys, Mapping) else keys
+    out = []
+    try:
+        for owner, key in items:
+            out.append((owner, key.hex() if isinstance(key, (bytes, bytearray)) else key))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"owner_keys must map owner ids to hex Ed25519 public keys: {exc}") from exc
+    return tuple(out)
+
+
+def _canonical_owner_keys(keys: Any, owners: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    pairs = _owner_key_pairs(keys)
+    if not pairs:
+        return ()
+    seen: dict[str, str] = {}
+    for owner, key in pairs:
+        if not isinstance(owner, str) or owner in seen:
+            raise InvalidInputError(f"owner_keys names owner {owner!r} twice or not as text")
+        if not isinstance(key, str) or not _HEX64.match(key.lower()):
+            raise InvalidInputError(
+                f"owner_keys[{owner!r}] must be an Ed25519 public key as 64 hex digits, got {str(key)[:80]!r}; "
+                "the owner prints it with `dpagg keygen`"
+            )
+        seen[owner] = key.lower()
+    extra = sorted(set(seen) - set(owners))
+    missing = sorted(set(owners) - set(seen))
+    if extra or missing:
+        raise InvalidInputError(
+            "owner_keys must give exactly one public key per expected owner"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; not expected owners: {', '.join(extra)}" if extra else "")
+        )
+    return tuple(sorted(seen.items()))
 
 
 def contract_hash(contract: StudyContract) -> str:

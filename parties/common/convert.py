@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from dpagg.v1 import common_pb2
 from he_partition.errors import InvalidInputError
@@ -11,6 +11,7 @@ from he_partition.measurements import Measurement, measurement_from_dict
 from he_partition.summary import RangeCount, ReleasedValues, Summary
 
 from .contract import StudyContract
+from .signing import OwnerSignature
 
 __all__ = [
     "contract_to_proto",
@@ -23,6 +24,9 @@ __all__ = [
     "range_counts_from_proto",
     "ranges_to_proto",
     "ranges_from_proto",
+    "signatures_to_proto",
+    "owner_keys_to_proto",
+    "signatures_from_proto",
 ]
 
 
@@ -40,6 +44,7 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         strategy_params_json=c.strategy_params_json,
         contract_hash=c.contract_hash,
         domain_spec=c.domain_spec,
+        owner_keys=dict(c.owner_keys),
     )
 
 
@@ -57,6 +62,7 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
         context_fingerprint=p.context_fingerprint,
         strategy_params_json=p.strategy_params_json or "{}",
         domain_spec=p.domain_spec,
+        owner_keys=tuple(p.owner_keys.items()),
     )
     if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
         raise InvalidInputError(
@@ -84,8 +90,26 @@ def measurement_from_proto(p: common_pb2.MeasurementSpec) -> Measurement:
     return measurement_from_dict(d)
 
 
+def owner_keys_to_proto(keys: Mapping[str, str | bytes] | None) -> dict[str, str]:
+    """Owner keys as the wire carries them: owner id -> lowercase hex of the raw Ed25519 public key."""
+    if not keys:
+        return {}
+    return {o: (bytes(k).hex() if isinstance(k, (bytes, bytearray)) else str(k).lower()) for o, k in keys.items()}
+
+
+def signatures_to_proto(sigs: Iterable[OwnerSignature]) -> list[common_pb2.OwnerSignature]:
+    return [common_pb2.OwnerSignature(owner_id=s.owner_id, idempotency_key=s.idempotency_key,
+                                      ciphertext_digest=s.ciphertext_digest, signature=s.signature) for s in sigs]
+
+
+def signatures_from_proto(sigs: Iterable[common_pb2.OwnerSignature]) -> tuple[OwnerSignature, ...]:
+    return tuple(OwnerSignature(s.owner_id, s.idempotency_key, bytes(s.ciphertext_digest), bytes(s.signature))
+                 for s in sigs)
+
+
 def summary_to_proto(s: Summary, *, release_id: str, study_id: str, owners: Sequence[str] = (),
-                     contract_hash: str = "", created_at: str = "") -> common_pb2.ReleaseSummary:
+                     contract_hash: str = "", created_at: str = "",
+                     owner_signatures: Sequence[OwnerSignature] = ()) -> common_pb2.ReleaseSummary:
     return common_pb2.ReleaseSummary(
         release_id=release_id,
         study_id=study_id,
@@ -106,6 +130,7 @@ def summary_to_proto(s: Summary, *, release_id: str, study_id: str, owners: Sequ
         released=[common_pb2.ReleasedValues(kind=r.kind, values=[int(v) for v in r.values], variance=r.variance,
                                             epsilon=r.epsilon, starts=[int(v) for v in r.starts])
                   for r in s.released],
+        owner_signatures=signatures_to_proto(owner_signatures),
     )
 
 

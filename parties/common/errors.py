@@ -20,6 +20,9 @@ from he_partition.errors import (
     PrecisionError,
 )
 
+from .signing import SignatureError
+from .tls import AccessDeniedError
+
 __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
@@ -84,6 +87,9 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    # A submission whose Ed25519 signature is missing or does not verify: the data cannot be
+    # attributed to the owner it names, so the caller is not authenticated for it.
+    (SignatureError, grpc.StatusCode.UNAUTHENTICATED),
 )
 
 
@@ -92,6 +98,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ServiceError):
         # An upstream call failed: keep its code so the caller sees e.g. RESOURCE_EXHAUSTED.
         return exc.code, f"{exc.method or 'upstream call'}: {exc.details}"
+    if isinstance(exc, AccessDeniedError):
+        # Identity failures carry their own code: UNAUTHENTICATED (no verified identity) or
+        # PERMISSION_DENIED (a verified party whose role or id may not do this).
+        return exc.code, exc.message
     for cls, code in STATUS_TABLE:
         if isinstance(exc, cls):
             return code, str(exc)

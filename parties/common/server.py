@@ -35,12 +35,17 @@ def create_server(
     port: int = 0,
     max_workers: int = 8,
     options: Iterable[tuple[str, Any]] = GRPC_OPTIONS,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a gRPC server hosting `services`, plus health checking and reflection.
 
     Every RPC goes through `ErrorMappingInterceptor`, the one place where domain errors
-    become status codes. Port 0 binds any free port; the bound port is returned. The
-    server listens without TLS (deployments put it behind mTLS; see parties/common/tls.py).
+    become status codes. Port 0 binds any free port; the bound port is returned.
+    With `credentials` (``TlsConfig.server_credentials()``: mutual TLS, client certificate
+    required) the port is secure and a client without a certificate from the deployment's
+    CA fails the handshake before any RPC runs; without them it is plaintext (callers
+    choose that explicitly: the configs refuse to build a server without TLS unless
+    ``insecure=True``).
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpagg-rpc"),
@@ -58,7 +63,8 @@ def create_server(
     reflection.enable_server_reflection((*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        bound = (server.add_secure_port(address, credentials) if credentials is not None
+                 else server.add_insecure_port(address))
     except RuntimeError as exc:
         raise InvalidInputError(f"cannot listen on {address}: {exc}; is the port in use?") from exc
     if bound == 0:

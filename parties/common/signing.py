@@ -17,6 +17,7 @@ Keys are raw 32-byte Ed25519 keys (RFC 8032); private key files are PKCS#8 PEM, 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -45,6 +46,7 @@ __all__ = [
     "verify_submission",
     "sign_upload",
     "verify_upload",
+    "OwnerSignature",
 ]
 
 DIGEST_SIZE = 32
@@ -253,3 +255,37 @@ def verify_upload(public: bytes, signature: bytes, *, study_id: str, owner_id: s
     """Server side in one call: recompute the digest from what arrived and verify (raises SignatureError)."""
     digest = submission_digest(study_id, owner_id, idempotency_key, contract_hash, stream_digest(chunks))
     verify_submission(public, digest, signature, owner_id=owner_id)
+
+
+@dataclass(frozen=True)
+class OwnerSignature:
+    """One owner's signature on the submission it made, as a release records it.
+
+    `ciphertext_digest` is the `StreamHasher` digest the computation server recomputed from
+    the chunks it stored, so anyone holding the study contract can re-check the signature
+    with `verify` (that the owner signed exactly these ciphertexts for this study, under
+    this idempotency key).
+    """
+
+    owner_id: str
+    idempotency_key: str
+    ciphertext_digest: bytes
+    signature: bytes
+
+    def verify(self, public: bytes, *, study_id: str, contract_hash: bytes | str) -> None:
+        """Raise SignatureError unless the owner's key signed this submission of `study_id` under that contract."""
+        digest = submission_digest(study_id, self.owner_id, self.idempotency_key, contract_hash,
+                                   self.ciphertext_digest)
+        verify_submission(public, digest, self.signature, owner_id=self.owner_id)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"owner_id": self.owner_id, "idempotency_key": self.idempotency_key,
+                "ciphertext_digest": self.ciphertext_digest.hex(), "signature": self.signature.hex()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, str]) -> "OwnerSignature":
+        try:
+            return cls(str(d["owner_id"]), str(d["idempotency_key"]), bytes.fromhex(d["ciphertext_digest"]),
+                       bytes.fromhex(d["signature"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"malformed owner signature record: {exc!r}") from exc

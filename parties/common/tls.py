@@ -39,6 +39,7 @@ __all__ = [
     "CaFiles",
     "PartyFiles",
     "PeerIdentity",
+    "TlsConfig",
     "AccessDeniedError",
     "create_ca",
     "issue_party_certificate",
@@ -50,7 +51,11 @@ __all__ = [
     "require_role",
     "require_role_async",
     "write_private_file",
+    "CA_NAME",
 ]
+
+#: File stem of the CA that `dpagg certs` creates (``dpagg-ca.crt`` / ``dpagg-ca.key``).
+CA_NAME = "dpagg-ca"
 
 #: The roles a certificate can carry: one per party package, plus "operator" for the
 #: person who opens studies and starts releases (a CLI user, not a server).
@@ -152,7 +157,7 @@ class CaFiles:
         return key
 
     @classmethod
-    def in_directory(cls, directory: Path | str, name: str = "dpagg-ca") -> "CaFiles":
+    def in_directory(cls, directory: Path | str, name: str = CA_NAME) -> "CaFiles":
         d = Path(directory)
         return cls(d / f"{name}.crt", d / f"{name}.key")
 
@@ -191,6 +196,99 @@ class PeerIdentity:
     role: str
 
 
+@dataclass(frozen=True)
+class TlsConfig:
+    """One party's mutual-TLS material: the deployment CA's certificate, its own certificate and key.
+
+    Validated at construction: the three files must exist, the key file must not be
+    readable by group or others, and the certificate must carry a dpagg identity (SAN URI
+    ``dpagg://<role>/<party_id>``); `identity` is that identity. Servers present the
+    certificate and require a client certificate from the CA; clients present it and trust
+    only the CA. `server_name`, if set, is the name clients check in the server's
+    certificate instead of the host they dial (gRPC's ``ssl_target_name_override``).
+    The key is read only when credentials are built and never printed (see `__repr__`).
+    """
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+    server_name: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("ca_cert", "cert", "key"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
+            p: Path = getattr(self, name)
+            if not p.is_file():
+                raise InvalidInputError(
+                    f"TLS {name.replace('_', ' ')} file {p} does not exist; create the CA and party certificates "
+                    "with `dpagg certs --out DIR --party ID:ROLE ...`"
+                )
+        mode = os.stat(self.key).st_mode & 0o777
+        if mode & 0o077:
+            raise InvalidInputError(
+                f"TLS key {self.key} has mode {mode:04o}: other users could read it. Run: chmod 600 {self.key}"
+            )
+        try:
+            cert = x509.load_pem_x509_certificate(self.cert.read_bytes())
+            x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
+        except ValueError as exc:
+            raise InvalidInputError(f"{self.cert} or {self.ca_cert} is not a PEM certificate: {exc}") from exc
+        ident = identity_from_certificate(cert)
+        if ident is None:
+            raise InvalidInputError(
+                f"{self.cert} carries no dpagg party identity (SAN URI dpagg://<role>/<id>); issue it with "
+                "`dpagg certs`"
+            )
+        object.__setattr__(self, "_identity", ident)
+
+    def __repr__(self) -> str:  # paths only, never key material
+        return (f"TlsConfig(ca_cert={str(self.ca_cert)!r}, cert={str(self.cert)!r}, key={str(self.key)!r}, "
+                f"identity={self.identity.role}/{self.identity.party_id})")
+
+    @property
+    def identity(self) -> PeerIdentity:
+        """The party id and role the certificate states."""
+        ident: PeerIdentity = getattr(self, "_identity")
+        return ident
+
+    @classmethod
+    def in_directory(cls, directory: Path | str, party_id: str, *, ca_name: str = CA_NAME,
+                     server_name: str = "") -> "TlsConfig":
+        """The files `dpagg certs --out DIR` wrote for `party_id`: DIR/<ca_name>.crt, DIR/<id>.crt, DIR/<id>.key."""
+        d = Path(directory)
+        _check_party_id(party_id)
+        return cls(d / f"{ca_name}.crt", d / f"{party_id}.crt", d / f"{party_id}.key", server_name=server_name)
+
+    def require_role(self, *roles: str) -> "TlsConfig":
+        """Return self if the certificate's role is one of `roles`, else raise InvalidInputError."""
+        if self.identity.role not in roles:
+            raise InvalidInputError(
+                f"{self.cert} is {_article(self.identity.role)} {self.identity.role} certificate (party "
+                f"{self.identity.party_id!r}); this needs {' or '.join(roles)}"
+            )
+        return self
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Server side: present this certificate, require a client certificate issued by the CA."""
+        return grpc.ssl_server_credentials(
+            [(self.key.read_bytes(), self.cert.read_bytes())],
+            root_certificates=self.ca_cert.read_bytes(),
+            require_client_auth=True,
+        )
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """Client side: trust only the CA, present this certificate."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_cert.read_bytes(),
+            private_key=self.key.read_bytes(),
+            certificate_chain=self.cert.read_bytes(),
+        )
+
+    def channel_options(self) -> list[tuple[str, str]]:
+        """Extra channel options (the server-name override, if any)."""
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+
 class AccessDeniedError(DPAggError):
     """A caller has no verified identity (UNAUTHENTICATED) or may not do this (PERMISSION_DENIED).
 
@@ -203,7 +301,7 @@ class AccessDeniedError(DPAggError):
         self.message = message
 
 
-def create_ca(directory: Path | str, name: str = "dpagg-ca", *, valid_days: int = _CA_VALID_DAYS) -> CaFiles:
+def create_ca(directory: Path | str, name: str = CA_NAME, *, valid_days: int = _CA_VALID_DAYS) -> CaFiles:
     """Create a private CA (self-signed ECDSA P-256) in `directory`: `<name>.crt` and `<name>.key` (0600).
 
     Whoever holds the CA key can mint any party's identity: keep it offline, away from

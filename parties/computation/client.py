@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
@@ -15,8 +15,9 @@ from he_partition.summary import Summary
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
-from ..common.convert import contract_from_proto, summary_from_proto
+from ..common.convert import contract_from_proto, owner_keys_to_proto, signatures_from_proto, summary_from_proto
 from ..common.errors import ServiceError
+from ..common.signing import OwnerSignature
 
 __all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus"]
 
@@ -68,6 +69,8 @@ class ReleaseStatus:
     summary: Summary | None
     seconds: float
     bytes_to_decryption: int = 0
+    #: DONE releases of signed studies: each included owner's signature on its submission.
+    signatures: tuple[OwnerSignature, ...] = ()
 
     def raise_for_failure(self) -> None:
         """Raise the release's error as a ServiceError if it FAILED."""
@@ -82,6 +85,7 @@ def _release(resp: computation_pb2.ReleaseStatusResponse) -> ReleaseStatus:
         epsilon=resp.epsilon, owners=tuple(resp.owners), error_code=resp.error_code,
         error_message=resp.error_message, summary=summary_from_proto(resp.summary) if resp.HasField("summary") else None,
         seconds=resp.seconds, bytes_to_decryption=resp.bytes_to_decryption,
+        signatures=signatures_from_proto(resp.summary.owner_signatures) if resp.HasField("summary") else (),
     )
 
 
@@ -100,12 +104,16 @@ class ComputationClient(BaseClient):
     stub_class = computation_pb2_grpc.ComputationStub
 
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
-                   strategy: str = "gap", contribution_bound: int = 1, noise_parties: int = 2,
+                   strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
                    strategy_params_json: str = "", domain_spec: str = "",
+                   owner_keys: Mapping[str, str | bytes] | None = None,
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Open a study (forwarded to the decryption server, which owns contracts and the ledger).
 
         `epsilon` is the study's total privacy budget; every release spends from it.
+        `owner_keys` maps every expected owner to its Ed25519 public key (raw or hex; see
+        `parties.common.signing.generate_signing_key`): servers with mutual TLS require it,
+        and then count only uploads those keys signed. Needs an operator certificate.
         Returns (contract, already_existed). Without `study_id` one is generated here, so
         the call is safe to retry.
         """
@@ -113,6 +121,7 @@ class ComputationClient(BaseClient):
             study_id=study_id or f"study-{uuid.uuid4().hex[:16]}", domain_size=domain_size, epsilon=epsilon,
             strategy=strategy, contribution_bound=contribution_bound, noise_parties=noise_parties,
             expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+            owner_keys=owner_keys_to_proto(owner_keys),
         )
         resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
         return contract_from_proto(resp.contract), resp.already_existed
@@ -133,14 +142,17 @@ class ComputationClient(BaseClient):
 
     def submit_chunks(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                       context_fingerprint: str, chunk_count: int, chunks: Iterable[tuple[int, bytes]],
-                      timeout: float | None = None) -> SubmitResponse:
+                      contract_hash: str, signature: bytes = b"", timeout: float | None = None) -> SubmitResponse:
         """One upload stream: the header, then (index, ciphertext bytes) pairs. Not retried here.
 
-        Most callers want `DataOwnerClient.submit`, which encrypts, resumes and retries.
+        `contract_hash`: the study's contract hash; `signature`: the owner's signature of the
+        whole upload (`parties.common.signing.sign_upload`), required in signed studies.
+        Most callers want `DataOwnerClient.submit`, which encrypts, signs, resumes and retries.
         """
         header = computation_pb2.SubmitHeader(study_id=study_id, owner_id=owner_id, idempotency_key=idempotency_key,
                                               domain_length=domain_length, context_fingerprint=context_fingerprint,
-                                              chunk_count=chunk_count)
+                                              chunk_count=chunk_count, contract_hash=contract_hash,
+                                              signature=signature)
 
         def requests() -> Iterator[computation_pb2.SubmitHistogramRequest]:
             yield computation_pb2.SubmitHistogramRequest(header=header)

@@ -23,9 +23,10 @@ from he_partition.summary import Summary
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError, status_for
+from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
 from ..common.util import new_id, utc_now, write_file_atomic
 from ..decryption.client import DecryptionClient
-from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta
+from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta, owner_conflict
 
 __all__ = ["ComputationHandler", "UploadSession", "UploadOutcome", "UploadState", "StudyState"]
 
@@ -69,14 +70,23 @@ class StudyState:
 
 
 class UploadSession:
-    """One SubmitHistogram stream: validates every chunk before storing it; `finish` commits when complete."""
+    """One SubmitHistogram stream: validates every chunk before storing it; `finish` commits when complete.
 
-    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: CkksBackend, duplicate: bool) -> None:
+    In a signed study the upload counts only once the owner's signature verifies over
+    every stored chunk (in index order) together with the study id, owner id,
+    idempotency key and contract hash; otherwise the whole upload is discarded.
+    """
+
+    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: CkksBackend, duplicate: bool,
+                 contract: StudyContract | None = None, signature: bytes = b"") -> None:
         self._h = handler
         self.meta = meta
         self._backend = backend
         self.duplicate = duplicate
+        self.contract = contract
+        self.signature = bytes(signature)
         self.bytes_this_stream = 0
+        self._started = False
 
     def add(self, index: int, data: bytes) -> None:
         """Validate (deserialize under the study's public key) and store one chunk.
@@ -98,17 +108,46 @@ class UploadSession:
                 f"{self.meta.study_id} ({exc}); the upload was discarded, nothing is stored. Re-encrypt with the "
                 "study's public context and upload again"
             ) from exc
+        if not self._started:
+            # Begin (or resume) the partial upload. A different signature under the same key
+            # (a re-encryption) discards the chunks held so far, which it would not match.
+            self._h.store.start_upload(self.meta, self.signature)
+            self._started = True
         self._h.store.put_chunk(self.meta, index, data)
         self.bytes_this_stream += len(data)
 
     def abort(self) -> None:
         self._h.store.discard_upload(self.meta)
 
+    def _verify(self) -> bytes:
+        """Recompute the stream digest from the stored chunks and verify the owner's signature (signed studies).
+
+        Returns the ciphertext digest ("" for an unsigned study). On failure the upload
+        is discarded and SignatureError (UNAUTHENTICATED) raised: nothing counts.
+        """
+        contract = self.contract
+        if contract is None or not contract.signed:
+            return b""
+        public = contract.owner_public_key(self.meta.owner_id)
+        assert public is not None  # open_upload checked that the owner is expected
+        hasher = StreamHasher()
+        for i in range(self.meta.chunk_count):
+            hasher.update(self._h.store.read_upload_chunk(self.meta, i))
+        digest = submission_digest(self.meta.study_id, self.meta.owner_id, self.meta.idempotency_key,
+                                   contract.contract_hash, hasher)
+        try:
+            verify_submission(public, digest, self.signature, owner_id=self.meta.owner_id)
+        except SignatureError:
+            self.abort()
+            raise
+        return hasher.digest()
+
     def finish(self) -> UploadOutcome:
-        """Commit if every chunk has arrived; otherwise report what is held (resume with the same key)."""
+        """Commit if every chunk has arrived (and, in a signed study, the signature verifies); else report what is held."""
         held = self._h.store.received_chunks(self.meta)
         if not self.duplicate and len(held) == self.meta.chunk_count:
-            self._h.store.commit_upload(self.meta)
+            ciphertext_digest = self._verify()
+            self._h.store.commit_upload(self.meta, self.signature if ciphertext_digest else b"", ciphertext_digest)
             log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id, self.meta.owner_id,
                      len(held), sum(held.values()))
         state = UploadState.COMMITTED if self.duplicate or len(held) == self.meta.chunk_count else UploadState.PARTIAL
@@ -205,8 +244,14 @@ class ComputationHandler:
 
     # -- uploads -------------------------------------------------------------------------
     def open_upload(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
-                    context_fingerprint: str, chunk_count: int) -> UploadSession:
-        """Check an upload header against the study; nothing is stored unless every check passes."""
+                    context_fingerprint: str, chunk_count: int, contract_hash: str = "",
+                    signature: bytes = b"") -> UploadSession:
+        """Check an upload header against the study; nothing is stored unless every check passes.
+
+        `contract_hash` must be the study's (the owner encrypted for these terms). In a
+        signed study `signature` must be a 64-byte Ed25519 signature; it is verified over
+        the stored chunks when the upload completes (`UploadSession.finish`).
+        """
         check_id("owner_id", owner_id)
         check_id("idempotency_key", idempotency_key)
         contract = self.study(study_id)
@@ -215,6 +260,20 @@ class ComputationHandler:
                 f"owner {owner_id!r} is not expected by study {study_id} (expected: "
                 f"{', '.join(contract.expected_owners)}); check --owner, or ask the operator to open a study "
                 "that includes you"
+            )
+        if not contract_hash:
+            raise InvalidInputError("contract_hash is required in the upload header: send the hash of the study "
+                                    "contract you encrypted for")
+        if contract_hash != contract.contract_hash:
+            raise FailedPreconditionError(
+                f"contract_hash {contract_hash[:16]} does not match study {study_id}'s contract "
+                f"{contract.contract_hash[:16]}: fetch the study again (its terms differ from what you hold)"
+            )
+        if contract.signed and len(signature) != SIGNATURE_SIZE:
+            raise SignatureError(
+                f"study {study_id} requires signed uploads but the header carries "
+                f"{'no' if not signature else f'a {len(signature)}-byte'} signature: sign the upload with owner "
+                f"{owner_id}'s Ed25519 key (DataOwnerClient(signing_key=...), `dpagg submit --signing-key`)"
             )
         if domain_length != contract.domain_size:
             raise InvalidInputError(
@@ -238,9 +297,12 @@ class ComputationHandler:
                           context_fingerprint)
         existing = self.store.get_submission(study_id, owner_id)
         if existing is not None and existing.meta == meta:
-            return UploadSession(self, meta, backend, duplicate=True)
-        self.store.start_upload(meta)  # raises ALREADY_EXISTS for a committed owner under another key
-        return UploadSession(self, meta, backend, duplicate=False)
+            return UploadSession(self, meta, backend, duplicate=True, contract=contract)
+        if existing is not None:
+            raise owner_conflict(existing)  # one submission per owner, ever
+        sig = bytes(signature) if contract.signed else b""
+        # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
+        return UploadSession(self, meta, backend, duplicate=False, contract=contract, signature=sig)
 
     def upload_status(self, study_id: str, owner_id: str, idempotency_key: str) -> UploadOutcome:
         check_id("owner_id", owner_id)
@@ -296,18 +358,25 @@ class ComputationHandler:
                 "have submitted, or force a release with the owners present"
             )
         budget = self.decryption.budget(study_id)
-        if budget.spent + eps > budget.total * (1 + EPSILON_TOLERANCE):
+        if max(budget.spent, budget.reserved) + eps > budget.total * (1 + EPSILON_TOLERANCE):
             raise BudgetExhaustedError(
-                f"a release needs epsilon {eps:g} but study {study_id} has {budget.remaining:g} left of "
-                f"{budget.total:g}; nothing was decrypted. Open a new study for more releases"
+                f"a release needs epsilon {eps:g} but study {study_id} has "
+                f"{max(0.0, budget.total - max(budget.spent, budget.reserved)):g} left of {budget.total:g}; nothing "
+                "was decrypted. Open a new study for more releases"
             )
         with self._running_lock:
             if study_id in self._running:
                 raise FailedPreconditionError(f"a release of study {study_id} is already running; wait for it")
             self._running.add(study_id)
+        signatures = tuple(sig for sig in (s.owner_signature for s in subs) if sig is not None)
+        if contract.signed and len(signatures) != len(subs):
+            raise FailedPreconditionError(
+                f"study {study_id} is signed but {len(subs) - len(signatures)} stored submission(s) carry no "
+                "verified signature; the data directory was altered"
+            )
         record = ReleaseRecord(release_id=new_id("rel"), study_id=study_id, state=ReleaseState.RUNNING, epsilon=eps,
                                owners=owners, contract_hash=contract.contract_hash, started_at=utc_now(),
-                               request_key=request_key)
+                               request_key=request_key, signatures=signatures)
         try:
             self.store.save_release(record)
         except BaseException:
@@ -372,7 +441,8 @@ class ComputationHandler:
 
                 return self.decryption.decrypt_measurement(
                     study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
-                    measurement=m, chunks=chunks(), chunk_count=len(noised.chunks)).values
+                    measurement=m, chunks=chunks(), chunk_count=len(noised.chunks),
+                    contract_hash=contract.contract_hash).values
 
             summary: Summary = run_strategy(strategy, measure)
             done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),

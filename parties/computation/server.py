@@ -16,6 +16,7 @@ from dpagg.v1 import analyst_pb2_grpc, computation_pb2_grpc
 from ..analyst.handler import AnalystHandler
 from ..analyst.servicer import SERVICE_NAME as ANALYST_SERVICE
 from ..analyst.servicer import AnalystServicer
+from ..common.access import AccessPolicy
 from ..common.config import AnalystConfig, ComputationConfig
 from ..common.server import ServerHandle, ServiceBinding, create_server
 from ..common.util import noise_source
@@ -34,26 +35,31 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     """Open the store in `config.data_dir` and build the server (not started).
 
     The decryption server is contacted lazily (first study, first upload), so the two
-    servers can start in any order.
+    servers can start in any order. With `config.tls` this server requires mutual TLS
+    from its callers, checks their roles, and presents the same certificate to the
+    decryption server.
     """
     st = store or SqliteComputationStore(config.data_dir, durable=durable)
-    ds = DecryptionClient(config.decryption_target)
+    ds = DecryptionClient(config.decryption_target, tls=config.tls)
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     handler = ComputationHandler(st, ds, noise_source(config.noise_seed), data_dir=config.data_dir)
+    policy = AccessPolicy(config.tls is not None, server=f"computation server ({config.data_dir})")
     services: list[ServiceBinding] = [
-        (computation_pb2_grpc.add_ComputationServicer_to_server, ComputationServicer(handler), SERVICE_NAME)]
+        (computation_pb2_grpc.add_ComputationServicer_to_server, ComputationServicer(handler, policy), SERVICE_NAME)]
     if config.serve_analyst:
-        services.append((analyst_pb2_grpc.add_AnalystServicer_to_server, AnalystServicer(AnalystHandler(st)),
-                         ANALYST_SERVICE))
-    server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers)
+        services.append((analyst_pb2_grpc.add_AnalystServicer_to_server,
+                         AnalystServicer(AnalystHandler(st), policy), ANALYST_SERVICE))
+    server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers,
+                                 credentials=config.tls.server_credentials() if config.tls is not None else None)
     return ServerHandle(server, port, config.host, handler, [st.close, ds.close, lambda: handler.join(5.0)])
 
 
 def serve_computation(config: ComputationConfig, *, port_file: str | None = None) -> None:
     handle = create_computation_server(config)
-    log.info("computation server listening on %s (decryption server %s, analyst service %s)", handle.target,
-             config.decryption_target, "on" if config.serve_analyst else "off")
+    log.info("computation server listening on %s (decryption server %s, analyst service %s, %s)", handle.target,
+             config.decryption_target, "on" if config.serve_analyst else "off",
+             f"mutual TLS as {config.tls.identity.party_id}" if config.tls else "INSECURE: no TLS")
     handle.serve(port_file=port_file)
 
 
@@ -61,9 +67,11 @@ def create_analyst_server(config: AnalystConfig) -> ServerHandle:
     """A stand-alone analyst server over a computation server's data directory (opened read-only)."""
     st = SqliteComputationStore(config.data_dir, read_only=True)
     handler = AnalystHandler(st)
+    policy = AccessPolicy(config.tls is not None, server=f"analyst server ({config.data_dir})")
     server, port = create_server(
-        [(analyst_pb2_grpc.add_AnalystServicer_to_server, AnalystServicer(handler), ANALYST_SERVICE)],
-        host=config.host, port=config.port, max_workers=config.max_workers)
+        [(analyst_pb2_grpc.add_AnalystServicer_to_server, AnalystServicer(handler, policy), ANALYST_SERVICE)],
+        host=config.host, port=config.port, max_workers=config.max_workers,
+        credentials=config.tls.server_credentials() if config.tls is not None else None)
     return ServerHandle(server, port, config.host, handler, [st.close])
 
 

@@ -9,6 +9,7 @@ import grpc
 from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.errors import InvalidInputError
 
+from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.convert import contract_to_proto, summary_to_proto
 from .handler import ComputationHandler, UploadOutcome
 from .store import ReleaseRecord
@@ -31,7 +32,7 @@ def release_to_proto(rec: ReleaseRecord) -> computation_pb2.ReleaseStatusRespons
     if summary is not None:
         resp.summary.CopyFrom(summary_to_proto(summary, release_id=rec.release_id, study_id=rec.study_id,
                                                owners=rec.owners, contract_hash=rec.contract_hash,
-                                               created_at=rec.finished_at))
+                                               created_at=rec.finished_at, owner_signatures=rec.signatures))
     return resp
 
 
@@ -42,28 +43,40 @@ def _submit_response(o: UploadOutcome) -> computation_pb2.SubmitHistogramRespons
 
 
 class ComputationServicer(computation_pb2_grpc.ComputationServicer):
-    def __init__(self, handler: ComputationHandler) -> None:
+    """Every method checks the caller's role first (`AccessPolicy`), before it reads or stores anything.
+
+    Operators open studies and run releases; a data owner uploads only under its own
+    certificate id, and only to studies that list it.
+    """
+
+    def __init__(self, handler: ComputationHandler, policy: AccessPolicy | None = None) -> None:
         self.handler = handler
+        self.policy = policy if policy is not None else AccessPolicy()
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
+        self.policy.require(context, ["operator"], action="open a study")
         contract, existed = self.handler.open_study(
             study_id=request.study_id, domain_size=request.domain_size, epsilon=request.epsilon,
             expected_owners=list(request.expected_owners), strategy=request.strategy,
             contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
             strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
+            owner_keys=dict(request.owner_keys),
         )
         return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
 
     def SubmitHistogram(self, request_iterator: Iterator[computation_pb2.SubmitHistogramRequest],
                         context: grpc.ServicerContext) -> computation_pb2.SubmitHistogramResponse:
+        caller = self.policy.require(context, ["data_owner"], action="submit a histogram")
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidInputError("SubmitHistogram must start with a header message")
         h = first.header
+        self.policy.same_party(caller, h.owner_id, what="owner_id of the upload header")
         session = self.handler.open_upload(study_id=h.study_id, owner_id=h.owner_id,
                                            idempotency_key=h.idempotency_key, domain_length=int(h.domain_length),
-                                           context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count))
+                                           context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count),
+                                           contract_hash=h.contract_hash, signature=bytes(h.signature))
         for msg in request_iterator:
             if msg.WhichOneof("part") != "chunk":
                 session.abort()
@@ -73,12 +86,16 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
 
     def UploadStatus(self, request: computation_pb2.UploadStatusRequest,
                      context: grpc.ServicerContext) -> computation_pb2.UploadStatusResponse:
+        caller = self.policy.require(context, ["data_owner", "operator"], action="read an upload's status")
+        if caller is not None and caller.role == "data_owner":
+            self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
         o = self.handler.upload_status(request.study_id, request.owner_id, request.idempotency_key)
         return computation_pb2.UploadStatusResponse(state=_UPLOAD_STATES.Value(o.state),
                                                     received_chunks=list(o.received), chunk_count=o.chunk_count)
 
     def StudyStatus(self, request: computation_pb2.StudyStatusRequest,
                     context: grpc.ServicerContext) -> computation_pb2.StudyStatusResponse:
+        self.policy.require(context, ANY_ROLE, action="read a study's status")
         s = self.handler.study_state(request.study_id)
         return computation_pb2.StudyStatusResponse(contract=contract_to_proto(s.contract),
                                                    submitted_owners=list(s.submitted), missing_owners=list(s.missing),
@@ -86,10 +103,12 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
 
     def RunRelease(self, request: computation_pb2.RunReleaseRequest,
                    context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
+        self.policy.require(context, ["operator"], action="run a release")
         rec = self.handler.run_release(request.study_id, epsilon=request.epsilon, force=request.force,
                                        wait=request.wait, request_key=request.request_key)
         return release_to_proto(rec)
 
     def ReleaseStatus(self, request: computation_pb2.ReleaseStatusRequest,
                       context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
+        self.policy.require(context, ["operator", "computation", "analyst"], action="read a release's status")
         return release_to_proto(self.handler.release(request.release_id))

@@ -21,6 +21,7 @@ from he_partition.summary import Summary
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from ..common.signing import OwnerSignature
 from ..common.util import utc_now, write_file_atomic
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ComputationStore",
     "MemoryComputationStore",
     "SqliteComputationStore",
+    "owner_conflict",
 ]
 
 
@@ -55,11 +57,23 @@ class UploadMeta:
 
 @dataclass(frozen=True)
 class Submission:
-    """A committed upload: it counts in every later release of the study, exactly once."""
+    """A committed upload: it counts in every later release of the study, exactly once.
+
+    `signature` is the owner's Ed25519 signature of the upload and `ciphertext_digest` the
+    `StreamHasher` digest of its chunks, as verified at commit (both empty in an unsigned study).
+    """
 
     meta: UploadMeta
     bytes_total: int
     committed_at: str
+    signature: bytes = b""
+    ciphertext_digest: bytes = b""
+
+    @property
+    def owner_signature(self) -> OwnerSignature | None:
+        if not self.signature:
+            return None
+        return OwnerSignature(self.meta.owner_id, self.meta.idempotency_key, self.ciphertext_digest, self.signature)
 
     @property
     def owner_id(self) -> str:
@@ -94,6 +108,8 @@ class ReleaseRecord:
     summary_json: str = ""
     seconds: float = 0.0
     bytes_to_decryption: int = 0
+    #: The signature of every owner whose submission is in the release (signed studies).
+    signatures: tuple[OwnerSignature, ...] = ()
 
     @property
     def summary(self) -> Summary | None:
@@ -114,10 +130,11 @@ class ComputationStore(abc.ABC):
 
     # -- uploads -----------------------------------------------------------------------
     @abc.abstractmethod
-    def start_upload(self, meta: UploadMeta) -> None:
-        """Begin (or keep, if `meta` is the same) the owner's partial upload.
+    def start_upload(self, meta: UploadMeta, signature: bytes = b"") -> None:
+        """Begin (or keep, if `meta` and `signature` are the same) the owner's partial upload.
 
-        A partial upload of the same owner under another key or with other terms is
+        A partial upload of the same owner under another key, with other terms or with
+        another signature (a re-encryption: the chunks held would not match it) is
         discarded first. Raises AlreadyExistsError if the owner already committed.
         """
 
@@ -134,8 +151,11 @@ class ComputationStore(abc.ABC):
         """Index -> size in bytes of every chunk held for this upload (partial or committed)."""
 
     @abc.abstractmethod
-    def commit_upload(self, meta: UploadMeta) -> Submission:
-        """Turn a complete upload into the owner's submission (FailedPreconditionError if chunks are missing)."""
+    def commit_upload(self, meta: UploadMeta, signature: bytes = b"", ciphertext_digest: bytes = b"") -> Submission:
+        """Turn a complete upload into the owner's submission (FailedPreconditionError if chunks are missing).
+
+        The caller has verified `signature` over the chunks (`ciphertext_digest`); both are kept.
+        """
 
     @abc.abstractmethod
     def discard_upload(self, meta: UploadMeta) -> None:
@@ -150,8 +170,12 @@ class ComputationStore(abc.ABC):
         """Committed submissions of a study, sorted by owner id."""
 
     @abc.abstractmethod
+    def read_upload_chunk(self, meta: UploadMeta, index: int) -> bytes:
+        """One stored ciphertext chunk of an upload (partial or committed); NotFoundError if not held."""
+
     def read_chunk(self, submission: Submission, index: int) -> bytes:
         """One ciphertext chunk of a committed submission."""
+        return self.read_upload_chunk(submission.meta, index)
 
     # -- releases --------------------------------------------------------------------
     @abc.abstractmethod
@@ -193,7 +217,8 @@ def _check_index(meta: UploadMeta, index: int) -> None:
         raise InvalidInputError(f"chunk index {index} is outside [0, {meta.chunk_count})")
 
 
-def _owner_conflict(existing: Submission) -> AlreadyExistsError:
+def owner_conflict(existing: Submission) -> AlreadyExistsError:
+    """The error for a second submission of an owner under another idempotency key (ALREADY_EXISTS)."""
     return AlreadyExistsError(
         f"owner {existing.owner_id} already submitted to study {existing.meta.study_id} under idempotency key "
         f"{existing.idempotency_key}; a study counts one submission per owner. Retry with that key, or open a "
@@ -215,6 +240,7 @@ class MemoryComputationStore(ComputationStore):
         self._lock = threading.RLock()
         self._studies: dict[str, StudyContract] = {}
         self._uploads: dict[tuple[str, str], UploadMeta] = {}
+        self._upload_sigs: dict[tuple[str, str], bytes] = {}
         self._chunks: dict[tuple[str, str, str], dict[int, bytes]] = {}
         self._subs: dict[tuple[str, str], Submission] = {}
         self._releases: dict[str, ReleaseRecord] = {}
@@ -230,19 +256,20 @@ class MemoryComputationStore(ComputationStore):
         with self._lock:
             return self._studies.get(study_id)
 
-    def start_upload(self, meta: UploadMeta) -> None:
+    def start_upload(self, meta: UploadMeta, signature: bytes = b"") -> None:
         with self._lock:
             sub = self._subs.get((meta.study_id, meta.owner_id))
             if sub is not None:
                 if sub.meta == meta:
                     return
-                raise _owner_conflict(sub)
+                raise owner_conflict(sub)
             current = self._uploads.get((meta.study_id, meta.owner_id))
-            if current == meta:
+            if current == meta and self._upload_sigs.get((meta.study_id, meta.owner_id), b"") == bytes(signature):
                 return
             if current is not None:
                 self.discard_upload(current)
             self._uploads[(meta.study_id, meta.owner_id)] = meta
+            self._upload_sigs[(meta.study_id, meta.owner_id)] = bytes(signature)
             self._chunks[(meta.study_id, meta.owner_id, meta.idempotency_key)] = {}
 
     def get_upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
@@ -261,20 +288,21 @@ class MemoryComputationStore(ComputationStore):
             held = self._chunks.get((meta.study_id, meta.owner_id, meta.idempotency_key), {})
             return {i: len(b) for i, b in held.items()}
 
-    def commit_upload(self, meta: UploadMeta) -> Submission:
+    def commit_upload(self, meta: UploadMeta, signature: bytes = b"", ciphertext_digest: bytes = b"") -> Submission:
         with self._lock:
             sub = self._subs.get((meta.study_id, meta.owner_id))
             if sub is not None:
                 if sub.meta == meta:
                     return sub
-                raise _owner_conflict(sub)
+                raise owner_conflict(sub)
             if self._uploads.get((meta.study_id, meta.owner_id)) != meta:
                 raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}")
             held = self.received_chunks(meta)
             _check_complete(meta, held)
-            sub = Submission(meta, sum(held.values()), utc_now())
+            sub = Submission(meta, sum(held.values()), utc_now(), bytes(signature), bytes(ciphertext_digest))
             self._subs[(meta.study_id, meta.owner_id)] = sub
             del self._uploads[(meta.study_id, meta.owner_id)]
+            self._upload_sigs.pop((meta.study_id, meta.owner_id), None)
             return sub
 
     def discard_upload(self, meta: UploadMeta) -> None:
@@ -284,6 +312,7 @@ class MemoryComputationStore(ComputationStore):
                 return
             if self._uploads.get((meta.study_id, meta.owner_id)) == meta:
                 del self._uploads[(meta.study_id, meta.owner_id)]
+                self._upload_sigs.pop((meta.study_id, meta.owner_id), None)
             self._chunks.pop((meta.study_id, meta.owner_id, meta.idempotency_key), None)
 
     def get_submission(self, study_id: str, owner_id: str) -> Submission | None:
@@ -294,11 +323,13 @@ class MemoryComputationStore(ComputationStore):
         with self._lock:
             return sorted((s for (st, _), s in self._subs.items() if st == study_id), key=lambda s: s.owner_id)
 
-    def read_chunk(self, submission: Submission, index: int) -> bytes:
-        m = submission.meta
-        _check_index(m, index)
+    def read_upload_chunk(self, meta: UploadMeta, index: int) -> bytes:
+        _check_index(meta, index)
         with self._lock:
-            return self._chunks[(m.study_id, m.owner_id, m.idempotency_key)][index]
+            held = self._chunks.get((meta.study_id, meta.owner_id, meta.idempotency_key), {})
+            if index not in held:
+                raise NotFoundError(f"chunk {index} of owner {meta.owner_id}'s upload {meta.idempotency_key} is not held")
+            return held[index]
 
     def save_release(self, record: ReleaseRecord) -> None:
         with self._lock:
@@ -328,6 +359,7 @@ CREATE TABLE IF NOT EXISTS uploads (
     domain_length       INTEGER NOT NULL,
     context_fingerprint TEXT NOT NULL,
     started_at          TEXT NOT NULL,
+    signature           BLOB NOT NULL DEFAULT x'',
     PRIMARY KEY (study_id, owner_id)
 );
 CREATE TABLE IF NOT EXISTS submissions (
@@ -339,6 +371,8 @@ CREATE TABLE IF NOT EXISTS submissions (
     context_fingerprint TEXT NOT NULL,
     bytes_total         INTEGER NOT NULL,
     committed_at        TEXT NOT NULL,
+    signature           BLOB NOT NULL DEFAULT x'',
+    ciphertext_digest   BLOB NOT NULL DEFAULT x'',
     PRIMARY KEY (study_id, owner_id)
 );
 CREATE TABLE IF NOT EXISTS releases (
@@ -355,19 +389,32 @@ CREATE TABLE IF NOT EXISTS releases (
     error_message TEXT NOT NULL,
     summary_json  TEXT NOT NULL,
     seconds       REAL NOT NULL,
-    bytes_to_decryption INTEGER NOT NULL DEFAULT 0
+    bytes_to_decryption INTEGER NOT NULL DEFAULT 0,
+    signatures_json TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS releases_by_study ON releases(study_id);
 """
 
 _META_COLS = "study_id, owner_id, idempotency_key, chunk_count, domain_length, context_fingerprint"
 _REL_COLS = ("release_id, study_id, state, epsilon, owners_json, contract_hash, started_at, request_key, "
-             "finished_at, error_code, error_message, summary_json, seconds, bytes_to_decryption")
+             "finished_at, error_code, error_message, summary_json, seconds, bytes_to_decryption, signatures_json")
+
+#: Columns added after the first schema: (table, column, definition) for opening older stores.
+_ADDED_COLUMNS = (
+    ("uploads", "signature", "BLOB NOT NULL DEFAULT x''"),
+    ("submissions", "signature", "BLOB NOT NULL DEFAULT x''"),
+    ("submissions", "ciphertext_digest", "BLOB NOT NULL DEFAULT x''"),
+    ("releases", "signatures_json", "TEXT NOT NULL DEFAULT '[]'"),
+)
 
 
 def _meta(row: tuple[object, ...]) -> UploadMeta:
     return UploadMeta(str(row[0]), str(row[1]), str(row[2]), int(row[3]), int(row[4]),  # type: ignore[call-overload]
                       str(row[5]))
+
+
+def _submission_row(row: tuple[object, ...]) -> Submission:
+    return Submission(_meta(row[:6]), int(row[6]), str(row[7]), bytes(row[8]), bytes(row[9]))  # type: ignore[call-overload, arg-type]
 
 
 def _release(row: tuple[object, ...]) -> ReleaseRecord:
@@ -377,6 +424,7 @@ def _release(row: tuple[object, ...]) -> ReleaseRecord:
         request_key=str(row[7]), finished_at=str(row[8]), error_code=str(row[9]), error_message=str(row[10]),
         summary_json=str(row[11]), seconds=float(row[12]),  # type: ignore[arg-type]
         bytes_to_decryption=int(row[13]),  # type: ignore[call-overload]
+        signatures=tuple(OwnerSignature.from_dict(d) for d in json.loads(str(row[14]))),
     )
 
 
@@ -408,6 +456,9 @@ class SqliteComputationStore(ComputationStore):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            for table, column, definition in _ADDED_COLUMNS:
+                if column not in {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     def close(self) -> None:
         with self._lock:
@@ -439,31 +490,35 @@ class SqliteComputationStore(ComputationStore):
 
     # -- uploads -----------------------------------------------------------------------
     def _submission(self, study_id: str, owner_id: str) -> Submission | None:
-        row = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at FROM submissions "
-                               "WHERE study_id = ? AND owner_id = ?", (study_id, owner_id)).fetchone()
-        return None if row is None else Submission(_meta(row[:6]), int(row[6]), str(row[7]))
+        row = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at, signature, ciphertext_digest "
+                               "FROM submissions WHERE study_id = ? AND owner_id = ?", (study_id, owner_id)).fetchone()
+        return None if row is None else _submission_row(row)
 
     def _upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
         row = self._db.execute(f"SELECT {_META_COLS} FROM uploads WHERE study_id = ? AND owner_id = ?",
                                (study_id, owner_id)).fetchone()
         return None if row is None else _meta(row)
 
-    def start_upload(self, meta: UploadMeta) -> None:
+    def start_upload(self, meta: UploadMeta, signature: bytes = b"") -> None:
         with self._lock:
             sub = self._submission(meta.study_id, meta.owner_id)
             if sub is not None:
                 if sub.meta == meta:
                     return
-                raise _owner_conflict(sub)
+                raise owner_conflict(sub)
             current = self._upload(meta.study_id, meta.owner_id)
             if current == meta:
-                return
+                row = self._db.execute("SELECT signature FROM uploads WHERE study_id = ? AND owner_id = ?",
+                                       (meta.study_id, meta.owner_id)).fetchone()
+                if row is not None and bytes(row[0]) == bytes(signature):
+                    return
             if current is not None:
                 self.discard_upload(current)
             with self._tx():
-                self._db.execute(f"INSERT INTO uploads ({_META_COLS}, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                self._db.execute(f"INSERT INTO uploads ({_META_COLS}, started_at, signature) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                  (meta.study_id, meta.owner_id, meta.idempotency_key, meta.chunk_count,
-                                  meta.domain_length, meta.context_fingerprint, utc_now()))
+                                  meta.domain_length, meta.context_fingerprint, utc_now(), bytes(signature)))
             self._dir(meta).mkdir(parents=True, exist_ok=True)
 
     def get_upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
@@ -488,23 +543,25 @@ class SqliteComputationStore(ComputationStore):
                 out[int(p.stem)] = p.stat().st_size
         return out
 
-    def commit_upload(self, meta: UploadMeta) -> Submission:
+    def commit_upload(self, meta: UploadMeta, signature: bytes = b"", ciphertext_digest: bytes = b"") -> Submission:
         with self._lock:
             sub = self._submission(meta.study_id, meta.owner_id)
             if sub is not None:
                 if sub.meta == meta:
                     return sub
-                raise _owner_conflict(sub)
+                raise owner_conflict(sub)
             if self._upload(meta.study_id, meta.owner_id) != meta:
                 raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}")
             held = self.received_chunks(meta)
             _check_complete(meta, held)
-            sub = Submission(meta, sum(held.values()), utc_now())
+            sub = Submission(meta, sum(held.values()), utc_now(), bytes(signature), bytes(ciphertext_digest))
             with self._tx():
                 self._db.execute(
-                    f"INSERT INTO submissions ({_META_COLS}, bytes_total, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO submissions ({_META_COLS}, bytes_total, committed_at, signature, ciphertext_digest) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (meta.study_id, meta.owner_id, meta.idempotency_key, meta.chunk_count, meta.domain_length,
-                     meta.context_fingerprint, sub.bytes_total, sub.committed_at))
+                     meta.context_fingerprint, sub.bytes_total, sub.committed_at, sub.signature,
+                     sub.ciphertext_digest))
                 self._db.execute("DELETE FROM uploads WHERE study_id = ? AND owner_id = ?",
                                  (meta.study_id, meta.owner_id))
             return sub
@@ -525,28 +582,28 @@ class SqliteComputationStore(ComputationStore):
 
     def submissions(self, study_id: str) -> list[Submission]:
         with self._lock:
-            rows = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at FROM submissions "
-                                    "WHERE study_id = ? ORDER BY owner_id", (study_id,)).fetchall()
-        return [Submission(_meta(r[:6]), int(r[6]), str(r[7])) for r in rows]
+            rows = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at, signature, ciphertext_digest "
+                                    "FROM submissions WHERE study_id = ? ORDER BY owner_id", (study_id,)).fetchall()
+        return [_submission_row(r) for r in rows]
 
-    def read_chunk(self, submission: Submission, index: int) -> bytes:
-        _check_index(submission.meta, index)
-        path = self._dir(submission.meta) / f"{index:07d}.ct"
+    def read_upload_chunk(self, meta: UploadMeta, index: int) -> bytes:
+        _check_index(meta, index)
+        path = self._dir(meta) / f"{index:07d}.ct"
         try:
             return path.read_bytes()
         except FileNotFoundError as exc:
-            raise NotFoundError(f"chunk {index} of owner {submission.owner_id}'s submission is missing from "
-                                f"{path.parent}; the data directory was altered") from exc
+            raise NotFoundError(f"chunk {index} of owner {meta.owner_id}'s upload {meta.idempotency_key} is missing "
+                                f"from {path.parent}; resend it, or the data directory was altered") from exc
 
     # -- releases --------------------------------------------------------------------
     def save_release(self, record: ReleaseRecord) -> None:
         r = record
         with self._lock, self._tx():
             self._db.execute(
-                f"INSERT OR REPLACE INTO releases ({_REL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO releases ({_REL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (r.release_id, r.study_id, r.state, r.epsilon, json.dumps(list(r.owners)), r.contract_hash,
                  r.started_at, r.request_key, r.finished_at, r.error_code, r.error_message, r.summary_json,
-                 r.seconds, r.bytes_to_decryption))
+                 r.seconds, r.bytes_to_decryption, json.dumps([sig.to_dict() for sig in r.signatures])))
 
     def get_release(self, release_id: str) -> ReleaseRecord | None:
         with self._lock:

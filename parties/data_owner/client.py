@@ -17,6 +17,8 @@ from he_partition.protocol import encrypt_histogram, validate_histogram
 from ..common.config import DEFAULT_TIMEOUT, RetryPolicy
 from ..common.contract import StudyContract, check_id
 from ..common.errors import PermissionDeniedError, ServiceError
+from ..common.signing import key_fingerprint, public_key_of, sign_upload
+from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient
 from ..decryption.client import DecryptionClient
 
@@ -35,6 +37,10 @@ class EncryptedHistogram:
     domain_length: int
     context_fingerprint: str
     chunks: tuple[bytes, ...]
+    #: Hash of the contract the histogram was encrypted for (sent and signed with the upload).
+    contract_hash: str = ""
+    #: True when the contract lists owner keys: the upload must be signed.
+    signed: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -73,6 +79,12 @@ class DataOwnerClient:
     resumable: with the same `idempotency_key` a retry sends only the chunks the server
     lacks, and a retry of a finished upload is a no-op (never counted twice).
 
+    `tls`: this owner's certificate (its id must be `owner_id`), required by servers with
+    mutual TLS. `signing_key`: the owner's raw Ed25519 private key (`load_private_key`);
+    in a signed study every upload is signed with it over the study id, owner id,
+    idempotency key, contract hash and every ciphertext chunk, so nobody else can submit
+    data in this owner's name and a release can show whose data it contains.
+
     Example::
 
         with DataOwnerClient("hospital-a", computation="cs:50052", decryption="ds:50051") as owner:
@@ -80,15 +92,22 @@ class DataOwnerClient:
     """
 
     def __init__(self, owner_id: str, *, computation: str | ComputationClient, decryption: str | DecryptionClient,
-                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(), progress: bool = True) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(), progress: bool = True,
+                 tls: TlsConfig | None = None, signing_key: bytes | None = None) -> None:
         self.owner_id = check_id("owner_id", owner_id)
+        if tls is not None and (tls.identity.role != "data_owner" or tls.identity.party_id != owner_id):
+            raise InvalidInputError(
+                f"{tls.cert} is the certificate of {tls.identity.role} {tls.identity.party_id!r}, not of data owner "
+                f"{owner_id!r}; use the certificate issued for {owner_id!r}"
+            )
         self._own: list[ComputationClient | DecryptionClient] = []
         if isinstance(computation, str):
-            computation = ComputationClient(computation, timeout=timeout, retry=retry)
+            computation = ComputationClient(computation, timeout=timeout, retry=retry, tls=tls)
             self._own.append(computation)
         if isinstance(decryption, str):
-            decryption = DecryptionClient(decryption, timeout=timeout, retry=retry)
+            decryption = DecryptionClient(decryption, timeout=timeout, retry=retry, tls=tls)
             self._own.append(decryption)
+        self._signing_key = signing_key
         self.computation: ComputationClient = computation
         self.decryption: DecryptionClient = decryption
         self.retry = retry
@@ -152,10 +171,30 @@ class DataOwnerClient:
             from .dataset import check_bound_matches
 
             check_bound_matches(histogram, contract.contribution_bound)
+        self._check_signing_key(contract)
         backend = self.backend(contract)
         vec = encrypt_histogram(backend, hist)
         return EncryptedHistogram(study_id, int(hist.size), contract.context_fingerprint,
-                                  tuple(backend.serialize_chunk(c) for c in vec.chunks))
+                                  tuple(backend.serialize_chunk(c) for c in vec.chunks), contract.contract_hash,
+                                  contract.signed)
+
+    def _check_signing_key(self, contract: StudyContract) -> None:
+        """A signed study needs this owner's key, and it must be the key the contract lists."""
+        if not contract.signed:
+            return
+        registered = contract.owner_public_key(self.owner_id)
+        if self._signing_key is None:
+            raise InvalidInputError(
+                f"study {contract.study_id} requires signed uploads: pass signing_key= (or `dpagg submit "
+                f"--signing-key`) with owner {self.owner_id}'s Ed25519 key"
+            )
+        mine = public_key_of(self._signing_key)
+        if registered != mine:
+            raise InvalidInputError(
+                f"your signing key {key_fingerprint(mine)} is not the key study {contract.study_id} lists for owner "
+                f"{self.owner_id} ({key_fingerprint(registered) if registered else 'none'}); use the key whose "
+                "public half you gave the operator"
+            )
 
     def submit(self, study_id: str, histogram: Any, *, idempotency_key: str | None = None,
                progress: bool | None = None, max_attempts: int = 5) -> SubmitResult:
@@ -190,6 +229,15 @@ class DataOwnerClient:
         to some chunk indices (it simulates an interrupted upload in tests and demos)."""
         t0 = time.monotonic() if started is None else started
         k = len(enc.chunks)
+        signature = b""
+        if enc.signed:
+            if self._signing_key is None:
+                raise InvalidInputError(f"study {enc.study_id} requires signed uploads: pass signing_key=")
+            # One signature over the whole upload (every chunk, in index order), so any
+            # resumed stream carries the same signature and the server verifies it once complete.
+            signature = sign_upload(self._signing_key, study_id=enc.study_id, owner_id=self.owner_id,
+                                    idempotency_key=idempotency_key, contract_hash=enc.contract_hash,
+                                    chunks=enc.chunks)
         show = self.progress if progress is None else progress
         sent_chunks = 0
         sent_bytes = 0
@@ -223,7 +271,7 @@ class DataOwnerClient:
                     resp = self.computation.submit_chunks(
                         study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
                         domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
-                        chunk_count=k, chunks=stream())
+                        chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature)
                 except ServiceError as err:
                     if err.code not in RESUMABLE_CODES or attempt == max_attempts:
                         raise

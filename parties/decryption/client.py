@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -15,7 +15,7 @@ from he_partition.measurements import Measurement
 
 from ..common.client import BaseClient, call_with_retry
 from ..common.contract import StudyContract
-from ..common.convert import contract_from_proto, measurement_to_proto
+from ..common.convert import contract_from_proto, measurement_to_proto, owner_keys_to_proto
 
 __all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult"]
 
@@ -33,13 +33,18 @@ class ChargeInfo:
 
 @dataclass(frozen=True)
 class BudgetInfo:
-    """A study's privacy budget: total (the contract's epsilon), spent, remaining, and every charge."""
+    """A study's privacy budget: total (the contract's epsilon), spent, remaining, and every charge.
+
+    `reserved`: epsilon held by releases that started (their declared epsilon, >= spent);
+    a new release must fit in `total - reserved`. `remaining` is `total - spent`.
+    """
 
     study_id: str
     total: float
     spent: float
     remaining: float
     charges: tuple[ChargeInfo, ...]
+    reserved: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,18 +91,22 @@ class DecryptionClient(BaseClient):
         return call_with_retry(fetch, policy=self.retry, method="Decryption/GetPublicContext")
 
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
-                   strategy: str = "gap", contribution_bound: int = 1, noise_parties: int = 2,
+                   strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
                    strategy_params_json: str = "", domain_spec: str = "",
+                   owner_keys: Mapping[str, str | bytes] | None = None,
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Create a study; returns (contract, already_existed). With your own `study_id` retries are idempotent.
 
         `epsilon` is the study's total budget; `contribution_bound` c multiplies every
         sensitivity; `noise_parties` 2 (default) makes both servers add noise.
+        `owner_keys` maps each expected owner to its Ed25519 public key (raw bytes or hex).
+        Only the computation server may call this (operators use `ComputationClient.open_study`).
         """
         req = decryption_pb2.OpenStudyRequest(
             study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
             contribution_bound=contribution_bound, noise_parties=noise_parties,
             expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+            owner_keys=owner_keys_to_proto(owner_keys),
         )
         resp = self._unary(self._stub.OpenStudy, req, method="Decryption/OpenStudy", timeout=timeout,
                            retry=bool(study_id))
@@ -110,7 +119,7 @@ class DecryptionClient(BaseClient):
         return contract_from_proto(resp.contract)
 
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
-                            chunks: Iterable[bytes], chunk_count: int,
+                            chunks: Iterable[bytes], chunk_count: int, contract_hash: str,
                             timeout: float | None = None) -> DecryptResult:
         """Send one noised measurement ciphertext (streamed chunk by chunk) and get its released values.
 
@@ -120,11 +129,13 @@ class DecryptionClient(BaseClient):
 
         Not retried: the server charges the ledger before decrypting, so a lost reply must
         not be answered by a second decryption. The ledger refuses (RESOURCE_EXHAUSTED) a
-        charge that does not fit.
+        charge that does not fit. `contract_hash` is the hash of the study contract the
+        measurement was computed under; the server refuses a measurement under other terms.
+        Only the computation server may call this.
         """
         header = decryption_pb2.DecryptMeasurementHeader(
             study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
-            measurement=measurement_to_proto(measurement), chunk_count=chunk_count,
+            measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
         )
 
         def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
@@ -145,4 +156,5 @@ class DecryptionClient(BaseClient):
         return BudgetInfo(
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
             tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),
+            resp.epsilon_reserved,
         )

@@ -16,7 +16,7 @@ from ..common.contract import StudyContract, check_id
 from ..common.errors import AlreadyExistsError, NotFoundError
 from ..common.util import utc_now
 
-__all__ = ["Charge", "LedgerStore", "SqliteLedgerStore", "MemoryLedgerStore", "check_charge"]
+__all__ = ["Charge", "LedgerStore", "SqliteLedgerStore", "MemoryLedgerStore", "check_charge", "reserved_epsilon"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,23 @@ class Charge:
     epsilon: float
     release_epsilon: float
     created_at: str
+    #: What was decrypted for this charge: canonical JSON with the contract hash, the SHA-256
+    #: of the measurement spec and of the ciphertext, and the number of values released.
+    detail: str = ""
+
+
+def reserved_epsilon(charges: list[Charge], *, excluding: str = "") -> float:
+    """Epsilon held by the releases that have started: each one's declared epsilon (or what it spent, if more).
+
+    A release reserves its whole declared epsilon with its first charge and keeps it,
+    finished or not (a release that fails part way does not give it back), so releases
+    that interleave can never together promise more than the study's total.
+    """
+    by_release: dict[str, list[Charge]] = {}
+    for c in charges:
+        if c.release_id != excluding:
+            by_release.setdefault(c.release_id, []).append(c)
+    return math.fsum(max(cs[0].release_epsilon, math.fsum(c.epsilon for c in cs)) for cs in by_release.values())
 
 
 def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: float, release_epsilon: float) -> None:
@@ -37,9 +54,10 @@ def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: 
 
     Rules (sums with relative slack EPSILON_TOLERANCE):
     - the study never spends more than `total`;
-    - the first charge of a release requires the *whole* release (`release_epsilon`) to
-      fit the remaining budget, so a release is refused before anything is decrypted
-      rather than half way through;
+    - the first charge of a release reserves the *whole* release (`release_epsilon`): it
+      must fit next to every other started release's reservation (`reserved_epsilon`),
+      so a release is refused before anything is decrypted rather than half way
+      through, even when two releases run at the same time;
     - a release's charges never exceed its declared `release_epsilon`.
     """
     if not (math.isfinite(epsilon) and epsilon > 0):
@@ -51,10 +69,13 @@ def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: 
     slack = 1 + EPSILON_TOLERANCE
     spent = math.fsum(c.epsilon for c in charges)
     mine = [c for c in charges if c.release_id == release_id]
-    if not mine and spent + release_epsilon > total * slack:
+    reserved = reserved_epsilon(charges, excluding=release_id)
+    if not mine and max(spent, reserved) + release_epsilon > total * slack:
+        held = f" ({reserved:g} reserved by releases that started)" if reserved > spent else ""
         raise BudgetExhaustedError(
-            f"release {release_id} needs epsilon {release_epsilon:g} but the study has {max(0.0, total - spent):g} "
-            f"left of {total:g}; nothing was decrypted. Open a new study for more releases"
+            f"release {release_id} needs epsilon {release_epsilon:g} but the study has "
+            f"{max(0.0, total - max(spent, reserved)):g} left of {total:g}{held}; nothing was decrypted. Open a new "
+            "study for more releases"
         )
     if mine and any(not math.isclose(c.release_epsilon, release_epsilon, rel_tol=1e-12) for c in mine):
         raise InvalidInputError(
@@ -93,11 +114,13 @@ class LedgerStore(abc.ABC):
         """Every contract, oldest first."""
 
     @abc.abstractmethod
-    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float) -> Charge:
+    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
+               detail: str = "") -> Charge:
         """Check (`check_charge`) and append one charge atomically; durable when it returns.
 
         This is where budget is spent: `epsilon` of the study's total (sequential
-        composition over every charge of the study). Callers charge before they decrypt.
+        composition over every charge of the study). Callers charge before they decrypt,
+        and record in `detail` what the charge pays for (one row per decryption).
         """
 
     @abc.abstractmethod
@@ -106,6 +129,28 @@ class LedgerStore(abc.ABC):
 
     def spent(self, study_id: str) -> float:
         return math.fsum(c.epsilon for c in self.charges(study_id))
+
+    def reserved(self, study_id: str) -> float:
+        """Epsilon held by started releases (see `reserved_epsilon`); >= `spent`."""
+        charges = self.charges(study_id)
+        return max(math.fsum(c.epsilon for c in charges), reserved_epsilon(charges))
+
+    def check_consistency(self) -> list[str]:
+        """Replay every study's charges through `check_charge`, oldest first; return what fails (empty: consistent).
+
+        A consistent ledger never spent more than a study's total nor more than a release
+        declared, and every row describes a positive charge. Run after a crash or restore.
+        """
+        problems: list[str] = []
+        for contract in self.list_studies():
+            seen: list[Charge] = []
+            for c in self.charges(contract.study_id):
+                try:
+                    check_charge(contract.epsilon, seen, c.release_id, c.epsilon, c.release_epsilon)
+                except (BudgetExhaustedError, InvalidInputError) as exc:
+                    problems.append(f"study {contract.study_id} charge #{c.charge_id}: {exc}")
+                seen.append(c)
+        return problems
 
     def close(self) -> None:
         """Release resources (no-op by default)."""
@@ -151,7 +196,8 @@ class MemoryLedgerStore(LedgerStore):
         with self._lock:
             return list(self._studies.values())
 
-    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float) -> Charge:
+    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
+               detail: str = "") -> Charge:
         check_id("release_id", release_id)
         with self._lock:
             contract = self._studies.get(study_id)
@@ -160,7 +206,7 @@ class MemoryLedgerStore(LedgerStore):
             mine = [c for c in self._charges if c.study_id == study_id]
             check_charge(contract.epsilon, mine, release_id, float(epsilon), float(release_epsilon))
             c = Charge(len(self._charges) + 1, study_id, release_id, kind, float(epsilon), float(release_epsilon),
-                       utc_now())
+                       utc_now(), detail)
             self._charges.append(c)
             return c
 
@@ -184,7 +230,8 @@ CREATE TABLE IF NOT EXISTS charges (
     kind            TEXT NOT NULL,
     epsilon         REAL NOT NULL CHECK (epsilon > 0),
     release_epsilon REAL NOT NULL,
-    created_at      TEXT NOT NULL
+    created_at      TEXT NOT NULL,
+    detail          TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS charges_by_study ON charges(study_id);
 -- The ledger is append-only: a charge, once written, can be neither changed nor removed.
@@ -217,6 +264,9 @@ class SqliteLedgerStore(LedgerStore):
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(charges)")}
+        if "detail" not in cols:  # a ledger written before decryptions were described
+            self._db.execute("ALTER TABLE charges ADD COLUMN detail TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         with self._lock:
@@ -262,11 +312,12 @@ class SqliteLedgerStore(LedgerStore):
 
     def _charges(self, study_id: str) -> list[Charge]:
         rows = self._db.execute(
-            "SELECT charge_id, study_id, release_id, kind, epsilon, release_epsilon, created_at FROM charges "
+            "SELECT charge_id, study_id, release_id, kind, epsilon, release_epsilon, created_at, detail FROM charges "
             "WHERE study_id = ? ORDER BY charge_id", (study_id,)).fetchall()
-        return [Charge(int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6]) for r in rows]
+        return [Charge(int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6], r[7]) for r in rows]
 
-    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float) -> Charge:
+    def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
+               detail: str = "") -> Charge:
         check_id("release_id", release_id)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -276,9 +327,9 @@ class SqliteLedgerStore(LedgerStore):
                              float(release_epsilon))
                 created = utc_now()
                 cur = self._db.execute(
-                    "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (study_id, release_id, kind, float(epsilon), float(release_epsilon), created),
+                    "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at, detail) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (study_id, release_id, kind, float(epsilon), float(release_epsilon), created, detail),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -287,9 +338,17 @@ class SqliteLedgerStore(LedgerStore):
                 raise
             assert cur.lastrowid is not None
             return Charge(int(cur.lastrowid), study_id, release_id, kind, float(epsilon), float(release_epsilon),
-                          created)
+                          created, detail)
 
     def charges(self, study_id: str) -> list[Charge]:
         with self._lock:
             self._get(study_id)
             return self._charges(study_id)
+
+    def check_consistency(self) -> list[str]:
+        """SQLite's own integrity and foreign-key checks, then the budget replay of `LedgerStore`."""
+        with self._lock:
+            problems = [f"sqlite integrity: {r[0]}" for r in self._db.execute("PRAGMA integrity_check")
+                        if r[0] != "ok"]
+            problems += [f"sqlite foreign key: {tuple(r)}" for r in self._db.execute("PRAGMA foreign_key_check")]
+        return problems + super().check_consistency()

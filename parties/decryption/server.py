@@ -6,6 +6,7 @@ import logging
 
 from dpagg.v1 import decryption_pb2_grpc
 
+from ..common.access import AccessPolicy
 from ..common.config import DecryptionConfig
 from ..common.server import ServerHandle, create_server
 from ..common.util import noise_source
@@ -26,16 +27,21 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     """Load (or create) the key in `config.data_dir/keys`, open the ledger, build the server (not started).
 
     Restarting on the same data directory keeps the key, every study and every charge.
+    With `config.tls` the port is mutual TLS and every RPC checks the caller's role;
+    with `config.insecure` it is plaintext and unchecked (a warning is logged).
     """
     config.data_dir.mkdir(parents=True, exist_ok=True)
     keys = KeyStore(config.data_dir / KEYS_DIR).load_or_create()
     store = ledger or SqliteLedgerStore(config.data_dir / LEDGER_FILE)
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
-    handler = DecryptionHandler(store, keys, noise_source(config.noise_seed))
+    handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None)
+    policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
+    servicer = DecryptionServicer(handler, policy, config.computation_ids)
     server, port = create_server(
-        [(decryption_pb2_grpc.add_DecryptionServicer_to_server, DecryptionServicer(handler), SERVICE_NAME)],
+        [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],
         host=config.host, port=config.port, max_workers=config.max_workers,
+        credentials=config.tls.server_credentials() if config.tls is not None else None,
     )
     return ServerHandle(server, port, config.host, handler, [store.close])
 
@@ -43,5 +49,6 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
 def serve_decryption(config: DecryptionConfig, *, port_file: str | None = None) -> None:
     """Run the decryption server until SIGINT/SIGTERM."""
     handle = create_decryption_server(config)
-    log.info("decryption server listening on %s (key %s)", handle.target, handle.handler.fingerprint[:16])
+    log.info("decryption server listening on %s (key %s, %s)", handle.target, handle.handler.fingerprint[:16],
+             f"mutual TLS as {config.tls.identity.party_id}" if config.tls else "INSECURE: no TLS")
     handle.serve(port_file=port_file)

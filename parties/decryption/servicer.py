@@ -9,7 +9,9 @@ import grpc
 from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.errors import InvalidInputError
 
+from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.config import CONTEXT_CHUNK_BYTES
+from ..common.contract import check_id
 from ..common.convert import contract_to_proto, measurement_from_proto
 from .handler import DecryptionHandler
 
@@ -19,13 +21,26 @@ SERVICE_NAME = decryption_pb2.DESCRIPTOR.services_by_name["Decryption"].full_nam
 
 
 class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
-    """Errors raised here or in the handler become status codes in `ErrorMappingInterceptor`."""
+    """Errors raised here or in the handler become status codes in `ErrorMappingInterceptor`.
 
-    def __init__(self, handler: DecryptionHandler) -> None:
+    Every method checks the caller's role first (`AccessPolicy`), before it reads the
+    request stream or touches the ledger. Only the computation server (role
+    ``computation``, and one of `computation_ids` when given) may open studies and ask for
+    decryptions.
+    """
+
+    def __init__(self, handler: DecryptionHandler, policy: AccessPolicy | None = None,
+                 computation_ids: tuple[str, ...] = ()) -> None:
         self.handler = handler
+        self.policy = policy if policy is not None else AccessPolicy()
+        self.computation_ids = tuple(computation_ids) or None
+
+    def _computation_only(self, context: grpc.ServicerContext, action: str) -> None:
+        self.policy.require(context, ["computation"], self.computation_ids, action=action)
 
     def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
                          context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
+        self.policy.require(context, ANY_ROLE, action="download the public context")
         data = self.handler.public_context
         fingerprint = self.handler.fingerprint
         for offset in range(0, len(data), CONTEXT_CHUNK_BYTES):
@@ -35,28 +50,36 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
+        self._computation_only(context, "open a study at the decryption server")
         contract, existed = self.handler.open_study(
             study_id=request.study_id, domain_size=request.domain_size, epsilon=request.epsilon,
             expected_owners=list(request.expected_owners), strategy=request.strategy,
             contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
             strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
+            owner_keys=dict(request.owner_keys),
         )
         return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
 
     def GetStudy(self, request: decryption_pb2.GetStudyRequest,
                  context: grpc.ServicerContext) -> decryption_pb2.GetStudyResponse:
+        self.policy.require(context, ANY_ROLE, action="read a study contract")
         return decryption_pb2.GetStudyResponse(contract=contract_to_proto(self.handler.get_study(request.study_id)))
 
     def DecryptMeasurement(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
                            context: grpc.ServicerContext) -> decryption_pb2.DecryptMeasurementResponse:
+        self._computation_only(context, "ask for a decryption")
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidInputError("DecryptMeasurement must start with a header message")
         header = first.header
         measurement = measurement_from_proto(header.measurement)
         contract = self.handler.get_study(header.study_id)
-        # Validate the header before reading ciphertexts, so a bad request costs no memory.
-        self.handler.check_measurement(contract, measurement, int(header.chunk_count))
+        check_id("release_id", header.release_id)
+        # Validate the header against the contract before reading ciphertexts, so a bad
+        # request costs no memory and nothing is charged or decrypted.
+        self.handler.check_measurement(contract, measurement, int(header.chunk_count),
+                                       contract_hash=header.contract_hash, release_id=header.release_id,
+                                       release_epsilon=float(header.release_epsilon))
         chunks: list[bytes] = []
         for msg in request_iterator:
             if msg.WhichOneof("part") != "chunk":
@@ -66,7 +89,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
             chunks.append(msg.chunk)
         result = self.handler.decrypt_measurement(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
-            measurement=measurement, chunks=chunks,
+            measurement=measurement, chunks=chunks, contract_hash=header.contract_hash,
         )
         return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
                                                          charge_id=result.charge.charge_id,
@@ -74,10 +97,11 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
 
     def BudgetStatus(self, request: decryption_pb2.BudgetStatusRequest,
                      context: grpc.ServicerContext) -> decryption_pb2.BudgetStatusResponse:
+        self.policy.require(context, ["computation", "operator", "analyst"], action="read a study's budget")
         report = self.handler.budget(request.study_id)
         return decryption_pb2.BudgetStatusResponse(
             study_id=report.study_id, epsilon_total=report.total, epsilon_spent=report.spent,
-            epsilon_remaining=report.remaining,
+            epsilon_remaining=report.remaining, epsilon_reserved=report.reserved,
             charges=[decryption_pb2.LedgerCharge(charge_id=c.charge_id, release_id=c.release_id, kind=c.kind,
                                                  epsilon=c.epsilon, created_at=c.created_at)
                      for c in report.charges],

@@ -1,4 +1,9 @@
-"""Fixtures: real decryption and computation servers on loopback port 0, with SQLite state in a tmp dir."""
+"""Fixtures: real decryption and computation servers on loopback port 0, with SQLite state in a tmp dir.
+
+`cluster` runs the servers explicitly insecure (plaintext, no role checks, unsigned
+studies); `secure_cluster` runs them as deployed: mutual TLS with a private CA, one
+certificate per party, and signed studies (every owner's Ed25519 key in the contract).
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,13 @@ import numpy as np
 import pytest
 
 from parties.analyst.client import AnalystClient
+from parties.common import tls as tlsmod
 from parties.common.config import ComputationConfig, DecryptionConfig, RetryPolicy
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.common.server import ServerHandle
+from parties.common.signing import generate_signing_key
+from parties.common.tls import TlsConfig
 from parties.computation.client import ComputationClient
 from parties.computation.server import create_computation_server
 from parties.data_owner.client import DataOwnerClient
@@ -25,6 +33,26 @@ from parties.decryption.server import create_decryption_server
 FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.05)
 
 
+#: Party ids of the servers, the operator and the analyst in a secure cluster.
+DS_ID, CS_ID, OPERATOR_ID, ANALYST_ID = "ds-1", "cs-1", "op", "analyst-1"
+
+
+class Pki:
+    """A throwaway private CA and lazily issued party certificates (ECDSA P-256, keys 0600)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.ca = tlsmod.create_ca(directory)
+        self._issued: dict[str, str] = {}
+
+    def tls(self, party_id: str, role: str) -> TlsConfig:
+        if party_id not in self._issued:
+            tlsmod.issue_party_certificate(self.ca, self.dir, party_id, role)
+            self._issued[party_id] = role
+        assert self._issued[party_id] == role, f"{party_id} was issued as {self._issued[party_id]}"
+        return TlsConfig.in_directory(self.dir, party_id)
+
+
 @dataclass
 class Cluster:
     """A decryption server and a computation server (analyst service included) on loopback."""
@@ -32,47 +60,103 @@ class Cluster:
     root: Path
     ds: ServerHandle
     cs: ServerHandle
+    pki: Pki | None = None
     clients: list[object] = field(default_factory=list)
+    signing_keys: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
+
+    @property
+    def secure(self) -> bool:
+        return self.pki is not None
 
     @classmethod
-    def start(cls, root: Path, *, ds_seed: int = 11, cs_seed: int = 12) -> "Cluster":
-        ds = create_decryption_server(DecryptionConfig(root / "ds", noise_seed=ds_seed)).start()
-        cs = create_computation_server(ComputationConfig(root / "cs", ds.target, noise_seed=cs_seed)).start()
-        return cls(root, ds, cs)
+    def start(cls, root: Path, *, ds_seed: int = 11, cs_seed: int = 12, secure: bool = False) -> "Cluster":
+        pki = Pki(root / "pki") if secure else None
+        ds = create_decryption_server(cls._ds_config(root, pki, 0, ds_seed)).start()
+        cs = create_computation_server(cls._cs_config(root, pki, ds.target, 0, cs_seed)).start()
+        return cls(root, ds, cs, pki)
+
+    @staticmethod
+    def _ds_config(root: Path, pki: Pki | None, port: int, seed: int) -> DecryptionConfig:
+        return DecryptionConfig(root / "ds", port=port, noise_seed=seed, insecure=pki is None,
+                                tls=pki.tls(DS_ID, "decryption") if pki else None,
+                                computation_ids=(CS_ID,) if pki else ())
+
+    @staticmethod
+    def _cs_config(root: Path, pki: Pki | None, ds_target: str, port: int, seed: int) -> ComputationConfig:
+        return ComputationConfig(root / "cs", ds_target, port=port, noise_seed=seed, insecure=pki is None,
+                                 tls=pki.tls(CS_ID, "computation") if pki else None)
 
     def restart_ds(self, seed: int = 21) -> None:
         port = self.ds.port
         self.ds.stop()
-        self.ds = create_decryption_server(DecryptionConfig(self.root / "ds", port=port, noise_seed=seed)).start()
+        self.ds = create_decryption_server(self._ds_config(self.root, self.pki, port, seed)).start()
 
     def restart_cs(self, seed: int = 22) -> None:
         port = self.cs.port
         self.cs.stop()
-        self.cs = create_computation_server(
-            ComputationConfig(self.root / "cs", self.ds.target, port=port, noise_seed=seed)).start()
+        self.cs = create_computation_server(self._cs_config(self.root, self.pki, self.ds.target, port, seed)).start()
+
+    def tls(self, party_id: str, role: str) -> TlsConfig | None:
+        """The certificate of `party_id` as `role` (issued on first use); None in an insecure cluster."""
+        return self.pki.tls(party_id, role) if self.pki is not None else None
+
+    def signing_key(self, owner_id: str) -> tuple[bytes, bytes]:
+        """(private, public) Ed25519 key of a data owner, generated on first use."""
+        if owner_id not in self.signing_keys:
+            self.signing_keys[owner_id] = generate_signing_key()
+        return self.signing_keys[owner_id]
 
     def _keep(self, c: object) -> object:
         self.clients.append(c)
         return c
 
-    def computation(self) -> ComputationClient:
-        return self._keep(ComputationClient(self.cs.target, retry=FAST_RETRY))  # type: ignore[return-value]
+    def computation(self, party: str = OPERATOR_ID, role: str = "operator") -> ComputationClient:
+        return self._keep(ComputationClient(self.cs.target, retry=FAST_RETRY,  # type: ignore[return-value]
+                                            tls=self.tls(party, role)))
 
-    def decryption(self) -> DecryptionClient:
-        return self._keep(DecryptionClient(self.ds.target, retry=FAST_RETRY))  # type: ignore[return-value]
+    def decryption(self, party: str = OPERATOR_ID, role: str = "operator") -> DecryptionClient:
+        return self._keep(DecryptionClient(self.ds.target, retry=FAST_RETRY,  # type: ignore[return-value]
+                                           tls=self.tls(party, role)))
 
-    def analyst(self) -> AnalystClient:
-        return self._keep(AnalystClient(self.cs.target, retry=FAST_RETRY))  # type: ignore[return-value]
+    def analyst(self, party: str = ANALYST_ID, role: str = "analyst") -> AnalystClient:
+        return self._keep(AnalystClient(self.cs.target, retry=FAST_RETRY,  # type: ignore[return-value]
+                                        tls=self.tls(party, role)))
 
     def owner(self, owner_id: str) -> DataOwnerClient:
-        return self._keep(DataOwnerClient(owner_id, computation=self.cs.target, decryption=self.ds.target,
-                                          retry=FAST_RETRY, progress=False))  # type: ignore[return-value]
+        return self._keep(DataOwnerClient(owner_id, computation=self.cs.target,  # type: ignore[return-value]
+                                          decryption=self.ds.target, retry=FAST_RETRY, progress=False,
+                                          tls=self.tls(owner_id, "data_owner"),
+                                          signing_key=self.signing_key(owner_id)[0]))
 
     def open_study(self, *, study_id: str = "s1", domain_size: int = 64, epsilon: float = 1.0,
-                   owners: Sequence[str] = ("a", "b", "c"), **kw: object) -> StudyContract:
+                   owners: Sequence[str] = ("a", "b", "c"), signed: bool | None = None,
+                   **kw: object) -> StudyContract:
+        """Open a study as the operator; signed (every owner's key in the contract) by default when secure.
+
+        The strategy defaults to "gap" here (not the product default "auto"): many service tests check
+        the gap strategy's exact charges (0.2 eps on gaps, 0.8 eps on sums).
+        """
+        kw.setdefault("strategy", "gap")
+        if signed if signed is not None else self.secure:
+            kw.setdefault("owner_keys", {o: self.signing_key(o)[1] for o in owners})
         contract, _ = self.computation().open_study(study_id=study_id, domain_size=domain_size, epsilon=epsilon,
                                                     expected_owners=list(owners), **kw)  # type: ignore[arg-type]
         return contract
+
+    def snapshot(self) -> tuple[object, ...]:
+        """Everything a refused request must leave untouched: studies, ledger rows, uploads, submissions,
+        releases and ciphertext files on disk."""
+        ledger = self.ds.handler.ledger
+        store = self.cs.handler.store
+        studies = tuple(sorted(c.study_id for c in ledger.list_studies()))
+        charges = tuple(c.charge_id for st in studies for c in ledger.charges(st))
+        cs_studies = tuple(st for st in studies if store.get_study(st) is not None)
+        owners = sorted({o for st in studies for o in ledger.get_study(st).expected_owners} | {"a", "b", "c"})
+        subs = tuple((s.meta.study_id, s.owner_id) for st in studies for s in store.submissions(st))
+        uploads = tuple(store.get_upload(st, o) for st in studies for o in owners)
+        releases = tuple(r.release_id for r in store.list_releases())
+        files = tuple(sorted(str(p) for p in (self.root / "cs").rglob("*.ct")))
+        return studies, charges, cs_studies, subs, uploads, releases, files
 
     def stop(self) -> None:
         for c in self.clients:
@@ -84,6 +168,15 @@ class Cluster:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster.start(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def secure_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster.start(tmp_path, secure=True)
     try:
         yield c
     finally:

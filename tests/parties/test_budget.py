@@ -48,12 +48,13 @@ def test_second_release_past_epsilon_is_refused_and_decrypts_nothing(cluster: Cl
 
 def test_ledger_refuses_direct_decryption_past_the_budget(cluster: Cluster) -> None:
     """Even a computation server that skipped its own check cannot get a decryption past the budget."""
-    cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
     ds = cluster.decryption()
     chunks, _ = _encrypted_prefix(cluster, np.arange(64))
+    h = contract.contract_hash
     m = PrefixDifferences(64, 0.5, 2)
     res = ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0, measurement=m,
-                                 chunks=chunks, chunk_count=1)
+                                 chunks=chunks, chunk_count=1, contract_hash=h)
     truth = np.diff(np.arange(64), prepend=0)
     assert res.values.dtype == np.int64 and res.values.shape == (64,)
     assert res.epsilon_remaining == 0.5
@@ -61,21 +62,21 @@ def test_ledger_refuses_direct_decryption_past_the_budget(cluster: Cluster) -> N
 
     with pytest.raises(ServiceError) as ei:  # a release declaring more than is left
         ds.decrypt_measurement(study_id="s1", release_id="r2", release_epsilon=0.6, measurement=PrefixDifferences(
-            64, 0.1, 2), chunks=chunks, chunk_count=1)
+            64, 0.1, 2), chunks=chunks, chunk_count=1, contract_hash=h)
     assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     with pytest.raises(ServiceError) as ei:  # a release spending past what it declared
         ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0, measurement=PrefixDifferences(
-            64, 0.6, 2), chunks=chunks, chunk_count=1)
+            64, 0.6, 2), chunks=chunks, chunk_count=1, contract_hash=h)
     assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert [c.epsilon for c in ds.budget("s1").charges] == [0.5]
 
     with pytest.raises(ServiceError) as ei:  # sensitivity below 2c would under-noise
         ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
-                               measurement=PrefixDifferences(64, 0.1, 1), chunks=chunks, chunk_count=1)
+                               measurement=PrefixDifferences(64, 0.1, 1), chunks=chunks, chunk_count=1, contract_hash=h)
     assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sensitivity 1 is below 2" in ei.value.details
     with pytest.raises(ServiceError) as ei:  # not shaped like a partition-sum measurement: refused after charging
         ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
-                               measurement=PartitionSums(64, 0.1, 1, starts=(0, 32)), chunks=chunks, chunk_count=1)
+                               measurement=PartitionSums(64, 0.1, 1, starts=(0, 32)), chunks=chunks, chunk_count=1, contract_hash=h)
     assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert [c.epsilon for c in ds.budget("s1").charges] == [0.5, 0.1]  # the budget is spent even then
 

@@ -103,3 +103,29 @@ def test_dockerfile_installs_the_packages_and_runs_unprivileged() -> None:
     assert {"he_partition", "parties", "dpagg", "pyproject.toml"} <= set(sources)
     assert re.search(r"^RUN pip install", text, re.M)
     assert re.search(r"^USER (?!root)", text, re.M)
+
+
+def test_every_networked_service_uses_mutual_tls_with_its_own_certificate(compose: dict[str, Any]) -> None:
+    """No plaintext anywhere: each party presents the certificate `dpagg certs` issued for its service name."""
+    services = compose["services"]
+    pki_cmd = services["pki"]["command"]
+    assert pki_cmd[:2] == ["dpagg", "certs"] and "--signing-keys" in pki_cmd
+    issued = dict(pki_cmd[i + 1].split(":")[:2] for i, a in enumerate(pki_cmd) if a == "--party")
+    expected_role = {"decryption": "decryption", "computation": "computation", "open-study": "operator",
+                     "release": "operator", "query": "analyst", "owner-1": "data_owner", "owner-2": "data_owner",
+                     "owner-3": "data_owner"}
+    for name, role in expected_role.items():
+        svc = services[name]
+        assert "--insecure" not in svc["command"], name
+        env = svc["environment"]
+        party = env["DPAGG_CERT"].removeprefix("/pki/").removesuffix(".crt")
+        assert env == {"DPAGG_CA_CERT": "/pki/dpagg-ca.crt", "DPAGG_CERT": f"/pki/{party}.crt",
+                       "DPAGG_KEY": f"/pki/{party}.key"}, name
+        assert issued.get(party) == role, f"{name} uses {party}'s certificate, which is not a {role}"
+        assert any(v.startswith("pki:/pki") for v in svc["volumes"]), name
+        assert _reaches(services, name, "pki"), f"{name} must start after the certificates exist"
+    for o in ("owner-1", "owner-2", "owner-3"):  # every owner signs with its own key, listed in the contract
+        assert _flag(services[o]["command"], "--signing-key") == f"/pki/{o}.signing.key"
+    assert _flag(services["open-study"]["command"], "--owner-keys-dir") == "/pki"
+    # the servers serve under their service names, which `dpagg certs` puts in the certificates by default
+    assert _flag(services["decryption"]["command"], "--computation-id") == "computation"

@@ -31,7 +31,7 @@ FP = "0123456789abcdef" * 4
 
 def test_contract_canonical_json_and_hash_are_pinned() -> None:
     c = StudyContract(study_id="s1", domain_size=100, epsilon=0.5, expected_owners=("b", "a"),
-                      context_fingerprint=FP, domain_spec="age:0:100:100")
+                      context_fingerprint=FP, domain_spec="age:0:100:100", strategy="gap")
     text = c.canonical_json()
     assert text == (
         '{"context_fingerprint":"' + FP + '","contribution_bound":1,"domain_size":100,"domain_spec":"age:0:100:100",'
@@ -42,15 +42,16 @@ def test_contract_canonical_json_and_hash_are_pinned() -> None:
     assert StudyContract.from_json(text) == c
     # Order of owners and of parameter keys does not change the hash; any field does.
     same = StudyContract.create(study_id="s1", domain_size=100, epsilon=0.5, expected_owners=["a", "b"],
-                                context_fingerprint=FP, domain_spec="age:0:100:100", strategy_params={})
+                                context_fingerprint=FP, domain_spec="age:0:100:100", strategy_params={},
+                                strategy="gap")
     assert same.contract_hash == c.contract_hash
     other = StudyContract.create(study_id="s1", domain_size=100, epsilon=0.5000001, expected_owners=["a", "b"],
                                  context_fingerprint=FP, domain_spec="age:0:100:100")
     assert other.contract_hash != c.contract_hash
     p1 = StudyContract.create(study_id="s", domain_size=4, epsilon=1, expected_owners=["a"], context_fingerprint=FP,
-                              strategy_params={"threshold_k": 2.0, "gap_fraction": 0.25})
+                              strategy="gap", strategy_params={"threshold_k": 2.0, "gap_fraction": 0.25})
     p2 = StudyContract.create(study_id="s", domain_size=4, epsilon=1, expected_owners=["a"], context_fingerprint=FP,
-                              strategy_params='{"gap_fraction":0.25,"threshold_k":2.0}')
+                              strategy="gap", strategy_params='{"gap_fraction":0.25,"threshold_k":2.0}')
     assert p1.contract_hash == p2.contract_hash and p1.strategy_params == {"gap_fraction": 0.25, "threshold_k": 2.0}
 
 

@@ -129,7 +129,7 @@ def test_stand_alone_analyst_server_reads_the_computation_store(cluster: Cluster
     cluster.open_study(domain_size=64, owners=("a",))
     cluster.owner("a").submit("s1", np.arange(64))
     rel = cluster.computation().run_release("s1")
-    handle = create_analyst_server(AnalystConfig(cluster.root / "cs")).start()
+    handle = create_analyst_server(AnalystConfig(cluster.root / "cs", insecure=True)).start()
     try:
         with AnalystClient(handle.target) as analyst:
             analyst.wait_ready("dpagg.v1.Analyst")

@@ -25,3 +25,4 @@ def test_sdk_doc_runs(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "refused: RESOURCE_EXHAUSTED" not in out  # details are printed without the code prefix
     assert out.count("committed") == 3 and "refused:" in out and "spent 1.0 of 1.0" in out
+    assert "signed by clinic-a, clinic-b, clinic-c" in out  # every owner's signature verified in the release
