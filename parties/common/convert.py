@@ -14,6 +14,7 @@ from .contract import StudyContract
 from .signing import OwnerSignature
 
 __all__ = [
+    "open_study_kwargs",
     "contract_to_proto",
     "contract_from_proto",
     "measurement_to_proto",
@@ -171,3 +172,14 @@ def range_counts_to_proto(counts: Iterable[RangeCount]) -> list[common_pb2.Range
 
 def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> list[RangeCount]:
     return [RangeCount(int(c.lo), int(c.hi), float(c.value), float(c.standard_error)) for c in counts]
+
+
+def open_study_kwargs(request: Any) -> dict[str, Any]:
+    """Handler arguments of a `dpagg.v1.OpenStudyRequest` (the same message reaches both servers)."""
+    return dict(
+        study_id=request.study_id, domain_size=request.domain_size, epsilon=request.epsilon,
+        expected_owners=list(request.expected_owners), strategy=request.strategy,
+        contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
+        strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
+        owner_keys=dict(request.owner_keys),
+    )

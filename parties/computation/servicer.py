@@ -10,7 +10,7 @@ from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.errors import InvalidInputError
 
 from ..common.access import ANY_ROLE, AccessPolicy
-from ..common.convert import contract_to_proto, summary_to_proto
+from ..common.convert import contract_to_proto, open_study_kwargs, summary_to_proto
 from .handler import ComputationHandler, UploadOutcome
 from .store import ReleaseRecord
 
@@ -56,13 +56,7 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
         self.policy.require(context, ["operator"], action="open a study")
-        contract, existed = self.handler.open_study(
-            study_id=request.study_id, domain_size=request.domain_size, epsilon=request.epsilon,
-            expected_owners=list(request.expected_owners), strategy=request.strategy,
-            contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
-            strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
-            owner_keys=dict(request.owner_keys),
-        )
+        contract, existed = self.handler.open_study(**open_study_kwargs(request))
         return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
 
     def SubmitHistogram(self, request_iterator: Iterator[computation_pb2.SubmitHistogramRequest],

@@ -12,7 +12,7 @@ from he_partition.errors import InvalidInputError
 from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.config import CONTEXT_CHUNK_BYTES
 from ..common.contract import check_id
-from ..common.convert import contract_to_proto, measurement_from_proto
+from ..common.convert import contract_to_proto, measurement_from_proto, open_study_kwargs
 from .handler import DecryptionHandler
 
 __all__ = ["DecryptionServicer", "SERVICE_NAME"]
@@ -51,13 +51,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
         self._computation_only(context, "open a study at the decryption server")
-        contract, existed = self.handler.open_study(
-            study_id=request.study_id, domain_size=request.domain_size, epsilon=request.epsilon,
-            expected_owners=list(request.expected_owners), strategy=request.strategy,
-            contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
-            strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
-            owner_keys=dict(request.owner_keys),
-        )
+        contract, existed = self.handler.open_study(**open_study_kwargs(request))
         return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
 
     def GetStudy(self, request: decryption_pb2.GetStudyRequest,
