@@ -34,10 +34,6 @@ def _exact(x: float) -> Fraction:
     return Fraction(repr(float(x)))
 
 
-def _check_epsilon(name: str, value: float) -> float:
-    return positive_finite(name, value)
-
-
 def _as_int_tuple(name: str, values: Sequence[int]) -> tuple[int, ...]:
     try:
         items = tuple(values)
@@ -86,7 +82,7 @@ class RangeQuery:
                 )
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
-        object.__setattr__(self, "epsilon", _check_epsilon("epsilon", self.epsilon))
+        object.__setattr__(self, "epsilon", positive_finite("epsilon", self.epsilon))
 
     @classmethod
     def from_inclusive(
@@ -352,7 +348,7 @@ class DirectQueryAccountant:
     """
 
     def __init__(self, total_epsilon: float) -> None:
-        self._total = _check_epsilon("total_epsilon", total_epsilon)
+        self._total = positive_finite("total_epsilon", total_epsilon)
         self._total_exact = _exact(self._total)
         self._events: list[ChargeEvent] = []
 

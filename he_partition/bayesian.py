@@ -60,10 +60,6 @@ FloatArray = npt.NDArray[np.float64]
 LeakageMethod = Literal["algorithm1", "closed_form"]
 
 
-def _check_positive(name: str, value: float) -> float:
-    return positive_finite(name, value)
-
-
 def _components(adjacency: FloatArray) -> int:
     n = adjacency.shape[0]
     seen = np.zeros(n, dtype=bool)
@@ -181,8 +177,8 @@ class CorrelationModel:
 
     def laplace_scale(self, epsilon: float, sensitivity: float) -> float:
         """Smallest Laplace scale giving eps-BDP for the sum; see `bayesian_laplace_scale`."""
-        eps = _check_positive("epsilon", epsilon)
-        m = _check_positive("sensitivity", sensitivity)
+        eps = positive_finite("epsilon", epsilon)
+        m = positive_finite("sensitivity", sensitivity)
         return m * (1.0 + self.max_leakage()) / eps
 
 
@@ -480,7 +476,7 @@ def discrete_sum_bdpl(
         ValueError: joint is not a probability table, bad indices, or laplace_scale <= 0.
     """
     p = _check_joint(joint)
-    scale = _check_positive("laplace_scale", laplace_scale)
+    scale = positive_finite("laplace_scale", laplace_scale)
     i = _check_record("target", target, p.ndim)
     ks = [_check_record("known", k, p.ndim) for k in known]
     if i in ks:
@@ -520,7 +516,7 @@ def sum_query_posterior(
         ValueError: bad table, indices or values, or P(x_known) = 0.
     """
     p = _check_joint(joint)
-    scale = _check_positive("laplace_scale", laplace_scale)
+    scale = positive_finite("laplace_scale", laplace_scale)
     i = _check_record("target", target, p.ndim)
     fixed: dict[int, int] = {}
     for k, v in known.items():

@@ -38,10 +38,6 @@ PRACTICAL_EPSILON_MAX = math.log(21.0)
 DECISIVE_EPSILON = math.log(100.0)
 
 
-def _check_epsilon(epsilon: float) -> float:
-    return positive_finite("epsilon", epsilon)
-
-
 def _inverse_expm1_squared(eps: float) -> float:
     """Return 1 / (e^eps - 1)^2: +inf below eps ~ 1e-154, 0.0 above eps ~ 709 (float range)."""
     try:
@@ -68,7 +64,7 @@ def variance_lower_bound(epsilon: float) -> float:
     Raises:
         ValueError: epsilon is not > 0 and finite.
     """
-    return _inverse_expm1_squared(_check_epsilon(epsilon))
+    return _inverse_expm1_squared(positive_finite("epsilon", epsilon))
 
 
 def guessing_bound(epsilon: float) -> float:
@@ -89,7 +85,7 @@ def guessing_bound(epsilon: float) -> float:
     Raises:
         ValueError: epsilon is not > 0 and finite.
     """
-    return 4.0 * _inverse_expm1_squared(_check_epsilon(epsilon))
+    return 4.0 * _inverse_expm1_squared(positive_finite("epsilon", epsilon))
 
 
 def epsilon_for_guessing_bound(alpha: float) -> float:
@@ -132,7 +128,7 @@ class EpsilonAssessment:
     warnings: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        eps = _check_epsilon(self.epsilon)
+        eps = positive_finite("epsilon", self.epsilon)
         var = _inverse_expm1_squared(eps)
         alpha = 4.0 * var
         object.__setattr__(self, "epsilon", eps)

@@ -33,6 +33,7 @@ import numpy.typing as npt
 from .errors import InvalidInputError, MeasurementShapeError, PrecisionError
 from .estimation import haar_depth, haar_forward_prefix
 from .noise import laplace_scale, discrete_laplace_variance
+from .validation import positive_finite
 
 __all__ = [
     "Measurement",
@@ -103,8 +104,7 @@ class Measurement:
     def __post_init__(self) -> None:
         if self.domain_size < 1:
             raise InvalidInputError(f"domain_size must be >= 1, got {self.domain_size}")
-        if not (np.isfinite(self.epsilon) and self.epsilon > 0):
-            raise InvalidInputError(f"epsilon must be > 0 and finite, got {self.epsilon}")
+        positive_finite("epsilon", self.epsilon)
         if self.sensitivity < 1:
             raise InvalidInputError(f"sensitivity must be >= 1, got {self.sensitivity}")
 

@@ -19,6 +19,7 @@ from .auto import AutoParams, auto_strategy
 from .measurements import Measurement, owner_encoding, round_slots
 from .noise import RandomSource, as_random_source, discrete_laplace
 from .summary import Summary
+from .validation import validate_epsilon
 
 __all__ = [
     "Budget",
@@ -74,16 +75,6 @@ def validate_histograms(histograms: Sequence[Any]) -> list[IntArray]:
         if h.size != n:
             raise InvalidInputError(f"histogram lengths differ: owner 0 has {n} bins, owner {i} has {h.size}")
     return hs
-
-
-def validate_epsilon(epsilon: float) -> float:
-    try:
-        eps = float(epsilon)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"epsilon must be a number, got {epsilon!r}") from exc
-    if not (math.isfinite(eps) and eps > 0):
-        raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon}")
-    return eps
 
 
 def encrypt_histogram(backend: VectorBackend, histogram: npt.ArrayLike) -> ChunkedVector:
