@@ -7,7 +7,10 @@
 The decryption and computation servers run as separate `dpagg serve-*` processes (so
 their peak RSS is their own); every owner is its own process. Owners fetch the public
 context and encrypt before a common start signal; the clock then runs from the first
-upload byte to the released summary being stored. Reported per size: wall time
+upload byte to the released summary being stored (the release spends epsilon 1 of a
+study budget of 2). Then one batch of direct range counts (10 random ranges, 2 above
+65,536 bins, at epsilon 0.05 each) is timed: each range is one masked ciphertext per
+4,096 bins sent to the decryption server. Reported per size: wall time
 (first upload -> summary), the upload and release phases, encryption time per owner,
 ciphertext bytes on the wire (owner uploads, public-context downloads, measurement
 ciphertexts to the decryption server; gRPC framing not included), peak RSS (VmHWM) of
@@ -27,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -97,7 +102,7 @@ def run_case(n: int, owners: int, workdir: Path) -> dict[str, Any]:
         with ComputationClient(cs, timeout=60.0) as op, DecryptionClient(ds) as key_holder:
             op.wait_ready()
             owner_ids = [f"owner-{i:02d}" for i in range(owners)]
-            contract, _ = op.open_study(study_id=f"bench-{n}", domain_size=n, epsilon=1.0, expected_owners=owner_ids)
+            contract, _ = op.open_study(study_id=f"bench-{n}", domain_size=n, epsilon=2.0, expected_owners=owner_ids)
             ctx = mp.get_context("spawn")
             ready, out, go, finish = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
             procs = [ctx.Process(target=_owner, args=(i, contract.study_id, n, cs, ds, ready, go, out, finish))
@@ -108,8 +113,14 @@ def run_case(n: int, owners: int, workdir: Path) -> dict[str, Any]:
                 ready.get(timeout=1800)
             go.set()
             results = [out.get(timeout=1800) for _ in range(owners)]
-            rel = op.run_release(contract.study_id, timeout=1800)
+            rel = op.run_release(contract.study_id, epsilon=1.0, timeout=1800)
             done = time.monotonic()
+            k = 10 if n <= 65536 else 2
+            bounds = np.sort(np.random.default_rng(n).integers(0, n + 1, size=(k, 2)), axis=1)
+            ranges = [(int(a), int(max(b, a + 1))) for a, b in bounds if a < n]
+            t0 = time.monotonic()
+            direct = op.direct_range_counts(contract.study_id, ranges, 0.05, timeout=1800)
+            direct_s = time.monotonic() - t0
             finish.set()
             for p in procs:
                 p.join(60)
@@ -151,6 +162,9 @@ def run_case(n: int, owners: int, workdir: Path) -> dict[str, Any]:
         },
         "peak_rss_mb": {k: round(v, 1) for k, v in rss.items()},
         "partitions": rel.summary.n_partitions,
+        "direct_queries": {"ranges": len(ranges), "seconds": round(direct_s, 3),
+                           "epsilon_each": 0.05, "epsilon_charged": direct.epsilon_charged,
+                           "epsilon_sequential": direct.epsilon_sequential},
         "epsilon_spent": budget.spent,
         "true_total": total,
         "released_total": released_total,
@@ -161,7 +175,7 @@ def run_case(n: int, owners: int, workdir: Path) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'bins':>9} {'owners':>6} {'wall s':>8} {'upload s':>9} {'release s':>9} {'encrypt s':>9} "
-            f"{'wire MB':>9} {'DS RSS MB':>9} {'CS RSS MB':>9} {'owner RSS':>9} {'target':>7}")
+            f"{'wire MB':>9} {'DS RSS MB':>9} {'CS RSS MB':>9} {'owner RSS':>9} {'target':>7} {'direct':>14}")
     lines = [head, "-" * len(head)]
     for r in rows:
         ok = "" if r["target_s"] is None else ("ok" if r["meets_target"] else "MISS") + f" {r['target_s']:g}"
@@ -169,7 +183,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
             f"{r['bins']:>9} {r['owners']:>6} {r['wall_first_upload_to_summary_s']:>8.2f} {r['upload_phase_s']:>9.2f} "
             f"{r['release_s']:>9.2f} {r['encrypt_s_per_owner_median']:>9.2f} {r['bytes']['total'] / 1e6:>9.1f} "
             f"{r['peak_rss_mb']['decryption']:>9.0f} {r['peak_rss_mb']['computation']:>9.0f} "
-            f"{r['peak_rss_mb']['owner_max']:>9.0f} {ok:>7}")
+            f"{r['peak_rss_mb']['owner_max']:>9.0f} {ok:>7} "
+            f"{r['direct_queries']['ranges']:>3} in {r['direct_queries']['seconds']:>5.2f} s")
     return "\n".join(lines)
 
 

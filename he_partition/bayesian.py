@@ -35,6 +35,7 @@ Readings of the seed made here (each checked by tests):
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ __all__ = [
     "max_leakage",
     "bayesian_laplace_scale",
     "combine",
+    "correlation_terms",
+    "adjacency_digest",
     "discrete_sum_bdpl",
     "sum_query_posterior",
 ]
@@ -400,6 +403,48 @@ def bayesian_laplace_scale(
         ValueError: epsilon or sensitivity not > 0 and finite, or an invalid model.
     """
     return _model(adjacency, tau).laplace_scale(epsilon, sensitivity)
+
+
+def adjacency_digest(adjacency: npt.ArrayLike | CorrelationModel) -> str:
+    """SHA-256 (hex) of the validated n x n adjacency as little-endian float64, row-major.
+
+    Independent of the file format it was read from, so anyone holding the matrix can
+    check a study's `correlation_source` ("w_sha256=...").
+    """
+    w = adjacency.adjacency if isinstance(adjacency, CorrelationModel) else CorrelationModel(
+        np.asarray(adjacency, dtype=np.float64), 1.0).adjacency  # tau only matters for connectivity here
+    return hashlib.sha256(np.ascontiguousarray(w, dtype="<f8").tobytes()).hexdigest()
+
+
+def correlation_terms(
+    adjacency: npt.ArrayLike | CorrelationModel,
+    tau: float,
+    *,
+    source_label: str = "",
+) -> dict[str, float | str]:
+    """The study-contract terms for correlated records: {"correlation_leakage": L, "correlation_source": text}.
+
+    L = max_A l_A (Theorem 5.2) of the Gaussian correlation model with adjacency W and
+    prior tau; a study opened with it (`ComputationClient.open_study(...,
+    **correlation_terms(W, tau))`, or `dpagg open-study --correlation-graph`) treats its
+    epsilon as Bayesian DP (Def. 4.1) under this model and multiplies every noise scale
+    by 1 + L, as lambda >= (1 + L) M / eps requires (Sec. 5.4). The source text records
+    the model: "[<source_label> ]w_sha256=<adjacency_digest> tau=<tau> n=<records>", so
+    the contract (whose hash covers it) names the exact graph.
+
+    Assumed: the model is correct and public (seed 003, assumptions 1 and 3); the
+    guarantee is no better than the model.
+
+    Raises:
+        ValueError: invalid model (see CorrelationModel), or a label that is not printable.
+    """
+    model = _model(adjacency, tau)
+    if not isinstance(source_label, str) or not source_label.isprintable() or len(source_label) > 256:
+        raise ValueError(f"source_label must be printable text of at most 256 characters, got {source_label!r:.80}")
+    source = f"w_sha256={adjacency_digest(model)} tau={model.tau!r} n={model.n}"
+    if source_label:
+        source = f"{source_label} {source}"
+    return {"correlation_leakage": model.max_leakage(), "correlation_source": source}
 
 
 # ---- exact BDPL for small discrete tables (seed 003, Sec. 3.3 and 4.2) ------------------

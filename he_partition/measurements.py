@@ -31,8 +31,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import InvalidInputError, MeasurementShapeError, PrecisionError
+from .accounting import RangeQuery
 from .estimation import haar_depth, haar_forward_prefix
-from .noise import laplace_scale, discrete_laplace_variance
+from .noise import RandomSource, discrete_laplace, laplace_scale, discrete_laplace_variance
 from .validation import positive_finite
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "PrefixDifferences",
     "PartitionSums",
     "HaarCoefficients",
+    "RangeCount",
+    "PREFIX_MASK_EPSILON",
     "owner_encoding",
     "round_slots",
     "MAX_ROUNDING_ERROR",
@@ -122,13 +125,35 @@ class Measurement:
         """How many values the measurement releases."""
         raise NotImplementedError
 
+    @property
+    def unit_sensitivity(self) -> int:
+        """L1 sensitivity of the measured values under add/remove of one record (contribution bound 1).
+
+        `sensitivity` must be at least this times the contribution bound c; the decryption
+        server refuses smaller values (their noise would be too small).
+        """
+        raise NotImplementedError
+
     def mask(self) -> FloatArray | None:
         """Plaintext multiplier over the slots (0/1 keeps or zeroes a slot), or None to keep every slot."""
         raise NotImplementedError
 
+    def computation_noise(self, rng: RandomSource) -> IntArray:
+        """The computation side's draw, the input of `noise_slots`: one discrete Laplace value of
+        `scale` per measured value (only the computation side knows it)."""
+        return discrete_laplace(self.scale, self.count, rng)
+
     def noise_slots(self, eta: IntArray) -> FloatArray:
         """Slot-domain noise N with decode(N) == eta (the computation side's draw)."""
         raise NotImplementedError
+
+    def privacy_pieces(self) -> tuple[RangeQuery, ...]:
+        """What the decryption side's view reveals, as noisy range counts with their DP epsilons.
+
+        Used by the direct-query ledger (max-clique accounting); the release strategies are
+        charged by measurement epsilon instead, so only `RangeCount` defines it.
+        """
+        raise NotImplementedError(f"{self.kind} measurements are charged by epsilon, not by range pieces")
 
     def decode(self, slots: IntArray) -> IntArray:
         """The public map A from rounded slots to measured values; checks the slot layout."""
@@ -158,6 +183,10 @@ class PrefixDifferences(Measurement):
     @property
     def count(self) -> int:
         return self.domain_size
+
+    @property
+    def unit_sensitivity(self) -> int:
+        return 2
 
     def mask(self) -> FloatArray | None:
         return None
@@ -204,6 +233,10 @@ class PartitionSums(Measurement):
     @property
     def count(self) -> int:
         return len(self.starts)
+
+    @property
+    def unit_sensitivity(self) -> int:
+        return 1
 
     def mask(self) -> FloatArray | None:
         m = np.zeros(self.domain_size)
@@ -277,6 +310,10 @@ class HaarCoefficients(Measurement):
         return 1 << self.depth
 
     @property
+    def unit_sensitivity(self) -> int:
+        return 1 + self.depth
+
+    @property
     def count(self) -> int:
         return self.domain_size
 
@@ -314,10 +351,111 @@ class HaarCoefficients(Measurement):
         return raw // self.multiplier
 
 
+#: DP epsilon at which the decryption side sees the prefix sum in front of a direct range
+#: count (see `RangeCount`): the prefix hides behind a discrete Laplace mask of scale
+#: sensitivity * 2^20, wide enough that the view costs ~1e-6, small enough (|mask| < 4e7 c
+#: except with probability e^-40) that CKKS still decrypts the slot to the unit.
+PREFIX_MASK_EPSILON = 2.0**-20
+
+
+@dataclass(frozen=True)
+class RangeCount(Measurement):
+    """One direct noisy range count: sum(x[lo:hi]) of the aggregated histogram, lo < hi.
+
+    Privacy: the released value is the count plus each noise party's discrete Laplace draw
+    of scale sensitivity/epsilon: epsilon-DP under add/remove of one person who
+    contributes at most c records (`sensitivity` = c, one range). Layout: the mask keeps
+    P[hi-1] and, for lo > 0, P[lo-1]; the computation side adds mu to both slots and eta
+    to P[hi-1], where mu is a discrete Laplace mask of scale sensitivity / PREFIX_MASK_EPSILON
+    and eta the answer's noise (it alone knows both). The decryption side therefore sees
+    (P[lo-1] + mu, count + eta): the prefix [0, lo) at PREFIX_MASK_EPSILON and the count
+    at epsilon, nothing else (every other slot must decrypt to 0). `privacy_pieces` lists
+    both; the ledger charges the maximum weighted overlap of all pieces answered so far
+    (seed 004, `he_partition.accounting`), not their sum.
+    """
+
+    kind: ClassVar[str] = "range_count"
+    lo: int = 0
+    hi: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("lo", "hi"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InvalidInputError(f"range {name} must be an integer, got {v!r}")
+        if not 0 <= self.lo < self.hi <= self.domain_size:
+            raise InvalidInputError(
+                f"range [{self.lo}, {self.hi}) is invalid: need 0 <= lo < hi <= {self.domain_size} (the domain size)"
+            )
+
+    @property
+    def count(self) -> int:
+        return 1
+
+    @property
+    def unit_sensitivity(self) -> int:
+        return 1
+
+    @property
+    def mask_scale(self) -> Fraction:
+        """Scale of the computation side's prefix mask mu."""
+        return laplace_scale(self.sensitivity, PREFIX_MASK_EPSILON)
+
+    def _slots(self) -> list[int]:
+        return ([self.lo - 1] if self.lo > 0 else []) + [self.hi - 1]
+
+    def mask(self) -> FloatArray | None:
+        m = np.zeros(self.domain_size)
+        m[self._slots()] = 1.0
+        return m
+
+    def computation_noise(self, rng: RandomSource) -> IntArray:
+        """[eta] for lo = 0, else [mu, eta]: the prefix mask and the answer's noise (see the class)."""
+        eta = discrete_laplace(self.scale, 1, rng)
+        if self.lo == 0:
+            return eta
+        return np.concatenate([discrete_laplace(self.mask_scale, 1, rng), eta])
+
+    def noise_slots(self, eta: IntArray) -> FloatArray:
+        e = np.asarray(eta, dtype=np.int64)
+        want = 1 if self.lo == 0 else 2
+        if e.shape != (want,):
+            raise MeasurementShapeError(f"a range count from bin {self.lo} takes {want} noise values, got {e.shape}")
+        n = np.zeros(self.domain_size)
+        n[self._slots()] = np.cumsum(e)
+        return n
+
+    def decode(self, slots: IntArray) -> IntArray:
+        _check_slots(slots, self.domain_size)
+        used = self._slots()
+        others = np.ones(self.domain_size, dtype=bool)
+        others[used] = False
+        if np.any(slots[others] != 0):
+            raise MeasurementShapeError(
+                f"{int(np.count_nonzero(slots[others]))} slots outside the range ends are not zero: "
+                "the ciphertext is not shaped like this range-count measurement"
+            )
+        value = slots[self.hi - 1] - (slots[self.lo - 1] if self.lo > 0 else 0)
+        return np.array([value], dtype=np.int64)
+
+    def privacy_pieces(self) -> tuple[RangeQuery, ...]:
+        count = RangeQuery((self.lo,), (self.hi,), self.epsilon)
+        if self.lo == 0:
+            return (count,)
+        return (count, RangeQuery((0,), (self.lo,), PREFIX_MASK_EPSILON))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["lo"], d["hi"] = int(self.lo), int(self.hi)
+        return d
+
+
 _KINDS: dict[str, type[Measurement]] = {
     PrefixDifferences.kind: PrefixDifferences,
     PartitionSums.kind: PartitionSums,
     HaarCoefficients.kind: HaarCoefficients,
+    RangeCount.kind: RangeCount,
 }
 
 

@@ -16,7 +16,8 @@ from .hier import HierParams, hier_strategy
 from .dawa import DawaParams, dawa_strategy
 from .privelet import PriveletParams, privelet_strategy
 from .auto import AutoParams, auto_strategy
-from .measurements import Measurement, owner_encoding, round_slots
+from .measurements import (HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, owner_encoding,
+                           round_slots)
 from .noise import RandomSource, as_random_source, discrete_laplace
 from .summary import Summary
 from .validation import validate_epsilon
@@ -32,6 +33,7 @@ __all__ = [
     "make_strategy",
     "release",
     "STRATEGIES",
+    "STRATEGY_MEASUREMENT_KINDS",
     "DEFAULT_STRATEGY",
     "EPSILON_TOLERANCE",
 ]
@@ -126,7 +128,7 @@ class ComputationSide:
             raise InvalidInputError(
                 f"measurement is for {m.domain_size} bins but the aggregate has {aggregate.length}"
             )
-        eta = discrete_laplace(m.scale, m.count, self.rng)
+        eta = m.computation_noise(self.rng)
         mask = m.mask()
         masked = aggregate if mask is None else self.backend.mul_mask(aggregate, mask)
         return self.backend.add_noise(masked, m.noise_slots(eta))
@@ -164,6 +166,16 @@ class DecryptionSide:
 
 Strategy = Generator[Measurement, IntArray, Summary]
 STRATEGIES = ("auto", "gap", "hier", "dawa", "privelet")
+
+#: The measurement kinds each strategy asks for; a decryption side decrypts only these for
+#: a study of that strategy (plus direct range counts, which every study may pay for).
+STRATEGY_MEASUREMENT_KINDS: dict[str, frozenset[str]] = {
+    "gap": frozenset({PrefixDifferences.kind, PartitionSums.kind}),
+    "hier": frozenset({PartitionSums.kind}),
+    "auto": frozenset({PartitionSums.kind}),
+    "dawa": frozenset({PartitionSums.kind}),
+    "privelet": frozenset({HaarCoefficients.kind}),
+}
 
 #: release()'s default: the best strategy on the DPBench benchmark (benchmarks/accuracy.py).
 DEFAULT_STRATEGY = "auto"

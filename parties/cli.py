@@ -26,6 +26,7 @@ from .common.config import (
 from .common.errors import ServiceError
 
 if TYPE_CHECKING:
+    from .common.contract import StudyContract
     from .common.tls import TlsConfig
 
 __all__ = ["main", "build_parser"]
@@ -197,20 +198,74 @@ def cmd_open_study(args: argparse.Namespace) -> int:
     if not domain_size:
         raise DPAggError("give the domain: --domain COLUMN:LO:HI:BINS (or --domain-size N)")
     owner_keys = _owner_keys(args)
+    correlation = _correlation_terms(args)
     with ComputationClient(args.computation, tls=_tls(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=domain_size, epsilon=args.epsilon, expected_owners=args.owners,
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
-            strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys)
+            strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys,
+            **correlation)
     if args.json:
-        _print_json({**contract.to_dict(), "contract_hash": contract.contract_hash, "already_existed": existed})
+        _print_json({**contract.to_dict(), "contract_hash": contract.contract_hash, "already_existed": existed,
+                     "noise_multiplier": contract.noise_multiplier})
     else:
         print(f"study {contract.study_id} {'already open' if existed else 'opened'}: {contract.domain_size} bins, "
               f"epsilon {contract.epsilon:g}, owners {', '.join(contract.expected_owners)}, "
               f"contribution bound {contract.contribution_bound}, noise parties {contract.noise_parties}")
+        if contract.correlated or contract.correlation_source:
+            print(_correlation_line(contract))
         print(f"contract hash {contract.contract_hash}")
         print(f"key fingerprint {contract.context_fingerprint}")
     return 0
+
+
+def _correlation_line(contract: "StudyContract") -> str:
+    return (f"correlated records: max leakage L = {contract.correlation_leakage:g}, noise multiplier "
+            f"{contract.noise_multiplier:g} (epsilon {contract.epsilon:g} is Bayesian DP under the Gaussian "
+            f"correlation model; each release's noise is {contract.noise_multiplier:g}x that of plain DP)"
+            + (f"; model {contract.correlation_source}" if contract.correlation_source else ""))
+
+
+def _load_adjacency(path: str) -> Any:
+    """A weighted adjacency matrix: .csv (comma-separated rows), or .npy / JSON as `dpagg bayes-scale` reads them."""
+    import numpy as np
+
+    from .methods_cli import _load_matrix
+
+    p = Path(path)
+    if not p.is_file():
+        raise DPAggError(f"--correlation-graph {path}: no such file")
+    try:
+        if p.suffix.lower() == ".csv":
+            return np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2)
+        return _load_matrix(str(p))
+    except (OSError, ValueError) as exc:
+        raise DPAggError(f"--correlation-graph {path}: cannot read a numeric n x n matrix (.csv, .npy or JSON list "
+                         f"of lists): {exc}") from exc
+
+
+def _correlation_terms(args: argparse.Namespace) -> dict[str, Any]:
+    """correlation_leakage / _source from --correlation-graph (and --correlation-tau) or --correlation-leakage."""
+    if args.correlation_graph is None:
+        if args.correlation_tau is not None:
+            raise DPAggError("--correlation-tau needs --correlation-graph")
+        if args.correlation_leakage is None:
+            if args.correlation_source:
+                raise DPAggError("--correlation-source needs --correlation-leakage")
+            return {}
+        return {"correlation_leakage": args.correlation_leakage, "correlation_source": args.correlation_source or ""}
+    if args.correlation_source:
+        raise DPAggError("--correlation-source is recorded for you with --correlation-graph; give it only with "
+                         "--correlation-leakage")
+    from he_partition.bayesian import correlation_terms
+
+    adjacency = _load_adjacency(args.correlation_graph)
+    name = Path(args.correlation_graph).name
+    label = f"file={name}" if name.isprintable() and len(name) <= 128 else ""
+    try:
+        return correlation_terms(adjacency, args.correlation_tau or 0.0, source_label=label)
+    except (TypeError, ValueError) as exc:
+        raise DPAggError(f"--correlation-graph {args.correlation_graph}: {exc}") from exc
 
 
 def _owner_keys(args: argparse.Namespace) -> dict[str, str]:
@@ -268,6 +323,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         c = st.contract
         print(f"study {c.study_id}: {c.domain_size} bins{f' ({c.domain_spec})' if c.domain_spec else ''}, "
               f"epsilon {c.epsilon:g}, contract {c.contract_hash[:16]}")
+        if c.correlated or c.correlation_source:
+            print(f"  {_correlation_line(c)}")
         print(f"  submitted: {', '.join(st.submitted_owners) or '-'}")
         print(f"  missing:   {', '.join(st.missing_owners) or '-'}")
         print(f"  releases:  {', '.join(st.release_ids) or '-'}")
@@ -376,10 +433,33 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.show:
         s = rel.summary
         print(f"release {rel.release_id} of study {rel.study_id}: {s.n_partitions} partitions, epsilon {s.epsilon:g}")
+        bdp = s.params.get("bayesian_dp")
+        if isinstance(bdp, dict):
+            print(f"  correlated records: {bdp.get('epsilon', 0):g}-Bayesian-DP (noise calibrated at DP epsilon "
+                  f"{bdp.get('dp_epsilon', 0):g}, multiplier {bdp.get('noise_multiplier', 1):g})")
         for start, length, total in zip(s.starts, s.lengths, s.sums):
             print(f"  bins [{start}, {start + length}): {total}")
     for c in counts:
         print(f"[{c.lo}, {c.hi}): {c.value:.1f} +- {c.standard_error:.1f}")
+    return 0
+
+
+def cmd_direct_query(args: argparse.Namespace) -> int:
+    from .computation.client import ComputationClient
+
+    with ComputationClient(args.computation, tls=_tls(args)) as cs:
+        r = cs.direct_range_counts(args.study, args.range, args.epsilon, force=args.force,
+                                   request_key=args.request_key or "")
+    if args.json:
+        _print_json({"request_id": r.request_id, "study_id": args.study, "epsilon": args.epsilon,
+                     "range_counts": [vars(c) for c in r.counts], "epsilon_charged": r.epsilon_charged,
+                     "epsilon_sequential": r.epsilon_sequential, "epsilon_remaining": r.epsilon_remaining,
+                     "owners": list(r.owners)})
+        return 0
+    for c in r.counts:
+        print(f"[{c.lo}, {c.hi}): {c.value:.0f} +- {c.standard_error:.1f}")
+    print(f"charged epsilon {r.epsilon_charged:g} (max-overlap rule; plain sum would be {r.epsilon_sequential:g}); "
+          f"{r.epsilon_remaining:g} left in study {args.study}")
     return 0
 
 
@@ -524,6 +604,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owner-keys-dir", metavar="DIR",
                    help="read missing owner keys from DIR/<owner>.signing.pub (as `dpagg certs --signing-keys` and "
                         "`dpagg keygen` write them)")
+    corr = p.add_mutually_exclusive_group()
+    corr.add_argument("--correlation-graph", metavar="PATH",
+                      help="correlated records (seed 003): weighted adjacency W of the records' Gaussian correlation "
+                           "model (.csv, .npy or JSON). Its max leakage L makes --epsilon a Bayesian-DP budget and "
+                           "multiplies every noise scale by 1 + L")
+    corr.add_argument("--correlation-leakage", type=float, metavar="L",
+                      help="a precomputed max leakage coefficient L >= 0 (e.g. from `dpagg bayes-scale`) instead of "
+                           "--correlation-graph")
+    p.add_argument("--correlation-tau", type=float, metavar="T",
+                   help="prior precision tau >= 0 of the correlation model (default 0, which needs a connected graph)")
+    p.add_argument("--correlation-source", metavar="TEXT",
+                   help="with --correlation-leakage: where L came from (recorded in the contract)")
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)
 
@@ -580,6 +672,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
     p.add_argument("--analyst", default=default_target(ENV_ANALYST),
                    help=f"analyst service host:port (env {ENV_ANALYST}, else {ENV_COMPUTATION}; default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
+
+    p = add("direct-query", cmd_direct_query, "analyst: noisy range counts straight from the encrypted aggregate "
+                                              "(spends budget: max-overlap charge)")
+    p.add_argument("study", help="study id")
+    p.add_argument("--range", type=_range, action="append", metavar="LO:HI", required=True,
+                   help="bin range [LO, HI) to count (repeatable)")
+    p.add_argument("--epsilon", type=float, required=True, help="epsilon of each answer")
+    p.add_argument("--force", action="store_true", help="count even if some expected owners have not submitted")
+    p.add_argument("--request-key", help="idempotency key: a retry returns the first answers and charges nothing")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)
 

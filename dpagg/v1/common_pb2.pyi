@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StudyContract(_message.Message):
-    __slots__ = ("version", "study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "context_fingerprint", "strategy_params_json", "contract_hash", "domain_spec", "owner_keys")
+    __slots__ = ("version", "study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "context_fingerprint", "strategy_params_json", "contract_hash", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source")
     class OwnerKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,8 @@ class StudyContract(_message.Message):
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SPEC_FIELD_NUMBER: _ClassVar[int]
     OWNER_KEYS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_LEAKAGE_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_SOURCE_FIELD_NUMBER: _ClassVar[int]
     version: str
     study_id: str
     domain_size: int
@@ -41,7 +43,9 @@ class StudyContract(_message.Message):
     contract_hash: str
     domain_spec: str
     owner_keys: _containers.ScalarMap[str, str]
-    def __init__(self, version: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., context_fingerprint: _Optional[str] = ..., strategy_params_json: _Optional[str] = ..., contract_hash: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    correlation_leakage: float
+    correlation_source: str
+    def __init__(self, version: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., context_fingerprint: _Optional[str] = ..., strategy_params_json: _Optional[str] = ..., contract_hash: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ...) -> None: ...
 
 class OwnerSignature(_message.Message):
     __slots__ = ("owner_id", "idempotency_key", "ciphertext_digest", "signature")
@@ -56,18 +60,22 @@ class OwnerSignature(_message.Message):
     def __init__(self, owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ciphertext_digest: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class MeasurementSpec(_message.Message):
-    __slots__ = ("kind", "domain_size", "epsilon", "sensitivity", "starts")
+    __slots__ = ("kind", "domain_size", "epsilon", "sensitivity", "starts", "lo", "hi")
     KIND_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
     STARTS_FIELD_NUMBER: _ClassVar[int]
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
     kind: str
     domain_size: int
     epsilon: float
     sensitivity: int
     starts: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, kind: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., sensitivity: _Optional[int] = ..., starts: _Optional[_Iterable[int]] = ...) -> None: ...
+    lo: int
+    hi: int
+    def __init__(self, kind: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., sensitivity: _Optional[int] = ..., starts: _Optional[_Iterable[int]] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ...) -> None: ...
 
 class ReleaseSummary(_message.Message):
     __slots__ = ("release_id", "study_id", "domain_size", "epsilon", "strategy", "noise_parties", "contribution_bound", "starts", "sums", "sum_variance", "epsilon_spent", "params_json", "owners", "contract_hash", "created_at", "estimator", "released", "owner_signatures")

@@ -162,3 +162,33 @@ class ReleaseStatusResponse(_message.Message):
     seconds: float
     bytes_to_decryption: int
     def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ...) -> None: ...
+
+class DirectRangeCountsRequest(_message.Message):
+    __slots__ = ("study_id", "ranges", "epsilon", "force", "request_key")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_KEY_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    ranges: _containers.RepeatedCompositeFieldContainer[_common_pb2.Range]
+    epsilon: float
+    force: bool
+    request_key: str
+    def __init__(self, study_id: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[_common_pb2.Range, _Mapping]]] = ..., epsilon: _Optional[float] = ..., force: _Optional[bool] = ..., request_key: _Optional[str] = ...) -> None: ...
+
+class DirectRangeCountsResponse(_message.Message):
+    __slots__ = ("request_id", "counts", "epsilon_charged", "epsilon_sequential", "epsilon_remaining", "owners")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_CHARGED_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_SEQUENTIAL_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    counts: _containers.RepeatedCompositeFieldContainer[_common_pb2.RangeCount]
+    epsilon_charged: float
+    epsilon_sequential: float
+    epsilon_remaining: float
+    owners: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., counts: _Optional[_Iterable[_Union[_common_pb2.RangeCount, _Mapping]]] = ..., epsilon_charged: _Optional[float] = ..., epsilon_sequential: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ...) -> None: ...

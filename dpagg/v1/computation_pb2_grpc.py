@@ -67,6 +67,11 @@ class ComputationStub:
                 request_serializer=dpagg_dot_v1_dot_computation__pb2.ReleaseStatusRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_computation__pb2.ReleaseStatusResponse.FromString,
                 _registered_method=True)
+        self.DirectRangeCounts = channel.unary_unary(
+                '/dpagg.v1.Computation/DirectRangeCounts',
+                request_serializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsResponse.FromString,
+                _registered_method=True)
 
 
 class ComputationServicer:
@@ -131,6 +136,19 @@ class ComputationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DirectRangeCounts(self, request, context):
+        """Answer noisy range counts directly from the encrypted aggregate (not from a
+        summary). Spends the study's budget: the decryption service charges the growth
+        of the heaviest overlap of all answered ranges (seed 004), atomically for the
+        whole batch and before anything is decrypted (RESOURCE_EXHAUSTED otherwise).
+        Each answer carries both servers' discrete Laplace noise (noise_parties == 2).
+        Analysts and operators may call it. A retry with the same request_key returns
+        the stored answers without charging again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ComputationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +181,11 @@ def add_ComputationServicer_to_server(servicer, server):
                     servicer.ReleaseStatus,
                     request_deserializer=dpagg_dot_v1_dot_computation__pb2.ReleaseStatusRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_computation__pb2.ReleaseStatusResponse.SerializeToString,
+            ),
+            'DirectRangeCounts': grpc.unary_unary_rpc_method_handler(
+                    servicer.DirectRangeCounts,
+                    request_deserializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -329,6 +352,33 @@ class Computation:
             '/dpagg.v1.Computation/ReleaseStatus',
             dpagg_dot_v1_dot_computation__pb2.ReleaseStatusRequest.SerializeToString,
             dpagg_dot_v1_dot_computation__pb2.ReleaseStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DirectRangeCounts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Computation/DirectRangeCounts',
+            dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsRequest.SerializeToString,
+            dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -71,6 +71,15 @@ class ComputationStub:
     """
     ReleaseStatus: _grpc.UnaryUnaryMultiCallable[_computation_pb2.ReleaseStatusRequest, _computation_pb2.ReleaseStatusResponse]
     """The state of a release."""
+    DirectRangeCounts: _grpc.UnaryUnaryMultiCallable[_computation_pb2.DirectRangeCountsRequest, _computation_pb2.DirectRangeCountsResponse]
+    """Answer noisy range counts directly from the encrypted aggregate (not from a
+    summary). Spends the study's budget: the decryption service charges the growth
+    of the heaviest overlap of all answered ranges (seed 004), atomically for the
+    whole batch and before anything is decrypted (RESOURCE_EXHAUSTED otherwise).
+    Each answer carries both servers' discrete Laplace noise (noise_parties == 2).
+    Analysts and operators may call it. A retry with the same request_key returns
+    the stored answers without charging again.
+    """
 
 @_typing.type_check_only
 class ComputationAsyncStub(ComputationStub):
@@ -109,6 +118,15 @@ class ComputationAsyncStub(ComputationStub):
     """
     ReleaseStatus: _aio.UnaryUnaryMultiCallable[_computation_pb2.ReleaseStatusRequest, _computation_pb2.ReleaseStatusResponse]  # type: ignore[assignment]
     """The state of a release."""
+    DirectRangeCounts: _aio.UnaryUnaryMultiCallable[_computation_pb2.DirectRangeCountsRequest, _computation_pb2.DirectRangeCountsResponse]  # type: ignore[assignment]
+    """Answer noisy range counts directly from the encrypted aggregate (not from a
+    summary). Spends the study's budget: the decryption service charges the growth
+    of the heaviest overlap of all answered ranges (seed 004), atomically for the
+    whole batch and before anything is decrypted (RESOURCE_EXHAUSTED otherwise).
+    Each answer carries both servers' discrete Laplace noise (noise_parties == 2).
+    Analysts and operators may call it. A retry with the same request_key returns
+    the stored answers without charging again.
+    """
 
 class ComputationServicer(metaclass=_abc_1.ABCMeta):
     """Receives encrypted histograms, computes noised measurements under encryption,
@@ -180,5 +198,20 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_computation_pb2.ReleaseStatusResponse, _abc.Awaitable[_computation_pb2.ReleaseStatusResponse]]:
         """The state of a release."""
+
+    @_abc_1.abstractmethod
+    def DirectRangeCounts(
+        self,
+        request: _computation_pb2.DirectRangeCountsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_computation_pb2.DirectRangeCountsResponse, _abc.Awaitable[_computation_pb2.DirectRangeCountsResponse]]:
+        """Answer noisy range counts directly from the encrypted aggregate (not from a
+        summary). Spends the study's budget: the decryption service charges the growth
+        of the heaviest overlap of all answered ranges (seed 004), atomically for the
+        whole batch and before anything is decrypted (RESOURCE_EXHAUSTED otherwise).
+        Each answer carries both servers' discrete Laplace noise (noise_parties == 2).
+        Analysts and operators may call it. A retry with the same request_key returns
+        the stored answers without charging again.
+        """
 
 def add_ComputationServicer_to_server(servicer: ComputationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -24,7 +24,7 @@ class PublicContextChunk(_message.Message):
     def __init__(self, total_size: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class OpenStudyRequest(_message.Message):
-    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys")
+    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source")
     class OwnerKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,8 @@ class OpenStudyRequest(_message.Message):
     STRATEGY_PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SPEC_FIELD_NUMBER: _ClassVar[int]
     OWNER_KEYS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_LEAKAGE_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_SOURCE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     domain_size: int
     epsilon: float
@@ -52,7 +54,9 @@ class OpenStudyRequest(_message.Message):
     strategy_params_json: str
     domain_spec: str
     owner_keys: _containers.ScalarMap[str, str]
-    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    correlation_leakage: float
+    correlation_source: str
+    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ...) -> None: ...
 
 class OpenStudyResponse(_message.Message):
     __slots__ = ("contract", "already_existed")
@@ -143,3 +147,31 @@ class BudgetStatusResponse(_message.Message):
     charges: _containers.RepeatedCompositeFieldContainer[LedgerCharge]
     epsilon_reserved: float
     def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ...) -> None: ...
+
+class ChargeDirectQueriesRequest(_message.Message):
+    __slots__ = ("study_id", "request_id", "contract_hash", "ranges", "epsilon")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    request_id: str
+    contract_hash: str
+    ranges: _containers.RepeatedCompositeFieldContainer[_common_pb2.Range]
+    epsilon: float
+    def __init__(self, study_id: _Optional[str] = ..., request_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[_common_pb2.Range, _Mapping]]] = ..., epsilon: _Optional[float] = ...) -> None: ...
+
+class ChargeDirectQueriesResponse(_message.Message):
+    __slots__ = ("epsilon_charged", "epsilon_direct_total", "epsilon_remaining", "charge_id", "already_charged")
+    EPSILON_CHARGED_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_DIRECT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_CHARGED_FIELD_NUMBER: _ClassVar[int]
+    epsilon_charged: float
+    epsilon_direct_total: float
+    epsilon_remaining: float
+    charge_id: int
+    already_charged: bool
+    def __init__(self, epsilon_charged: _Optional[float] = ..., epsilon_direct_total: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charge_id: _Optional[int] = ..., already_charged: _Optional[bool] = ...) -> None: ...

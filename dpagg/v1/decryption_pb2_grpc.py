@@ -61,6 +61,11 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.BudgetStatusRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.BudgetStatusResponse.FromString,
                 _registered_method=True)
+        self.ChargeDirectQueries = channel.unary_unary(
+                '/dpagg.v1.Decryption/ChargeDirectQueries',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesResponse.FromString,
+                _registered_method=True)
 
 
 class DecryptionServicer:
@@ -113,6 +118,21 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChargeDirectQueries(self, request, context):
+        """Pay for a batch of direct range counts before any of them is decrypted. The
+        charge is how much the heaviest overlap of all the study's answered ranges
+        grows (seed 004's max-clique rule), counting the masked prefix in front of
+        each range at 2^-20 (see he_partition.measurements.RangeCount); in a study with
+        correlated records every range is charged in full, times the noise multiplier.
+        RESOURCE_EXHAUSTED if it does not fit next to the releases' reservations
+        (nothing is written then). Afterwards each paid range may be decrypted once,
+        with a range_count measurement whose header names this request id as
+        release_id. Idempotent per request id. Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecryptionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -140,6 +160,11 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.BudgetStatus,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.BudgetStatusRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.BudgetStatusResponse.SerializeToString,
+            ),
+            'ChargeDirectQueries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChargeDirectQueries,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -279,6 +304,33 @@ class Decryption:
             '/dpagg.v1.Decryption/BudgetStatus',
             dpagg_dot_v1_dot_decryption__pb2.BudgetStatusRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.BudgetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChargeDirectQueries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/ChargeDirectQueries',
+            dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

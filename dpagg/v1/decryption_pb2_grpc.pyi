@@ -62,6 +62,17 @@ class DecryptionStub:
     """
     BudgetStatus: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]
     """The budget of a study: total, spent, remaining and every charge."""
+    ChargeDirectQueries: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.ChargeDirectQueriesRequest, _decryption_pb2.ChargeDirectQueriesResponse]
+    """Pay for a batch of direct range counts before any of them is decrypted. The
+    charge is how much the heaviest overlap of all the study's answered ranges
+    grows (seed 004's max-clique rule), counting the masked prefix in front of
+    each range at 2^-20 (see he_partition.measurements.RangeCount); in a study with
+    correlated records every range is charged in full, times the noise multiplier.
+    RESOURCE_EXHAUSTED if it does not fit next to the releases' reservations
+    (nothing is written then). Afterwards each paid range may be decrypted once,
+    with a range_count measurement whose header names this request id as
+    release_id. Idempotent per request id. Only the computation server may call it.
+    """
 
 @_typing.type_check_only
 class DecryptionAsyncStub(DecryptionStub):
@@ -93,6 +104,17 @@ class DecryptionAsyncStub(DecryptionStub):
     """
     BudgetStatus: _aio.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]  # type: ignore[assignment]
     """The budget of a study: total, spent, remaining and every charge."""
+    ChargeDirectQueries: _aio.UnaryUnaryMultiCallable[_decryption_pb2.ChargeDirectQueriesRequest, _decryption_pb2.ChargeDirectQueriesResponse]  # type: ignore[assignment]
+    """Pay for a batch of direct range counts before any of them is decrypted. The
+    charge is how much the heaviest overlap of all the study's answered ranges
+    grows (seed 004's max-clique rule), counting the masked prefix in front of
+    each range at 2^-20 (see he_partition.measurements.RangeCount); in a study with
+    correlated records every range is charged in full, times the noise multiplier.
+    RESOURCE_EXHAUSTED if it does not fit next to the releases' reservations
+    (nothing is written then). Afterwards each paid range may be decrypted once,
+    with a range_count measurement whose header names this request id as
+    release_id. Idempotent per request id. Only the computation server may call it.
+    """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
     """Key holder: public context, study contracts, budget ledger, decryption of
@@ -151,5 +173,22 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.BudgetStatusResponse, _abc.Awaitable[_decryption_pb2.BudgetStatusResponse]]:
         """The budget of a study: total, spent, remaining and every charge."""
+
+    @_abc_1.abstractmethod
+    def ChargeDirectQueries(
+        self,
+        request: _decryption_pb2.ChargeDirectQueriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.ChargeDirectQueriesResponse, _abc.Awaitable[_decryption_pb2.ChargeDirectQueriesResponse]]:
+        """Pay for a batch of direct range counts before any of them is decrypted. The
+        charge is how much the heaviest overlap of all the study's answered ranges
+        grows (seed 004's max-clique rule), counting the masked prefix in front of
+        each range at 2^-20 (see he_partition.measurements.RangeCount); in a study with
+        correlated records every range is charged in full, times the noise multiplier.
+        RESOURCE_EXHAUSTED if it does not fit next to the releases' reservations
+        (nothing is written then). Afterwards each paid range may be decrypted once,
+        with a range_count measurement whose header names this request id as
+        release_id. Idempotent per request id. Only the computation server may call it.
+        """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -15,6 +15,7 @@ from he_partition.protocol import STRATEGIES, make_strategy
 __all__ = [
     "CONTRACT_VERSION",
     "ID_PATTERN",
+    "MAX_CORRELATION_SOURCE",
     "MAX_DOMAIN_SIZE",
     "StudyContract",
     "canonical_json",
@@ -30,6 +31,9 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: 2^24 bins = 4,096 ciphertexts per owner at 4,096 slots; larger domains need a
 #: different deployment (and a different upload size budget).
 MAX_DOMAIN_SIZE = 1 << 24
+
+#: Longest accepted `correlation_source` (provenance text, not the graph itself).
+MAX_CORRELATION_SOURCE = 512
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -83,6 +87,26 @@ class StudyContract:
     its Ed25519 public key (64 hex digits), or is empty for an unsigned study (only
     servers run without TLS accept those). The hash covers every field, so two parties
     holding the same hash hold the same terms, including whose signatures count.
+
+    Correlated records (seed 003, Yang-Sato-Nakagawa, Bayesian DP): `correlation_leakage`
+    is the maximum leakage coefficient L = max_A l_A >= 0 of a Gaussian correlation model
+    of the records (`he_partition.bayesian.CorrelationModel.max_leakage`), and
+    `correlation_source` says where it came from (e.g. "w_sha256=... tau=0.5 n=120";
+    `he_partition.bayesian.correlation_terms` builds both). With L > 0:
+
+    * `epsilon` is a Bayesian-DP budget (seed 003, Def. 4.1) under that model: the
+      neighbouring relation becomes "one person's records are added or removed (their
+      contribution moves by at most the measurement's add/remove sensitivity M) while
+      the records correlated with them follow the model, given whatever the adversary
+      knows about the others".
+    * Each measurement is calibrated at DP epsilon e / (1 + L) (noise scale (1 + L) M / e,
+      exactly lambda >= (1 + L) M / eps of Sec. 5.4) and charged e = (1 + L) times its DP
+      epsilon in the ledger, because BDPL <= (1 + L) M / lambda (Theorems 5.1, 5.2).
+      `noise_multiplier` is 1 + L; `validate_strategy` builds the strategy at
+      epsilon / (1 + L).
+    * Assumed: the Gaussian correlation model (and so L) is correct and public; the
+      guarantee is no better than the model. With L = 0 (the default) `epsilon` is plain
+      DP under add/remove and nothing changes.
     """
 
     study_id: str
@@ -96,6 +120,8 @@ class StudyContract:
     strategy_params_json: str = "{}"
     domain_spec: str = ""
     owner_keys: tuple[tuple[str, str], ...] = ()
+    correlation_leakage: float = 0.0
+    correlation_source: str = ""
     version: str = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -130,6 +156,8 @@ class StudyContract:
         if self.noise_parties not in (1, 2) or isinstance(self.noise_parties, bool):
             raise InvalidInputError(f"noise_parties must be 1 or 2, got {self.noise_parties!r}")
         object.__setattr__(self, "strategy_params_json", _canonical_params(self.strategy_params_json))
+        object.__setattr__(self, "correlation_leakage", _check_leakage(self.correlation_leakage))
+        object.__setattr__(self, "correlation_source", _check_source(self.correlation_source))
         self.validate_strategy()
         if not isinstance(self.domain_spec, str) or len(self.domain_spec) > 4096 or \
                 any(ord(ch) < 32 for ch in self.domain_spec):
@@ -153,6 +181,8 @@ class StudyContract:
         strategy_params: Mapping[str, Any] | str | None = None,
         domain_spec: str = "",
         owner_keys: Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]] | None = None,
+        correlation_leakage: float = 0.0,
+        correlation_source: str = "",
     ) -> "StudyContract":
         """Build a contract from loosely typed inputs (e.g. a request), validating everything."""
         return cls(
@@ -167,6 +197,8 @@ class StudyContract:
             strategy_params_json=_canonical_params(strategy_params),
             domain_spec=domain_spec or "",
             owner_keys=_owner_key_pairs(owner_keys),
+            correlation_leakage=correlation_leakage,
+            correlation_source=correlation_source or "",
         )
 
     @property
@@ -186,16 +218,35 @@ class StudyContract:
         params: dict[str, Any] = json.loads(self.strategy_params_json)
         return params
 
+    @property
+    def correlated(self) -> bool:
+        """True when the study's epsilon is a Bayesian-DP budget for correlated records (L > 0)."""
+        return self.correlation_leakage > 0
+
+    @property
+    def noise_multiplier(self) -> float:
+        """1 + L: every measurement's noise scale, and its ledger charge per DP epsilon, are multiplied by it."""
+        return 1.0 + self.correlation_leakage
+
+    def dp_epsilon(self, epsilon: float) -> float:
+        """The DP epsilon a release of `epsilon` (study units: Bayesian DP when L > 0) is noised at: eps / (1 + L)."""
+        return float(epsilon) / self.noise_multiplier
+
     def validate_strategy(self) -> None:
-        """Check that the strategy exists and accepts `strategy_params` (InvalidInputError otherwise)."""
-        make_strategy(self.strategy, self.domain_size, self.epsilon, noise_parties=self.noise_parties,
+        """Check that the strategy exists and accepts `strategy_params` (InvalidInputError otherwise).
+
+        The strategy is built at `dp_epsilon(epsilon)`, the epsilon its measurements are
+        calibrated at (epsilon itself unless the study has correlated records).
+        """
+        make_strategy(self.strategy, self.domain_size, self.dp_epsilon(self.epsilon), noise_parties=self.noise_parties,
                       contribution_bound=self.contribution_bound, params=self.strategy_params or None)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain JSON types (the input of the hash).
 
-        "owner_keys" appears only for a signed study, so the canonical form of an unsigned
-        one is unchanged from before signing existed.
+        "owner_keys" appears only for a signed study, and "correlation_leakage" /
+        "correlation_source" only for a study that sets either, so the canonical form (and
+        hash) of every other contract is unchanged from before those fields existed.
         """
         d = {
             "version": self.version,
@@ -212,6 +263,9 @@ class StudyContract:
         }
         if self.owner_keys:
             d["owner_keys"] = dict(self.owner_keys)
+        if self.correlation_leakage or self.correlation_source:
+            d["correlation_leakage"] = self.correlation_leakage
+            d["correlation_source"] = self.correlation_source
         return d
 
     def canonical_json(self) -> str:
@@ -238,6 +292,8 @@ class StudyContract:
                 strategy_params_json=_canonical_params(d.get("strategy_params")),
                 domain_spec=str(d.get("domain_spec", "")),
                 owner_keys=_owner_key_pairs(d.get("owner_keys")),
+                correlation_leakage=d.get("correlation_leakage", 0.0),
+                correlation_source=d.get("correlation_source", ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):
@@ -253,6 +309,26 @@ class StudyContract:
         if not isinstance(d, dict):
             raise InvalidInputError("study contract JSON must be an object")
         return cls.from_dict(d)
+
+
+def _check_leakage(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"correlation_leakage must be a number, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidInputError(
+            f"correlation_leakage must be >= 0 and finite, got {value}; it is the maximum leakage coefficient L of "
+            "the correlation model (he_partition.bayesian.max_leakage), 0 for independent records"
+        )
+    return float(value)
+
+
+def _check_source(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > MAX_CORRELATION_SOURCE or not value.isprintable():
+        raise InvalidInputError(
+            f"correlation_source must be printable text of at most {MAX_CORRELATION_SOURCE} characters "
+            f"(where the correlation model came from), got {str(value)[:80]!r}"
+        )
+    return value
 
 
 def _owner_key_pairs(keys: Any) -> tuple[tuple[str, str], ...]:

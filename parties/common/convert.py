@@ -46,6 +46,8 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         contract_hash=c.contract_hash,
         domain_spec=c.domain_spec,
         owner_keys=dict(c.owner_keys),
+        correlation_leakage=c.correlation_leakage,
+        correlation_source=c.correlation_source,
     )
 
 
@@ -64,6 +66,8 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
         strategy_params_json=p.strategy_params_json or "{}",
         domain_spec=p.domain_spec,
         owner_keys=tuple(p.owner_keys.items()),
+        correlation_leakage=float(p.correlation_leakage),
+        correlation_source=p.correlation_source,
     )
     if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
         raise InvalidInputError(
@@ -78,6 +82,7 @@ def measurement_to_proto(m: Measurement) -> common_pb2.MeasurementSpec:
     return common_pb2.MeasurementSpec(
         kind=d["kind"], domain_size=int(d["domain_size"]), epsilon=float(d["epsilon"]),
         sensitivity=int(d["sensitivity"]), starts=[int(s) for s in d.get("starts", [])],
+        lo=int(d.get("lo", 0)), hi=int(d.get("hi", 0)),
     )
 
 
@@ -88,6 +93,10 @@ def measurement_from_proto(p: common_pb2.MeasurementSpec) -> Measurement:
         d["starts"] = [int(s) for s in p.starts]
     elif len(p.starts):
         raise InvalidInputError(f"measurement kind {p.kind!r} takes no partition starts")
+    if p.kind == "range_count":
+        d["lo"], d["hi"] = int(p.lo), int(p.hi)
+    elif p.lo or p.hi:
+        raise InvalidInputError(f"measurement kind {p.kind!r} takes no range (lo, hi)")
     return measurement_from_dict(d)
 
 
@@ -181,5 +190,6 @@ def open_study_kwargs(request: Any) -> dict[str, Any]:
         expected_owners=list(request.expected_owners), strategy=request.strategy,
         contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
         strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
-        owner_keys=dict(request.owner_keys),
+        owner_keys=dict(request.owner_keys), correlation_leakage=request.correlation_leakage,
+        correlation_source=request.correlation_source,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import secrets
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import numpy.typing as npt
 
 from he_partition.noise import RandomSource, SecureRandom, SeededRandom
 
-__all__ = ["utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic"]
+__all__ = ["utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic",
+           "ImmediateTransaction"]
 
 
 def utc_now() -> str:
@@ -64,3 +66,23 @@ def write_private_file(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_file_atomic(path, data, mode=0o600)
     os.chmod(path, 0o600)  # the umask can only remove bits; make the mode exact
+
+
+class ImmediateTransaction:
+    """`with ImmediateTransaction(db):` runs the block in BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error).
+
+    The write lock is taken before anything is read, so concurrent writers (threads or
+    processes) serialise: two budget checks can never both pass on the same remainder.
+    """
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self._db.execute("COMMIT")
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")

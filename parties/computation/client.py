@@ -10,16 +10,17 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import grpc
 
 from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
-from he_partition.summary import Summary
+from he_partition.summary import RangeCount, Summary
 
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
-from ..common.convert import contract_from_proto, owner_keys_to_proto, signatures_from_proto, summary_from_proto
+from ..common.convert import (contract_from_proto, owner_keys_to_proto, range_counts_from_proto, ranges_to_proto,
+                              signatures_from_proto, summary_from_proto)
 from ..common.errors import ServiceError
 from ..common.signing import OwnerSignature
 
-__all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus"]
+__all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectCounts"]
 
 _UPLOAD_STATES = computation_pb2.UploadStatusResponse.State
 _RELEASE_STATES = computation_pb2.ReleaseStatusResponse.State
@@ -89,6 +90,18 @@ def _release(resp: computation_pb2.ReleaseStatusResponse) -> ReleaseStatus:
     )
 
 
+@dataclass(frozen=True)
+class DirectCounts:
+    """Answers of `ComputationClient.direct_range_counts`, in the order asked, and what they cost."""
+
+    request_id: str
+    counts: tuple[RangeCount, ...]
+    epsilon_charged: float
+    epsilon_sequential: float
+    epsilon_remaining: float
+    owners: tuple[str, ...]
+
+
 class ComputationClient(BaseClient):
     """Client of the computation server. Every call has a deadline; idempotent calls retry on UNAVAILABLE.
 
@@ -106,7 +119,8 @@ class ComputationClient(BaseClient):
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
                    strategy_params_json: str = "", domain_spec: str = "",
-                   owner_keys: Mapping[str, str | bytes] | None = None,
+                   owner_keys: Mapping[str, str | bytes] | None = None, correlation_leakage: float = 0.0,
+                   correlation_source: str = "",
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Open a study (forwarded to the decryption server, which owns contracts and the ledger).
 
@@ -114,6 +128,13 @@ class ComputationClient(BaseClient):
         `owner_keys` maps every expected owner to its Ed25519 public key (raw or hex; see
         `parties.common.signing.generate_signing_key`): servers with mutual TLS require it,
         and then count only uploads those keys signed. Needs an operator certificate.
+
+        Correlated records: `correlation_leakage` L > 0 (the maximum leakage coefficient of
+        a Gaussian correlation model of the records, seed 003) makes `epsilon` a
+        Bayesian-DP budget under that model; every measurement's noise scale is then
+        multiplied by 1 + L (`contract.noise_multiplier`). Build both arguments with
+        `he_partition.bayesian.correlation_terms(W, tau)`:
+        `cs.open_study(..., **correlation_terms(W, tau))`.
         Returns (contract, already_existed). Without `study_id` one is generated here, so
         the call is safe to retry.
         """
@@ -121,7 +142,8 @@ class ComputationClient(BaseClient):
             study_id=study_id or f"study-{uuid.uuid4().hex[:16]}", domain_size=domain_size, epsilon=epsilon,
             strategy=strategy, contribution_bound=contribution_bound, noise_parties=noise_parties,
             expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
-            owner_keys=owner_keys_to_proto(owner_keys),
+            owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
+            correlation_source=correlation_source,
         )
         resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
         return contract_from_proto(resp.contract), resp.already_existed
@@ -187,6 +209,30 @@ class ComputationClient(BaseClient):
         if timeout is None:
             timeout = RELEASE_TIMEOUT if wait else self.timeout
         return _release(self._unary(self._stub.RunRelease, req, method="Computation/RunRelease", timeout=timeout))
+
+    def direct_range_counts(self, study_id: str, ranges: Sequence[tuple[int, int]], epsilon: float, *,
+                            force: bool = False, request_key: str = "",
+                            timeout: float | None = None) -> DirectCounts:
+        """Noisy counts of `ranges` ([lo, hi) each) straight from the encrypted aggregate; spends budget.
+
+        Privacy: each answer is epsilon-DP (add/remove of one person with at most c
+        records; both servers add a discrete Laplace draw of scale c/epsilon, each known
+        only to its server). The study is charged the growth of the heaviest overlap of
+        all ranges answered so far (seed 004's max-clique rule), not the plain sum, and
+        before anything is decrypted (RESOURCE_EXHAUSTED when it does not fit). For many
+        queries over one release, a summary (`run_release` + analyst range counts) costs
+        nothing per query; this is for a few exact-range answers.
+
+        Retried on UNAVAILABLE only with a `request_key` (a retry then returns the stored
+        answers and charges nothing).
+        """
+        req = computation_pb2.DirectRangeCountsRequest(study_id=study_id, ranges=ranges_to_proto(ranges),
+                                                       epsilon=epsilon, force=force, request_key=request_key)
+        resp = self._unary(self._stub.DirectRangeCounts, req, method="Computation/DirectRangeCounts",
+                           timeout=timeout, retry=bool(request_key))
+        return DirectCounts(resp.request_id, tuple(range_counts_from_proto(resp.counts)),
+                            float(resp.epsilon_charged), float(resp.epsilon_sequential),
+                            float(resp.epsilon_remaining), tuple(resp.owners))
 
     def release_status(self, release_id: str, *, timeout: float | None = None) -> ReleaseStatus:
         return _release(self._unary(self._stub.ReleaseStatus,

@@ -161,6 +161,26 @@ class _KeyCache:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _bayesian_dp_params(contract: StudyContract, epsilon: float, summary: Summary) -> dict[str, object]:
+    """What a release of a study with correlated records guarantees, for the summary's params.
+
+    "epsilon": the release's Bayesian-DP epsilon (study units, what the ledger charged);
+    "dp_epsilon": the DP epsilon its noise is calibrated at (sum of the summary's
+    measurement epsilons, epsilon / (1 + L) up to rounding); "max_leakage" L and
+    "noise_multiplier" 1 + L; "source": the contract's correlation_source.
+    """
+    dp_epsilon = math.fsum(e for _, e in summary.epsilon_spent)
+    charged = dp_epsilon * contract.noise_multiplier
+    if charged > epsilon * (1 + EPSILON_TOLERANCE):
+        raise InvalidInputError(  # the ledger would have refused it; never label an overspent release
+            f"the strategy's measurements cost {charged:g} in Bayesian-DP epsilon, more than the release's {epsilon:g}"
+        )
+    return {"epsilon": float(epsilon), "dp_epsilon": dp_epsilon, "max_leakage": contract.correlation_leakage,
+            "noise_multiplier": contract.noise_multiplier, "source": contract.correlation_source,
+            "model": "gaussian_correlation (seed 003); neighbours: one person added or removed while correlated "
+                     "records follow the model"}
+
+
 class ComputationHandler:
     """The computation server's operations. It holds public material only: no secret key ever reaches it.
 
@@ -417,13 +437,20 @@ class ComputationHandler:
         and adds it under encryption before the ciphertext leaves; the decryption server
         charges its ledger, rounds, and adds its own draw when noise_parties == 2. The
         partition is chosen from released values only (post-processing).
+
+        Correlated records (contract.correlation_leakage L > 0): `record.epsilon` is a
+        Bayesian-DP epsilon (seed 003). The strategy runs at DP epsilon
+        record.epsilon / (1 + L), so every noise scale is (1 + L) times the plain one, and
+        the decryption server charges each measurement (1 + L) times its DP epsilon: the
+        release still spends `record.epsilon`. The summary's own epsilons are the DP ones
+        the noise is calibrated at; params["bayesian_dp"] states the guarantee.
         """
         started = time.monotonic()
         try:
             backend = self.backend_for(contract)
             aggregate = self.aggregate(contract, subs, backend)
             cs = ComputationSide(backend, self.rng)
-            strategy = make_strategy(contract.strategy, contract.domain_size, record.epsilon,
+            strategy = make_strategy(contract.strategy, contract.domain_size, contract.dp_epsilon(record.epsilon),
                                      noise_parties=contract.noise_parties,
                                      contribution_bound=contract.contribution_bound,
                                      params=contract.strategy_params or None)
@@ -445,6 +472,9 @@ class ComputationHandler:
                     contract_hash=contract.contract_hash).values
 
             summary: Summary = run_strategy(strategy, measure)
+            if contract.correlated or contract.correlation_source:
+                bdp = _bayesian_dp_params(contract, record.epsilon, summary)
+                summary = replace(summary, params={**summary.params, "bayesian_dp": bdp})
             done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),
                            seconds=time.monotonic() - started, bytes_to_decryption=sent[0])
             self.store.save_release(done)

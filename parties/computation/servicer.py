@@ -10,7 +10,9 @@ from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.errors import InvalidInputError
 
 from ..common.access import ANY_ROLE, AccessPolicy
-from ..common.convert import contract_to_proto, open_study_kwargs, summary_to_proto
+from ..common.convert import (contract_to_proto, open_study_kwargs, range_counts_to_proto, ranges_from_proto,
+                              summary_to_proto)
+from .direct import DirectQueries
 from .handler import ComputationHandler, UploadOutcome
 from .store import ReleaseRecord
 
@@ -51,6 +53,7 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
 
     def __init__(self, handler: ComputationHandler, policy: AccessPolicy | None = None) -> None:
         self.handler = handler
+        self.direct = DirectQueries(handler)
         self.policy = policy if policy is not None else AccessPolicy()
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
@@ -106,3 +109,12 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
                       context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
         self.policy.require(context, ["operator", "computation", "analyst"], action="read a release's status")
         return release_to_proto(self.handler.release(request.release_id))
+
+    def DirectRangeCounts(self, request: computation_pb2.DirectRangeCountsRequest,
+                          context: grpc.ServicerContext) -> computation_pb2.DirectRangeCountsResponse:
+        self.policy.require(context, ["analyst", "operator"], action="ask direct range counts (spends budget)")
+        a = self.direct.answer(request.study_id, ranges_from_proto(request.ranges), request.epsilon,
+                               force=request.force, request_key=request.request_key)
+        return computation_pb2.DirectRangeCountsResponse(
+            request_id=a.request_id, counts=range_counts_to_proto(a.counts), epsilon_charged=a.epsilon_charged,
+            epsilon_sequential=a.epsilon_sequential, epsilon_remaining=a.epsilon_remaining, owners=list(a.owners))

@@ -22,7 +22,7 @@ from he_partition.summary import Summary
 from ..common.contract import StudyContract, check_id
 from ..common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
 from ..common.signing import OwnerSignature
-from ..common.util import utc_now, write_file_atomic
+from ..common.util import ImmediateTransaction, utc_now, write_file_atomic
 
 __all__ = [
     "UploadMeta",
@@ -198,6 +198,15 @@ class ComputationStore(abc.ABC):
                 return r
         return None
 
+    # -- direct range counts ------------------------------------------------------------
+    @abc.abstractmethod
+    def save_direct_answers(self, study_id: str, request_key: str, answers_json: str) -> None:
+        """Keep the answers of a keyed direct-query batch (first write wins), for retries."""
+
+    @abc.abstractmethod
+    def direct_answers(self, study_id: str, request_key: str) -> str | None:
+        """The stored answers of a keyed batch, or None."""
+
     def close(self) -> None:
         """Release resources (no-op by default)."""
 
@@ -244,6 +253,7 @@ class MemoryComputationStore(ComputationStore):
         self._chunks: dict[tuple[str, str, str], dict[int, bytes]] = {}
         self._subs: dict[tuple[str, str], Submission] = {}
         self._releases: dict[str, ReleaseRecord] = {}
+        self._direct: dict[tuple[str, str], str] = {}
 
     def put_study(self, contract: StudyContract) -> None:
         with self._lock:
@@ -344,6 +354,14 @@ class MemoryComputationStore(ComputationStore):
             found = [r for r in self._releases.values() if not study_id or r.study_id == study_id]
         return sorted(found, key=lambda r: (r.started_at, r.release_id))
 
+    def save_direct_answers(self, study_id: str, request_key: str, answers_json: str) -> None:
+        with self._lock:
+            self._direct.setdefault((study_id, request_key), answers_json)
+
+    def direct_answers(self, study_id: str, request_key: str) -> str | None:
+        with self._lock:
+            return self._direct.get((study_id, request_key))
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS studies (
@@ -393,6 +411,13 @@ CREATE TABLE IF NOT EXISTS releases (
     signatures_json TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS releases_by_study ON releases(study_id);
+CREATE TABLE IF NOT EXISTS direct_answers (
+    study_id      TEXT NOT NULL,
+    request_key   TEXT NOT NULL,
+    answers_json  TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    PRIMARY KEY (study_id, request_key)
+);
 """
 
 _META_COLS = "study_id, owner_id, idempotency_key, chunk_count, domain_length, context_fingerprint"
@@ -464,8 +489,8 @@ class SqliteComputationStore(ComputationStore):
         with self._lock:
             self._db.close()
 
-    def _tx(self) -> "_Tx":
-        return _Tx(self._db)
+    def _tx(self) -> ImmediateTransaction:
+        return ImmediateTransaction(self._db)
 
     def _dir(self, meta: UploadMeta) -> Path:
         return self.data_dir / "uploads" / meta.study_id / meta.owner_id / meta.idempotency_key
@@ -620,16 +645,13 @@ class SqliteComputationStore(ComputationStore):
                 rows = self._db.execute(f"SELECT {_REL_COLS} FROM releases ORDER BY started_at, release_id").fetchall()
         return [_release(r) for r in rows]
 
+    def save_direct_answers(self, study_id: str, request_key: str, answers_json: str) -> None:
+        with self._lock, self._tx():
+            self._db.execute("INSERT OR IGNORE INTO direct_answers (study_id, request_key, answers_json, created_at) "
+                             "VALUES (?, ?, ?, ?)", (study_id, request_key, answers_json, utc_now()))
 
-class _Tx:
-    """`with _Tx(db):` runs the block in BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
-
+    def direct_answers(self, study_id: str, request_key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT answers_json FROM direct_answers WHERE study_id = ? AND request_key = ?",
+                                   (study_id, request_key)).fetchone()
+        return None if row is None else str(row[0])

@@ -15,9 +15,9 @@ from he_partition.measurements import Measurement
 
 from ..common.client import BaseClient, call_with_retry
 from ..common.contract import StudyContract
-from ..common.convert import contract_from_proto, measurement_to_proto, owner_keys_to_proto
+from ..common.convert import contract_from_proto, measurement_to_proto, owner_keys_to_proto, ranges_to_proto
 
-__all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult"]
+__all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult", "DirectChargeInfo"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,17 @@ class DecryptResult:
     values: npt.NDArray[np.int64]
     charge_id: int
     epsilon_remaining: float
+
+
+@dataclass(frozen=True)
+class DirectChargeInfo:
+    """What a batch of direct range counts cost (see `DecryptionClient.charge_direct_queries`)."""
+
+    epsilon_charged: float
+    epsilon_direct_total: float
+    epsilon_remaining: float
+    charge_id: int
+    already_charged: bool
 
 
 class DecryptionClient(BaseClient):
@@ -93,20 +104,25 @@ class DecryptionClient(BaseClient):
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
                    strategy_params_json: str = "", domain_spec: str = "",
-                   owner_keys: Mapping[str, str | bytes] | None = None,
+                   owner_keys: Mapping[str, str | bytes] | None = None, correlation_leakage: float = 0.0,
+                   correlation_source: str = "",
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Create a study; returns (contract, already_existed). With your own `study_id` retries are idempotent.
 
         `epsilon` is the study's total budget; `contribution_bound` c multiplies every
         sensitivity; `noise_parties` 2 (default) makes both servers add noise.
         `owner_keys` maps each expected owner to its Ed25519 public key (raw bytes or hex).
+        `correlation_leakage` L > 0 (with `correlation_source`, its provenance) makes
+        `epsilon` a Bayesian-DP budget for correlated records: every measurement's noise
+        and charge are multiplied by 1 + L (see `StudyContract`).
         Only the computation server may call this (operators use `ComputationClient.open_study`).
         """
         req = decryption_pb2.OpenStudyRequest(
             study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
             contribution_bound=contribution_bound, noise_parties=noise_parties,
             expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
-            owner_keys=owner_keys_to_proto(owner_keys),
+            owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
+            correlation_source=correlation_source,
         )
         resp = self._unary(self._stub.OpenStudy, req, method="Decryption/OpenStudy", timeout=timeout,
                            retry=bool(study_id))
@@ -123,8 +139,9 @@ class DecryptionClient(BaseClient):
                             timeout: float | None = None) -> DecryptResult:
         """Send one noised measurement ciphertext (streamed chunk by chunk) and get its released values.
 
-        Spends `measurement.epsilon` of the study's budget (sensitivity
-        `measurement.sensitivity`, add/remove of one person with at most c records); the
+        Spends `measurement.epsilon` of the study's budget, times 1 + L in a study with
+        correlated records (sensitivity `measurement.sensitivity`, add/remove of one
+        person with at most c records); the
         server adds its own discrete Laplace draw (noise_parties == 2), which only it knows.
 
         Not retried: the server charges the ledger before decrypting, so a lost reply must
@@ -148,6 +165,24 @@ class DecryptionClient(BaseClient):
                            method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
         return DecryptResult(np.asarray(resp.values, dtype=np.int64), int(resp.charge_id),
                              float(resp.epsilon_remaining))
+
+    def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
+                              ranges: Sequence[tuple[int, int]], epsilon: float,
+                              timeout: float | None = None) -> DirectChargeInfo:
+        """Pay for a batch of direct range counts (each answered at DP `epsilon`) before decrypting any.
+
+        The server charges the growth of the heaviest overlap of all the study's answered
+        ranges (seed 004), atomically (RESOURCE_EXHAUSTED if it does not fit; nothing is
+        written then). Retried on UNAVAILABLE: the call is idempotent per `request_id`.
+        Only the computation server may call this.
+        """
+        req = decryption_pb2.ChargeDirectQueriesRequest(study_id=study_id, request_id=request_id,
+                                                        contract_hash=contract_hash, ranges=ranges_to_proto(ranges),
+                                                        epsilon=epsilon)
+        resp = self._unary(self._stub.ChargeDirectQueries, req, method="Decryption/ChargeDirectQueries",
+                           timeout=timeout)
+        return DirectChargeInfo(float(resp.epsilon_charged), float(resp.epsilon_direct_total),
+                                float(resp.epsilon_remaining), int(resp.charge_id), bool(resp.already_charged))
 
     def budget(self, study_id: str, *, timeout: float | None = None) -> BudgetInfo:
         """Total, spent and remaining epsilon of a study, with the ledger rows."""

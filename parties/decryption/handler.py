@@ -13,53 +13,26 @@ import numpy.typing as npt
 
 from he_partition.backend import ChunkedVector, n_chunks
 from he_partition.ckks import CkksBackend
+from he_partition.accounting import RangeQuery
 from he_partition.errors import InvalidInputError
-from he_partition.measurements import Measurement, PartitionSums, PrefixDifferences
+from he_partition.measurements import Measurement, RangeCount
 from he_partition.noise import RandomSource
-from he_partition.protocol import EPSILON_TOLERANCE, Budget, DecryptionSide
+from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
 from ..common.contract import StudyContract, canonical_json, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .keys import KeyMaterial
-from .ledger import Charge, LedgerStore, check_charge, reserved_epsilon
+from .ledger import Charge, DirectCharge, LedgerStore, check_charge, reserved_epsilon
 
-__all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "minimum_sensitivity", "STRATEGY_KINDS"]
+__all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
 
 IntArray = npt.NDArray[np.int64]
 
 
-#: The measurement kinds each strategy of he_partition asks for. The decryption server
-#: decrypts only these for a study (a strategy missing here gets nothing decrypted: add it
-#: once its measurements are known). The core does not export this map yet.
-STRATEGY_KINDS: dict[str, frozenset[str]] = {
-    "gap": frozenset({"prefix_differences", "partition_sums"}),
-    "hier": frozenset({"partition_sums"}),
-    "auto": frozenset({"partition_sums"}),
-    "dawa": frozenset({"partition_sums"}),
-    "privelet": frozenset({"haar_coefficients"}),
-}
-
-
-def minimum_sensitivity(m: Measurement, contribution_bound: int) -> int:
-    """The smallest L1 sensitivity the decryption server accepts for a measurement.
-
-    Under add/remove of one record: adjacent differences move by 2 (x[i] feeds d[i] and
-    d[i+1]); disjoint partition sums by 1; unnormalised Haar coefficients by 1 + depth
-    (the total and one detail per tree level). All times the contribution bound c. A
-    smaller value would under-noise the release, so it is refused; unknown kinds are
-    refused too (this server must learn their sensitivity first).
-    """
-    if m.kind == PrefixDifferences.kind:
-        return 2 * contribution_bound
-    if m.kind == PartitionSums.kind:
-        return contribution_bound
-    depth = getattr(m, "depth", None)
-    if m.kind == "haar_coefficients" and isinstance(depth, int):
-        return (1 + depth) * contribution_bound
-    raise InvalidInputError(f"measurement kind {m.kind!r} is not supported by this decryption server")
-
+#: Most ranges one direct-query batch may pay for (bounds the accounting work per call).
+MAX_DIRECT_RANGES = 10_000
 
 @dataclass(frozen=True)
 class BudgetReport:
@@ -86,26 +59,71 @@ class DecryptedMeasurement:
     """Released integer values of one measurement and the ledger row that paid for them."""
 
     values: IntArray
-    charge: Charge
+    #: The ledger row that paid; for a direct range count, its batch's row (None when the
+    #: batch fell on ground already paid for and no row was written).
+    charge: Charge | None
     epsilon_remaining: float
 
 
 class _LedgerBudget(Budget):
-    """Adapter: `DecryptionSide` charges through `Budget.charge`; this writes the ledger row instead."""
+    """Adapter: `DecryptionSide` charges through `Budget.charge`; this writes the ledger row instead.
+
+    `multiplier` converts the DP epsilon a measurement is calibrated at into the study's
+    units: 1 for a plain DP study, 1 + L for a study with correlated records (the row's
+    epsilon is then the Bayesian-DP charge, see `charged_epsilon`). DecryptionSide keeps
+    charging `m.epsilon`; only this adapter scales it.
+    """
 
     def __init__(self, ledger: LedgerStore, study_id: str, release_id: str, release_epsilon: float,
-                 total: float, detail: str = "") -> None:
+                 total: float, detail: str = "", multiplier: float = 1.0) -> None:
         super().__init__(total=total)
         self._ledger = ledger
         self._study_id = study_id
         self._release_id = release_id
         self._release_epsilon = release_epsilon
         self._detail = detail
+        self._multiplier = multiplier
         self.last: Charge | None = None
 
     def charge(self, what: str, epsilon: float) -> None:
-        self.last = self._ledger.charge(self._study_id, self._release_id, what, epsilon, self._release_epsilon,
-                                        self._detail)
+        self.last = self._ledger.charge(self._study_id, self._release_id, what,
+                                        _scaled(epsilon, self._multiplier, self._release_epsilon),
+                                        self._release_epsilon, self._detail)
+
+
+def _scaled(epsilon: float, multiplier: float, release_epsilon: float) -> float:
+    charge = float(epsilon) * multiplier
+    # (e / (1 + L)) * (1 + L) can exceed e by an ulp, and the ledger refuses a charge above
+    # its release's epsilon without slack: within EPSILON_TOLERANCE (the slack the ledger
+    # allows every sum) it is the release's epsilon.
+    if multiplier != 1.0 and release_epsilon < charge <= release_epsilon * (1 + EPSILON_TOLERANCE):
+        return release_epsilon
+    return charge
+
+
+def charged_epsilon(contract: StudyContract, m: Measurement, release_epsilon: float = math.inf) -> float:
+    """What the ledger charges for a strategy measurement `m`: its DP epsilon times the noise multiplier 1 + L.
+
+    For a plain study (L = 0) that is `m.epsilon` (DP under add/remove of one person). For
+    a study with correlated records, `m` is noised at scale sensitivity / m.epsilon, so by
+    seed 003 (Theorems 5.1, 5.2) its Bayesian-DP leakage is at most (1 + L) * m.epsilon:
+    that is what it costs in the study's (Bayesian-DP) budget (a product within
+    EPSILON_TOLERANCE above `release_epsilon` counts as `release_epsilon`).
+    """
+    return _scaled(m.epsilon, contract.noise_multiplier, release_epsilon)
+
+
+class _DirectClaim(Budget):
+    """Adapter for direct range counts: paid in advance by `charge_direct_queries`; `charge`
+    claims one paid range (once) instead of spending again."""
+
+    def __init__(self, ledger: LedgerStore, study_id: str, request_id: str, m: RangeCount, detail: str) -> None:
+        super().__init__(total=math.inf)
+        self._ledger, self._study_id, self._request_id, self._m, self._detail = ledger, study_id, request_id, m, detail
+
+    def charge(self, what: str, epsilon: float) -> None:
+        self._ledger.claim_direct_decryption(self._study_id, self._request_id, self._m.lo, self._m.hi,
+                                             self._m.epsilon, self._detail)
 
 
 class DecryptionHandler:
@@ -138,8 +156,13 @@ class DecryptionHandler:
     def open_study(self, *, study_id: str = "", domain_size: int, epsilon: float, expected_owners: Iterable[str],
                    strategy: str = "", contribution_bound: int = 0, noise_parties: int = 0,
                    strategy_params_json: str = "", domain_spec: str = "",
-                   owner_keys: Mapping[str, str] | None = None) -> tuple[StudyContract, bool]:
-        """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys)."""
+                   owner_keys: Mapping[str, str] | None = None, correlation_leakage: float = 0.0,
+                   correlation_source: str = "") -> tuple[StudyContract, bool]:
+        """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys).
+
+        `correlation_leakage` L > 0 makes `epsilon` a Bayesian-DP budget for correlated
+        records (see StudyContract): every measurement then costs 1 + L times its DP epsilon.
+        """
         if self.require_signed and not owner_keys:
             raise InvalidInputError(
                 "owner_keys is empty: every expected owner's Ed25519 public key must be part of the study so that "
@@ -158,6 +181,8 @@ class DecryptionHandler:
             strategy_params=strategy_params_json or None,
             domain_spec=domain_spec,
             owner_keys=owner_keys,
+            correlation_leakage=correlation_leakage,
+            correlation_source=correlation_source,
         )
         return self.ledger.create_study(contract)
 
@@ -173,8 +198,9 @@ class DecryptionHandler:
         hold the same terms: noise parties, bound, owners, budget); the domain size; the
         kind is one the study's strategy uses; the sensitivity is at least the kind's
         minimum times the contribution bound; the release's epsilon is within the
-        study's total; the charge fits the budget left (a dry run: the real check-and-
-        charge is atomic in the ledger); one ciphertext chunk per `slots` bins.
+        study's total; the charge (`charged_epsilon`: m.epsilon times 1 + L) fits the
+        budget left (a dry run: the real check-and-charge is atomic in the ledger); one
+        ciphertext chunk per `slots` bins.
         """
         if not contract_hash:
             raise InvalidInputError(
@@ -190,26 +216,33 @@ class DecryptionHandler:
                 f"measurement.domain_size {m.domain_size} differs from study {contract.study_id}'s domain size "
                 f"{contract.domain_size}"
             )
-        allowed = STRATEGY_KINDS.get(contract.strategy, frozenset())
+        allowed = STRATEGY_MEASUREMENT_KINDS.get(contract.strategy, frozenset()) | {RangeCount.kind}
         if m.kind not in allowed:
             raise FailedPreconditionError(
                 f"measurement.kind {m.kind!r} is not used by study {contract.study_id}'s strategy "
                 f"{contract.strategy!r} (it measures only {', '.join(sorted(allowed)) or 'nothing this server knows'}); "
                 "nothing was decrypted"
             )
-        floor = minimum_sensitivity(m, contract.contribution_bound)
+        floor = m.unit_sensitivity * contract.contribution_bound
         if m.sensitivity < floor:
             raise InvalidInputError(
                 f"measurement.sensitivity: {m.kind} sensitivity {m.sensitivity} is below {floor} (contribution bound "
                 f"{contract.contribution_bound}): its noise would be too small"
             )
+        if m.kind == RangeCount.kind:
+            # Paid in advance (charge_direct_queries); decrypt_measurement claims the paid range.
+            self._check_chunks(contract, chunk_count)
+            return
         if not (math.isfinite(release_epsilon) and 0 < release_epsilon <= contract.epsilon * (1 + EPSILON_TOLERANCE)):
             raise InvalidInputError(
                 f"release_epsilon {release_epsilon:g} must be > 0 and at most study {contract.study_id}'s total "
                 f"epsilon {contract.epsilon:g}"
             )
-        check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id, float(m.epsilon),
-                     float(release_epsilon))
+        check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id,
+                     charged_epsilon(contract, m, float(release_epsilon)), float(release_epsilon))
+        self._check_chunks(contract, chunk_count)
+
+    def _check_chunks(self, contract: StudyContract, chunk_count: int) -> None:
         expected = n_chunks(contract.domain_size, self.backend.slots)
         if chunk_count != expected:
             raise InvalidInputError(
@@ -221,8 +254,10 @@ class DecryptionHandler:
                             chunks: Sequence[bytes], contract_hash: str) -> DecryptedMeasurement:
         """Charge the ledger, then decrypt, round, decode and add this server's noise.
 
-        Privacy: the ledger row for `measurement.epsilon` is committed (and refused with
-        BudgetExhaustedError if it does not fit) before decryption. The decoded values
+        Privacy: the ledger row for `charged_epsilon` (`measurement.epsilon`, times 1 + L
+        in a study with correlated records, where it is a Bayesian-DP charge in the same
+        units as `release_epsilon`) is committed (and refused with BudgetExhaustedError
+        if it does not fit) before decryption. The decoded values
         are the measurement (sensitivity `measurement.sensitivity` under add/remove of
         one person with at most c records) plus the computation server's discrete
         Laplace draw; with noise_parties == 2 this server adds its own independent draw
@@ -236,14 +271,60 @@ class DecryptionHandler:
         self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                release_id=release_id, release_epsilon=float(release_epsilon))
         vector = ChunkedVector(contract.domain_size, tuple(self.backend.deserialize_chunk(c) for c in chunks))
-        budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
-                               decryption_detail(contract, measurement, chunks))
+        detail = decryption_detail(contract, measurement, chunks)
+        budget: Budget
+        if isinstance(measurement, RangeCount):
+            budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
+        else:
+            budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
+                                   detail, contract.noise_multiplier)
         side = DecryptionSide(self.backend, self.rng, budget, contract.noise_parties)
         with self._decrypt_lock:
             values = side.decrypt_measurement(measurement, vector)
-        assert budget.last is not None  # DecryptionSide charges before it decrypts
-        return DecryptedMeasurement(np.asarray(values, dtype=np.int64), budget.last,
+        if isinstance(budget, _LedgerBudget):
+            assert budget.last is not None  # DecryptionSide charges before it decrypts
+            paid: Charge | None = budget.last
+        else:
+            paid = next((c for c in self.ledger.charges(study_id) if c.release_id == release_id), None)
+        return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - self.ledger.spent(study_id)))
+
+    def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
+                              ranges: Sequence[tuple[int, int]], epsilon: float) -> DirectCharge:
+        """Pay for a batch of direct range counts before any is decrypted (see `LedgerStore.charge_direct`).
+
+        Privacy: each range [lo, hi) will be released as its count plus discrete Laplace
+        noise of scale c / epsilon from each noise party (sensitivity c: add/remove of one
+        person with at most c records), and this server's view also holds the prefix
+        [0, lo) behind a mask at PREFIX_MASK_EPSILON. The charge is the growth of the
+        heaviest weighted overlap of all the study's answered pieces (seed 004), or, in a
+        study with correlated records, every piece in full times the noise multiplier.
+        Checked first: the contract hash, the ranges (within the domain, at most
+        MAX_DIRECT_RANGES) and epsilon.
+        """
+        contract = self.get_study(study_id)
+        check_id("request_id", request_id)
+        if contract_hash != contract.contract_hash:
+            raise FailedPreconditionError(
+                f"contract_hash {contract_hash[:16]!r} does not match study {contract.study_id}'s contract "
+                f"{contract.contract_hash[:16]}: the computation server works on other terms; nothing was charged"
+            )
+        if not ranges:
+            raise InvalidInputError("ranges is empty: a direct-query batch needs at least one range")
+        if len(ranges) > MAX_DIRECT_RANGES:
+            raise InvalidInputError(f"at most {MAX_DIRECT_RANGES} ranges per batch, got {len(ranges)}")
+        if isinstance(epsilon, bool) or not (math.isfinite(epsilon) and epsilon > 0):
+            raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon}")
+        pieces: list[tuple[RangeQuery, ...]] = []
+        for i, (lo, hi) in enumerate(ranges):
+            try:
+                m = RangeCount(contract.domain_size, float(epsilon), contract.contribution_bound, lo=int(lo), hi=int(hi))
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"range {i}: {exc}") from exc
+            pieces.append(m.privacy_pieces())
+        detail = canonical_json({"contract_hash": contract.contract_hash, "ranges": len(pieces),
+                                 "epsilon": float(epsilon)})
+        return self.ledger.charge_direct(study_id, request_id, pieces, detail)
 
     def budget(self, study_id: str) -> BudgetReport:
         contract = self.get_study(check_id("study_id", study_id))

@@ -7,16 +7,23 @@ import math
 import sqlite3
 import threading
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
+from typing import Sequence
 
+from he_partition.accounting import RangeQuery, overlap_graph_max_clique
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.protocol import EPSILON_TOLERANCE
 
 from ..common.contract import StudyContract, check_id
-from ..common.errors import AlreadyExistsError, NotFoundError
-from ..common.util import utc_now
+from ..common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from ..common.util import ImmediateTransaction, utc_now
 
-__all__ = ["Charge", "LedgerStore", "SqliteLedgerStore", "MemoryLedgerStore", "check_charge", "reserved_epsilon"]
+__all__ = ["Charge", "LedgerStore", "SqliteLedgerStore", "MemoryLedgerStore", "check_charge", "reserved_epsilon",
+           "DirectPiece", "DirectCharge", "direct_increment", "DIRECT_KIND"]
+
+#: The `kind` of the ledger rows that pay for directly answered range counts.
+DIRECT_KIND = "range_count"
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,108 @@ def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: 
         )
 
 
+@dataclass(frozen=True)
+class DirectPiece:
+    """One noisy range count the decryption server's view of a direct query reveals.
+
+    `role` "count" is the answer itself (at the analyst's epsilon); "prefix_mask" is the
+    masked prefix [0, lo) in front of it (at `PREFIX_MASK_EPSILON`; see
+    `he_partition.measurements.RangeCount`). `position` is the query's index in its request.
+    """
+
+    request_id: str
+    position: int
+    role: str
+    query: RangeQuery
+
+
+@dataclass(frozen=True)
+class DirectCharge:
+    """What a batch of direct range counts cost.
+
+    `epsilon`: the charge written for it (0.0 when its pieces fell on ground the study had
+    already paid for; then no ledger row exists); `spent_direct`: the charge of all the
+    study's direct pieces so far; `remaining`: the study's budget left after it;
+    `already_charged`: True when the request id was charged before (an idempotent retry).
+    """
+
+    request_id: str
+    epsilon: float
+    spent_direct: float
+    remaining: float
+    charge: Charge | None
+    already_charged: bool = False
+
+
+def _exact(x: float) -> Fraction:
+    return Fraction(repr(float(x)))
+
+
+def direct_increment(contract: StudyContract, old: Sequence[RangeQuery],
+                     new: Sequence[RangeQuery]) -> tuple[Fraction, Fraction]:
+    """(charge of `new` given `old`, charge of old + new), exact, in the study's epsilon units.
+
+    Privacy map (seed 004): a record at bin x is seen by every piece whose range contains
+    x, so answering a set of pieces is max_x sum_{piece contains x} eps_piece -DP under
+    add/remove of one person with at most c records (each piece is calibrated to
+    sensitivity c): the maximum weighted clique of the overlap graph. The increment of a
+    batch is how much that maximum grows. For a study with correlated records
+    (noise multiplier 1 + L > 1, Bayesian DP) disjoint ranges still leak through the
+    correlation, so parallel composition does not apply: each piece is charged in full,
+    times the multiplier.
+    """
+    if contract.correlated:
+        multiplier = _exact(contract.noise_multiplier)
+        inc = multiplier * sum((_exact(q.epsilon) for q in new), Fraction(0))
+        before = multiplier * sum((_exact(q.epsilon) for q in old), Fraction(0))
+        return inc, before + inc
+    before = overlap_graph_max_clique(old).epsilon_exact if old else Fraction(0)
+    after = overlap_graph_max_clique(list(old) + list(new)).epsilon_exact
+    return after - before, after
+
+
+def _same_pieces(stored: Sequence[DirectPiece], new: Sequence[DirectPiece]) -> bool:
+    key = lambda p: (p.position, p.role, p.query.lo, p.query.hi, _exact(p.query.epsilon))  # noqa: E731
+    return sorted(map(key, stored)) == sorted(map(key, new))
+
+
+def _check_direct_fits(contract: StudyContract, charges: list[Charge], request_id: str, increment: float,
+                       spent_direct: Fraction) -> None:
+    spent = math.fsum(c.epsilon for c in charges)
+    held = max(spent, reserved_epsilon(charges))
+    if held + increment > contract.epsilon * (1 + EPSILON_TOLERANCE):
+        raise BudgetExhaustedError(
+            f"direct queries {request_id} would add epsilon {increment:g} (direct-query charge "
+            f"{float(spent_direct) - increment:g} -> {float(spent_direct):g}, the heaviest overlap of all answered "
+            f"ranges) but study {contract.study_id} has {max(0.0, contract.epsilon - held):g} left of "
+            f"{contract.epsilon:g}; nothing was charged or decrypted. Ask fewer or non-overlapping ranges, or a "
+            "smaller epsilon"
+        )
+
+
+def _pieces_of(request_id: str, queries: Sequence[Sequence[RangeQuery]]) -> list[DirectPiece]:
+    if not queries:
+        raise InvalidInputError("a direct-query request needs at least one range")
+    out = []
+    for i, pieces in enumerate(queries):
+        for j, q in enumerate(pieces):
+            if q.ndim != 1:
+                raise InvalidInputError(f"direct queries are 1-D ranges, query {i} has {q.ndim} dimensions")
+            out.append(DirectPiece(request_id, i, "count" if j == 0 else "prefix_mask", q))
+    return out
+
+
+def _unclaimed(pieces: Sequence[DirectPiece], claimed: set[int], lo: int, hi: int, epsilon: float) -> int:
+    for p in pieces:
+        if p.role == "count" and p.position not in claimed and p.query.lo == (lo,) and p.query.hi == (hi,) \
+                and _exact(p.query.epsilon) == _exact(epsilon):
+            return p.position
+    raise FailedPreconditionError(
+        f"no paid, not yet decrypted range [{lo}, {hi}) at epsilon {epsilon:g} in direct-query request; charge it "
+        "first (ChargeDirectQueries) — each paid range is decrypted once; nothing was decrypted"
+    )
+
+
 class LedgerStore(abc.ABC):
     """Study contracts and the append-only charge ledger of one decryption server.
 
@@ -127,6 +236,33 @@ class LedgerStore(abc.ABC):
     def charges(self, study_id: str) -> list[Charge]:
         """A study's charges, oldest first (NotFoundError for an unknown study)."""
 
+    @abc.abstractmethod
+    def charge_direct(self, study_id: str, request_id: str, queries: Sequence[Sequence[RangeQuery]],
+                      detail: str = "") -> DirectCharge:
+        """Pay for a batch of direct range counts, atomically, before any of them is decrypted.
+
+        `queries[i]` are the pieces of query i (its count first, then its prefix mask; see
+        `RangeCount.privacy_pieces`). The charge is `direct_increment` over every direct
+        piece the study has answered; it must fit the budget left next to the releases'
+        reservations (BudgetExhaustedError otherwise, and nothing is written). The pieces
+        and, when the increment is > 0, one `DIRECT_KIND` charge row are committed
+        together. Charging the same request id again with the same queries returns the
+        first result (`already_charged`); other queries under that id: AlreadyExistsError.
+        """
+
+    @abc.abstractmethod
+    def claim_direct_decryption(self, study_id: str, request_id: str, lo: int, hi: int, epsilon: float,
+                                detail: str = "") -> int:
+        """Mark one paid range of a request as decrypted and return its position.
+
+        Each paid range is decrypted at most once: a replayed or unpaid measurement raises
+        FailedPreconditionError. Durable when it returns (before the value is decrypted).
+        """
+
+    @abc.abstractmethod
+    def direct_pieces(self, study_id: str) -> list[DirectPiece]:
+        """Every direct piece the study has paid for, oldest first."""
+
     def spent(self, study_id: str) -> float:
         return math.fsum(c.epsilon for c in self.charges(study_id))
 
@@ -150,7 +286,18 @@ class LedgerStore(abc.ABC):
                 except (BudgetExhaustedError, InvalidInputError) as exc:
                     problems.append(f"study {contract.study_id} charge #{c.charge_id}: {exc}")
                 seen.append(c)
+            problems += self._check_direct(contract)
         return problems
+
+    def _check_direct(self, contract: StudyContract) -> list[str]:
+        """The direct-query rows must add up to the charge of the stored pieces."""
+        pieces = [p.query for p in self.direct_pieces(contract.study_id)]
+        paid = math.fsum(c.epsilon for c in self.charges(contract.study_id) if c.kind == DIRECT_KIND)
+        owed = float(direct_increment(contract, [], pieces)[1]) if pieces else 0.0
+        if not math.isclose(paid, owed, rel_tol=1e-9, abs_tol=1e-12):
+            return [f"study {contract.study_id}: direct-query charges add up to {paid!r}, but the answered ranges "
+                    f"cost {owed!r}"]
+        return []
 
     def close(self) -> None:
         """Release resources (no-op by default)."""
@@ -174,6 +321,8 @@ class MemoryLedgerStore(LedgerStore):
         self._lock = threading.Lock()
         self._studies: dict[str, StudyContract] = {}
         self._charges: list[Charge] = []
+        self._direct: dict[str, list[DirectPiece]] = {}
+        self._claimed: dict[tuple[str, str], set[int]] = {}
 
     def create_study(self, contract: StudyContract) -> tuple[StudyContract, bool]:
         with self._lock:
@@ -215,6 +364,57 @@ class MemoryLedgerStore(LedgerStore):
         with self._lock:
             return [c for c in self._charges if c.study_id == study_id]
 
+    def charge_direct(self, study_id: str, request_id: str, queries: Sequence[Sequence[RangeQuery]],
+                      detail: str = "") -> DirectCharge:
+        check_id("request_id", request_id)
+        new = _pieces_of(request_id, queries)
+        contract = self.get_study(study_id)
+        with self._lock:
+            stored = self._direct.setdefault(study_id, [])
+            mine = [c for c in self._charges if c.study_id == study_id]
+            previous = [p for p in stored if p.request_id == request_id]
+            if previous:
+                return _repeat(contract, request_id, previous, new, stored, mine)
+            inc, after = direct_increment(contract, [p.query for p in stored], [p.query for p in new])
+            charge = None
+            if inc > 0:
+                _check_direct_fits(contract, mine, request_id, float(inc), after)
+                charge = Charge(len(self._charges) + 1, study_id, request_id, DIRECT_KIND, float(inc), float(inc),
+                                utc_now(), detail)
+                self._charges.append(charge)
+            stored.extend(new)
+            spent = math.fsum(c.epsilon for c in mine) + (charge.epsilon if charge else 0.0)
+            return DirectCharge(request_id, float(inc), float(after), max(0.0, contract.epsilon - spent), charge)
+
+    def claim_direct_decryption(self, study_id: str, request_id: str, lo: int, hi: int, epsilon: float,
+                                detail: str = "") -> int:
+        self.get_study(study_id)
+        with self._lock:
+            pieces = [p for p in self._direct.get(study_id, []) if p.request_id == request_id]
+            claimed = self._claimed.setdefault((study_id, request_id), set())
+            position = _unclaimed(pieces, claimed, lo, hi, epsilon)
+            claimed.add(position)
+            return position
+
+    def direct_pieces(self, study_id: str) -> list[DirectPiece]:
+        self.get_study(study_id)
+        with self._lock:
+            return list(self._direct.get(study_id, []))
+
+
+def _repeat(contract: StudyContract, request_id: str, previous: list[DirectPiece], new: list[DirectPiece],
+            stored: list[DirectPiece], charges: list[Charge]) -> DirectCharge:
+    """The answer to charging a request id a second time (idempotent for the same queries)."""
+    if not _same_pieces(previous, new):
+        raise AlreadyExistsError(
+            f"direct-query request {request_id} was already charged for other ranges; use a new request id"
+        )
+    charge = next((c for c in charges if c.release_id == request_id and c.kind == DIRECT_KIND), None)
+    after = direct_increment(contract, [], [p.query for p in stored])[1]
+    spent = math.fsum(c.epsilon for c in charges)
+    return DirectCharge(request_id, charge.epsilon if charge else 0.0, float(after),
+                        max(0.0, contract.epsilon - spent), charge, already_charged=True)
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS studies (
@@ -238,6 +438,34 @@ CREATE INDEX IF NOT EXISTS charges_by_study ON charges(study_id);
 CREATE TRIGGER IF NOT EXISTS charges_no_update BEFORE UPDATE ON charges
 BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS charges_no_delete BEFORE DELETE ON charges
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
+CREATE TABLE IF NOT EXISTS direct_pieces (
+    piece_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    study_id    TEXT NOT NULL REFERENCES studies(study_id),
+    request_id  TEXT NOT NULL,
+    position    INTEGER NOT NULL,
+    role        TEXT NOT NULL CHECK (role IN ('count', 'prefix_mask')),
+    lo          INTEGER NOT NULL,
+    hi          INTEGER NOT NULL CHECK (hi > lo),
+    epsilon     REAL NOT NULL CHECK (epsilon > 0),
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS direct_pieces_by_study ON direct_pieces(study_id);
+CREATE TABLE IF NOT EXISTS direct_decryptions (
+    study_id    TEXT NOT NULL REFERENCES studies(study_id),
+    request_id  TEXT NOT NULL,
+    position    INTEGER NOT NULL,
+    created_at  TEXT NOT NULL,
+    detail      TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (study_id, request_id, position)
+);
+CREATE TRIGGER IF NOT EXISTS direct_pieces_no_update BEFORE UPDATE ON direct_pieces
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS direct_pieces_no_delete BEFORE DELETE ON direct_pieces
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS direct_decryptions_no_update BEFORE UPDATE ON direct_decryptions
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS direct_decryptions_no_delete BEFORE DELETE ON direct_decryptions
 BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS studies_no_update BEFORE UPDATE ON studies
 BEGIN SELECT RAISE(ABORT, 'study contracts are immutable'); END;
@@ -345,6 +573,68 @@ class SqliteLedgerStore(LedgerStore):
             self._get(study_id)
             return self._charges(study_id)
 
+    def _direct_pieces(self, study_id: str, request_id: str | None = None) -> list[DirectPiece]:
+        sql = "SELECT request_id, position, role, lo, hi, epsilon FROM direct_pieces WHERE study_id = ?"
+        args: tuple[str, ...] = (study_id,)
+        if request_id is not None:
+            sql += " AND request_id = ?"
+            args += (request_id,)
+        rows = self._db.execute(sql + " ORDER BY piece_id", args).fetchall()
+        return [DirectPiece(r[0], int(r[1]), r[2], RangeQuery((int(r[3]),), (int(r[4]),), float(r[5]))) for r in rows]
+
+    def _transaction(self) -> ImmediateTransaction:
+        return ImmediateTransaction(self._db)
+
+    def charge_direct(self, study_id: str, request_id: str, queries: Sequence[Sequence[RangeQuery]],
+                      detail: str = "") -> DirectCharge:
+        check_id("request_id", request_id)
+        new = _pieces_of(request_id, queries)
+        with self._lock, self._transaction():
+            contract = self._get(study_id)
+            stored = self._direct_pieces(study_id)
+            charges = self._charges(study_id)
+            previous = [p for p in stored if p.request_id == request_id]
+            if previous:
+                return _repeat(contract, request_id, previous, new, stored, charges)
+            inc, after = direct_increment(contract, [p.query for p in stored], [p.query for p in new])
+            created = utc_now()
+            charge = None
+            if inc > 0:
+                _check_direct_fits(contract, charges, request_id, float(inc), after)
+                cur = self._db.execute(
+                    "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at, detail) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (study_id, request_id, DIRECT_KIND, float(inc), float(inc), created, detail))
+                assert cur.lastrowid is not None
+                charge = Charge(int(cur.lastrowid), study_id, request_id, DIRECT_KIND, float(inc), float(inc),
+                                created, detail)
+            self._db.executemany(
+                "INSERT INTO direct_pieces (study_id, request_id, position, role, lo, hi, epsilon, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(study_id, p.request_id, p.position, p.role, p.query.lo[0], p.query.hi[0], float(p.query.epsilon),
+                  created) for p in new])
+            spent = math.fsum(c.epsilon for c in charges) + (charge.epsilon if charge else 0.0)
+            return DirectCharge(request_id, float(inc), float(after), max(0.0, contract.epsilon - spent), charge)
+
+    def claim_direct_decryption(self, study_id: str, request_id: str, lo: int, hi: int, epsilon: float,
+                                detail: str = "") -> int:
+        with self._lock, self._transaction():
+            self._get(study_id)
+            pieces = self._direct_pieces(study_id, request_id)
+            claimed = {int(r[0]) for r in self._db.execute(
+                "SELECT position FROM direct_decryptions WHERE study_id = ? AND request_id = ?",
+                (study_id, request_id))}
+            position = _unclaimed(pieces, claimed, lo, hi, epsilon)
+            self._db.execute(
+                "INSERT INTO direct_decryptions (study_id, request_id, position, created_at, detail) "
+                "VALUES (?, ?, ?, ?, ?)", (study_id, request_id, position, utc_now(), detail))
+            return position
+
+    def direct_pieces(self, study_id: str) -> list[DirectPiece]:
+        with self._lock:
+            self._get(study_id)
+            return self._direct_pieces(study_id)
+
     def check_consistency(self) -> list[str]:
         """SQLite's own integrity and foreign-key checks, then the budget replay of `LedgerStore`."""
         with self._lock:
@@ -352,3 +642,4 @@ class SqliteLedgerStore(LedgerStore):
                         if r[0] != "ok"]
             problems += [f"sqlite foreign key: {tuple(r)}" for r in self._db.execute("PRAGMA foreign_key_check")]
         return problems + super().check_consistency()
+

@@ -12,7 +12,7 @@ from he_partition.errors import InvalidInputError
 from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.config import CONTEXT_CHUNK_BYTES
 from ..common.contract import check_id
-from ..common.convert import contract_to_proto, measurement_from_proto, open_study_kwargs
+from ..common.convert import contract_to_proto, measurement_from_proto, open_study_kwargs, ranges_from_proto
 from .handler import DecryptionHandler
 
 __all__ = ["DecryptionServicer", "SERVICE_NAME"]
@@ -86,8 +86,18 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
             measurement=measurement, chunks=chunks, contract_hash=header.contract_hash,
         )
         return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
-                                                         charge_id=result.charge.charge_id,
+                                                         charge_id=result.charge.charge_id if result.charge else 0,
                                                          epsilon_remaining=result.epsilon_remaining)
+
+    def ChargeDirectQueries(self, request: decryption_pb2.ChargeDirectQueriesRequest,
+                            context: grpc.ServicerContext) -> decryption_pb2.ChargeDirectQueriesResponse:
+        self._computation_only(context, "pay for direct range counts")
+        r = self.handler.charge_direct_queries(study_id=request.study_id, request_id=request.request_id,
+                                               contract_hash=request.contract_hash,
+                                               ranges=ranges_from_proto(request.ranges), epsilon=request.epsilon)
+        return decryption_pb2.ChargeDirectQueriesResponse(
+            epsilon_charged=r.epsilon, epsilon_direct_total=r.spent_direct, epsilon_remaining=r.remaining,
+            charge_id=r.charge.charge_id if r.charge else 0, already_charged=r.already_charged)
 
     def BudgetStatus(self, request: decryption_pb2.BudgetStatusRequest,
                      context: grpc.ServicerContext) -> decryption_pb2.BudgetStatusResponse:

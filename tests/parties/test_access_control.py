@@ -95,6 +95,9 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t),
         "Decryption/BudgetStatus": lambda ch: d(ch).BudgetStatus(
             decryption_pb2.BudgetStatusRequest(study_id="s1"), timeout=t),
+        "Decryption/ChargeDirectQueries": lambda ch: d(ch).ChargeDirectQueries(
+            decryption_pb2.ChargeDirectQueriesRequest(study_id="s1", request_id="dq-matrix", contract_hash="f" * 64,
+                                                      epsilon=0.1), timeout=t),
         "Computation/OpenStudy": lambda ch: c(ch).OpenStudy(open_req, timeout=t),
         "Computation/SubmitHistogram": lambda ch: c(ch).SubmitHistogram(iter([
             computation_pb2.SubmitHistogramRequest(header=sub_header)]), timeout=t),
@@ -106,6 +109,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             computation_pb2.RunReleaseRequest(study_id="s1", wait=True), timeout=t),
         "Computation/ReleaseStatus": lambda ch: c(ch).ReleaseStatus(
             computation_pb2.ReleaseStatusRequest(release_id="rel-none"), timeout=t),
+        "Computation/DirectRangeCounts": lambda ch: c(ch).DirectRangeCounts(
+            computation_pb2.DirectRangeCountsRequest(study_id="s1", epsilon=0.0), timeout=t),
         "Analyst/ListReleases": lambda ch: a(ch).ListReleases(analyst_pb2.ListReleasesRequest(), timeout=t),
         "Analyst/GetRelease": lambda ch: a(ch).GetRelease(
             analyst_pb2.GetReleaseRequest(release_id="rel-none"), timeout=t),
@@ -121,12 +126,14 @@ ALLOWED = {
     "Decryption/OpenStudy": {"cs"},
     "Decryption/DecryptMeasurement": {"cs"},
     "Decryption/BudgetStatus": {"cs", "rogue_cs", "operator", "analyst"},
+    "Decryption/ChargeDirectQueries": {"cs"},
     "Computation/OpenStudy": {"operator"},
     "Computation/SubmitHistogram": {"owner"},
     "Computation/UploadStatus": {"owner", "operator"},
     "Computation/StudyStatus": set(CALLERS),
     "Computation/RunRelease": {"operator"},
     "Computation/ReleaseStatus": {"operator", "cs", "rogue_cs", "analyst"},
+    "Computation/DirectRangeCounts": {"analyst", "operator"},
     "Analyst/ListReleases": {"analyst", "operator"},
     "Analyst/GetRelease": {"analyst", "operator"},
     "Analyst/RangeCounts": {"analyst", "operator"},

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
+from he_partition.accounting import RangeQuery
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.measurements import RangeCount
 from parties.common.contract import StudyContract
 from parties.common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
 from parties.computation.store import (
@@ -18,7 +22,7 @@ from parties.computation.store import (
     SqliteComputationStore,
     UploadMeta,
 )
-from parties.decryption.ledger import LedgerStore, MemoryLedgerStore, SqliteLedgerStore
+from parties.decryption.ledger import DIRECT_KIND, LedgerStore, MemoryLedgerStore, SqliteLedgerStore
 
 FP = "ab" * 32
 
@@ -228,3 +232,92 @@ def test_sqlite_store_survives_reopen_and_opens_read_only(tmp_path: Path) -> Non
         ro.close()
     with pytest.raises(NotFoundError, match="does not exist"):
         SqliteComputationStore(tmp_path / "elsewhere", read_only=True)
+
+
+# ------------------------------------------------------------------------- direct range counts
+def _pieces(ranges: list[tuple[int, int]], eps: float) -> list[tuple[RangeQuery, ...]]:
+    return [RangeCount(64, eps, 1, lo=lo, hi=hi).privacy_pieces() for lo, hi in ranges]
+
+
+MASK = Fraction(1, 2**20)
+
+
+def test_direct_queries_are_charged_by_heaviest_overlap_seed_004(ledger_factory: Callable[[], LedgerStore]) -> None:
+    """Seed 004's example: Q1, Q2 overlap and Q3 is apart -> 2 eps; Q4 meeting all three -> 3 eps.
+
+    Each range starting after bin 0 also shows the decryption server its prefix behind a mask
+    charged at 2^-20, so the exact charges are 2 eps + 2^-20 and then 3 eps + 2^-20.
+    """
+    store = ledger_factory()
+    store.create_study(contract(epsilon=1.0))
+    eps = Fraction("0.1")
+    first = store.charge_direct("s1", "dq-1", _pieces([(0, 10), (0, 15), (20, 30)], 0.1), "first")
+    assert first.spent_direct == float(2 * eps + MASK)
+    assert first.epsilon == float(2 * eps + MASK)
+    assert first.charge is not None and first.charge.kind == DIRECT_KIND and first.charge.release_id == "dq-1"
+    second = store.charge_direct("s1", "dq-2", _pieces([(8, 25)], 0.1))
+    assert second.spent_direct == float(3 * eps + MASK)
+    assert second.epsilon == float(eps)
+    assert store.spent("s1") == pytest.approx(float(3 * eps + MASK), abs=1e-15)
+    # sequential composition would have charged 4 eps + 2 masks
+    assert [c.kind for c in store.charges("s1")] == [DIRECT_KIND, DIRECT_KIND]
+    assert len(store.direct_pieces("s1")) == 6
+    assert store.check_consistency() == []
+
+
+def test_a_direct_batch_on_paid_ground_costs_nothing_and_writes_no_charge_row(
+        ledger_factory: Callable[[], LedgerStore]) -> None:
+    store = ledger_factory()
+    store.create_study(contract())
+    assert store.charge_direct("s1", "dq-1", _pieces([(5, 10)], 0.5)).epsilon == 0.5  # its mask [0, 5): 2^-20
+    again = store.charge_direct("s1", "dq-2", _pieces([(0, 3)], 0.25))  # bins 0-2 carry 0.25 + 2^-20 < 0.5
+    assert again.epsilon == 0.0 and again.charge is None and again.spent_direct == 0.5
+    assert len(store.charges("s1")) == 1
+    assert store.claim_direct_decryption("s1", "dq-2", 0, 3, 0.25) == 0
+    assert store.check_consistency() == []
+
+
+def test_direct_batches_that_do_not_fit_change_nothing(ledger_factory: Callable[[], LedgerStore]) -> None:
+    store = ledger_factory()
+    store.create_study(contract(epsilon=1.0))
+    store.charge("s1", "rel-1", "partition_sums", 0.3, 0.8)  # a release reserving 0.8
+    with pytest.raises(BudgetExhaustedError, match="nothing was charged or decrypted"):
+        store.charge_direct("s1", "dq-1", _pieces([(0, 10)], 0.25))
+    assert store.direct_pieces("s1") == []
+    assert len(store.charges("s1")) == 1
+    ok = store.charge_direct("s1", "dq-2", _pieces([(0, 10)], 0.2))
+    assert ok.epsilon == 0.2 and ok.remaining == pytest.approx(0.5)
+
+
+def test_direct_requests_are_idempotent_and_each_range_decrypts_once(
+        ledger_factory: Callable[[], LedgerStore]) -> None:
+    store = ledger_factory()
+    store.create_study(contract())
+    first = store.charge_direct("s1", "dq-1", _pieces([(3, 9), (3, 9)], 0.1))
+    retry = store.charge_direct("s1", "dq-1", _pieces([(3, 9), (3, 9)], 0.1))
+    assert retry.already_charged and retry.epsilon == first.epsilon and len(store.charges("s1")) == 1
+    with pytest.raises(AlreadyExistsError, match="already charged for other ranges"):
+        store.charge_direct("s1", "dq-1", _pieces([(3, 10)], 0.1))
+    assert {store.claim_direct_decryption("s1", "dq-1", 3, 9, 0.1) for _ in range(2)} == {0, 1}
+    with pytest.raises(FailedPreconditionError, match="no paid, not yet decrypted range"):
+        store.claim_direct_decryption("s1", "dq-1", 3, 9, 0.1)  # a replay
+    with pytest.raises(FailedPreconditionError, match="no paid"):
+        store.claim_direct_decryption("s1", "dq-1", 3, 9, 0.2)  # more epsilon than paid for
+    with pytest.raises(FailedPreconditionError, match="no paid"):
+        store.claim_direct_decryption("s1", "dq-9", 3, 9, 0.1)  # never paid
+    with pytest.raises(NotFoundError):
+        store.charge_direct("nope", "dq-1", _pieces([(0, 1)], 0.1))
+
+
+def test_direct_rows_are_append_only_in_sqlite(tmp_path: Path) -> None:
+    store = SqliteLedgerStore(tmp_path / "l.sqlite3")
+    store.create_study(contract())
+    store.charge_direct("s1", "dq-1", _pieces([(1, 5)], 0.1))
+    store.claim_direct_decryption("s1", "dq-1", 1, 5, 0.1)
+    db = sqlite3.connect(tmp_path / "l.sqlite3")
+    for sql in ("UPDATE direct_pieces SET epsilon = 1e-9", "DELETE FROM direct_pieces",
+                "DELETE FROM direct_decryptions"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            db.execute(sql)
+    db.close()
+    store.close()

@@ -1,0 +1,170 @@
+"""Direct noisy range counts from the encrypted aggregate, charged by maximum overlap (seed 004)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from he_partition.errors import InvalidInputError
+from he_partition.measurements import RangeCount as RangeCountMeasurement
+from he_partition.noise import discrete_laplace_variance
+from he_partition.protocol import ComputationSide
+from he_partition.summary import RangeCount
+
+from ..common.contract import StudyContract, check_id
+from ..common.errors import AlreadyExistsError, FailedPreconditionError
+from ..common.util import new_id
+from .handler import ComputationHandler
+
+__all__ = ["DirectAnswers", "DirectQueries", "MAX_DIRECT_RANGES"]
+
+#: Most ranges one DirectRangeCounts call may ask. Each range is one masked ciphertext
+#: per 4,096 bins sent to the decryption server, so the cost grows with ranges x domain.
+MAX_DIRECT_RANGES = 1_000
+
+
+@dataclass(frozen=True)
+class DirectAnswers:
+    """Answers of one batch: noisy counts with the standard error of their noise, and what they cost.
+
+    `epsilon_charged` is what the decryption server's ledger charged for the batch (the
+    growth of the heaviest overlap of all answered ranges; 0.0 for a repeated request
+    key); `epsilon_sequential` what plain sequential composition would have charged.
+    """
+
+    request_id: str
+    study_id: str
+    epsilon: float
+    counts: tuple[RangeCount, ...]
+    epsilon_charged: float
+    epsilon_sequential: float
+    epsilon_remaining: float
+    owners: tuple[str, ...]
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {
+            "request_id": self.request_id, "study_id": self.study_id, "epsilon": self.epsilon,
+            "counts": [[c.lo, c.hi, c.value, c.standard_error] for c in self.counts],
+            "epsilon_charged": self.epsilon_charged, "epsilon_sequential": self.epsilon_sequential,
+            "epsilon_remaining": self.epsilon_remaining, "owners": list(self.owners),
+        }
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "DirectAnswers":
+        d = json.loads(text)
+        return cls(d["request_id"], d["study_id"], float(d["epsilon"]),
+                   tuple(RangeCount(int(a), int(b), float(v), float(se)) for a, b, v, se in d["counts"]),
+                   float(d["epsilon_charged"]), float(d["epsilon_sequential"]), float(d["epsilon_remaining"]),
+                   tuple(d["owners"]))
+
+
+class DirectQueries:
+    """Answers range counts directly: pay at the decryption server first, then one masked measurement per range.
+
+    Privacy: each answer is the range's count over all submitted owners plus the discrete
+    Laplace draws of both servers (noise_parties == 2) of scale c / eps_dp, where eps_dp =
+    epsilon / noise multiplier (1 for independent records): eps-DP per range under
+    add/remove of one person with at most c records. This server draws its noise and the
+    prefix mask (`he_partition.measurements.RangeCount`) and alone knows them; the
+    decryption server sees each count with this server's noise and the prefix in front
+    of it behind the mask, and charges the whole batch before anything is decrypted: the
+    growth of the heaviest weighted overlap of every range the study has answered (plus
+    the masked prefixes at 2^-20 each), never more than the plain sum.
+    """
+
+    def __init__(self, handler: ComputationHandler) -> None:
+        self.handler = handler
+
+    def answer(self, study_id: str, ranges: Sequence[tuple[int, int]], epsilon: float, *, force: bool = False,
+               request_key: str = "") -> DirectAnswers:
+        """Answer `ranges` ([lo, hi) each) at `epsilon` each; see the class for the privacy statement.
+
+        Raises InvalidInputError (no ranges, too many, a range outside the domain, a bad
+        epsilon), FailedPreconditionError (no submissions, owners missing without `force`),
+        AlreadyExistsError (a request key reused for other ranges), BudgetExhaustedError
+        (the batch does not fit the budget; nothing is charged or decrypted).
+        """
+        h = self.handler
+        contract = h.study(study_id)
+        eps = _check_epsilon(epsilon)
+        rs = _check_ranges(contract, ranges)
+        if request_key:
+            check_id("request_key", request_key)
+            stored = h.store.direct_answers(study_id, request_key)
+            if stored is not None:
+                return _repeat(DirectAnswers.from_json(stored), rs, eps, request_key)
+        subs = h.store.submissions(study_id)
+        if not subs:
+            raise FailedPreconditionError(f"no data owner has submitted to study {study_id} yet; nothing to count")
+        owners = tuple(s.owner_id for s in subs)
+        missing = [o for o in contract.expected_owners if o not in owners]
+        if missing and not force:
+            raise FailedPreconditionError(
+                f"study {study_id} still waits for {len(missing)} owner(s): {', '.join(missing)}; ask when they have "
+                "submitted, or pass force to count the owners present"
+            )
+        request_id = _request_id(study_id, request_key)
+        eps_dp = contract.dp_epsilon(eps)
+        paid = h.decryption.charge_direct_queries(study_id=study_id, request_id=request_id,
+                                                  contract_hash=contract.contract_hash, ranges=rs, epsilon=eps_dp)
+        backend = h.backend_for(contract)
+        aggregate = h.aggregate(contract, subs, backend)
+        cs = ComputationSide(backend, h.rng)
+        counts = []
+        for lo, hi in rs:
+            m = RangeCountMeasurement(contract.domain_size, eps_dp, contract.contribution_bound, lo=lo, hi=hi)
+            noised = cs.measure(aggregate, m)
+            result = h.decryption.decrypt_measurement(
+                study_id=study_id, release_id=request_id, release_epsilon=eps_dp, measurement=m,
+                chunks=(backend.serialize_chunk(c) for c in noised.chunks), chunk_count=len(noised.chunks),
+                contract_hash=contract.contract_hash)
+            se = math.sqrt(contract.noise_parties * discrete_laplace_variance(m.scale))
+            counts.append(RangeCount(lo, hi, float(result.values[0]), se))
+        answers = DirectAnswers(request_id, study_id, eps, tuple(counts), paid.epsilon_charged, eps * len(rs),
+                                paid.epsilon_remaining, owners)
+        if request_key:
+            h.store.save_direct_answers(study_id, request_key, answers.to_json())
+        return answers
+
+
+def _check_epsilon(epsilon: float) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (math.isfinite(epsilon)
+                                                                                  and epsilon > 0):
+        raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon!r}")
+    return float(epsilon)
+
+
+def _check_ranges(contract: StudyContract, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    if not ranges:
+        raise InvalidInputError("ranges is empty: ask at least one range [lo, hi)")
+    if len(ranges) > MAX_DIRECT_RANGES:
+        raise InvalidInputError(f"at most {MAX_DIRECT_RANGES} ranges per call, got {len(ranges)}; split the batch")
+    out = []
+    for i, (lo, hi) in enumerate(ranges):
+        if not 0 <= lo < hi <= contract.domain_size:
+            raise InvalidInputError(
+                f"range {i} [{lo}, {hi}) is invalid: need 0 <= lo < hi <= {contract.domain_size} (the domain size)"
+            )
+        out.append((int(lo), int(hi)))
+    return out
+
+
+def _request_id(study_id: str, request_key: str) -> str:
+    """A fresh id, or one derived from the key, so a retry after a lost reply is charged once."""
+    if not request_key:
+        return new_id("dq")
+    return "dq-" + hashlib.sha256(f"{study_id}/{request_key}".encode()).hexdigest()[:24]
+
+
+def _repeat(stored: DirectAnswers, ranges: list[tuple[int, int]], epsilon: float, key: str) -> DirectAnswers:
+    if [(c.lo, c.hi) for c in stored.counts] != ranges or stored.epsilon != epsilon:
+        raise AlreadyExistsError(
+            f"request_key {key!r} was used for other ranges or another epsilon in study {stored.study_id}; "
+            "use a new key"
+        )
+    return DirectAnswers(stored.request_id, stored.study_id, stored.epsilon, stored.counts, 0.0,
+                         stored.epsilon_sequential, stored.epsilon_remaining, stored.owners)
