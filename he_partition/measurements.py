@@ -169,6 +169,17 @@ def _check_slots(slots: IntArray, n: int) -> None:
         raise MeasurementShapeError(f"expected {n} decrypted slots, got shape {slots.shape}")
 
 
+def _check_only(slots: IntArray, used: IntArray | list[int], where: str, what: str) -> None:
+    """Refuse a ciphertext that carries anything outside the slots the measurement keeps."""
+    others = np.ones(slots.shape[0], dtype=bool)
+    others[used] = False
+    if np.any(slots[others] != 0):
+        raise MeasurementShapeError(
+            f"{int(np.count_nonzero(slots[others]))} slots outside the {where} are not zero: "
+            f"the ciphertext is not shaped like this {what} measurement"
+        )
+
+
 @dataclass(frozen=True)
 class PrefixDifferences(Measurement):
     """Adjacent differences d[i] = x[i] - x[i-1] (x[-1] = 0) of the aggregated histogram.
@@ -251,13 +262,7 @@ class PartitionSums(Measurement):
     def decode(self, slots: IntArray) -> IntArray:
         _check_slots(slots, self.domain_size)
         ends = self.ends
-        others = np.ones(self.domain_size, dtype=bool)
-        others[ends] = False
-        if np.any(slots[others] != 0):
-            raise MeasurementShapeError(
-                f"{int(np.count_nonzero(slots[others]))} slots outside the partition ends are not zero: "
-                "the ciphertext is not shaped like this partition-sum measurement"
-            )
+        _check_only(slots, ends, "partition ends", "partition-sum")
         return np.diff(slots[ends], prepend=0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -428,14 +433,7 @@ class RangeCount(Measurement):
 
     def decode(self, slots: IntArray) -> IntArray:
         _check_slots(slots, self.domain_size)
-        used = self._slots()
-        others = np.ones(self.domain_size, dtype=bool)
-        others[used] = False
-        if np.any(slots[others] != 0):
-            raise MeasurementShapeError(
-                f"{int(np.count_nonzero(slots[others]))} slots outside the range ends are not zero: "
-                "the ciphertext is not shaped like this range-count measurement"
-            )
+        _check_only(slots, self._slots(), "range ends", "range-count")
         value = slots[self.hi - 1] - (slots[self.lo - 1] if self.lo > 0 else 0)
         return np.array([value], dtype=np.int64)
 

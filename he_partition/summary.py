@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import InvalidInputError
-from .estimation import IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint, range_weights
+from .estimation import IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint
 
 __all__ = ["Summary", "RangeCount", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 

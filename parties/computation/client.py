@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
@@ -20,7 +21,7 @@ from ..common.convert import (contract_from_proto, owner_keys_to_proto, range_co
 from ..common.errors import ServiceError
 from ..common.signing import OwnerSignature
 
-__all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectCounts"]
+__all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectAnswers"]
 
 _UPLOAD_STATES = computation_pb2.UploadStatusResponse.State
 _RELEASE_STATES = computation_pb2.ReleaseStatusResponse.State
@@ -91,15 +92,39 @@ def _release(resp: computation_pb2.ReleaseStatusResponse) -> ReleaseStatus:
 
 
 @dataclass(frozen=True)
-class DirectCounts:
-    """Answers of `ComputationClient.direct_range_counts`, in the order asked, and what they cost."""
+class DirectAnswers:
+    """Answers of one batch: noisy counts with the standard error of their noise, and what they cost.
+
+    `epsilon_charged` is what the decryption server's ledger charged for the batch (the
+    growth of the heaviest overlap of all answered ranges; 0.0 for a repeated request
+    key); `epsilon_sequential` what plain sequential composition would have charged.
+    """
 
     request_id: str
+    study_id: str
+    epsilon: float
     counts: tuple[RangeCount, ...]
     epsilon_charged: float
     epsilon_sequential: float
     epsilon_remaining: float
     owners: tuple[str, ...]
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {
+            "request_id": self.request_id, "study_id": self.study_id, "epsilon": self.epsilon,
+            "counts": [[c.lo, c.hi, c.value, c.standard_error] for c in self.counts],
+            "epsilon_charged": self.epsilon_charged, "epsilon_sequential": self.epsilon_sequential,
+            "epsilon_remaining": self.epsilon_remaining, "owners": list(self.owners),
+        }
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "DirectAnswers":
+        d = json.loads(text)
+        return cls(d["request_id"], d["study_id"], float(d["epsilon"]),
+                   tuple(RangeCount(int(a), int(b), float(v), float(se)) for a, b, v, se in d["counts"]),
+                   float(d["epsilon_charged"]), float(d["epsilon_sequential"]), float(d["epsilon_remaining"]),
+                   tuple(d["owners"]))
 
 
 class ComputationClient(BaseClient):
@@ -212,7 +237,7 @@ class ComputationClient(BaseClient):
 
     def direct_range_counts(self, study_id: str, ranges: Sequence[tuple[int, int]], epsilon: float, *,
                             force: bool = False, request_key: str = "",
-                            timeout: float | None = None) -> DirectCounts:
+                            timeout: float | None = None) -> DirectAnswers:
         """Noisy counts of `ranges` ([lo, hi) each) straight from the encrypted aggregate; spends budget.
 
         Privacy: each answer is epsilon-DP (add/remove of one person with at most c
@@ -230,9 +255,9 @@ class ComputationClient(BaseClient):
                                                        epsilon=epsilon, force=force, request_key=request_key)
         resp = self._unary(self._stub.DirectRangeCounts, req, method="Computation/DirectRangeCounts",
                            timeout=timeout, retry=bool(request_key))
-        return DirectCounts(resp.request_id, tuple(range_counts_from_proto(resp.counts)),
-                            float(resp.epsilon_charged), float(resp.epsilon_sequential),
-                            float(resp.epsilon_remaining), tuple(resp.owners))
+        return DirectAnswers(resp.request_id, study_id, float(epsilon), tuple(range_counts_from_proto(resp.counts)),
+                             float(resp.epsilon_charged), float(resp.epsilon_sequential),
+                             float(resp.epsilon_remaining), tuple(resp.owners))
 
     def release_status(self, release_id: str, *, timeout: float | None = None) -> ReleaseStatus:
         return _release(self._unary(self._stub.ReleaseStatus,

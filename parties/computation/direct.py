@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from he_partition.errors import InvalidInputError
 from he_partition.measurements import RangeCount as RangeCountMeasurement
@@ -17,49 +15,14 @@ from he_partition.summary import RangeCount
 from ..common.contract import StudyContract, check_id
 from ..common.errors import AlreadyExistsError, FailedPreconditionError
 from ..common.util import new_id
+from .client import DirectAnswers
 from .handler import ComputationHandler
 
-__all__ = ["DirectAnswers", "DirectQueries", "MAX_DIRECT_RANGES"]
+__all__ = ["DirectQueries", "MAX_DIRECT_RANGES"]
 
 #: Most ranges one DirectRangeCounts call may ask. Each range is one masked ciphertext
 #: per 4,096 bins sent to the decryption server, so the cost grows with ranges x domain.
 MAX_DIRECT_RANGES = 1_000
-
-
-@dataclass(frozen=True)
-class DirectAnswers:
-    """Answers of one batch: noisy counts with the standard error of their noise, and what they cost.
-
-    `epsilon_charged` is what the decryption server's ledger charged for the batch (the
-    growth of the heaviest overlap of all answered ranges; 0.0 for a repeated request
-    key); `epsilon_sequential` what plain sequential composition would have charged.
-    """
-
-    request_id: str
-    study_id: str
-    epsilon: float
-    counts: tuple[RangeCount, ...]
-    epsilon_charged: float
-    epsilon_sequential: float
-    epsilon_remaining: float
-    owners: tuple[str, ...]
-
-    def to_json(self) -> str:
-        d: dict[str, Any] = {
-            "request_id": self.request_id, "study_id": self.study_id, "epsilon": self.epsilon,
-            "counts": [[c.lo, c.hi, c.value, c.standard_error] for c in self.counts],
-            "epsilon_charged": self.epsilon_charged, "epsilon_sequential": self.epsilon_sequential,
-            "epsilon_remaining": self.epsilon_remaining, "owners": list(self.owners),
-        }
-        return json.dumps(d, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "DirectAnswers":
-        d = json.loads(text)
-        return cls(d["request_id"], d["study_id"], float(d["epsilon"]),
-                   tuple(RangeCount(int(a), int(b), float(v), float(se)) for a, b, v, se in d["counts"]),
-                   float(d["epsilon_charged"]), float(d["epsilon_sequential"]), float(d["epsilon_remaining"]),
-                   tuple(d["owners"]))
 
 
 class DirectQueries:
