@@ -14,7 +14,6 @@ means (design-notes section 5, ektelo runs on the same workload) are reported al
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from typing import Any, Callable
 

@@ -20,6 +20,7 @@ __all__ = [
     "laplace_scale",
     "discrete_laplace",
     "discrete_laplace_variance",
+    "bernoulli_exp",
     "SCALE_GRID",
 ]
 
@@ -87,6 +88,12 @@ def as_random_source(rng: RandomSource | int | None) -> RandomSource:
         raise InvalidInputError(f"rng must be a RandomSource, an int seed or None, got {rng!r}")
     if isinstance(rng, (int, np.integer)):
         return SeededRandom(int(rng))
+    if isinstance(rng, np.random.Generator):
+        # It has an `integers` method too, but with numpy's (low, high) meaning: draws would be wrong.
+        raise InvalidInputError(
+            "rng must be a RandomSource, an int seed or None, got a numpy Generator; pass an int seed "
+            "(SeededRandom) for reproducible tests, or None for the secure source"
+        )
     if isinstance(rng, RandomSource):
         return rng
     raise InvalidInputError(f"rng must be a RandomSource, an int seed or None, got {type(rng).__name__}")
@@ -165,3 +172,51 @@ def discrete_laplace(scale: Fraction, size: int, rng: RandomSource) -> IntArray:
         done[np.flatnonzero(d)[keep]] = True
         todo = todo[~done]
     return out
+
+
+#: Largest denominator `bernoulli_exp` accepts: every uniform draw stays below 2**62.
+_MAX_BERNOULLI_DENOMINATOR = 1 << 62
+
+
+def bernoulli_exp(numerators: npt.ArrayLike, denominator: int, rng: RandomSource) -> npt.NDArray[np.bool_]:
+    """Exact independent Bernoulli(exp(-n_i / denominator)) draws, one per numerator n_i >= 0.
+
+    Canonne, Kamath, Steinke (2020), Algorithm 1 (both cases), vectorised: with
+    gamma = w + f / d (w = n // d, f = n % d), the draw is 1 iff w Bernoulli(exp(-1)) draws
+    and one Bernoulli(exp(-f / d)) draw are all 1. Inside the latter, Bernoulli(f / (d k))
+    is drawn as Bernoulli(f / d) AND Bernoulli(1 / k), so no uniform draw exceeds
+    max(d, k). Numerators may be Python ints of any size (w must fit in int64); all
+    randomness comes from `rng.integers`. Adds no noise and spends no budget by itself.
+
+    Raises:
+        InvalidInputError: denominator outside [1, 2**62], a negative numerator, or
+            n // denominator beyond int64.
+    """
+    den = int(denominator)
+    if not 1 <= den <= _MAX_BERNOULLI_DENOMINATOR:
+        raise InvalidInputError(f"denominator must be in [1, 2**62], got {denominator}")
+    nums = [int(v) for v in np.asarray(numerators, dtype=object).reshape(-1)]
+    if any(v < 0 for v in nums):
+        raise InvalidInputError(f"numerators must be >= 0, got {min(nums)}")
+    parts = [divmod(v, den) for v in nums]
+    if any(w > np.iinfo(np.int64).max for w, _ in parts):
+        raise InvalidInputError("numerator // denominator must fit in int64")
+    size = len(nums)
+    whole = np.array([w for w, _ in parts], dtype=np.int64).reshape(size)
+    frac = np.array([f for _, f in parts], dtype=np.int64).reshape(size)
+    out = np.ones(size, dtype=bool)
+    # exp(-w): w Bernoulli(exp(-1)) draws in a row, stopping at the first 0.
+    active = np.flatnonzero(whole > 0)
+    while active.size:
+        ok = _bernoulli_exp_minus_one(active.size, rng)
+        out[active[~ok]] = False
+        whole[active[ok]] -= 1
+        active = active[ok & (whole[active] > 0)]
+    # exp(-f/d) with f/d in [0, 1): k = 1, 2, ... while Bernoulli(f / (d k)) is 1; odd k -> 1.
+    k = np.ones(size, dtype=np.int64)
+    active = np.flatnonzero(out & (frac > 0))
+    while active.size:
+        a = (rng.integers(den, active.size) < frac[active]) & (rng.integers(k[active], active.size) == 0)
+        k[active[a]] += 1
+        active = active[a]
+    return out & ((k % 2) == 1)

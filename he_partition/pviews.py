@@ -7,9 +7,10 @@ The partition is found by recursive bisection (Algorithm 1, 2 of the seed):
 * random converge: a block stops splitting when AE(B) + Lap(Delta_AE / eps_conv) <= theta,
   where AE(B) = sum_{x in B} |x - S/|B|| is the aggregation error and
   Delta_AE = 2 (1 - 1/|B|) (Theorem 3);
-* random cut: otherwise a cutting point p (any axis, any interior position) is drawn by the
-  exponential mechanism with score q(B, p) = -(AE(B_L) + AE(B_R)) and sensitivity
-  Delta_q = 2 Delta_AE (Sec. 4.3, eq. (10), (11));
+* random cut: otherwise a cutting point p (any axis, any interior position) is chosen by a
+  score-based selection with score q(B, p) = -(AE(B_L) + AE(B_R)) and sensitivity
+  Delta_q = 2 Delta_AE (Sec. 4.3, eq. (10), (11)); the seed uses the exponential
+  mechanism, we use permute-and-flip (below);
 * adaptive perturbation: every final block's sum gets Laplace noise at the perturbation
   budget plus whatever its path did not spend on the recursion (Sec. 4.5, eq. (12)).
 
@@ -40,12 +41,34 @@ it leaves (1 - gamma) eps_r / kappa (or eps_r / kappa at the maximum depth) unus
 Either way, blocks are disjoint at every level, so by parallel composition along paths
 the view is eps_B-DP (seed 000, Lemma 1, 2, Theorem 4).
 
-Noise is sampled with numpy's floating-point Laplace and exponential-mechanism sampling
-from the caller's np.random.Generator, with each epsilon rounded down and each scale
-rounded up to a float. This is a research / benchmarking implementation for a trusted
-curator: floating-point samplers are not hardened against Mironov-style attacks, and the
-noise must come from a generator seeded from `secrets` in any real use, e.g.
-``np.random.default_rng(secrets.randbits(128))``.
+Exact noise. Every random draw is an exactly uniform integer from a `RandomSource`
+(he_partition.noise: `SecureRandom`, the OS CSPRNG, by default; `SeededRandom` for tests),
+and all arithmetic on data and noise is on integers or Fractions, so there are no
+floating-point samplers to attack (Mironov 2012):
+
+* Perturbation: block sums are integers of sensitivity 1; each gets one discrete Laplace
+  draw (Canonne-Kamath-Steinke) of scale `laplace_scale(1, eps_block)`, i.e. 1 / eps_block
+  rounded *up* to a multiple of 2^-20. Released block counts are integers.
+* Random converge: |B| AE(B) = sum | |B| x - S | is an integer of sensitivity
+  |B| Delta_AE = 2 (|B| - 1); the test is |B| AE(B) + DLap(laplace_scale(2 (|B| - 1),
+  eps_conv)) <= |B| theta, compared exactly. This is the seed's test with discrete
+  Laplace noise on the 1/|B| grid AE lives on.
+* Random cut, a deviation from the seed: permute-and-flip (McKenna & Sheldon, NeurIPS
+  2020) instead of the exponential mechanism, which cannot be sampled exactly with
+  floats. Candidate i is accepted with probability exp(eps_cut / (2 Delta) (q_i - q*)),
+  q* the best score, each an exact Bernoulli(exp(-gamma)) draw with rational gamma
+  (`noise.bernoulli_exp`); candidates are visited in a uniformly random order and the
+  first accepted wins. We draw every candidate's coin and return a uniformly random
+  accepted one, which is the same distribution (coins are independent of the order, so
+  the first accepted in a uniform order is uniform among the accepted). Permute-and-flip
+  is eps_cut-DP with the same scaling as the exponential mechanism and its expected
+  score is never lower (McKenna & Sheldon 2020). To keep the arithmetic on
+  bounded integers, each child's AE in a score is rounded up to a multiple of 2^-20
+  (SCORE_GRID); only one child changes under add/remove one record, so the rounded score
+  has sensitivity at most ceil(2^20 Delta_q) / 2^20, which we use as Delta (a relative
+  increase below 2^-21). If the coefficient eps_cut / (2 Delta) has a denominator above
+  2^62 it is rounded down to a multiple of 2^-62. Every rounding adds noise or lowers
+  the coefficient, so each step spends at most its planned epsilon.
 """
 
 from __future__ import annotations
@@ -59,7 +82,10 @@ from typing import Literal, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from .noise import RandomSource, as_random_source, bernoulli_exp, discrete_laplace, laplace_scale
+
 __all__ = [
+    "SCORE_GRID",
     "PViewParams",
     "PViewBudget",
     "Block",
@@ -73,25 +99,25 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 PerturbationRule = Literal["exact", "seed"]
 
-# Above this many intermediate floats the cut scores of one axis are computed in a loop
+#: Cut scores are sums of two children's AE, each rounded up to a multiple of 1/SCORE_GRID.
+SCORE_GRID = 1 << 20
+
+# Permute-and-flip coefficients with a larger denominator are rounded down to this grid.
+_COEF_GRID = 1 << 62
+
+# Above this many intermediate integers the cut scores of one axis are computed in a loop
 # rather than in one broadcast (memory, not speed, is the limit).
 _BROADCAST_LIMIT = 4_000_000
+
+# Bound on (cells * total count) so that every integer the mechanisms form fits in int64.
+_MAX_CELLS_TIMES_TOTAL = 1 << 60
 
 
 def _exact(x: float) -> Fraction:
     return Fraction(repr(float(x)))
-
-
-def _float_down(x: Fraction) -> float:
-    f = float(x)
-    return math.nextafter(f, -math.inf) if Fraction(f) > x else f
-
-
-def _float_up(x: Fraction) -> float:
-    f = float(x)
-    return math.nextafter(f, math.inf) if Fraction(f) < x else f
 
 
 def _real(name: str, value: float) -> float:
@@ -237,8 +263,10 @@ class Block:
         depth: its depth (root = 1).
         epsilon_converge: sum of the converge-test epsilons on its path (its own included).
         epsilon_cut: sum of the cut epsilons on its path.
-        epsilon_perturbation: epsilon of the Laplace noise on its sum (sensitivity 1).
-        noisy_sum: S + Lap(1 / epsilon_perturbation), the only data-dependent value kept.
+        epsilon_perturbation: planned epsilon of the noise on its sum (sensitivity 1); the
+            discrete Laplace scale is 1 / epsilon_perturbation rounded up to 2^-20.
+        noisy_sum: S + DLap(laplace_scale(1, epsilon_perturbation)), an integer; the only
+            data-dependent value kept.
     """
 
     lo: tuple[int, ...]
@@ -247,7 +275,7 @@ class Block:
     epsilon_converge: Fraction
     epsilon_cut: Fraction
     epsilon_perturbation: Fraction
-    noisy_sum: float
+    noisy_sum: int
 
     def __post_init__(self) -> None:
         if len(self.lo) != len(self.hi) or any(a >= b for a, b in zip(self.lo, self.hi)):
@@ -331,7 +359,7 @@ def _check_box(
     return ql, qh
 
 
-def _check_counts(counts: npt.ArrayLike) -> FloatArray:
+def _check_counts(counts: npt.ArrayLike) -> IntArray:
     try:
         x = np.array(counts, dtype=np.float64, copy=True)
     except (TypeError, ValueError):
@@ -344,11 +372,27 @@ def _check_counts(counts: npt.ArrayLike) -> FloatArray:
         raise ValueError(f"counts must be >= 0, got minimum {float(x.min())!r}")
     if np.any(x != np.round(x)):
         raise ValueError("counts must be whole numbers (one record adds 1 to one cell)")
-    return x
+    if float(x.sum()) * x.size >= _MAX_CELLS_TIMES_TOTAL:
+        raise ValueError(
+            f"counts too large for exact integer arithmetic: cells * total must be < 2**60, got "
+            f"{x.size} * {float(x.sum()):g}; use a coarser tensor"
+        )
+    return np.asarray(counts, dtype=np.int64) if np.asarray(counts).dtype.kind in "iu" else x.astype(np.int64)
+
+
+def _check_rng(rng: RandomSource | int | None) -> RandomSource:
+    # np.random.Generator has an `integers` method, so it passes the RandomSource protocol
+    # check, but its integers(low, high) signature would silently draw the wrong values.
+    if isinstance(rng, np.random.Generator):
+        raise TypeError(
+            "rng must be a RandomSource (SecureRandom, SeededRandom), an int seed or None, got a "
+            "numpy Generator; pass an int seed for reproducible tests"
+        )
+    return as_random_source(rng)
 
 
 def aggregation_error(block: npt.ArrayLike) -> float:
-    """AE(B) = sum_{x in B} |x - S / |B||, seed 000 eq. (5)."""
+    """AE(B) = sum_{x in B} |x - S / |B||, seed 000 eq. (5), as a float (for reports)."""
     x = np.asarray(block, dtype=np.float64)
     return float(np.abs(x - x.mean()).sum())
 
@@ -360,30 +404,45 @@ def aggregation_error_sensitivity(size: int) -> Fraction:
     return 2 * (1 - Fraction(1, size))
 
 
-def _split_ae_one_axis(moved: FloatArray) -> FloatArray:
-    """AE(B_L) + AE(B_R) for every cut 1..s-1 along axis 0 of `moved` (shape (s, r))."""
+def _scaled_ae(block: IntArray) -> int:
+    """|B| * AE(B) = sum | |B| x - S |, an exact integer of sensitivity 2 (|B| - 1)."""
+    return int(np.abs(block.size * block - int(block.sum())).sum())
+
+
+def _grid_ceil(num: IntArray, den: IntArray) -> IntArray:
+    """ceil(SCORE_GRID * num / den) elementwise, without forming SCORE_GRID * num."""
+    q, r = np.divmod(num, den)
+    return np.asarray(SCORE_GRID * q - ((-SCORE_GRID * r) // den), dtype=np.int64)
+
+
+def _split_ae_one_axis(moved: IntArray) -> IntArray:
+    """ceil(G AE(B_L)) + ceil(G AE(B_R)) (G = SCORE_GRID) for every cut 1..s-1 along axis 0 of `moved` (s, r)."""
     s, r = moved.shape
     cum = np.cumsum(moved.sum(axis=1))
-    total = cum[-1]
-    p = np.arange(1, s)
-    mean_l = cum[:-1] / (p * r)
-    mean_r = (total - cum[:-1]) / ((s - p) * r)
+    p = np.arange(1, s, dtype=np.int64)
+    size_l, size_r = p * r, (s - p) * r
+    sum_l = cum[:-1]
+    sum_r = cum[-1] - sum_l
     if (s - 1) * s * r <= _BROADCAST_LIMIT:
-        row_l = np.abs(moved[None, :, :] - mean_l[:, None, None]).sum(axis=2)
-        row_r = np.abs(moved[None, :, :] - mean_r[:, None, None]).sum(axis=2)
+        # n_L(p) = sum_{t < p} | |B_L| x_t - S_L | = |B_L| AE(B_L), and likewise on the right.
+        dev_l = np.abs(size_l[:, None, None] * moved[None, :, :] - sum_l[:, None, None]).sum(axis=2)
+        dev_r = np.abs(size_r[:, None, None] * moved[None, :, :] - sum_r[:, None, None]).sum(axis=2)
         t = np.arange(s)[None, :]
-        left = np.where(t < p[:, None], row_l, 0.0).sum(axis=1)
-        right = np.where(t >= p[:, None], row_r, 0.0).sum(axis=1)
-        return np.asarray(left + right, dtype=np.float64)
-    out = np.empty(s - 1)
-    for k, cut in enumerate(p):
-        out[k] = np.abs(moved[:cut] - mean_l[k]).sum() + np.abs(moved[cut:] - mean_r[k]).sum()
-    return out
+        n_l = np.where(t < p[:, None], dev_l, 0).sum(axis=1)
+        n_r = np.where(t >= p[:, None], dev_r, 0).sum(axis=1)
+    else:
+        n_l = np.empty(s - 1, dtype=np.int64)
+        n_r = np.empty(s - 1, dtype=np.int64)
+        for k, cut in enumerate(p):
+            n_l[k] = np.abs(size_l[k] * moved[:cut] - sum_l[k]).sum()
+            n_r[k] = np.abs(size_r[k] * moved[cut:] - sum_r[k]).sum()
+    return _grid_ceil(n_l, size_l) + _grid_ceil(n_r, size_r)
 
 
-def _cut_candidates(block: FloatArray) -> tuple[list[tuple[int, int]], FloatArray]:
+def _cut_candidates(block: IntArray) -> tuple[list[tuple[int, int]], IntArray]:
+    """Every interior cut (axis, offset) and its score -(ceil(G AE(B_L)) + ceil(G AE(B_R))), G = SCORE_GRID."""
     cands: list[tuple[int, int]] = []
-    scores: list[FloatArray] = []
+    scores: list[IntArray] = []
     for axis, s in enumerate(block.shape):
         if s < 2:
             continue
@@ -393,47 +452,76 @@ def _cut_candidates(block: FloatArray) -> tuple[list[tuple[int, int]], FloatArra
     return cands, np.concatenate(scores)
 
 
-def _exponential_mechanism(rng: np.random.Generator, scores: FloatArray, coef: float) -> int:
-    # P(i) proportional to exp(coef * score_i) with coef = eps / (2 Delta_q).
-    z = coef * (scores - scores.max())
-    w = np.exp(z)
-    return int(rng.choice(scores.shape[0], p=w / w.sum()))
+def _score_sensitivity(size: int) -> int:
+    """Sensitivity of the grid scores: ceil(SCORE_GRID * Delta_q), Delta_q = 2 Delta_AE(|B|) as in the seed.
+
+    Only the child holding the changed cell changes, by at most ceil(G Delta_AE(child))
+    <= ceil(G Delta_AE(|B|)) <= ceil(G Delta_q), so this bound holds for the rounded scores.
+    """
+    return math.ceil(SCORE_GRID * 2 * aggregation_error_sensitivity(size))
+
+
+def _pf_coefficient(epsilon: Fraction, score_sensitivity: int) -> Fraction:
+    """epsilon / (2 * score_sensitivity), rounded down to a multiple of 2^-62 if its denominator is larger."""
+    coef = epsilon / (2 * score_sensitivity)
+    if coef.denominator > _COEF_GRID:
+        coef = Fraction(math.floor(coef * _COEF_GRID), _COEF_GRID)
+    return coef
+
+
+def _permute_and_flip(scores: IntArray, coef: Fraction, rng: RandomSource) -> int:
+    """Permute-and-flip selection (McKenna & Sheldon 2020), exactly: returns a candidate index.
+
+    Candidate i is accepted with probability exp(-coef * (max(scores) - scores[i])); the
+    first accepted one in a uniformly random order wins. Drawing every coin and returning
+    a uniformly random accepted candidate has the same distribution. With integer scores
+    of sensitivity Delta and coef <= eps / (2 Delta) this is eps-DP.
+    """
+    gaps = scores.max() - scores
+    accepted = np.flatnonzero(bernoulli_exp([coef.numerator * int(g) for g in gaps], coef.denominator, rng))
+    # The best candidate has gap 0 and is always accepted, so `accepted` is never empty.
+    return int(accepted[int(rng.integers(accepted.size, 1)[0])])
 
 
 def build_pview(
     counts: npt.ArrayLike,
     epsilon: float,
-    rng: np.random.Generator,
+    rng: RandomSource | int | None = None,
     params: PViewParams = PViewParams(),
 ) -> PView:
-    """Build an eps-DP p-view of a count tensor (seed 000, Algorithms 1-2).
+    """Build an eps-DP p-view of a count tensor (seed 000, Algorithms 1-2) with exact noise.
 
     Privacy: eps-DP (epsilon = eps_B, no delta) under add/remove one record, i.e. one cell
-    of `counts` changes by 1. Sensitivities: AE 2(1 - 1/|B|) (converge test), cut score
-    2 * Delta_AE (exponential mechanism, as the seed), block sum 1 (perturbation). The
-    per-level budgets and the per-block perturbation epsilons are in the returned view
+    of `counts` changes by 1. Mechanisms and sensitivities: converge test on |B| AE(B),
+    sensitivity 2 (|B| - 1), discrete Laplace; cut selection by permute-and-flip on the
+    grid-rounded scores, sensitivity ceil(2^20 * 2 Delta_AE(|B|)) in units of 2^-20 (the
+    seed's Delta_q = 2 Delta_AE, rounded up); block sum, sensitivity 1, discrete Laplace.
+    Each noise scale is sensitivity / epsilon rounded up to a multiple of 2^-20, and the
+    permute-and-flip coefficient is never above eps_cut / (2 Delta), so every step spends
+    at most its planned epsilon. The planned budgets are in the returned view
     (`PView.budget`, `Block.epsilon_*`); with the default rule every path spends exactly
     eps_B. Who knows the noise: only this trusted curator (the function); the view keeps
-    only noisy sums. Block counts are real numbers (not rounded, may be negative).
+    only the partition and the noisy block sums, which are integers (possibly negative).
 
     Args:
-        counts: non-negative whole-number counts, any number of axes.
+        counts: non-negative whole-number counts, any number of axes
+            (cells * total < 2**60).
         epsilon: the total budget eps_B.
-        rng: the only randomness source. Tests pass a seeded generator; production must
-            pass one seeded from `secrets` (np.random.default_rng(secrets.randbits(128))).
+        rng: the randomness: None (default) draws from the OS CSPRNG (`SecureRandom`), the
+            only choice for a real release; an int seed or a `SeededRandom` for tests.
         params: algorithm parameters (seed defaults).
 
     Raises:
-        ValueError: invalid counts, epsilon or params.
-        TypeError: rng is not a numpy Generator.
+        ValueError: invalid counts, epsilon, params or rng (InvalidInputError for rng).
+        TypeError: rng is a numpy Generator (its integers() signature differs).
     """
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    source = _check_rng(rng)
     x = _check_counts(counts)
     budget = plan_budget(epsilon, x.shape, params)
     kappa = budget.max_depth
     conv_eps = budget.converge_per_level
     cut_eps = budget.cut_per_level
+    theta = _exact(params.theta)
 
     blocks: list[Block] = []
     # Depth-first, left child first, as the seed's recursion.
@@ -446,19 +534,18 @@ def build_pview(
         size = view.size
         stop = depth >= kappa or size == 1
         if not stop and conv_eps > 0:
-            sens = aggregation_error_sensitivity(size)
-            noisy_ae = aggregation_error(view) + rng.laplace(0.0, _float_up(sens / conv_eps))
+            scale = laplace_scale(2 * (size - 1), conv_eps)
+            noisy = _scaled_ae(view) + int(discrete_laplace(scale, 1, source)[0])
             spent_conv = spent_conv + conv_eps
-            stop = noisy_ae <= params.theta
+            stop = noisy <= size * theta
         if stop:
-            blocks.append(_perturb(view, lo, hi, depth, spent_conv, spent_cut, budget, params, rng))
+            blocks.append(_perturb(view, lo, hi, depth, spent_conv, spent_cut, budget, params, source))
             continue
         cands, scores = _cut_candidates(view)
         if cut_eps > 0:
-            delta_q = 2 * aggregation_error_sensitivity(size)
-            choice = _exponential_mechanism(rng, scores, _float_down(cut_eps / (2 * delta_q)))
+            choice = _permute_and_flip(scores, _pf_coefficient(cut_eps, _score_sensitivity(size)), source)
         else:
-            choice = int(rng.integers(len(cands)))
+            choice = int(source.integers(len(cands), 1)[0])
         spent_cut = spent_cut + cut_eps
         axis, off = cands[choice]
         mid = lo[axis] + off
@@ -470,7 +557,7 @@ def build_pview(
 
 
 def _perturb(
-    view: FloatArray,
+    view: IntArray,
     lo: tuple[int, ...],
     hi: tuple[int, ...],
     depth: int,
@@ -478,33 +565,34 @@ def _perturb(
     spent_cut: Fraction,
     budget: PViewBudget,
     params: PViewParams,
-    rng: np.random.Generator,
+    rng: RandomSource,
 ) -> Block:
     if params.perturbation_rule == "exact":
         eps = budget.total - spent_conv - spent_cut
     else:  # seed 000 eq. (12)
         eps = budget.perturbation + budget.recursion * (1 - Fraction(depth, budget.max_depth))
-    noisy = float(view.sum()) + rng.laplace(0.0, _float_up(1 / eps))
-    return Block(lo, hi, depth, spent_conv, spent_cut, eps, float(noisy))
+    noisy = int(view.sum()) + int(discrete_laplace(laplace_scale(1, eps), 1, rng)[0])
+    return Block(lo, hi, depth, spent_conv, spent_cut, eps, noisy)
 
 
-def identity_estimate(counts: npt.ArrayLike, epsilon: float, rng: np.random.Generator) -> FloatArray:
-    """The Identity baseline: every cell + Lap(1/eps) (seed 000, [2]).
+def identity_estimate(counts: npt.ArrayLike, epsilon: float, rng: RandomSource | int | None = None) -> IntArray:
+    """The Identity baseline: every cell + DLap(laplace_scale(1, eps)) (seed 000, [2]).
 
-    Privacy: eps-DP under add/remove one record (the count vector's L1 sensitivity is 1).
-    Who knows the noise: only the caller (trusted curator). Same RNG caveats as
-    `build_pview`.
+    Privacy: eps-DP under add/remove one record (the count vector's L1 sensitivity is 1);
+    the scale 1/eps is rounded up to a multiple of 2^-20. Who knows the noise: only the
+    caller (trusted curator). `rng` as in `build_pview` (None: OS CSPRNG). Returns
+    integers (possibly negative), shaped like `counts`.
 
     Raises:
-        ValueError: invalid counts or epsilon. TypeError: rng is not a Generator.
+        ValueError: invalid counts, epsilon or rng. TypeError: rng is a numpy Generator.
     """
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    source = _check_rng(rng)
     x = _check_counts(counts)
     eps = _real("epsilon", epsilon)
     if eps <= 0:
         raise ValueError(f"epsilon must be > 0 and finite, got {epsilon!r}")
-    return x + rng.laplace(0.0, _float_up(1 / _exact(eps)), size=x.shape)
+    noise = discrete_laplace(laplace_scale(1, _exact(eps)), x.size, source)
+    return np.asarray(x + noise.reshape(x.shape), dtype=np.int64)
 
 
 def box_sums(tensor: npt.ArrayLike, lows: npt.ArrayLike, highs: npt.ArrayLike) -> FloatArray:

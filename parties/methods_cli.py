@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,8 +78,8 @@ def _pview(args: argparse.Namespace) -> int:
     from he_partition.pviews import build_pview
 
     counts = np.load(args.counts)
-    seed = args.seed if args.seed is not None else secrets.randbits(128)
-    view = build_pview(counts, args.eps, np.random.default_rng(seed))
+    # No seed: exact noise from the OS CSPRNG (SecureRandom); a seed is for tests only.
+    view = build_pview(counts, args.eps, args.seed)
     if args.out:
         np.save(args.out, view.estimate())
     _print({"shape": list(view.shape), "blocks": len(view.blocks), "epsilon": args.eps,
@@ -118,5 +117,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--counts", required=True, help="count tensor (.npy)")
     p.add_argument("--eps", type=float, required=True)
     p.add_argument("--out", help="write the estimated tensor here (.npy)")
-    p.add_argument("--seed", type=int, default=None, help="for tests only; default draws a seed from `secrets`")
+    p.add_argument("--seed", type=int, default=None,
+                   help="for tests only (reproducible noise); default draws from the OS CSPRNG")
     p.set_defaults(func=_pview)

@@ -108,3 +108,15 @@ def test_as_random_source() -> None:
         as_random_source("seed")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):
         as_random_source(True)
+
+
+def test_a_numpy_generator_is_refused_as_a_noise_source() -> None:
+    """np.random.Generator has an `integers` method with another meaning; it must not pass as a RandomSource."""
+    import numpy as np
+    import pytest
+
+    from he_partition.errors import InvalidInputError
+    from he_partition.noise import as_random_source
+
+    with pytest.raises(InvalidInputError, match="numpy Generator"):
+        as_random_source(np.random.default_rng(0))

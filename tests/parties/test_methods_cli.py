@@ -67,4 +67,11 @@ def test_pview_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     code, out = _run(["pview", "--counts", str(tmp_path / "c.npy"), "--eps", "1", "--seed", "1",
                       "--out", str(tmp_path / "v.npy")], capsys)
     assert code == 0 and out["blocks"] >= 1
-    assert np.load(tmp_path / "v.npy").shape == (8, 8)
+    first = np.load(tmp_path / "v.npy")
+    assert first.shape == (8, 8)
+    # Same seed, same view; without --seed the noise comes from the OS CSPRNG.
+    _run(["pview", "--counts", str(tmp_path / "c.npy"), "--eps", "1", "--seed", "1",
+          "--out", str(tmp_path / "v2.npy")], capsys)
+    np.testing.assert_array_equal(np.load(tmp_path / "v2.npy"), first)
+    code, out = _run(["pview", "--counts", str(tmp_path / "c.npy"), "--eps", "1"], capsys)
+    assert code == 0 and out["blocks"] >= 1 and out["estimate_written_to"] is None
