@@ -434,11 +434,6 @@ CREATE TABLE IF NOT EXISTS charges (
     detail          TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS charges_by_study ON charges(study_id);
--- The ledger is append-only: a charge, once written, can be neither changed nor removed.
-CREATE TRIGGER IF NOT EXISTS charges_no_update BEFORE UPDATE ON charges
-BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS charges_no_delete BEFORE DELETE ON charges
-BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
 CREATE TABLE IF NOT EXISTS direct_pieces (
     piece_id    INTEGER PRIMARY KEY AUTOINCREMENT,
     study_id    TEXT NOT NULL REFERENCES studies(study_id),
@@ -459,19 +454,19 @@ CREATE TABLE IF NOT EXISTS direct_decryptions (
     detail      TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (study_id, request_id, position)
 );
-CREATE TRIGGER IF NOT EXISTS direct_pieces_no_update BEFORE UPDATE ON direct_pieces
-BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS direct_pieces_no_delete BEFORE DELETE ON direct_pieces
-BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS direct_decryptions_no_update BEFORE UPDATE ON direct_decryptions
-BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS direct_decryptions_no_delete BEFORE DELETE ON direct_decryptions
-BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS studies_no_update BEFORE UPDATE ON studies
-BEGIN SELECT RAISE(ABORT, 'study contracts are immutable'); END;
-CREATE TRIGGER IF NOT EXISTS studies_no_delete BEFORE DELETE ON studies
-BEGIN SELECT RAISE(ABORT, 'study contracts are immutable'); END;
 """
+
+
+def _immutable(table: str, why: str) -> str:
+    return "".join(f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table}\n"
+                   f"BEGIN SELECT RAISE(ABORT, '{why}'); END;\n" for op in ("UPDATE", "DELETE"))
+
+
+# The ledger is append-only: a charge (and every direct-query row), once written, can be
+# neither changed nor removed; contracts are immutable.
+_SCHEMA += "".join(_immutable(t, "the privacy ledger is append-only")
+                   for t in ("charges", "direct_pieces", "direct_decryptions"))
+_SCHEMA += _immutable("studies", "study contracts are immutable")
 
 
 class SqliteLedgerStore(LedgerStore):
