@@ -205,15 +205,27 @@ def cmd_open_study(args: argparse.Namespace) -> int:
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
             strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys,
             **correlation)
+    from he_partition.guidance import assess_epsilon
+
+    guide = assess_epsilon(contract.epsilon)
+    for w in guide.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     if args.json:
         _print_json({**contract.to_dict(), "contract_hash": contract.contract_hash, "already_existed": existed,
-                     "noise_multiplier": contract.noise_multiplier})
+                     "noise_multiplier": contract.noise_multiplier,
+                     "epsilon_guidance": {"variance_lower_bound": guide.variance_lower_bound,
+                                          "guessing_bound_alpha": guide.guessing_bound,
+                                          "warnings": list(guide.warnings)}})
     else:
         print(f"study {contract.study_id} {'already open' if existed else 'opened'}: {contract.domain_size} bins, "
               f"epsilon {contract.epsilon:g}, owners {', '.join(contract.expected_owners)}, "
               f"contribution bound {contract.contribution_bound}, noise parties {contract.noise_parties}")
         if contract.correlated or contract.correlation_source:
             print(_correlation_line(contract))
+        print(f"epsilon {contract.epsilon:g}: any unbiased estimate of one count has variance >= "
+              f"{guide.variance_lower_bound:.4g} (1/(e^eps-1)^2), adversary's guessing bound alpha = "
+              f"{guide.guessing_bound:.4g} (4/(e^eps-1)^2{', vacuous' if guide.guessing_bound_is_vacuous else ''}; "
+              "seed 002, see `dpagg epsilon`)")
         print(f"contract hash {contract.contract_hash}")
         print(f"key fingerprint {contract.context_fingerprint}")
     return 0

@@ -251,3 +251,18 @@ def test_cli_open_study_refuses_bad_correlation_options(cluster: Cluster, tmp_pa
         _cli(cluster, capsys, "--correlation-graph", str(asym), "--correlation-leakage", "1")
     assert ei.value.code == 2
     assert cluster.ds.handler.ledger.list_studies() == []
+
+
+def test_open_study_reports_the_epsilon_guidance_of_seed_002(cluster: Cluster,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Opening a study reports 1/(e^eps-1)^2 and alpha = 4/(e^eps-1)^2 and warns outside the practical range."""
+    code, out, err = _cli(cluster, capsys, "--study-id", "guide", "--json")
+    g = json.loads(out)["epsilon_guidance"]
+    assert code == 0 and err == ""
+    assert g["variance_lower_bound"] == 1 / math.expm1(1.0) ** 2 and g["guessing_bound_alpha"] == 4 / math.expm1(1.0) ** 2
+    assert g["warnings"] == []
+    code = dpagg_main(["open-study", "--computation", cluster.cs.target, "--insecure", "--domain-size", "16",
+                       "--epsilon", "0.05", "--owners", "a", "--strategy", "hier", "--study-id", "tiny"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "warning: epsilon 0.05 is below 0.1" in err
+    assert "variance >= 380.4" in out and "guessing bound alpha = 1522" in out and "vacuous" in out
