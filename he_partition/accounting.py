@@ -22,6 +22,7 @@ __all__ = [
     "overlap_graph_max_clique",
     "charged_epsilon",
     "sequential_epsilon",
+    "exact_decimal",
 ]
 
 # Privacy arithmetic is done on exact rationals. A float epsilon is read as the decimal it
@@ -30,7 +31,8 @@ __all__ = [
 # mechanisms in this package round their epsilon *down* before sampling.
 
 
-def _exact(x: float) -> Fraction:
+def exact_decimal(x: float) -> Fraction:
+    """A float as the exact decimal it prints as (0.1 -> 1/10), for exact privacy arithmetic."""
     return Fraction(repr(float(x)))
 
 
@@ -235,7 +237,7 @@ def overlap_graph_max_clique(queries: Sequence[RangeQuery], *, weighted: bool = 
         rank = {v: r for r, v in enumerate(values)}
         lo_r[:, d] = [rank[v] for v in lo[:, d]]
         hi_r[:, d] = [rank[v] for v in hi[:, d]]
-    fracs = [_exact(q.epsilon) for q in qs]
+    fracs = [exact_decimal(q.epsilon) for q in qs]
     if weighted:
         w, _ = _integer_weights(fracs)
     else:
@@ -280,7 +282,7 @@ def charged_epsilon(queries: Sequence[RangeQuery]) -> float:
 def sequential_epsilon(queries: Sequence[RangeQuery]) -> float:
     """Plain sequential-composition total: the sum of all epsilons (the naive charge)."""
     qs = _validate_queries(queries)
-    return float(sum((_exact(q.epsilon) for q in qs), Fraction(0)))
+    return float(sum((exact_decimal(q.epsilon) for q in qs), Fraction(0)))
 
 
 class BudgetExceeded(BudgetExhaustedError):
@@ -349,7 +351,7 @@ class DirectQueryAccountant:
 
     def __init__(self, total_epsilon: float) -> None:
         self._total = positive_finite("total_epsilon", total_epsilon)
-        self._total_exact = _exact(self._total)
+        self._total_exact = exact_decimal(self._total)
         self._events: list[ChargeEvent] = []
 
     def __repr__(self) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,8 @@ __all__ = [
     "HaarCoefficients",
     "RangeCount",
     "PREFIX_MASK_EPSILON",
+    "check_range",
+    "range_count_batch",
     "owner_encoding",
     "round_slots",
     "MAX_ROUNDING_ERROR",
@@ -389,10 +391,7 @@ class RangeCount(Measurement):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise InvalidInputError(f"range {name} must be an integer, got {v!r}")
-        if not 0 <= self.lo < self.hi <= self.domain_size:
-            raise InvalidInputError(
-                f"range [{self.lo}, {self.hi}) is invalid: need 0 <= lo < hi <= {self.domain_size} (the domain size)"
-            )
+        check_range(self.lo, self.hi, self.domain_size)
 
     @property
     def count(self) -> int:
@@ -447,6 +446,33 @@ class RangeCount(Measurement):
         d = super().to_dict()
         d["lo"], d["hi"] = int(self.lo), int(self.hi)
         return d
+
+
+def check_range(lo: int, hi: int, domain_size: int, label: str = "range") -> None:
+    """Refuse a range [lo, hi) that is empty or leaves the domain, naming it with `label`."""
+    if not 0 <= lo < hi <= domain_size:
+        raise InvalidInputError(
+            f"{label} [{lo}, {hi}) is invalid: need 0 <= lo < hi <= {domain_size} (the domain size)"
+        )
+
+
+def range_count_batch(domain_size: int, epsilon: float, sensitivity: int, ranges: Sequence[tuple[int, int]], *,
+                      max_ranges: int) -> list[RangeCount]:
+    """One `RangeCount` per range [lo, hi) at `epsilon` (see its privacy statement), all validated up front.
+
+    Raises InvalidInputError naming the problem: no ranges, more than `max_ranges`, epsilon
+    not > 0 and finite, or range i empty or outside the domain.
+    """
+    eps = positive_finite("epsilon", epsilon)
+    if not ranges:
+        raise InvalidInputError("ranges is empty: ask at least one range [lo, hi)")
+    if len(ranges) > max_ranges:
+        raise InvalidInputError(f"at most {max_ranges} ranges per call, got {len(ranges)}; split the batch")
+    out = []
+    for i, (lo, hi) in enumerate(ranges):
+        check_range(lo, hi, domain_size, f"range {i}")
+        out.append(RangeCount(domain_size, eps, sensitivity, lo=int(lo), hi=int(hi)))
+    return out
 
 
 _KINDS: dict[str, type[Measurement]] = {

@@ -82,6 +82,7 @@ from typing import Literal, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from .accounting import exact_decimal
 from .noise import RandomSource, as_random_source, bernoulli_exp, discrete_laplace, laplace_scale
 
 __all__ = [
@@ -114,10 +115,6 @@ _BROADCAST_LIMIT = 4_000_000
 
 # Bound on (cells * total count) so that every integer the mechanisms form fits in int64.
 _MAX_CELLS_TIMES_TOTAL = 1 << 60
-
-
-def _exact(x: float) -> Fraction:
-    return Fraction(repr(float(x)))
 
 
 def _real(name: str, value: float) -> float:
@@ -223,7 +220,7 @@ def _max_depth(n_cells: int, beta: float) -> int:
         return 1
     if n_cells & (n_cells - 1) == 0:
         # Exact for powers of two, so 1.2 * log2(1024) is 12, not ceil(12.000000000000002).
-        return max(1, math.ceil(_exact(beta) * (n_cells.bit_length() - 1)))
+        return max(1, math.ceil(exact_decimal(beta) * (n_cells.bit_length() - 1)))
     return max(1, math.ceil(beta * math.log2(n_cells)))
 
 
@@ -239,11 +236,11 @@ def plan_budget(epsilon: float, shape: Sequence[int], params: PViewParams = PVie
     dims = tuple(int(s) for s in shape)
     if not dims or any(s < 1 for s in dims):
         raise ValueError(f"shape must have at least one axis and all extents >= 1, got {tuple(shape)!r}")
-    total = _exact(eps)
-    recursion = total * _exact(params.recursion_ratio)
+    total = exact_decimal(eps)
+    recursion = total * exact_decimal(params.recursion_ratio)
     kappa = _max_depth(math.prod(dims), params.beta)
     level = recursion / kappa
-    conv = level * _exact(params.gamma)
+    conv = level * exact_decimal(params.gamma)
     return PViewBudget(
         total=total,
         recursion=recursion,
@@ -521,7 +518,7 @@ def build_pview(
     kappa = budget.max_depth
     conv_eps = budget.converge_per_level
     cut_eps = budget.cut_per_level
-    theta = _exact(params.theta)
+    theta = exact_decimal(params.theta)
 
     blocks: list[Block] = []
     # Depth-first, left child first, as the seed's recursion.
@@ -591,7 +588,7 @@ def identity_estimate(counts: npt.ArrayLike, epsilon: float, rng: RandomSource |
     eps = _real("epsilon", epsilon)
     if eps <= 0:
         raise ValueError(f"epsilon must be > 0 and finite, got {epsilon!r}")
-    noise = discrete_laplace(laplace_scale(1, _exact(eps)), x.size, source)
+    noise = discrete_laplace(laplace_scale(1, exact_decimal(eps)), x.size, source)
     return np.asarray(x + noise.reshape(x.shape), dtype=np.int64)
 
 

@@ -239,18 +239,13 @@ def _correlation_line(contract: "StudyContract") -> str:
 
 
 def _load_adjacency(path: str) -> Any:
-    """A weighted adjacency matrix: .csv (comma-separated rows), or .npy / JSON as `dpagg bayes-scale` reads them."""
-    import numpy as np
+    """A weighted adjacency matrix, read as `dpagg bayes-scale` reads it (.csv, .npy or JSON)."""
+    from .methods_cli import load_matrix
 
-    from .methods_cli import _load_matrix
-
-    p = Path(path)
-    if not p.is_file():
+    if not Path(path).is_file():
         raise DPAggError(f"--correlation-graph {path}: no such file")
     try:
-        if p.suffix.lower() == ".csv":
-            return np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2)
-        return _load_matrix(str(p))
+        return load_matrix(path)
     except (OSError, ValueError) as exc:
         raise DPAggError(f"--correlation-graph {path}: cannot read a numeric n x n matrix (.csv, .npy or JSON list "
                          f"of lists): {exc}") from exc

@@ -45,8 +45,11 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_matrix(path: str) -> np.ndarray:
+def load_matrix(path: str) -> np.ndarray:
+    """A numeric matrix from .csv (comma-separated rows), .npy, or a JSON list of lists."""
     p = Path(path)
+    if p.suffix.lower() == ".csv":
+        return np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2)
     if p.suffix == ".npy":
         return np.load(p)
     return np.asarray(json.loads(p.read_text()), dtype=np.float64)
@@ -55,7 +58,7 @@ def _load_matrix(path: str) -> np.ndarray:
 def _bayes(args: argparse.Namespace) -> int:
     from he_partition.bayesian import CorrelationModel
 
-    model = CorrelationModel(_load_matrix(args.adjacency), tau=args.tau)
+    model = CorrelationModel(load_matrix(args.adjacency), tau=args.tau)
     leak = model.leakage_coefficients()
     _print({"records": model.n, "tau": args.tau, "leakage": leak.tolist(), "max_leakage": float(leak.max()),
             "laplace_scale": model.laplace_scale(args.eps, args.sensitivity),
@@ -103,7 +106,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.set_defaults(func=_audit)
 
     p = sub.add_parser("bayes-scale", help="Laplace scale for Bayesian DP on correlated records (seed 003)")
-    p.add_argument("--adjacency", required=True, help="weighted adjacency matrix (.npy or JSON list of lists)")
+    p.add_argument("--adjacency", required=True, help="weighted adjacency matrix (.csv, .npy or JSON list of lists)")
     p.add_argument("--eps", type=float, required=True)
     p.add_argument("--sensitivity", type=float, default=1.0)
     p.add_argument("--tau", type=float, default=0.0, help="prior precision tau of the Gaussian correlation model")

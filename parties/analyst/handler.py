@@ -7,6 +7,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 from he_partition.errors import InvalidInputError
+from he_partition.measurements import check_range
 from he_partition.summary import RangeCount, Summary
 
 from ..common.contract import check_id
@@ -66,9 +67,6 @@ class AnalystHandler:
         _, summary = self.release(release_id)
         out = []
         for i, (lo, hi) in enumerate(ranges):
-            if not 0 <= lo < hi <= summary.domain_size:
-                raise InvalidInputError(
-                    f"range {i} [{lo}, {hi}) is invalid: need 0 <= lo < hi <= {summary.domain_size} (the domain size)"
-                )
+            check_range(lo, hi, summary.domain_size, f"range {i}")
             out.append(summary.range_count(lo, hi))
         return out

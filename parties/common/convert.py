@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
-from dpagg.v1 import common_pb2
+from dpagg.v1 import common_pb2, decryption_pb2
 from he_partition.errors import InvalidInputError
 from he_partition.measurements import Measurement, measurement_from_dict
 from he_partition.summary import RangeCount, ReleasedValues, Summary
@@ -181,6 +181,20 @@ def range_counts_to_proto(counts: Iterable[RangeCount]) -> list[common_pb2.Range
 
 def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> list[RangeCount]:
     return [RangeCount(int(c.lo), int(c.hi), float(c.value), float(c.standard_error)) for c in counts]
+
+
+def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expected_owners: Sequence[str],
+                       strategy: str, contribution_bound: int, noise_parties: int, strategy_params_json: str,
+                       domain_spec: str, owner_keys: Mapping[str, str | bytes] | None, correlation_leakage: float,
+                       correlation_source: str) -> decryption_pb2.OpenStudyRequest:
+    """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`)."""
+    return decryption_pb2.OpenStudyRequest(
+        study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
+        contribution_bound=contribution_bound, noise_parties=noise_parties, expected_owners=list(expected_owners),
+        strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+        owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
+        correlation_source=correlation_source,
+    )
 
 
 def open_study_kwargs(request: Any) -> dict[str, Any]:

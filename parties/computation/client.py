@@ -10,13 +10,13 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
-from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from dpagg.v1 import computation_pb2, computation_pb2_grpc
 from he_partition.summary import RangeCount, Summary
 
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
-from ..common.convert import (contract_from_proto, owner_keys_to_proto, range_counts_from_proto, ranges_to_proto,
+from ..common.convert import (contract_from_proto, open_study_request, range_counts_from_proto, ranges_to_proto,
                               signatures_from_proto, summary_from_proto)
 from ..common.errors import ServiceError
 from ..common.signing import OwnerSignature
@@ -163,13 +163,11 @@ class ComputationClient(BaseClient):
         Returns (contract, already_existed). Without `study_id` one is generated here, so
         the call is safe to retry.
         """
-        req = decryption_pb2.OpenStudyRequest(
+        req = open_study_request(
             study_id=study_id or f"study-{uuid.uuid4().hex[:16]}", domain_size=domain_size, epsilon=epsilon,
             strategy=strategy, contribution_bound=contribution_bound, noise_parties=noise_parties,
-            expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
-            owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
-            correlation_source=correlation_source,
-        )
+            expected_owners=expected_owners, strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+            owner_keys=owner_keys, correlation_leakage=correlation_leakage, correlation_source=correlation_source)
         resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
         return contract_from_proto(resp.contract), resp.already_existed
 

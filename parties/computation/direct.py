@@ -6,14 +6,13 @@ import hashlib
 import math
 from typing import Sequence
 
-from he_partition.errors import InvalidInputError
-from he_partition.measurements import RangeCount as RangeCountMeasurement
-from he_partition.noise import discrete_laplace_variance
+from he_partition.measurements import range_count_batch
 from he_partition.protocol import ComputationSide
 from he_partition.summary import RangeCount
+from he_partition.validation import positive_finite
 
-from ..common.contract import StudyContract, check_id
-from ..common.errors import AlreadyExistsError, FailedPreconditionError
+from ..common.contract import check_id
+from ..common.errors import AlreadyExistsError
 from ..common.util import new_id
 from .client import DirectAnswers
 from .handler import ComputationHandler
@@ -53,67 +52,38 @@ class DirectQueries:
         """
         h = self.handler
         contract = h.study(study_id)
-        eps = _check_epsilon(epsilon)
-        rs = _check_ranges(contract, ranges)
+        eps = positive_finite("epsilon", epsilon)
+        eps_dp = contract.dp_epsilon(eps)
+        ms = range_count_batch(contract.domain_size, eps_dp, contract.contribution_bound, ranges,
+                               max_ranges=MAX_DIRECT_RANGES)
+        rs = [(m.lo, m.hi) for m in ms]
         if request_key:
             check_id("request_key", request_key)
             stored = h.store.direct_answers(study_id, request_key)
             if stored is not None:
                 return _repeat(DirectAnswers.from_json(stored), rs, eps, request_key)
-        subs = h.store.submissions(study_id)
-        if not subs:
-            raise FailedPreconditionError(f"no data owner has submitted to study {study_id} yet; nothing to count")
+        subs = h.submissions_to_include(contract, force=force, action="count")
         owners = tuple(s.owner_id for s in subs)
-        missing = [o for o in contract.expected_owners if o not in owners]
-        if missing and not force:
-            raise FailedPreconditionError(
-                f"study {study_id} still waits for {len(missing)} owner(s): {', '.join(missing)}; ask when they have "
-                "submitted, or pass force to count the owners present"
-            )
         request_id = _request_id(study_id, request_key)
-        eps_dp = contract.dp_epsilon(eps)
         paid = h.decryption.charge_direct_queries(study_id=study_id, request_id=request_id,
                                                   contract_hash=contract.contract_hash, ranges=rs, epsilon=eps_dp)
         backend = h.backend_for(contract)
         aggregate = h.aggregate(contract, subs, backend)
         cs = ComputationSide(backend, h.rng)
+        se = math.sqrt(contract.noise_parties * ms[0].noise_variance)  # one scale for the whole batch
         counts = []
-        for lo, hi in rs:
-            m = RangeCountMeasurement(contract.domain_size, eps_dp, contract.contribution_bound, lo=lo, hi=hi)
+        for m in ms:
             noised = cs.measure(aggregate, m)
             result = h.decryption.decrypt_measurement(
                 study_id=study_id, release_id=request_id, release_epsilon=eps_dp, measurement=m,
                 chunks=(backend.serialize_chunk(c) for c in noised.chunks), chunk_count=len(noised.chunks),
                 contract_hash=contract.contract_hash)
-            se = math.sqrt(contract.noise_parties * discrete_laplace_variance(m.scale))
-            counts.append(RangeCount(lo, hi, float(result.values[0]), se))
+            counts.append(RangeCount(m.lo, m.hi, float(result.values[0]), se))
         answers = DirectAnswers(request_id, study_id, eps, tuple(counts), paid.epsilon_charged, eps * len(rs),
                                 paid.epsilon_remaining, owners)
         if request_key:
             h.store.save_direct_answers(study_id, request_key, answers.to_json())
         return answers
-
-
-def _check_epsilon(epsilon: float) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (math.isfinite(epsilon)
-                                                                                  and epsilon > 0):
-        raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon!r}")
-    return float(epsilon)
-
-
-def _check_ranges(contract: StudyContract, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    if not ranges:
-        raise InvalidInputError("ranges is empty: ask at least one range [lo, hi)")
-    if len(ranges) > MAX_DIRECT_RANGES:
-        raise InvalidInputError(f"at most {MAX_DIRECT_RANGES} ranges per call, got {len(ranges)}; split the batch")
-    out = []
-    for i, (lo, hi) in enumerate(ranges):
-        if not 0 <= lo < hi <= contract.domain_size:
-            raise InvalidInputError(
-                f"range {i} [{lo}, {hi}) is invalid: need 0 <= lo < hi <= {contract.domain_size} (the domain size)"
-            )
-        out.append((int(lo), int(hi)))
-    return out
 
 
 def _request_id(study_id: str, request_key: str) -> str:

@@ -262,6 +262,25 @@ class ComputationHandler:
         releases = tuple(r.release_id for r in self.store.list_releases(study_id))
         return StudyState(contract, submitted, missing, releases)
 
+    def submissions_to_include(self, contract: StudyContract, *, force: bool, action: str) -> list[Submission]:
+        """The study's committed submissions, for a release or a direct count (`action` names it in errors).
+
+        FailedPreconditionError when nobody has submitted, or when expected owners are
+        still missing and `force` is not given.
+        """
+        subs = self.store.submissions(contract.study_id)
+        if not subs:
+            raise FailedPreconditionError(
+                f"no data owner has submitted to study {contract.study_id} yet; nothing to {action}")
+        submitted = {s.owner_id for s in subs}
+        missing = [o for o in contract.expected_owners if o not in submitted]
+        if missing and not force:
+            raise FailedPreconditionError(
+                f"study {contract.study_id} still waits for {len(missing)} owner(s): {', '.join(missing)}; wait "
+                f"until they have submitted, or force the {action} with the owners present"
+            )
+        return subs
+
     # -- uploads -------------------------------------------------------------------------
     def open_upload(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                     context_fingerprint: str, chunk_count: int, contract_hash: str = "",
@@ -367,16 +386,8 @@ class ComputationHandler:
             raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon}")
         if eps > contract.epsilon * (1 + EPSILON_TOLERANCE):
             raise InvalidInputError(f"epsilon {eps:g} exceeds study {study_id}'s total budget {contract.epsilon:g}")
-        subs = self.store.submissions(study_id)
+        subs = self.submissions_to_include(contract, force=force, action="release")
         owners = tuple(s.owner_id for s in subs)
-        missing = [o for o in contract.expected_owners if o not in owners]
-        if not subs:
-            raise FailedPreconditionError(f"no data owner has submitted to study {study_id} yet; nothing to release")
-        if missing and not force:
-            raise FailedPreconditionError(
-                f"study {study_id} still waits for {len(missing)} owner(s): {', '.join(missing)}; release when they "
-                "have submitted, or force a release with the owners present"
-            )
         budget = self.decryption.budget(study_id)
         if max(budget.spent, budget.reserved) + eps > budget.total * (1 + EPSILON_TOLERANCE):
             raise BudgetExhaustedError(

@@ -15,7 +15,7 @@ from he_partition.measurements import Measurement
 
 from ..common.client import BaseClient, call_with_retry
 from ..common.contract import StudyContract
-from ..common.convert import contract_from_proto, measurement_to_proto, owner_keys_to_proto, ranges_to_proto
+from ..common.convert import contract_from_proto, measurement_to_proto, open_study_request, ranges_to_proto
 
 __all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult", "DirectChargeInfo"]
 
@@ -117,13 +117,11 @@ class DecryptionClient(BaseClient):
         and charge are multiplied by 1 + L (see `StudyContract`).
         Only the computation server may call this (operators use `ComputationClient.open_study`).
         """
-        req = decryption_pb2.OpenStudyRequest(
+        req = open_study_request(
             study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
-            contribution_bound=contribution_bound, noise_parties=noise_parties,
-            expected_owners=list(expected_owners), strategy_params_json=strategy_params_json, domain_spec=domain_spec,
-            owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
-            correlation_source=correlation_source,
-        )
+            contribution_bound=contribution_bound, noise_parties=noise_parties, expected_owners=expected_owners,
+            strategy_params_json=strategy_params_json, domain_spec=domain_spec, owner_keys=owner_keys,
+            correlation_leakage=correlation_leakage, correlation_source=correlation_source)
         resp = self._unary(self._stub.OpenStudy, req, method="Decryption/OpenStudy", timeout=timeout,
                            retry=bool(study_id))
         return contract_from_proto(resp.contract), resp.already_existed

@@ -13,9 +13,8 @@ import numpy.typing as npt
 
 from he_partition.backend import ChunkedVector, n_chunks
 from he_partition.ckks import CkksBackend
-from he_partition.accounting import RangeQuery
 from he_partition.errors import InvalidInputError
-from he_partition.measurements import Measurement, RangeCount
+from he_partition.measurements import Measurement, RangeCount, range_count_batch
 from he_partition.noise import RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
@@ -202,15 +201,7 @@ class DecryptionHandler:
         budget left (a dry run: the real check-and-charge is atomic in the ledger); one
         ciphertext chunk per `slots` bins.
         """
-        if not contract_hash:
-            raise InvalidInputError(
-                "contract_hash is required: send the hash of the study contract the measurement was computed under"
-            )
-        if contract_hash != contract.contract_hash:
-            raise FailedPreconditionError(
-                f"contract_hash {contract_hash[:16]} does not match study {contract.study_id}'s contract "
-                f"{contract.contract_hash[:16]}: the computation server works on other terms; nothing was decrypted"
-            )
+        _check_contract_hash(contract, contract_hash, "nothing was decrypted")
         if m.domain_size != contract.domain_size:
             raise InvalidInputError(
                 f"measurement.domain_size {m.domain_size} differs from study {contract.study_id}'s domain size "
@@ -281,13 +272,14 @@ class DecryptionHandler:
         side = DecryptionSide(self.backend, self.rng, budget, contract.noise_parties)
         with self._decrypt_lock:
             values = side.decrypt_measurement(measurement, vector)
+        charges = self.ledger.charges(study_id)
         if isinstance(budget, _LedgerBudget):
             assert budget.last is not None  # DecryptionSide charges before it decrypts
             paid: Charge | None = budget.last
         else:
-            paid = next((c for c in self.ledger.charges(study_id) if c.release_id == release_id), None)
+            paid = next((c for c in charges if c.release_id == release_id), None)
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
-                                    max(0.0, contract.epsilon - self.ledger.spent(study_id)))
+                                    max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
     def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
                               ranges: Sequence[tuple[int, int]], epsilon: float) -> DirectCharge:
@@ -304,24 +296,9 @@ class DecryptionHandler:
         """
         contract = self.get_study(study_id)
         check_id("request_id", request_id)
-        if contract_hash != contract.contract_hash:
-            raise FailedPreconditionError(
-                f"contract_hash {contract_hash[:16]!r} does not match study {contract.study_id}'s contract "
-                f"{contract.contract_hash[:16]}: the computation server works on other terms; nothing was charged"
-            )
-        if not ranges:
-            raise InvalidInputError("ranges is empty: a direct-query batch needs at least one range")
-        if len(ranges) > MAX_DIRECT_RANGES:
-            raise InvalidInputError(f"at most {MAX_DIRECT_RANGES} ranges per batch, got {len(ranges)}")
-        if isinstance(epsilon, bool) or not (math.isfinite(epsilon) and epsilon > 0):
-            raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon}")
-        pieces: list[tuple[RangeQuery, ...]] = []
-        for i, (lo, hi) in enumerate(ranges):
-            try:
-                m = RangeCount(contract.domain_size, float(epsilon), contract.contribution_bound, lo=int(lo), hi=int(hi))
-            except InvalidInputError as exc:
-                raise InvalidInputError(f"range {i}: {exc}") from exc
-            pieces.append(m.privacy_pieces())
+        _check_contract_hash(contract, contract_hash, "nothing was charged")
+        pieces = [m.privacy_pieces() for m in range_count_batch(
+            contract.domain_size, epsilon, contract.contribution_bound, ranges, max_ranges=MAX_DIRECT_RANGES)]
         detail = canonical_json({"contract_hash": contract.contract_hash, "ranges": len(pieces),
                                  "epsilon": float(epsilon)})
         return self.ledger.charge_direct(study_id, request_id, pieces, detail)
@@ -331,6 +308,19 @@ class DecryptionHandler:
         charges = tuple(self.ledger.charges(study_id))
         spent = math.fsum(c.epsilon for c in charges)
         return BudgetReport(study_id, contract.epsilon, spent, charges, max(spent, reserved_epsilon(list(charges))))
+
+
+def _check_contract_hash(contract: StudyContract, contract_hash: str, consequence: str) -> None:
+    """Refuse a request computed under other terms than the study's contract (the hash binds every field)."""
+    if not contract_hash:
+        raise InvalidInputError(
+            "contract_hash is required: send the hash of the study contract the measurement was computed under"
+        )
+    if contract_hash != contract.contract_hash:
+        raise FailedPreconditionError(
+            f"contract_hash {contract_hash[:16]} does not match study {contract.study_id}'s contract "
+            f"{contract.contract_hash[:16]}: the computation server works on other terms; {consequence}"
+        )
 
 
 def decryption_detail(contract: StudyContract, m: Measurement, chunks: Sequence[bytes]) -> str:

@@ -11,7 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
-from he_partition.accounting import RangeQuery, overlap_graph_max_clique
+from he_partition.accounting import RangeQuery, exact_decimal, overlap_graph_max_clique
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.protocol import EPSILON_TOLERANCE
 
@@ -134,10 +134,6 @@ class DirectCharge:
     already_charged: bool = False
 
 
-def _exact(x: float) -> Fraction:
-    return Fraction(repr(float(x)))
-
-
 def direct_increment(contract: StudyContract, old: Sequence[RangeQuery],
                      new: Sequence[RangeQuery]) -> tuple[Fraction, Fraction]:
     """(charge of `new` given `old`, charge of old + new), exact, in the study's epsilon units.
@@ -152,9 +148,9 @@ def direct_increment(contract: StudyContract, old: Sequence[RangeQuery],
     times the multiplier.
     """
     if contract.correlated:
-        multiplier = _exact(contract.noise_multiplier)
-        inc = multiplier * sum((_exact(q.epsilon) for q in new), Fraction(0))
-        before = multiplier * sum((_exact(q.epsilon) for q in old), Fraction(0))
+        multiplier = exact_decimal(contract.noise_multiplier)
+        inc = multiplier * sum((exact_decimal(q.epsilon) for q in new), Fraction(0))
+        before = multiplier * sum((exact_decimal(q.epsilon) for q in old), Fraction(0))
         return inc, before + inc
     before = overlap_graph_max_clique(old).epsilon_exact if old else Fraction(0)
     after = overlap_graph_max_clique(list(old) + list(new)).epsilon_exact
@@ -162,7 +158,7 @@ def direct_increment(contract: StudyContract, old: Sequence[RangeQuery],
 
 
 def _same_pieces(stored: Sequence[DirectPiece], new: Sequence[DirectPiece]) -> bool:
-    key = lambda p: (p.position, p.role, p.query.lo, p.query.hi, _exact(p.query.epsilon))  # noqa: E731
+    key = lambda p: (p.position, p.role, p.query.lo, p.query.hi, exact_decimal(p.query.epsilon))  # noqa: E731
     return sorted(map(key, stored)) == sorted(map(key, new))
 
 
@@ -180,6 +176,24 @@ def _check_direct_fits(contract: StudyContract, charges: list[Charge], request_i
         )
 
 
+def _price_direct(contract: StudyContract, request_id: str, new: list[DirectPiece], stored: list[DirectPiece],
+                  charges: list[Charge]) -> tuple[DirectCharge | None, Fraction, Fraction]:
+    """(the earlier result for a repeated request id, or None; the increment; the charge after), checked to fit."""
+    previous = [p for p in stored if p.request_id == request_id]
+    if previous:
+        return _repeat(contract, request_id, previous, new, stored, charges), Fraction(0), Fraction(0)
+    inc, after = direct_increment(contract, [p.query for p in stored], [p.query for p in new])
+    if inc > 0:
+        _check_direct_fits(contract, charges, request_id, float(inc), after)
+    return None, inc, after
+
+
+def _direct_result(contract: StudyContract, request_id: str, inc: Fraction, after: Fraction, charges: list[Charge],
+                   charge: Charge | None) -> DirectCharge:
+    spent = math.fsum(c.epsilon for c in charges) + (charge.epsilon if charge else 0.0)
+    return DirectCharge(request_id, float(inc), float(after), max(0.0, contract.epsilon - spent), charge)
+
+
 def _pieces_of(request_id: str, queries: Sequence[Sequence[RangeQuery]]) -> list[DirectPiece]:
     if not queries:
         raise InvalidInputError("a direct-query request needs at least one range")
@@ -195,7 +209,7 @@ def _pieces_of(request_id: str, queries: Sequence[Sequence[RangeQuery]]) -> list
 def _unclaimed(pieces: Sequence[DirectPiece], claimed: set[int], lo: int, hi: int, epsilon: float) -> int:
     for p in pieces:
         if p.role == "count" and p.position not in claimed and p.query.lo == (lo,) and p.query.hi == (hi,) \
-                and _exact(p.query.epsilon) == _exact(epsilon):
+                and exact_decimal(p.query.epsilon) == exact_decimal(epsilon):
             return p.position
     raise FailedPreconditionError(
         f"no paid, not yet decrypted range [{lo}, {hi}) at epsilon {epsilon:g} in direct-query request; charge it "
@@ -372,19 +386,16 @@ class MemoryLedgerStore(LedgerStore):
         with self._lock:
             stored = self._direct.setdefault(study_id, [])
             mine = [c for c in self._charges if c.study_id == study_id]
-            previous = [p for p in stored if p.request_id == request_id]
-            if previous:
-                return _repeat(contract, request_id, previous, new, stored, mine)
-            inc, after = direct_increment(contract, [p.query for p in stored], [p.query for p in new])
+            repeat, inc, after = _price_direct(contract, request_id, new, stored, mine)
+            if repeat is not None:
+                return repeat
             charge = None
             if inc > 0:
-                _check_direct_fits(contract, mine, request_id, float(inc), after)
                 charge = Charge(len(self._charges) + 1, study_id, request_id, DIRECT_KIND, float(inc), float(inc),
                                 utc_now(), detail)
                 self._charges.append(charge)
             stored.extend(new)
-            spent = math.fsum(c.epsilon for c in mine) + (charge.epsilon if charge else 0.0)
-            return DirectCharge(request_id, float(inc), float(after), max(0.0, contract.epsilon - spent), charge)
+            return _direct_result(contract, request_id, inc, after, mine, charge)
 
     def claim_direct_decryption(self, study_id: str, request_id: str, lo: int, hi: int, epsilon: float,
                                 detail: str = "") -> int:
@@ -497,26 +508,19 @@ class SqliteLedgerStore(LedgerStore):
 
     def create_study(self, contract: StudyContract) -> tuple[StudyContract, bool]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?",
                                        (contract.study_id,)).fetchone()
-                if row is not None:
-                    existing = StudyContract.from_json(row[0])
-                    self._db.execute("COMMIT")
-                    if not _same_terms(existing, contract):
-                        raise _conflict(existing)
-                    return existing, True
-                self._db.execute(
-                    "INSERT INTO studies (study_id, contract_json, contract_hash, created_at) VALUES (?, ?, ?, ?)",
-                    (contract.study_id, contract.canonical_json(), contract.contract_hash, utc_now()),
-                )
-                self._db.execute("COMMIT")
-                return contract, False
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+                if row is None:
+                    self._db.execute(
+                        "INSERT INTO studies (study_id, contract_json, contract_hash, created_at) VALUES (?, ?, ?, ?)",
+                        (contract.study_id, contract.canonical_json(), contract.contract_hash, utc_now()),
+                    )
+                    return contract, False
+            existing = StudyContract.from_json(row[0])
+            if not _same_terms(existing, contract):
+                raise _conflict(existing)
+            return existing, True
 
     def _get(self, study_id: str) -> StudyContract:
         row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?", (study_id,)).fetchone()
@@ -542,26 +546,20 @@ class SqliteLedgerStore(LedgerStore):
     def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
                detail: str = "") -> Charge:
         check_id("release_id", release_id)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                contract = self._get(study_id)
-                check_charge(contract.epsilon, self._charges(study_id), release_id, float(epsilon),
-                             float(release_epsilon))
-                created = utc_now()
-                cur = self._db.execute(
-                    "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at, detail) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (study_id, release_id, kind, float(epsilon), float(release_epsilon), created, detail),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            assert cur.lastrowid is not None
-            return Charge(int(cur.lastrowid), study_id, release_id, kind, float(epsilon), float(release_epsilon),
-                          created, detail)
+        with self._lock, self._transaction():
+            contract = self._get(study_id)
+            check_charge(contract.epsilon, self._charges(study_id), release_id, float(epsilon), float(release_epsilon))
+            return self._insert_charge(study_id, release_id, kind, float(epsilon), float(release_epsilon), detail)
+
+    def _insert_charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
+                       detail: str) -> Charge:
+        """Append one charge row (inside the caller's transaction, after its budget check)."""
+        created = utc_now()
+        cur = self._db.execute(
+            "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at, detail) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)", (study_id, release_id, kind, epsilon, release_epsilon, created, detail))
+        assert cur.lastrowid is not None
+        return Charge(int(cur.lastrowid), study_id, release_id, kind, epsilon, release_epsilon, created, detail)
 
     def charges(self, study_id: str) -> list[Charge]:
         with self._lock:
@@ -588,28 +586,18 @@ class SqliteLedgerStore(LedgerStore):
             contract = self._get(study_id)
             stored = self._direct_pieces(study_id)
             charges = self._charges(study_id)
-            previous = [p for p in stored if p.request_id == request_id]
-            if previous:
-                return _repeat(contract, request_id, previous, new, stored, charges)
-            inc, after = direct_increment(contract, [p.query for p in stored], [p.query for p in new])
+            repeat, inc, after = _price_direct(contract, request_id, new, stored, charges)
+            if repeat is not None:
+                return repeat
+            charge = self._insert_charge(study_id, request_id, DIRECT_KIND, float(inc), float(inc), detail) \
+                if inc > 0 else None
             created = utc_now()
-            charge = None
-            if inc > 0:
-                _check_direct_fits(contract, charges, request_id, float(inc), after)
-                cur = self._db.execute(
-                    "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at, detail) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (study_id, request_id, DIRECT_KIND, float(inc), float(inc), created, detail))
-                assert cur.lastrowid is not None
-                charge = Charge(int(cur.lastrowid), study_id, request_id, DIRECT_KIND, float(inc), float(inc),
-                                created, detail)
             self._db.executemany(
                 "INSERT INTO direct_pieces (study_id, request_id, position, role, lo, hi, epsilon, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(study_id, p.request_id, p.position, p.role, p.query.lo[0], p.query.hi[0], float(p.query.epsilon),
                   created) for p in new])
-            spent = math.fsum(c.epsilon for c in charges) + (charge.epsilon if charge else 0.0)
-            return DirectCharge(request_id, float(inc), float(after), max(0.0, contract.epsilon - spent), charge)
+            return _direct_result(contract, request_id, inc, after, charges, charge)
 
     def claim_direct_decryption(self, study_id: str, request_id: str, lo: int, hi: int, epsilon: float,
                                 detail: str = "") -> int:
