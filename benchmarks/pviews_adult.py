@@ -1,7 +1,7 @@
 """Benchmark: p-view (DP-Mondrian, seed 000), Identity and our HE strategies on UCI Adult range counts.
 
 Run:  python benchmarks/pviews_adult.py [--config coarse|fine|both] [--trials N] [--fine-trials N]
-          [--seed S] [--owners K] [--orders row_major,morton] [--ckks-check coarse|fine|both|none]
+          [--seed S] [--owners K] [--orders row_major,morton] [--bfv-check coarse|fine|both|none]
           [--data PATH] [--out PATH]
 
 Builds 4-D count tensors over Adult (age, education-num, hours-per-week, sex): "coarse"
@@ -21,9 +21,9 @@ queries over 2 random attributes, and 3000 random 4-D range queries, averaged ov
   s in auto (the default), hier, dawa, gap with noise_parties=2 (the service default),
   plus auto with noise_parties=1 (one noise party, the fair match for the single-curator
   p-view and Identity); `Summary.estimate()` gives per-bin estimates, which are put back
-  on the tensor. The plain backend releases the same Summary as backend="ckks" under
-  the same seed (tests/he_partition/test_release.py); `--ckks-check` re-runs every
-  strategy once (eps 1, first order) through CKKS, times it and checks that equality.
+  on the tensor. The plain backend releases the same Summary as backend="bfv" under
+  the same seed (tests/he_partition/test_release.py); `--bfv-check` re-runs every
+  strategy once (eps 1, first order) through BFV, times it and checks that equality.
 
 All noise is seeded (SeededRandom, one independent seed per method, trial and eps) so
 runs are reproducible; this is a benchmark, not a release. Prints one table per
@@ -58,7 +58,7 @@ trials in the JSON):
   2.6 s (fine) with SeededRandom alone, 0.2 / 0.6 / 1.1 / 3.7 s with SecureRandom (the
   JSON's means, 0.46 / 1.11 / 1.23 / 3.02 s, were taken inside the benchmark run, its
   coarse part alongside a test run);
-  plain releases 0.03-0.2 s except hier 2.4 s and dawa 8-9 s on fine. CKKS check (eps 1,
+  plain releases 0.03-0.2 s except hier 2.4 s and dawa 8-9 s on fine. BFV check (eps 1,
   row-major, 3 owners): coarse 0.15-0.5 s per strategy, fine 1.5 s (gap) to 8.1 s
   (dawa), each releasing the same Summary as the plain backend.
 
@@ -431,25 +431,25 @@ def _print_table(rows: list[dict[str, object]], orders: tuple[str, ...]) -> None
                   f"build {r['pview_build_seconds_mean']:.2f} s")
 
 
-def _ckks_check(
+def _bfv_check(
     owners: list[npt.NDArray[np.float64]], order_name: str, eps: float, seed: int, strategies: tuple[str, ...]
 ) -> list[dict[str, object]]:
-    """Release through the CKKS backend and compare with the plain backend under the same seed."""
+    """Release through the BFV backend and compare with the plain backend under the same seed."""
     order = ORDERS[order_name](owners[0].shape)
     out: list[dict[str, object]] = []
     for strategy in strategies:
-        s = _seed(seed, eps, 0, f"ckks/{strategy}")
+        s = _seed(seed, eps, 0, f"bfv/{strategy}")
         t0 = time.perf_counter()
-        _, ckks = _he_estimate(owners, order, eps, strategy, 2, s, backend="ckks")
-        ckks_seconds = time.perf_counter() - t0
+        _, bfv = _he_estimate(owners, order, eps, strategy, 2, s, backend="bfv")
+        bfv_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         _, plain = _he_estimate(owners, order, eps, strategy, 2, s, backend="plain")
         plain_seconds = time.perf_counter() - t0
         out.append({"strategy": strategy, "order": order_name, "epsilon": eps, "noise_parties": 2,
-                    "owners": len(owners), "ckks_seconds": ckks_seconds, "plain_seconds": plain_seconds,
-                    "same_summary_as_plain": bool(ckks == plain)})
-        print(f"  CKKS check: {strategy:<5} {order_name}, eps {eps}: CKKS {ckks_seconds:.2f} s, plain "
-              f"{plain_seconds:.2f} s, same summary as plain: {ckks == plain}")
+                    "owners": len(owners), "bfv_seconds": bfv_seconds, "plain_seconds": plain_seconds,
+                    "same_summary_as_plain": bool(bfv == plain)})
+        print(f"  BFV check: {strategy:<5} {order_name}, eps {eps}: BFV {bfv_seconds:.2f} s, plain "
+              f"{plain_seconds:.2f} s, same summary as plain: {bfv == plain}")
     return out
 
 
@@ -469,8 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--owners", type=int, default=3, help="data owners (records split by row index)")
     parser.add_argument("--orders", default="row_major,morton",
                         help=f"flattening orders for our strategies, from {', '.join(ORDERS)}")
-    parser.add_argument("--ckks-check", default="coarse", choices=[*CONFIGS, "both", "none"],
-                        help="config(s) whose releases also run through the CKKS backend (eps 1, one trial)")
+    parser.add_argument("--bfv-check", default="coarse", choices=[*CONFIGS, "both", "none"],
+                        help="config(s) whose releases also run through the BFV backend (eps 1, one trial)")
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error(f"--trials must be >= 1, got {args.trials}")
@@ -507,15 +507,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\n[{name}] Adult: {int(tensor.sum())} records, tensor {shape} = {tensor.size} cells "
             f"({', '.join(a.name for a in attrs)}); {trials} trials; mean RMSE over trials; "
-            f"our strategies: {args.owners} data owners, plain backend (same summary as CKKS under the "
+            f"our strategies: {args.owners} data owners, plain backend (same summary as BFV under the "
             f"same seed, tests/he_partition/test_release.py)"
         )
         t0 = time.perf_counter()
         rows = _run(tensor, owners, workloads, epsilons, trials, args.seed, params, orders)
         elapsed = time.perf_counter() - t0
         _print_table(rows, orders)
-        ckks = (_ckks_check(owners, orders[0], 1.0, args.seed, tuple(dict.fromkeys(s for _, s, _ in HE_METHODS)))
-                if args.ckks_check in (name, "both") else [])
+        bfv = (_bfv_check(owners, orders[0], 1.0, args.seed, tuple(dict.fromkeys(s for _, s, _ in HE_METHODS)))
+                if args.bfv_check in (name, "both") else [])
         print(f"[{name}] {elapsed:.1f} s")
         configs.append(
             {
@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
                 "attributes": [asdict(a) for a in attrs],
                 "trials": trials,
                 "rows": rows,
-                "ckks_check": ckks,
+                "bfv_check": bfv,
                 "elapsed_seconds": elapsed,
             }
         )
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         "owners": args.owners,
         "orders": list(orders),
         "he_methods": [{"column": c, "strategy": s, "noise_parties": n} for c, s, n in HE_METHODS],
-        "he_backend": "plain (release() gives the same Summary as backend='ckks' under the same seed)",
+        "he_backend": "plain (release() gives the same Summary as backend='bfv' under the same seed)",
         "configs": configs,
         "elapsed_seconds": time.perf_counter() - t_all,
     }

@@ -10,19 +10,24 @@ import numpy.typing as npt
 
 from .errors import InvalidInputError
 
-__all__ = ["ChunkedVector", "VectorBackend", "PlainBackend", "DEFAULT_SLOTS", "n_chunks", "split_chunks"]
+__all__ = ["ChunkedVector", "VectorBackend", "PlainBackend", "DEFAULT_SLOTS", "DEFAULT_PLAIN_MODULUS", "n_chunks",
+           "split_chunks", "centre"]
 
-FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
-#: Slots per ciphertext at the default CKKS ring degree N = 8192.
-DEFAULT_SLOTS = 4096
+#: Slots per ciphertext at the default BFV ring degree N = 8192.
+DEFAULT_SLOTS = 8192
+
+#: The default BFV plain modulus (the 49-bit batching prime for N = 8192, see
+#: `he_partition.bfv.BfvParams`). All slot arithmetic is exact modulo this prime.
+DEFAULT_PLAIN_MODULUS = 562949952847873
 
 
 @dataclass(frozen=True)
 class ChunkedVector:
     """A length-`length` vector stored as consecutive chunks of `slots` values each.
 
-    Chunks are opaque to the algorithms: numpy arrays in the oracle, CKKS ciphertexts in
+    Chunks are opaque to the algorithms: numpy arrays in the oracle, BFV ciphertexts in
     production. The last chunk is zero-padded.
     """
 
@@ -34,26 +39,34 @@ def n_chunks(length: int, slots: int) -> int:
     return -(-length // slots)
 
 
-def split_chunks(values: npt.ArrayLike, slots: int) -> list[FloatArray]:
-    """Split a 1-D vector into zero-padded chunks of `slots` float values."""
-    arr = np.asarray(values, dtype=np.float64)
+def split_chunks(values: npt.ArrayLike, slots: int) -> list[IntArray]:
+    """Split a 1-D integer vector into zero-padded chunks of `slots` values."""
+    arr = np.asarray(values, dtype=np.int64)
     if arr.ndim != 1:
         raise InvalidInputError(f"expected a 1-D vector, got shape {arr.shape}")
     k = n_chunks(arr.size, slots)
-    padded = np.zeros(k * slots, dtype=np.float64)
+    padded = np.zeros(k * slots, dtype=np.int64)
     padded[: arr.size] = arr
     return [padded[i * slots : (i + 1) * slots] for i in range(k)]
 
 
-class VectorBackend(Protocol):
-    """Only the homomorphic operations the strategies need.
+def centre(values: npt.ArrayLike, modulus: int) -> IntArray:
+    """Representatives of `values` modulo `modulus` in (-modulus/2, modulus/2]."""
+    v = np.mod(np.asarray(values, dtype=np.int64), np.int64(modulus))
+    return np.where(v > modulus // 2, v - modulus, v).astype(np.int64)
 
-    Every measurement in dpagg is a plaintext mask of the aggregated (prefix-encoded)
-    histogram plus a noise vector, so no rotation (and no Galois key) is needed; see
-    `he_partition.measurements` for why.
+
+class VectorBackend(Protocol):
+    """Only the homomorphic operations the strategies need: encrypt, add, add fresh noise, decrypt.
+
+    Slot arithmetic is exact modulo `plain_modulus`. No measurement multiplies data by a
+    plaintext (a product leaves data-dependent residue in the key holder's view, see
+    `he_partition.measurements`), and none rotates, so no Galois or relinearization key
+    exists.
     """
 
     slots: int
+    plain_modulus: int
 
     @property
     def can_decrypt(self) -> bool: ...
@@ -64,11 +77,13 @@ class VectorBackend(Protocol):
 
     def sub(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector: ...
 
-    def mul_mask(self, a: ChunkedVector, mask: npt.ArrayLike) -> ChunkedVector: ...
-
     def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector: ...
 
-    def decrypt(self, a: ChunkedVector) -> FloatArray: ...
+    def verify(self, a: ChunkedVector) -> None:
+        """Refuse (PrecisionError) a ciphertext made under another key or corrupted, before anything is charged."""
+        ...
+
+    def decrypt(self, a: ChunkedVector) -> IntArray: ...
 
     def serialize_chunk(self, chunk: Any) -> bytes: ...
 
@@ -80,17 +95,11 @@ def _check_same_length(a: ChunkedVector, b: ChunkedVector) -> None:
         raise InvalidInputError(f"vector lengths differ: {a.length} != {b.length}")
 
 
-def _mask_chunks(mask: npt.ArrayLike, length: int, slots: int) -> list[FloatArray]:
-    m = np.asarray(mask, dtype=np.float64)
-    if m.shape != (length,):
-        raise InvalidInputError(f"mask must have shape ({length},), got {m.shape}")
-    return split_chunks(m, slots)
-
-
 class ChunkwiseArithmetic:
     """add, sub and add_noise chunk by chunk: the same for every backend whose chunks support + and -."""
 
     slots: int
+    plain_modulus: int
 
     def encrypt(self, values: npt.ArrayLike) -> ChunkedVector:
         raise NotImplementedError
@@ -104,40 +113,64 @@ class ChunkwiseArithmetic:
         return ChunkedVector(a.length, tuple(x - y for x, y in zip(a.chunks, b.chunks)))
 
     def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector:
-        """Encrypt `noise` freshly (in CKKS its encryption randomness also floods the result) and add it."""
+        """Encrypt `noise` freshly and add it."""
         return self.add(a, self.encrypt(noise))
 
 
-class PlainBackend(ChunkwiseArithmetic):
-    """The numpy oracle: the same chunked layout and operations, without encryption."""
+class _ModularChunk:
+    """A numpy chunk whose + and - reduce modulo the plain modulus, like a BFV ciphertext's slots."""
 
-    def __init__(self, slots: int = DEFAULT_SLOTS) -> None:
+    __slots__ = ("values", "modulus")
+
+    def __init__(self, values: IntArray, modulus: int) -> None:
+        self.values = np.mod(values, np.int64(modulus))
+        self.modulus = modulus
+
+    def __add__(self, other: "_ModularChunk") -> "_ModularChunk":
+        return _ModularChunk(self.values + other.values, self.modulus)
+
+    def __sub__(self, other: "_ModularChunk") -> "_ModularChunk":
+        return _ModularChunk(self.values - other.values, self.modulus)
+
+
+class PlainBackend(ChunkwiseArithmetic):
+    """The numpy oracle: the same chunked layout and exact modular slot arithmetic, without encryption."""
+
+    def __init__(self, slots: int = DEFAULT_SLOTS, plain_modulus: int = DEFAULT_PLAIN_MODULUS) -> None:
         if slots < 1:
             raise InvalidInputError(f"slots must be >= 1, got {slots}")
+        if not 2 < plain_modulus < 2**62:
+            raise InvalidInputError(f"plain_modulus must be in (2, 2^62), got {plain_modulus}")
         self.slots = slots
+        self.plain_modulus = plain_modulus
 
     @property
     def can_decrypt(self) -> bool:
         return True
 
+    def verify(self, a: ChunkedVector) -> None:
+        """Nothing to check: plain chunks carry no noise."""
+
     def encrypt(self, values: npt.ArrayLike) -> ChunkedVector:
-        arr = np.asarray(values, dtype=np.float64)
-        return ChunkedVector(arr.size, tuple(c.copy() for c in split_chunks(arr, self.slots)))
+        arr = np.asarray(values)
+        if arr.dtype.kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.rint(arr))):
+            raise InvalidInputError("slots hold integers: got NaN, infinite or fractional values")
+        ints = arr.astype(np.int64)
+        return ChunkedVector(ints.size, tuple(_ModularChunk(c, self.plain_modulus)
+                                              for c in split_chunks(ints, self.slots)))
 
-    def mul_mask(self, a: ChunkedVector, mask: npt.ArrayLike) -> ChunkedVector:
-        masks = _mask_chunks(mask, a.length, self.slots)
-        return ChunkedVector(a.length, tuple(x * m for x, m in zip(a.chunks, masks)))
-
-    def decrypt(self, a: ChunkedVector) -> FloatArray:
-        return np.concatenate(a.chunks)[: a.length] if a.chunks else np.zeros(0)
+    def decrypt(self, a: ChunkedVector) -> IntArray:
+        if not a.chunks:
+            return np.zeros(0, dtype=np.int64)
+        return centre(np.concatenate([c.values for c in a.chunks])[: a.length], self.plain_modulus)
 
     def serialize_chunk(self, chunk: Any) -> bytes:
-        return np.asarray(chunk, dtype="<f8").tobytes()
+        return np.asarray(chunk.values, dtype="<i8").tobytes()
 
     def deserialize_chunk(self, data: bytes) -> Any:
         if len(data) != 8 * self.slots:
             raise InvalidInputError(f"a plain chunk must be {8 * self.slots} bytes, got {len(data)}")
-        return np.frombuffer(data, dtype="<f8").copy()
+        return _ModularChunk(np.frombuffer(data, dtype="<i8").copy(), self.plain_modulus)
 
 
 def sum_vectors(backend: VectorBackend, vectors: Iterable[ChunkedVector]) -> ChunkedVector:

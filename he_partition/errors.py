@@ -20,7 +20,7 @@ class InvalidInputError(DPAggError, ValueError):
 
 
 class PrecisionError(DPAggError):
-    """Decrypted slots are not close to integers: wrong key, or a value beyond CKKS precision."""
+    """A ciphertext failed the decryption integrity check: wrong key, corrupt, or not the claimed measurement."""
 
 
 class MeasurementShapeError(DPAggError):

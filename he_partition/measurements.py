@@ -2,23 +2,22 @@
 
 Layout. Each data owner uploads the *inclusive prefix sums* P of its own histogram
 (P[i] = x[0] + ... + x[i]), encrypted in chunks of `slots` values. Prefix sums are linear,
-so the sum of the owners' vectors is the prefix-sum vector of the aggregate. Every
-measurement is then "mask P to some slots, add an encrypted noise vector N": no rotation
-and no Galois key is needed on the server (the in-HE alternative, a log2(n)-rotation scan
-of x kept in half-filled ciphertexts, uploads the same number of ciphertexts and adds
-~11 rotations per chunk; design-notes section 3).
+so the sum of the owners' vectors is the prefix-sum vector of the aggregate. All slot
+arithmetic is exact modulo the BFV plain modulus t.
 
-For a measurement with public linear decode map A (A applied to the masked slots gives
-the measured quantities) the computation side picks N with A(N) = eta, its own noise
-draw. The decryption side sees P_masked + N = A^{-1}(A P_masked + eta): a fixed,
-public, invertible function of (measurement + eta), so it learns exactly as much as the
-noisy measurement and nothing else. It rounds the slots, applies A, adds its own noise.
+For a measurement with public linear decode map A over its *measured slots* (A applied to
+them gives the measured quantities) the computation side picks slot noise N with
+A(N) = eta, its own noise draw, and sends the decryption side P + N' where N' is N on the
+measured slots and an independent uniform pad mod t on every other slot. So the
+decryption side's slots are a public invertible function of (measurement + eta) on the
+measured slots and one-time-padded (exactly uniform, independent of the data) elsewhere.
 
-When A^{-1} is not an integer map (Haar coefficients: reconstructing prefix sums from
-coefficients divides by 2 per tree level), the slots are first multiplied by a public
-constant 2^L (the "mask" is then a constant multiplier) so that the decryption side's
-view 2^L * (P + A^{-1} eta) is still integral; A(slots) / 2^L must then be exact integers,
-which doubles as the layout check.
+No measurement multiplies the data by a plaintext: a product leaves data-dependent
+residue in what the secret key reveals (CKKS: the mask's encoding error times the data;
+BFV: carry terms). Padding instead of zeroing needs only additions, whose noise the
+computation side floods (`he_partition.bfv`). The price: the decryption side can no longer
+check that non-measured slots are zero; it checks the ciphertext's noise budget (wrong
+key, corruption) and the decoded values' magnitude instead.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from .errors import InvalidInputError, MeasurementShapeError, PrecisionError
 from .accounting import RangeQuery
 from .estimation import haar_depth, haar_forward_prefix
 from .noise import RandomSource, discrete_laplace, laplace_scale, discrete_laplace_variance
+from .backend import DEFAULT_PLAIN_MODULUS, centre
 from .validation import positive_finite
 
 __all__ = [
@@ -46,49 +46,35 @@ __all__ = [
     "check_range",
     "range_count_batch",
     "owner_encoding",
-    "round_slots",
-    "MAX_ROUNDING_ERROR",
-    "MAX_SLOT_MAGNITUDE",
+    "MAX_DECODED_MAGNITUDE",
     "measurement_from_dict",
 ]
 
 IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
-#: A decrypted slot further than this from an integer means a wrong key or a value
-#: beyond CKKS precision; the decryption side refuses to release anything then.
-MAX_ROUNDING_ERROR = 0.25
-
-#: Decrypted slots larger than this cannot be trusted to the unit (CKKS error grows with
-#: magnitude, and a float above 2**52 is always "an integer"): a ciphertext under another
-#: key decrypts to values around 1e30. Real slots stay far below (prefix sums plus the
-#: double-cumulative gap noise reach ~1e12 at a million bins).
-MAX_SLOT_MAGNITUDE = float(2**50)
+#: Decoded measured values larger than this are refused: real ones (counts plus noise) stay
+#: far below, while a ciphertext that is not what it claims decodes to values uniform
+#: modulo t (2^49). The noise-budget check in the BFV backend is the primary integrity check.
+MAX_DECODED_MAGNITUDE = 2**44
 
 
-def owner_encoding(histogram: npt.ArrayLike) -> FloatArray:
+def owner_encoding(histogram: npt.ArrayLike) -> IntArray:
     """What a data owner encrypts: the inclusive prefix sums of its histogram."""
-    x = np.asarray(histogram, dtype=np.int64)
-    return np.cumsum(x).astype(np.float64)
+    return np.cumsum(np.asarray(histogram, dtype=np.int64))
 
 
-def round_slots(values: FloatArray) -> IntArray:
-    """Round decrypted slots to integers, refusing values not near an integer."""
-    rounded = np.rint(values)
-    if values.size:
-        biggest = float(np.max(np.abs(values)))
-        if not biggest <= MAX_SLOT_MAGNITUDE:
+def _decoded(values: npt.ArrayLike, modulus: int) -> IntArray:
+    """Centre decoded values modulo t and refuse implausible ones (see MAX_DECODED_MAGNITUDE)."""
+    out = centre(values, modulus)
+    if out.size:
+        biggest = int(np.max(np.abs(out)))
+        if biggest > MAX_DECODED_MAGNITUDE:
             raise PrecisionError(
-                f"decrypted values reach {biggest:.3g}, beyond {MAX_SLOT_MAGNITUDE:.3g}: the ciphertext was made "
-                "under another key or is corrupt"
+                f"a decoded value is implausibly large (limit 2^{MAX_DECODED_MAGNITUDE.bit_length() - 1}): the "
+                "ciphertext was made under another key, is corrupt, or is not shaped like this measurement"
             )
-        worst = float(np.max(np.abs(values - rounded)))
-        if not np.isfinite(worst) or worst > MAX_ROUNDING_ERROR:
-            raise PrecisionError(
-                f"decrypted values are up to {worst:.3g} away from integers (limit {MAX_ROUNDING_ERROR}): "
-                "the ciphertext was made under another key, or its values exceed CKKS precision"
-            )
-    return rounded.astype(np.int64)
+    return out
 
 
 @dataclass(frozen=True)
@@ -136,8 +122,11 @@ class Measurement:
         """
         raise NotImplementedError
 
-    def mask(self) -> FloatArray | None:
-        """Plaintext multiplier over the slots (0/1 keeps or zeroes a slot), or None to keep every slot."""
+    def measured_slots(self) -> BoolArray | None:
+        """Which slots carry the measurement (True), or None when all do.
+
+        The computation side one-time-pads every other slot with a uniform value mod t.
+        """
         raise NotImplementedError
 
     def computation_noise(self, rng: RandomSource) -> IntArray:
@@ -145,8 +134,8 @@ class Measurement:
         `scale` per measured value (only the computation side knows it)."""
         return discrete_laplace(self.scale, self.count, rng)
 
-    def noise_slots(self, eta: IntArray) -> FloatArray:
-        """Slot-domain noise N with decode(N) == eta (the computation side's draw)."""
+    def noise_slots(self, eta: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+        """Slot-domain noise N with decode(N) == eta mod t (the computation side's draw)."""
         raise NotImplementedError
 
     def privacy_pieces(self) -> tuple[RangeQuery, ...]:
@@ -157,8 +146,8 @@ class Measurement:
         """
         raise NotImplementedError(f"{self.kind} measurements are charged by epsilon, not by range pieces")
 
-    def decode(self, slots: IntArray) -> IntArray:
-        """The public map A from rounded slots to measured values; checks the slot layout."""
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+        """The public map A from decrypted slots to measured values, exact modulo t (pads are ignored)."""
         raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,17 +158,6 @@ class Measurement:
 def _check_slots(slots: IntArray, n: int) -> None:
     if slots.shape != (n,):
         raise MeasurementShapeError(f"expected {n} decrypted slots, got shape {slots.shape}")
-
-
-def _check_only(slots: IntArray, used: IntArray | list[int], where: str, what: str) -> None:
-    """Refuse a ciphertext that carries anything outside the slots the measurement keeps."""
-    others = np.ones(slots.shape[0], dtype=bool)
-    others[used] = False
-    if np.any(slots[others] != 0):
-        raise MeasurementShapeError(
-            f"{int(np.count_nonzero(slots[others]))} slots outside the {where} are not zero: "
-            f"the ciphertext is not shaped like this {what} measurement"
-        )
 
 
 @dataclass(frozen=True)
@@ -201,16 +179,17 @@ class PrefixDifferences(Measurement):
     def unit_sensitivity(self) -> int:
         return 2
 
-    def mask(self) -> FloatArray | None:
+    def measured_slots(self) -> BoolArray | None:
         return None
 
-    def noise_slots(self, eta: IntArray) -> FloatArray:
-        return np.cumsum(np.cumsum(np.asarray(eta, dtype=np.int64))).astype(np.float64)
+    def noise_slots(self, eta: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+        t = np.int64(modulus)
+        return np.cumsum(np.cumsum(np.asarray(eta, dtype=np.int64)) % t) % t
 
-    def decode(self, slots: IntArray) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
         _check_slots(slots, self.domain_size)
-        first = np.diff(slots, prepend=0)
-        return np.diff(first, prepend=0)
+        first = centre(np.diff(slots, prepend=0), modulus)
+        return _decoded(np.diff(first, prepend=0), modulus)
 
 
 @dataclass(frozen=True)
@@ -220,8 +199,8 @@ class PartitionSums(Measurement):
     Sensitivity: the partitions are disjoint, so one record changes one sum by 1: L1
     sensitivity 1 (times the contribution bound; parallel composition). The mask keeps P
     at each partition's last bin; N holds the cumulative noise there, so consecutive
-    differences of the decrypted slots are S_k + eta_k. Every other slot must decrypt to
-    0: a ciphertext that carries anything else is refused.
+    differences of the decrypted slots are S_k + eta_k. Every other slot carries a
+    uniform pad mod t (see the module docstring).
     """
 
     kind: ClassVar[str] = "partition_sums"
@@ -251,21 +230,19 @@ class PartitionSums(Measurement):
     def unit_sensitivity(self) -> int:
         return 1
 
-    def mask(self) -> FloatArray | None:
-        m = np.zeros(self.domain_size)
-        m[self.ends] = 1.0
+    def measured_slots(self) -> BoolArray | None:
+        m = np.zeros(self.domain_size, dtype=bool)
+        m[self.ends] = True
         return m
 
-    def noise_slots(self, eta: IntArray) -> FloatArray:
-        n = np.zeros(self.domain_size)
-        n[self.ends] = np.cumsum(np.asarray(eta, dtype=np.int64))
+    def noise_slots(self, eta: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+        n = np.zeros(self.domain_size, dtype=np.int64)
+        n[self.ends] = np.cumsum(np.asarray(eta, dtype=np.int64)) % np.int64(modulus)
         return n
 
-    def decode(self, slots: IntArray) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
         _check_slots(slots, self.domain_size)
-        ends = self.ends
-        _check_only(slots, ends, "partition ends", "partition-sum")
-        return np.diff(slots[ends], prepend=0)
+        return _decoded(np.diff(slots[self.ends], prepend=0), modulus)
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -287,14 +264,11 @@ class HaarCoefficients(Measurement):
     ancestors by 1: L1 sensitivity (1 + L) * c. With one noise scale for every coefficient
     this is exactly Privelet's noise Lap((1 + log2 n) / eps) on the weighted coefficients.
 
-    Layout: the inverse transform divides by 2 per level, so the computation side
-    multiplies every slot by the public constant 2^L under encryption and adds
-    N = 2^L * A^{-1}(eta), an integer vector. The decryption side sees
-    2^L * (P + A^{-1} eta), a public invertible function of the noisy coefficients; the
-    decode A(slots) / 2^L must divide exactly (otherwise the ciphertext is refused).
-    CKKS caveat (measured, scale 2^50): decryption error is about 1.5e-11 times the slot
-    magnitude, so rounding needs 2^L * total below about 1e10 (for 4,096 bins: totals up
-    to ~2e6); larger aggregates raise PrecisionError on the decryption side.
+    Layout: the inverse transform divides by 2 per level; modulo the odd prime t halving is
+    exact (multiplication by 2^-1 mod t), so N = A^{-1}(eta) mod t is an integer vector
+    and the decryption side sees P + A^{-1} eta mod t, a public invertible function of the
+    noisy coefficients. No multiplier is needed, so the aggregate's size no longer limits
+    the domain (the old CKKS layout failed above ~4e6 records per 4,096 bins).
     """
 
     kind: ClassVar[str] = "haar_coefficients"
@@ -313,10 +287,6 @@ class HaarCoefficients(Measurement):
         return haar_depth(self.domain_size)
 
     @property
-    def multiplier(self) -> int:
-        return 1 << self.depth
-
-    @property
     def unit_sensitivity(self) -> int:
         return 1 + self.depth
 
@@ -324,38 +294,31 @@ class HaarCoefficients(Measurement):
     def count(self) -> int:
         return self.domain_size
 
-    def mask(self) -> FloatArray | None:
-        return None if self.depth == 0 else np.full(self.domain_size, float(self.multiplier))
+    def measured_slots(self) -> BoolArray | None:
+        return None
 
-    def noise_slots(self, eta: IntArray) -> FloatArray:
+    def noise_slots(self, eta: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
         e = np.asarray(eta, dtype=np.int64)
         if e.shape != (self.domain_size,):
             raise MeasurementShapeError(f"expected {self.domain_size} noise values, got shape {e.shape}")
-        n, scale = self.domain_size, self.multiplier
-        # Exact integer inverse transform of scale * eta (every division by 2 is exact).
+        n, t = self.domain_size, np.int64(modulus)
+        # Exact inverse transform modulo the odd prime t: x / 2 is x // 2 for even x, (x + t) // 2 for odd.
         q = np.zeros(n + 1, dtype=np.int64)
-        q[n] = scale * e[n - 1]
+        q[n] = e[n - 1] % t
         h = self.depth
         while h >= 1:
             half = 1 << (h - 1)
             m = np.arange(half, n, 2 * half, dtype=np.int64)
             if m.size:
                 a, b = m - half, np.minimum(m + half, n)
-                num = scale * e[m - 1] + q[a] + q[b]
-                assert not np.any(num % 2), "Haar inverse must divide exactly"
-                q[m] = num // 2
+                num = (e[m - 1] + q[a] + q[b]) % t
+                q[m] = np.where(num % 2 == 0, num, num + t) // 2
             h -= 1
-        return q[1:].astype(np.float64)
+        return q[1:]
 
-    def decode(self, slots: IntArray) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
         _check_slots(slots, self.domain_size)
-        raw = haar_forward_prefix(np.asarray(slots, dtype=np.int64))
-        if np.any(raw % self.multiplier):
-            raise MeasurementShapeError(
-                f"{int(np.count_nonzero(raw % self.multiplier))} decoded Haar coefficients are not multiples of "
-                f"{self.multiplier}: the ciphertext is not shaped like this Haar measurement"
-            )
-        return raw // self.multiplier
+        return _decoded(haar_forward_prefix(np.asarray(slots, dtype=np.int64) % np.int64(modulus)), modulus)
 
 
 #: DP epsilon at which the decryption side sees the prefix sum in front of a direct range
@@ -376,7 +339,7 @@ class RangeCount(Measurement):
     to P[hi-1], where mu is a discrete Laplace mask of scale sensitivity / PREFIX_MASK_EPSILON
     and eta the answer's noise (it alone knows both). The decryption side therefore sees
     (P[lo-1] + mu, count + eta): the prefix [0, lo) at PREFIX_MASK_EPSILON and the count
-    at epsilon, nothing else (every other slot must decrypt to 0). `privacy_pieces` lists
+    at epsilon; every other slot carries a uniform pad mod t. `privacy_pieces` lists
     both; the ledger charges the maximum weighted overlap of all pieces answered so far
     (seed 004, `he_partition.accounting`), not their sum.
     """
@@ -409,9 +372,9 @@ class RangeCount(Measurement):
     def _slots(self) -> list[int]:
         return ([self.lo - 1] if self.lo > 0 else []) + [self.hi - 1]
 
-    def mask(self) -> FloatArray | None:
-        m = np.zeros(self.domain_size)
-        m[self._slots()] = 1.0
+    def measured_slots(self) -> BoolArray | None:
+        m = np.zeros(self.domain_size, dtype=bool)
+        m[self._slots()] = True
         return m
 
     def computation_noise(self, rng: RandomSource) -> IntArray:
@@ -421,20 +384,19 @@ class RangeCount(Measurement):
             return eta
         return np.concatenate([discrete_laplace(self.mask_scale, 1, rng), eta])
 
-    def noise_slots(self, eta: IntArray) -> FloatArray:
+    def noise_slots(self, eta: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
         e = np.asarray(eta, dtype=np.int64)
         want = 1 if self.lo == 0 else 2
         if e.shape != (want,):
             raise MeasurementShapeError(f"a range count from bin {self.lo} takes {want} noise values, got {e.shape}")
-        n = np.zeros(self.domain_size)
-        n[self._slots()] = np.cumsum(e)
+        n = np.zeros(self.domain_size, dtype=np.int64)
+        n[self._slots()] = np.cumsum(e) % np.int64(modulus)
         return n
 
-    def decode(self, slots: IntArray) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
         _check_slots(slots, self.domain_size)
-        _check_only(slots, self._slots(), "range ends", "range-count")
         value = slots[self.hi - 1] - (slots[self.lo - 1] if self.lo > 0 else 0)
-        return np.array([value], dtype=np.int64)
+        return _decoded(np.array([value], dtype=np.int64), modulus)
 
     def privacy_pieces(self) -> tuple[RangeQuery, ...]:
         count = RangeQuery((self.lo,), (self.hi,), self.epsilon)

@@ -16,8 +16,7 @@ from .hier import HierParams, hier_strategy
 from .dawa import DawaParams, dawa_strategy
 from .privelet import PriveletParams, privelet_strategy
 from .auto import AutoParams, auto_strategy
-from .measurements import (HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, owner_encoding,
-                           round_slots)
+from .measurements import HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, owner_encoding
 from .noise import RandomSource, as_random_source, discrete_laplace
 from .summary import Summary
 from .validation import validate_epsilon
@@ -112,8 +111,13 @@ class ComputationSide:
     """Holds only public material: aggregates ciphertexts and adds its own noise.
 
     For each measurement it draws eta ~ discrete Laplace(sensitivity / eps) per value
-    (it alone knows eta) and adds the slot-domain noise N (with decode(N) = eta) under
-    encryption, so the decryption side never sees an un-noised measurement.
+    (it alone knows eta; epsilon and sensitivity are the measurement's, under add/remove
+    of one person with contribution bound c), then one uniform pad mod t per slot the
+    measurement does not use, and adds the slot noise N' (N with decode(N) = eta on the
+    measured slots, the pads elsewhere) under a fresh encryption, then floods the noise
+    polynomial (`VectorBackend.add_noise`). So the decryption side's slots are eta-noised
+    measurements and exactly uniform pads, and its view of the noise is data-independent
+    up to the flooding's statistical distance.
     """
 
     def __init__(self, backend: VectorBackend, rng: RandomSource) -> None:
@@ -128,10 +132,14 @@ class ComputationSide:
             raise InvalidInputError(
                 f"measurement is for {m.domain_size} bins but the aggregate has {aggregate.length}"
             )
+        t = self.backend.plain_modulus
         eta = m.computation_noise(self.rng)
-        mask = m.mask()
-        masked = aggregate if mask is None else self.backend.mul_mask(aggregate, mask)
-        return self.backend.add_noise(masked, m.noise_slots(eta))
+        noise = m.noise_slots(eta, t)
+        used = m.measured_slots()
+        if used is not None:
+            free = ~used
+            noise[free] = self.rng.integers(t, int(np.count_nonzero(free)))
+        return self.backend.add_noise(aggregate, noise)
 
 
 class DecryptionSide:
@@ -141,7 +149,7 @@ class DecryptionSide:
     scale to every decoded value (it alone knows that draw), so the computation side,
     which knows its own draw, still sees an eps-DP value. With noise_parties == 1 it adds
     none: an explicit opt-in for deployments where the computation side never sees a
-    release. Every value leaving it is an integer.
+    release (in-process trusted-curator baseline). Every value leaving it is an integer.
     """
 
     def __init__(self, backend: VectorBackend, rng: RandomSource, budget: Budget, noise_parties: int = 2) -> None:
@@ -157,8 +165,9 @@ class DecryptionSide:
     def decrypt_measurement(self, m: Measurement, ciphertext: ChunkedVector) -> IntArray:
         if ciphertext.length != m.domain_size:
             raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")
+        self.backend.verify(ciphertext)  # wrong key or corrupt: refused before anything is charged
         self.budget.charge(m.kind, m.epsilon)
-        values = m.decode(round_slots(self.backend.decrypt(ciphertext)))
+        values = m.decode(self.backend.decrypt(ciphertext), self.backend.plain_modulus)
         if self.noise_parties == 2:
             values = values + discrete_laplace(m.scale, m.count, self.rng)
         return values
@@ -256,7 +265,8 @@ def release(
 
     `rng`: None draws from the OS CSPRNG (production). An int seed or a RandomSource makes
     every draw come from it in a fixed order (computation side, then decryption side, per
-    measurement), so the plain and CKKS backends release the same summary.
+    measurement), so the plain and BFV backends release the same summary (flooding draws from the OS
+    CSPRNG always, but changes no slot value).
     """
     hs = validate_histograms(histograms)
     eps = validate_epsilon(epsilon)
@@ -273,14 +283,17 @@ def release(
     ds_be: VectorBackend
     if backend == "plain":
         owner_be = ds_be = PlainBackend(DEFAULT_SLOTS)
-    elif backend == "ckks":
-        from .ckks import CkksBackend, generate_secret_context, load_context, public_context_bytes
+    elif backend == "bfv":
+        from .keyholder import generate_backends
 
-        secret = generate_secret_context()
-        ds_be = CkksBackend(secret)
-        owner_be = CkksBackend(load_context(public_context_bytes(secret)))
+        ds_be, owner_be = generate_backends()
+    elif backend == "ckks":
+        raise InvalidInputError(
+            "backend 'ckks' was removed: its decryptions leaked un-noised data to the key holder "
+            "(docs/threat-model.md); use backend='bfv' (exact integers, flooded noise)"
+        )
     else:
-        raise InvalidInputError(f"unknown backend {backend!r}; choose 'plain' or 'ckks'")
+        raise InvalidInputError(f"unknown backend {backend!r}; choose 'plain' or 'bfv'")
 
     cs = ComputationSide(owner_be, source)
     ds = DecryptionSide(ds_be, source, Budget(eps), noise_parties)

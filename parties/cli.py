@@ -555,7 +555,7 @@ def _seed_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="dpagg",
-        description="Secure multi-party differentially private histograms: CKKS-encrypted uploads, two "
+        description="Secure multi-party differentially private histograms: BFV-encrypted uploads, two "
                     "non-colluding servers, a privacy-budget ledger. Try `dpagg demo`.")
     ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")

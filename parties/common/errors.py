@@ -80,8 +80,8 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (BudgetExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT),
     (MeasurementShapeError, grpc.StatusCode.INVALID_ARGUMENT),
-    # Decrypted slots far from integers: the ciphertext was made under another key (or
-    # its values exceed CKKS precision). The request carried bad data.
+    # A ciphertext that fails the decryption integrity check (noise budget, decoded
+    # magnitude): made under another key or corrupt. The request carried bad data.
     (PrecisionError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),

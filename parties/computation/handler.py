@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from he_partition.backend import ChunkedVector, n_chunks
-from he_partition.ckks import CkksBackend, context_fingerprint, load_context
+from he_partition.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.measurements import Measurement
 from he_partition.noise import RandomSource
@@ -77,7 +77,7 @@ class UploadSession:
     idempotency key and contract hash; otherwise the whole upload is discarded.
     """
 
-    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: CkksBackend, duplicate: bool,
+    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: BfvBackend, duplicate: bool,
                  contract: StudyContract | None = None, signature: bytes = b"") -> None:
         self._h = handler
         self.meta = meta
@@ -157,7 +157,7 @@ class UploadSession:
 @dataclass
 class _KeyCache:
     fingerprint: str = ""
-    backend: CkksBackend | None = None
+    backend: BfvBackend | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -210,8 +210,8 @@ class ComputationHandler:
                     error_message="interrupted by a restart of the computation server; epsilon already charged "
                                   "at the decryption server stays spent. Run a new release"))
 
-    def backend_for(self, contract: StudyContract) -> CkksBackend:
-        """A public-key CKKS backend for the study's key (fetched from the decryption server, cached on disk)."""
+    def backend_for(self, contract: StudyContract) -> BfvBackend:
+        """A public-key BFV backend for the study's key (fetched from the decryption server, cached on disk)."""
         want = contract.context_fingerprint
         with self._keys.lock:
             if self._keys.backend is not None and self._keys.fingerprint == want:
@@ -228,7 +228,7 @@ class ComputationHandler:
             ctx = load_context(data)
             if ctx.is_private():
                 raise InvalidInputError("the decryption server served a context holding a secret key; refusing it")
-            self._keys.backend = CkksBackend(ctx)
+            self._keys.backend = BfvBackend(ctx)
             self._keys.fingerprint = got
             if self.data_dir is not None:
                 write_file_atomic(self.data_dir / PUBLIC_CONTEXT_FILE, data)
@@ -425,7 +425,7 @@ class ComputationHandler:
         with self._running_lock:
             self._running.discard(study_id)
 
-    def aggregate(self, contract: StudyContract, subs: list[Submission], backend: CkksBackend) -> ChunkedVector:
+    def aggregate(self, contract: StudyContract, subs: list[Submission], backend: BfvBackend) -> ChunkedVector:
         """Sum the owners' encrypted, prefix-encoded histograms chunk by chunk (memory: one aggregate)."""
         cs = ComputationSide(backend, self.rng)
         k = n_chunks(contract.domain_size, backend.slots)

@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 
 import grpc
 
-from he_partition.ckks import CkksBackend, context_fingerprint, load_context
+from he_partition.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.errors import InvalidInputError
 from he_partition.protocol import encrypt_histogram, validate_histogram
 
@@ -112,7 +112,7 @@ class DataOwnerClient:
         self.decryption: DecryptionClient = decryption
         self.retry = retry
         self.progress = progress
-        self._context: tuple[str, CkksBackend] | None = None
+        self._context: tuple[str, BfvBackend] | None = None
 
     def close(self) -> None:
         for c in self._own:
@@ -129,7 +129,7 @@ class DataOwnerClient:
         """The study's contract from the computation server (hash checked)."""
         return self.computation.study_status(study_id).contract
 
-    def backend(self, contract: StudyContract) -> CkksBackend:
+    def backend(self, contract: StudyContract) -> BfvBackend:
         """A public-key backend for the study's key; refuses a context whose fingerprint differs from the contract's."""
         if self._context is not None and self._context[0] == contract.context_fingerprint:
             return self._context[1]
@@ -143,7 +143,7 @@ class DataOwnerClient:
         ctx = load_context(data)
         if ctx.is_private():
             raise InvalidInputError("the decryption server sent a context with a secret key; refusing to use it")
-        backend = CkksBackend(ctx)
+        backend = BfvBackend(ctx)
         self._context = (fp, backend)
         return backend
 

@@ -80,7 +80,7 @@ class DecryptionClient(BaseClient):
     stub_class = decryption_pb2_grpc.DecryptionStub
 
     def public_context(self, *, timeout: float | None = None) -> bytes:
-        """Download the serialized public CKKS context (streamed in chunks) and check its SHA-256 fingerprint."""
+        """Download the serialized public BFV context (streamed in chunks) and check its SHA-256 fingerprint."""
         deadline = self.timeout if timeout is None else timeout
 
         def fetch() -> bytes:

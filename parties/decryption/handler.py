@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from he_partition.backend import ChunkedVector, n_chunks
-from he_partition.ckks import CkksBackend
+from he_partition.bfv import BfvBackend
 from he_partition.errors import InvalidInputError
 from he_partition.measurements import Measurement, RangeCount, range_count_batch
 from he_partition.noise import RandomSource
@@ -138,7 +138,7 @@ class DecryptionHandler:
         self.require_signed = require_signed
         self.keys = keys
         self.rng = rng
-        self.backend = CkksBackend(keys.secret_context)
+        self.backend = BfvBackend(keys.secret_context)
         self._decrypt_lock = threading.Lock()
 
     # -- public key ---------------------------------------------------------------

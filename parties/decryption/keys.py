@@ -1,4 +1,4 @@
-"""The decryption server's key store on disk: the secret CKKS context (mode 0600, never served) and its public part."""
+"""The decryption server's key store on disk: the secret BFV context (mode 0600, never served) and its public part."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from he_partition.ckks import CkksParams, context_fingerprint, generate_secret_context, load_context, public_context_bytes
+from he_partition.bfv import BfvParams, context_fingerprint, generate_secret_context, load_context, public_context_bytes
 from he_partition.errors import InvalidInputError
 
 from ..common.util import write_file_atomic, write_private_file
@@ -53,7 +53,7 @@ class KeyStore:
     def public_path(self) -> Path:
         return self.directory / PUBLIC_FILE
 
-    def load_or_create(self, params: CkksParams = CkksParams()) -> KeyMaterial:
+    def load_or_create(self, params: BfvParams = BfvParams()) -> KeyMaterial:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         if self.secret_path.exists():
             return self._load()
@@ -62,7 +62,7 @@ class KeyStore:
         write_private_file(self.secret_path, bytes(secret.serialize(save_secret_key=True)))
         public = public_context_bytes(secret)
         write_file_atomic(self.public_path, public)
-        log.info("generated a new CKKS key pair in %s (fingerprint %s)", self.directory,
+        log.info("generated a new BFV key pair in %s (fingerprint %s)", self.directory,
                  context_fingerprint(public)[:16])
         return KeyMaterial(secret, public)
 

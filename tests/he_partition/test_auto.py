@@ -1,4 +1,4 @@
-"""Default strategy: design choice from (n, eps), privacy arithmetic, CKKS equivalence (several ciphertexts)."""
+"""Default strategy: design choice from (n, eps), privacy arithmetic, BFV equivalence (several ciphertexts)."""
 
 from __future__ import annotations
 
@@ -51,18 +51,18 @@ def test_auto_params_validation():
 
 
 @pytest.mark.parametrize("n,owners", [(1, 1), (3, 2), (257, 3), (5000, 4)])
-def test_ckks_equals_plain(n, owners):
+def test_bfv_equals_plain(n, owners):
     rng = np.random.default_rng(n)
     hs = [rng.integers(0, 5, n) * (rng.random(n) < 0.2) for _ in range(owners)]
-    assert release(hs, 0.3, backend="ckks", rng=21) == release(hs, 0.3, backend="plain", rng=21)
+    assert release(hs, 0.3, backend="bfv", rng=21) == release(hs, 0.3, backend="plain", rng=21)
 
 
 @pytest.mark.slow
-def test_ckks_equals_plain_many_owners_three_ciphertexts():
+def test_bfv_equals_plain_many_owners_three_ciphertexts():
     rng = np.random.default_rng(99)
     hs = [rng.integers(0, 3, 10000) * (rng.random(10000) < 0.1) for _ in range(10)]
     for strategy in ("auto", "dawa", "privelet"):
-        a = release(hs, 1.0, strategy=strategy, backend="ckks", rng=4, contribution_bound=2)
+        a = release(hs, 1.0, strategy=strategy, backend="bfv", rng=4, contribution_bound=2)
         b = release(hs, 1.0, strategy=strategy, backend="plain", rng=4, contribution_bound=2)
         assert a == b
 

@@ -1,8 +1,10 @@
-"""Privelet: the Haar measurement's exact layout and sensitivity, privacy arithmetic, CKKS equivalence, SEs."""
+"""Privelet: the Haar measurement's exact layout and sensitivity, privacy arithmetic, BFV equivalence, SEs."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from he_partition.backend import DEFAULT_PLAIN_MODULUS, centre
 import pytest
 
 from he_partition import release
@@ -21,13 +23,20 @@ def test_haar_measurement_layout(n):
     m = HaarCoefficients(n, 1.0, 1 + haar_depth(n))
     eta = rng.integers(-1000, 1000, n)
     noise = m.noise_slots(eta)
-    assert np.array_equal(noise, np.rint(noise))  # the decryption side's view is integral
-    mask = m.mask()
-    view = (owner_encoding(x) if mask is None else owner_encoding(x) * mask) + noise
-    assert np.array_equal(m.decode(np.rint(view).astype(np.int64)), haar_forward(x) + eta)
-    if mask is not None:  # an unscaled ciphertext is refused
-        with pytest.raises(MeasurementShapeError, match="not multiples"):
-            m.decode(np.rint(owner_encoding(x) + 1).astype(np.int64) * 0 + np.arange(n))
+    assert noise.dtype == np.int64 and np.all((0 <= noise) & (noise < DEFAULT_PLAIN_MODULUS))  # exact mod t
+    assert m.measured_slots() is None  # every slot is measured: no pads, no plaintext multiply
+    view = centre(owner_encoding(x) + noise, DEFAULT_PLAIN_MODULUS)
+    assert np.array_equal(m.decode(view), haar_forward(x) + eta)
+
+
+def test_haar_has_no_magnitude_limit_any_more():
+    # The old CKKS layout multiplied by 2^L and failed above ~4e6 records per 4,096 bins.
+    n = 4096
+    x = np.full(n, 50_000, dtype=np.int64)  # 2e8 records
+    m = HaarCoefficients(n, 1.0, 1 + haar_depth(n))
+    eta = np.random.default_rng(0).integers(-1000, 1000, n)
+    view = centre(owner_encoding(x) + m.noise_slots(eta), DEFAULT_PLAIN_MODULUS)
+    assert np.array_equal(m.decode(view), haar_forward(x) + eta)
 
 
 def test_haar_sensitivity_is_exact():
@@ -60,10 +69,10 @@ def test_nonnegative_refinement_gives_non_negative_estimates():
 
 
 @pytest.mark.parametrize("n,owners", [(1, 1), (300, 3), (5000, 2)])
-def test_ckks_equals_plain(n, owners):
+def test_bfv_equals_plain(n, owners):
     rng = np.random.default_rng(n)
     hs = [rng.integers(0, 5, n) for _ in range(owners)]
-    assert release(hs, 0.6, strategy="privelet", backend="ckks", rng=9) == release(hs, 0.6, strategy="privelet", rng=9)
+    assert release(hs, 0.6, strategy="privelet", backend="bfv", rng=9) == release(hs, 0.6, strategy="privelet", rng=9)
 
 
 @pytest.mark.statistical

@@ -1,4 +1,4 @@
-"""The public entry point: CKKS equals the numpy oracle, inputs are validated, summaries behave."""
+"""The public entry point: BFV equals the numpy oracle, inputs are validated, summaries behave."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from he_partition import InvalidInputError, Summary, release
 from he_partition.backend import PlainBackend
-from he_partition.ckks import CkksBackend, generate_secret_context, load_context, public_context_bytes
+from he_partition.bfv import BfvBackend, generate_secret_context, load_context, public_context_bytes
 from he_partition.errors import MeasurementShapeError, PrecisionError
 from he_partition.measurements import PartitionSums, PrefixDifferences
 from he_partition.noise import SeededRandom
@@ -21,17 +21,17 @@ def _owners(n: int, k: int, seed: int) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("n", [1, 37, 4096, 5000, 8193])
-def test_ckks_equals_plain(n: int) -> None:
+def test_bfv_equals_plain(n: int) -> None:
     hs = _owners(n, 3, n)
     a = release(hs, 0.8, backend="plain", rng=11)
-    b = release(hs, 0.8, backend="ckks", rng=11)
+    b = release(hs, 0.8, backend="bfv", rng=11)
     assert a == b
     assert a.domain_size == n
 
 
-def test_ckks_equals_plain_single_noise() -> None:
+def test_bfv_equals_plain_single_noise() -> None:
     hs = _owners(300, 2, 1)
-    assert release(hs, 1.0, backend="ckks", noise_parties=1, rng=5) == release(
+    assert release(hs, 1.0, backend="bfv", noise_parties=1, rng=5) == release(
         hs, 1.0, backend="plain", noise_parties=1, rng=5
     )
 
@@ -113,27 +113,27 @@ def test_range_errors_match_reported_standard_error() -> None:
 
 def test_decryption_side_refuses_bad_ciphertexts() -> None:
     secret = generate_secret_context()
-    ds_be = CkksBackend(secret)
-    pub_be = CkksBackend(load_context(public_context_bytes(secret)))
+    ds_be = BfvBackend(secret)
+    pub_be = BfvBackend(load_context(public_context_bytes(secret)))
     assert not pub_be.can_decrypt
     rng = SeededRandom(0)
     budget = Budget(10.0)
     ds = DecryptionSide(ds_be, rng, budget, 2)
     x = np.arange(20)
     agg = encrypt_histogram(pub_be, x)
-    m = PartitionSums(20, 1.0, 1, starts=(0, 10))
-    # Unmasked prefix sums claimed to be a partition-sum measurement: refused, nothing released.
-    with pytest.raises(MeasurementShapeError):
-        ds.decrypt_measurement(m, agg)
-    # A ciphertext under another key decrypts to garbage: refused by the rounding check.
-    other = CkksBackend(generate_secret_context())
+    # A measurement that does not fit the ciphertext's length: refused, nothing charged.
+    with pytest.raises(InvalidInputError, match="slots in use"):
+        ds.decrypt_measurement(PartitionSums(21, 1.0, 1, starts=(0, 10)), agg)
+    assert budget.charges == []
+    # A ciphertext under another key decrypts to garbage: refused by the noise-budget check.
+    other = BfvBackend(generate_secret_context())
     foreign = ComputationSide(other, rng).measure(encrypt_histogram(other, x), PrefixDifferences(20, 1.0, 2))
     foreign_here = type(foreign)(20, tuple(ds_be.deserialize_chunk(other.serialize_chunk(c)) for c in foreign.chunks))
     with pytest.raises(PrecisionError, match="another key"):
         ds.decrypt_measurement(PrefixDifferences(20, 1.0, 2), foreign_here)
     with pytest.raises(InvalidInputError, match="secret key"):
         DecryptionSide(pub_be, rng, budget, 2)
-    with pytest.raises(InvalidInputError, match="not a CKKS ciphertext"):
+    with pytest.raises(InvalidInputError, match="not a BFV ciphertext"):
         pub_be.deserialize_chunk(b"\x00" * 100)
 
 
@@ -145,9 +145,9 @@ def test_public_context_has_no_secret_key() -> None:
 
 
 def test_plain_backend_chunking() -> None:
-    be = PlainBackend(4)
-    v = be.encrypt(np.arange(10.0))
+    be = PlainBackend(4, plain_modulus=17)
+    v = be.encrypt(np.arange(10))
     assert len(v.chunks) == 3
-    assert be.decrypt(be.add(v, v)).tolist() == (2 * np.arange(10.0)).tolist()
-    with pytest.raises(InvalidInputError, match="mask"):
-        be.mul_mask(v, np.ones(9))
+    assert be.decrypt(be.add(v, v)).tolist() == [0, 2, 4, 6, 8, -7, -5, -3, -1, 1]  # exact modulo 17, centred
+    with pytest.raises(InvalidInputError, match="fractional"):
+        be.encrypt(np.array([0.5]))

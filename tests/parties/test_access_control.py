@@ -27,7 +27,7 @@ from dpagg.v1 import (
     decryption_pb2,
     decryption_pb2_grpc,
 )
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, load_context
 from he_partition.measurements import PrefixDifferences, owner_encoding
 from parties.common.config import GRPC_OPTIONS
 from parties.common.convert import measurement_to_proto
@@ -63,7 +63,7 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
     """One call per RPC of every service. Requests decode, but those that would change state are invalid
     (an allowed caller gets a validation error instead), so only the access decision is observed."""
     contract = cluster.ds.handler.get_study("s1")
-    be = CkksBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_context))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.ones(64, dtype=int))).chunks[0])
     header = decryption_pb2.DecryptMeasurementHeader(
         study_id="s1", release_id="r-matrix", release_epsilon=0.5, chunk_count=1, contract_hash="f" * 64,

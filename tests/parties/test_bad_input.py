@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.ckks import CkksBackend, generate_secret_context, load_context, public_context_bytes
+from he_partition.bfv import BfvBackend, generate_secret_context, load_context, public_context_bytes
 from he_partition.errors import InvalidInputError
 from he_partition.measurements import owner_encoding
 from parties.common.errors import PermissionDeniedError, ServiceError, code_of
@@ -43,7 +43,7 @@ def _code(fn: object, *args: object, **kw: object) -> ServiceError:
 
 def test_wrong_domain_length(cluster: Cluster) -> None:
     cluster.open_study(domain_size=64)
-    be = CkksBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_context))
     chunk = be.serialize_chunk(be.encrypt(np.zeros(65)).chunks[0])
     err = _code(_raw_upload, cluster, chunks=[chunk], domain_length=65)  # refused by the server
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "65 bins" in err.details and "64" in err.details
@@ -65,10 +65,10 @@ def test_bytes_that_are_not_a_ciphertext(cluster: Cluster) -> None:
 
 
 def test_bad_chunk_after_good_ones_discards_the_whole_upload(cluster: Cluster) -> None:
-    cluster.open_study(domain_size=4096 + 10)
-    be = CkksBackend(load_context(cluster.ds.handler.public_context))
-    good = be.serialize_chunk(be.encrypt(np.zeros(4096)).chunks[0])
-    err = _code(_raw_upload, cluster, chunks=[good, b"\x00" * 100], domain_length=4096 + 10)
+    cluster.open_study(domain_size=8192 + 10)
+    be = BfvBackend(load_context(cluster.ds.handler.public_context))
+    good = be.serialize_chunk(be.encrypt(np.zeros(8192)).chunks[0])
+    err = _code(_raw_upload, cluster, chunks=[good, b"\x00" * 100], domain_length=8192 + 10)
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT
     _nothing_stored(cluster)
 
@@ -78,23 +78,23 @@ def test_ciphertext_under_another_key_is_caught_by_the_header_fingerprint(cluste
     cluster.open_study(domain_size=64)
     other = generate_secret_context()
     other_public = public_context_bytes(other)
-    be = CkksBackend(load_context(other_public))
+    be = BfvBackend(load_context(other_public))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.ones(64, dtype=int))).chunks[0])
-    from he_partition.ckks import context_fingerprint
+    from he_partition.bfv import context_fingerprint
 
     err = _code(_raw_upload, cluster, chunks=[chunk], fingerprint=context_fingerprint(other_public))
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "re-encrypt" in err.details
     _nothing_stored(cluster)
 
 
-def test_foreign_key_ciphertext_with_a_forged_fingerprint_fails_at_the_decryption_rounding_check(
+def test_foreign_key_ciphertext_with_a_forged_fingerprint_fails_the_decryption_integrity_check(
         cluster: Cluster) -> None:
     """A malicious owner can claim the right fingerprint: the computation server cannot tell (it has no
-    secret key), so the ciphertext is stored; the decryption server's rounding check then refuses the
-    release. The epsilon charged for that first measurement stays spent (documented)."""
+    secret key), so the ciphertext is stored; the decryption server's noise-budget check then refuses the
+    release before anything is charged."""
     cluster.open_study(domain_size=64, owners=("a", "b"))
     cluster.owner("b").submit("s1", np.ones(64, dtype=int))
-    be = CkksBackend(load_context(public_context_bytes(generate_secret_context())))
+    be = BfvBackend(load_context(public_context_bytes(generate_secret_context())))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.ones(64, dtype=int))).chunks[0])
     res = _raw_upload(cluster, chunks=[chunk])
     assert res.committed  # type: ignore[attr-defined]
@@ -104,8 +104,8 @@ def test_foreign_key_ciphertext_with_a_forged_fingerprint_fails_at_the_decryptio
     rel_id = cluster.computation().study_status("s1").release_ids[-1]
     st = cluster.computation().release_status(rel_id)
     assert st.state == "FAILED" and st.error_code == "INVALID_ARGUMENT" and st.summary is None
-    # Only the first measurement was charged (kept, as it was checked before decrypting); nothing after it.
-    assert len(cluster.decryption().budget("s1").charges) == 1
+    # The integrity check runs before the ledger: nothing was charged, and no error text carries a value.
+    assert cluster.decryption().budget("s1").charges == ()
     assert cluster.analyst().list_releases("s1") == []
 
 
@@ -123,7 +123,7 @@ def test_unknown_study(cluster: Cluster) -> None:
 
 def test_unknown_owner(cluster: Cluster) -> None:
     cluster.open_study(domain_size=64)
-    be = CkksBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_context))
     chunk = be.serialize_chunk(be.encrypt(np.zeros(64)).chunks[0])
     err = _code(_raw_upload, cluster, chunks=[chunk], owner="mallory")
     assert err.code == grpc.StatusCode.PERMISSION_DENIED and "mallory" in err.details

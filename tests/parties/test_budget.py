@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from he_partition.backend import ChunkedVector
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, generate_secret_context, load_context
 from he_partition.measurements import PartitionSums, PrefixDifferences, owner_encoding
 from parties.common.errors import ServiceError
 from parties.decryption.server import LEDGER_FILE
@@ -17,8 +17,8 @@ from parties.decryption.server import LEDGER_FILE
 from .conftest import Cluster
 
 
-def _encrypted_prefix(cluster: Cluster, hist: np.ndarray) -> tuple[list[bytes], CkksBackend]:
-    be = CkksBackend(load_context(cluster.decryption().public_context()))
+def _encrypted_prefix(cluster: Cluster, hist: np.ndarray) -> tuple[list[bytes], BfvBackend]:
+    be = BfvBackend(load_context(cluster.decryption().public_context()))
     vec: ChunkedVector = be.encrypt(owner_encoding(hist))
     return [be.serialize_chunk(c) for c in vec.chunks], be
 
@@ -74,11 +74,14 @@ def test_ledger_refuses_direct_decryption_past_the_budget(cluster: Cluster) -> N
         ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
                                measurement=PrefixDifferences(64, 0.1, 1), chunks=chunks, chunk_count=1, contract_hash=h)
     assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sensitivity 1 is below 2" in ei.value.details
-    with pytest.raises(ServiceError) as ei:  # not shaped like a partition-sum measurement: refused after charging
+    foreign = BfvBackend(generate_secret_context())
+    alien = [foreign.serialize_chunk(c) for c in foreign.encrypt(owner_encoding(np.arange(64))).chunks]
+    with pytest.raises(ServiceError) as ei:  # made under another key: refused before charging anything
         ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
-                               measurement=PartitionSums(64, 0.1, 1, starts=(0, 32)), chunks=chunks, chunk_count=1, contract_hash=h)
-    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert [c.epsilon for c in ds.budget("s1").charges] == [0.5, 0.1]  # the budget is spent even then
+                               measurement=PartitionSums(64, 0.1, 1, starts=(0, 32)), chunks=alien, chunk_count=1,
+                               contract_hash=h)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "integrity check" in ei.value.details
+    assert [c.epsilon for c in ds.budget("s1").charges] == [0.5]
 
 
 def test_ledger_survives_a_decryption_server_restart(cluster: Cluster) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from he_partition.ckks import context_fingerprint, load_context
+from he_partition.bfv import context_fingerprint, load_context
 from he_partition.errors import BudgetExhaustedError, InvalidInputError, PrecisionError
 from parties.common.contract import StudyContract, canonical_json
 from parties.common.convert import contract_from_proto, contract_to_proto

@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, load_context
 from he_partition.measurements import Measurement, PartitionSums, PrefixDifferences, owner_encoding
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
@@ -18,7 +18,7 @@ from .conftest import CS_ID, Cluster
 
 
 def _chunks(cluster: Cluster, n: int) -> list[bytes]:
-    be = CkksBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_context))
     return [be.serialize_chunk(c) for c in be.encrypt(owner_encoding(np.arange(n) % 7)).chunks]
 
 

@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, load_context
 from he_partition.errors import BudgetExhaustedError
 from he_partition.measurements import PrefixDifferences, owner_encoding
 from parties.common.config import ComputationConfig
@@ -71,7 +71,7 @@ def test_two_concurrent_releases_from_two_computation_servers_never_overspend(se
 def test_concurrent_decryptions_of_many_releases_fit_the_budget_exactly(secure_cluster: Cluster) -> None:
     cluster = secure_cluster
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0, strategy="gap")
-    be = CkksBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_context))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.arange(64))).chunks[0])
     barrier = threading.Barrier(8)
     results: list[str] = []

@@ -8,10 +8,13 @@ from fractions import Fraction
 
 import grpc
 import numpy as np
+
+from he_partition.noise import SeededRandom
+from he_partition.protocol import ComputationSide
 import pytest
 
 from he_partition.backend import ChunkedVector
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, load_context
 from he_partition.measurements import RangeCount, owner_encoding
 from he_partition.noise import discrete_laplace_variance, laplace_scale
 from parties.cli import main as cli_main
@@ -118,10 +121,10 @@ def test_states_that_cannot_answer_are_refused(cluster: Cluster) -> None:
 def test_the_decryption_server_decrypts_only_paid_ranges_and_each_once(cluster: Cluster) -> None:
     contract = cluster.open_study(domain_size=64, owners=("a",))
     ds = cluster.decryption()
-    be = CkksBackend(load_context(ds.public_context()))
+    be = BfvBackend(load_context(ds.public_context()))
     vec: ChunkedVector = be.encrypt(owner_encoding(np.arange(64)))
     m = RangeCount(64, 0.1, 1, lo=0, hi=10)
-    chunks = [be.serialize_chunk(c) for c in be.mul_mask(vec, m.mask()).chunks]
+    chunks = [be.serialize_chunk(c) for c in ComputationSide(be, SeededRandom(5)).measure(vec, m).chunks]
 
     def decrypt(request_id: str) -> np.ndarray:
         return ds.decrypt_measurement(study_id="s1", release_id=request_id, release_epsilon=0.1, measurement=m,

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, load_context
 from he_partition.measurements import PrefixDifferences, owner_encoding
 from parties.common import tls
 from parties.common.errors import ServiceError
@@ -62,7 +62,7 @@ def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(t
             ds.wait_ready()
             contract, _ = ds.open_study(study_id="s1", domain_size=64, epsilon=1.0, expected_owners=["a"],
                                         strategy="gap", owner_keys={"a": generate_signing_key()[1]})
-            be = CkksBackend(load_context(ds.public_context()))
+            be = BfvBackend(load_context(ds.public_context()))
             chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.arange(64))).chunks[0])
             stop = threading.Event()
 

@@ -1,4 +1,4 @@
-"""Three data owners -> release -> analyst range counts, through real gRPC servers and real CKKS."""
+"""Three data owners -> release -> analyst range counts, through real gRPC servers and real BFV."""
 
 from __future__ import annotations
 

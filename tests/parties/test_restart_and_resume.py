@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, load_context
 from he_partition.protocol import encrypt_histogram
 
 from .conftest import Cluster
@@ -38,7 +38,7 @@ def test_computation_server_restart_between_uploads_and_release_loses_nothing(cl
 
 
 def test_interrupted_upload_resumes_with_only_the_missing_chunks_even_across_a_restart(cluster: Cluster) -> None:
-    n = 3 * 4096 - 100  # three ciphertext chunks
+    n = 3 * 8192 - 100  # three ciphertext chunks
     cluster.open_study(domain_size=n, owners=("a",))
     owner = cluster.owner("a")
     enc = owner.encrypt("s1", np.ones(n, dtype=int))
@@ -58,7 +58,7 @@ def test_interrupted_upload_resumes_with_only_the_missing_chunks_even_across_a_r
 
 def test_resume_may_mix_chunks_of_two_encryptions_of_the_same_histogram(cluster: Cluster) -> None:
     """A crashed owner re-encrypts (fresh randomness) and resumes with the same key: chunks still add up."""
-    n = 2 * 4096
+    n = 2 * 8192
     cluster.open_study(domain_size=n, owners=("a",), epsilon=1.0)
     owner = cluster.owner("a")
     h = np.arange(n) % 3
@@ -73,7 +73,7 @@ def test_resume_may_mix_chunks_of_two_encryptions_of_the_same_histogram(cluster:
 
 
 def test_partial_upload_under_a_new_key_replaces_the_old_partial(cluster: Cluster) -> None:
-    n = 2 * 4096
+    n = 2 * 8192
     cluster.open_study(domain_size=n, owners=("a",))
     owner = cluster.owner("a")
     enc = owner.encrypt("s1", np.ones(n, dtype=int))
@@ -87,6 +87,6 @@ def test_partial_upload_under_a_new_key_replaces_the_old_partial(cluster: Cluste
 
 def test_encrypting_locally_matches_what_the_server_expects(cluster: Cluster) -> None:
     contract = cluster.open_study(domain_size=64)
-    be = CkksBackend(load_context(cluster.decryption().public_context()))
+    be = BfvBackend(load_context(cluster.decryption().public_context()))
     vec = encrypt_histogram(be, np.ones(64, dtype=int))
     assert len(vec.chunks) == 1 and contract.context_fingerprint == cluster.ds.handler.fingerprint

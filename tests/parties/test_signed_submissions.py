@@ -142,7 +142,7 @@ def test_client_side_signing_checks(secure_cluster: Cluster) -> None:
 
 def test_resume_with_a_re_encryption_discards_the_partial_upload_it_does_not_match(secure_cluster: Cluster) -> None:
     cluster = secure_cluster
-    n = 2 * 4096
+    n = 2 * 8192
     cluster.open_study(domain_size=n, owners=("a",), epsilon=1.0)
     owner = cluster.owner("a")
     h = np.arange(n) % 3

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import numpy as np
 
 from dpagg.v1 import analyst_pb2, computation_pb2, decryption_pb2
-from he_partition.ckks import CkksBackend, load_context
+from he_partition.bfv import BfvBackend, load_context
 from he_partition.measurements import PrefixDifferences, owner_encoding
 from parties.common.config import GRPC_OPTIONS
 from parties.common.convert import measurement_to_proto
@@ -62,7 +62,7 @@ class _World:
         self.cluster = cluster
         self.contract = cluster.open_study(domain_size=64, owners=("a", "b"), strategy="gap")
         self.channels: dict[str, grpc.Channel] = {}
-        be = CkksBackend(load_context(cluster.ds.handler.public_context))
+        be = BfvBackend(load_context(cluster.ds.handler.public_context))
         #: A genuine ciphertext of the study's key: uploads get as far as the signature check.
         self.ciphertext = be.serialize_chunk(be.encrypt(owner_encoding(np.ones(64, dtype=int))).chunks[0])
         c = self.contract
