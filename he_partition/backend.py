@@ -83,7 +83,7 @@ class VectorBackend(Protocol):
         """Refuse (PrecisionError) a ciphertext made under another key or corrupted, before anything is charged."""
         ...
 
-    def decrypt(self, a: ChunkedVector) -> IntArray: ...
+    def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray: ...
 
     def serialize_chunk(self, chunk: Any) -> bytes: ...
 
@@ -159,7 +159,7 @@ class PlainBackend(ChunkwiseArithmetic):
         return ChunkedVector(ints.size, tuple(_ModularChunk(c, self.plain_modulus)
                                               for c in split_chunks(ints, self.slots)))
 
-    def decrypt(self, a: ChunkedVector) -> IntArray:
+    def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray:
         if not a.chunks:
             return np.zeros(0, dtype=np.int64)
         return centre(np.concatenate([c.values for c in a.chunks])[: a.length], self.plain_modulus)

@@ -245,11 +245,13 @@ class BfvBackend(ChunkwiseArithmetic):
                     f"{MIN_NOISE_BUDGET_BITS} bits): it was made under another key or is corrupt"
                 )
 
-    def decrypt(self, a: ChunkedVector) -> IntArray:
-        """Exact slot values, centred in (-t/2, t/2]; refuses foreign-key or corrupt chunks (`verify`)."""
+    def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray:
+        """Exact slot values, centred in (-t/2, t/2]; refuses foreign-key or corrupt chunks (`verify`,
+        skipped when the caller has just run it: `verified=True`)."""
         if not self.can_decrypt:
             raise InvalidInputError("this context holds no secret key; only the decryption server can decrypt")
-        self.verify(a)
+        if not verified:
+            self.verify(a)
         parts = []
         for c in a.chunks:
             parts.append(np.asarray(c.decrypt(), dtype=np.int64))

@@ -73,6 +73,126 @@ class _Depth:
     child_hi: IntArray
 
 
+_Nodes = tuple[list[_Depth], IntArray, IntArray, IntArray]
+
+
+def _finish_nodes(n: int, lo: IntArray, hi: IntArray, py: FloatArray, p: FloatArray, parent: IntArray,
+                  depth: IntArray) -> _Nodes:
+    """Per-depth arrays (sorted by lo) and a sorted key -> (depth, index) lookup of the unique nodes.
+
+    Node ids index lo/hi/py/p/parent/depth; py and p are the summed prec * y and prec.
+    """
+    order = np.lexsort((lo, depth))
+    max_depth = int(depth.max())
+    bounds = np.searchsorted(depth[order], np.arange(max_depth + 2))
+    pos = np.empty(lo.size, dtype=np.int64)  # node id -> index within its depth
+    for d in range(max_depth + 1):
+        pos[order[bounds[d]:bounds[d + 1]]] = np.arange(bounds[d + 1] - bounds[d])
+    depths: list[_Depth] = []
+    for d in range(max_depth + 1):
+        ids = order[bounds[d]:bounds[d + 1]]
+        par = np.where(parent[ids] >= 0, pos[np.maximum(parent[ids], 0)], -1).astype(np.int64)
+        if d < max_depth:
+            child_par = pos[parent[order[bounds[d + 1]:bounds[d + 2]]]]
+            child_lo = np.searchsorted(child_par, np.arange(ids.size), side="left").astype(np.int64)
+            child_hi = np.searchsorted(child_par, np.arange(ids.size), side="right").astype(np.int64)
+        else:
+            child_lo = child_hi = np.zeros(ids.size, dtype=np.int64)
+        depths.append(_Depth(lo[ids], hi[ids], py[ids] / p[ids], p[ids], par, child_lo, child_hi))
+    keys = lo * (n + 1) + hi
+    by_key = np.argsort(keys, kind="stable")
+    return depths, keys[by_key], depth[by_key], pos[by_key]
+
+
+def _chain_nodes(n: int, parts: list[tuple[IntArray, FloatArray, FloatArray]]) -> _Nodes | None:
+    """Unique measured intervals of a chain of refinements, vectorised; None if the partitions are no chain.
+
+    Sorted coarse to fine, each partition refines the previous one. An interval equal to the
+    one containing it in the previous partition is the same node (measurements combined);
+    otherwise its parent is that containing interval (the smallest strictly containing one).
+    """
+    ordered = sorted(parts, key=lambda q: q[0].size)
+    for (a, _, _), (b, _, _) in zip(ordered, ordered[1:]):
+        if not np.isin(a, b, assume_unique=True).all():
+            return None
+    lo_l, hi_l, par_l, dep_l, mid_l, mpy_l, mp_l = [], [], [], [], [], [], []
+    count = 0
+    prev_s = prev_ids = prev_depth = np.zeros(0, dtype=np.int64)
+    for s, v, var in ordered:
+        e = np.append(s[1:], n)
+        ids = np.empty(s.size, dtype=np.int64)
+        cur_depth = np.empty(s.size, dtype=np.int64)
+        if prev_s.size == 0:
+            fresh = np.ones(s.size, dtype=bool)
+            parent = np.full(s.size, -1, dtype=np.int64)
+            depth = np.zeros(s.size, dtype=np.int64)
+        else:
+            cont = np.searchsorted(prev_s, s, side="right") - 1
+            prev_e = np.append(prev_s[1:], n)
+            same = (prev_s[cont] == s) & (prev_e[cont] == e)
+            fresh = ~same
+            ids[same] = prev_ids[cont[same]]
+            cur_depth[same] = prev_depth[cont[same]]
+            parent = prev_ids[cont[fresh]]
+            depth = prev_depth[cont[fresh]] + 1
+        k = int(fresh.sum())
+        ids[fresh] = np.arange(count, count + k)
+        cur_depth[fresh] = depth
+        lo_l.append(s[fresh])
+        hi_l.append(e[fresh])
+        par_l.append(parent)
+        dep_l.append(depth)
+        mid_l.append(ids)
+        mpy_l.append(v / var)
+        mp_l.append(1.0 / var)
+        count += k
+        prev_s, prev_ids, prev_depth = s, ids, cur_depth
+    mid = np.concatenate(mid_l)
+    py = np.bincount(mid, weights=np.concatenate(mpy_l), minlength=count)
+    p = np.bincount(mid, weights=np.concatenate(mp_l), minlength=count)
+    return _finish_nodes(n, np.concatenate(lo_l), np.concatenate(hi_l), py, p, np.concatenate(par_l),
+                         np.concatenate(dep_l))
+
+
+def _laminar_nodes(n: int, parts: list[tuple[IntArray, FloatArray, FloatArray]], finest: IntArray) -> _Nodes:
+    """The general construction for a laminar family that is not a chain (checks nesting and coverage)."""
+    acc: dict[tuple[int, int], list[float]] = {}
+    for s, v, var in parts:
+        e = np.append(s[1:], n)
+        for a, b, val, vv in zip(s.tolist(), e.tolist(), v.tolist(), var.tolist()):
+            slot = acc.setdefault((a, b), [0.0, 0.0])
+            slot[0] += val / vv
+            slot[1] += 1.0 / vv
+    keys = sorted(acc, key=lambda k: (k[0], -k[1]))
+    # Parent of each interval: the innermost earlier interval containing it (laminar check).
+    node = {k: i for i, k in enumerate(keys)}
+    parent = np.full(len(keys), -1, dtype=np.int64)
+    depth = np.zeros(len(keys), dtype=np.int64)
+    stack: list[tuple[int, int]] = []
+    for i, k in enumerate(keys):
+        while stack and stack[-1][1] <= k[0]:
+            stack.pop()
+        if stack and not (stack[-1][0] <= k[0] and k[1] <= stack[-1][1]):
+            raise InvalidInputError(
+                f"released partitions do not nest: [{stack[-1][0]}, {stack[-1][1]}) and [{k[0]}, {k[1]}) overlap; "
+                "each partition must refine the coarser ones"
+            )
+        parent[i] = node[stack[-1]] if stack else -1
+        depth[i] = len(stack)
+        stack.append(k)
+    roots = [k for k, par in zip(keys, parent) if par < 0]
+    if roots[0][0] != 0 or roots[-1][1] != n or any(a[1] != b[0] for a, b in zip(roots, roots[1:])):
+        raise InvalidInputError("the coarsest released intervals do not cover the domain")
+    fin_e = np.append(finest[1:], n)
+    has_child = set(parent[parent >= 0].tolist())
+    leaves = {k for i, k in enumerate(keys) if i not in has_child}
+    if leaves != set(zip(finest.tolist(), fin_e.tolist())):
+        raise InvalidInputError("the finest released partition must refine every other one")
+    arr = np.array(keys, dtype=np.int64).reshape(-1, 2)
+    sums = np.array([acc[k] for k in keys], dtype=np.float64).reshape(-1, 2)
+    return _finish_nodes(n, arr[:, 0], arr[:, 1], sums[:, 0], sums[:, 1], parent, depth)
+
+
 class IntervalTree:
     """Exact GLS over a laminar family of measured interval sums.
 
@@ -89,9 +209,7 @@ class IntervalTree:
         if not partitions:
             raise InvalidInputError("a tree estimate needs at least one released partition")
         n = int(domain_size)
-        # Merge every measured interval: key (lo, hi) -> (sum of prec * y, sum of prec).
-        acc: dict[tuple[int, int], list[float]] = {}
-        finest = None
+        parts: list[tuple[IntArray, FloatArray, FloatArray]] = []
         for starts, values, variance in partitions:
             s = np.asarray(starts, dtype=np.int64)
             v = np.asarray(values, dtype=np.float64)
@@ -100,73 +218,28 @@ class IntervalTree:
                 raise InvalidInputError("each released partition needs increasing starts from 0 and one value per cell")
             if np.any(~np.isfinite(var)) or np.any(var < 0):
                 raise InvalidInputError("released values need finite, non-negative noise variances")
-            var = np.maximum(var, MIN_VARIANCE)
-            if finest is None or s.size > finest.size:
-                finest = s
-            e = np.append(s[1:], n)
-            for a, b, val, vv in zip(s.tolist(), e.tolist(), v.tolist(), var.tolist()):
-                slot = acc.setdefault((a, b), [0.0, 0.0])
-                slot[0] += val / vv
-                slot[1] += 1.0 / vv
-        assert finest is not None
-        keys = sorted(acc, key=lambda k: (k[0], -k[1]))
-        # Parent of each interval: the innermost earlier interval containing it (laminar check).
-        depth_of: dict[tuple[int, int], int] = {}
-        parent_of: dict[tuple[int, int], tuple[int, int] | None] = {}
-        stack: list[tuple[int, int]] = []
-        for k in keys:
-            while stack and stack[-1][1] <= k[0]:
-                stack.pop()
-            if stack and not (stack[-1][0] <= k[0] and k[1] <= stack[-1][1]):
-                raise InvalidInputError(
-                    f"released partitions do not nest: [{stack[-1][0]}, {stack[-1][1]}) and [{k[0]}, {k[1]}) overlap; "
-                    "each partition must refine the coarser ones"
-                )
-            parent_of[k] = stack[-1] if stack else None
-            depth_of[k] = len(stack)
-            stack.append(k)
-        roots = [k for k in keys if parent_of[k] is None]
-        if roots[0][0] != 0 or roots[-1][1] != n or any(a[1] != b[0] for a, b in zip(roots, roots[1:])):
-            raise InvalidInputError("the coarsest released intervals do not cover the domain")
-        fin_e = np.append(finest[1:], n)
-        finest_keys = set(zip(finest.tolist(), fin_e.tolist()))
-        has_child = {parent_of[k] for k in keys if parent_of[k] is not None}
-        leaves = [k for k in keys if k not in has_child]
-        if set(leaves) != finest_keys:
-            raise InvalidInputError("the finest released partition must refine every other one")
-        max_depth = max(depth_of.values())
-        by_depth: list[list[tuple[int, int]]] = [[] for _ in range(max_depth + 1)]
-        for k in keys:
-            by_depth[depth_of[k]].append(k)
-        index = {k: i for d in by_depth for i, k in enumerate(d)}
-        depths: list[_Depth] = []
-        for d, nodes in enumerate(by_depth):
-            lo = np.array([k[0] for k in nodes], dtype=np.int64)
-            hi = np.array([k[1] for k in nodes], dtype=np.int64)
-            prec = np.array([acc[k][1] for k in nodes])
-            y = np.array([acc[k][0] for k in nodes]) / prec
-            par = np.array([index[parent_of[k]] if parent_of[k] is not None else -1 for k in nodes], dtype=np.int64)
-            if d + 1 < len(by_depth):
-                child_par = np.array([index[parent_of[k]] for k in by_depth[d + 1]], dtype=np.int64)  # type: ignore[index]
-                child_lo = np.searchsorted(child_par, np.arange(len(nodes)), side="left")
-                child_hi = np.searchsorted(child_par, np.arange(len(nodes)), side="right")
-            else:
-                child_lo = child_hi = np.zeros(len(nodes), dtype=np.int64)
-            depths.append(_Depth(lo, hi, y, prec, par, child_lo.astype(np.int64), child_hi.astype(np.int64)))
+            parts.append((s, v, np.maximum(var, MIN_VARIANCE)))
+        finest = max((p[0] for p in parts), key=lambda a: a.size)
+        built = _chain_nodes(n, parts)
+        if built is None:  # not a chain of refinements: the general laminar-family construction
+            built = _laminar_nodes(n, parts, finest)
+        depths, node_keys, node_depth, node_index = built
         self.domain_size = n
         self._depths = depths
         cs = finest if cells is None else np.asarray(cells, dtype=np.int64)
         ce = np.append(cs[1:], n)
-        cell_keys = list(zip(cs.tolist(), ce.tolist()))
-        missing = [k for k in cell_keys if k not in index]
-        if cs.size == 0 or cs[0] != 0 or missing:
+        wanted = cs * (n + 1) + ce
+        at = np.minimum(np.searchsorted(node_keys, wanted), max(node_keys.size - 1, 0))
+        found = node_keys[at] == wanted
+        if cs.size == 0 or cs[0] != 0 or not found.all():
+            missing = [(int(a), int(b)) for a, b in zip(cs[~found][:1], ce[~found][:1])]
             raise InvalidInputError(
-                f"the estimate's cells must be measured intervals; {len(missing)} are not (first: {missing[:1]})"
+                f"the estimate's cells must be measured intervals; {int((~found).sum())} are not (first: {missing[:1]})"
             )
         self.leaf_starts = cs
         # Cells in bin order: (depth, index) of each node that is spread evenly.
-        self._leaf_depth = np.array([depth_of[k] for k in cell_keys], dtype=np.int64)
-        self._leaf_index = np.array([index[k] for k in cell_keys], dtype=np.int64)
+        self._leaf_depth = node_depth[at]
+        self._leaf_index = node_index[at]
         self._solve()
 
     # -- the two passes ------------------------------------------------------------

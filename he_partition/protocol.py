@@ -167,7 +167,7 @@ class DecryptionSide:
             raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")
         self.backend.verify(ciphertext)  # wrong key or corrupt: refused before anything is charged
         self.budget.charge(m.kind, m.epsilon)
-        values = m.decode(self.backend.decrypt(ciphertext), self.backend.plain_modulus)
+        values = m.decode(self.backend.decrypt(ciphertext, verified=True), self.backend.plain_modulus)
         if self.noise_parties == 2:
             values = values + discrete_laplace(m.scale, m.count, self.rng)
         return values

@@ -121,3 +121,34 @@ def test_haar_nonnegative_refinement():
     p = haar_nonnegative_prefix(noisy)
     assert np.all(np.diff(np.concatenate([[0.0], p])) >= -1e-12)
     assert p[-1] == pytest.approx(max(noisy[-1], 0.0))  # the total is kept (clamped at 0)
+
+
+def test_chain_fast_path_builds_exactly_the_general_tree():
+    """The vectorised chain construction and the general laminar one give identical node arrays."""
+    from he_partition.estimation import _chain_nodes, _laminar_nodes
+
+    rng = np.random.default_rng(5)
+    n = 300
+    levels = [np.array([0])]
+    for _ in range(4):  # each level refines the previous one (some cells kept whole, as pruning does)
+        prev = levels[-1]
+        extra = rng.choice(np.arange(1, n), size=25, replace=False)
+        levels.append(np.union1d(prev, extra))
+    parts = [(s, rng.normal(100, 10, s.size), np.full(s.size, 4.0 + i)) for i, s in enumerate(levels)]
+    parts.append((levels[2], rng.normal(100, 10, levels[2].size), np.full(levels[2].size, 9.0)))  # a repeat
+    fast = _chain_nodes(n, parts)
+    slow = _laminar_nodes(n, parts, levels[-1])
+    assert fast is not None
+    assert len(fast[0]) == len(slow[0])
+    for a, b in zip(fast[0], slow[0]):
+        for name in ("lo", "hi", "parent", "child_lo", "child_hi"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert np.allclose(a.y, b.y) and np.allclose(a.prec, b.prec)
+    for x, y in zip(fast[1:], slow[1:]):
+        assert np.array_equal(x, y)
+    # A laminar family that is no chain still takes the general path.
+    not_chain = [(np.array([0, 2, 4]), np.ones(3), 1.0), (np.array([0, 4, 6]), np.ones(3), 1.0),
+                 (np.arange(8), np.ones(8), 1.0)]
+    assert _chain_nodes(8, [(np.asarray(s), np.asarray(v), np.full(len(s), w)) for s, v, w in not_chain]) is None
+    tree = IntervalTree(8, not_chain)
+    assert tree.bin_estimates().shape == (8,)
