@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -77,7 +77,8 @@ class VectorBackend(Protocol):
 
     def sub(self, a: ChunkedVector, b: ChunkedVector) -> ChunkedVector: ...
 
-    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector: ...
+    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike,
+                  keep: Sequence[int] | None = None) -> ChunkedVector: ...
 
     def verify(self, a: ChunkedVector) -> None:
         """Refuse (PrecisionError) a ciphertext made under another key or corrupted, before anything is charged."""
@@ -112,9 +113,22 @@ class ChunkwiseArithmetic:
         _check_same_length(a, b)
         return ChunkedVector(a.length, tuple(x - y for x, y in zip(a.chunks, b.chunks)))
 
-    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector:
-        """Encrypt `noise` freshly and add it."""
-        return self.add(a, self.encrypt(noise))
+    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike,
+                  keep: Sequence[int] | None = None) -> ChunkedVector:
+        """Add a fresh encryption of `noise` to the chunks listed in `keep` (all when None); the others become None.
+
+        A None chunk is not sent to the decryption side (it holds no measured slot); `decrypt`
+        reads it as zeros.
+        """
+        noise_chunks = split_chunks(noise, self.slots)
+        if len(noise_chunks) != len(a.chunks):
+            raise InvalidInputError(f"noise has {len(noise_chunks)} chunks, the vector {len(a.chunks)}")
+        wanted = set(range(len(a.chunks))) if keep is None else set(keep)
+        return ChunkedVector(a.length, tuple(self._noised_chunk(c, z) if i in wanted else None
+                                             for i, (c, z) in enumerate(zip(a.chunks, noise_chunks))))
+
+    def _noised_chunk(self, chunk: Any, noise: IntArray) -> Any:
+        return chunk + self.encrypt(noise).chunks[0]
 
 
 class _ModularChunk:
@@ -162,7 +176,8 @@ class PlainBackend(ChunkwiseArithmetic):
     def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray:
         if not a.chunks:
             return np.zeros(0, dtype=np.int64)
-        return centre(np.concatenate([c.values for c in a.chunks])[: a.length], self.plain_modulus)
+        parts = [np.zeros(self.slots, dtype=np.int64) if c is None else c.values for c in a.chunks]
+        return centre(np.concatenate(parts)[: a.length], self.plain_modulus)
 
     def serialize_chunk(self, chunk: Any) -> bytes:
         return np.asarray(chunk.values, dtype="<i8").tobytes()

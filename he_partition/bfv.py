@@ -201,8 +201,8 @@ class BfvBackend(ChunkwiseArithmetic):
                        for c in split_chunks(arr, self.slots))
         return ChunkedVector(arr.size, chunks)
 
-    def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike) -> ChunkedVector:
-        """Add a fresh encryption of `noise`, then flood every chunk's noise polynomial.
+    def _noised_chunk(self, chunk: Any, noise: IntArray) -> Any:
+        """chunk + a fresh encryption of `noise`, then flooded (see the module docstring).
 
         Flooding adds the transparent ciphertext (r, 0), r uniform on [-2^61, 2^61) per
         coefficient from the OS CSPRNG (never a seeded source: it changes no slot value, so
@@ -210,10 +210,8 @@ class BfvBackend(ChunkwiseArithmetic):
         knows r; the decryption side sees the phase noise + r, whose data-dependent part
         (|.| <= B) is hidden up to statistical distance N * B / 2^62 per ciphertext.
         """
-        noised = self.add(a, self.encrypt(noise))
-        if not self.flooding:
-            return noised
-        return ChunkedVector(noised.length, tuple(c + self._flood() for c in noised.chunks))
+        noised = chunk + self.encrypt(noise).chunks[0]
+        return noised + self._flood() if self.flooding else noised
 
     def _flood(self) -> Any:
         n = self._codec.degree
@@ -238,6 +236,8 @@ class BfvBackend(ChunkwiseArithmetic):
         that decryption would not, and runs before the ledger is charged.
         """
         for i, c in enumerate(a.chunks):
+            if c is None:  # not sent: no measured slot
+                continue
             c.link_context(self.context)
             if self.noise_budget(c) < MIN_NOISE_BUDGET_BITS:
                 raise PrecisionError(
@@ -254,7 +254,7 @@ class BfvBackend(ChunkwiseArithmetic):
             self.verify(a)
         parts = []
         for c in a.chunks:
-            parts.append(np.asarray(c.decrypt(), dtype=np.int64))
+            parts.append(np.zeros(self.slots, dtype=np.int64) if c is None else np.asarray(c.decrypt(), dtype=np.int64))
         return np.concatenate(parts)[: a.length] if parts else np.zeros(0, dtype=np.int64)
 
     def serialize_chunk(self, chunk: Any) -> bytes:

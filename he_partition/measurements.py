@@ -33,7 +33,7 @@ from .errors import InvalidInputError, MeasurementShapeError, PrecisionError
 from .accounting import RangeQuery
 from .estimation import haar_depth, haar_forward_prefix
 from .noise import RandomSource, discrete_laplace, laplace_scale, discrete_laplace_variance
-from .backend import DEFAULT_PLAIN_MODULUS, centre
+from .backend import DEFAULT_PLAIN_MODULUS, centre, n_chunks
 from .validation import positive_finite
 
 __all__ = [
@@ -137,6 +137,17 @@ class Measurement:
     def noise_slots(self, eta: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
         """Slot-domain noise N with decode(N) == eta mod t (the computation side's draw)."""
         raise NotImplementedError
+
+    def measured_chunks(self, slots: int) -> tuple[int, ...]:
+        """Indices of the ciphertext chunks (of `slots` slots) holding at least one measured slot.
+
+        Only these are sent to the decryption side: a chunk of pads alone carries nothing it
+        needs, so both sides derive this list from the public measurement.
+        """
+        used = self.measured_slots()
+        if used is None:
+            return tuple(range(n_chunks(self.domain_size, slots)))
+        return tuple(int(i) for i in np.unique(np.flatnonzero(used) // slots))
 
     def privacy_pieces(self) -> tuple[RangeQuery, ...]:
         """What the decryption side's view reveals, as noisy range counts with their DP epsilons.

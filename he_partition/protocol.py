@@ -117,7 +117,8 @@ class ComputationSide:
     measured slots, the pads elsewhere) under a fresh encryption, then floods the noise
     polynomial (`VectorBackend.add_noise`). So the decryption side's slots are eta-noised
     measurements and exactly uniform pads, and its view of the noise is data-independent
-    up to the flooding's statistical distance.
+    up to the flooding's statistical distance. Chunks without a measured slot are not
+    sent at all (None).
     """
 
     def __init__(self, backend: VectorBackend, rng: RandomSource) -> None:
@@ -139,7 +140,7 @@ class ComputationSide:
         if used is not None:
             free = ~used
             noise[free] = self.rng.integers(t, int(np.count_nonzero(free)))
-        return self.backend.add_noise(aggregate, noise)
+        return self.backend.add_noise(aggregate, noise, keep=m.measured_chunks(self.backend.slots))
 
 
 class DecryptionSide:

@@ -7,8 +7,8 @@ Conventions used by every dpagg.v1 service:
 - Identifiers (study ids, owner ids, release ids, idempotency keys) match
   [A-Za-z0-9][A-Za-z0-9._-]{0,63}; they are used as file names on the servers.
 - Epsilon is a double; budgets compare sums with a relative slack of 1e-9.
-- Every count that leaves the decryption server is an integer (sint64); CKKS
-  decryptions are rounded there and never sent anywhere raw.
+- Every count that leaves the decryption server is an integer (sint64); BFV
+  decryptions are exact integers and never sent anywhere raw.
 - Errors are gRPC status codes with a human-readable message naming the problem
   and what to do: INVALID_ARGUMENT (bad shape or value), NOT_FOUND (unknown
   study or release), UNAUTHENTICATED (no verified party certificate, or a

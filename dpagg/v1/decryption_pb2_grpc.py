@@ -27,7 +27,7 @@ if _version_not_supported:
 
 class DecryptionStub:
     """Key holder: public context, study contracts, budget ledger, decryption of
-    noised measurements (rounded integers only).
+    noised measurements (integers only).
     """
 
     def __init__(self, channel):
@@ -70,11 +70,11 @@ class DecryptionStub:
 
 class DecryptionServicer:
     """Key holder: public context, study contracts, budget ledger, decryption of
-    noised measurements (rounded integers only).
+    noised measurements (integers only).
     """
 
     def GetPublicContext(self, request, context):
-        """Stream the serialized public CKKS context (public key only, no secret key)
+        """Stream the serialized public BFV context (public key only, no secret key)
         in chunks; it can exceed gRPC's 4 MB message limit.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -176,7 +176,7 @@ def add_DecryptionServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Decryption:
     """Key holder: public context, study contracts, budget ledger, decryption of
-    noised measurements (rounded integers only).
+    noised measurements (integers only).
     """
 
     @staticmethod

@@ -76,7 +76,8 @@ class DirectQueries:
             noised = cs.measure(aggregate, m)
             result = h.decryption.decrypt_measurement(
                 study_id=study_id, release_id=request_id, release_epsilon=eps_dp, measurement=m,
-                chunks=(backend.serialize_chunk(c) for c in noised.chunks), chunk_count=len(noised.chunks),
+                chunks=(backend.serialize_chunk(c) for c in noised.chunks if c is not None),
+                chunk_count=sum(c is not None for c in noised.chunks),
                 contract_hash=contract.contract_hash)
             counts.append(RangeCount(m.lo, m.hi, float(result.values[0]), se))
         answers = DirectAnswers(request_id, study_id, eps, tuple(counts), paid.epsilon_charged, eps * len(rs),

@@ -471,15 +471,17 @@ class ComputationHandler:
             def measure(m: Measurement) -> IntArray:
                 noised = cs.measure(aggregate, m)
 
+                sent_chunks = [c for c in noised.chunks if c is not None]  # chunks with a measured slot
+
                 def chunks() -> Iterator[bytes]:
-                    for c in noised.chunks:
+                    for c in sent_chunks:
                         data = backend.serialize_chunk(c)
                         sent[0] += len(data)
                         yield data
 
                 return self.decryption.decrypt_measurement(
                     study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
-                    measurement=m, chunks=chunks(), chunk_count=len(noised.chunks),
+                    measurement=m, chunks=chunks(), chunk_count=len(sent_chunks),
                     contract_hash=contract.contract_hash).values
 
             summary: Summary = run_strategy(strategy, measure)

@@ -222,7 +222,7 @@ class DecryptionHandler:
             )
         if m.kind == RangeCount.kind:
             # Paid in advance (charge_direct_queries); decrypt_measurement claims the paid range.
-            self._check_chunks(contract, chunk_count)
+            self._check_chunks(contract, m, chunk_count)
             return
         if not (math.isfinite(release_epsilon) and 0 < release_epsilon <= contract.epsilon * (1 + EPSILON_TOLERANCE)):
             raise InvalidInputError(
@@ -231,14 +231,15 @@ class DecryptionHandler:
             )
         check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id,
                      charged_epsilon(contract, m, float(release_epsilon)), float(release_epsilon))
-        self._check_chunks(contract, chunk_count)
+        self._check_chunks(contract, m, chunk_count)
 
-    def _check_chunks(self, contract: StudyContract, chunk_count: int) -> None:
-        expected = n_chunks(contract.domain_size, self.backend.slots)
+    def _check_chunks(self, contract: StudyContract, m: Measurement, chunk_count: int) -> None:
+        expected = len(m.measured_chunks(self.backend.slots))
         if chunk_count != expected:
             raise InvalidInputError(
-                f"chunk_count: a {contract.domain_size}-bin measurement has {expected} ciphertext chunks of "
-                f"{self.backend.slots} slots, header says {chunk_count}"
+                f"chunk_count: this {contract.domain_size}-bin {m.kind} measurement has {expected} ciphertext chunks "
+                f"of {self.backend.slots} slots holding measured slots (of "
+                f"{n_chunks(contract.domain_size, self.backend.slots)}), header says {chunk_count}"
             )
 
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
@@ -252,16 +253,22 @@ class DecryptionHandler:
         are the measurement (sensitivity `measurement.sensitivity` under add/remove of
         one person with at most c records) plus the computation server's discrete
         Laplace draw; with noise_parties == 2 this server adds its own independent draw
-        of scale sensitivity/epsilon, which only it knows. Decrypted slots are rounded to
-        integers (refused if not near integers: a foreign key or corrupt ciphertext);
-        nothing unrounded leaves. The budget is spent even when decoding then fails. The
-        ledger row also records what it paid for (`decryption_detail`).
+        of scale sensitivity/epsilon, which only it knows. Before the charge every chunk
+        passes the integrity check (noise budget: a foreign key or corrupt ciphertext is
+        refused and nothing is charged); decrypted slots are exact integers, and decoded
+        values above 2^44 are refused (the budget is then spent). The ledger row also
+        records what it paid for (`decryption_detail`).
         """
         contract = self.get_study(study_id)
         check_id("release_id", release_id)
         self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                release_id=release_id, release_epsilon=float(release_epsilon))
-        vector = ChunkedVector(contract.domain_size, tuple(self.backend.deserialize_chunk(c) for c in chunks))
+        # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
+        sent = iter(chunks)
+        wanted = set(measurement.measured_chunks(self.backend.slots))
+        vector = ChunkedVector(contract.domain_size, tuple(
+            self.backend.deserialize_chunk(next(sent)) if i in wanted else None
+            for i in range(n_chunks(contract.domain_size, self.backend.slots))))
         detail = decryption_detail(contract, measurement, chunks)
         budget: Budget
         if isinstance(measurement, RangeCount):

@@ -74,3 +74,24 @@ def test_dict_round_trip() -> None:
         measurement_from_dict({"kind": "rotate_everything"})
     with pytest.raises(InvalidInputError, match="bad fields"):
         measurement_from_dict({"kind": "prefix_differences", "domain_size": 3})
+
+
+def test_only_chunks_with_measured_slots_are_sent() -> None:
+    from he_partition.backend import PlainBackend
+    from he_partition.measurements import HaarCoefficients, RangeCount
+    from he_partition.noise import SeededRandom
+    from he_partition.protocol import Budget, ComputationSide, DecryptionSide, encrypt_histogram
+
+    n, slots = 40, 8
+    sums = PartitionSums(n, 1.0, 1, starts=(0, 20))  # ends at bins 19 and 39: chunks 2 and 4
+    assert sums.measured_chunks(slots) == (2, 4)
+    assert RangeCount(n, 1.0, 1, lo=3, hi=9).measured_chunks(slots) == (0, 1)
+    assert PrefixDifferences(n, 1.0, 2).measured_chunks(slots) == (0, 1, 2, 3, 4)
+    assert HaarCoefficients(n, 1.0, 7).measured_chunks(slots) == (0, 1, 2, 3, 4)
+    be = PlainBackend(slots)
+    x = np.arange(n)
+    noised = ComputationSide(be, SeededRandom(1)).measure(encrypt_histogram(be, x), sums)
+    assert [c is None for c in noised.chunks] == [True, True, False, True, False]
+    ds = DecryptionSide(be, SeededRandom(2), Budget(1.0), noise_parties=1)
+    out = ds.decrypt_measurement(sums, noised)
+    assert abs(int(out[0]) - int(x[:20].sum())) < 40 and abs(int(out[1]) - int(x[20:].sum())) < 40
