@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +80,9 @@ class VectorBackend(Protocol):
     def add_noise(self, a: ChunkedVector, noise: npt.ArrayLike,
                   keep: Sequence[int] | None = None) -> ChunkedVector: ...
 
+    def noised_chunks(self, a: ChunkedVector, noise: npt.ArrayLike,
+                      keep: Sequence[int] | None = None) -> Iterator[tuple[int, Any]]: ...
+
     def verify(self, a: ChunkedVector) -> None:
         """Refuse (PrecisionError) a ciphertext made under another key or corrupted, before anything is charged."""
         ...
@@ -120,12 +123,21 @@ class ChunkwiseArithmetic:
         A None chunk is not sent to the decryption side (it holds no measured slot); `decrypt`
         reads it as zeros.
         """
+        done = dict(self.noised_chunks(a, noise, keep))
+        return ChunkedVector(a.length, tuple(done.get(i) for i in range(len(a.chunks))))
+
+    def noised_chunks(self, a: ChunkedVector, noise: npt.ArrayLike,
+                      keep: Sequence[int] | None = None) -> Iterator[tuple[int, Any]]:
+        """`add_noise` one chunk at a time, lazily: (index, chunk) for each kept chunk, in order.
+
+        Lets the computation server stream a measurement to the decryption server while it
+        still encrypts the next chunks.
+        """
         noise_chunks = split_chunks(noise, self.slots)
         if len(noise_chunks) != len(a.chunks):
             raise InvalidInputError(f"noise has {len(noise_chunks)} chunks, the vector {len(a.chunks)}")
-        wanted = set(range(len(a.chunks))) if keep is None else set(keep)
-        return ChunkedVector(a.length, tuple(self._noised_chunk(c, z) if i in wanted else None
-                                             for i, (c, z) in enumerate(zip(a.chunks, noise_chunks))))
+        for i in (range(len(a.chunks)) if keep is None else sorted(set(keep))):
+            yield i, self._noised_chunk(a.chunks[i], noise_chunks[i])
 
     def _noised_chunk(self, chunk: Any, noise: IntArray) -> Any:
         return chunk + self.encrypt(noise).chunks[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Iterable, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -129,6 +129,16 @@ class ComputationSide:
         return sum_vectors(self.backend, vectors)
 
     def measure(self, aggregate: ChunkedVector, m: Measurement) -> ChunkedVector:
+        """The noised measurement ciphertext; chunks without a measured slot are None (never sent)."""
+        done = dict(self.measure_chunks(aggregate, m))
+        return ChunkedVector(aggregate.length, tuple(done.get(i) for i in range(len(aggregate.chunks))))
+
+    def measure_chunks(self, aggregate: ChunkedVector, m: Measurement) -> Iterator[tuple[int, Any]]:
+        """`measure` as a stream of (chunk index, ciphertext), encrypting each chunk only when asked for.
+
+        Every noise draw (eta, then the pads) is taken before the first chunk is produced,
+        so seeded runs draw in the same order either way.
+        """
         if aggregate.length != m.domain_size:
             raise InvalidInputError(
                 f"measurement is for {m.domain_size} bins but the aggregate has {aggregate.length}"
@@ -140,7 +150,7 @@ class ComputationSide:
         if used is not None:
             free = ~used
             noise[free] = self.rng.integers(t, int(np.count_nonzero(free)))
-        return self.backend.add_noise(aggregate, noise, keep=m.measured_chunks(self.backend.slots))
+        return self.backend.noised_chunks(aggregate, noise, keep=m.measured_chunks(self.backend.slots))
 
 
 class DecryptionSide:
@@ -163,10 +173,12 @@ class DecryptionSide:
         self.budget = budget
         self.noise_parties = noise_parties
 
-    def decrypt_measurement(self, m: Measurement, ciphertext: ChunkedVector) -> IntArray:
+    def decrypt_measurement(self, m: Measurement, ciphertext: ChunkedVector, *, verified: bool = False) -> IntArray:
+        """Verify (unless `verified`: the caller checked each chunk as it arrived), charge, decrypt, decode, noise."""
         if ciphertext.length != m.domain_size:
             raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")
-        self.backend.verify(ciphertext)  # wrong key or corrupt: refused before anything is charged
+        if not verified:
+            self.backend.verify(ciphertext)  # wrong key or corrupt: refused before anything is charged
         self.budget.charge(m.kind, m.epsilon)
         values = m.decode(self.backend.decrypt(ciphertext, verified=True), self.backend.plain_modulus)
         if self.noise_parties == 2:

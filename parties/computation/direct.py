@@ -73,11 +73,10 @@ class DirectQueries:
         se = math.sqrt(contract.noise_parties * ms[0].noise_variance)  # one scale for the whole batch
         counts = []
         for m in ms:
-            noised = cs.measure(aggregate, m)
             result = h.decryption.decrypt_measurement(
                 study_id=study_id, release_id=request_id, release_epsilon=eps_dp, measurement=m,
-                chunks=(backend.serialize_chunk(c) for c in noised.chunks if c is not None),
-                chunk_count=sum(c is not None for c in noised.chunks),
+                chunks=(backend.serialize_chunk(c) for _, c in cs.measure_chunks(aggregate, m)),
+                chunk_count=len(m.measured_chunks(backend.slots)),
                 contract_hash=contract.contract_hash)
             counts.append(RangeCount(m.lo, m.hi, float(result.values[0]), se))
         answers = DirectAnswers(request_id, study_id, eps, tuple(counts), paid.epsilon_charged, eps * len(rs),

@@ -469,19 +469,19 @@ class ComputationHandler:
             sent = [0]
 
             def measure(m: Measurement) -> IntArray:
-                noised = cs.measure(aggregate, m)
-
-                sent_chunks = [c for c in noised.chunks if c is not None]  # chunks with a measured slot
+                # Only chunks with a measured slot travel; each is encrypted while the previous one is sent,
+                # so the decryption server checks chunk i while this server encrypts chunk i + 1.
+                stream = cs.measure_chunks(aggregate, m)
 
                 def chunks() -> Iterator[bytes]:
-                    for c in sent_chunks:
+                    for _, c in stream:
                         data = backend.serialize_chunk(c)
                         sent[0] += len(data)
                         yield data
 
                 return self.decryption.decrypt_measurement(
                     study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
-                    measurement=m, chunks=chunks(), chunk_count=len(sent_chunks),
+                    measurement=m, chunks=chunks(), chunk_count=len(m.measured_chunks(backend.slots)),
                     contract_hash=contract.contract_hash).values
 
             summary: Summary = run_strategy(strategy, measure)

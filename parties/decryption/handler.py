@@ -6,14 +6,14 @@ import hashlib
 import math
 import threading
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from he_partition.backend import ChunkedVector, n_chunks
 from he_partition.bfv import BfvBackend
-from he_partition.errors import InvalidInputError
+from he_partition.errors import InvalidInputError, PrecisionError
 from he_partition.measurements import Measurement, RangeCount, range_count_batch
 from he_partition.noise import RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
@@ -242,8 +242,19 @@ class DecryptionHandler:
                 f"{n_chunks(contract.domain_size, self.backend.slots)}), header says {chunk_count}"
             )
 
+    def checked_chunk(self, data: bytes, index: int) -> Any:
+        """One received chunk, parsed and through the integrity check (refused: InvalidInputError / PrecisionError)."""
+        chunk = self.backend.deserialize_chunk(data)
+        try:
+            with self._decrypt_lock:  # one user of the secret-key decryptor at a time
+                self.backend.verify(ChunkedVector(self.backend.slots, (chunk,)))
+        except PrecisionError as exc:
+            raise PrecisionError(str(exc).replace("chunk 0", f"chunk {index}")) from None
+        return chunk
+
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
-                            chunks: Sequence[bytes], contract_hash: str) -> DecryptedMeasurement:
+                            chunks: Sequence[bytes], contract_hash: str,
+                            checked: Sequence[Any] | None = None) -> DecryptedMeasurement:
         """Charge the ledger, then decrypt, round, decode and add this server's noise.
 
         Privacy: the ledger row for `charged_epsilon` (`measurement.epsilon`, times 1 + L
@@ -264,11 +275,11 @@ class DecryptionHandler:
         self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                release_id=release_id, release_epsilon=float(release_epsilon))
         # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
-        sent = iter(chunks)
+        # `checked`: the same chunks already parsed and integrity-checked as they arrived.
+        sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in chunks)
         wanted = set(measurement.measured_chunks(self.backend.slots))
         vector = ChunkedVector(contract.domain_size, tuple(
-            self.backend.deserialize_chunk(next(sent)) if i in wanted else None
-            for i in range(n_chunks(contract.domain_size, self.backend.slots))))
+            next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
         detail = decryption_detail(contract, measurement, chunks)
         budget: Budget
         if isinstance(measurement, RangeCount):
@@ -278,7 +289,7 @@ class DecryptionHandler:
                                    detail, contract.noise_multiplier)
         side = DecryptionSide(self.backend, self.rng, budget, contract.noise_parties)
         with self._decrypt_lock:
-            values = side.decrypt_measurement(measurement, vector)
+            values = side.decrypt_measurement(measurement, vector, verified=checked is not None)
         charges = self.ledger.charges(study_id)
         if isinstance(budget, _LedgerBudget):
             assert budget.last is not None  # DecryptionSide charges before it decrypts

@@ -75,15 +75,18 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                                        contract_hash=header.contract_hash, release_id=header.release_id,
                                        release_epsilon=float(header.release_epsilon))
         chunks: list[bytes] = []
+        checked: list[object] = []
         for msg in request_iterator:
             if msg.WhichOneof("part") != "chunk":
                 raise InvalidInputError("only ciphertext chunks may follow the DecryptMeasurement header")
             if len(chunks) >= header.chunk_count:
                 raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
             chunks.append(msg.chunk)
+            # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
+            checked.append(self.handler.checked_chunk(msg.chunk, len(chunks) - 1))
         result = self.handler.decrypt_measurement(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
-            measurement=measurement, chunks=chunks, contract_hash=header.contract_hash,
+            measurement=measurement, chunks=chunks, contract_hash=header.contract_hash, checked=checked,
         )
         return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
                                                          charge_id=result.charge.charge_id if result.charge else 0,
