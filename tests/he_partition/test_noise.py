@@ -52,6 +52,9 @@ def _pmf(k: np.ndarray, scale: float) -> np.ndarray:
 @pytest.mark.parametrize("scale", [Fraction(1), Fraction(7, 3), Fraction(20)])
 def test_distribution_matches_pmf(source: str, scale: Fraction) -> None:
     rng = SeededRandom(12345) if source == "seeded" else SecureRandom()
+    # The seeded draws are fixed (chosen once), so their test is deterministic; the secure source
+    # cannot be seeded, so its thresholds give a false alarm below 1e-9 per assertion.
+    alpha, sigmas, rel = (1e-3, 5, 0.05) if source == "seeded" else (1e-9, 7, 0.08)
     n = 60_000
     x = discrete_laplace(scale, n, rng)
     assert x.dtype == np.int64
@@ -65,10 +68,10 @@ def test_distribution_matches_pmf(source: str, scale: Fraction) -> None:
     tail_obs = n - observed.sum()
     tail_exp = n - expected.sum()
     chi2, p = stats.chisquare(np.append(observed, tail_obs), np.append(expected, tail_exp))
-    assert p > 1e-3, f"chi2={chi2:.1f} p={p:.2e}"
+    assert p > alpha, f"chi2={chi2:.1f} p={p:.2e}"
     # Symmetry and variance as further, independent checks.
-    assert abs(x.mean()) < 5 * math.sqrt(discrete_laplace_variance(scale) / n)
-    assert x.var() == pytest.approx(discrete_laplace_variance(scale), rel=0.05)
+    assert abs(x.mean()) < sigmas * math.sqrt(discrete_laplace_variance(scale) / n)
+    assert x.var() == pytest.approx(discrete_laplace_variance(scale), rel=rel)
 
 
 @pytest.mark.statistical
@@ -76,7 +79,7 @@ def test_seeded_and_secure_draw_the_same_distribution() -> None:
     a = discrete_laplace(Fraction(5, 2), 40_000, SeededRandom(1))
     b = discrete_laplace(Fraction(5, 2), 40_000, SecureRandom())
     # Two-sample KS on integers is conservative; a different distribution still fails it.
-    assert stats.ks_2samp(a, b).pvalue > 1e-3
+    assert stats.ks_2samp(a, b).pvalue > 1e-9  # b is unseeded: a false alarm below 1e-9
     c = discrete_laplace(Fraction(5, 1), 40_000, SeededRandom(2))
     assert stats.ks_2samp(a, c).pvalue < 1e-6
 
@@ -93,7 +96,7 @@ def test_secure_integers_are_uniform() -> None:
     x = r.integers(7, 70_000)
     assert x.min() >= 0 and x.max() <= 6
     counts = np.bincount(x, minlength=7)
-    assert stats.chisquare(counts).pvalue > 1e-3
+    assert stats.chisquare(counts).pvalue > 1e-9  # unseeded: a false alarm below 1e-9
     # Per-element bounds.
     y = r.integers(np.array([1, 2, 3] * 1000), 3000)
     assert np.all(y < np.array([1, 2, 3] * 1000)) and np.all(y[0::3] == 0)

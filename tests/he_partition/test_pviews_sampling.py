@@ -61,7 +61,8 @@ def test_frequencies_match_exp(source: str, num: int, den: int) -> None:
     n = 40_000
     hits = int(bernoulli_exp([num] * n, den, rng).sum())
     p = math.exp(-num / den)
-    assert stats.binomtest(hits, n, p).pvalue > 1e-3
+    # Seeded draws are fixed; the secure source cannot be seeded: a false alarm below 1e-9 there.
+    assert stats.binomtest(hits, n, p).pvalue > (1e-3 if source == "seeded" else 1e-9)
 
 
 @pytest.mark.statistical
