@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import uuid
@@ -97,9 +98,16 @@ def _tls(args: argparse.Namespace) -> "TlsConfig | None":
 
 
 # --------------------------------------------------------------------------------------- commands
+def _refuse_seed_without_insecure(args: argparse.Namespace) -> None:
+    if getattr(args, "insecure_noise_seed", None) is not None and not args.insecure:
+        raise DPAggError("--insecure-noise-seed makes this server's DP noise predictable (no privacy); it is only "
+                         "accepted together with --insecure, on a test setup")
+
+
 def cmd_serve_decryption(args: argparse.Namespace) -> int:
     from .decryption.server import serve_decryption
 
+    _refuse_seed_without_insecure(args)
     tls = _tls(args)
     serve_decryption(DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
                                       noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
@@ -110,6 +118,7 @@ def cmd_serve_decryption(args: argparse.Namespace) -> int:
 def cmd_serve_computation(args: argparse.Namespace) -> int:
     from .computation.server import serve_computation
 
+    _refuse_seed_without_insecure(args)
     tls = _tls(args)
     serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
                                         noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
@@ -393,11 +402,56 @@ def _print_release(st: Any, as_json: bool) -> None:
         print(f"  {st.error_code}: {st.error_message}")
 
 
+def _epsilon_or_rest(text: str) -> float | str:
+    """--epsilon for a release: a number > 0 and finite, or the word `rest` (what is left of the budget)."""
+    if text.strip().lower() == "rest":
+        return "rest"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0 or the word 'rest', got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"epsilon must be > 0 and finite, got {text}; "
+                                         "use `--epsilon rest` to spend what is left")
+    return value
+
+
+def _pending_path(args: argparse.Namespace) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{args.computation}-{args.study}")
+    return Path(args.state_dir).expanduser() / "pending-releases" / f"{safe}.json"
+
+
 def cmd_release_run(args: argparse.Namespace) -> int:
+    """Start a release with a request key kept on disk until it finishes, so a re-run attaches to it."""
     from .computation.client import ComputationClient
 
+    pending = _pending_path(args)
+    spec = str(args.epsilon)
+    key = ""
+    if pending.is_file():
+        saved = json.loads(pending.read_text())
+        if saved.get("epsilon") == spec:
+            key = str(saved.get("request_key", ""))
+    key = key or args.request_key or f"cli-{uuid.uuid4().hex[:16]}"
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    pending.write_text(json.dumps({"request_key": key, "epsilon": spec, "study": args.study}))
     with ComputationClient(args.computation, tls=_tls(args)) as cs:
-        st = cs.run_release(args.study, epsilon=args.epsilon or 0.0, force=args.force, wait=not args.no_wait)
+        st = cs.run_release(args.study, epsilon=args.epsilon, force=args.force, wait=False, request_key=key)
+        if not args.json:
+            print(f"release {st.release_id} of study {args.study} started (request key {key})", flush=True)
+        if not args.no_wait:
+            try:
+                st = cs.wait_release(st.release_id)
+            except KeyboardInterrupt:
+                print(f"\ninterrupted: release {st.release_id} continues on the server; see `dpagg release status "
+                      f"{st.release_id}`, or re-run this command to attach to it (it spends nothing again)",
+                      file=sys.stderr)
+                return 130
+            except ServiceError:
+                pending.unlink(missing_ok=True)
+                raise
+    if st.state != "RUNNING":
+        pending.unlink(missing_ok=True)
     _print_release(st, args.json)
     return 0
 
@@ -601,8 +655,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owners", type=_owners, required=True, help="expected data owner ids, comma-separated")
     p.add_argument("--contribution-bound", type=int, default=1,
                    help="max records per person over all owners' data (owners bound with per_bin*max_bins = this)")
-    p.add_argument("--noise-parties", type=int, choices=(1, 2), default=2,
-                   help="2: both servers add noise (default); 1: only the computation server (opt-in)")
+    p.add_argument("--noise-parties", type=int, choices=(2,), default=2,
+                   help="both servers add noise (2, the only value a study accepts: with one, the computation "
+                        "server would hold exact values)")
     p.add_argument("--strategy", default="auto", help="release strategy: auto (default), gap, hier, dawa or privelet")
     p.add_argument("--strategy-params", help="strategy parameters as a JSON object")
     p.add_argument("--owner-key", action="append", metavar="ID=HEX",
@@ -657,9 +712,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = rsub.add_parser("run", help="release a study (waits for the summary unless --no-wait)")
     p.set_defaults(func=cmd_release_run)
     p.add_argument("study", help="study id")
-    p.add_argument("--epsilon", type=float, help="epsilon to spend (default: the study's whole budget)")
+    p.add_argument("--epsilon", type=_epsilon_or_rest, required=True, metavar="EPS|rest",
+                   help="epsilon to spend (> 0), or `rest` for exactly what is left of the study's budget")
     p.add_argument("--force", action="store_true", help="release even if some expected owners have not submitted")
     p.add_argument("--no-wait", action="store_true", help="return at once; poll with `dpagg release status`")
+    p.add_argument("--request-key", default="", metavar="KEY",
+                   help="idempotency key (default: generated, kept in --state-dir until the release finishes, so "
+                        "re-running after an interrupt attaches to the same release)")
+    p.add_argument("--state-dir", default=os.environ.get("DPAGG_STATE_DIR", "~/.dpagg"), metavar="DIR",
+                   help="where pending request keys are kept (env DPAGG_STATE_DIR; default ~/.dpagg)")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)

@@ -110,18 +110,20 @@ class StudyStatusResponse(_message.Message):
     def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ..., submitted_owners: _Optional[_Iterable[str]] = ..., missing_owners: _Optional[_Iterable[str]] = ..., release_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunReleaseRequest(_message.Message):
-    __slots__ = ("study_id", "epsilon", "force", "wait", "request_key")
+    __slots__ = ("study_id", "epsilon", "force", "wait", "request_key", "spend_rest")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_KEY_FIELD_NUMBER: _ClassVar[int]
+    SPEND_REST_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     epsilon: float
     force: bool
     wait: bool
     request_key: str
-    def __init__(self, study_id: _Optional[str] = ..., epsilon: _Optional[float] = ..., force: _Optional[bool] = ..., wait: _Optional[bool] = ..., request_key: _Optional[str] = ...) -> None: ...
+    spend_rest: bool
+    def __init__(self, study_id: _Optional[str] = ..., epsilon: _Optional[float] = ..., force: _Optional[bool] = ..., wait: _Optional[bool] = ..., request_key: _Optional[str] = ..., spend_rest: _Optional[bool] = ...) -> None: ...
 
 class ReleaseStatusRequest(_message.Message):
     __slots__ = ("release_id",)

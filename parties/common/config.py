@@ -46,6 +46,9 @@ RELEASE_TIMEOUT = 900.0
 GRPC_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Bind exclusively: with SO_REUSEPORT (gRPC's default on Linux) a second server on a port in use
+    # starts silently and the kernel splits the traffic between two keys and ledgers.
+    ("grpc.so_reuseport", 0),
 )
 
 ENV_COMPUTATION = "DPAGG_COMPUTATION"

@@ -153,8 +153,14 @@ class StudyContract:
         if isinstance(self.contribution_bound, bool) or not isinstance(self.contribution_bound, int) \
                 or self.contribution_bound < 1:
             raise InvalidInputError(f"contribution_bound must be an integer >= 1, got {self.contribution_bound!r}")
-        if self.noise_parties not in (1, 2) or isinstance(self.noise_parties, bool):
-            raise InvalidInputError(f"noise_parties must be 1 or 2, got {self.noise_parties!r}")
+        if self.noise_parties == 1:
+            raise InvalidInputError(
+                "noise_parties must be 2 in a study: every release passes back through the computation server, "
+                "which knows its own draw, so with one noise party it would hold the exact measurement. "
+                "(release(..., noise_parties=1) in one process remains as a trusted-curator baseline.)"
+            )
+        if self.noise_parties != 2 or isinstance(self.noise_parties, bool):
+            raise InvalidInputError(f"noise_parties must be 2, got {self.noise_parties!r}")
         object.__setattr__(self, "strategy_params_json", _canonical_params(self.strategy_params_json))
         object.__setattr__(self, "correlation_leakage", _check_leakage(self.correlation_leakage))
         object.__setattr__(self, "correlation_source", _check_source(self.correlation_source))

@@ -19,6 +19,7 @@ from ..common.contract import StudyContract
 from ..common.convert import (contract_from_proto, open_study_request, range_counts_from_proto, ranges_to_proto,
                               signatures_from_proto, summary_from_proto)
 from ..common.errors import ServiceError
+from he_partition.errors import InvalidInputError
 from ..common.signing import OwnerSignature
 
 __all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectAnswers"]
@@ -211,9 +212,9 @@ class ComputationClient(BaseClient):
         return SubmitResponse(resp.committed, resp.duplicate, tuple(resp.received_chunks), resp.chunk_count,
                               resp.bytes_received)
 
-    def run_release(self, study_id: str, *, epsilon: float = 0.0, force: bool = False, wait: bool = True,
+    def run_release(self, study_id: str, *, epsilon: float | str = "rest", force: bool = False, wait: bool = True,
                     request_key: str = "", timeout: float | None = None) -> ReleaseStatus:
-        """Run a release of the study, spending `epsilon` (0 = the study's whole budget).
+        """Run a release of the study, spending `epsilon` (> 0), or "rest": exactly what is left of its budget.
 
         Privacy: the released summary is `epsilon`-DP under add/remove of one person who
         contributes at most the contract's contribution bound c records (sensitivities
@@ -227,7 +228,11 @@ class ComputationClient(BaseClient):
         RESOURCE_EXHAUSTED (budget). A `request_key` is generated so retries after
         UNAVAILABLE never start a second release.
         """
-        req = computation_pb2.RunReleaseRequest(study_id=study_id, epsilon=epsilon, force=force, wait=wait,
+        rest = isinstance(epsilon, str)
+        if rest and epsilon != "rest":
+            raise InvalidInputError(f"epsilon must be a number > 0 or the word 'rest', got {epsilon!r}")
+        req = computation_pb2.RunReleaseRequest(study_id=study_id, epsilon=0.0 if rest else float(epsilon),
+                                                spend_rest=rest, force=force, wait=wait,
                                                 request_key=request_key or f"req-{uuid.uuid4().hex[:16]}")
         if timeout is None:
             timeout = RELEASE_TIMEOUT if wait else self.timeout

@@ -367,13 +367,13 @@ class ComputationHandler:
         return rec
 
     def run_release(self, study_id: str, *, epsilon: float = 0.0, force: bool = False, wait: bool = True,
-                    request_key: str = "") -> ReleaseRecord:
+                    request_key: str = "", spend_rest: bool = False) -> ReleaseRecord:
         """Release the study's aggregate with its strategy; see `_execute` for the privacy statement.
 
         Checks before anything is computed: every expected owner submitted (or `force`),
-        `epsilon` (default: the study's total) fits the budget left at the decryption
-        server (RESOURCE_EXHAUSTED otherwise, and nothing is decrypted), and no other
-        release of the study is running.
+        `epsilon` (> 0 and finite; or, with `spend_rest` and epsilon 0, exactly what is left)
+        fits the budget left at the decryption server (RESOURCE_EXHAUSTED otherwise, and
+        nothing is decrypted), and no other release of the study is running.
         """
         contract = self.study(study_id)
         if request_key:
@@ -381,9 +381,21 @@ class ComputationHandler:
             previous = self.store.release_by_request_key(study_id, request_key)
             if previous is not None:
                 return previous
-        eps = float(epsilon) if epsilon else contract.epsilon
-        if not (math.isfinite(eps) and eps > 0):
-            raise InvalidInputError(f"epsilon must be > 0 and finite, got {epsilon}")
+        if spend_rest:
+            if epsilon:
+                raise InvalidInputError(f"spend_rest spends what is left; epsilon must then be 0, got {epsilon}")
+            left = self.decryption.budget(study_id)
+            eps = left.total - max(left.spent, left.reserved)
+            if not eps > left.total * EPSILON_TOLERANCE:
+                raise BudgetExhaustedError(f"study {study_id} has no budget left (total {left.total:g}); nothing "
+                                           "was decrypted. Open a new study for more releases")
+        else:
+            eps = float(epsilon)
+            if not (math.isfinite(eps) and eps > 0):
+                raise InvalidInputError(
+                    f"epsilon must be > 0 and finite, got {epsilon}; to spend the rest of the budget ask for it "
+                    "explicitly (spend_rest, `--epsilon rest`)"
+                )
         if eps > contract.epsilon * (1 + EPSILON_TOLERANCE):
             raise InvalidInputError(f"epsilon {eps:g} exceeds study {study_id}'s total budget {contract.epsilon:g}")
         subs = self.submissions_to_include(contract, force=force, action="release")

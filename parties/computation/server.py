@@ -19,7 +19,7 @@ from ..analyst.servicer import AnalystServicer
 from ..common.access import AccessPolicy
 from ..common.config import AnalystConfig, ComputationConfig
 from ..common.server import ServerHandle, ServiceBinding, create_server
-from ..common.util import noise_source
+from ..common.util import lock_data_dir, noise_source
 from ..decryption.client import DecryptionClient
 from .handler import ComputationHandler
 from .servicer import SERVICE_NAME, ComputationServicer
@@ -39,7 +39,12 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     from its callers, checks their roles, and presents the same certificate to the
     decryption server.
     """
-    st = store or SqliteComputationStore(config.data_dir, durable=durable)
+    unlock = lock_data_dir(config.data_dir, "computation server")
+    try:
+        st = store or SqliteComputationStore(config.data_dir, durable=durable)
+    except BaseException:
+        unlock()
+        raise
     ds = DecryptionClient(config.decryption_target, tls=config.tls)
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
@@ -50,9 +55,15 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     if config.serve_analyst:
         services.append((analyst_pb2_grpc.add_AnalystServicer_to_server,
                          AnalystServicer(AnalystHandler(st), policy), ANALYST_SERVICE))
-    server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers,
-                                 credentials=config.tls.server_credentials() if config.tls is not None else None)
-    return ServerHandle(server, port, config.host, handler, [st.close, ds.close, lambda: handler.join(5.0)])
+    try:
+        server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers,
+                                     credentials=config.tls.server_credentials() if config.tls is not None else None)
+    except BaseException:
+        st.close()
+        ds.close()
+        unlock()
+        raise
+    return ServerHandle(server, port, config.host, handler, [st.close, ds.close, lambda: handler.join(5.0), unlock])
 
 
 def serve_computation(config: ComputationConfig, *, port_file: str | None = None) -> None:

@@ -102,7 +102,8 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
                    context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
         self.policy.require(context, ["operator"], action="run a release")
         rec = self.handler.run_release(request.study_id, epsilon=request.epsilon, force=request.force,
-                                       wait=request.wait, request_key=request.request_key)
+                                       wait=request.wait, request_key=request.request_key,
+                                       spend_rest=request.spend_rest)
         return release_to_proto(rec)
 
     def ReleaseStatus(self, request: computation_pb2.ReleaseStatusRequest,

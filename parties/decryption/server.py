@@ -9,7 +9,7 @@ from dpagg.v1 import decryption_pb2_grpc
 from ..common.access import AccessPolicy
 from ..common.config import DecryptionConfig
 from ..common.server import ServerHandle, create_server
-from ..common.util import noise_source
+from ..common.util import lock_data_dir, noise_source
 from .handler import DecryptionHandler
 from .keys import KeyStore
 from .ledger import LedgerStore, SqliteLedgerStore
@@ -30,20 +30,29 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     With `config.tls` the port is mutual TLS and every RPC checks the caller's role;
     with `config.insecure` it is plaintext and unchecked (a warning is logged).
     """
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    keys = KeyStore(config.data_dir / KEYS_DIR).load_or_create()
-    store = ledger or SqliteLedgerStore(config.data_dir / LEDGER_FILE)
+    unlock = lock_data_dir(config.data_dir, "decryption server")
+    try:
+        keys = KeyStore(config.data_dir / KEYS_DIR).load_or_create()
+        store = ledger or SqliteLedgerStore(config.data_dir / LEDGER_FILE)
+    except BaseException:
+        unlock()
+        raise
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None)
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids)
-    server, port = create_server(
-        [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],
-        host=config.host, port=config.port, max_workers=config.max_workers,
-        credentials=config.tls.server_credentials() if config.tls is not None else None,
-    )
-    return ServerHandle(server, port, config.host, handler, [store.close])
+    try:
+        server, port = create_server(
+            [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],
+            host=config.host, port=config.port, max_workers=config.max_workers,
+            credentials=config.tls.server_credentials() if config.tls is not None else None,
+        )
+    except BaseException:
+        store.close()
+        unlock()
+        raise
+    return ServerHandle(server, port, config.host, handler, [store.close, unlock])
 
 
 def serve_decryption(config: DecryptionConfig, *, port_file: str | None = None) -> None:

@@ -113,21 +113,23 @@ def test_a_whole_study_through_the_cli_processes(tmp_path: Path) -> None:
                                  "--signing-key", "pki/h1.signing.key", "--json", *_creds("h1")).stdout)
         assert again["duplicate"] and again["bytes_sent"] == 0  # the kept upload key makes re-runs no-ops
         # A data owner may not start a release, and cannot submit under another owner's name.
-        denied = dpagg(tmp_path, "release", "run", "cli", "--computation", cs_addr, *_creds("h1"), check=False)
+        denied = dpagg(tmp_path, "release", "run", "cli", "--epsilon", "rest", "--computation", cs_addr, *_creds("h1"),
+                       check=False)
         assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr and "operator" in denied.stderr
         forged = dpagg(tmp_path, "submit", "--computation", cs_addr, "--decryption", ds_addr, "--study", "cli",
                        "--owner", "h2", "--csv", "h1.csv", "--signing-key", "pki/h2.signing.key",
                        "--idempotency-key", "forged-1", *_creds("h1"), check=False)
         assert forged.returncode == 1 and "h1" in forged.stderr and "Traceback" not in forged.stderr
-        rel = json.loads(dpagg(tmp_path, "release", "run", "cli", "--computation", cs_addr, "--json",
-                               *_creds("op")).stdout)
+        rel = json.loads(dpagg(tmp_path, "release", "run", "cli", "--epsilon", "rest", "--computation", cs_addr,
+                               "--json", *_creds("op")).stdout)
         assert rel["state"] == "DONE" and rel["summary"]["domain_size"] == 50 and rel["owners"] == ["h1", "h2"]
         q = json.loads(dpagg(tmp_path, "query", rel["release_id"], "--analyst", cs_addr, "--range", "0:25",
                              "--range", "25:50", "--json", *_creds("an")).stdout)
         assert [(c["lo"], c["hi"]) for c in q["range_counts"]] == [(0, 25), (25, 50)]
         budget = json.loads(dpagg(tmp_path, "budget", "cli", "--decryption", ds_addr, "--json", *_creds("op")).stdout)
         assert budget["spent"] == 1.0 and budget["remaining"] == 0.0
-        refused = dpagg(tmp_path, "release", "run", "cli", "--computation", cs_addr, *_creds("op"), check=False)
+        refused = dpagg(tmp_path, "release", "run", "cli", "--epsilon", "rest", "--computation", cs_addr, *_creds("op"),
+                        check=False)
         assert refused.returncode == 1 and "RESOURCE_EXHAUSTED" in refused.stderr
         unknown = dpagg(tmp_path, "status", "nope", "--computation", cs_addr, *_creds("an"), check=False)
         assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "Traceback" not in unknown.stderr

@@ -50,10 +50,10 @@ def test_measurements_that_differ_from_the_contract_are_refused_naming_the_field
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "contract_hash is required" in err.details
     err = _refused(cluster, gap, PrefixDifferences(64, 0.1, 4), chunks=chunks, contract_hash=hier.contract_hash)
     assert err.code == grpc.StatusCode.FAILED_PRECONDITION and "contract_hash" in err.details
-    # Terms that differ only in the noise parties (or any other field) hash differently: a computation server
-    # holding a single-noise contract cannot get a two-noise study's measurement decrypted, and vice versa.
-    single = replace(gap, noise_parties=1)
-    err = _refused(cluster, gap, PrefixDifferences(64, 0.1, 4), chunks=chunks, contract_hash=single.contract_hash)
+    # Terms that differ in any field hash differently: a computation server holding another contract cannot
+    # get this study's measurement decrypted.
+    other = replace(gap, contribution_bound=3)
+    err = _refused(cluster, gap, PrefixDifferences(64, 0.1, 4), chunks=chunks, contract_hash=other.contract_hash)
     assert err.code == grpc.StatusCode.FAILED_PRECONDITION and "contract_hash" in err.details
 
     err = _refused(cluster, gap, PrefixDifferences(65, 0.1, 4), chunks=chunks)
