@@ -531,11 +531,17 @@ def cmd_budget(args: argparse.Namespace) -> int:
         b = ds.budget(args.study)
     if args.json:
         _print_json({"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
-                     "charges": [vars(c) for c in b.charges]})
+                     "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem})
     else:
         print(f"study {b.study_id}: spent {b.spent:g} of {b.total:g}, {b.remaining:g} left")
         for c in b.charges:
             print(f"  #{c.charge_id} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:g}")
+    if args.verify:
+        if b.chain_problem:
+            print(f"dpagg: ledger hash chain BROKEN: {b.chain_problem}", file=sys.stderr)
+            return 1
+        if not args.json:
+            print("ledger hash chain verified (every charge row commits to the previous one)")
     return 0
 
 
@@ -757,6 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("budget", cmd_budget, "show a study's privacy budget and ledger")
     p.add_argument("study", help="study id")
+    p.add_argument("--verify", action="store_true",
+                   help="check the ledger's hash chain; exit 1 if a charge row was changed, removed or replaced")
     p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)

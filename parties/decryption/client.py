@@ -45,6 +45,8 @@ class BudgetInfo:
     remaining: float
     charges: tuple[ChargeInfo, ...]
     reserved: float = 0.0
+    #: "" when the ledger's hash chain verifies, else what is broken (decryption is then stopped).
+    chain_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -189,5 +191,5 @@ class DecryptionClient(BaseClient):
         return BudgetInfo(
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
             tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),
-            resp.epsilon_reserved,
+            resp.epsilon_reserved, resp.chain_problem,
         )

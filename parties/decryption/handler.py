@@ -47,6 +47,7 @@ class BudgetReport:
     spent: float
     charges: tuple[Charge, ...]
     reserved: float = 0.0
+    chain_problem: str = ""
 
     @property
     def remaining(self) -> float:
@@ -325,7 +326,15 @@ class DecryptionHandler:
         contract = self.get_study(check_id("study_id", study_id))
         charges = tuple(self.ledger.charges(study_id))
         spent = math.fsum(c.epsilon for c in charges)
-        return BudgetReport(study_id, contract.epsilon, spent, charges, max(spent, reserved_epsilon(list(charges))))
+        problem = ""
+        verify = getattr(self.ledger, "verify_chain", None)
+        if verify is not None:
+            try:
+                verify()
+            except FailedPreconditionError as exc:
+                problem = str(exc)
+        return BudgetReport(study_id, contract.epsilon, spent, charges, max(spent, reserved_epsilon(list(charges))),
+                            problem)
 
 
 def _check_contract_hash(contract: StudyContract, contract_hash: str, consequence: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import abc
 import math
 import sqlite3
@@ -442,7 +444,8 @@ CREATE TABLE IF NOT EXISTS charges (
     epsilon         REAL NOT NULL CHECK (epsilon > 0),
     release_epsilon REAL NOT NULL,
     created_at      TEXT NOT NULL,
-    detail          TEXT NOT NULL DEFAULT ''
+    detail          TEXT NOT NULL DEFAULT '',
+    chain           TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS charges_by_study ON charges(study_id);
 CREATE TABLE IF NOT EXISTS direct_pieces (
@@ -473,11 +476,33 @@ def _immutable(table: str, why: str) -> str:
                    f"BEGIN SELECT RAISE(ABORT, '{why}'); END;\n" for op in ("UPDATE", "DELETE"))
 
 
+def _no_reuse(table: str, key: str) -> str:
+    # INSERT OR REPLACE deletes the old row without firing a DELETE trigger: refuse the reuse itself.
+    return (f"CREATE TRIGGER IF NOT EXISTS {table}_no_reuse BEFORE INSERT ON {table}\n"
+            f"WHEN EXISTS (SELECT 1 FROM {table} WHERE {key}) "
+            f"BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: {table} row exists'); END;\n")
+
+
 # The ledger is append-only: a charge (and every direct-query row), once written, can be
 # neither changed nor removed; contracts are immutable.
 _SCHEMA += "".join(_immutable(t, "the privacy ledger is append-only")
                    for t in ("charges", "direct_pieces", "direct_decryptions"))
 _SCHEMA += _immutable("studies", "study contracts are immutable")
+_SCHEMA += _no_reuse("charges", "charge_id = NEW.charge_id")
+_SCHEMA += _no_reuse("direct_pieces", "piece_id = NEW.piece_id")
+_SCHEMA += _no_reuse("direct_decryptions", "study_id = NEW.study_id AND request_id = NEW.request_id "
+                                           "AND position = NEW.position")
+_SCHEMA += _no_reuse("studies", "study_id = NEW.study_id")
+
+
+def chain_hash(previous: str, row: Sequence[object]) -> str:
+    """The hash chain over charge rows: SHA-256 of the previous row's hash and this row's fields."""
+    fields = [previous, *(repr(v) if isinstance(v, float) else str(v) for v in row)]
+    return hashlib.sha256("\x1f".join(fields).encode()).hexdigest()
+
+
+class LedgerTamperedError(FailedPreconditionError):
+    """The ledger's hash chain does not verify: a charge row was changed, removed or replaced."""
 
 
 class SqliteLedgerStore(LedgerStore):
@@ -501,6 +526,8 @@ class SqliteLedgerStore(LedgerStore):
         cols = {r[1] for r in self._db.execute("PRAGMA table_info(charges)")}
         if "detail" not in cols:  # a ledger written before decryptions were described
             self._db.execute("ALTER TABLE charges ADD COLUMN detail TEXT NOT NULL DEFAULT ''")
+        if "chain" not in cols:  # a ledger written before the hash chain: its rows form an unchained prefix
+            self._db.execute("ALTER TABLE charges ADD COLUMN chain TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         with self._lock:
@@ -553,13 +580,43 @@ class SqliteLedgerStore(LedgerStore):
 
     def _insert_charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
                        detail: str) -> Charge:
-        """Append one charge row (inside the caller's transaction, after its budget check)."""
+        """Append one charge row, chained to the previous one (inside the caller's transaction, after its
+        budget check). Refuses to write on a ledger whose chain does not verify."""
+        last = self._verify_chain()
         created = utc_now()
-        cur = self._db.execute(
-            "INSERT INTO charges (study_id, release_id, kind, epsilon, release_epsilon, created_at, detail) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)", (study_id, release_id, kind, epsilon, release_epsilon, created, detail))
-        assert cur.lastrowid is not None
-        return Charge(int(cur.lastrowid), study_id, release_id, kind, epsilon, release_epsilon, created, detail)
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'charges'").fetchone()
+        charge_id = max(int(row[0]) if row else 0, last[0]) + 1
+        fields = (charge_id, study_id, release_id, kind, epsilon, release_epsilon, created, detail)
+        self._db.execute(
+            "INSERT INTO charges (charge_id, study_id, release_id, kind, epsilon, release_epsilon, created_at, "
+            "detail, chain) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*fields, chain_hash(last[1], fields)))
+        return Charge(charge_id, study_id, release_id, kind, epsilon, release_epsilon, created, detail)
+
+    def _verify_chain(self) -> tuple[int, str]:
+        """Recompute the hash chain over every charge row; (last id, last hash), or LedgerTamperedError."""
+        previous, last_id, chained = "", 0, False
+        for r in self._db.execute("SELECT charge_id, study_id, release_id, kind, epsilon, release_epsilon, "
+                                  "created_at, detail, chain FROM charges ORDER BY charge_id"):
+            fields = (int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6], r[7])
+            want = chain_hash(previous, fields)
+            if r[8] == "" and not chained:  # rows written before the chain existed: hashed, not checked
+                previous = want
+            elif r[8] != want:
+                raise LedgerTamperedError(
+                    f"the ledger's hash chain breaks at charge {r[0]} (study {r[1]}): a charge row was changed, "
+                    f"removed or replaced in {self.path}. Decryption is stopped; restore the ledger from a backup "
+                    "and check it with `dpagg budget --verify`"
+                )
+            else:
+                chained, previous = True, want
+            last_id = fields[0]
+        return last_id, previous
+
+    def verify_chain(self) -> int:
+        """Check the whole hash chain; returns the number of charge rows (LedgerTamperedError if broken)."""
+        with self._lock:
+            self._verify_chain()
+            return int(self._db.execute("SELECT COUNT(*) FROM charges").fetchone()[0])
 
     def charges(self, study_id: str) -> list[Charge]:
         with self._lock:
@@ -624,5 +681,9 @@ class SqliteLedgerStore(LedgerStore):
             problems = [f"sqlite integrity: {r[0]}" for r in self._db.execute("PRAGMA integrity_check")
                         if r[0] != "ok"]
             problems += [f"sqlite foreign key: {tuple(r)}" for r in self._db.execute("PRAGMA foreign_key_check")]
+            try:
+                self._verify_chain()
+            except LedgerTamperedError as exc:
+                problems.append(str(exc))
         return problems + super().check_consistency()
 

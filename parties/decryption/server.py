@@ -9,6 +9,7 @@ from dpagg.v1 import decryption_pb2_grpc
 from ..common.access import AccessPolicy
 from ..common.config import DecryptionConfig
 from ..common.server import ServerHandle, create_server
+from ..common.errors import FailedPreconditionError
 from ..common.util import lock_data_dir, noise_source
 from .handler import DecryptionHandler
 from .keys import KeyStore
@@ -37,6 +38,12 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     except BaseException:
         unlock()
         raise
+    verify = getattr(store, "verify_chain", None)
+    if verify is not None:
+        try:
+            log.info("ledger hash chain verified: %d charge rows", verify())
+        except FailedPreconditionError as exc:  # started anyway, so operators can inspect; no decryption runs
+            log.error("%s", exc)
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None)

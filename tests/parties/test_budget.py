@@ -112,3 +112,32 @@ def test_sqlite_ledger_rows_cannot_be_changed_or_removed(cluster: Cluster) -> No
                 db.execute(sql)
     finally:
         db.close()
+
+
+def test_a_replaced_or_edited_charge_row_breaks_the_hash_chain_and_stops_decryption(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from parties.cli import main
+
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(64))
+    cluster.computation().run_release("s1", epsilon=0.5)
+    assert cluster.decryption().budget("s1").chain_problem == ""
+    assert main(["budget", "s1", "--verify", "--decryption", cluster.ds.target, "--insecure"]) == 0
+    assert "hash chain verified" in capsys.readouterr().out
+    db = sqlite3.connect(cluster.root / "ds" / LEDGER_FILE, isolation_level=None)
+    first = db.execute("SELECT charge_id, epsilon FROM charges ORDER BY charge_id").fetchone()
+    # REPLACE on an existing row id used to swap a charge silently (no DELETE trigger fires): refused now.
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        db.execute("INSERT OR REPLACE INTO charges (charge_id, study_id, release_id, kind, epsilon, release_epsilon, "
+                   "created_at) VALUES (?, 's1', 'r', 'k', 1e-9, 1.0, 'now')", (first[0],))
+    # Someone with file access drops the guard and edits a row: the chain shows it.
+    db.execute("DROP TRIGGER charges_no_update")
+    db.execute("UPDATE charges SET epsilon = 1e-9 WHERE charge_id = ?", (first[0],))
+    db.close()
+    problem = cluster.decryption().budget("s1").chain_problem
+    assert f"breaks at charge {first[0]}" in problem
+    assert main(["budget", "s1", "--verify", "--decryption", cluster.ds.target, "--insecure"]) == 1
+    assert "BROKEN" in capsys.readouterr().err
+    with pytest.raises(ServiceError) as ei:  # no decryption runs on a broken ledger
+        cluster.computation().run_release("s1", epsilon=0.1)
+    assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION and "hash chain" in ei.value.details
