@@ -75,7 +75,7 @@ def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any
     owner_id = f"owner-{index:02d}"
     rng = np.random.default_rng(1000 + index)
     hist = rng.poisson(3.0, n).astype(np.int64)
-    with DataOwnerClient(owner_id, computation=cs, decryption=ds, progress=False, timeout=120.0) as client:
+    with DataOwnerClient(owner_id, computation=cs, decryption=ds, progress=False, timeout=120.0, insecure=True) as client:
         t0 = time.monotonic()
         enc = client.encrypt(study, hist)
         t_enc = time.monotonic() - t0
@@ -99,7 +99,7 @@ def run_case(n: int, owners: int, workdir: Path) -> dict[str, Any]:
     cs_proc, cs = _start_server(["serve-computation", "--insecure", "--data-dir", str(workdir / "cs"), "--decryption", ds],
                                 workdir, "cs")
     try:
-        with ComputationClient(cs, timeout=60.0) as op, DecryptionClient(ds) as key_holder:
+        with ComputationClient(cs, timeout=60.0, insecure=True) as op, DecryptionClient(ds, insecure=True) as key_holder:
             op.wait_ready()
             owner_ids = [f"owner-{i:02d}" for i in range(owners)]
             contract, _ = op.open_study(study_id=f"bench-{n}", domain_size=n, epsilon=2.0, expected_owners=owner_ids)

@@ -97,6 +97,11 @@ def _tls(args: argparse.Namespace) -> "TlsConfig | None":
     return TlsConfig(Path(args.ca_cert), Path(args.cert), Path(args.key), server_name=args.tls_server_name or "")
 
 
+def _conn(args: argparse.Namespace) -> dict[str, Any]:
+    """Client connection arguments: this party's TLS, or an explicit plaintext test setup."""
+    return {"tls": _tls(args), "insecure": bool(args.insecure)}
+
+
 # --------------------------------------------------------------------------------------- commands
 def _refuse_seed_without_insecure(args: argparse.Namespace) -> None:
     if getattr(args, "insecure_noise_seed", None) is not None and not args.insecure:
@@ -208,7 +213,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
         raise DPAggError("give the domain: --domain COLUMN:LO:HI:BINS (or --domain-size N)")
     owner_keys = _owner_keys(args)
     correlation = _correlation_terms(args)
-    with ComputationClient(args.computation, tls=_tls(args)) as cs:
+    with ComputationClient(args.computation, **_conn(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=domain_size, epsilon=args.epsilon, expected_owners=args.owners,
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
@@ -329,7 +334,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
 
-    with ComputationClient(args.computation, tls=_tls(args)) as cs:
+    with ComputationClient(args.computation, **_conn(args)) as cs:
         st = cs.study_status(args.study)
     if args.json:
         _print_json({"contract": st.contract.to_dict(), "contract_hash": st.contract.contract_hash,
@@ -353,7 +358,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram
 
     tls = _tls(args)
-    with ComputationClient(args.computation, tls=tls) as cs:
+    with ComputationClient(args.computation, tls=tls, insecure=args.insecure) as cs:
         contract = cs.study_status(args.study).contract
         domain_text = args.domain or contract.domain_spec
         if not domain_text:
@@ -368,7 +373,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             from .common.signing import load_private_key
 
             signing_key = load_private_key(args.signing_key)
-        with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls,
+        with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls, insecure=args.insecure,
                              signing_key=signing_key, progress=not args.no_progress and not args.json) as owner:
             res = owner.submit(args.study, hist, idempotency_key=key)
     if args.json:
@@ -435,7 +440,7 @@ def cmd_release_run(args: argparse.Namespace) -> int:
     key = key or args.request_key or f"cli-{uuid.uuid4().hex[:16]}"
     pending.parent.mkdir(parents=True, exist_ok=True)
     pending.write_text(json.dumps({"request_key": key, "epsilon": spec, "study": args.study}))
-    with ComputationClient(args.computation, tls=_tls(args)) as cs:
+    with ComputationClient(args.computation, **_conn(args)) as cs:
         st = cs.run_release(args.study, epsilon=args.epsilon, force=args.force, wait=False, request_key=key)
         if not args.json:
             print(f"release {st.release_id} of study {args.study} started (request key {key})", flush=True)
@@ -459,7 +464,7 @@ def cmd_release_run(args: argparse.Namespace) -> int:
 def cmd_release_status(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
 
-    with ComputationClient(args.computation, tls=_tls(args)) as cs:
+    with ComputationClient(args.computation, **_conn(args)) as cs:
         st = cs.release_status(args.release)
     _print_release(st, args.json)
     return 0 if st.state != "FAILED" else 1
@@ -468,7 +473,7 @@ def cmd_release_status(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     from .analyst.client import AnalystClient
 
-    with AnalystClient(args.analyst, tls=_tls(args)) as an:
+    with AnalystClient(args.analyst, **_conn(args)) as an:
         if args.list or not args.release:
             infos = an.list_releases(args.study or "")
             if args.json:
@@ -508,7 +513,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_direct_query(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
 
-    with ComputationClient(args.computation, tls=_tls(args)) as cs:
+    with ComputationClient(args.computation, **_conn(args)) as cs:
         r = cs.direct_range_counts(args.study, args.range, args.epsilon, force=args.force,
                                    request_key=args.request_key or "")
     if args.json:
@@ -527,7 +532,7 @@ def cmd_direct_query(args: argparse.Namespace) -> int:
 def cmd_budget(args: argparse.Namespace) -> int:
     from .decryption.client import DecryptionClient
 
-    with DecryptionClient(args.decryption, tls=_tls(args)) as ds:
+    with DecryptionClient(args.decryption, **_conn(args)) as ds:
         b = ds.budget(args.study)
     if args.json:
         _print_json({"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
@@ -548,7 +553,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
 def cmd_health(args: argparse.Namespace) -> int:
     from .common.client import BaseClient
 
-    with BaseClient(args.target, tls=_tls(args)) as c:
+    with BaseClient(args.target, **_conn(args)) as c:
         c.wait_ready(args.service, timeout=args.timeout)
     print(f"{args.target} {args.service or '(server)'}: SERVING")
     return 0

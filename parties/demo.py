@@ -75,9 +75,9 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
             root / "computation", ds.target, noise_seed=None if noise_seed is None else noise_seed + 1,
             tls=pki.get("computation"), insecure=not tls)).start()
         try:
-            with ComputationClient(cs.target, tls=pki.get("operator")) as operator, \
-                    DecryptionClient(ds.target, tls=pki.get("operator")) as key_holder, \
-                    AnalystClient(cs.target, tls=pki.get("analyst")) as analyst:
+            with ComputationClient(cs.target, tls=pki.get("operator"), insecure=not tls) as operator, \
+                    DecryptionClient(ds.target, tls=pki.get("operator"), insecure=not tls) as key_holder, \
+                    AnalystClient(cs.target, tls=pki.get("analyst"), insecure=not tls) as analyst:
                 operator.wait_ready()
                 contract, _ = operator.open_study(
                     domain_size=spec.n_bins, epsilon=epsilon, expected_owners=owner_ids,
@@ -90,7 +90,7 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
                     write_sample_csv(csv_path, seed=seed, n_records=records, owner_index=i)
                     hist = read_histogram(csv_path, spec, person_column="person_id", bounds=bounds, rng=seed + i)
                     truth += hist.counts
-                    with DataOwnerClient(owner, computation=cs.target, decryption=ds.target, tls=pki.get(owner),
+                    with DataOwnerClient(owner, computation=cs.target, decryption=ds.target, tls=pki.get(owner), insecure=not tls,
                                          signing_key=signing[owner][0] if signing else None, progress=False) as do:
                         res = do.submit(contract.study_id, hist)
                     uploads.append({"owner": owner, "records_read": hist.records_read,

@@ -56,6 +56,7 @@ class AnalystClient(BaseClient):
     """
 
     stub_class = analyst_pb2_grpc.AnalystStub
+    server_role = "computation"  # the analyst service runs in the computation server (or serve-analyst on its data)
 
     def list_releases(self, study_id: str = "", *, timeout: float | None = None) -> list[ReleaseInfo]:
         """Finished releases, newest first (of one study, or all)."""

@@ -9,9 +9,11 @@ from typing import Any, Callable, ClassVar, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from he_partition.errors import DPAggError
+
 from .config import DEFAULT_TIMEOUT, GRPC_OPTIONS, RetryPolicy
 from .errors import ServiceError
-from .tls import TlsConfig
+from .tls import TlsConfig, server_role_name
 
 __all__ = ["BaseClient", "call_with_retry"]
 
@@ -48,25 +50,36 @@ class BaseClient:
     each call in seconds; every method also takes its own `timeout`. `tls` (this party's
     certificate, key and the deployment CA) makes the channel mutual TLS, which every
     server outside a test setup requires: the server checks the certificate's role and
-    id on every call. Without `tls` the channel is plaintext (only an `--insecure`
-    server accepts it).
+    id on every call, and this client checks the server's: its certificate must carry
+    the DNS name `<server_role>.dpagg` (`server_role_name`), which `dpagg certs` puts only
+    in certificates of that server role, so a party holding any other certificate of the
+    same CA cannot pose as the server. A plaintext channel needs `insecure=True` (only an
+    `--insecure` server accepts it); without `tls` and without it the client refuses.
     """
 
     #: The generated stub class of the service this client talks to.
     stub_class: ClassVar[Callable[[grpc.Channel], Any] | None] = None
+    #: The role the server must hold ("decryption", "computation"), or "" to check only the CA and host name.
+    server_role: ClassVar[str] = ""
 
     def __init__(self, target: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
-                 channel: grpc.Channel | None = None, tls: TlsConfig | None = None) -> None:
+                 channel: grpc.Channel | None = None, tls: TlsConfig | None = None, insecure: bool = False) -> None:
         if not target and channel is None:
             raise ValueError("target must be host:port of a dpagg server")
+        if tls is None and not insecure and channel is None:
+            raise DPAggError(
+                f"no TLS configuration for {target}: pass tls=TlsConfig(...) (this party's certificate, key and the "
+                "deployment CA), or insecure=True for a plaintext test setup"
+            )
         self.target = target
         self.timeout = timeout
         self.retry = retry
         self.tls = tls
         if channel is None:
             if tls is not None:
-                channel = grpc.secure_channel(target, tls.channel_credentials(),
-                                              options=[*GRPC_OPTIONS, *tls.channel_options()])
+                role_name = [("grpc.ssl_target_name_override", server_role_name(self.server_role))] \
+                    if self.server_role else tls.channel_options()
+                channel = grpc.secure_channel(target, tls.channel_credentials(), options=[*GRPC_OPTIONS, *role_name])
             else:
                 channel = grpc.insecure_channel(target, options=list(GRPC_OPTIONS))
             self._owns_channel = True
@@ -95,7 +108,19 @@ class BaseClient:
         """One unary call with a deadline; retried on UNAVAILABLE when `retry` (idempotent calls)."""
         deadline = self.timeout if timeout is None else timeout
         policy = self.retry if retry else RetryPolicy(attempts=1)
-        return call_with_retry(lambda: rpc(request, timeout=deadline), policy=policy, method=method)
+        return self._call(lambda: rpc(request, timeout=deadline), policy=policy, method=method)
+
+    def _call(self, fn: Callable[[], T], *, policy: RetryPolicy, method: str) -> T:
+        """`call_with_retry`, naming the server role this client insists on when the connection fails."""
+        try:
+            return call_with_retry(fn, policy=policy, method=method)
+        except ServiceError as exc:
+            if exc.code == grpc.StatusCode.UNAVAILABLE and self.tls is not None and self.server_role:
+                exc.details += (f"; or {self.target} is not the {self.server_role} server: this client accepts only a "
+                                f"certificate issued by the deployment CA for role {self.server_role} (DNS name "
+                                f"{server_role_name(self.server_role)}), and sent it nothing")
+                exc.args = (f"{exc.code.name} ({method}): {exc.details}",)
+            raise
 
     def wait_ready(self, service: str = "", timeout: float = 30.0) -> None:
         """Block until the server's health check reports SERVING for `service` ("" = the whole server)."""

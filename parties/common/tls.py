@@ -34,6 +34,8 @@ from he_partition.errors import DPAggError, InvalidInputError
 
 __all__ = [
     "ROLES",
+    "SERVER_ROLES",
+    "server_role_name",
     "ROLE_CAPABILITIES",
     "URI_SCHEME",
     "CaFiles",
@@ -60,6 +62,14 @@ CA_NAME = "dpagg-ca"
 #: The roles a certificate can carry: one per party package, plus "operator" for the
 #: person who opens studies and starts releases (a CLI user, not a server).
 ROLES: tuple[str, ...] = ("data_owner", "computation", "decryption", "analyst", "operator")
+#: Roles that run servers: only their certificates may authenticate a TLS server (serverAuth) and carry
+#: the DNS name `server_role_name(role)` that clients of that role's server check.
+SERVER_ROLES: tuple[str, ...] = ("computation", "decryption")
+
+
+def server_role_name(role: str) -> str:
+    """The DNS name a client checks in a server's certificate to know it talks to that role's server."""
+    return f"{role}.dpagg"
 
 #: What each role may do; quoted in every PERMISSION_DENIED message.
 ROLE_CAPABILITIES: dict[str, str] = {
@@ -362,10 +372,12 @@ def issue_party_certificate(
 ) -> PartyFiles:
     """Issue `party_id`'s certificate (`<party_id>.crt`) and key (`<party_id>.key`, 0600) in `directory`.
 
-    The certificate says CN=<party_id>, OU=<role>, SAN URI ``dpagg://<role>/<party_id>``,
-    plus DNS/IP SANs for `hostnames` (what clients dial when this party runs a server).
-    It is valid for both TLS server and client authentication, since the computation
-    server is a server to the owners and a client of the decryption server.
+    The certificate says CN=<party_id>, OU=<role>, SAN URI ``dpagg://<role>/<party_id>``.
+    A server role (SERVER_ROLES) also gets the DNS SAN ``<role>.dpagg`` that clients check
+    (`server_role_name`), DNS/IP SANs for `hostnames`, and is valid for TLS server and
+    client authentication (the computation server is a server to the owners and a client
+    of the decryption server). Every other role is a client only: clientAuth, no DNS or
+    IP name, so its certificate cannot pose as a server.
     """
     _check_party_id(party_id)
     _check_role(role)
@@ -378,7 +390,11 @@ def issue_party_certificate(
     key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
     sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(f"{URI_SCHEME}://{role}/{party_id}")]
-    sans += _hostname_sans(hostnames)
+    server = role in SERVER_ROLES
+    if server:
+        sans += [x509.DNSName(server_role_name(role)), *_hostname_sans(hostnames)]
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if server \
+        else [ExtendedKeyUsageOID.CLIENT_AUTH]
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([
@@ -398,8 +414,7 @@ def issue_party_certificate(
                           encipher_only=False, decipher_only=False),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                       critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())

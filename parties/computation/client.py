@@ -141,6 +141,7 @@ class ComputationClient(BaseClient):
     """
 
     stub_class = computation_pb2_grpc.ComputationStub
+    server_role = "computation"
 
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,

@@ -45,7 +45,7 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     except BaseException:
         unlock()
         raise
-    ds = DecryptionClient(config.decryption_target, tls=config.tls)
+    ds = DecryptionClient(config.decryption_target, tls=config.tls, insecure=config.insecure)
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     handler = ComputationHandler(st, ds, noise_source(config.noise_seed), data_dir=config.data_dir)

@@ -93,7 +93,7 @@ class DataOwnerClient:
 
     def __init__(self, owner_id: str, *, computation: str | ComputationClient, decryption: str | DecryptionClient,
                  timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(), progress: bool = True,
-                 tls: TlsConfig | None = None, signing_key: bytes | None = None) -> None:
+                 tls: TlsConfig | None = None, signing_key: bytes | None = None, insecure: bool = False) -> None:
         self.owner_id = check_id("owner_id", owner_id)
         if tls is not None and (tls.identity.role != "data_owner" or tls.identity.party_id != owner_id):
             raise InvalidInputError(
@@ -102,10 +102,10 @@ class DataOwnerClient:
             )
         self._own: list[ComputationClient | DecryptionClient] = []
         if isinstance(computation, str):
-            computation = ComputationClient(computation, timeout=timeout, retry=retry, tls=tls)
+            computation = ComputationClient(computation, timeout=timeout, retry=retry, tls=tls, insecure=insecure)
             self._own.append(computation)
         if isinstance(decryption, str):
-            decryption = DecryptionClient(decryption, timeout=timeout, retry=retry, tls=tls)
+            decryption = DecryptionClient(decryption, timeout=timeout, retry=retry, tls=tls, insecure=insecure)
             self._own.append(decryption)
         self._signing_key = signing_key
         self.computation: ComputationClient = computation

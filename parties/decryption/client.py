@@ -13,7 +13,7 @@ from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.errors import InvalidInputError
 from he_partition.measurements import Measurement
 
-from ..common.client import BaseClient, call_with_retry
+from ..common.client import BaseClient
 from ..common.contract import StudyContract
 from ..common.convert import contract_from_proto, measurement_to_proto, open_study_request, ranges_to_proto
 
@@ -80,6 +80,7 @@ class DecryptionClient(BaseClient):
     """
 
     stub_class = decryption_pb2_grpc.DecryptionStub
+    server_role = "decryption"
 
     def public_context(self, *, timeout: float | None = None) -> bytes:
         """Download the serialized public BFV context (streamed in chunks) and check its SHA-256 fingerprint."""
@@ -101,7 +102,7 @@ class DecryptionClient(BaseClient):
                 )
             return data
 
-        return call_with_retry(fetch, policy=self.retry, method="Decryption/GetPublicContext")
+        return self._call(fetch, policy=self.retry, method="Decryption/GetPublicContext")
 
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,

@@ -112,20 +112,20 @@ class Cluster:
 
     def computation(self, party: str = OPERATOR_ID, role: str = "operator") -> ComputationClient:
         return self._keep(ComputationClient(self.cs.target, retry=FAST_RETRY,  # type: ignore[return-value]
-                                            tls=self.tls(party, role)))
+                                            tls=self.tls(party, role), insecure=self.pki is None))
 
     def decryption(self, party: str = OPERATOR_ID, role: str = "operator") -> DecryptionClient:
         return self._keep(DecryptionClient(self.ds.target, retry=FAST_RETRY,  # type: ignore[return-value]
-                                           tls=self.tls(party, role)))
+                                           tls=self.tls(party, role), insecure=self.pki is None))
 
     def analyst(self, party: str = ANALYST_ID, role: str = "analyst") -> AnalystClient:
         return self._keep(AnalystClient(self.cs.target, retry=FAST_RETRY,  # type: ignore[return-value]
-                                        tls=self.tls(party, role)))
+                                        tls=self.tls(party, role), insecure=self.pki is None))
 
     def owner(self, owner_id: str) -> DataOwnerClient:
         return self._keep(DataOwnerClient(owner_id, computation=self.cs.target,  # type: ignore[return-value]
                                           decryption=self.ds.target, retry=FAST_RETRY, progress=False,
-                                          tls=self.tls(owner_id, "data_owner"),
+                                          tls=self.tls(owner_id, "data_owner"), insecure=self.pki is None,
                                           signing_key=self.signing_key(owner_id)[0]))
 
     def open_study(self, *, study_id: str = "s1", domain_size: int = 64, epsilon: float = 1.0,

@@ -131,7 +131,7 @@ def test_stand_alone_analyst_server_reads_the_computation_store(cluster: Cluster
     rel = cluster.computation().run_release("s1")
     handle = create_analyst_server(AnalystConfig(cluster.root / "cs", insecure=True)).start()
     try:
-        with AnalystClient(handle.target) as analyst:
+        with AnalystClient(handle.target, insecure=True) as analyst:
             analyst.wait_ready("dpagg.v1.Analyst")
             assert [r.release_id for r in analyst.list_releases()] == [rel.release_id]
             assert analyst.get_release(rel.release_id).summary == rel.summary

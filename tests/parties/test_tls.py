@@ -110,7 +110,7 @@ def test_key_files_are_0600_and_certificates_carry_the_identity(pki: dict[str, o
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "cs-1"
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.UniformResourceIdentifier) == ["dpagg://computation/cs-1"]
-    assert san.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert san.get_values_for_type(x509.DNSName) == ["computation.dpagg", "localhost"]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert cert.issuer == ca.certificate().subject
     assert tls.identity_from_certificate(cert) == PeerIdentity("cs-1", "computation")

@@ -58,3 +58,87 @@ def test_two_servers_on_one_data_directory_refuse(tmp_path: Path) -> None:
     finally:
         first.stop()
     create_decryption_server(DecryptionConfig(tmp_path / "ds", insecure=True)).stop()  # free again after stop
+
+
+class _Recorder(grpc.ServerInterceptor):
+    """Counts every RPC that reaches a server."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
+        self.calls.append(details.method)
+        return continuation(details)
+
+
+def _rogue(tls_config) -> tuple[grpc.Server, str, _Recorder]:  # type: ignore[no-untyped-def]
+    from concurrent import futures
+
+    recorder = _Recorder()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), interceptors=(recorder,))
+    port = server.add_secure_port("127.0.0.1:0", tls_config.server_credentials())
+    server.start()
+    return server, f"127.0.0.1:{port}", recorder
+
+
+def test_a_rogue_server_with_another_roles_certificate_gets_nothing(secure_cluster: Cluster) -> None:
+    """Any certificate holder of the same CA posing as a server: the client refuses before sending anything."""
+    from parties.data_owner.client import DataOwnerClient
+    from parties.decryption.client import DecryptionClient
+
+    from .conftest import FAST_RETRY
+
+    c = secure_cluster
+    c.open_study(domain_size=64, owners=("a",))
+    server, target, seen = _rogue(c.tls("mallory", "analyst"))  # an analyst poses as the computation server
+    try:
+        owner = DataOwnerClient("a", computation=target, decryption=c.ds.target, tls=c.tls("a", "data_owner"),
+                                signing_key=c.signing_key("a")[0], progress=False, retry=FAST_RETRY)
+        with owner, pytest.raises(ServiceError) as ei:
+            owner.submit("s1", np.arange(64))
+        assert ei.value.code == grpc.StatusCode.UNAVAILABLE and "not the computation server" in ei.value.details
+        assert seen.calls == []  # no RPC reached the impostor: nothing was uploaded
+    finally:
+        server.stop(None)
+    # A computation server's certificate cannot pose as the key holder either (owners fetch the key from it).
+    server, target, seen = _rogue(c.tls("cs-2", "computation"))
+    try:
+        with DecryptionClient(target, tls=c.tls("a", "data_owner"), retry=FAST_RETRY) as ds, \
+                pytest.raises(ServiceError) as ei:
+            ds.public_context()
+        assert "not the decryption server" in ei.value.details and seen.calls == []
+    finally:
+        server.stop(None)
+    # The real servers pass the same check.
+    assert c.owner("a").submit("s1", np.arange(64)).committed
+
+
+def test_the_sdk_refuses_plaintext_unless_insecure_is_explicit() -> None:
+    from parties.computation.client import ComputationClient
+    from parties.data_owner.client import DataOwnerClient
+
+    with pytest.raises(DPAggError, match="insecure=True"):
+        ComputationClient("127.0.0.1:1")
+    with pytest.raises(DPAggError, match="insecure=True"):
+        DataOwnerClient("a", computation="127.0.0.1:1", decryption="127.0.0.1:2")
+    ComputationClient("127.0.0.1:1", insecure=True).close()
+
+
+def test_only_server_roles_get_server_certificates(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    from parties.common import tls as tlsmod
+
+    ca = tlsmod.create_ca(tmp_path)
+    for party, role in (("ds", "decryption"), ("cs", "computation"), ("an", "analyst"), ("op", "operator"),
+                        ("h1", "data_owner")):
+        files = tlsmod.issue_party_certificate(ca, tmp_path, party, role)
+        cert = x509.load_pem_x509_certificate(files.cert_pem())
+        eku = list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+        dns = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName)
+        if role in ("decryption", "computation"):
+            assert ExtendedKeyUsageOID.SERVER_AUTH in eku and f"{role}.dpagg" in dns
+        else:
+            assert eku == [ExtendedKeyUsageOID.CLIENT_AUTH] and dns == []
