@@ -218,7 +218,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
             study_id=args.study_id or "", domain_size=domain_size, epsilon=args.epsilon, expected_owners=args.owners,
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
             strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys,
-            **correlation)
+            max_organizations=args.max_organizations, **correlation)
     from he_partition.guidance import assess_epsilon
 
     guide = assess_epsilon(contract.epsilon)
@@ -233,7 +233,8 @@ def cmd_open_study(args: argparse.Namespace) -> int:
     else:
         print(f"study {contract.study_id} {'already open' if existed else 'opened'}: {contract.domain_size} bins, "
               f"epsilon {contract.epsilon:g}, owners {', '.join(contract.expected_owners)}, "
-              f"contribution bound {contract.contribution_bound}, noise parties {contract.noise_parties}")
+              f"contribution bound {contract.contribution_bound} per owner, a person in at most "
+              f"{contract.max_organizations} organization(s), noise parties {contract.noise_parties}")
         if contract.correlated or contract.correlation_source:
             print(_correlation_line(contract))
         print(f"epsilon {contract.epsilon:g}: any unbiased estimate of one count has variance >= "
@@ -665,7 +666,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget of the study")
     p.add_argument("--owners", type=_owners, required=True, help="expected data owner ids, comma-separated")
     p.add_argument("--contribution-bound", type=int, default=1,
-                   help="max records per person over all owners' data (owners bound with per_bin*max_bins = this)")
+                   help="max records per person in one owner's data (owners bound with per_bin*max_bins = this)")
+    p.add_argument("--max-organizations", type=int, default=1, metavar="K",
+                   help="the most data owners one person may appear in (default 1); every sensitivity is "
+                        "multiplied by K, since each owner bounds its own records")
     p.add_argument("--noise-parties", type=int, choices=(2,), default=2,
                    help="both servers add noise (2, the only value a study accepts: with one, the computation "
                         "server would hold exact values)")

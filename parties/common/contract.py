@@ -122,6 +122,7 @@ class StudyContract:
     owner_keys: tuple[tuple[str, str], ...] = ()
     correlation_leakage: float = 0.0
     correlation_source: str = ""
+    max_organizations: int = 1
     version: str = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -153,6 +154,9 @@ class StudyContract:
         if isinstance(self.contribution_bound, bool) or not isinstance(self.contribution_bound, int) \
                 or self.contribution_bound < 1:
             raise InvalidInputError(f"contribution_bound must be an integer >= 1, got {self.contribution_bound!r}")
+        if isinstance(self.max_organizations, bool) or not isinstance(self.max_organizations, int) \
+                or self.max_organizations < 1:
+            raise InvalidInputError(f"max_organizations must be an integer >= 1, got {self.max_organizations!r}")
         if self.noise_parties == 1:
             raise InvalidInputError(
                 "noise_parties must be 2 in a study: every release passes back through the computation server, "
@@ -189,6 +193,7 @@ class StudyContract:
         owner_keys: Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]] | None = None,
         correlation_leakage: float = 0.0,
         correlation_source: str = "",
+        max_organizations: int = 1,
     ) -> "StudyContract":
         """Build a contract from loosely typed inputs (e.g. a request), validating everything."""
         return cls(
@@ -199,6 +204,7 @@ class StudyContract:
             context_fingerprint=context_fingerprint,
             strategy=strategy or "auto",
             contribution_bound=int(contribution_bound),
+            max_organizations=int(max_organizations or 1),
             noise_parties=int(noise_parties),
             strategy_params_json=_canonical_params(strategy_params),
             domain_spec=domain_spec or "",
@@ -211,6 +217,15 @@ class StudyContract:
     def signed(self) -> bool:
         """True when every owner's public key is part of the contract (submissions must be signed)."""
         return bool(self.owner_keys)
+
+    @property
+    def person_bound(self) -> int:
+        """Records one person may add to the combined data: contribution_bound x max_organizations.
+
+        Every sensitivity is a multiple of it: contribution bounding happens at each owner,
+        so a person present at k owners contributes up to k x c records.
+        """
+        return self.contribution_bound * self.max_organizations
 
     def owner_public_key(self, owner_id: str) -> bytes | None:
         """The raw 32-byte Ed25519 key of `owner_id` (None for an unsigned study or an unknown owner)."""
@@ -245,7 +260,7 @@ class StudyContract:
         calibrated at (epsilon itself unless the study has correlated records).
         """
         make_strategy(self.strategy, self.domain_size, self.dp_epsilon(self.epsilon), noise_parties=self.noise_parties,
-                      contribution_bound=self.contribution_bound, params=self.strategy_params or None)
+                      contribution_bound=self.person_bound, params=self.strategy_params or None)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain JSON types (the input of the hash).
@@ -272,6 +287,8 @@ class StudyContract:
         if self.correlation_leakage or self.correlation_source:
             d["correlation_leakage"] = self.correlation_leakage
             d["correlation_source"] = self.correlation_source
+        if self.max_organizations != 1:
+            d["max_organizations"] = self.max_organizations
         return d
 
     def canonical_json(self) -> str:
@@ -292,6 +309,7 @@ class StudyContract:
                 epsilon=float(d["epsilon"]),
                 strategy=str(d["strategy"]),
                 contribution_bound=int(d["contribution_bound"]),
+                max_organizations=int(d.get("max_organizations", 1)),
                 noise_parties=int(d["noise_parties"]),
                 expected_owners=tuple(d["expected_owners"]),
                 context_fingerprint=str(d["context_fingerprint"]),

@@ -48,6 +48,7 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         owner_keys=dict(c.owner_keys),
         correlation_leakage=c.correlation_leakage,
         correlation_source=c.correlation_source,
+        max_organizations=c.max_organizations,
     )
 
 
@@ -68,6 +69,7 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
         owner_keys=tuple(p.owner_keys.items()),
         correlation_leakage=float(p.correlation_leakage),
         correlation_source=p.correlation_source,
+        max_organizations=int(p.max_organizations) or 1,
     )
     if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
         raise InvalidInputError(
@@ -186,14 +188,14 @@ def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> list[Ran
 def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expected_owners: Sequence[str],
                        strategy: str, contribution_bound: int, noise_parties: int, strategy_params_json: str,
                        domain_spec: str, owner_keys: Mapping[str, str | bytes] | None, correlation_leakage: float,
-                       correlation_source: str) -> decryption_pb2.OpenStudyRequest:
+                       correlation_source: str, max_organizations: int = 1) -> decryption_pb2.OpenStudyRequest:
     """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`)."""
     return decryption_pb2.OpenStudyRequest(
         study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
         contribution_bound=contribution_bound, noise_parties=noise_parties, expected_owners=list(expected_owners),
         strategy_params_json=strategy_params_json, domain_spec=domain_spec,
         owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
-        correlation_source=correlation_source,
+        correlation_source=correlation_source, max_organizations=max_organizations,
     )
 
 
@@ -205,5 +207,5 @@ def open_study_kwargs(request: Any) -> dict[str, Any]:
         contribution_bound=request.contribution_bound, noise_parties=request.noise_parties,
         strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
         owner_keys=dict(request.owner_keys), correlation_leakage=request.correlation_leakage,
-        correlation_source=request.correlation_source,
+        correlation_source=request.correlation_source, max_organizations=request.max_organizations,
     )

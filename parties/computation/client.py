@@ -147,7 +147,7 @@ class ComputationClient(BaseClient):
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
                    strategy_params_json: str = "", domain_spec: str = "",
                    owner_keys: Mapping[str, str | bytes] | None = None, correlation_leakage: float = 0.0,
-                   correlation_source: str = "",
+                   correlation_source: str = "", max_organizations: int = 1,
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Open a study (forwarded to the decryption server, which owns contracts and the ledger).
 
@@ -169,7 +169,8 @@ class ComputationClient(BaseClient):
             study_id=study_id or f"study-{uuid.uuid4().hex[:16]}", domain_size=domain_size, epsilon=epsilon,
             strategy=strategy, contribution_bound=contribution_bound, noise_parties=noise_parties,
             expected_owners=expected_owners, strategy_params_json=strategy_params_json, domain_spec=domain_spec,
-            owner_keys=owner_keys, correlation_leakage=correlation_leakage, correlation_source=correlation_source)
+            owner_keys=owner_keys, correlation_leakage=correlation_leakage, correlation_source=correlation_source,
+            max_organizations=max_organizations)
         resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
         return contract_from_proto(resp.contract), resp.already_existed
 

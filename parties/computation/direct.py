@@ -54,7 +54,7 @@ class DirectQueries:
         contract = h.study(study_id)
         eps = positive_finite("epsilon", epsilon)
         eps_dp = contract.dp_epsilon(eps)
-        ms = range_count_batch(contract.domain_size, eps_dp, contract.contribution_bound, ranges,
+        ms = range_count_batch(contract.domain_size, eps_dp, contract.person_bound, ranges,
                                max_ranges=MAX_DIRECT_RANGES)
         rs = [(m.lo, m.hi) for m in ms]
         if request_key:

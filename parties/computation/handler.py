@@ -475,7 +475,7 @@ class ComputationHandler:
             cs = ComputationSide(backend, self.rng)
             strategy = make_strategy(contract.strategy, contract.domain_size, contract.dp_epsilon(record.epsilon),
                                      noise_parties=contract.noise_parties,
-                                     contribution_bound=contract.contribution_bound,
+                                     contribution_bound=contract.person_bound,
                                      params=contract.strategy_params or None)
 
             sent = [0]
@@ -497,6 +497,8 @@ class ComputationHandler:
                     contract_hash=contract.contract_hash).values
 
             summary: Summary = run_strategy(strategy, measure)
+            # Every summary states how many organizations one person may appear in (its noise assumes it).
+            summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
             if contract.correlated or contract.correlation_source:
                 bdp = _bayesian_dp_params(contract, record.epsilon, summary)
                 summary = replace(summary, params={**summary.params, "bayesian_dp": bdp})

@@ -157,7 +157,7 @@ class DecryptionHandler:
                    strategy: str = "", contribution_bound: int = 0, noise_parties: int = 0,
                    strategy_params_json: str = "", domain_spec: str = "",
                    owner_keys: Mapping[str, str] | None = None, correlation_leakage: float = 0.0,
-                   correlation_source: str = "") -> tuple[StudyContract, bool]:
+                   correlation_source: str = "", max_organizations: int = 0) -> tuple[StudyContract, bool]:
         """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys).
 
         `correlation_leakage` L > 0 makes `epsilon` a Bayesian-DP budget for correlated
@@ -183,6 +183,7 @@ class DecryptionHandler:
             owner_keys=owner_keys,
             correlation_leakage=correlation_leakage,
             correlation_source=correlation_source,
+            max_organizations=max_organizations or 1,
         )
         return self.ledger.create_study(contract)
 
@@ -215,11 +216,12 @@ class DecryptionHandler:
                 f"{contract.strategy!r} (it measures only {', '.join(sorted(allowed)) or 'nothing this server knows'}); "
                 "nothing was decrypted"
             )
-        floor = m.unit_sensitivity * contract.contribution_bound
+        floor = m.unit_sensitivity * contract.person_bound
         if m.sensitivity < floor:
             raise InvalidInputError(
                 f"measurement.sensitivity: {m.kind} sensitivity {m.sensitivity} is below {floor} (contribution bound "
-                f"{contract.contribution_bound}): its noise would be too small"
+                f"{contract.contribution_bound} x at most {contract.max_organizations} organization(s) per person): "
+                "its noise would be too small"
             )
         if m.kind == RangeCount.kind:
             # Paid in advance (charge_direct_queries); decrypt_measurement claims the paid range.
@@ -317,7 +319,7 @@ class DecryptionHandler:
         check_id("request_id", request_id)
         _check_contract_hash(contract, contract_hash, "nothing was charged")
         pieces = [m.privacy_pieces() for m in range_count_batch(
-            contract.domain_size, epsilon, contract.contribution_bound, ranges, max_ranges=MAX_DIRECT_RANGES)]
+            contract.domain_size, epsilon, contract.person_bound, ranges, max_ranges=MAX_DIRECT_RANGES)]
         detail = canonical_json({"contract_hash": contract.contract_hash, "ranges": len(pieces),
                                  "epsilon": float(epsilon)})
         return self.ledger.charge_direct(study_id, request_id, pieces, detail)

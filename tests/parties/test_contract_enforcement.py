@@ -60,7 +60,7 @@ def test_measurements_that_differ_from_the_contract_are_refused_naming_the_field
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "measurement.domain_size 65" in err.details
     err = _refused(cluster, gap, PrefixDifferences(64, 0.1, 3), chunks=chunks)  # needs 2c = 4
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "measurement.sensitivity" in err.details
-    assert "below 4 (contribution bound 2)" in err.details
+    assert "below 4 (contribution bound 2 x at most 1 organization(s)" in err.details
     err = _refused(cluster, gap, PartitionSums(64, 0.1, 1, starts=(0, 32)), chunks=chunks)  # needs c = 2
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "measurement.sensitivity" in err.details
     # hier measures only partition sums: adjacent differences are not part of that study's contract

@@ -142,3 +142,30 @@ def test_only_server_roles_get_server_certificates(tmp_path: Path) -> None:
             assert ExtendedKeyUsageOID.SERVER_AUTH in eku and f"{role}.dpagg" in dns
         else:
             assert eku == [ExtendedKeyUsageOID.CLIENT_AUTH] and dns == []
+
+
+def test_a_person_in_several_organizations_multiplies_every_sensitivity(cluster: Cluster) -> None:
+    """max_organizations k: a person at k owners adds k x c records, so every noise scale is k times larger."""
+    from he_partition.measurements import PartitionSums
+
+    plain = StudyContract.create(study_id="s1", domain_size=8, epsilon=1.0, expected_owners=("a",),
+                                 context_fingerprint="0" * 64)
+    assert "max_organizations" not in plain.to_dict()  # default 1: existing contract hashes are unchanged
+    three = cluster.open_study(domain_size=64, owners=("a", "b"), epsilon=1.0, strategy="hier", max_organizations=3,
+                               contribution_bound=2)
+    assert three.max_organizations == 3 and three.person_bound == 6 and three.to_dict()["max_organizations"] == 3
+    assert three.contract_hash != cluster.open_study(study_id="s2", domain_size=64, owners=("a", "b"), epsilon=1.0,
+                                                     strategy="hier", contribution_bound=2).contract_hash
+    for o in ("a", "b"):
+        cluster.owner(o).submit("s1", np.arange(64) % 2)
+    rel = cluster.computation().run_release("s1", epsilon=1.0)
+    s = rel.summary
+    assert s.params["max_organizations"] == 3 and s.contribution_bound == 6
+    # The decryption server refuses a measurement noised for one organization per person.
+    from parties.common.errors import ServiceError as SE
+    ds = cluster.decryption()
+    with pytest.raises(SE) as ei:
+        ds.decrypt_measurement(study_id="s1", release_id="r-x", release_epsilon=0.5,
+                               measurement=PartitionSums(64, 0.5, 2, (0, 32)), chunks=[], chunk_count=1,
+                               contract_hash=three.contract_hash)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "3 organization(s)" in ei.value.details
