@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
@@ -17,6 +18,7 @@ from .dawa import DawaParams, dawa_strategy
 from .privelet import PriveletParams, privelet_strategy
 from .auto import AutoParams, auto_strategy
 from .measurements import HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, owner_encoding
+from .accounting import exact_decimal
 from .noise import RandomSource, as_random_source, discrete_laplace
 from .summary import Summary
 from .validation import validate_epsilon
@@ -39,8 +41,8 @@ __all__ = [
 
 IntArray = npt.NDArray[np.int64]
 
-#: Relative slack when comparing sums of float epsilons with a total, so that a split
-#: such as 0.02 + 0.08 is not refused for 1e-17 of rounding. Far below any meaningful eps.
+#: A strategy's float split (eps/3 three times) can overshoot its total by a few ulps; a last
+#: share within this relative slack is booked at exactly what is left (never past the total).
 EPSILON_TOLERANCE = 1e-9
 
 
@@ -85,11 +87,13 @@ def encrypt_histogram(backend: VectorBackend, histogram: npt.ArrayLike) -> Chunk
 
 @dataclass
 class Budget:
-    """In-memory privacy budget with a dry-run before every charge.
+    """In-memory privacy budget with a dry-run before every charge, in exact decimal arithmetic.
 
-    The services replace this with the decryption server's SQLite ledger; both refuse a
-    charge that would pass the total (within EPSILON_TOLERANCE) before anything is
-    decrypted.
+    Every epsilon counts as the decimal it prints as (0.1 is 1/10) and sums are fractions,
+    so the charges never pass the total. A charge that overshoots the total by at most
+    EPSILON_TOLERANCE (relative) is a strategy's float split (eps/3 three times) and is
+    booked at exactly what is left; the services' ledger
+    (`parties.decryption.ledger.check_charge`) applies the same rule per release.
     """
 
     total: float
@@ -97,13 +101,21 @@ class Budget:
 
     @property
     def spent(self) -> float:
-        return math.fsum(e for _, e in self.charges)
+        return float(sum((exact_decimal(e) for _, e in self.charges), Fraction(0)))
 
     def charge(self, what: str, epsilon: float) -> None:
-        if self.spent + epsilon > self.total * (1 + EPSILON_TOLERANCE):
-            raise BudgetExhaustedError(
-                f"charging {epsilon:g} for {what} would spend {self.spent + epsilon:g} of a total {self.total:g}"
-            )
+        left = exact_decimal(self.total) - sum((exact_decimal(e) for _, e in self.charges), Fraction(0))
+        want = exact_decimal(epsilon)
+        if want > left:
+            if not (left > 0 and want <= left * (1 + Fraction(EPSILON_TOLERANCE))):
+                raise BudgetExhaustedError(
+                    f"charging {epsilon:.12g} for {what} would pass the total {self.total:.12g} "
+                    f"({float(left):.12g} left)"
+                )
+            booked = float(left)
+            while exact_decimal(booked) > left:
+                booked = math.nextafter(booked, -math.inf)
+            epsilon = booked
         self.charges.append((what, epsilon))
 
 

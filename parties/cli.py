@@ -537,11 +537,13 @@ def cmd_budget(args: argparse.Namespace) -> int:
         b = ds.budget(args.study)
     if args.json:
         _print_json({"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
+                     "available": b.available,
                      "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem})
     else:
-        print(f"study {b.study_id}: spent {b.spent:g} of {b.total:g}, {b.remaining:g} left")
+        print(f"study {b.study_id}: spent {b.spent:.12g} of {b.total:.12g}; a new release may spend "
+              f"{b.available:.12g} (exact)")
         for c in b.charges:
-            print(f"  #{c.charge_id} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:g}")
+            print(f"  #{c.charge_id} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}")
     if args.verify:
         if b.chain_problem:
             print(f"dpagg: ledger hash chain BROKEN: {b.chain_problem}", file=sys.stderr)

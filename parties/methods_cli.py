@@ -69,10 +69,18 @@ def _bayes(args: argparse.Namespace) -> int:
 def _charge(args: argparse.Namespace) -> int:
     from he_partition.accounting import RangeQuery, charged_epsilon, overlap_graph_max_clique, sequential_epsilon
 
+    from he_partition.measurements import PREFIX_MASK_EPSILON
+
     raw = json.loads(Path(args.queries).read_text())
     queries = [RangeQuery(tuple(q["lo"]), tuple(q["hi"]), float(q["epsilon"])) for q in raw]
     clique = overlap_graph_max_clique(queries)
+    # What the services charge: each 1-D range [lo, hi) with lo > 0 also shows the decryption server the prefix
+    # [0, lo) behind a mask at PREFIX_MASK_EPSILON (he_partition.measurements.RangeCount).
+    masks = [RangeQuery((0,), (q.lo[0],), PREFIX_MASK_EPSILON) for q in queries if q.ndim == 1 and q.lo[0] > 0]
+    served = overlap_graph_max_clique([*queries, *masks]).epsilon_exact
     _print({"queries": len(queries), "charged_epsilon": charged_epsilon(queries),
+            "charged_epsilon_over_services": float(served), "prefix_mask_pieces": len(masks),
+            "charged_epsilon_over_services_exact": f"{served.numerator}/{served.denominator}",
             "sequential_epsilon": sequential_epsilon(queries), "max_clique": list(clique.indices)})
     return 0
 
@@ -112,7 +120,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--tau", type=float, default=0.0, help="prior precision tau of the Gaussian correlation model")
     p.set_defaults(func=_bayes)
 
-    p = sub.add_parser("charge", help="epsilon charged for direct range queries: max-clique of overlaps (seed 004)")
+    p = sub.add_parser("charge", help="epsilon charged for direct range queries: max-clique of overlaps (seed 004); "
+                                      "charged_epsilon_over_services adds the 2^-20 prefix masks the services add")
     p.add_argument("--queries", required=True, help='JSON list of {"lo": [...], "hi": [...], "epsilon": e}')
     p.set_defaults(func=_charge)
 

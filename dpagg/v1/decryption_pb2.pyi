@@ -135,7 +135,7 @@ class LedgerCharge(_message.Message):
     def __init__(self, charge_id: _Optional[int] = ..., release_id: _Optional[str] = ..., kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class BudgetStatusResponse(_message.Message):
-    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges", "epsilon_reserved", "chain_problem")
+    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges", "epsilon_reserved", "chain_problem", "epsilon_available")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +143,7 @@ class BudgetStatusResponse(_message.Message):
     CHARGES_FIELD_NUMBER: _ClassVar[int]
     EPSILON_RESERVED_FIELD_NUMBER: _ClassVar[int]
     CHAIN_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     epsilon_total: float
     epsilon_spent: float
@@ -150,7 +151,8 @@ class BudgetStatusResponse(_message.Message):
     charges: _containers.RepeatedCompositeFieldContainer[LedgerCharge]
     epsilon_reserved: float
     chain_problem: str
-    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ..., chain_problem: _Optional[str] = ...) -> None: ...
+    epsilon_available: float
+    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ..., chain_problem: _Optional[str] = ..., epsilon_available: _Optional[float] = ...) -> None: ...
 
 class ChargeDirectQueriesRequest(_message.Message):
     __slots__ = ("study_id", "request_id", "contract_hash", "ranges", "epsilon")

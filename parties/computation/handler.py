@@ -16,6 +16,7 @@ import numpy.typing as npt
 from he_partition.backend import ChunkedVector, n_chunks
 from he_partition.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.accounting import exact_decimal
 from he_partition.measurements import Measurement
 from he_partition.noise import RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, ComputationSide, make_strategy, run_strategy
@@ -384,11 +385,10 @@ class ComputationHandler:
         if spend_rest:
             if epsilon:
                 raise InvalidInputError(f"spend_rest spends what is left; epsilon must then be 0, got {epsilon}")
-            left = self.decryption.budget(study_id)
-            eps = left.total - max(left.spent, left.reserved)
-            if not eps > left.total * EPSILON_TOLERANCE:
-                raise BudgetExhaustedError(f"study {study_id} has no budget left (total {left.total:g}); nothing "
-                                           "was decrypted. Open a new study for more releases")
+            eps = self.decryption.budget(study_id).available
+            if not eps > 0:
+                raise BudgetExhaustedError(f"study {study_id} has no budget left (total {contract.epsilon:g}); "
+                                           "nothing was decrypted. Open a new study for more releases")
         else:
             eps = float(epsilon)
             if not (math.isfinite(eps) and eps > 0):
@@ -401,11 +401,11 @@ class ComputationHandler:
         subs = self.submissions_to_include(contract, force=force, action="release")
         owners = tuple(s.owner_id for s in subs)
         budget = self.decryption.budget(study_id)
-        if max(budget.spent, budget.reserved) + eps > budget.total * (1 + EPSILON_TOLERANCE):
+        if exact_decimal(eps) > exact_decimal(budget.available):
             raise BudgetExhaustedError(
-                f"a release needs epsilon {eps:g} but study {study_id} has "
-                f"{max(0.0, budget.total - max(budget.spent, budget.reserved)):g} left of {budget.total:g}; nothing "
-                "was decrypted. Open a new study for more releases"
+                f"a release needs epsilon {eps:.12g} but study {study_id} has {budget.available:.12g} left of "
+                f"{budget.total:.12g}; nothing was decrypted. Open a new study for more releases (or spend exactly "
+                "what is left: --epsilon rest)"
             )
         with self._running_lock:
             if study_id in self._running:

@@ -47,6 +47,8 @@ class BudgetInfo:
     reserved: float = 0.0
     #: "" when the ledger's hash chain verifies, else what is broken (decryption is then stopped).
     chain_problem: str = ""
+    #: Exactly what a new release may still spend (total - max(spent, reserved), rounded down).
+    available: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -193,5 +195,5 @@ class DecryptionClient(BaseClient):
         return BudgetInfo(
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
             tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),
-            resp.epsilon_reserved, resp.chain_problem,
+            resp.epsilon_reserved, resp.chain_problem, resp.epsilon_available,
         )

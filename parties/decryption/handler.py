@@ -23,7 +23,8 @@ from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .keys import KeyMaterial
-from .ledger import Charge, DirectCharge, LedgerStore, check_charge, reserved_epsilon
+from .ledger import (Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum,
+                     reserved_epsilon)
 
 __all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
 
@@ -48,6 +49,7 @@ class BudgetReport:
     charges: tuple[Charge, ...]
     reserved: float = 0.0
     chain_problem: str = ""
+    available: float = 0.0
 
     @property
     def remaining(self) -> float:
@@ -327,7 +329,7 @@ class DecryptionHandler:
     def budget(self, study_id: str) -> BudgetReport:
         contract = self.get_study(check_id("study_id", study_id))
         charges = tuple(self.ledger.charges(study_id))
-        spent = math.fsum(c.epsilon for c in charges)
+        spent = float(exact_sum(c.epsilon for c in charges))
         problem = ""
         verify = getattr(self.ledger, "verify_chain", None)
         if verify is not None:
@@ -335,8 +337,8 @@ class DecryptionHandler:
                 verify()
             except FailedPreconditionError as exc:
                 problem = str(exc)
-        return BudgetReport(study_id, contract.epsilon, spent, charges, max(spent, reserved_epsilon(list(charges))),
-                            problem)
+        return BudgetReport(study_id, contract.epsilon, spent, charges,
+                            max(spent, float(exact_reserved(charges))), problem, available(contract.epsilon, charges))
 
 
 def _check_contract_hash(contract: StudyContract, contract_hash: str, consequence: str) -> None:

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from he_partition.accounting import RangeQuery, exact_decimal, overlap_graph_max_clique
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
@@ -58,49 +58,101 @@ def reserved_epsilon(charges: list[Charge], *, excluding: str = "") -> float:
     return math.fsum(max(cs[0].release_epsilon, math.fsum(c.epsilon for c in cs)) for cs in by_release.values())
 
 
-def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: float, release_epsilon: float) -> None:
-    """Dry-run a charge against a study's existing charges; raise if it must be refused.
+def exact_sum(values: Iterable[float]) -> Fraction:
+    """Exact sum of epsilons, each taken as the decimal it prints as (0.1 is 1/10)."""
+    return sum((exact_decimal(v) for v in values), Fraction(0))
 
-    Rules (sums with relative slack EPSILON_TOLERANCE):
-    - the study never spends more than `total`;
+
+def _below(x: Fraction) -> float:
+    """The largest float whose decimal is <= x (a booked charge never rounds up)."""
+    f = float(x)
+    while exact_decimal(f) > x:
+        f = math.nextafter(f, -math.inf)
+    return f
+
+
+def _above(x: Fraction) -> float:
+    """The smallest float whose decimal is >= x (a direct-query charge never rounds down)."""
+    f = float(x)
+    while exact_decimal(f) < x:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def available(total: float, charges: Sequence[Charge]) -> float:
+    """What a new release may spend, exactly (rounded down to a float): total - max(spent, reserved)."""
+    return _below(max(Fraction(0), exact_left(total, charges)))
+
+
+def exact_left(total: float, charges: Sequence[Charge]) -> Fraction:
+    """What a study can still spend, exactly: total - max(spent, reserved) in decimal arithmetic."""
+    return exact_decimal(total) - max(exact_sum(c.epsilon for c in charges), exact_reserved(charges))
+
+
+def exact_reserved(charges: Sequence[Charge], *, excluding: str | None = None) -> Fraction:
+    """`reserved_epsilon` in exact arithmetic."""
+    by_release: dict[str, list[Charge]] = {}
+    for c in charges:
+        if c.release_id != excluding:
+            by_release.setdefault(c.release_id, []).append(c)
+    return sum((max(exact_decimal(cs[0].release_epsilon), exact_sum(c.epsilon for c in cs))
+                for cs in by_release.values()), Fraction(0))
+
+
+def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: float, release_epsilon: float) -> float:
+    """Dry-run a charge against a study's existing charges; return the epsilon to book, or raise if refused.
+
+    Exact arithmetic: every epsilon is the decimal it prints as (0.1 is 1/10) and sums are
+    fractions, so the ledger can never pass the study's total, not even by a rounding
+    error, and the remainder it reports is exactly what can be spent. Rules:
     - the first charge of a release reserves the *whole* release (`release_epsilon`): it
-      must fit next to every other started release's reservation (`reserved_epsilon`),
-      so a release is refused before anything is decrypted rather than half way
-      through, even when two releases run at the same time;
-    - a release's charges never exceed its declared `release_epsilon`.
+      must fit, exactly, next to every other started release's reservation
+      (`reserved_epsilon`), so a release is refused before anything is decrypted rather
+      than half way through, even when two releases run at the same time;
+    - a release's charges never exceed its declared `release_epsilon`. A strategy splits
+      its epsilon in floats (e.g. eps/3 three times), which can overshoot the declared
+      value by a few ulps: a charge within EPSILON_TOLERANCE (relative) of the remainder is
+      booked at exactly the remainder (rounded down). The noise of that measurement was
+      calibrated at a scale rounded *up* to a multiple of 2^-20 (`laplace_scale`), far more
+      than the ulps, so the booked epsilon still bounds its privacy loss.
     """
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise InvalidInputError(f"a charge's epsilon must be > 0 and finite, got {epsilon}")
-    if not (math.isfinite(release_epsilon) and release_epsilon >= epsilon):
+    if not (math.isfinite(release_epsilon) and release_epsilon >= epsilon * (1 - EPSILON_TOLERANCE)):
         raise InvalidInputError(
             f"release_epsilon must be finite and >= the measurement's epsilon {epsilon:g}, got {release_epsilon}"
         )
-    slack = 1 + EPSILON_TOLERANCE
-    spent = math.fsum(c.epsilon for c in charges)
+    exact_total = exact_decimal(total)
+    spent = exact_sum(c.epsilon for c in charges)
     mine = [c for c in charges if c.release_id == release_id]
-    reserved = reserved_epsilon(charges, excluding=release_id)
-    if not mine and max(spent, reserved) + release_epsilon > total * slack:
-        held = f" ({reserved:g} reserved by releases that started)" if reserved > spent else ""
+    reserved = exact_reserved(charges, excluding=release_id)
+    declared = exact_decimal(release_epsilon)
+    if not mine and max(spent, reserved) + declared > exact_total:
+        held = f" ({float(reserved):.12g} reserved by releases that started)" if reserved > spent else ""
         raise BudgetExhaustedError(
-            f"release {release_id} needs epsilon {release_epsilon:g} but the study has "
-            f"{max(0.0, total - max(spent, reserved)):g} left of {total:g}{held}; nothing was decrypted. Open a new "
-            "study for more releases"
+            f"release {release_id} needs epsilon {release_epsilon:.12g} but the study has "
+            f"{float(max(Fraction(0), exact_total - max(spent, reserved))):.12g} left of {total:.12g}{held}; nothing "
+            "was decrypted. Open a new study for more releases"
         )
-    if mine and any(not math.isclose(c.release_epsilon, release_epsilon, rel_tol=1e-12) for c in mine):
+    if mine and any(exact_decimal(c.release_epsilon) != declared for c in mine):
         raise InvalidInputError(
-            f"release {release_id} was declared with epsilon {mine[0].release_epsilon:g}, not {release_epsilon:g}"
+            f"release {release_id} was declared with epsilon {mine[0].release_epsilon:.12g}, not {release_epsilon:.12g}"
         )
-    release_spent = math.fsum(c.epsilon for c in mine)
-    if release_spent + epsilon > release_epsilon * slack:
+    release_left = declared - exact_sum(c.epsilon for c in mine)
+    want = exact_decimal(epsilon)
+    if want > release_left:
+        if release_left > 0 and want <= release_left * (1 + Fraction(EPSILON_TOLERANCE)):
+            return _below(release_left)  # a float split's last ulps: book exactly what the release has left
         raise BudgetExhaustedError(
-            f"charging {epsilon:g} would take release {release_id} to {release_spent + epsilon:g}, past its "
-            f"declared epsilon {release_epsilon:g}; nothing was decrypted"
+            f"charging {epsilon:.12g} would take release {release_id} past its declared epsilon "
+            f"{release_epsilon:.12g} ({float(release_left):.12g} left in it); nothing was decrypted"
         )
-    if spent + epsilon > total * slack:
+    if spent + want > exact_total:
         raise BudgetExhaustedError(
-            f"charging {epsilon:g} would spend {spent + epsilon:g} of the study's total {total:g}; "
+            f"charging {epsilon:.12g} would spend {float(spent + want):.12g} of the study's total {total:.12g}; "
             "nothing was decrypted"
         )
+    return float(epsilon)
 
 
 @dataclass(frozen=True)
@@ -166,9 +218,9 @@ def _same_pieces(stored: Sequence[DirectPiece], new: Sequence[DirectPiece]) -> b
 
 def _check_direct_fits(contract: StudyContract, charges: list[Charge], request_id: str, increment: float,
                        spent_direct: Fraction) -> None:
-    spent = math.fsum(c.epsilon for c in charges)
-    held = max(spent, reserved_epsilon(charges))
-    if held + increment > contract.epsilon * (1 + EPSILON_TOLERANCE):
+    held = float(exact_decimal(contract.epsilon) - exact_left(contract.epsilon, charges))
+    if exact_decimal(contract.epsilon) - exact_left(contract.epsilon, charges) + exact_decimal(increment) \
+            > exact_decimal(contract.epsilon):
         raise BudgetExhaustedError(
             f"direct queries {request_id} would add epsilon {increment:g} (direct-query charge "
             f"{float(spent_direct) - increment:g} -> {float(spent_direct):g}, the heaviest overlap of all answered "
@@ -192,8 +244,9 @@ def _price_direct(contract: StudyContract, request_id: str, new: list[DirectPiec
 
 def _direct_result(contract: StudyContract, request_id: str, inc: Fraction, after: Fraction, charges: list[Charge],
                    charge: Charge | None) -> DirectCharge:
-    spent = math.fsum(c.epsilon for c in charges) + (charge.epsilon if charge else 0.0)
-    return DirectCharge(request_id, float(inc), float(after), max(0.0, contract.epsilon - spent), charge)
+    spent = exact_sum(c.epsilon for c in [*charges, *([charge] if charge else [])])
+    left = exact_decimal(contract.epsilon) - spent
+    return DirectCharge(request_id, float(inc), float(after), float(max(Fraction(0), left)), charge)
 
 
 def _pieces_of(request_id: str, queries: Sequence[Sequence[RangeQuery]]) -> list[DirectPiece]:
@@ -369,8 +422,8 @@ class MemoryLedgerStore(LedgerStore):
             if contract is None:
                 raise NotFoundError(f"unknown study {study_id!r}; open it first (dpagg open-study)")
             mine = [c for c in self._charges if c.study_id == study_id]
-            check_charge(contract.epsilon, mine, release_id, float(epsilon), float(release_epsilon))
-            c = Charge(len(self._charges) + 1, study_id, release_id, kind, float(epsilon), float(release_epsilon),
+            booked = check_charge(contract.epsilon, mine, release_id, float(epsilon), float(release_epsilon))
+            c = Charge(len(self._charges) + 1, study_id, release_id, kind, booked, float(release_epsilon),
                        utc_now(), detail)
             self._charges.append(c)
             return c
@@ -393,7 +446,7 @@ class MemoryLedgerStore(LedgerStore):
                 return repeat
             charge = None
             if inc > 0:
-                charge = Charge(len(self._charges) + 1, study_id, request_id, DIRECT_KIND, float(inc), float(inc),
+                charge = Charge(len(self._charges) + 1, study_id, request_id, DIRECT_KIND, _above(inc), _above(inc),
                                 utc_now(), detail)
                 self._charges.append(charge)
             stored.extend(new)
@@ -575,8 +628,9 @@ class SqliteLedgerStore(LedgerStore):
         check_id("release_id", release_id)
         with self._lock, self._transaction():
             contract = self._get(study_id)
-            check_charge(contract.epsilon, self._charges(study_id), release_id, float(epsilon), float(release_epsilon))
-            return self._insert_charge(study_id, release_id, kind, float(epsilon), float(release_epsilon), detail)
+            booked = check_charge(contract.epsilon, self._charges(study_id), release_id, float(epsilon),
+                                  float(release_epsilon))
+            return self._insert_charge(study_id, release_id, kind, booked, float(release_epsilon), detail)
 
     def _insert_charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
                        detail: str) -> Charge:
@@ -646,7 +700,7 @@ class SqliteLedgerStore(LedgerStore):
             repeat, inc, after = _price_direct(contract, request_id, new, stored, charges)
             if repeat is not None:
                 return repeat
-            charge = self._insert_charge(study_id, request_id, DIRECT_KIND, float(inc), float(inc), detail) \
+            charge = self._insert_charge(study_id, request_id, DIRECT_KIND, _above(inc), _above(inc), detail) \
                 if inc > 0 else None
             created = utc_now()
             self._db.executemany(

@@ -109,6 +109,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         return decryption_pb2.BudgetStatusResponse(
             study_id=report.study_id, epsilon_total=report.total, epsilon_spent=report.spent,
             epsilon_remaining=report.remaining, epsilon_reserved=report.reserved, chain_problem=report.chain_problem,
+            epsilon_available=report.available,
             charges=[decryption_pb2.LedgerCharge(charge_id=c.charge_id, release_id=c.release_id, kind=c.kind,
                                                  epsilon=c.epsilon, created_at=c.created_at)
                      for c in report.charges],

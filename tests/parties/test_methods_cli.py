@@ -42,6 +42,10 @@ def test_charge_seed_example(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     f.write_text(json.dumps(q))
     code, out = _run(["charge", "--queries", str(f)], capsys)
     assert out["charged_epsilon"] == 1.0 and out["sequential_epsilon"] == 1.5
+    # Over the services, [5, 15) and [20, 30) also show the decryption server their prefixes [0, 5) and [0, 20)
+    # at 2^-20 each; bins 5-9 are then covered by 0.5 + 0.5 + 2^-20 (the [0, 20) mask).
+    assert out["prefix_mask_pieces"] == 2
+    assert out["charged_epsilon_over_services_exact"] == "1048577/1048576"  # exactly 1 + 2^-20
 
 
 def test_bayes_scale_two_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,6 +24,6 @@ def test_sdk_doc_runs(capsys: pytest.CaptureFixture[str]) -> None:
                 server.stop()  # type: ignore[attr-defined]
     out = capsys.readouterr().out
     assert "refused: RESOURCE_EXHAUSTED" not in out  # details are printed without the code prefix
-    assert out.count("committed") == 3 and "refused:" in out and "spent 0.8 of 1.0" in out
+    assert out.count("committed") == 3 and "refused:" in out and "spent 0.8 of 1.0, 0.2 left" in out
     assert "charged 0.1000019 (the plain sum would be 0.3)" in out
     assert "signed by clinic-a, clinic-b, clinic-c" in out  # every owner's signature verified in the release

@@ -321,3 +321,28 @@ def test_direct_rows_are_append_only_in_sqlite(tmp_path: Path) -> None:
             db.execute(sql)
     db.close()
     store.close()
+
+
+def test_budgets_are_exact_no_tolerance_past_the_total(ledger_factory: Callable[[], LedgerStore]) -> None:
+    """Exact decimal arithmetic: nothing fits after 0 left, not even 1e-12; float splits book exactly."""
+    from fractions import Fraction
+
+    from parties.decryption.ledger import available, exact_sum
+
+    store = ledger_factory()
+    store.create_study(contract(epsilon=1.0))
+    store.charge("s1", "rel-1", "partition_sums", 0.7, 0.7)
+    assert available(1.0, store.charges("s1")) == 0.3  # exactly 3/10, not 0.30000000000000004
+    store.charge("s1", "rel-2", "partition_sums", 0.3, 0.3)
+    for tiny in (1e-12, 1e-15):  # the 1e-9 relative slack used to let these through
+        with pytest.raises(BudgetExhaustedError):
+            store.charge("s1", f"rel-{tiny}", "partition_sums", tiny, tiny)
+    assert exact_sum(c.epsilon for c in store.charges("s1")) == 1  # exactly the total, never more
+    # A strategy's float split (0.2 then 0.10000000000000003 of a declared 0.3) overshoots by an ulp: the last
+    # share is booked at exactly what the release has left, so the release never passes what it declared.
+    store.create_study(contract("s2", epsilon=0.3))
+    store.charge("s2", "r", "prefix_differences", 0.2, 0.3)
+    last = store.charge("s2", "r", "partition_sums", 0.10000000000000003, 0.3)
+    assert last.epsilon == 0.1 and exact_sum(c.epsilon for c in store.charges("s2")) == Fraction(3, 10)
+    assert available(0.3, store.charges("s2")) == 0.0
+    assert store.check_consistency() == []
