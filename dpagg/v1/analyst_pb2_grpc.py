@@ -64,7 +64,8 @@ class AnalystServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRelease(self, request, context):
-        """One released summary (NOT_FOUND if unknown or not finished).
+        """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
+        for a release that has not finished (poll Computation.ReleaseStatus).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -40,7 +40,9 @@ class AnalystStub:
     ListReleases: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.ListReleasesRequest, _analyst_pb2.ListReleasesResponse]
     """Releases that are done, newest first, optionally for one study."""
     GetRelease: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.GetReleaseResponse]
-    """One released summary (NOT_FOUND if unknown or not finished)."""
+    """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
+    for a release that has not finished (poll Computation.ReleaseStatus).
+    """
     RangeCounts: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]
     """Many range counts over one release, each with its standard error."""
 
@@ -52,7 +54,9 @@ class AnalystAsyncStub(AnalystStub):
     ListReleases: _aio.UnaryUnaryMultiCallable[_analyst_pb2.ListReleasesRequest, _analyst_pb2.ListReleasesResponse]  # type: ignore[assignment]
     """Releases that are done, newest first, optionally for one study."""
     GetRelease: _aio.UnaryUnaryMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.GetReleaseResponse]  # type: ignore[assignment]
-    """One released summary (NOT_FOUND if unknown or not finished)."""
+    """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
+    for a release that has not finished (poll Computation.ReleaseStatus).
+    """
     RangeCounts: _aio.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]  # type: ignore[assignment]
     """Many range counts over one release, each with its standard error."""
 
@@ -73,7 +77,9 @@ class AnalystServicer(metaclass=_abc_1.ABCMeta):
         request: _analyst_pb2.GetReleaseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_analyst_pb2.GetReleaseResponse, _abc.Awaitable[_analyst_pb2.GetReleaseResponse]]:
-        """One released summary (NOT_FOUND if unknown or not finished)."""
+        """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
+        for a release that has not finished (poll Computation.ReleaseStatus).
+        """
 
     @_abc_1.abstractmethod
     def RangeCounts(

@@ -6,7 +6,13 @@ Messages shared by the dpagg services (decryption, computation, analyst).
 Conventions used by every dpagg.v1 service:
 - Identifiers (study ids, owner ids, release ids, idempotency keys) match
   [A-Za-z0-9][A-Za-z0-9._-]{0,63}; they are used as file names on the servers.
-- Epsilon is a double; budgets compare sums with a relative slack of 1e-9.
+- Epsilon is a double, in the study's privacy-loss units (plain DP, or Bayesian DP
+  for a study with correlation_leakage > 0), > 0 and finite; a study's at most
+  1000. Budgets are exact: each epsilon counts as the decimal it prints as and
+  sums are fractions, with no slack past the total. A direct range count from
+  lo > 0 also costs the prefix mask [0, lo) at 2^-20 (max-overlap rule).
+- Every message is at most 64 MiB (both directions); ciphertexts travel as
+  streams of chunks (one BFV ciphertext of 8,192 slots, ~370 KB, per message).
 - Every count that leaves the decryption server is an integer (sint64); BFV
   decryptions are exact integers and never sent anywhere raw.
 - Errors are gRPC status codes with a human-readable message naming the problem

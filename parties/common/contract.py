@@ -76,6 +76,10 @@ def _canonical_params(params: Mapping[str, Any] | str | None) -> str:
         raise InvalidInputError(f"strategy_params must hold finite JSON values: {exc}") from exc
 
 
+#: The largest study epsilon accepted: a Laplace guarantee at 1e3 already says nothing.
+MAX_STUDY_EPSILON = 1000.0
+
+
 @dataclass(frozen=True)
 class StudyContract:
     """What every party agrees on before any data moves; validated at construction.
@@ -133,8 +137,23 @@ class StudyContract:
             raise InvalidInputError(f"domain_size must be in [1, {MAX_DOMAIN_SIZE}], got {self.domain_size}")
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float)):
             raise InvalidInputError(f"epsilon must be a number, got {self.epsilon!r}")
-        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise InvalidInputError(f"epsilon must be > 0 and finite, got {self.epsilon}")
+        if not (math.isfinite(self.epsilon) and 0 < self.epsilon <= MAX_STUDY_EPSILON):
+            raise InvalidInputError(
+                f"epsilon must be > 0 and at most {MAX_STUDY_EPSILON:g} (beyond that DP promises nothing; see "
+                f"`dpagg epsilon`), got {self.epsilon}"
+            )
+        if self.domain_spec:
+            from ..data_owner.dataset import DomainSpec
+
+            try:
+                bins = DomainSpec.parse(self.domain_spec).n_bins
+            except (InvalidInputError, ValueError) as exc:
+                raise InvalidInputError(f"domain_spec {self.domain_spec!r} does not parse: {exc}") from exc
+            if bins != self.domain_size:
+                raise InvalidInputError(
+                    f"domain_spec {self.domain_spec!r} has {bins} bins but domain_size is {self.domain_size}; "
+                    "give the same domain twice or leave domain_spec empty"
+                )
         object.__setattr__(self, "epsilon", float(self.epsilon))
         owners = tuple(self.expected_owners)
         if not owners:

@@ -105,6 +105,8 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     for cls, code in STATUS_TABLE:
         if isinstance(exc, cls):
             return code, str(exc)
+    if isinstance(exc, NotImplementedError):  # a method this server does not implement stays UNIMPLEMENTED
+        return grpc.StatusCode.UNIMPLEMENTED, str(exc) or "method not implemented"
     if isinstance(exc, DPAggError):
         return grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
     return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the server log"

@@ -28,6 +28,16 @@ log = logging.getLogger("dpagg.server")
 ServiceBinding = tuple[Callable[[Any, grpc.Server], None], Any, str]
 
 
+class _HealthServicer(health.HealthServicer):  # type: ignore[misc]
+    """Standard health checking, with `List` answered (the library's raises NotImplementedError)."""
+
+    def List(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 (gRPC method name)
+        with self._lock:
+            statuses = dict(self._server_status)
+        return health_pb2.HealthListResponse(
+            statuses={name: health_pb2.HealthCheckResponse(status=s) for name, s in statuses.items()})
+
+
 def create_server(
     services: Sequence[ServiceBinding],
     *,
@@ -52,7 +62,7 @@ def create_server(
         interceptors=(ErrorMappingInterceptor(),),
         options=list(options),
     )
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_servicer = _HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = []
     for add, servicer, name in services:

@@ -67,7 +67,7 @@ def test_contract_round_trips_through_proto_and_refuses_a_tampered_hash() -> Non
 @pytest.mark.parametrize("kw, text", [
     ({"study_id": "../etc"}, "study_id must be"),
     ({"domain_size": 0}, "domain_size must be in"),
-    ({"epsilon": float("inf")}, "epsilon must be > 0 and finite"),
+    ({"epsilon": float("inf")}, "epsilon must be > 0 and at most 1000"),
     ({"expected_owners": ()}, "at least one"),
     ({"context_fingerprint": "xyz"}, "64 lowercase hex"),
     ({"contribution_bound": 0}, "contribution_bound must be"),

@@ -169,3 +169,4 @@ def test_a_person_in_several_organizations_multiplies_every_sensitivity(cluster:
                                measurement=PartitionSums(64, 0.5, 2, (0, 32)), chunks=[], chunk_count=1,
                                contract_hash=three.contract_hash)
     assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "3 organization(s)" in ei.value.details
+

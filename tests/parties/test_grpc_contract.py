@@ -1,0 +1,41 @@
+"""The gRPC contract as clients in any language meet it: health, status codes, contract validation."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from he_partition.errors import InvalidInputError
+from parties.common.contract import StudyContract
+
+from .conftest import Cluster
+
+
+def test_health_list_answers_every_service(cluster: Cluster) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(cluster.cs.target) as channel:
+        resp = health_pb2_grpc.HealthStub(channel).List(health_pb2.HealthListRequest(), timeout=5)
+    assert resp.statuses["dpagg.v1.Computation"].status == health_pb2.HealthCheckResponse.SERVING
+    assert resp.statuses[""].status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_not_implemented_maps_to_unimplemented() -> None:
+    from parties.common.errors import status_for
+
+    assert status_for(NotImplementedError("x"))[0] == grpc.StatusCode.UNIMPLEMENTED
+
+
+
+def test_domain_spec_must_match_domain_size_and_epsilon_is_bounded(cluster: Cluster) -> None:
+    with pytest.raises(InvalidInputError, match="has 20 bins but domain_size is 50"):
+        StudyContract.create(study_id="s1", domain_size=50, epsilon=1.0, expected_owners=("a",),
+                             context_fingerprint="0" * 64, domain_spec="age:0:100:20")
+    assert StudyContract.create(study_id="s1", domain_size=20, epsilon=1.0, expected_owners=("a",),
+                                context_fingerprint="0" * 64, domain_spec="age:0:100:20").domain_size == 20
+    from parties.common.errors import ServiceError
+
+    for eps in (1e308, 1e4):
+        with pytest.raises(ServiceError) as ei:
+            cluster.computation().open_study(study_id="big", domain_size=8, epsilon=eps, expected_owners=["a"])
+        assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "at most 1000" in ei.value.details
