@@ -73,6 +73,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -108,7 +109,9 @@ __all__ = [
     "main",
 ]
 
-ADULT_PATH = Path("/work/shared/data/adult_uci/adult.data")
+#: ../shared/data beside the checkout, or $DPAGG_SHARED_DATA (as in benchmarks/common.py).
+ADULT_PATH = Path(os.environ.get("DPAGG_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) \
+    / "adult_uci" / "adult.data"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "pviews_adult.json"
 
 IntArray = npt.NDArray[np.int64]

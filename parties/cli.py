@@ -10,6 +10,8 @@ import math
 import os
 import sys
 import uuid
+
+import grpc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -483,7 +485,19 @@ def cmd_query(args: argparse.Namespace) -> int:
                 for i in infos:
                     print(f"{i.release_id}  study {i.study_id}  epsilon {i.epsilon:g}  {i.domain_size} bins  "
                           f"{i.partitions} partitions  {i.created_at}")
-                if not infos:
+                if not infos and args.study:
+                    from .computation.client import ComputationClient
+
+                    try:
+                        with ComputationClient(args.analyst, **_conn(args)) as cs:
+                            cs.study_status(args.study)
+                    except ServiceError as exc:
+                        if exc.code == grpc.StatusCode.NOT_FOUND:
+                            print(f"dpagg: unknown study {args.study!r}: no such study on {args.analyst}",
+                                  file=sys.stderr)
+                            return 1
+                    print(f"no finished releases of study {args.study} yet")
+                elif not infos:
                     print("no finished releases")
             return 0
         rel = an.get_release(args.release)
@@ -576,6 +590,13 @@ def cmd_sample_csv(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_demo, plot_demo, run_demo
+
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (checked before the demo runs, not after)
+        except ImportError:
+            raise DPAggError("--plot needs matplotlib: pip install 'dpagg[plot]' (or run the demo without --plot)") \
+                from None
 
     result = run_demo(owners=args.owners, records=args.records, domain=args.domain, epsilon=args.epsilon,
                       seed=args.seed, data_dir=Path(args.data_dir) if args.data_dir else None,
@@ -833,8 +854,14 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _verbosity_first(argv: Sequence[str]) -> list[str]:
+    """Accept -v/-vv/--verbose anywhere (before or after the subcommand) by moving them to the front."""
+    flags = [a for a in argv if a == "--verbose" or (len(a) > 1 and a.startswith("-") and set(a[1:]) == {"v"})]
+    return [*flags, *(a for a in argv if a not in flags)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_verbosity_first(sys.argv[1:] if argv is None else list(argv)))
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

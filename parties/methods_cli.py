@@ -38,8 +38,9 @@ def _audit(args: argparse.Namespace) -> int:
 
     result = run_audit(args.eps, trials=args.trials, broken=args.broken, seed=args.seed)
     _print(result.to_dict())
-    if result.violation and not args.broken:
-        print(f"VIOLATION: empirical lower bound {result.epsilon_lower_bound:.3f} exceeds epsilon {args.eps}",
+    if result.violation:
+        what = "the deliberately broken mechanism (--broken)" if args.broken else "the mechanism"
+        print(f"VIOLATION: {what}: empirical lower bound {result.epsilon_lower_bound:.3f} exceeds epsilon {args.eps}",
               file=sys.stderr)
         return 1
     return 0
@@ -102,12 +103,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     """Add the method subcommands to the `dpagg` CLI."""
     p = sub.add_parser("epsilon", help="what an epsilon means (seed 002): variance floor, guessing bound; or alpha -> eps")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--eps", type=float, help="assess this epsilon")
+    g.add_argument("--eps", "--epsilon", dest="eps", type=float, help="assess this epsilon")
     g.add_argument("--alpha", type=float, help="target guessing bound (e.g. 0.1) -> epsilon")
     p.set_defaults(func=_epsilon)
 
     p = sub.add_parser("audit", help="empirical DP audit: lower confidence bound on epsilon by hypothesis testing")
-    p.add_argument("--eps", type=float, default=1.0)
+    p.add_argument("--eps", "--epsilon", dest="eps", type=float, default=1.0)
     p.add_argument("--trials", type=int, default=20_000)
     p.add_argument("--broken", action="store_true", help="audit a deliberately broken mechanism (noise scale halved)")
     p.add_argument("--seed", type=int, default=None)
@@ -115,7 +116,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
     p = sub.add_parser("bayes-scale", help="Laplace scale for Bayesian DP on correlated records (seed 003)")
     p.add_argument("--adjacency", required=True, help="weighted adjacency matrix (.csv, .npy or JSON list of lists)")
-    p.add_argument("--eps", type=float, required=True)
+    p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True)
     p.add_argument("--sensitivity", type=float, default=1.0)
     p.add_argument("--tau", type=float, default=0.0, help="prior precision tau of the Gaussian correlation model")
     p.set_defaults(func=_bayes)
@@ -127,7 +128,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
     p = sub.add_parser("pview", help="trusted-curator p-view (DP-Mondrian/HDPView, seed 000) of a count tensor")
     p.add_argument("--counts", required=True, help="count tensor (.npy)")
-    p.add_argument("--eps", type=float, required=True)
+    p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True)
     p.add_argument("--out", help="write the estimated tensor here (.npy)")
     p.add_argument("--seed", type=int, default=None,
                    help="for tests only (reproducible noise); default draws from the OS CSPRNG")

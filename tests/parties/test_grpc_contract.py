@@ -39,3 +39,22 @@ def test_domain_spec_must_match_domain_size_and_epsilon_is_bounded(cluster: Clus
         with pytest.raises(ServiceError) as ei:
             cluster.computation().open_study(study_id="big", domain_size=8, epsilon=eps, expected_owners=["a"])
         assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "at most 1000" in ei.value.details
+
+
+def test_cli_details_a_new_user_hits(cluster: Cluster, tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from parties.cli import _verbosity_first, main
+
+    # -v works after the subcommand too.
+    assert _verbosity_first(["status", "s1", "-vv", "--insecure"]) == ["-vv", "status", "s1", "--insecure"]
+    # query --list on an unknown study says so (and fails) instead of "no finished releases".
+    assert main(["query", "--list", "--study", "nope", "--analyst", cluster.cs.target, "--insecure"]) == 1
+    assert "unknown study 'nope'" in capsys.readouterr().err
+    # demo --plot without matplotlib fails before running the demo, not after it.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--plot", "x.png", "--insecure"]) == 1
+    err = capsys.readouterr()
+    assert "--plot needs matplotlib" in err.err and "range counts" not in err.out

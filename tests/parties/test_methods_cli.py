@@ -60,8 +60,8 @@ def test_bayes_scale_two_records(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_audit_command(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _run(["audit", "--eps", "1", "--trials", "20000", "--seed", "3"], capsys)
     assert code == 0 and out["epsilon_lower_bound"] <= 1.0
-    code, out = _run(["audit", "--eps", "1", "--trials", "20000", "--seed", "3", "--broken"], capsys)
-    assert out["epsilon_lower_bound"] > 1.0
+    code, out = _run(["audit", "--epsilon", "1", "--trials", "20000", "--seed", "3", "--broken"], capsys)
+    assert out["epsilon_lower_bound"] > 1.0 and code == 1  # a reported violation is a failing exit
 
 
 def test_pview_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
