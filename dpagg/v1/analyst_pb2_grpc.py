@@ -72,7 +72,8 @@ class AnalystServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RangeCounts(self, request, context):
-        """Many range counts over one release, each with its standard error.
+        """Many range counts over one release, each with its standard error; no budget
+        is spent. Zero ranges is INVALID_ARGUMENT (as in Computation.DirectRangeCounts).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

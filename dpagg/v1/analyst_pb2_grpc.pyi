@@ -44,7 +44,9 @@ class AnalystStub:
     for a release that has not finished (poll Computation.ReleaseStatus).
     """
     RangeCounts: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]
-    """Many range counts over one release, each with its standard error."""
+    """Many range counts over one release, each with its standard error; no budget
+    is spent. Zero ranges is INVALID_ARGUMENT (as in Computation.DirectRangeCounts).
+    """
 
 @_typing.type_check_only
 class AnalystAsyncStub(AnalystStub):
@@ -58,7 +60,9 @@ class AnalystAsyncStub(AnalystStub):
     for a release that has not finished (poll Computation.ReleaseStatus).
     """
     RangeCounts: _aio.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]  # type: ignore[assignment]
-    """Many range counts over one release, each with its standard error."""
+    """Many range counts over one release, each with its standard error; no budget
+    is spent. Zero ranges is INVALID_ARGUMENT (as in Computation.DirectRangeCounts).
+    """
 
 class AnalystServicer(metaclass=_abc_1.ABCMeta):
     """Read-only queries against released summaries (no budget is spent)."""
@@ -87,6 +91,8 @@ class AnalystServicer(metaclass=_abc_1.ABCMeta):
         request: _analyst_pb2.RangeCountsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_analyst_pb2.RangeCountsResponse, _abc.Awaitable[_analyst_pb2.RangeCountsResponse]]:
-        """Many range counts over one release, each with its standard error."""
+        """Many range counts over one release, each with its standard error; no budget
+        is spent. Zero ranges is INVALID_ARGUMENT (as in Computation.DirectRangeCounts).
+        """
 
 def add_AnalystServicer_to_server(servicer: AnalystServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -62,6 +62,8 @@ class AnalystHandler:
 
     def range_counts(self, release_id: str, ranges: Sequence[tuple[int, int]]) -> list[RangeCount]:
         """Estimated counts over [lo, hi) with the standard error of their DP noise (no budget spent)."""
+        if not ranges:  # as DirectRangeCounts: an empty batch is a mistake, not an empty answer
+            raise InvalidInputError("ranges is empty: ask at least one range [lo, hi)")
         if len(ranges) > MAX_RANGES:
             raise InvalidInputError(f"at most {MAX_RANGES} ranges per call, got {len(ranges)}; split the batch")
         _, summary = self.release(release_id)

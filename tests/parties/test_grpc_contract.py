@@ -58,3 +58,18 @@ def test_cli_details_a_new_user_hits(cluster: Cluster, tmp_path, monkeypatch: py
     assert main(["demo", "--plot", "x.png", "--insecure"]) == 1
     err = capsys.readouterr()
     assert "--plot needs matplotlib" in err.err and "range counts" not in err.out
+
+
+def test_zero_ranges_is_an_error_for_both_range_rpcs(cluster: Cluster) -> None:
+    import numpy as np
+
+    from parties.common.errors import ServiceError
+
+    cluster.open_study(domain_size=16, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(16))
+    rel = cluster.computation().run_release("s1", epsilon=0.5)
+    for call in (lambda: cluster.analyst().range_counts(rel.release_id, []),
+                 lambda: cluster.computation().direct_range_counts("s1", [], 0.1)):
+        with pytest.raises((ServiceError, InvalidInputError)) as ei:
+            call()
+        assert "ranges is empty" in str(ei.value)
