@@ -520,9 +520,24 @@ def cmd_query(args: argparse.Namespace) -> int:
                   f"{bdp.get('dp_epsilon', 0):g}, multiplier {bdp.get('noise_multiplier', 1):g})")
         for start, length, total in zip(s.starts, s.lengths, s.sums):
             print(f"  bins [{start}, {start + length}): {total}")
+    domain = _release_domain(args, rel.study_id)
     for c in counts:
-        print(f"[{c.lo}, {c.hi}): {c.value:.1f} +- {c.standard_error:.1f}")
+        where = f"  ({domain.describe_range(c.lo, c.hi)})" if domain is not None else ""
+        print(f"bins [{c.lo}, {c.hi}){where}: {c.value:.1f} +- {c.standard_error:.1f}")
     return 0
+
+
+def _release_domain(args: argparse.Namespace, study_id: str) -> Any:
+    """The study's DomainSpec (to print ranges in the domain's values), or None when unknown or unreadable."""
+    from .computation.client import ComputationClient
+    from .data_owner.dataset import DomainSpec
+
+    try:
+        with ComputationClient(args.analyst, **_conn(args)) as cs:
+            spec = cs.study_status(study_id).contract.domain_spec
+        return DomainSpec.parse(spec) if spec else None
+    except (ServiceError, DPAggError, ValueError):
+        return None
 
 
 def cmd_direct_query(args: argparse.Namespace) -> int:

@@ -202,6 +202,14 @@ class DomainSpec:
         """Number of bins: the study's domain size."""
         return len(self.edges) - 1
 
+    def describe_range(self, lo: int, hi: int) -> str:
+        """Bins [lo, hi) in the domain's own values, e.g. "age in [0, 20)" or "city in {a, b}"."""
+        if self.categories is not None:
+            shown = list(self.categories[lo:hi])
+            more = f", ... ({hi - lo} values)" if len(shown) > 4 else ""
+            return f"{self.column} in {{{', '.join(shown[:4])}{more}}}"
+        return f"{self.column} in [{self.edges[lo]:g}, {self.edges[hi]:g})"
+
     @property
     def is_categorical(self) -> bool:
         return self.categories is not None

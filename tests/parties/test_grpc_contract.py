@@ -73,3 +73,15 @@ def test_zero_ranges_is_an_error_for_both_range_rpcs(cluster: Cluster) -> None:
         with pytest.raises((ServiceError, InvalidInputError)) as ei:
             call()
         assert "ranges is empty" in str(ei.value)
+
+
+def test_query_prints_ranges_in_the_domains_values(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    from parties.cli import main
+
+    cluster.open_study(domain_size=50, owners=("a",), epsilon=1.0, domain_spec="age:0:100:50")
+    cluster.owner("a").submit("s1", np.arange(50))
+    rel = cluster.computation().run_release("s1", epsilon=1.0)
+    assert main(["query", rel.release_id, "--range", "0:10", "--analyst", cluster.cs.target, "--insecure"]) == 0
+    assert "bins [0, 10)  (age in [0, 20)):" in capsys.readouterr().out
