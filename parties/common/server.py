@@ -28,6 +28,25 @@ log = logging.getLogger("dpagg.server")
 ServiceBinding = tuple[Callable[[Any, grpc.Server], None], Any, str]
 
 
+#: Server reflection v1 (what current tools ask first); grpcio-reflection here ships only v1alpha, whose
+#: messages are the same on the wire, so v1 is served by the v1alpha servicer under the v1 name.
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
+def _enable_reflection(names: Sequence[str], server: grpc.Server) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    all_names = (*names, reflection.SERVICE_NAME, REFLECTION_V1)
+    reflection.enable_server_reflection(all_names, server)
+    servicer = reflection.ReflectionServicer(all_names)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(REFLECTION_V1, {
+        "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+            servicer.ServerReflectionInfo,
+            request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+            response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString),
+    }),))
+
+
 class _HealthServicer(health.HealthServicer):  # type: ignore[misc]
     """Standard health checking, with `List` answered (the library's raises NotImplementedError)."""
 
@@ -70,7 +89,7 @@ def create_server(
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         names.append(name)
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    _enable_reflection((*names, health.SERVICE_NAME), server)
     address = f"{host}:{port}"
     try:
         bound = (server.add_secure_port(address, credentials) if credentials is not None

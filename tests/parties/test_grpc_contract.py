@@ -85,3 +85,17 @@ def test_query_prints_ranges_in_the_domains_values(cluster: Cluster, capsys: pyt
     rel = cluster.computation().run_release("s1", epsilon=1.0)
     assert main(["query", rel.release_id, "--range", "0:10", "--analyst", cluster.cs.target, "--insecure"]) == 0
     assert "bins [0, 10)  (age in [0, 20)):" in capsys.readouterr().out
+
+
+def test_reflection_is_served_as_v1_and_v1alpha(cluster: Cluster) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    with grpc.insecure_channel(cluster.cs.target) as channel:
+        for package in ("grpc.reflection.v1", "grpc.reflection.v1alpha"):
+            call = channel.stream_stream(f"/{package}.ServerReflection/ServerReflectionInfo",
+                                         request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                         response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+            (resp,) = list(call(iter([request]), timeout=5))
+            names = {s.name for s in resp.list_services_response.service}
+            assert "dpagg.v1.Computation" in names and "grpc.reflection.v1.ServerReflection" in names
