@@ -355,6 +355,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Above this share of records outside the domain, `submit` asks for --accept-out-of-domain: a wrong column
+#: or unit usually looks like this, and a submission cannot be taken back.
+MAX_OUT_OF_DOMAIN_SHARE = 0.2
+
+
+def _check_careless_csv(args: argparse.Namespace, hist: Any) -> None:
+    """Refuse what is almost surely a mistake before anything is encrypted or sent (a submission is final)."""
+    if hist.records_read == 0 or hist.total == 0:
+        raise DPAggError(
+            f"{args.csv}: {hist.records_read} record(s) read, none inside the domain: refusing an empty submission "
+            "(it would commit irreversibly). Check the file and --domain"
+        )
+    share = hist.out_of_domain / hist.records_read
+    if share > MAX_OUT_OF_DOMAIN_SHARE and not args.accept_out_of_domain:
+        raise DPAggError(
+            f"{args.csv}: {hist.out_of_domain} of {hist.records_read} records ({share:.0%}) fall outside the domain; "
+            "a wrong column or unit? Nothing was sent. Pass --accept-out-of-domain to submit the rest anyway"
+        )
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
     from .data_owner.client import DataOwnerClient
@@ -370,6 +390,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         bounds = ContributionBounds(per_bin=args.per_bin, max_bins=args.max_bins)
         hist = read_histogram(args.csv, domain, person_column=args.person_column, bounds=bounds,
                               on_bad_value="drop" if args.drop_bad_values else "error")
+        _check_careless_csv(args, hist)
         key = _upload_key(args)
         signing_key = None
         if args.signing_key:
@@ -749,6 +770,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-bin", type=int, default=1, help="max records of one person per bin (default 1)")
     p.add_argument("--max-bins", type=int, default=1, help="max bins one person counts in (default 1)")
     p.add_argument("--drop-bad-values", action="store_true", help="skip records with empty/non-numeric values")
+    p.add_argument("--accept-out-of-domain", action="store_true",
+                   help=f"submit even when more than {MAX_OUT_OF_DOMAIN_SHARE:.0%} of the records fall outside the "
+                        "domain (refused by default: usually a wrong column or unit)")
     p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir, so a re-run resumes)")
     p.add_argument("--state-dir", help=f"where upload keys are kept (env {ENV_STATE_DIR}; default ~/.dpagg)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

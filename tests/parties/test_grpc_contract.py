@@ -99,3 +99,23 @@ def test_reflection_is_served_as_v1_and_v1alpha(cluster: Cluster) -> None:
             (resp,) = list(call(iter([request]), timeout=5))
             names = {s.name for s in resp.list_services_response.service}
             assert "dpagg.v1.Computation" in names and "grpc.reflection.v1.ServerReflection" in names
+
+
+def test_careless_csvs_are_refused_before_anything_is_sent(cluster: Cluster, tmp_path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from parties.cli import main
+
+    cluster.open_study(domain_size=10, owners=("a",), epsilon=1.0, domain_spec="age:0:100:10")
+    base = ["submit", "--study", "s1", "--owner", "a", "--computation", cluster.cs.target, "--decryption",
+            cluster.ds.target, "--insecure", "--no-progress", "--state-dir", str(tmp_path / "state")]
+    empty = tmp_path / "empty.csv"
+    empty.write_text("age\n")
+    assert main([*base, "--csv", str(empty)]) == 1
+    assert "refusing an empty submission" in capsys.readouterr().err
+    wrong = tmp_path / "months.csv"  # ages in months: 60% beyond the domain
+    wrong.write_text("age\n" + "\n".join(["30", "40", "50", "40", "700", "800", "900", "600", "650", "720"]) + "\n")
+    assert main([*base, "--csv", str(wrong)]) == 1
+    assert "6 of 10 records (60%) fall outside the domain" in capsys.readouterr().err
+    assert cluster.computation().study_status("s1").submitted_owners == ()  # nothing was committed
+    assert main([*base, "--csv", str(wrong), "--accept-out-of-domain"]) == 0
+    assert cluster.computation().study_status("s1").submitted_owners == ("a",)
