@@ -10,10 +10,14 @@ import math
 import os
 import sys
 import uuid
-
-import grpc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+# gRPC's C core logs every failed TLS handshake on stderr; the CLI reports failures itself (naming the file
+# or name at fault), so it keeps the core to errors unless the user set GRPC_VERBOSITY. Set before grpc loads.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc  # noqa: E402
 
 from he_partition.errors import DPAggError
 

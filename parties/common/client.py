@@ -43,6 +43,11 @@ def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, method: str,
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _connection_failed(details: str) -> bool:
+    """gRPC's wording when no connection (TCP or TLS) could be made, as opposed to a server's UNAVAILABLE."""
+    return "failed to connect" in details or "Socket closed" in details or "handshake" in details.lower()
+
+
 class BaseClient:
     """A channel to one dpagg server with per-call deadlines and retries on UNAVAILABLE.
 
@@ -111,15 +116,18 @@ class BaseClient:
         return self._call(lambda: rpc(request, timeout=deadline), policy=policy, method=method)
 
     def _call(self, fn: Callable[[], T], *, policy: RetryPolicy, method: str) -> T:
-        """`call_with_retry`, naming the server role this client insists on when the connection fails."""
+        """`call_with_retry`; when the connection does not come up, say which certificate, CA or name failed."""
         try:
             return call_with_retry(fn, policy=policy, method=method)
         except ServiceError as exc:
-            if exc.code == grpc.StatusCode.UNAVAILABLE and self.tls is not None and self.server_role:
-                exc.details += (f"; or {self.target} is not the {self.server_role} server: this client accepts only a "
-                                f"certificate issued by the deployment CA for role {self.server_role} (DNS name "
-                                f"{server_role_name(self.server_role)}), and sent it nothing")
-                exc.args = (f"{exc.code.name} ({method}): {exc.details}",)
+            if exc.code == grpc.StatusCode.UNAVAILABLE and self.target and _connection_failed(exc.details):
+                from .tls_diagnose import diagnose
+
+                name = server_role_name(self.server_role) if self.server_role else ""
+                cause = diagnose(self.target, self.tls, server_name=name, role=self.server_role)
+                if cause:
+                    exc.details = f"cannot reach {self.target}: {cause}"
+                    exc.args = (f"{exc.code.name} ({method}): {exc.details}",)
             raise
 
     def wait_ready(self, service: str = "", timeout: float = 30.0) -> None:
