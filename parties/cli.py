@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import logging
@@ -381,7 +382,7 @@ def _check_careless_csv(args: argparse.Namespace, hist: Any) -> None:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from .computation.client import ComputationClient
-    from .data_owner.client import DataOwnerClient
+    from .data_owner.client import DataOwnerClient, SubmitInterrupted
     from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram
 
     tls = _tls(args)
@@ -391,10 +392,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if not domain_text:
             raise DPAggError(f"study {args.study} records no domain spec; pass --domain COLUMN:LO:HI:BINS")
         domain = DomainSpec.parse(domain_text)
+        if args.value_column:
+            domain = dataclasses.replace(domain, column=args.value_column)
         bounds = ContributionBounds(per_bin=args.per_bin, max_bins=args.max_bins)
         hist = read_histogram(args.csv, domain, person_column=args.person_column, bounds=bounds,
-                              on_bad_value="drop" if args.drop_bad_values else "error")
+                              on_bad_value="drop" if args.drop_bad_values else "error", drop_hint="--drop-bad-values")
         _check_careless_csv(args, hist)
+        if not args.json:
+            print(f"{args.csv}: {hist.records_read} records read, {hist.out_of_domain} outside the domain or "
+                  f"unreadable, {hist.records_dropped} dropped by the contribution bound; submitting {hist.total} "
+                  f"to study {args.study} (final: a study counts one submission per owner)", file=sys.stderr,
+                  flush=True)
         key = _upload_key(args)
         signing_key = None
         if args.signing_key:
@@ -403,10 +411,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
             signing_key = load_private_key(args.signing_key)
         with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls, insecure=args.insecure,
                              signing_key=signing_key, progress=not args.no_progress and not args.json) as owner:
-            res = owner.submit(args.study, hist, idempotency_key=key)
+            try:
+                res = owner.submit(args.study, hist, idempotency_key=key, resume_dir=_state_dir(args))
+            except SubmitInterrupted as stop:
+                print(f"\n{stop}.\nRun the same command again to resume: it sends only the chunks the server lacks "
+                      f"(the encrypted chunks are kept in {_state_dir(args)} until the upload commits).",
+                      file=sys.stderr)
+                return 130
     if args.json:
         _print_json({"study_id": res.study_id, "owner_id": res.owner_id, "idempotency_key": res.idempotency_key,
                      "committed": res.committed, "duplicate": res.duplicate, "chunks": res.chunk_count,
+                     "chunks_sent": res.chunks_sent,
                      "bytes_sent": res.bytes_sent, "records_read": hist.records_read,
                      "records_dropped": hist.records_dropped, "out_of_domain": hist.out_of_domain})
     elif res.duplicate:
@@ -773,12 +788,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--person-column", help="column identifying a person (default: every record is a person)")
     p.add_argument("--per-bin", type=int, default=1, help="max records of one person per bin (default 1)")
     p.add_argument("--max-bins", type=int, default=1, help="max bins one person counts in (default 1)")
-    p.add_argument("--drop-bad-values", action="store_true", help="skip records with empty/non-numeric values")
+    p.add_argument("--value-column", metavar="NAME",
+                   help="the CSV column holding the study's value (default: the column the domain spec names)")
+    p.add_argument("--drop-bad-values", action="store_true",
+                   help="skip records with an empty or non-numeric value, no person id, or a wrong number of "
+                        "fields (default: stop at the first, naming its line)")
     p.add_argument("--accept-out-of-domain", action="store_true",
                    help=f"submit even when more than {MAX_OUT_OF_DOMAIN_SHARE:.0%} of the records fall outside the "
                         "domain (refused by default: usually a wrong column or unit)")
     p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir, so a re-run resumes)")
-    p.add_argument("--state-dir", help=f"where upload keys are kept (env {ENV_STATE_DIR}; default ~/.dpagg)")
+    p.add_argument("--state-dir", help=f"where upload keys and the encrypted chunks of an unfinished upload are "
+                                       f"kept, so a re-run resumes (env {ENV_STATE_DIR}; default ~/.dpagg)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--signing-key", default=os.environ.get("DPAGG_SIGNING_KEY"), metavar="PATH",
                    help="your Ed25519 signing key (from `dpagg keygen`); required by signed studies "

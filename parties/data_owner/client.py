@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import uuid
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import grpc
+import numpy as np
 
 from he_partition.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.errors import InvalidInputError
@@ -21,8 +23,9 @@ from ..common.signing import key_fingerprint, public_key_of, sign_upload
 from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient
 from ..decryption.client import DecryptionClient
+from .resume import UploadCache, counts_digest
 
-__all__ = ["DataOwnerClient", "EncryptedHistogram", "SubmitResult", "RESUMABLE_CODES"]
+__all__ = ["DataOwnerClient", "EncryptedHistogram", "SubmitInterrupted", "SubmitResult", "RESUMABLE_CODES"]
 
 #: Failures after which an upload is resumed (same idempotency key, only the missing chunks).
 RESUMABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
@@ -61,6 +64,21 @@ class SubmitResult:
     bytes_sent: int
     attempts: int
     seconds: float
+
+
+class SubmitInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an upload: what was sent, and how to resume (a KeyboardInterrupt, so it still stops)."""
+
+    def __init__(self, study_id: str, owner_id: str, idempotency_key: str, sent: int, held_before: int,
+                 chunk_count: int) -> None:
+        super().__init__(study_id, owner_id, idempotency_key)
+        self.study_id, self.owner_id, self.idempotency_key = study_id, owner_id, idempotency_key
+        self.sent, self.held_before, self.chunk_count = sent, held_before, chunk_count
+
+    def __str__(self) -> str:
+        return (f"interrupted: upload {self.idempotency_key} of owner {self.owner_id} to study {self.study_id} is not "
+                f"committed; the server held {self.held_before} of {self.chunk_count} chunk(s) and this run sent "
+                f"{self.sent} more (the last may not have arrived). Nothing counts until every chunk is there")
 
 
 def _counts_of(histogram: Any) -> tuple[Any, int | None]:
@@ -197,21 +215,28 @@ class DataOwnerClient:
             )
 
     def submit(self, study_id: str, histogram: Any, *, idempotency_key: str | None = None,
-               progress: bool | None = None, max_attempts: int = 5) -> SubmitResult:
+               progress: bool | None = None, max_attempts: int = 5,
+               resume_dir: str | os.PathLike[str] | None = None) -> SubmitResult:
         """Encrypt and upload `histogram` (counts per bin, or a BoundedHistogram) to the study.
 
         Retries (UNAVAILABLE, DEADLINE_EXCEEDED, ...) resume the upload: the server
         reports which chunks it holds and only the others are sent. Keep
         `idempotency_key` to resume from another process after a crash; a fresh key is
-        generated otherwise. Raises ServiceError with ALREADY_EXISTS if this owner
-        already submitted under a different key.
+        generated otherwise. With `resume_dir` the encrypted chunks are kept there until
+        the upload commits, so a later run with the same key and counts sends only the
+        chunks the server lacks instead of re-encrypting (a new encryption could not be
+        combined with the held chunks). Raises ServiceError with ALREADY_EXISTS if this
+        owner already submitted under a different key, and SubmitInterrupted (a
+        KeyboardInterrupt) on Ctrl-C during the upload.
         """
-        counts, _ = _counts_of(histogram)
+        counts, bound = _counts_of(histogram)
         validate_histogram(counts, name=f"histogram of owner {self.owner_id}")  # before any network traffic
         key = check_id("idempotency_key", idempotency_key or f"up-{uuid.uuid4().hex[:20]}")
         started = time.monotonic()
         status = self.computation.upload_status(study_id, self.owner_id, key)
         if status.state == "COMMITTED":
+            if resume_dir is not None:
+                UploadCache(resume_dir, study_id=study_id, owner_id=self.owner_id, idempotency_key=key).clear()
             return SubmitResult(study_id, self.owner_id, key, True, True, status.chunk_count, 0, 0, 0,
                                 time.monotonic() - started)
         if status.state == "CONFLICT":
@@ -219,9 +244,27 @@ class DataOwnerClient:
                                f"owner {self.owner_id} already submitted to study {study_id} under another "
                                "idempotency key; a study counts one submission per owner",
                                method="Computation/UploadStatus")
-        enc = self.encrypt(study_id, histogram)
-        return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
-                           started=started)
+        if resume_dir is None:
+            enc = self.encrypt(study_id, histogram)
+            return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
+                               started=started)
+        cache = UploadCache(resume_dir, study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
+        digest = counts_digest(np.asarray(counts), bound)
+        contract = self.contract(study_id)
+        saved = cache.load(digest, contract_hash=contract.contract_hash,
+                           context_fingerprint=contract.context_fingerprint)
+        if saved is not None:
+            self._check_signing_key(contract)
+            enc = EncryptedHistogram(study_id, saved.domain_length, saved.context_fingerprint, saved.chunks,
+                                     saved.contract_hash, contract.signed)
+        else:
+            enc = self.encrypt(study_id, histogram)
+            cache.save(digest, contract_hash=enc.contract_hash, context_fingerprint=enc.context_fingerprint,
+                       domain_length=enc.domain_length, chunks=enc.chunks)
+        result = self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts, started=started)
+        if result.committed:
+            cache.clear()
+        return result
 
     def upload(self, enc: EncryptedHistogram, *, idempotency_key: str, progress: bool | None = None,
                max_attempts: int = 5, only: Sequence[int] | None = None, started: float | None = None) -> SubmitResult:
@@ -243,6 +286,7 @@ class DataOwnerClient:
         sent_bytes = 0
         delay = self.retry.initial_delay
         bar = _progress_bar(show, enc.nbytes, f"{self.owner_id} -> {enc.study_id}")
+        held: set[int] = set()
         try:
             for attempt in range(1, max_attempts + 1):
                 status = self.computation.upload_status(enc.study_id, self.owner_id, idempotency_key)
@@ -261,11 +305,11 @@ class DataOwnerClient:
 
                 def stream(indices: list[int] = todo) -> Iterator[tuple[int, bytes]]:
                     nonlocal sent_chunks, sent_bytes
-                    for i in indices:
-                        yield i, enc.chunks[i]
+                    for i in indices:  # counted when handed to gRPC
                         sent_chunks += 1
                         sent_bytes += len(enc.chunks[i])
                         bar.update(len(enc.chunks[i]))
+                        yield i, enc.chunks[i]
 
                 try:
                     resp = self.computation.submit_chunks(
@@ -284,6 +328,8 @@ class DataOwnerClient:
                 if only is not None and attempt == 1:
                     return SubmitResult(enc.study_id, self.owner_id, idempotency_key, False, False, k, sent_chunks,
                                         sent_bytes, attempt, time.monotonic() - t0)
+        except KeyboardInterrupt:
+            raise SubmitInterrupted(enc.study_id, self.owner_id, idempotency_key, sent_chunks, len(held), k) from None
         finally:
             bar.close()
         raise ServiceError(grpc.StatusCode.UNAVAILABLE,

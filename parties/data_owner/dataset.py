@@ -480,6 +480,7 @@ def read_histogram(
     bounds: ContributionBounds = ContributionBounds(),
     rng: RandomSource | int | None = None,
     on_bad_value: Literal["error", "drop"] = "error",
+    drop_hint: str = "on_bad_value='drop'",
 ) -> BoundedHistogram:
     """Read a CSV file (header row first) and build its contribution-bounded histogram.
 
@@ -491,9 +492,11 @@ def read_histogram(
 
     Fields are stripped of surrounding whitespace; completely empty lines are skipped; the
     file is read as UTF-8 (a byte-order mark is ignored). A value is *bad* when it is empty,
-    not a number (numeric domain) or NaN, or when the person id is empty. With
+    not a number (numeric domain) or NaN, when the person id is empty, or when the row has
+    another number of fields than the header (an unquoted comma shifts every column). With
     ``on_bad_value="error"`` (default) the first bad value raises InvalidInputError naming
-    the line and the value; with ``"drop"`` such records are skipped and counted in
+    the line and the value (and `drop_hint`, how the caller asks for dropping: the CLI
+    names its flag); with ``"drop"`` such records are skipped and counted in
     ``out_of_domain``. Values that parse but fall outside the domain (including +-inf)
     always count in ``out_of_domain``.
     """
@@ -523,6 +526,9 @@ def read_histogram(
                 person = None
                 if raw is None:
                     problem = f"has no field for column {domain.column!r} (only {len(row)} fields)"
+                elif len(row) != len(header):
+                    problem = (f"has {len(row)} fields but the header has {len(header)} (an unquoted comma in a "
+                               "value?)")
                 elif raw == "":
                     problem = f"has an empty value in column {domain.column!r}"
                 if problem is None and pi is not None:
@@ -543,8 +549,8 @@ def read_histogram(
                         n_bad += 1
                         continue
                     raise InvalidInputError(
-                        f"{shown}: line {reader.line_num} {problem}; fix the file or pass on_bad_value='drop' "
-                        "to skip such records"
+                        f"{shown}: line {reader.line_num} {problem}; fix the file or pass {drop_hint} to skip "
+                        "such records"
                     )
                 values.append(value)
                 if person is not None:

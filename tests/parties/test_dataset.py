@@ -309,6 +309,7 @@ def test_missing_column_names_column_and_columns_present(tmp_path: Path) -> None
         ("x,NaN", r"line 3 has value 'NaN' \(NaN\)"),
         ("x", r"line 3 has no field for column 'age'"),
         (",4", r"line 3 has no person id in column 'person_id'"),
+        ("x,4,5", r"line 3 has 3 fields but the header has 2 \(an unquoted comma"),
     ],
 )
 def test_bad_value_names_line_and_value(tmp_path: Path, row: str, fragment: str) -> None:

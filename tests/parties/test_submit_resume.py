@@ -1,0 +1,80 @@
+"""An interrupted submit resumes from the chunks the server holds: no re-encryption, no resending (real servers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from he_partition.errors import InvalidInputError
+from parties.computation.client import ComputationClient
+from parties.data_owner.client import SubmitInterrupted
+
+from .conftest import Cluster
+
+#: 20,000 bins fill three 8,192-slot ciphertext chunks.
+BINS = 20_000
+
+
+def _interrupt_after(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """The next upload stream delivers `n` chunks to the real server, then the user presses Ctrl-C."""
+    real = ComputationClient.submit_chunks
+
+    def partial(self: ComputationClient, *, chunks: Iterator[tuple[int, bytes]], **kw: Any) -> Any:
+        first = [next(chunks) for _ in range(n)]
+        real(self, chunks=iter(first), **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ComputationClient, "submit_chunks", partial)
+
+
+def test_signed_upload_resumes_with_the_same_ciphertexts(secure_cluster: Cluster, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    secure_cluster.open_study(domain_size=BINS, owners=("a",))
+    counts = np.random.default_rng(3).integers(0, 5, size=BINS)
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 1)
+        with pytest.raises(SubmitInterrupted) as stop:
+            secure_cluster.owner("a").submit("s1", counts, idempotency_key="k1", resume_dir=tmp_path)
+    assert (stop.value.sent, stop.value.held_before, stop.value.chunk_count) == (1, 0, 3)
+    assert "not committed" in str(stop.value)
+    assert secure_cluster.computation().upload_status("s1", "a", "k1").received == (0,)
+    saved = sorted(p.name for p in (tmp_path / "s1.a.k1.chunks").iterdir())
+    assert saved == ["chunk-000000.ct", "chunk-000001.ct", "chunk-000002.ct", "upload.json"]
+
+    changed = counts.copy()
+    changed[0] += 1
+    with pytest.raises(InvalidInputError, match="the data differs from what the interrupted upload k1"):
+        secure_cluster.owner("a").submit("s1", changed, idempotency_key="k1", resume_dir=tmp_path)
+
+    res = secure_cluster.owner("a").submit("s1", counts, idempotency_key="k1", resume_dir=tmp_path)
+    assert res.committed and not res.duplicate
+    assert (res.chunk_count, res.chunks_sent) == (3, 2)  # the held chunk was not sent again
+    assert not (tmp_path / "s1.a.k1.chunks").exists()  # forgotten once committed
+    assert secure_cluster.computation().study_status("s1").submitted_owners == ("a",)
+
+
+def test_cli_says_how_to_resume_and_the_rerun_sends_only_the_rest(cluster: Cluster, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from parties.cli import main
+
+    cluster.open_study(domain_size=BINS, owners=("a",), domain_spec=f"v:0:{BINS}:{BINS}")
+    csv = tmp_path / "a.csv"
+    csv.write_text("value\n" + "\n".join(str(v) for v in range(0, BINS, 7)) + "\n")
+    argv = ["submit", "--study", "s1", "--owner", "a", "--csv", str(csv), "--value-column", "value",
+            "--computation", cluster.cs.target, "--decryption", cluster.ds.target, "--insecure", "--no-progress",
+            "--state-dir", str(tmp_path / "state")]
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 2)
+        assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert f"{-(-BINS // 7)} records read" in err  # counts reported before anything is sent
+    assert "held 0 of 3 chunk(s) and this run sent 2 more" in err
+    assert "Run the same command again to resume" in err
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["committed"] and (out["chunks"], out["chunks_sent"]) == (3, 1)
