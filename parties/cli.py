@@ -174,35 +174,64 @@ def cmd_certs(args: argparse.Namespace) -> int:
         ca = tls.create_ca(ca_dir)
         created_ca = True
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if ca_dir.resolve() != out.resolve():
+    if ca_dir.resolve() != out.resolve() and not args.per_party_dirs:
         (out / ca.cert_path.name).write_bytes(ca.cert_pem())  # parties need the CA certificate, not its key
     written: list[dict[str, Any]] = []
+    kept: list[str] = []
     for party_id, role, hosts in args.party:
-        files = tls.PartyFiles.in_directory(out, party_id, role)
+        where = out / party_id if args.per_party_dirs else out
+        files = tls.PartyFiles.in_directory(where, party_id, role)
+        if files.key_path.exists() and files.cert_path.exists() and args.keep_existing and not args.force:
+            _check_kept(files, ca, role)
+            kept.append(party_id)
+            continue
         if files.key_path.exists() and not args.force:
             raise DPAggError(f"{files.key_path} exists; pass --force to issue a new key and certificate for "
-                             f"{party_id!r}")
+                             f"{party_id!r}, or --keep-existing to keep it")
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if args.per_party_dirs:
+            (where / ca.cert_path.name).write_bytes(ca.cert_pem())  # each party trusts the CA, nothing else
         names = hosts or (party_id, "localhost", "127.0.0.1")
-        files = tls.issue_party_certificate(ca, out, party_id, role, hostnames=names)
+        files = tls.issue_party_certificate(ca, where, party_id, role, hostnames=names)
         entry: dict[str, Any] = {"party_id": party_id, "role": role, "cert": str(files.cert_path),
                                  "key": str(files.key_path), "hostnames": list(names)}
         if role == "data_owner" and args.signing_keys:
             private, public = generate_signing_key()
-            key_path = save_private_key(out / f"{party_id}.signing.key", private)
-            pub_path = out / f"{party_id}.signing.pub"
+            key_path = save_private_key(where / f"{party_id}.signing.key", private)
+            pub_path = where / f"{party_id}.signing.pub"
             pub_path.write_text(public.hex() + "\n")
             entry.update(signing_key=str(key_path), signing_public_key=public.hex())
         written.append(entry)
     if args.json:
         _print_json({"ca_cert": str(out / ca.cert_path.name), "ca_key": str(ca.key_path), "created_ca": created_ca,
-                     "parties": written})
+                     "parties": written, "kept": kept})
     else:
         print(f"CA {'created' if created_ca else 'reused'}: {ca.cert_path} (its key {ca.key_path} can mint any "
               "identity: keep it offline)")
+        if kept:
+            print(f"  kept the existing certificates of {', '.join(kept)}")
         for e in written:
             extra = f", signing key {e['signing_key']} (public {e['signing_public_key']})" if "signing_key" in e else ""
             print(f"  {e['role']:<11} {e['party_id']}: {e['cert']}, key {e['key']}{extra}")
     return 0
+
+
+def _check_kept(files: Any, ca: Any, role: str) -> None:
+    """An existing certificate kept by --keep-existing must be this CA's, for this role: else say how to fix it."""
+    from cryptography import x509
+
+    from .common.tls import identity_from_certificate
+
+    cert = x509.load_pem_x509_certificate(files.cert_path.read_bytes())
+    ident = identity_from_certificate(cert)
+    try:
+        cert.verify_directly_issued_by(ca.certificate())
+        same_ca = True
+    except Exception:  # noqa: BLE001 - InvalidSignature, ValueError, TypeError: all mean "not this CA"
+        same_ca = False
+    if not same_ca or ident is None or ident.role != role:
+        raise DPAggError(f"{files.cert_path} exists but is not a certificate of this CA for role {role}; pass "
+                         "--force to reissue it")
 
 
 def cmd_open_study(args: argparse.Namespace) -> int:
@@ -319,16 +348,25 @@ def _owner_keys(args: argparse.Namespace) -> dict[str, str]:
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     """Create a data owner's Ed25519 signing key (0600) and print its public half for the operator."""
-    from .common.signing import generate_signing_key, key_fingerprint, save_private_key
+    from .common.signing import (generate_signing_key, key_fingerprint, load_private_key, public_key_of,
+                                 save_private_key)
 
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise DPAggError(f"{out} exists; pass --force to replace it (uploads already signed with it stay valid)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    private, public = generate_signing_key()
-    save_private_key(out, private)
+    if out.exists() and args.keep_existing and not args.force:
+        private = load_private_key(out)
+        public = public_key_of(private)
+    elif out.exists() and not args.force:
+        raise DPAggError(f"{out} exists; pass --force to replace it (uploads already signed with it stay valid), or "
+                         "--keep-existing to keep it")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        private, public = generate_signing_key()
+        save_private_key(out, private)
     pub_path = out.with_suffix(".pub")
     pub_path.write_text(public.hex() + "\n")
+    if args.public_dir:
+        Path(args.public_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.public_dir) / pub_path.name).write_text(public.hex() + "\n")
     if args.json:
         _print_json({"private_key": str(out), "public_key_file": str(pub_path), "public_key": public.hex(),
                      "fingerprint": key_fingerprint(public)})
@@ -622,6 +660,33 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ledger_backup(args: argparse.Namespace) -> int:
+    """Copy the decryption server's ledger (it may be running) to one file and verify the copy's hash chain."""
+    from .decryption.ledger import backup_ledger
+    from .decryption.server import LEDGER_FILE
+
+    rows = backup_ledger(Path(args.data_dir) / LEDGER_FILE, args.out)
+    print(f"ledger backed up to {args.out}: {rows} charge row(s), hash chain verified (no key material in it)")
+    return 0
+
+
+def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    """Check a ledger file's (or backup's) hash chain; exit 1 if a charge row was changed, removed or replaced."""
+    from .decryption.ledger import SqliteLedgerStore, available, verify_ledger_file
+
+    rows = verify_ledger_file(args.file)
+    store = SqliteLedgerStore(args.file)
+    try:
+        for c in store.list_studies():
+            charges = store.charges(c.study_id)
+            print(f"study {c.study_id}: {len(charges)} charge(s), {c.epsilon - available(c.epsilon, charges):.12g} "
+                  f"of {c.epsilon:g} spent")
+    finally:
+        store.close()
+    print(f"{args.file}: {rows} charge row(s), hash chain verified")
+    return 0
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from .common.client import BaseClient
 
@@ -804,7 +869,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="your Ed25519 signing key (from `dpagg keygen`); required by signed studies "
                         "(env DPAGG_SIGNING_KEY)")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
-    p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
+    p.add_argument("--decryption", default=os.environ.get(ENV_DECRYPTION) or None, metavar="HOST:PORT",
+                   help="fetch the study key from the decryption server directly (env "
+                        f"{ENV_DECRYPTION}); default: through the computation server. Either way its fingerprint "
+                        "must match the study contract's")
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)
 
@@ -864,6 +932,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)
 
+    led = add("ledger", lambda a: 2, "back up or verify the decryption server's budget ledger (offline, no TLS)")
+    lsub = led.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+    p = lsub.add_parser("backup", help="copy the ledger of a (running) decryption server to one file and verify it",
+                        description="Copy DATA_DIR/ledger.sqlite3 with SQLite's online backup (safe while the server "
+                                    "runs), then verify the copy's hash chain. The copy holds contracts and charges, "
+                                    "no key material.")
+    p.set_defaults(func=cmd_ledger_backup)
+    p.add_argument("--data-dir", required=True, help="the decryption server's data directory")
+    p.add_argument("--out", required=True, type=Path, help="backup file to create (must not exist)")
+    p = lsub.add_parser("verify", help="check a ledger file's hash chain (exit 1 if a row was altered)",
+                        description="Check the hash chain of a ledger file or backup and list each study's spend; "
+                                    "exit 1 if a charge row was changed, removed or replaced.")
+    p.set_defaults(func=cmd_ledger_verify)
+    p.add_argument("file", type=Path, help="ledger file (DATA_DIR/ledger.sqlite3) or a backup")
+
     p = add("health", cmd_health, "check a server's gRPC health (exit 0 when SERVING); for container probes")
     p.add_argument("target", help="host:port")
     p.add_argument("--service", default="", help="service name, e.g. dpagg.v1.Computation (default: the server)")
@@ -883,12 +966,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also create an Ed25519 submission-signing key for every data_owner (ID.signing.key, 0600, "
                         "and ID.signing.pub); in a real deployment each owner runs `dpagg keygen` itself")
     p.add_argument("--force", action="store_true", help="replace existing party keys and certificates")
+    p.add_argument("--keep-existing", action="store_true",
+                   help="skip parties whose key and certificate exist (checked: this CA, this role), so the "
+                        "command can run on every start")
+    p.add_argument("--per-party-dirs", action="store_true",
+                   help="write each party's files, with a copy of the CA certificate, into OUT/ID/ (one directory "
+                        "to hand to each party; the CA key stays in --ca)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = add("keygen", cmd_keygen, "data owner: create an Ed25519 signing key for your uploads; prints the public key")
     p.add_argument("--out", required=True, help="private key file to write (mode 0600); the public key goes to "
                                                 "the same name with suffix .pub")
     p.add_argument("--force", action="store_true", help="replace an existing key file")
+    p.add_argument("--keep-existing", action="store_true",
+                   help="if the key file exists, keep it and print its public key (exit 0)")
+    p.add_argument("--public-dir", metavar="DIR",
+                   help="also write the public key to DIR/<name>.pub (a place the operator reads)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = add("sample-csv", cmd_sample_csv, "write seeded synthetic owner CSVs (person_id, age, income) for trying dpagg")
@@ -925,7 +1018,9 @@ def _verbosity_first(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_verbosity_first(sys.argv[1:] if argv is None else list(argv)))
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+    # Servers say what they do (start-up, commits, releases) at INFO; client commands stay quiet unless -v.
+    base = logging.INFO if args.command.startswith("serve-") else logging.WARNING
+    level = base - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))

@@ -47,6 +47,11 @@ class ComputationStub:
                 request_serializer=dpagg_dot_v1_dot_computation__pb2.SubmitHistogramRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_computation__pb2.SubmitHistogramResponse.FromString,
                 _registered_method=True)
+        self.GetPublicContext = channel.unary_stream(
+                '/dpagg.v1.Computation/GetPublicContext',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.GetPublicContextRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.PublicContextChunk.FromString,
+                _registered_method=True)
         self.UploadStatus = channel.unary_unary(
                 '/dpagg.v1.Computation/UploadStatus',
                 request_serializer=dpagg_dot_v1_dot_computation__pb2.UploadStatusRequest.SerializeToString,
@@ -99,6 +104,17 @@ class ComputationServicer:
         a retry of a committed upload with the same key is a no-op (never counted
         twice); a different key for an owner that already submitted is refused with
         ALREADY_EXISTS.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPublicContext(self, request, context):
+        """The decryption service's public context (the study key), relayed for parties
+        that reach only this server (in the compose deployment owners cannot reach the
+        decryption service). The same stream as Decryption.GetPublicContext; a client
+        must check the fingerprint against the study contract's context_fingerprint
+        before encrypting. Any authenticated party may call it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -161,6 +177,11 @@ def add_ComputationServicer_to_server(servicer, server):
                     servicer.SubmitHistogram,
                     request_deserializer=dpagg_dot_v1_dot_computation__pb2.SubmitHistogramRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_computation__pb2.SubmitHistogramResponse.SerializeToString,
+            ),
+            'GetPublicContext': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetPublicContext,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.GetPublicContextRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.PublicContextChunk.SerializeToString,
             ),
             'UploadStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.UploadStatus,
@@ -244,6 +265,33 @@ class Computation:
             '/dpagg.v1.Computation/SubmitHistogram',
             dpagg_dot_v1_dot_computation__pb2.SubmitHistogramRequest.SerializeToString,
             dpagg_dot_v1_dot_computation__pb2.SubmitHistogramResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPublicContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dpagg.v1.Computation/GetPublicContext',
+            dpagg_dot_v1_dot_decryption__pb2.GetPublicContextRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.PublicContextChunk.FromString,
             options,
             channel_credentials,
             insecure,

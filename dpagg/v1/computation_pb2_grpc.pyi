@@ -58,6 +58,13 @@ class ComputationStub:
     twice); a different key for an owner that already submitted is refused with
     ALREADY_EXISTS.
     """
+    GetPublicContext: _grpc.UnaryStreamMultiCallable[_decryption_pb2.GetPublicContextRequest, _decryption_pb2.PublicContextChunk]
+    """The decryption service's public context (the study key), relayed for parties
+    that reach only this server (in the compose deployment owners cannot reach the
+    decryption service). The same stream as Decryption.GetPublicContext; a client
+    must check the fingerprint against the study contract's context_fingerprint
+    before encrypting. Any authenticated party may call it.
+    """
     UploadStatus: _grpc.UnaryUnaryMultiCallable[_computation_pb2.UploadStatusRequest, _computation_pb2.UploadStatusResponse]
     """Which chunks of an upload the server already holds."""
     StudyStatus: _grpc.UnaryUnaryMultiCallable[_computation_pb2.StudyStatusRequest, _computation_pb2.StudyStatusResponse]
@@ -104,6 +111,13 @@ class ComputationAsyncStub(ComputationStub):
     a retry of a committed upload with the same key is a no-op (never counted
     twice); a different key for an owner that already submitted is refused with
     ALREADY_EXISTS.
+    """
+    GetPublicContext: _aio.UnaryStreamMultiCallable[_decryption_pb2.GetPublicContextRequest, _decryption_pb2.PublicContextChunk]  # type: ignore[assignment]
+    """The decryption service's public context (the study key), relayed for parties
+    that reach only this server (in the compose deployment owners cannot reach the
+    decryption service). The same stream as Decryption.GetPublicContext; a client
+    must check the fingerprint against the study contract's context_fingerprint
+    before encrypting. Any authenticated party may call it.
     """
     UploadStatus: _aio.UnaryUnaryMultiCallable[_computation_pb2.UploadStatusRequest, _computation_pb2.UploadStatusResponse]  # type: ignore[assignment]
     """Which chunks of an upload the server already holds."""
@@ -160,6 +174,19 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
         a retry of a committed upload with the same key is a no-op (never counted
         twice); a different key for an owner that already submitted is refused with
         ALREADY_EXISTS.
+        """
+
+    @_abc_1.abstractmethod
+    def GetPublicContext(
+        self,
+        request: _decryption_pb2.GetPublicContextRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_decryption_pb2.PublicContextChunk], _abc.AsyncIterator[_decryption_pb2.PublicContextChunk]]:
+        """The decryption service's public context (the study key), relayed for parties
+        that reach only this server (in the compose deployment owners cannot reach the
+        decryption service). The same stream as Decryption.GetPublicContext; a client
+        must check the fingerprint against the study contract's context_fingerprint
+        before encrypting. Any authenticated party may call it.
         """
 
     @_abc_1.abstractmethod

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from dpagg.v1 import common_pb2, decryption_pb2
 from he_partition.errors import InvalidInputError
 from he_partition.measurements import Measurement, measurement_from_dict
 from he_partition.summary import RangeCount, ReleasedValues, Summary
 
+from .config import CONTEXT_CHUNK_BYTES
 from .contract import StudyContract
 from .signing import OwnerSignature
 
@@ -209,3 +211,28 @@ def open_study_kwargs(request: Any) -> dict[str, Any]:
         owner_keys=dict(request.owner_keys), correlation_leakage=request.correlation_leakage,
         correlation_source=request.correlation_source, max_organizations=request.max_organizations,
     )
+
+
+def context_to_chunks(data: bytes, fingerprint: str) -> Iterator[decryption_pb2.PublicContextChunk]:
+    """A serialized public context as the PublicContextChunk stream both servers send."""
+    for offset in range(0, len(data), CONTEXT_CHUNK_BYTES):
+        yield decryption_pb2.PublicContextChunk(total_size=len(data), offset=offset,
+                                                data=data[offset:offset + CONTEXT_CHUNK_BYTES], fingerprint=fingerprint)
+
+
+def context_from_chunks(chunks: Iterable[decryption_pb2.PublicContextChunk]) -> bytes:
+    """Reassemble a PublicContextChunk stream and check its SHA-256 fingerprint (InvalidInputError if corrupt)."""
+    parts: list[bytes] = []
+    total = -1
+    fingerprint = ""
+    for chunk in chunks:
+        if chunk.offset != sum(len(p) for p in parts):
+            raise InvalidInputError("public context chunks arrived out of order")
+        parts.append(chunk.data)
+        total, fingerprint = chunk.total_size, chunk.fingerprint
+    data = b"".join(parts)
+    if len(data) != total or hashlib.sha256(data).hexdigest() != fingerprint:
+        raise InvalidInputError(
+            f"public context download is corrupt ({len(data)} of {total} bytes, fingerprint mismatch); retry"
+        )
+    return data

@@ -10,14 +10,14 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
-from dpagg.v1 import computation_pb2, computation_pb2_grpc
+from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.summary import RangeCount, Summary
 
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
-from ..common.convert import (contract_from_proto, open_study_request, range_counts_from_proto, ranges_to_proto,
-                              signatures_from_proto, summary_from_proto)
+from ..common.convert import (context_from_chunks, contract_from_proto, open_study_request, range_counts_from_proto,
+                              ranges_to_proto, signatures_from_proto, summary_from_proto)
 from ..common.errors import ServiceError
 from he_partition.errors import InvalidInputError
 from ..common.signing import OwnerSignature
@@ -179,6 +179,17 @@ class ComputationClient(BaseClient):
                            method="Computation/StudyStatus", timeout=timeout)
         return StudyStatus(contract_from_proto(resp.contract), tuple(resp.submitted_owners),
                            tuple(resp.missing_owners), tuple(resp.release_ids))
+
+    def public_context(self, *, timeout: float | None = None) -> bytes:
+        """The decryption server's public context, relayed by this server (fingerprint-checked on arrival).
+
+        Check it against the study contract's `context_fingerprint` before encrypting
+        (`DataOwnerClient.backend` does): the relay must not be able to swap keys unnoticed.
+        """
+        deadline = self.timeout if timeout is None else timeout
+        return self._call(lambda: context_from_chunks(self._stub.GetPublicContext(
+            decryption_pb2.GetPublicContextRequest(), timeout=deadline)), policy=self.retry,
+            method="Computation/GetPublicContext")
 
     def upload_status(self, study_id: str, owner_id: str, idempotency_key: str, *,
                       timeout: float | None = None) -> UploadStatus:

@@ -235,6 +235,10 @@ class ComputationHandler:
                 write_file_atomic(self.data_dir / PUBLIC_CONTEXT_FILE, data)
             return self._keys.backend
 
+    def public_context(self) -> bytes:
+        """The decryption server's public context as it serves it now (relayed to parties that cannot reach it)."""
+        return self.decryption.public_context()
+
     def _cached_context(self) -> bytes | None:
         if self.data_dir is None:
             return None

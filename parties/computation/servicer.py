@@ -7,11 +7,12 @@ from typing import Iterator
 import grpc
 
 from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from he_partition.bfv import context_fingerprint
 from he_partition.errors import InvalidInputError
 
 from ..common.access import ANY_ROLE, AccessPolicy
-from ..common.convert import (contract_to_proto, open_study_kwargs, range_counts_to_proto, ranges_from_proto,
-                              summary_to_proto)
+from ..common.convert import (context_to_chunks, contract_to_proto, open_study_kwargs, range_counts_to_proto,
+                              ranges_from_proto, summary_to_proto)
 from .direct import DirectQueries
 from .handler import ComputationHandler, UploadOutcome
 from .store import ReleaseRecord
@@ -55,6 +56,12 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         self.handler = handler
         self.direct = DirectQueries(handler)
         self.policy = policy if policy is not None else AccessPolicy()
+
+    def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
+                         context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
+        self.policy.require(context, ANY_ROLE, action="download the public context")
+        data = self.handler.public_context()
+        yield from context_to_chunks(data, context_fingerprint(data))
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:

@@ -91,7 +91,8 @@ def _counts_of(histogram: Any) -> tuple[Any, int | None]:
 class DataOwnerClient:
     """One data owner's connection to a study.
 
-    The owner fetches the public context from the decryption server (checking its
+    The owner fetches the public context from the decryption server, or with
+    `decryption=None` through the computation server's relay (checking its
     fingerprint against the study contract), encrypts locally, and streams ciphertext
     chunks to the computation server. Raw counts never leave this process. Uploads are
     resumable: with the same `idempotency_key` a retry sends only the chunks the server
@@ -109,7 +110,8 @@ class DataOwnerClient:
             owner.submit("study-1", counts)
     """
 
-    def __init__(self, owner_id: str, *, computation: str | ComputationClient, decryption: str | DecryptionClient,
+    def __init__(self, owner_id: str, *, computation: str | ComputationClient,
+                 decryption: str | DecryptionClient | None = None,
                  timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(), progress: bool = True,
                  tls: TlsConfig | None = None, signing_key: bytes | None = None, insecure: bool = False) -> None:
         self.owner_id = check_id("owner_id", owner_id)
@@ -127,7 +129,7 @@ class DataOwnerClient:
             self._own.append(decryption)
         self._signing_key = signing_key
         self.computation: ComputationClient = computation
-        self.decryption: DecryptionClient = decryption
+        self.decryption: DecryptionClient | None = decryption
         self.retry = retry
         self.progress = progress
         self._context: tuple[str, BfvBackend] | None = None
@@ -151,7 +153,8 @@ class DataOwnerClient:
         """A public-key backend for the study's key; refuses a context whose fingerprint differs from the contract's."""
         if self._context is not None and self._context[0] == contract.context_fingerprint:
             return self._context[1]
-        data = self.decryption.public_context()
+        source = self.decryption if self.decryption is not None else self.computation
+        data = source.public_context()
         fp = context_fingerprint(data)
         if fp != contract.context_fingerprint:
             raise InvalidInputError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
@@ -10,12 +9,12 @@ import numpy as np
 import numpy.typing as npt
 
 from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
-from he_partition.errors import InvalidInputError
 from he_partition.measurements import Measurement
 
 from ..common.client import BaseClient
 from ..common.contract import StudyContract
-from ..common.convert import contract_from_proto, measurement_to_proto, open_study_request, ranges_to_proto
+from ..common.convert import (context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
+                              ranges_to_proto)
 
 __all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult", "DirectChargeInfo"]
 
@@ -89,20 +88,8 @@ class DecryptionClient(BaseClient):
         deadline = self.timeout if timeout is None else timeout
 
         def fetch() -> bytes:
-            parts: list[bytes] = []
-            total = -1
-            fingerprint = ""
-            for chunk in self._stub.GetPublicContext(decryption_pb2.GetPublicContextRequest(), timeout=deadline):
-                if chunk.offset != sum(len(p) for p in parts):
-                    raise InvalidInputError("public context chunks arrived out of order")
-                parts.append(chunk.data)
-                total, fingerprint = chunk.total_size, chunk.fingerprint
-            data = b"".join(parts)
-            if len(data) != total or hashlib.sha256(data).hexdigest() != fingerprint:
-                raise InvalidInputError(
-                    f"public context download is corrupt ({len(data)} of {total} bytes, fingerprint mismatch); retry"
-                )
-            return data
+            return context_from_chunks(
+                self._stub.GetPublicContext(decryption_pb2.GetPublicContextRequest(), timeout=deadline))
 
         return self._call(fetch, policy=self.retry, method="Decryption/GetPublicContext")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -23,10 +24,11 @@ from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .keys import KeyMaterial
-from .ledger import (Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum,
-                     reserved_epsilon)
+from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
 __all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
+
+log = logging.getLogger("dpagg.decryption")
 
 IntArray = npt.NDArray[np.int64]
 
@@ -301,6 +303,10 @@ class DecryptionHandler:
             paid: Charge | None = budget.last
         else:
             paid = next((c for c in charges if c.release_id == release_id), None)
+        log.info("study %s, %s %s: decrypted %s (%d chunks, %d values)%s", study_id,
+                 "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
+                 measurement.kind, len(chunks), len(values),
+                 f", charged epsilon {paid.epsilon:.6g}" if paid is not None else "")
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 

@@ -741,3 +741,37 @@ class SqliteLedgerStore(LedgerStore):
                 problems.append(str(exc))
         return problems + super().check_consistency()
 
+
+
+def backup_ledger(source: Path | str, destination: Path | str) -> int:
+    """Copy a ledger file consistently while its server runs (SQLite's online backup), then verify the copy.
+
+    Returns the number of charge rows in the copy; raises LedgerTamperedError if its hash
+    chain does not verify and InvalidInputError if `source` is not a ledger. The copy is a
+    single self-contained file (no WAL) holding contracts and charges, no key material.
+    """
+    src_path, dst_path = Path(source), Path(destination)
+    if not src_path.is_file():
+        raise InvalidInputError(f"no ledger at {src_path} (the decryption server's DATA_DIR/ledger.sqlite3)")
+    if dst_path.exists():
+        raise InvalidInputError(f"{dst_path} exists; choose a new backup file name")
+    dst_path.parent.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True, timeout=30.0)
+    dst = sqlite3.connect(dst_path)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return verify_ledger_file(dst_path)
+
+
+def verify_ledger_file(path: Path | str) -> int:
+    """Check a ledger file's (or a backup's) hash chain; the number of charge rows, or LedgerTamperedError."""
+    if not Path(path).is_file():
+        raise InvalidInputError(f"no ledger file at {path}")
+    store = SqliteLedgerStore(path)
+    try:
+        return store.verify_chain()
+    finally:
+        store.close()

@@ -62,9 +62,15 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     return ServerHandle(server, port, config.host, handler, [store.close, unlock])
 
 
+def _identity(config: DecryptionConfig) -> str:
+    tls = config.tls
+    return f"{tls.identity.role} {tls.identity.party_id!r} (mutual TLS)" if tls else "INSECURE: no TLS, no identities"
+
+
 def serve_decryption(config: DecryptionConfig, *, port_file: str | None = None) -> None:
     """Run the decryption server until SIGINT/SIGTERM."""
     handle = create_decryption_server(config)
-    log.info("decryption server listening on %s (key %s, %s)", handle.target, handle.handler.fingerprint[:16],
-             f"mutual TLS as {config.tls.identity.party_id}" if config.tls else "INSECURE: no TLS")
+    log.info("decryption server listening on %s as %s; data dir %s; key fingerprint %s; computation servers %s",
+             handle.target, _identity(config), config.data_dir, handle.handler.fingerprint,
+             ", ".join(config.computation_ids) or "any (no TLS)")
     handle.serve(port_file=port_file)

@@ -10,9 +10,9 @@ from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.errors import InvalidInputError
 
 from ..common.access import ANY_ROLE, AccessPolicy
-from ..common.config import CONTEXT_CHUNK_BYTES
 from ..common.contract import check_id
-from ..common.convert import contract_to_proto, measurement_from_proto, open_study_kwargs, ranges_from_proto
+from ..common.convert import (context_to_chunks, contract_to_proto, measurement_from_proto, open_study_kwargs,
+                              ranges_from_proto)
 from .handler import DecryptionHandler
 
 __all__ = ["DecryptionServicer", "SERVICE_NAME"]
@@ -41,12 +41,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
     def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
                          context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
         self.policy.require(context, ANY_ROLE, action="download the public context")
-        data = self.handler.public_context
-        fingerprint = self.handler.fingerprint
-        for offset in range(0, len(data), CONTEXT_CHUNK_BYTES):
-            yield decryption_pb2.PublicContextChunk(total_size=len(data), offset=offset,
-                                                    data=data[offset:offset + CONTEXT_CHUNK_BYTES],
-                                                    fingerprint=fingerprint)
+        yield from context_to_chunks(self.handler.public_context, self.handler.fingerprint)
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:

@@ -98,6 +98,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
         "Decryption/ChargeDirectQueries": lambda ch: d(ch).ChargeDirectQueries(
             decryption_pb2.ChargeDirectQueriesRequest(study_id="s1", request_id="dq-matrix", contract_hash="f" * 64,
                                                       epsilon=0.1), timeout=t),
+        "Computation/GetPublicContext": lambda ch: list(c(ch).GetPublicContext(
+            decryption_pb2.GetPublicContextRequest(), timeout=t)),
         "Computation/OpenStudy": lambda ch: c(ch).OpenStudy(open_req, timeout=t),
         "Computation/SubmitHistogram": lambda ch: c(ch).SubmitHistogram(iter([
             computation_pb2.SubmitHistogramRequest(header=sub_header)]), timeout=t),
@@ -127,6 +129,7 @@ ALLOWED = {
     "Decryption/DecryptMeasurement": {"cs"},
     "Decryption/BudgetStatus": {"cs", "rogue_cs", "operator", "analyst"},
     "Decryption/ChargeDirectQueries": {"cs"},
+    "Computation/GetPublicContext": set(CALLERS),
     "Computation/OpenStudy": {"operator"},
     "Computation/SubmitHistogram": {"owner"},
     "Computation/UploadStatus": {"owner", "operator"},

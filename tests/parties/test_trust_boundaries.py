@@ -9,14 +9,17 @@ import grpc
 import numpy as np
 import pytest
 
+from he_partition.bfv import BfvParams, generate_secret_context, public_context_bytes
 from he_partition.errors import InvalidInputError
 from parties.common.config import DecryptionConfig, ComputationConfig
 from parties.common.contract import StudyContract
 from parties.common.errors import DPAggError, ServiceError
+from parties.computation.handler import ComputationHandler
 from parties.computation.server import create_computation_server
+from parties.data_owner.client import DataOwnerClient
 from parties.decryption.server import create_decryption_server
 
-from .conftest import Cluster
+from .conftest import FAST_RETRY, Cluster
 
 
 def test_a_study_refuses_a_single_noise_party(cluster: Cluster) -> None:
@@ -170,3 +173,23 @@ def test_a_person_in_several_organizations_multiplies_every_sensitivity(cluster:
                                contract_hash=three.contract_hash)
     assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "3 organization(s)" in ei.value.details
 
+
+
+def test_an_owner_that_reaches_only_the_computation_server_gets_the_key_through_it(
+        secure_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compose keeps owners off the decryption server's network: the key comes through the computation server's
+    relay, still checked against the contract's fingerprint (a swapped key is refused before anything is sent)."""
+    c = secure_cluster
+    c.open_study(owners=("a",))
+    owner = DataOwnerClient("a", computation=c.cs.target, decryption=None, retry=FAST_RETRY, progress=False,
+                            tls=c.tls("a", "data_owner"), signing_key=c.signing_key("a")[0])
+    with owner:
+        assert owner.submit("s1", np.arange(64)).committed
+    other = public_context_bytes(generate_secret_context(BfvParams()))  # a key the relay could substitute
+    monkeypatch.setattr(ComputationHandler, "public_context", lambda self: other)
+    c.open_study(study_id="s2", owners=("a",))
+    with DataOwnerClient("a", computation=c.cs.target, retry=FAST_RETRY, progress=False,
+                         tls=c.tls("a", "data_owner"), signing_key=c.signing_key("a")[0]) as owner:
+        with pytest.raises(InvalidInputError, match="is not the key of study s2"):
+            owner.submit("s2", np.arange(64))
+    assert c.computation().study_status("s2").submitted_owners == ()
