@@ -578,9 +578,17 @@ def cmd_query(args: argparse.Namespace) -> int:
                 elif not infos:
                     print("no finished releases")
             return 0
-        rel = an.get_release(args.release)
+        release_id = args.release
+        if release_id == "latest":
+            if not args.study:
+                raise DPAggError("`dpagg query latest` needs --study: the newest finished release of which study?")
+            newest = max(an.list_releases(args.study), key=lambda i: i.created_at, default=None)
+            if newest is None:
+                raise DPAggError(f"study {args.study} has no finished release yet")
+            release_id = newest.release_id
+        rel = an.get_release(release_id)
         ranges = args.range or [(0, rel.summary.domain_size)]
-        counts = an.range_counts(args.release, ranges)
+        counts = an.range_counts(release_id, ranges)
     if args.json:
         out: dict[str, Any] = {"release_id": rel.release_id, "study_id": rel.study_id,
                                "range_counts": [vars(c) for c in counts]}
@@ -598,6 +606,8 @@ def cmd_query(args: argparse.Namespace) -> int:
                   f"{bdp.get('dp_epsilon', 0):g}, multiplier {bdp.get('noise_multiplier', 1):g})")
         for start, length, total in zip(s.starts, s.lengths, s.sums):
             print(f"  bins [{start}, {start + length}): {total}")
+    else:
+        print(f"release {rel.release_id} of study {rel.study_id} (epsilon {rel.summary.epsilon:g}):")
     domain = _release_domain(args, rel.study_id)
     for c in counts:
         where = f"  ({domain.describe_range(c.lo, c.hi)})" if domain is not None else ""
@@ -700,9 +710,11 @@ def cmd_sample_csv(args: argparse.Namespace) -> int:
     from .data_owner.dataset import write_sample_csv
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     for i in range(args.owners):
-        path = out / f"owner-{i + 1}.csv"
+        name = f"owner-{i + 1}"
+        where = out / name if args.per_owner_dirs else out
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / f"{name}.csv"
         write_sample_csv(path, seed=args.seed, n_records=args.records, owner_index=i)
         print(path)
     return 0
@@ -901,9 +913,10 @@ def build_parser() -> argparse.ArgumentParser:
     _tls_args(p)
 
     p = add("query", cmd_query, "analyst: list releases, show a summary, range counts with standard errors")
-    p.add_argument("release", nargs="?", help="release id (omit with --list)")
+    p.add_argument("release", nargs="?", help="release id, or `latest` (the newest finished release of --study); "
+                                              "omit with --list")
     p.add_argument("--list", action="store_true", help="list finished releases")
-    p.add_argument("--study", help="with --list: only this study")
+    p.add_argument("--study", help="with --list: only this study; with `latest`: the study whose newest release to read")
     p.add_argument("--range", type=_range, action="append", metavar="LO:HI",
                    help="bin range [LO, HI) to count (repeatable; default the whole domain)")
     p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
@@ -989,6 +1002,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owners", type=int, default=3, help="number of files (default 3)")
     p.add_argument("--records", type=int, default=3000, help="records per file (default 3000)")
     p.add_argument("--seed", type=int, default=7, help="seed (default 7)")
+    p.add_argument("--per-owner-dirs", action="store_true",
+                   help="write OUT/owner-N/owner-N.csv (one directory per owner) instead of OUT/owner-N.csv")
 
     p = add("demo", cmd_demo, "run every party on loopback with three generated data owners, release, query")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")

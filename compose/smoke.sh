@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Live smoke test of the compose deployment: build, boot, run a whole study, check the trust
+# boundaries, restart the key holder, `down` then `up` again, a second study, tear down.
+#
+#   compose/smoke.sh            # from anywhere; needs a Docker daemon and Compose v2
+#
+# Runs as its own compose project (dpagg-smoke, host port chosen free) so it never touches a
+# deployment named dpagg, and removes its containers, volumes and networks on exit, pass or
+# fail. Exits non-zero on the first failed check. Without registry access it needs a local
+# image named python:3.11-slim (compose/README.md, "Offline base image").
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+project="${DPAGG_SMOKE_PROJECT:-dpagg-smoke}"
+export DPAGG_PORT="${DPAGG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+unset DPAGG_STUDY
+C=(docker compose -f "$here/docker-compose.yml" -p "$project")
+D=("${C[@]}" --profile demo)
+
+step() { printf '\n== %s\n' "$*"; }
+fail() { printf 'SMOKE FAILED: %s\n' "$*" >&2; exit 1; }
+ok() { printf '   ok: %s\n' "$*"; }
+
+cleanup() {
+  local rc=$?
+  if [ "$rc" -ne 0 ]; then
+    printf '\n== logs (failure)\n' >&2
+    "${D[@]}" logs --no-color --tail 40 >&2 2>&1 || true
+  fi
+  printf '\n== tear down\n'
+  "${D[@]}" down --volumes --remove-orphans >/dev/null 2>&1 || true
+  local left
+  left="$(docker volume ls -q --filter "label=com.docker.compose.project=$project"; docker network ls -q --filter "label=com.docker.compose.project=$project")"
+  [ -z "$left" ] || { echo "left behind: $left" >&2; rc=1; }
+  [ "$rc" -eq 0 ] && echo "SMOKE PASSED" || echo "SMOKE FAILED (exit $rc)" >&2
+  exit "$rc"
+}
+
+step "preflight"
+docker info >/dev/null 2>&1 || fail "no Docker daemon reachable (docker info failed)"
+version="$(docker compose version --short 2>/dev/null || true)"
+case "$version" in
+  2.*|v2.*) ok "Docker $(docker version --format '{{.Server.Version}}'), Compose $version" ;;
+  *) fail "Compose v2 is required (\`docker compose version\` said: ${version:-nothing}); see compose/README.md" ;;
+esac
+"${C[@]}" config --quiet || fail "docker-compose.yml does not validate"
+trap cleanup EXIT
+
+# $1 service, rest: command; runs it in a fresh container of that service (its volumes, networks, user).
+run_in() { local svc=$1; shift; "${D[@]}" run --rm --no-deps -T --entrypoint "$1" "$svc" "${@:2}"; }
+exit_code() { docker inspect --format '{{.State.ExitCode}}' "$("${D[@]}" ps -a -q "$1")"; }
+
+check_jobs() {  # every one-shot job of the demo profile exited 0
+  local svc
+  for svc in pki sample-data owner-1-keygen owner-2-keygen owner-3-keygen open-study owner-1 owner-2 owner-3 release query; do
+    [ "$(exit_code "$svc")" = 0 ] || { "${D[@]}" logs --no-color "$svc" >&2; fail "job $svc exited $(exit_code "$svc")"; }
+  done
+  ok "every job exited 0"
+}
+
+query_output() { "${D[@]}" logs --no-color --no-log-prefix query; }
+
+check_query() {  # the analyst query printed four ranges of the newest release of study $1
+  local out
+  out="$(query_output)"
+  [ "$(grep -c '^bins \[' <<<"$out")" = 4 ] || { echo "$out" >&2; fail "query of study $1 did not print 4 ranges"; }
+  grep -q "of study $1" <<<"$out" || { echo "$out" >&2; fail "query did not read study $1"; }
+  ok "analyst query of study $1: $(grep -m1 '^bins \[' <<<"$out")"
+}
+
+step "build (one image, built by the pki service)"
+"${D[@]}" build
+ok "image dpagg:local built"
+
+step "up: servers, then the demo study (3 owners, release, query)"
+"${D[@]}" up -d
+"${D[@]}" wait query >/dev/null || true
+check_jobs
+check_query demo
+release1="$(query_output | sed -n 's/^release \(rel-[0-9a-f]*\) of study demo.*/\1/p' | head -1)"
+[ -n "$release1" ] || fail "no release id in the query output"
+
+step "network separation"
+probe='import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), 3).close()
+except OSError as e:
+    print(f"cannot reach {sys.argv[1]}:{sys.argv[2]}: {e}"); sys.exit(3)
+print(f"reached {sys.argv[1]}:{sys.argv[2]}")'
+"${D[@]}" exec -T computation python -c "$probe" decryption 50051 >/dev/null || fail "computation cannot reach decryption"
+ok "computation -> decryption:50051 reachable"
+for svc in owner-1 query release; do
+  run_in "$svc" python -c "$probe" computation 50052 >/dev/null || fail "$svc cannot reach computation"
+  if run_in "$svc" python -c "$probe" decryption 50051 >/dev/null 2>&1; then fail "$svc reaches the decryption server"; fi
+  ok "$svc -> computation:50052 reachable, decryption:50051 not"
+done
+
+step "each party reads only its own keys"
+keys='import os
+for top in ("/ca", "/pki", "/owner", "/owner-keys", "/data", "/samples"):
+    for d, _, files in os.walk(top):
+        if "/state/" in d + "/":  # upload idempotency keys, not secrets
+            continue
+        for f in files:
+            p = os.path.join(d, f)
+            if (f.endswith(".key") or f == "secret_context.bin") and os.access(p, os.R_OK):
+                print(p)'
+expect_keys() {  # $1 service, $2 how to run (exec|run), $3 expected readable secret files, space-separated
+  local got
+  if [ "$2" = exec ]; then got="$("${D[@]}" exec -T "$1" python -c "$keys" | sort | xargs)";
+  else got="$(run_in "$1" python -c "$keys" | sort | xargs)"; fi
+  [ "$got" = "$3" ] || fail "$1 can read [$got], expected [$3]"
+  ok "$1 reads only: $got"
+}
+expect_keys decryption exec "/data/keys/secret_context.bin /pki/decryption.key"
+expect_keys computation exec "/pki/computation.key"
+for n in 1 2 3; do expect_keys "owner-$n" run "/owner/owner-$n.signing.key /pki/owner-$n.key"; done
+expect_keys open-study run "/pki/operator.key"
+expect_keys release run "/pki/operator.key"
+expect_keys query run "/pki/analyst.key"
+
+step "restart the decryption server: the ledger survives"
+"${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/before.sqlite3 >/dev/null
+before="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/before.sqlite3 | grep '^study')"
+"${D[@]}" restart decryption
+"${D[@]}" up -d --wait decryption computation
+"${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/after.sqlite3 >/dev/null
+after="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/after.sqlite3 | grep '^study')"
+[ "$before" = "$after" ] || fail "ledger changed across a restart: [$before] vs [$after]"
+grep -q "study demo: 2 charge(s), 1 of 1 spent" <<<"$after" || fail "unexpected ledger: $after"
+"${D[@]}" logs --no-color decryption | grep -q "ledger hash chain verified: 2 charge rows" || fail "no chain check logged"
+ok "ledger before and after: $after"
+
+step "down, then up again (volumes kept): every job comes back"
+"${D[@]}" down
+"${D[@]}" up -d
+"${D[@]}" wait query >/dev/null || true
+check_jobs
+check_query demo
+grep -q "$release1" <<<"$(query_output)" || fail "after up the query did not read the first release $release1"
+"${D[@]}" logs --no-color owner-1 | grep -q "had already submitted" || fail "owner-1 did not recognise its upload"
+ok "same release $release1, nothing submitted or spent twice"
+
+step "a second study on the same deployment"
+DPAGG_STUDY=demo2 "${D[@]}" up -d
+DPAGG_STUDY=demo2 "${D[@]}" wait query >/dev/null || true
+check_jobs
+check_query demo2
+"${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/second.sqlite3 >/dev/null
+ledger="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/second.sqlite3)"
+grep -q "study demo2: 2 charge(s), 1 of 1 spent" <<<"$ledger" || fail "study demo2 not in the ledger: $ledger"
+grep -q "study demo: 2 charge(s), 1 of 1 spent" <<<"$ledger" || fail "study demo changed: $ledger"
+ok "study demo2 released; study demo untouched"
