@@ -141,6 +141,20 @@ grep -q "$release1" <<<"$(query_output)" || fail "after up the query did not rea
 "${D[@]}" logs --no-color owner-1 | grep -q "had already submitted" || fail "owner-1 did not recognise its upload"
 ok "same release $release1, nothing submitted or spent twice"
 
+step "rotate the computation server's certificate"
+fingerprint='import hashlib; print(hashlib.sha256(open("/pki/computation.crt", "rb").read()).hexdigest()[:16])'
+old_cert="$("${D[@]}" exec -T computation python -c "$fingerprint")"
+"${D[@]}" run --rm --no-deps -T pki dpagg certs --ca /ca --out /pki --per-party-dirs --force \
+  --party computation:computation >/dev/null
+"${D[@]}" restart computation
+"${D[@]}" up -d --wait computation
+new_cert="$("${D[@]}" exec -T computation python -c "$fingerprint")"
+[ "$old_cert" != "$new_cert" ] || fail "the computation server still presents certificate $old_cert"
+"${D[@]}" up -d --no-deps --force-recreate query
+"${D[@]}" wait query >/dev/null || true
+[ "$(exit_code query)" = 0 ] || fail "the analyst cannot query after the rotation"
+ok "certificate $old_cert replaced by $new_cert; the analyst still connects"
+
 step "a second study on the same deployment"
 DPAGG_STUDY=demo2 "${D[@]}" up -d
 DPAGG_STUDY=demo2 "${D[@]}" wait query >/dev/null || true

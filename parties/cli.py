@@ -392,6 +392,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"epsilon {c.epsilon:g}, contract {c.contract_hash[:16]}")
         if c.correlated or c.correlation_source:
             print(f"  {_correlation_line(c)}")
+        print(f"  contract hash   {c.contract_hash}")
+        print(f"  key fingerprint {c.context_fingerprint}")
         print(f"  submitted: {', '.join(st.submitted_owners) or '-'}")
         print(f"  missing:   {', '.join(st.missing_owners) or '-'}")
         print(f"  releases:  {', '.join(st.release_ids) or '-'}")
