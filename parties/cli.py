@@ -892,7 +892,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rel = add("release", lambda a: 2, "run or inspect a release (operator)")
     rsub = rel.add_subparsers(dest="release_command", required=True, metavar="ACTION")
-    p = rsub.add_parser("run", help="release a study (waits for the summary unless --no-wait)")
+    text = "release a study (waits for the summary unless --no-wait); spends epsilon from its budget"
+    p = rsub.add_parser("run", help=text, description=text)
     p.set_defaults(func=cmd_release_run)
     p.add_argument("study", help="study id")
     p.add_argument("--epsilon", type=_epsilon_or_rest, required=True, metavar="EPS|rest",
@@ -907,7 +908,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)
-    p = rsub.add_parser("status", help="show a release")
+    p = rsub.add_parser("status", help="show a release", description="show a release: state, epsilon, owners, "
+                                                                       "partitions; exit 1 if it FAILED")
     p.set_defaults(func=cmd_release_status)
     p.add_argument("release", help="release id")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]

@@ -99,36 +99,47 @@ def _pview(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str, text: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=text, description=text)
+
+
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the method subcommands to the `dpagg` CLI."""
-    p = sub.add_parser("epsilon", help="what an epsilon means (seed 002): variance floor, guessing bound; or alpha -> eps")
+    p = _add(sub, "epsilon", "what an epsilon means (seed 002): variance floor, guessing bound; or alpha -> eps")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--eps", "--epsilon", dest="eps", type=float, help="assess this epsilon")
     g.add_argument("--alpha", type=float, help="target guessing bound (e.g. 0.1) -> epsilon")
     p.set_defaults(func=_epsilon)
 
-    p = sub.add_parser("audit", help="empirical DP audit: lower confidence bound on epsilon by hypothesis testing")
-    p.add_argument("--eps", "--epsilon", dest="eps", type=float, default=1.0)
-    p.add_argument("--trials", type=int, default=20_000)
+    p = _add(sub, "audit", "empirical DP audit: lower confidence bound on epsilon by hypothesis testing; exits 1 "
+                           "when the bound exceeds the claimed epsilon (a violation)")
+    p.add_argument("--eps", "--epsilon", dest="eps", type=float, default=1.0,
+                   help="the epsilon the audited mechanism claims (default 1)")
+    p.add_argument("--trials", type=int, default=20_000,
+                   help="mechanism runs per neighbouring dataset (default 20000; more tightens the bound)")
     p.add_argument("--broken", action="store_true", help="audit a deliberately broken mechanism (noise scale halved)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="for tests only (reproducible runs); default draws from the OS CSPRNG")
     p.set_defaults(func=_audit)
 
-    p = sub.add_parser("bayes-scale", help="Laplace scale for Bayesian DP on correlated records (seed 003)")
+    p = _add(sub, "bayes-scale", "Laplace scale for Bayesian DP on correlated records (seed 003)")
     p.add_argument("--adjacency", required=True, help="weighted adjacency matrix (.csv, .npy or JSON list of lists)")
-    p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True)
-    p.add_argument("--sensitivity", type=float, default=1.0)
+    p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True,
+                   help="the Bayesian-DP epsilon to guarantee")
+    p.add_argument("--sensitivity", type=float, default=1.0,
+                   help="sensitivity of the query under one record's change (default 1: a count)")
     p.add_argument("--tau", type=float, default=0.0, help="prior precision tau of the Gaussian correlation model")
     p.set_defaults(func=_bayes)
 
-    p = sub.add_parser("charge", help="epsilon charged for direct range queries: max-clique of overlaps (seed 004); "
-                                      "charged_epsilon_over_services adds the 2^-20 prefix masks the services add")
+    p = _add(sub, "charge", "epsilon charged for direct range queries: max-clique of overlaps (seed 004); "
+                            "charged_epsilon_over_services adds the 2^-20 prefix masks the services add")
     p.add_argument("--queries", required=True, help='JSON list of {"lo": [...], "hi": [...], "epsilon": e}')
     p.set_defaults(func=_charge)
 
-    p = sub.add_parser("pview", help="trusted-curator p-view (DP-Mondrian/HDPView, seed 000) of a count tensor")
+    p = _add(sub, "pview", "trusted-curator p-view (DP-Mondrian/HDPView, seed 000) of a count tensor")
     p.add_argument("--counts", required=True, help="count tensor (.npy)")
-    p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True)
+    p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True,
+                   help="epsilon of the whole view (split between the partitioning and the block counts)")
     p.add_argument("--out", help="write the estimated tensor here (.npy)")
     p.add_argument("--seed", type=int, default=None,
                    help="for tests only (reproducible noise); default draws from the OS CSPRNG")

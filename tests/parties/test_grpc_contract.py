@@ -119,3 +119,26 @@ def test_careless_csvs_are_refused_before_anything_is_sent(cluster: Cluster, tmp
     assert cluster.computation().study_status("s1").submitted_owners == ()  # nothing was committed
     assert main([*base, "--csv", str(wrong), "--accept-out-of-domain"]) == 0
     assert cluster.computation().study_status("s1").submitted_owners == ("a",)
+
+
+def test_every_subcommand_and_flag_has_help() -> None:
+    """`dpagg X --help` explains X and each of its flags (a new user's first stop)."""
+    import argparse
+
+    from parties.cli import build_parser
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {c.dest: c.help for c in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not helps.get(name) or not sub.description:
+                        missing.append(f"{path} {name}")
+                    walk(sub, f"{path} {name}")
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "dpagg")
+    assert missing == []
