@@ -12,8 +12,11 @@ from typing import Any, Iterable, Mapping
 from he_partition.errors import InvalidInputError
 from he_partition.protocol import STRATEGIES, make_strategy
 
+from .jcs import canonicalize
+
 __all__ = [
     "CONTRACT_VERSION",
+    "CONTRACT_VERSION_V1",
     "ID_PATTERN",
     "MAX_CORRELATION_SOURCE",
     "MAX_DOMAIN_SIZE",
@@ -23,7 +26,11 @@ __all__ = [
     "contract_hash",
 ]
 
-CONTRACT_VERSION = "dpagg.contract.v1"
+#: The canonical encoding new contracts use: RFC 8785 (JCS) JSON of `to_dict`, hashed with SHA-256.
+CONTRACT_VERSION = "dpagg.contract.v2"
+#: Contracts written before v2 (kept in existing ledgers) hash Python's JSON (`canonical_json`); still read.
+CONTRACT_VERSION_V1 = "dpagg.contract.v1"
+CONTRACT_VERSIONS = (CONTRACT_VERSION, CONTRACT_VERSION_V1)
 
 #: Ids end up in file names on the servers, so they are restricted to a safe alphabet.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -192,8 +199,9 @@ class StudyContract:
                 any(ord(ch) < 32 for ch in self.domain_spec):
             raise InvalidInputError("domain_spec must be printable text of at most 4096 characters")
         object.__setattr__(self, "owner_keys", _canonical_owner_keys(self.owner_keys, owners))
-        if self.version != CONTRACT_VERSION:
-            raise InvalidInputError(f"unsupported contract version {self.version!r}; this build reads {CONTRACT_VERSION}")
+        if self.version not in CONTRACT_VERSIONS:
+            raise InvalidInputError(f"unsupported contract version {self.version!r}; this build reads "
+                                    f"{' and '.join(CONTRACT_VERSIONS)}")
 
     @classmethod
     def create(
@@ -311,7 +319,11 @@ class StudyContract:
         return d
 
     def canonical_json(self) -> str:
-        return canonical_json(self.to_dict())
+        """The text the contract hash is taken over: RFC 8785 (JCS) JSON of `to_dict` for v2, Python's
+        deterministic JSON (`canonical_json`) for contracts written as v1."""
+        if self.version == CONTRACT_VERSION_V1:
+            return canonical_json(self.to_dict())
+        return canonicalize(self.to_dict())
 
     @property
     def contract_hash(self) -> str:
@@ -322,7 +334,7 @@ class StudyContract:
     def from_dict(cls, d: Mapping[str, Any]) -> "StudyContract":
         try:
             return cls(
-                version=str(d.get("version", CONTRACT_VERSION)),
+                version=str(d.get("version", CONTRACT_VERSION_V1)),
                 study_id=d["study_id"],
                 domain_size=int(d["domain_size"]),
                 epsilon=float(d["epsilon"]),
@@ -413,5 +425,5 @@ def _canonical_owner_keys(keys: Any, owners: tuple[str, ...]) -> tuple[tuple[str
 
 
 def contract_hash(contract: StudyContract) -> str:
-    """SHA-256 (hex) of `contract.canonical_json()` encoded as UTF-8."""
+    """SHA-256 (hex, lowercase) of `contract.canonical_json()` encoded as UTF-8 (proto/test-vectors.json)."""
     return hashlib.sha256(contract.canonical_json().encode("utf-8")).hexdigest()

@@ -8,7 +8,7 @@ import abc
 import math
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -373,7 +373,8 @@ class LedgerStore(abc.ABC):
 
 
 def _same_terms(a: StudyContract, b: StudyContract) -> bool:
-    return a.contract_hash == b.contract_hash
+    """Equal terms, whatever canonical encoding (contract version) each was written in."""
+    return a.contract_hash == replace(b, version=a.version).contract_hash
 
 
 def _conflict(existing: StudyContract) -> AlreadyExistsError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -12,7 +13,7 @@ import pytest
 
 from he_partition.bfv import context_fingerprint, load_context
 from he_partition.errors import BudgetExhaustedError, InvalidInputError, PrecisionError
-from parties.common.contract import StudyContract, canonical_json
+from parties.common.contract import CONTRACT_VERSION_V1, StudyContract, canonical_json
 from parties.common.convert import contract_from_proto, contract_to_proto
 from parties.common.errors import (
     AlreadyExistsError,
@@ -29,9 +30,26 @@ from .conftest import Cluster
 FP = "0123456789abcdef" * 4
 
 
+def test_v2_contracts_hash_their_rfc8785_canonical_json() -> None:
+    """New contracts (v2) hash RFC 8785 JSON: "1" not "1.0", keys in UTF-16 order; v1 texts stay as pinned below."""
+    c = StudyContract(study_id="s1", domain_size=100, epsilon=1.0, expected_owners=("b", "a"),
+                      context_fingerprint=FP, domain_spec="age:0:100:100", strategy="gap",
+                      strategy_params_json='{"threshold_k":2.0,"gap_fraction":0.25}')
+    text = c.canonical_json()
+    assert text == (
+        '{"context_fingerprint":"' + FP + '","contribution_bound":1,"domain_size":100,"domain_spec":"age:0:100:100",'
+        '"epsilon":1,"expected_owners":["a","b"],"noise_parties":2,"strategy":"gap",'
+        '"strategy_params":{"gap_fraction":0.25,"threshold_k":2},"study_id":"s1","version":"dpagg.contract.v2"}'
+    )
+    assert c.contract_hash == hashlib.sha256(text.encode()).hexdigest()
+    assert c.contract_hash == "db2d6ce1c25e1c82c65f1a2486b6edfbcb26a063e3499eb3b68c028daa67a6f2"  # Node agrees
+    assert StudyContract.from_json(text).contract_hash == c.contract_hash  # the text round-trips to the same terms
+
+
 def test_contract_canonical_json_and_hash_are_pinned() -> None:
     c = StudyContract(study_id="s1", domain_size=100, epsilon=0.5, expected_owners=("b", "a"),
-                      context_fingerprint=FP, domain_spec="age:0:100:100", strategy="gap")
+                      context_fingerprint=FP, domain_spec="age:0:100:100", strategy="gap",
+                      version=CONTRACT_VERSION_V1)
     text = c.canonical_json()
     assert text == (
         '{"context_fingerprint":"' + FP + '","contribution_bound":1,"domain_size":100,"domain_spec":"age:0:100:100",'
@@ -44,7 +62,7 @@ def test_contract_canonical_json_and_hash_are_pinned() -> None:
     same = StudyContract.create(study_id="s1", domain_size=100, epsilon=0.5, expected_owners=["a", "b"],
                                 context_fingerprint=FP, domain_spec="age:0:100:100", strategy_params={},
                                 strategy="gap")
-    assert same.contract_hash == c.contract_hash
+    assert replace(same, version=CONTRACT_VERSION_V1).contract_hash == c.contract_hash
     other = StudyContract.create(study_id="s1", domain_size=100, epsilon=0.5000001, expected_owners=["a", "b"],
                                  context_fingerprint=FP, domain_spec="age:0:100:100")
     assert other.contract_hash != c.contract_hash

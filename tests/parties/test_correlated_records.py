@@ -17,7 +17,7 @@ from he_partition.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.measurements import PartitionSums
 from he_partition.noise import discrete_laplace_variance, laplace_scale
 from parties.cli import main as dpagg_main
-from parties.common.contract import StudyContract
+from parties.common.contract import CONTRACT_VERSION_V1, StudyContract
 from parties.common.convert import contract_from_proto, contract_to_proto
 from parties.common.errors import ServiceError
 
@@ -33,7 +33,8 @@ PINNED = (  # tests/parties/test_contract_and_keys.py pins the same text: contra
 
 def _contract(**kw: object) -> StudyContract:
     args: dict[str, object] = {"study_id": "s1", "domain_size": 100, "epsilon": 0.5, "expected_owners": ("b", "a"),
-                               "context_fingerprint": FP, "domain_spec": "age:0:100:100", "strategy": "gap", **kw}
+                               "context_fingerprint": FP, "domain_spec": "age:0:100:100", "strategy": "gap",
+                               "version": CONTRACT_VERSION_V1, **kw}
     return StudyContract(**args)  # type: ignore[arg-type]
 
 
