@@ -20,7 +20,7 @@ import os
 import struct
 import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -130,6 +130,24 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+def seal_ciphertext_bytes(version: bytes, parms_id: Sequence[int], polys: npt.NDArray[np.uint64], *,
+                          ntt: bool) -> bytes:
+    """SEAL's serialization of a ciphertext with coefficients `polys` (shape (size, k, N)), uncompressed.
+
+    A 16-byte header (magic 0x5EA1, `version`: header size and SEAL major/minor, no
+    compression, total size), the parameter id, the NTT flag, size/degree/prime count,
+    scale 1.0 and correction factor 1, then the coefficient array (RNS, polynomial-major).
+    """
+    def header(size: int) -> bytes:
+        return b"\x5e\xa1" + version + b"\x00\x00\x00" + struct.pack("<Q", size)
+
+    data = np.ascontiguousarray(polys, dtype="<u8").tobytes()
+    dyn = header(16 + 8 + len(data)) + struct.pack("<Q", polys.size) + data
+    body = (struct.pack("<4Q", *parms_id) + (b"\x01" if ntt else b"\x00")
+            + struct.pack("<QQQdQ", polys.shape[0], polys.shape[2], polys.shape[1], 1.0, 1) + dyn)
+    return header(16 + len(body)) + body
+
+
 class _CiphertextCodec:
     """Raw SEAL ciphertext bytes for one context: the bridge TenSEAL's Python API lacks.
 
@@ -151,16 +169,9 @@ class _CiphertextCodec:
         shape = _varint(slots)
         self._shape_field = b"\x0a" + _varint(len(shape)) + shape
 
-    def _header(self, size: int) -> bytes:
-        return b"\x5e\xa1" + self._version + b"\x00\x00\x00" + struct.pack("<Q", size)
-
     def seal_bytes(self, polys: npt.NDArray[np.uint64], *, ntt: bool) -> bytes:
         """An uncompressed SEAL ciphertext of `polys` (shape (size, k, N), residues mod each prime)."""
-        data = np.ascontiguousarray(polys, dtype="<u8").tobytes()
-        dyn = self._header(16 + 8 + len(data)) + struct.pack("<Q", polys.size) + data
-        body = (struct.pack("<4Q", *self.parms_id) + (b"\x01" if ntt else b"\x00")
-                + struct.pack("<QQQdQ", polys.shape[0], self.degree, len(self.moduli), 1.0, 1) + dyn)
-        return self._header(16 + len(body)) + body
+        return seal_ciphertext_bytes(self._version, self.parms_id, polys, ntt=ntt)
 
     def vector_bytes(self, polys: npt.NDArray[np.uint64]) -> bytes:
         """TenSEAL BFVVector serialization (protobuf: shape, ciphertext) around `seal_bytes`."""
@@ -281,53 +292,67 @@ class BfvBackend(ChunkwiseArithmetic):
         if not self.can_decrypt:
             raise InvalidInputError("the key holder's view needs the secret context")
         seal = self.context.seal_context().data
-        codec = self._codec
-        k, n = len(codec.moduli), codec.degree
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "ct.bin")
             chunk.ciphertext()[0].save(path)
             ct = sealapi.Ciphertext()
             ct.load(seal, path)
-            plain = sealapi.Plaintext()
-            sealapi.Decryptor(seal, self.context.secret_key().data).decrypt(ct, plain)
-            m = [int(plain[i]) for i in range(plain.coeff_count())] + [0] * (n - plain.coeff_count())
-            evaluator = sealapi.Evaluator(seal)
-            evaluator.transform_to_ntt_inplace(ct)
-            arr = ct.dyn_array()
-            c = np.array([arr[i] for i in range(arr.size())], dtype=np.uint64).reshape(ct.size(), k, n)
             key_path = os.path.join(tmp, "sk.bin")
             self.context.secret_key().data.save(key_path)
             secret = sealapi.SecretKey()
             secret.load(seal, key_path)
-            sk = secret.data().dyn_array()
-            s = np.array([sk[i] for i in range(k * n)], dtype=np.uint64).reshape(k, n)
-            phase_ntt = np.zeros((2, k, n), dtype=np.uint64)
-            for j, q in enumerate(codec.moduli):
-                acc = c[0, j].astype(object)
-                power = np.ones(n, dtype=object)
-                for i in range(1, ct.size()):
-                    power = (power * s[j].astype(object)) % q
-                    acc = acc + c[i, j].astype(object) * power
-                phase_ntt[0, j] = np.array([int(v) % q for v in acc], dtype=np.uint64)
-            phase_ntt[1] = phase_ntt[0]  # SEAL refuses to transform a transparent (c1 = 0) ciphertext
-            open(path, "wb").write(codec.seal_bytes(phase_ntt, ntt=True))
-            ph = sealapi.Ciphertext()
-            ph.load(seal, path)
-            evaluator.transform_from_ntt_inplace(ph)
-            arr = ph.dyn_array()
-            res = [[int(arr[j * n + i]) for i in range(n)] for j in range(k)]
-        big_q = 1
-        for q in codec.moduli:
-            big_q *= q
-        phase = []
-        for i in range(n):
-            x = 0
-            for j, q in enumerate(codec.moduli):
-                part = big_q // q
-                x += res[j][i] * part * pow(part, -1, q)
-            x %= big_q
-            phase.append(x - big_q if x > big_q // 2 else x)
-        return phase, m, big_q
+        return seal_phase_and_plaintext(seal, ct, secret, self._codec.moduli, self._codec.parms_id,
+                                        self._codec._version)
+
+
+def seal_phase_and_plaintext(seal: Any, ct: Any, secret: Any, moduli: Sequence[int], parms_id: Sequence[int],
+                             version: bytes) -> tuple[list[int], list[int], int]:
+    """(phase c0 + c1 s (+ c2 s^2 ...) mod Q as centred ints, plaintext polynomial, Q) of a SEAL ciphertext.
+
+    `moduli`/`parms_id`: the ciphertext's level; `version`: SEAL's header bytes (see
+    `seal_ciphertext_bytes`). The secret key's view of one ciphertext, for tests and audits.
+    """
+    k = len(moduli)
+    n = int(ct.poly_modulus_degree())
+    plain = sealapi.Plaintext()
+    sealapi.Decryptor(seal, secret).decrypt(ct, plain)
+    m = [int(plain[i]) for i in range(plain.coeff_count())] + [0] * (n - plain.coeff_count())
+    evaluator = sealapi.Evaluator(seal)
+    evaluator.transform_to_ntt_inplace(ct)
+    arr = ct.dyn_array()
+    c = np.array([arr[i] for i in range(arr.size())], dtype=np.uint64).reshape(ct.size(), k, n)
+    evaluator.transform_from_ntt_inplace(ct)  # leave the caller's ciphertext as it was
+    sk = secret.data().dyn_array()
+    s_ntt = np.array([sk[i] for i in range(k * n)], dtype=np.uint64).reshape(k, n)
+    phase_ntt = np.zeros((2, k, n), dtype=np.uint64)
+    for j, q in enumerate(moduli):
+        acc = c[0, j].astype(object)
+        power = np.ones(n, dtype=object)
+        for i in range(1, c.shape[0]):
+            power = (power * s_ntt[j].astype(object)) % q
+            acc = acc + c[i, j].astype(object) * power
+        phase_ntt[0, j] = np.array([int(v) % q for v in acc], dtype=np.uint64)
+    phase_ntt[1] = phase_ntt[0]  # SEAL refuses to transform a transparent (c1 = 0) ciphertext
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "phase.bin")
+        open(path, "wb").write(seal_ciphertext_bytes(version, parms_id, phase_ntt, ntt=True))
+        ph = sealapi.Ciphertext()
+        ph.load(seal, path)
+    evaluator.transform_from_ntt_inplace(ph)
+    arr = ph.dyn_array()
+    res = [[int(arr[j * n + i]) for i in range(n)] for j in range(k)]
+    big_q = 1
+    for q in moduli:
+        big_q *= q
+    phase = []
+    for i in range(n):
+        x = 0
+        for j, q in enumerate(moduli):
+            part = big_q // q
+            x += res[j][i] * part * pow(part, -1, q)
+        x %= big_q
+        phase.append(x - big_q if x > big_q // 2 else x)
+    return phase, m, big_q
 
 
 def _as_int_vector(values: npt.ArrayLike) -> IntArray:

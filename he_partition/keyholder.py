@@ -28,19 +28,22 @@ def generate_backends(params: BfvParams = BfvParams()) -> tuple[BfvBackend, BfvB
     return BfvBackend(secret), BfvBackend(load_context(public_context_bytes(secret)))
 
 
-def residual_view(decryption_backend: BfvBackend, chunk: Any) -> npt.NDArray[np.int64]:
+def residual_view(decryption_backend: Any, chunk: Any) -> npt.NDArray[Any]:
     """The noise polynomial of one ciphertext chunk, centred: what the key reveals beyond the slots.
 
     With the secret key s the holder computes the phase c0 + c1 s mod Q of the chunk; the
     phase is round(Q m / t) + v where m is the plaintext polynomial (its batch decoding is
     the slot values, which `decrypt` returns) and v the noise. This returns v for each of
-    the N coefficients, exactly (int64; |v| < 2^62 for every ciphertext dpagg sends).
+    the N coefficients, exactly (int64 when every |v| < 2^63, as for the release's ciphertexts;
+    Python ints in an object array for the join's, flooded at 2^110).
     """
     phase, m, big_q = decryption_backend.phase_and_plaintext(chunk)
     t = decryption_backend.plain_modulus
-    out = np.empty(len(phase), dtype=np.int64)
     half = big_q // 2
-    for i, (p, mi) in enumerate(zip(phase, m)):
+    out = []
+    for p, mi in zip(phase, m):
         v = (p - (big_q * mi + t // 2) // t) % big_q
-        out[i] = v - big_q if v > half else v
-    return out
+        out.append(v - big_q if v > half else v)
+    if all(-(2**63) <= v < 2**63 for v in out):
+        return np.array(out, dtype=np.int64)
+    return np.array(out, dtype=object)  # the join floods wider than int64 (he_partition.join_he)

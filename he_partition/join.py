@@ -1,0 +1,241 @@
+"""Cross-organization join: the DP cross-tabulation of (a, b) over the customers two organizations share.
+
+Owner A knows attribute a of its customers, owner B attribute b of its customers; the
+analysts want the DP histogram of (a, b) over the customers both have. The protocol:
+
+1. Pseudonyms (`JoinKeyPair`, `pseudonyms`): the owners agree a join key by X25519 (their
+   public halves relayed by the computation server, which cannot compute the key), HKDF-
+   SHA256 bound to the study, and replace each identifier by HMAC-SHA256(key, normalized
+   identifier). One record per identifier per owner (the contribution bound). Both also
+   derive the same `shared_dummies`: pseudonyms that match each other and encode nothing,
+   their number a discrete-Laplace draw only the owners know, so the intersection size the
+   computation server sees is DP (`dummy_count`).
+2. Placement (`place`): each owner sends its pseudonyms only; the computation server
+   matches them and maps the union into `capacity` slot positions uniformly at random
+   (matched pairs share a position; an unmatched record's position is empty on the other
+   side). Each owner receives the positions of all its own pseudonyms: a uniformly random
+   subset of the public capacity, whatever matched (`check_placement` refuses anything else).
+3. Encoding (`encode_indicators`): per group of `slots` positions, A encrypts one
+   ciphertext per value of a (slot = 1 where its record there has that value) and B one
+   per value of b. The server multiplies A's ciphertext for a by B's for b and sums all
+   slots (`joint_totals`): the count of shared customers with (a, b) — unmatched and dummy
+   positions contribute 0. Cost: groups x d_a x d_b ciphertext products.
+4. Release (`noised_cells`, `decrypt_cells`): each cell total leaves the computation server
+   as a ciphertext with its discrete Laplace draw in slot 0, pads in every other slot, and
+   flooding (`he_partition.join_he`); the decryption server decrypts slot 0 and adds its own
+   draw. Sensitivity 1: a shared customer added or removed changes one cell by 1.
+
+What the computation server learns: both owners' set sizes (dummies included), and which
+pseudonyms match, i.e. the intersection size plus the owners' shared dummy count (DP, at
+the padding epsilon). It never sees identifiers, attributes, or the join key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import unicodedata
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .errors import InvalidInputError
+from .join_he import JoinScheme
+from .noise import RandomSource, SeededRandom, discrete_laplace, discrete_laplace_variance, laplace_scale
+
+__all__ = ["JoinKeyPair", "PSEUDONYM_BYTES", "pseudonyms", "shared_dummies", "dummy_count", "place",
+           "check_placement", "encode_indicators", "joint_totals", "noised_cells", "decrypt_cells",
+           "groups_for", "JoinCells"]
+
+PSEUDONYM_BYTES = 32
+_KDF_INFO = b"dpagg/join-key/v1"
+
+
+# ---------------------------------------------------------------------------------------------- pseudonyms
+class JoinKeyPair:
+    """One owner's X25519 key for a join study: the public half goes (through the computation server) to the
+    other owner; `join_key` combines it with the other's public half into the shared 32-byte key."""
+
+    def __init__(self, private: X25519PrivateKey | None = None) -> None:
+        self._private = private or X25519PrivateKey.generate()
+
+    @property
+    def public_bytes(self) -> bytes:
+        return self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    def join_key(self, peer_public: bytes, *, study_id: str, contract_hash: str) -> bytes:
+        """HKDF-SHA256 of the X25519 shared secret, bound to the study and its contract."""
+        if not isinstance(peer_public, (bytes, bytearray)) or len(peer_public) != 32:
+            raise InvalidInputError("the other owner's join public key must be 32 bytes (X25519)")
+        if bytes(peer_public) == self.public_bytes:
+            raise InvalidInputError("the other owner's join public key is this owner's own: a relay error or attack")
+        shared = self._private.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
+        info = _KDF_INFO + b"|" + study_id.encode() + b"|" + contract_hash.encode()
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+
+
+def normalize_identifier(identifier: str) -> str:
+    """NFKC, trimmed, case-folded, inner whitespace collapsed: " Alice@Example.COM " == "alice@example.com"."""
+    if not isinstance(identifier, str):
+        raise InvalidInputError(f"identifiers must be text, got {type(identifier).__name__}")
+    text = " ".join(unicodedata.normalize("NFKC", identifier).split()).casefold()
+    if not text:
+        raise InvalidInputError("an identifier is empty after normalization")
+    return text
+
+
+def pseudonyms(join_key: bytes, identifiers: Iterable[str]) -> list[bytes]:
+    """HMAC-SHA256(join key, normalized identifier) for each identifier; refuses duplicates (one record each)."""
+    out = [hmac.new(join_key, b"id|" + normalize_identifier(i).encode(), hashlib.sha256).digest()
+           for i in identifiers]
+    if len(set(out)) != len(out):
+        raise InvalidInputError("an identifier appears twice (after normalization): keep one record per "
+                                "identifier (the join's contribution bound)")
+    return out
+
+
+def dummy_count(join_key: bytes, epsilon: float, offset: int) -> int:
+    """The number of shared dummy pseudonyms: max(0, offset + discrete Laplace(1/epsilon)), drawn from the key.
+
+    Privacy: the computation server sees |A ∩ B| + this count, and a shared customer added or
+    removed changes |A ∩ B| by 1 (sensitivity 1): the count is epsilon-DP noise for it,
+    except that the clamp at 0 fails with probability about exp(-epsilon * offset) / 2 (the
+    delta). Only the two owners know the draw (it comes from their join key).
+    """
+    if not epsilon > 0 or offset < 0:
+        raise InvalidInputError(f"padding needs epsilon > 0 and offset >= 0, got {epsilon}, {offset}")
+    seed = int.from_bytes(hmac.new(join_key, b"dummy-count", hashlib.sha256).digest()[:8], "big")
+    draw = int(discrete_laplace(laplace_scale(1, epsilon), 1, SeededRandom(seed))[0])
+    return max(0, offset + draw)
+
+
+def shared_dummies(join_key: bytes, count: int) -> list[bytes]:
+    """`count` pseudonyms both owners derive alike (they match each other and never a real identifier)."""
+    return [hmac.new(join_key, b"dummy|" + str(i).encode(), hashlib.sha256).digest() for i in range(count)]
+
+
+# ---------------------------------------------------------------------------------------------- placement
+def groups_for(capacity: int, slots: int) -> int:
+    return -(-capacity // slots)
+
+
+def _check_pseudonyms(name: str, values: Sequence[bytes]) -> None:
+    if any(not isinstance(v, (bytes, bytearray)) or len(v) != PSEUDONYM_BYTES for v in values):
+        raise InvalidInputError(f"{name}: every pseudonym must be {PSEUDONYM_BYTES} bytes")
+    if len(set(map(bytes, values))) != len(values):
+        raise InvalidInputError(f"{name}: a pseudonym appears twice (one record per identifier)")
+
+
+def place(a: Sequence[bytes], b: Sequence[bytes], capacity: int,
+          rng: RandomSource) -> tuple[dict[bytes, int], dict[bytes, int]]:
+    """The computation server's placement: the union of both owners' pseudonyms mapped injectively and
+    uniformly at random into [0, capacity); matched pseudonyms get one position for both owners."""
+    _check_pseudonyms("owner A's upload", a)
+    _check_pseudonyms("owner B's upload", b)
+    union = list(dict.fromkeys([*map(bytes, a), *map(bytes, b)]))
+    if len(union) > capacity:
+        raise InvalidInputError(f"the two owners hold {len(union)} distinct pseudonyms, more than the study's "
+                                f"join capacity {capacity}")
+    # A uniformly random injection: a Fisher-Yates prefix of [0, capacity) from the server's source.
+    pool = np.arange(capacity, dtype=np.int64)
+    n = len(union)
+    jumps = np.arange(n, dtype=np.int64) + rng.integers(capacity - np.arange(n, dtype=np.int64), n)
+    for i, j in enumerate(jumps.tolist()):
+        pool[i], pool[j] = pool[j], pool[i]
+    pos = {u: int(pool[i]) for i, u in enumerate(union)}
+    return {bytes(p): pos[bytes(p)] for p in a}, {bytes(p): pos[bytes(p)] for p in b}
+
+
+def check_placement(own: Sequence[bytes], placement: Mapping[bytes, int], capacity: int) -> None:
+    """An owner's check of the placement it received: exactly its pseudonyms, distinct positions in range."""
+    if set(placement) != set(map(bytes, own)) or len(placement) != len(own):
+        missing = len(set(map(bytes, own)) - set(placement))
+        extra = len(set(placement) - set(map(bytes, own)))
+        raise InvalidInputError(f"the placement does not cover exactly this owner's pseudonyms ({missing} missing, "
+                                f"{extra} foreign): refusing it")
+    values = list(placement.values())
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < capacity
+           for v in values):
+        raise InvalidInputError(f"the placement has positions outside [0, {capacity}): refusing it")
+    if len(set(map(int, values))) != len(values):
+        raise InvalidInputError("the placement puts two records at one position: refusing it")
+
+
+def encode_indicators(placement: Mapping[bytes, int], value_of: Mapping[bytes, int], n_values: int, capacity: int,
+                      slots: int) -> npt.NDArray[np.uint8]:
+    """Indicator planes (groups, n_values, slots): 1 at a record's position in the plane of its value.
+
+    Pseudonyms without a value (the shared dummies) encode nothing.
+    """
+    planes = np.zeros((groups_for(capacity, slots), n_values, slots), dtype=np.uint8)
+    for p, position in placement.items():
+        v = value_of.get(p)
+        if v is None:
+            continue
+        if not 0 <= v < n_values:
+            raise InvalidInputError(f"attribute bin {v} outside [0, {n_values})")
+        g, s = divmod(int(position), slots)
+        planes[g, v, s] = 1
+    return planes
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def joint_totals(scheme: JoinScheme, a_cts: Sequence[Sequence[Any]], b_cts: Sequence[Sequence[Any]]) -> list[Any]:
+    """Cell (i, j) at index i * d_b + j: a ciphertext whose every slot holds sum_g sum_slots A[g][i] * B[g][j]."""
+    if len(a_cts) != len(b_cts) or not a_cts:
+        raise InvalidInputError(f"owners sent {len(a_cts)} and {len(b_cts)} groups; the placement needs equal counts")
+    d_a, d_b = len(a_cts[0]), len(b_cts[0])
+    if any(len(g) != d_a for g in a_cts) or any(len(g) != d_b for g in b_cts):
+        raise InvalidInputError("every group must hold one ciphertext per attribute value")
+    acc: list[Any] = [None] * (d_a * d_b)
+    for ga, gb in zip(a_cts, b_cts):
+        for i in range(d_a):
+            for j in range(d_b):
+                acc[i * d_b + j] = scheme.multiply_accumulate(acc[i * d_b + j], ga[i], gb[j])
+    return [scheme.total(c) for c in acc]
+
+
+@dataclass(frozen=True)
+class JoinCells:
+    """The released joint table: noisy counts (d_a x d_b) and the noise variance of each cell."""
+
+    counts: npt.NDArray[np.int64]
+    variance: float
+    epsilon: float
+
+
+def noised_cells(scheme: JoinScheme, totals: Sequence[Any], epsilon: float, rng: RandomSource) -> list[Any]:
+    """The computation server's half of the release: each cell + its discrete Laplace draw, pads, flooding.
+
+    Privacy: epsilon-DP per cell draw of scale 1/epsilon (sensitivity 1 under add/remove of
+    one shared customer, who is in exactly one cell); only the computation server knows
+    these draws. The pads (uniform mod t) and flood come from the same server's source and
+    hide every other slot and the products' noise from the decryption server.
+    """
+    scale = laplace_scale(1, epsilon)
+    draws = discrete_laplace(scale, len(totals), rng)
+    t = scheme.plain_modulus
+    return [scheme.noised(c, [int(d)], 1, lambda n: rng.integers(t, n)) for c, d in zip(totals, draws)]
+
+
+def decrypt_cells(scheme: JoinScheme, cts: Sequence[Any], shape: tuple[int, int], epsilon: float,
+                  rng: RandomSource) -> JoinCells:
+    """The decryption server's half: decrypt slot 0 of each cell, add its own discrete Laplace draw.
+
+    Privacy: the decrypted values already carry the computation server's epsilon-DP draw;
+    this server's draw (scale 1/epsilon, sensitivity 1, add/remove of one shared customer,
+    known only to it) makes the release epsilon-DP against the computation server too. The
+    ledger charges epsilon once for the whole table (parallel composition over cells).
+    """
+    if len(cts) != shape[0] * shape[1]:
+        raise InvalidInputError(f"{len(cts)} cell ciphertexts for a {shape[0]} x {shape[1]} table")
+    first = np.array([scheme.decrypt(c)[0] for c in cts], dtype=np.int64)
+    scale = laplace_scale(1, epsilon)
+    noisy = first + discrete_laplace(scale, first.size, rng)
+    return JoinCells(noisy.reshape(shape), 2 * discrete_laplace_variance(scale), float(Fraction(epsilon)))

@@ -1,0 +1,195 @@
+"""The cross-organization join's core (he_partition.join, join_he) with real BFV: pseudonyms, placement,
+the encrypted product against a plaintext join, the owners' view of the placement, the key holder's view."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from he_partition.errors import InvalidInputError, PrecisionError
+from he_partition.join import (JoinKeyPair, check_placement, decrypt_cells, dummy_count, encode_indicators,
+                               joint_totals, noised_cells, place, pseudonyms, shared_dummies)
+from he_partition.join_he import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme
+from he_partition.keyholder import residual_view
+from he_partition.noise import SeededRandom
+
+SLOTS = 8192
+
+
+@pytest.fixture(scope="module")
+def schemes() -> tuple[JoinScheme, JoinScheme]:
+    """(key holder's scheme, the public scheme owners and the computation server rebuild from its bytes)."""
+    ds = JoinScheme.generate()
+    return ds, JoinScheme.from_public(ds.public_bytes())
+
+
+def _keys(study: str = "j1") -> tuple[bytes, bytes]:
+    a, b = JoinKeyPair(), JoinKeyPair()
+    return (a.join_key(b.public_bytes, study_id=study, contract_hash="h"),
+            b.join_key(a.public_bytes, study_id=study, contract_hash="h"))
+
+
+def test_both_owners_derive_the_same_pseudonyms_and_nobody_else_does() -> None:
+    ka, kb = _keys()
+    assert ka == kb and len(ka) == 32
+    assert pseudonyms(ka, [" Alice@Example.COM "]) == pseudonyms(kb, ["alice@example.com"])
+    other, _ = _keys()
+    assert pseudonyms(other, ["alice@example.com"]) != pseudonyms(ka, ["alice@example.com"])
+    assert _keys("j2")[0] != ka  # bound to the study
+    with pytest.raises(InvalidInputError, match="appears twice"):
+        pseudonyms(ka, ["bob", " BOB"])
+    me = JoinKeyPair()
+    with pytest.raises(InvalidInputError, match="this owner's own"):
+        me.join_key(me.public_bytes, study_id="j1", contract_hash="h")
+
+
+def test_dummy_count_is_shared_and_discrete_laplace_around_the_offset() -> None:
+    ka, kb = _keys()
+    assert dummy_count(ka, 1.0, 20) == dummy_count(kb, 1.0, 20)
+    assert len(set(shared_dummies(ka, 5))) == 5 and shared_dummies(ka, 5) == shared_dummies(kb, 5)
+    rng = SeededRandom(5)
+    draws = np.array([dummy_count(bytes(rng.integers(256, 32).astype(np.uint8)), 0.5, 40) - 40
+                      for _ in range(3000)])
+    # Discrete Laplace of scale 2: P(X = k) = (1 - q) / (1 + q) q^|k|, q = exp(-1/2); none clamped at offset 40.
+    q = np.exp(-0.5)
+    ks = np.arange(-12, 13)
+    expected = (1 - q) / (1 + q) * q ** np.abs(ks)
+    observed = np.array([np.sum(draws == k) for k in ks])
+    inside = expected.sum()
+    chi2 = stats.chisquare(observed, expected / inside * observed.sum())
+    assert chi2.pvalue > 1e-6, chi2
+
+
+def test_placement_checks_refuse_malformed_or_foreign_positions() -> None:
+    ka, _ = _keys()
+    own = pseudonyms(ka, [f"id{i}" for i in range(10)])
+    theirs = pseudonyms(ka, [f"id{i}" for i in range(5, 20)])
+    pa, pb = place(own, theirs, 100, SeededRandom(1))
+    check_placement(own, pa, 100)
+    check_placement(theirs, pb, 100)
+    assert all(pa[p] == pb[p] for p in set(pa) & set(pb))  # matched pairs share a position
+    assert len(set(pa.values()) | set(pb.values())) == 20
+    bad: list[tuple[dict[bytes, Any], str]] = [
+        ({k: v for k, v in list(pa.items())[1:]}, "1 missing"),
+        ({**pa, theirs[-1]: 99}, "1 foreign"),
+        ({**pa, own[0]: 100}, "outside"),
+        ({**pa, own[0]: pa[own[1]]}, "two records at one position"),
+        ({**pa, own[0]: True}, "outside"),
+    ]
+    for placement, message in bad:
+        with pytest.raises(InvalidInputError, match=message):
+            check_placement(own, placement, 100)
+    with pytest.raises(InvalidInputError, match="more than the study's join capacity"):
+        place(own, theirs, 19, SeededRandom(1))
+    with pytest.raises(InvalidInputError, match="appears twice"):
+        place([own[0], own[0]], theirs, 100, SeededRandom(1))
+    with pytest.raises(InvalidInputError, match="32 bytes"):
+        place([b"short"], theirs, 100, SeededRandom(1))
+
+
+def test_an_owner_cannot_tell_matched_from_unmatched_records_by_their_positions() -> None:
+    """Positions of A's matched and unmatched records follow one distribution (seeded, many placements)."""
+    ka, _ = _keys()
+    a = pseudonyms(ka, [f"c{i}" for i in range(40)])
+    b = pseudonyms(ka, [f"c{i}" for i in range(20, 70)])  # A's 20..39 match
+    capacity = 4 * SLOTS
+    matched: list[int] = []
+    unmatched: list[int] = []
+    rng = SeededRandom(11)
+    for _ in range(300):
+        pa, _pb = place(a, b, capacity, rng)
+        matched += [pa[p] for p in a[20:]]
+        unmatched += [pa[p] for p in a[:20]]
+    ks = stats.ks_2samp(matched, unmatched)
+    assert ks.pvalue > 1e-6, ks
+    groups_m, groups_u = Counter(p // SLOTS for p in matched), Counter(p // SLOTS for p in unmatched)
+    table = np.array([[groups_m[g] for g in range(4)], [groups_u[g] for g in range(4)]])
+    assert stats.chi2_contingency(table).pvalue > 1e-6
+    both = matched + unmatched  # and every position of the capacity is equally likely
+    assert stats.kstest(np.array(both) / capacity, "uniform").pvalue > 1e-6
+
+
+def _plain_join(a: dict[str, int], b: dict[str, int], shape: tuple[int, int]) -> np.ndarray:
+    out = np.zeros(shape, dtype=np.int64)
+    for ident in set(a) & set(b):
+        out[a[ident], b[ident]] += 1
+    return out
+
+
+def _run(schemes: tuple[JoinScheme, JoinScheme], a: dict[str, int], b: dict[str, int], shape: tuple[int, int],
+         capacity: int, epsilon: float, seed: int, dummies: int = 0) -> tuple[Any, list[Any]]:
+    ds, pub = schemes
+    ka, kb = _keys()
+    pa_ids = list(a)
+    pb_ids = list(b)
+    pa_ps = pseudonyms(ka, pa_ids) + shared_dummies(ka, dummies)
+    pb_ps = pseudonyms(kb, pb_ids) + shared_dummies(kb, dummies)
+    place_a, place_b = place(pa_ps, pb_ps, capacity, SeededRandom(seed))
+    check_placement(pa_ps, place_a, capacity)
+    check_placement(pb_ps, place_b, capacity)
+    val_a = {p: a[i] for p, i in zip(pa_ps, pa_ids)}
+    val_b = {p: b[i] for p, i in zip(pb_ps, pb_ids)}
+    planes_a = encode_indicators(place_a, val_a, shape[0], capacity, SLOTS)
+    planes_b = encode_indicators(place_b, val_b, shape[1], capacity, SLOTS)
+    up_a = [[pub.serialize(pub.encrypt(p)) for p in g] for g in planes_a]
+    up_b = [[pub.serialize(pub.encrypt(p)) for p in g] for g in planes_b]
+    cts_a = [[pub.deserialize(x) for x in g] for g in up_a]
+    cts_b = [[pub.deserialize(x) for x in g] for g in up_b]
+    sent = noised_cells(pub, joint_totals(pub, cts_a, cts_b), epsilon, SeededRandom(seed + 1))
+    arrived = [ds.deserialize(pub.serialize(c)) for c in sent]
+    return decrypt_cells(ds, arrived, shape, epsilon, SeededRandom(seed + 2)), arrived
+
+
+def _data(n_a: int, n_b: int, shared: int, shape: tuple[int, int], seed: int) -> tuple[dict[str, int], dict[str, int]]:
+    rng = np.random.default_rng(seed)
+    ids = [f"person-{i}" for i in range(n_a + n_b - shared)]
+    a = {i: int(rng.integers(shape[0])) for i in ids[:n_a]}
+    b = {i: int(rng.integers(shape[1])) for i in ids[n_a - shared:]}
+    return a, b
+
+
+def test_the_encrypted_join_equals_the_plaintext_join(schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    shape = (3, 4)
+    a, b = _data(900, 700, 400, shape, seed=1)
+    truth = _plain_join(a, b, shape)
+    exact, _ = _run(schemes, a, b, shape, capacity=2 * SLOTS, epsilon=1e9, seed=3, dummies=25)
+    assert np.array_equal(exact.counts, truth)  # noise of scale 1e-9 rounds to 0: the arithmetic is exact
+    noisy, _ = _run(schemes, a, b, shape, capacity=2 * SLOTS, epsilon=1.0, seed=4)
+    assert noisy.variance == pytest.approx(2 * 2 * np.exp(-1) / (1 - np.exp(-1)) ** 2)
+    assert np.all(np.abs(noisy.counts - truth) <= 8 * np.sqrt(noisy.variance))
+    assert not np.array_equal(noisy.counts, truth)
+
+
+def test_the_key_holder_sees_flooded_noise_and_refuses_foreign_ciphertexts(
+        schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    ds, pub = schemes
+    shape = (2, 2)
+    a, b = _data(300, 300, 150, shape, seed=2)
+    _, arrived = _run(schemes, a, b, shape, capacity=SLOTS, epsilon=1.0, seed=9)
+    budget = ds.noise_budget(arrived[0])
+    assert budget >= MIN_NOISE_BUDGET_BITS
+    residual = np.array(residual_view(ds, arrived[0]), dtype=object).astype(float)
+    width = 2.0 ** (FLOOD_BITS + 1)
+    assert stats.kstest(residual / width + 0.5, "uniform").pvalue > 1e-9  # the flood, whatever the data
+    slots = ds.decrypt(arrived[0])
+    pads = slots[1:] % ds.plain_modulus
+    assert stats.kstest(pads / ds.plain_modulus, "uniform").pvalue > 1e-9  # every unused slot is a pad
+    # Without flooding the noise of a product is far narrower and data-dependent: that is what flooding hides.
+    pub.flooding = False
+    try:
+        _, bare = _run(schemes, a, b, shape, capacity=SLOTS, epsilon=1.0, seed=9)
+    finally:
+        pub.flooding = True
+    raw = np.array(residual_view(ds, bare[0]), dtype=object)
+    assert max(abs(int(v)) for v in raw) < 2 ** 56 < 2 ** FLOOD_BITS
+    other = JoinScheme.generate()
+    with pytest.raises(PrecisionError, match="noise budget"):
+        ds.decrypt(ds.deserialize(other.serialize(other.encrypt([1, 2, 3]))))
+    with pytest.raises(InvalidInputError):
+        pub.deserialize(b"garbage")
+    with pytest.raises(InvalidInputError, match="equal counts"):
+        joint_totals(pub, [[pub.encrypt([1])]], [])
