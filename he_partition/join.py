@@ -49,12 +49,73 @@ from .errors import InvalidInputError
 from .join_he import JoinScheme
 from .noise import RandomSource, SeededRandom, discrete_laplace, discrete_laplace_variance, laplace_scale
 
-__all__ = ["JoinKeyPair", "PSEUDONYM_BYTES", "pseudonyms", "shared_dummies", "dummy_count", "place",
+__all__ = ["JOIN_STRATEGY", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES", "pseudonyms", "shared_dummies", "dummy_count", "place",
            "check_placement", "encode_indicators", "joint_totals", "noised_cells", "decrypt_cells",
            "groups_for", "JoinCells"]
 
 PSEUDONYM_BYTES = 32
 _KDF_INFO = b"dpagg/join-key/v1"
+#: The strategy name of a join study in its contract.
+JOIN_STRATEGY = "join"
+#: Largest joint table (cells); each cell costs one rotation-sum and one ciphertext to the key holder.
+MAX_JOIN_CELLS = 4096
+#: Largest capacity (positions) a join study may declare.
+MAX_JOIN_CAPACITY = 1 << 22
+
+
+@dataclass(frozen=True)
+class JoinTerms:
+    """A join study's terms (its contract's strategy_params): the table shape, each owner's binning, the
+    public capacity of positions, and the padding that makes the intersection size DP.
+
+    `row_spec` bins owner A's attribute (rows, the first expected owner), `col_spec` owner
+    B's (columns, the second); both use the domain-spec grammar of StudyContract.domain_spec.
+    """
+
+    rows: int
+    cols: int
+    capacity: int
+    padding_epsilon: float
+    padding_offset: int
+    row_spec: str = ""
+    col_spec: str = ""
+    identifier: str = "id"
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], *, domain_size: int, slots: int = 8192) -> "JoinTerms":
+        try:
+            shape = params["shape"]
+            terms = cls(int(shape[0]), int(shape[1]), int(params["capacity"]), float(params["padding_epsilon"]),
+                        int(params["padding_offset"]), str(params.get("row_spec", "")),
+                        str(params.get("col_spec", "")), str(params.get("identifier", "id")))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InvalidInputError(
+                'a join study needs strategy_params {"shape": [rows, cols], "capacity": N, "padding_epsilon": e, '
+                '"padding_offset": k} (optional "row_spec", "col_spec", "identifier"): ' + str(exc)) from exc
+        if terms.rows < 1 or terms.cols < 1 or terms.rows * terms.cols != domain_size:
+            raise InvalidInputError(f"join shape {terms.rows} x {terms.cols} must have domain_size {domain_size} cells")
+        if terms.rows * terms.cols > MAX_JOIN_CELLS:
+            raise InvalidInputError(f"a join table has at most {MAX_JOIN_CELLS} cells, got {domain_size}")
+        if not 0 < terms.capacity <= MAX_JOIN_CAPACITY or terms.capacity % slots:
+            raise InvalidInputError(f"join capacity must be a positive multiple of {slots} up to "
+                                    f"{MAX_JOIN_CAPACITY}, got {terms.capacity}")
+        if not (0 < terms.padding_epsilon < float("inf")) or terms.padding_offset < 0:
+            raise InvalidInputError("join padding needs padding_epsilon > 0 and padding_offset >= 0")
+        return terms
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, self.cols
+
+    def groups(self, slots: int = 8192) -> int:
+        return groups_for(self.capacity, slots)
+
+    def values_of(self, side: int) -> int:
+        """Attribute values of owner `side` (0: A, rows; 1: B, columns)."""
+        return self.rows if side == 0 else self.cols
+
+    def spec_of(self, side: int) -> str:
+        return self.row_spec if side == 0 else self.col_spec
 
 
 # ---------------------------------------------------------------------------------------------- pseudonyms

@@ -134,6 +134,22 @@ class JoinScheme:
                    _load(seal.RelinKeys, ctx, parts[1], "relinearization key"),
                    _load(seal.GaloisKeys, ctx, parts[2], "rotation key"))
 
+    def secret_bytes(self) -> bytes:
+        """The secret key, for the key holder's 0600 key file only (never sent anywhere)."""
+        if self._secret is None:
+            raise InvalidInputError("this join scheme holds no secret key")
+        return _dump(self._secret)
+
+    @classmethod
+    def from_secret(cls, public: bytes, secret: bytes, params: JoinParams = JoinParams()) -> "JoinScheme":
+        """The key holder's scheme from its key files; refuses a secret key that does not match the public key."""
+        pub = cls.from_public(public, params)
+        sk = _load(seal.SecretKey, pub.context, secret, "secret key")
+        scheme = cls(params, pub.context, pub._public_key, pub._relin, pub._galois, sk)
+        if scheme.decrypt(pub.encrypt([7]))[0] != 7:
+            raise InvalidInputError("the join secret key does not belong to the join public key")
+        return scheme
+
     @property
     def can_decrypt(self) -> bool:
         return self._decryptor is not None

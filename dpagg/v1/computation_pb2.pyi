@@ -194,3 +194,39 @@ class DirectRangeCountsResponse(_message.Message):
     epsilon_remaining: float
     owners: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, request_id: _Optional[str] = ..., counts: _Optional[_Iterable[_Union[_common_pb2.RangeCount, _Mapping]]] = ..., epsilon_charged: _Optional[float] = ..., epsilon_sequential: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JoinExchangeRequest(_message.Message):
+    __slots__ = ("study_id", "owner_id", "public_key")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    owner_id: str
+    public_key: bytes
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., public_key: _Optional[bytes] = ...) -> None: ...
+
+class JoinExchangeResponse(_message.Message):
+    __slots__ = ("peer_public_key",)
+    PEER_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    peer_public_key: bytes
+    def __init__(self, peer_public_key: _Optional[bytes] = ...) -> None: ...
+
+class JoinPlacementRequest(_message.Message):
+    __slots__ = ("study_id", "owner_id", "pseudonyms")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    PSEUDONYMS_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    owner_id: str
+    pseudonyms: bytes
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., pseudonyms: _Optional[bytes] = ...) -> None: ...
+
+class JoinPlacementResponse(_message.Message):
+    __slots__ = ("ready", "positions", "capacity")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    capacity: int
+    def __init__(self, ready: _Optional[bool] = ..., positions: _Optional[_Iterable[int]] = ..., capacity: _Optional[int] = ...) -> None: ...

@@ -52,6 +52,16 @@ class ComputationStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.GetPublicContextRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.PublicContextChunk.FromString,
                 _registered_method=True)
+        self.JoinExchange = channel.unary_unary(
+                '/dpagg.v1.Computation/JoinExchange',
+                request_serializer=dpagg_dot_v1_dot_computation__pb2.JoinExchangeRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_computation__pb2.JoinExchangeResponse.FromString,
+                _registered_method=True)
+        self.JoinPlacement = channel.unary_unary(
+                '/dpagg.v1.Computation/JoinPlacement',
+                request_serializer=dpagg_dot_v1_dot_computation__pb2.JoinPlacementRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_computation__pb2.JoinPlacementResponse.FromString,
+                _registered_method=True)
         self.UploadStatus = channel.unary_unary(
                 '/dpagg.v1.Computation/UploadStatus',
                 request_serializer=dpagg_dot_v1_dot_computation__pb2.UploadStatusRequest.SerializeToString,
@@ -120,6 +130,27 @@ class ComputationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinExchange(self, request, context):
+        """Join studies (docs/join.md), step 1: an owner posts its X25519 public key for
+        the study and receives the other owner's once it has posted (empty until then;
+        poll). A posted key cannot change (ALREADY_EXISTS). Owners of the study only, in
+        their own name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinPlacement(self, request, context):
+        """Join studies, step 2: an owner posts its pseudonyms (once; a different list later
+        is ALREADY_EXISTS) and receives its placement when both owners have posted
+        (ready = false until then; poll with an empty list). The placement maps the union
+        of both lists uniformly at random into the study's capacity; matched pseudonyms
+        share a position. Owners of the study only, in their own name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UploadStatus(self, request, context):
         """Which chunks of an upload the server already holds.
         """
@@ -182,6 +213,16 @@ def add_ComputationServicer_to_server(servicer, server):
                     servicer.GetPublicContext,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.GetPublicContextRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.PublicContextChunk.SerializeToString,
+            ),
+            'JoinExchange': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinExchange,
+                    request_deserializer=dpagg_dot_v1_dot_computation__pb2.JoinExchangeRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_computation__pb2.JoinExchangeResponse.SerializeToString,
+            ),
+            'JoinPlacement': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinPlacement,
+                    request_deserializer=dpagg_dot_v1_dot_computation__pb2.JoinPlacementRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_computation__pb2.JoinPlacementResponse.SerializeToString,
             ),
             'UploadStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.UploadStatus,
@@ -292,6 +333,60 @@ class Computation:
             '/dpagg.v1.Computation/GetPublicContext',
             dpagg_dot_v1_dot_decryption__pb2.GetPublicContextRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.PublicContextChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinExchange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Computation/JoinExchange',
+            dpagg_dot_v1_dot_computation__pb2.JoinExchangeRequest.SerializeToString,
+            dpagg_dot_v1_dot_computation__pb2.JoinExchangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinPlacement(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Computation/JoinPlacement',
+            dpagg_dot_v1_dot_computation__pb2.JoinPlacementRequest.SerializeToString,
+            dpagg_dot_v1_dot_computation__pb2.JoinPlacementResponse.FromString,
             options,
             channel_credentials,
             insecure,

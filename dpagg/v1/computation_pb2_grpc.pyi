@@ -65,6 +65,19 @@ class ComputationStub:
     must check the fingerprint against the study contract's context_fingerprint
     before encrypting. Any authenticated party may call it.
     """
+    JoinExchange: _grpc.UnaryUnaryMultiCallable[_computation_pb2.JoinExchangeRequest, _computation_pb2.JoinExchangeResponse]
+    """Join studies (docs/join.md), step 1: an owner posts its X25519 public key for
+    the study and receives the other owner's once it has posted (empty until then;
+    poll). A posted key cannot change (ALREADY_EXISTS). Owners of the study only, in
+    their own name.
+    """
+    JoinPlacement: _grpc.UnaryUnaryMultiCallable[_computation_pb2.JoinPlacementRequest, _computation_pb2.JoinPlacementResponse]
+    """Join studies, step 2: an owner posts its pseudonyms (once; a different list later
+    is ALREADY_EXISTS) and receives its placement when both owners have posted
+    (ready = false until then; poll with an empty list). The placement maps the union
+    of both lists uniformly at random into the study's capacity; matched pseudonyms
+    share a position. Owners of the study only, in their own name.
+    """
     UploadStatus: _grpc.UnaryUnaryMultiCallable[_computation_pb2.UploadStatusRequest, _computation_pb2.UploadStatusResponse]
     """Which chunks of an upload the server already holds."""
     StudyStatus: _grpc.UnaryUnaryMultiCallable[_computation_pb2.StudyStatusRequest, _computation_pb2.StudyStatusResponse]
@@ -118,6 +131,19 @@ class ComputationAsyncStub(ComputationStub):
     decryption service). The same stream as Decryption.GetPublicContext; a client
     must check the fingerprint against the study contract's context_fingerprint
     before encrypting. Any authenticated party may call it.
+    """
+    JoinExchange: _aio.UnaryUnaryMultiCallable[_computation_pb2.JoinExchangeRequest, _computation_pb2.JoinExchangeResponse]  # type: ignore[assignment]
+    """Join studies (docs/join.md), step 1: an owner posts its X25519 public key for
+    the study and receives the other owner's once it has posted (empty until then;
+    poll). A posted key cannot change (ALREADY_EXISTS). Owners of the study only, in
+    their own name.
+    """
+    JoinPlacement: _aio.UnaryUnaryMultiCallable[_computation_pb2.JoinPlacementRequest, _computation_pb2.JoinPlacementResponse]  # type: ignore[assignment]
+    """Join studies, step 2: an owner posts its pseudonyms (once; a different list later
+    is ALREADY_EXISTS) and receives its placement when both owners have posted
+    (ready = false until then; poll with an empty list). The placement maps the union
+    of both lists uniformly at random into the study's capacity; matched pseudonyms
+    share a position. Owners of the study only, in their own name.
     """
     UploadStatus: _aio.UnaryUnaryMultiCallable[_computation_pb2.UploadStatusRequest, _computation_pb2.UploadStatusResponse]  # type: ignore[assignment]
     """Which chunks of an upload the server already holds."""
@@ -187,6 +213,31 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
         decryption service). The same stream as Decryption.GetPublicContext; a client
         must check the fingerprint against the study contract's context_fingerprint
         before encrypting. Any authenticated party may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def JoinExchange(
+        self,
+        request: _computation_pb2.JoinExchangeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_computation_pb2.JoinExchangeResponse, _abc.Awaitable[_computation_pb2.JoinExchangeResponse]]:
+        """Join studies (docs/join.md), step 1: an owner posts its X25519 public key for
+        the study and receives the other owner's once it has posted (empty until then;
+        poll). A posted key cannot change (ALREADY_EXISTS). Owners of the study only, in
+        their own name.
+        """
+
+    @_abc_1.abstractmethod
+    def JoinPlacement(
+        self,
+        request: _computation_pb2.JoinPlacementRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_computation_pb2.JoinPlacementResponse, _abc.Awaitable[_computation_pb2.JoinPlacementResponse]]:
+        """Join studies, step 2: an owner posts its pseudonyms (once; a different list later
+        is ALREADY_EXISTS) and receives its placement when both owners have posted
+        (ready = false until then; poll with an empty list). The placement maps the union
+        of both lists uniformly at random into the study's capacity; matched pseudonyms
+        share a position. Owners of the study only, in their own name.
         """
 
     @_abc_1.abstractmethod

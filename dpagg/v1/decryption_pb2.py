@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from dpagg.v1 import common_pb2 as dpagg_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64pagg/v1/decryption.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\"\x19\n\x17GetPublicContextRequest\"[\n\x12PublicContextChunk\x12\x12\n\ntotal_size\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\"\xa0\x03\n\x10OpenStudyRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64omain_size\x18\x02 \x01(\x03\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\x10\n\x08strategy\x18\x04 \x01(\t\x12\x1a\n\x12\x63ontribution_bound\x18\x05 \x01(\x03\x12\x15\n\rnoise_parties\x18\x06 \x01(\x05\x12\x17\n\x0f\x65xpected_owners\x18\x07 \x03(\t\x12\x1c\n\x14strategy_params_json\x18\x08 \x01(\t\x12\x13\n\x0b\x64omain_spec\x18\t \x01(\t\x12=\n\nowner_keys\x18\n \x03(\x0b\x32).dpagg.v1.OpenStudyRequest.OwnerKeysEntry\x12\x1b\n\x13\x63orrelation_leakage\x18\x0b \x01(\x01\x12\x1a\n\x12\x63orrelation_source\x18\x0c \x01(\t\x12\x19\n\x11max_organizations\x18\r \x01(\x03\x1a\x30\n\x0eOwnerKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x11OpenStudyResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\x12\x17\n\x0f\x61lready_existed\x18\x02 \x01(\x08\"#\n\x0fGetStudyRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"=\n\x10GetStudyResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\"\xb5\x01\n\x18\x44\x65\x63ryptMeasurementHeader\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x12\n\nrelease_id\x18\x02 \x01(\t\x12\x17\n\x0frelease_epsilon\x18\x03 \x01(\x01\x12.\n\x0bmeasurement\x18\x04 \x01(\x0b\x32\x19.dpagg.v1.MeasurementSpec\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\x03\x12\x15\n\rcontract_hash\x18\x06 \x01(\t\"j\n\x19\x44\x65\x63ryptMeasurementRequest\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32\".dpagg.v1.DecryptMeasurementHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"Z\n\x1a\x44\x65\x63ryptMeasurementResponse\x12\x0e\n\x06values\x18\x01 \x03(\x12\x12\x11\n\tcharge_id\x18\x02 \x01(\x03\x12\x19\n\x11\x65psilon_remaining\x18\x03 \x01(\x01\"\'\n\x13\x42udgetStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"h\n\x0cLedgerCharge\x12\x11\n\tcharge_id\x18\x01 \x01(\x03\x12\x12\n\nrelease_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\x12\n\ncreated_at\x18\x05 \x01(\t\"\xe6\x01\n\x14\x42udgetStatusResponse\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x15\n\repsilon_total\x18\x02 \x01(\x01\x12\x15\n\repsilon_spent\x18\x03 \x01(\x01\x12\x19\n\x11\x65psilon_remaining\x18\x04 \x01(\x01\x12\'\n\x07\x63harges\x18\x05 \x03(\x0b\x32\x16.dpagg.v1.LedgerCharge\x12\x18\n\x10\x65psilon_reserved\x18\x06 \x01(\x01\x12\x15\n\rchain_problem\x18\x07 \x01(\t\x12\x19\n\x11\x65psilon_available\x18\x08 \x01(\x01\"\x8b\x01\n\x1a\x43hargeDirectQueriesRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x15\n\rcontract_hash\x18\x03 \x01(\t\x12\x1f\n\x06ranges\x18\x04 \x03(\x0b\x32\x0f.dpagg.v1.Range\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\"\x9b\x01\n\x1b\x43hargeDirectQueriesResponse\x12\x17\n\x0f\x65psilon_charged\x18\x01 \x01(\x01\x12\x1c\n\x14\x65psilon_direct_total\x18\x02 \x01(\x01\x12\x19\n\x11\x65psilon_remaining\x18\x03 \x01(\x01\x12\x11\n\tcharge_id\x18\x04 \x01(\x03\x12\x17\n\x0f\x61lready_charged\x18\x05 \x01(\x08\x32\x82\x04\n\nDecryption\x12U\n\x10GetPublicContext\x12!.dpagg.v1.GetPublicContextRequest\x1a\x1c.dpagg.v1.PublicContextChunk0\x01\x12\x44\n\tOpenStudy\x12\x1a.dpagg.v1.OpenStudyRequest\x1a\x1b.dpagg.v1.OpenStudyResponse\x12\x41\n\x08GetStudy\x12\x19.dpagg.v1.GetStudyRequest\x1a\x1a.dpagg.v1.GetStudyResponse\x12\x61\n\x12\x44\x65\x63ryptMeasurement\x12#.dpagg.v1.DecryptMeasurementRequest\x1a$.dpagg.v1.DecryptMeasurementResponse(\x01\x12M\n\x0c\x42udgetStatus\x12\x1d.dpagg.v1.BudgetStatusRequest\x1a\x1e.dpagg.v1.BudgetStatusResponse\x12\x62\n\x13\x43hargeDirectQueries\x12$.dpagg.v1.ChargeDirectQueriesRequest\x1a%.dpagg.v1.ChargeDirectQueriesResponseB/\n\x0corg.dpagg.v1P\x01Z\x1d\x64pagg/gen/go/dpagg/v1;dpaggv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64pagg/v1/decryption.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\"+\n\x17GetPublicContextRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"[\n\x12PublicContextChunk\x12\x12\n\ntotal_size\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\"\xa0\x03\n\x10OpenStudyRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64omain_size\x18\x02 \x01(\x03\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\x10\n\x08strategy\x18\x04 \x01(\t\x12\x1a\n\x12\x63ontribution_bound\x18\x05 \x01(\x03\x12\x15\n\rnoise_parties\x18\x06 \x01(\x05\x12\x17\n\x0f\x65xpected_owners\x18\x07 \x03(\t\x12\x1c\n\x14strategy_params_json\x18\x08 \x01(\t\x12\x13\n\x0b\x64omain_spec\x18\t \x01(\t\x12=\n\nowner_keys\x18\n \x03(\x0b\x32).dpagg.v1.OpenStudyRequest.OwnerKeysEntry\x12\x1b\n\x13\x63orrelation_leakage\x18\x0b \x01(\x01\x12\x1a\n\x12\x63orrelation_source\x18\x0c \x01(\t\x12\x19\n\x11max_organizations\x18\r \x01(\x03\x1a\x30\n\x0eOwnerKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x11OpenStudyResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\x12\x17\n\x0f\x61lready_existed\x18\x02 \x01(\x08\"#\n\x0fGetStudyRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"=\n\x10GetStudyResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\"\xb5\x01\n\x18\x44\x65\x63ryptMeasurementHeader\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x12\n\nrelease_id\x18\x02 \x01(\t\x12\x17\n\x0frelease_epsilon\x18\x03 \x01(\x01\x12.\n\x0bmeasurement\x18\x04 \x01(\x0b\x32\x19.dpagg.v1.MeasurementSpec\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\x03\x12\x15\n\rcontract_hash\x18\x06 \x01(\t\"j\n\x19\x44\x65\x63ryptMeasurementRequest\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32\".dpagg.v1.DecryptMeasurementHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"Z\n\x1a\x44\x65\x63ryptMeasurementResponse\x12\x0e\n\x06values\x18\x01 \x03(\x12\x12\x11\n\tcharge_id\x18\x02 \x01(\x03\x12\x19\n\x11\x65psilon_remaining\x18\x03 \x01(\x01\"\x82\x01\n\x16\x44\x65\x63ryptJoinCellsHeader\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x12\n\nrelease_id\x18\x02 \x01(\t\x12\x17\n\x0frelease_epsilon\x18\x03 \x01(\x01\x12\x15\n\rcontract_hash\x18\x04 \x01(\t\x12\x12\n\ncell_count\x18\x05 \x01(\x03\"e\n\x17\x44\x65\x63ryptJoinCellsRequest\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .dpagg.v1.DecryptJoinCellsHeaderH\x00\x12\x0e\n\x04\x63\x65ll\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"p\n\x18\x44\x65\x63ryptJoinCellsResponse\x12\x0e\n\x06values\x18\x01 \x03(\x12\x12\x10\n\x08variance\x18\x02 \x01(\x01\x12\x17\n\x0f\x65psilon_charged\x18\x03 \x01(\x01\x12\x19\n\x11\x65psilon_remaining\x18\x04 \x01(\x01\"\'\n\x13\x42udgetStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"h\n\x0cLedgerCharge\x12\x11\n\tcharge_id\x18\x01 \x01(\x03\x12\x12\n\nrelease_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\x12\n\ncreated_at\x18\x05 \x01(\t\"\xe6\x01\n\x14\x42udgetStatusResponse\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x15\n\repsilon_total\x18\x02 \x01(\x01\x12\x15\n\repsilon_spent\x18\x03 \x01(\x01\x12\x19\n\x11\x65psilon_remaining\x18\x04 \x01(\x01\x12\'\n\x07\x63harges\x18\x05 \x03(\x0b\x32\x16.dpagg.v1.LedgerCharge\x12\x18\n\x10\x65psilon_reserved\x18\x06 \x01(\x01\x12\x15\n\rchain_problem\x18\x07 \x01(\t\x12\x19\n\x11\x65psilon_available\x18\x08 \x01(\x01\"\x8b\x01\n\x1a\x43hargeDirectQueriesRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x15\n\rcontract_hash\x18\x03 \x01(\t\x12\x1f\n\x06ranges\x18\x04 \x03(\x0b\x32\x0f.dpagg.v1.Range\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\"\x9b\x01\n\x1b\x43hargeDirectQueriesResponse\x12\x17\n\x0f\x65psilon_charged\x18\x01 \x01(\x01\x12\x1c\n\x14\x65psilon_direct_total\x18\x02 \x01(\x01\x12\x19\n\x11\x65psilon_remaining\x18\x03 \x01(\x01\x12\x11\n\tcharge_id\x18\x04 \x01(\x03\x12\x17\n\x0f\x61lready_charged\x18\x05 \x01(\x08\x32\xdf\x04\n\nDecryption\x12U\n\x10GetPublicContext\x12!.dpagg.v1.GetPublicContextRequest\x1a\x1c.dpagg.v1.PublicContextChunk0\x01\x12\x44\n\tOpenStudy\x12\x1a.dpagg.v1.OpenStudyRequest\x1a\x1b.dpagg.v1.OpenStudyResponse\x12\x41\n\x08GetStudy\x12\x19.dpagg.v1.GetStudyRequest\x1a\x1a.dpagg.v1.GetStudyResponse\x12\x61\n\x12\x44\x65\x63ryptMeasurement\x12#.dpagg.v1.DecryptMeasurementRequest\x1a$.dpagg.v1.DecryptMeasurementResponse(\x01\x12M\n\x0c\x42udgetStatus\x12\x1d.dpagg.v1.BudgetStatusRequest\x1a\x1e.dpagg.v1.BudgetStatusResponse\x12\x62\n\x13\x43hargeDirectQueries\x12$.dpagg.v1.ChargeDirectQueriesRequest\x1a%.dpagg.v1.ChargeDirectQueriesResponse\x12[\n\x10\x44\x65\x63ryptJoinCells\x12!.dpagg.v1.DecryptJoinCellsRequest\x1a\".dpagg.v1.DecryptJoinCellsResponse(\x01\x42/\n\x0corg.dpagg.v1P\x01Z\x1d\x64pagg/gen/go/dpagg/v1;dpaggv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,35 +36,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENSTUDYREQUEST_OWNERKEYSENTRY']._loaded_options = None
   _globals['_OPENSTUDYREQUEST_OWNERKEYSENTRY']._serialized_options = b'8\001'
   _globals['_GETPUBLICCONTEXTREQUEST']._serialized_start=62
-  _globals['_GETPUBLICCONTEXTREQUEST']._serialized_end=87
-  _globals['_PUBLICCONTEXTCHUNK']._serialized_start=89
-  _globals['_PUBLICCONTEXTCHUNK']._serialized_end=180
-  _globals['_OPENSTUDYREQUEST']._serialized_start=183
-  _globals['_OPENSTUDYREQUEST']._serialized_end=599
-  _globals['_OPENSTUDYREQUEST_OWNERKEYSENTRY']._serialized_start=551
-  _globals['_OPENSTUDYREQUEST_OWNERKEYSENTRY']._serialized_end=599
-  _globals['_OPENSTUDYRESPONSE']._serialized_start=601
-  _globals['_OPENSTUDYRESPONSE']._serialized_end=688
-  _globals['_GETSTUDYREQUEST']._serialized_start=690
-  _globals['_GETSTUDYREQUEST']._serialized_end=725
-  _globals['_GETSTUDYRESPONSE']._serialized_start=727
-  _globals['_GETSTUDYRESPONSE']._serialized_end=788
-  _globals['_DECRYPTMEASUREMENTHEADER']._serialized_start=791
-  _globals['_DECRYPTMEASUREMENTHEADER']._serialized_end=972
-  _globals['_DECRYPTMEASUREMENTREQUEST']._serialized_start=974
-  _globals['_DECRYPTMEASUREMENTREQUEST']._serialized_end=1080
-  _globals['_DECRYPTMEASUREMENTRESPONSE']._serialized_start=1082
-  _globals['_DECRYPTMEASUREMENTRESPONSE']._serialized_end=1172
-  _globals['_BUDGETSTATUSREQUEST']._serialized_start=1174
-  _globals['_BUDGETSTATUSREQUEST']._serialized_end=1213
-  _globals['_LEDGERCHARGE']._serialized_start=1215
-  _globals['_LEDGERCHARGE']._serialized_end=1319
-  _globals['_BUDGETSTATUSRESPONSE']._serialized_start=1322
-  _globals['_BUDGETSTATUSRESPONSE']._serialized_end=1552
-  _globals['_CHARGEDIRECTQUERIESREQUEST']._serialized_start=1555
-  _globals['_CHARGEDIRECTQUERIESREQUEST']._serialized_end=1694
-  _globals['_CHARGEDIRECTQUERIESRESPONSE']._serialized_start=1697
-  _globals['_CHARGEDIRECTQUERIESRESPONSE']._serialized_end=1852
-  _globals['_DECRYPTION']._serialized_start=1855
-  _globals['_DECRYPTION']._serialized_end=2369
+  _globals['_GETPUBLICCONTEXTREQUEST']._serialized_end=105
+  _globals['_PUBLICCONTEXTCHUNK']._serialized_start=107
+  _globals['_PUBLICCONTEXTCHUNK']._serialized_end=198
+  _globals['_OPENSTUDYREQUEST']._serialized_start=201
+  _globals['_OPENSTUDYREQUEST']._serialized_end=617
+  _globals['_OPENSTUDYREQUEST_OWNERKEYSENTRY']._serialized_start=569
+  _globals['_OPENSTUDYREQUEST_OWNERKEYSENTRY']._serialized_end=617
+  _globals['_OPENSTUDYRESPONSE']._serialized_start=619
+  _globals['_OPENSTUDYRESPONSE']._serialized_end=706
+  _globals['_GETSTUDYREQUEST']._serialized_start=708
+  _globals['_GETSTUDYREQUEST']._serialized_end=743
+  _globals['_GETSTUDYRESPONSE']._serialized_start=745
+  _globals['_GETSTUDYRESPONSE']._serialized_end=806
+  _globals['_DECRYPTMEASUREMENTHEADER']._serialized_start=809
+  _globals['_DECRYPTMEASUREMENTHEADER']._serialized_end=990
+  _globals['_DECRYPTMEASUREMENTREQUEST']._serialized_start=992
+  _globals['_DECRYPTMEASUREMENTREQUEST']._serialized_end=1098
+  _globals['_DECRYPTMEASUREMENTRESPONSE']._serialized_start=1100
+  _globals['_DECRYPTMEASUREMENTRESPONSE']._serialized_end=1190
+  _globals['_DECRYPTJOINCELLSHEADER']._serialized_start=1193
+  _globals['_DECRYPTJOINCELLSHEADER']._serialized_end=1323
+  _globals['_DECRYPTJOINCELLSREQUEST']._serialized_start=1325
+  _globals['_DECRYPTJOINCELLSREQUEST']._serialized_end=1426
+  _globals['_DECRYPTJOINCELLSRESPONSE']._serialized_start=1428
+  _globals['_DECRYPTJOINCELLSRESPONSE']._serialized_end=1540
+  _globals['_BUDGETSTATUSREQUEST']._serialized_start=1542
+  _globals['_BUDGETSTATUSREQUEST']._serialized_end=1581
+  _globals['_LEDGERCHARGE']._serialized_start=1583
+  _globals['_LEDGERCHARGE']._serialized_end=1687
+  _globals['_BUDGETSTATUSRESPONSE']._serialized_start=1690
+  _globals['_BUDGETSTATUSRESPONSE']._serialized_end=1920
+  _globals['_CHARGEDIRECTQUERIESREQUEST']._serialized_start=1923
+  _globals['_CHARGEDIRECTQUERIESREQUEST']._serialized_end=2062
+  _globals['_CHARGEDIRECTQUERIESRESPONSE']._serialized_start=2065
+  _globals['_CHARGEDIRECTQUERIESRESPONSE']._serialized_end=2220
+  _globals['_DECRYPTION']._serialized_start=2223
+  _globals['_DECRYPTION']._serialized_end=2830
 # @@protoc_insertion_point(module_scope)

@@ -8,8 +8,10 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GetPublicContextRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("study_id",)
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    def __init__(self, study_id: _Optional[str] = ...) -> None: ...
 
 class PublicContextChunk(_message.Message):
     __slots__ = ("total_size", "offset", "data", "fingerprint")
@@ -113,6 +115,40 @@ class DecryptMeasurementResponse(_message.Message):
     charge_id: int
     epsilon_remaining: float
     def __init__(self, values: _Optional[_Iterable[int]] = ..., charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ...) -> None: ...
+
+class DecryptJoinCellsHeader(_message.Message):
+    __slots__ = ("study_id", "release_id", "release_epsilon", "contract_hash", "cell_count")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    CELL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    release_id: str
+    release_epsilon: float
+    contract_hash: str
+    cell_count: int
+    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., contract_hash: _Optional[str] = ..., cell_count: _Optional[int] = ...) -> None: ...
+
+class DecryptJoinCellsRequest(_message.Message):
+    __slots__ = ("header", "cell")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CELL_FIELD_NUMBER: _ClassVar[int]
+    header: DecryptJoinCellsHeader
+    cell: bytes
+    def __init__(self, header: _Optional[_Union[DecryptJoinCellsHeader, _Mapping]] = ..., cell: _Optional[bytes] = ...) -> None: ...
+
+class DecryptJoinCellsResponse(_message.Message):
+    __slots__ = ("values", "variance", "epsilon_charged", "epsilon_remaining")
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_CHARGED_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[int]
+    variance: float
+    epsilon_charged: float
+    epsilon_remaining: float
+    def __init__(self, values: _Optional[_Iterable[int]] = ..., variance: _Optional[float] = ..., epsilon_charged: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ...) -> None: ...
 
 class BudgetStatusRequest(_message.Message):
     __slots__ = ("study_id",)

@@ -66,6 +66,11 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesResponse.FromString,
                 _registered_method=True)
+        self.DecryptJoinCells = channel.stream_unary(
+                '/dpagg.v1.Decryption/DecryptJoinCells',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.FromString,
+                _registered_method=True)
 
 
 class DecryptionServicer:
@@ -133,6 +138,19 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DecryptJoinCells(self, request_iterator, context):
+        """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
+        header, then one ciphertext per cell in row-major order, each holding the cell's
+        count plus the computation server's discrete Laplace draw in slot 0 (every other
+        slot a pad) and flooded. Every ciphertext passes the integrity check (noise
+        budget) before the ledger is charged epsilon once for the whole table (cells are
+        disjoint: a shared customer is in one); then this server adds its own draw of
+        scale 1/epsilon to each cell. Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecryptionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +183,11 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.ChargeDirectQueries,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesResponse.SerializeToString,
+            ),
+            'DecryptJoinCells': grpc.stream_unary_rpc_method_handler(
+                    servicer.DecryptJoinCells,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -331,6 +354,33 @@ class Decryption:
             '/dpagg.v1.Decryption/ChargeDirectQueries',
             dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.ChargeDirectQueriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecryptJoinCells(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/dpagg.v1.Decryption/DecryptJoinCells',
+            dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.FromString,
             options,
             channel_credentials,
             insecure,

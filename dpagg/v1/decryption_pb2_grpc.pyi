@@ -73,6 +73,15 @@ class DecryptionStub:
     with a range_count measurement whose header names this request id as
     release_id. Idempotent per request id. Only the computation server may call it.
     """
+    DecryptJoinCells: _grpc.StreamUnaryMultiCallable[_decryption_pb2.DecryptJoinCellsRequest, _decryption_pb2.DecryptJoinCellsResponse]
+    """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
+    header, then one ciphertext per cell in row-major order, each holding the cell's
+    count plus the computation server's discrete Laplace draw in slot 0 (every other
+    slot a pad) and flooded. Every ciphertext passes the integrity check (noise
+    budget) before the ledger is charged epsilon once for the whole table (cells are
+    disjoint: a shared customer is in one); then this server adds its own draw of
+    scale 1/epsilon to each cell. Only the computation server may call it.
+    """
 
 @_typing.type_check_only
 class DecryptionAsyncStub(DecryptionStub):
@@ -114,6 +123,15 @@ class DecryptionAsyncStub(DecryptionStub):
     (nothing is written then). Afterwards each paid range may be decrypted once,
     with a range_count measurement whose header names this request id as
     release_id. Idempotent per request id. Only the computation server may call it.
+    """
+    DecryptJoinCells: _aio.StreamUnaryMultiCallable[_decryption_pb2.DecryptJoinCellsRequest, _decryption_pb2.DecryptJoinCellsResponse]  # type: ignore[assignment]
+    """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
+    header, then one ciphertext per cell in row-major order, each holding the cell's
+    count plus the computation server's discrete Laplace draw in slot 0 (every other
+    slot a pad) and flooded. Every ciphertext passes the integrity check (noise
+    budget) before the ledger is charged epsilon once for the whole table (cells are
+    disjoint: a shared customer is in one); then this server adds its own draw of
+    scale 1/epsilon to each cell. Only the computation server may call it.
     """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
@@ -189,6 +207,21 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         (nothing is written then). Afterwards each paid range may be decrypted once,
         with a range_count measurement whose header names this request id as
         release_id. Idempotent per request id. Only the computation server may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def DecryptJoinCells(
+        self,
+        request_iterator: _MaybeAsyncIterator[_decryption_pb2.DecryptJoinCellsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.DecryptJoinCellsResponse, _abc.Awaitable[_decryption_pb2.DecryptJoinCellsResponse]]:
+        """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
+        header, then one ciphertext per cell in row-major order, each holding the cell's
+        count plus the computation server's discrete Laplace draw in slot 0 (every other
+        slot a pad) and flooded. Every ciphertext passes the integrity check (noise
+        budget) before the ledger is charged epsilon once for the whole table (cells are
+        disjoint: a shared customer is in one); then this server adds its own draw of
+        scale 1/epsilon to each cell. Only the computation server may call it.
         """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from he_partition.errors import InvalidInputError
+from he_partition.join import JOIN_STRATEGY, JoinTerms
 from he_partition.protocol import STRATEGIES, make_strategy
 
 from .jcs import canonicalize
@@ -175,8 +176,9 @@ class StudyContract:
             raise InvalidInputError(
                 f"context_fingerprint must be 64 lowercase hex digits (a SHA-256), got {self.context_fingerprint!r}"
             )
-        if self.strategy not in STRATEGIES:
-            raise InvalidInputError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.strategy not in (*STRATEGIES, JOIN_STRATEGY):
+            raise InvalidInputError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)} "
+                                    f"(or {JOIN_STRATEGY} for a two-owner join study)")
         if isinstance(self.contribution_bound, bool) or not isinstance(self.contribution_bound, int) \
                 or self.contribution_bound < 1:
             raise InvalidInputError(f"contribution_bound must be an integer >= 1, got {self.contribution_bound!r}")
@@ -286,8 +288,27 @@ class StudyContract:
         The strategy is built at `dp_epsilon(epsilon)`, the epsilon its measurements are
         calibrated at (epsilon itself unless the study has correlated records).
         """
+        if self.is_join:
+            self.join_terms()
+            if len(self.expected_owners) != 2 or self.contribution_bound != 1 or self.max_organizations != 1:
+                raise InvalidInputError("a join study has exactly two owners (rows, then columns), contribution "
+                                        "bound 1 (one record per identifier) and max_organizations 1")
+            if self.correlation_leakage or self.correlation_source:
+                raise InvalidInputError("a join study cannot declare correlated records")
+            return
         make_strategy(self.strategy, self.domain_size, self.dp_epsilon(self.epsilon), noise_parties=self.noise_parties,
                       contribution_bound=self.person_bound, params=self.strategy_params or None)
+
+    @property
+    def is_join(self) -> bool:
+        """A cross-organization join study (he_partition.join): two owners, a joint table."""
+        return self.strategy == JOIN_STRATEGY
+
+    def join_terms(self) -> JoinTerms:
+        """The join's terms from strategy_params (InvalidInputError if this is no join study or they are bad)."""
+        if not self.is_join:
+            raise InvalidInputError(f"study {self.study_id} is not a join study (strategy {self.strategy})")
+        return JoinTerms.from_params(self.strategy_params, domain_size=self.domain_size)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain JSON types (the input of the hash).

@@ -180,16 +180,35 @@ class ComputationClient(BaseClient):
         return StudyStatus(contract_from_proto(resp.contract), tuple(resp.submitted_owners),
                            tuple(resp.missing_owners), tuple(resp.release_ids))
 
-    def public_context(self, *, timeout: float | None = None) -> bytes:
-        """The decryption server's public context, relayed by this server (fingerprint-checked on arrival).
+    def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
+        """The decryption server's public context, relayed by this server (fingerprint-checked on arrival);
+        with a join study's id, that study's join key.
 
         Check it against the study contract's `context_fingerprint` before encrypting
         (`DataOwnerClient.backend` does): the relay must not be able to swap keys unnoticed.
         """
         deadline = self.timeout if timeout is None else timeout
         return self._call(lambda: context_from_chunks(self._stub.GetPublicContext(
-            decryption_pb2.GetPublicContextRequest(), timeout=deadline)), policy=self.retry,
+            decryption_pb2.GetPublicContextRequest(study_id=study_id), timeout=deadline)), policy=self.retry,
             method="Computation/GetPublicContext")
+
+    def join_exchange(self, study_id: str, owner_id: str, public_key: bytes, *,
+                      timeout: float | None = None) -> bytes:
+        """Post this owner's X25519 key for a join study; the other owner's key, or b"" until it has posted."""
+        resp = self._unary(self._stub.JoinExchange,
+                           computation_pb2.JoinExchangeRequest(study_id=study_id, owner_id=owner_id,
+                                                               public_key=public_key),
+                           method="Computation/JoinExchange", timeout=timeout)
+        return bytes(resp.peer_public_key)
+
+    def join_placement(self, study_id: str, owner_id: str, pseudonyms: bytes = b"", *,
+                       timeout: float | None = None) -> tuple[bool, list[int], int]:
+        """Post (or, with b"", poll) this owner's pseudonyms; (ready, positions in posted order, capacity)."""
+        resp = self._unary(self._stub.JoinPlacement,
+                           computation_pb2.JoinPlacementRequest(study_id=study_id, owner_id=owner_id,
+                                                                pseudonyms=pseudonyms),
+                           method="Computation/JoinPlacement", timeout=timeout)
+        return bool(resp.ready), list(resp.positions), int(resp.capacity)
 
     def upload_status(self, study_id: str, owner_id: str, idempotency_key: str, *,
                       timeout: float | None = None) -> UploadStatus:

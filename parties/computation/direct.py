@@ -12,7 +12,7 @@ from he_partition.summary import RangeCount
 from he_partition.validation import positive_finite
 
 from ..common.contract import check_id
-from ..common.errors import AlreadyExistsError
+from ..common.errors import AlreadyExistsError, FailedPreconditionError
 from ..common.util import new_id
 from .client import DirectAnswers
 from .handler import ComputationHandler
@@ -52,6 +52,9 @@ class DirectQueries:
         """
         h = self.handler
         contract = h.study(study_id)
+        if contract.is_join:
+            raise FailedPreconditionError(f"study {study_id} is a join study: query its released table "
+                                          "(RangeCounts); direct range counts are not available")
         eps = positive_finite("epsilon", epsilon)
         eps_dp = contract.dp_epsilon(eps)
         ms = range_count_batch(contract.domain_size, eps_dp, contract.person_bound, ranges,

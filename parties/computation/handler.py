@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,7 @@ import numpy.typing as npt
 from he_partition.backend import ChunkedVector, n_chunks
 from he_partition.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.join import JOIN_STRATEGY
 from he_partition.accounting import exact_decimal
 from he_partition.measurements import Measurement
 from he_partition.noise import RandomSource
@@ -27,6 +28,7 @@ from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDe
 from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
 from ..common.util import new_id, utc_now, write_file_atomic
 from ..decryption.client import DecryptionClient
+from .join import JoinCoordinator, JoinUploadBackend, cells_summary_params
 from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta, owner_conflict
 
 __all__ = ["ComputationHandler", "UploadSession", "UploadOutcome", "UploadState", "StudyState"]
@@ -78,7 +80,7 @@ class UploadSession:
     idempotency key and contract hash; otherwise the whole upload is discarded.
     """
 
-    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: BfvBackend, duplicate: bool,
+    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: Any, duplicate: bool,
                  contract: StudyContract | None = None, signature: bytes = b"") -> None:
         self._h = handler
         self.meta = meta
@@ -197,6 +199,7 @@ class ComputationHandler:
         self.rng = rng
         self.data_dir = data_dir
         self._keys = _KeyCache()
+        self.joins = JoinCoordinator(data_dir / "join" if data_dir is not None else None, rng)
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -235,9 +238,10 @@ class ComputationHandler:
                 write_file_atomic(self.data_dir / PUBLIC_CONTEXT_FILE, data)
             return self._keys.backend
 
-    def public_context(self) -> bytes:
-        """The decryption server's public context as it serves it now (relayed to parties that cannot reach it)."""
-        return self.decryption.public_context()
+    def public_context(self, study_id: str = "") -> bytes:
+        """The decryption server's public context as it serves it now (relayed to parties that cannot reach it);
+        for a join study, its join key."""
+        return self.decryption.public_context(study_id=study_id)
 
     def _cached_context(self) -> bytes | None:
         if self.data_dir is None:
@@ -330,12 +334,19 @@ class ComputationHandler:
                 f"{study_id} uses key {contract.context_fingerprint[:16]}; fetch the decryption server's public "
                 "context again and re-encrypt"
             )
-        backend = self.backend_for(contract)
-        expected = n_chunks(contract.domain_size, backend.slots)
+        backend: Any
+        if contract.is_join:
+            self.joins.require_placement(contract, owner_id)
+            backend = JoinUploadBackend(self.joins.scheme(contract, self.public_context))
+            expected = self.joins.expected_chunks(contract, owner_id, backend.slots)
+            what = f"owner {owner_id}'s indicator planes for join study {study_id}"
+        else:
+            backend = self.backend_for(contract)
+            expected = n_chunks(contract.domain_size, backend.slots)
+            what = f"a {contract.domain_size}-bin histogram"
         if chunk_count != expected:
             raise InvalidInputError(
-                f"a {contract.domain_size}-bin histogram is {expected} ciphertext chunks of {backend.slots} slots, "
-                f"header says {chunk_count}"
+                f"{what} is {expected} ciphertext chunks of {backend.slots} slots, header says {chunk_count}"
             )
         meta = UploadMeta(study_id, owner_id, idempotency_key, int(chunk_count), int(domain_length),
                           context_fingerprint)
@@ -402,6 +413,9 @@ class ComputationHandler:
                 )
         if eps > contract.epsilon * (1 + EPSILON_TOLERANCE):
             raise InvalidInputError(f"epsilon {eps:g} exceeds study {study_id}'s total budget {contract.epsilon:g}")
+        if contract.is_join and force:
+            raise InvalidInputError(f"study {study_id} is a join study: its table needs both owners, so a release "
+                                    "cannot be forced")
         subs = self.submissions_to_include(contract, force=force, action="release")
         owners = tuple(s.owner_id for s in subs)
         budget = self.decryption.budget(study_id)
@@ -473,6 +487,8 @@ class ComputationHandler:
         the noise is calibrated at; params["bayesian_dp"] states the guarantee.
         """
         started = time.monotonic()
+        if contract.is_join:
+            return self._execute_join(record, contract, subs, started, raise_errors=raise_errors)
         try:
             backend = self.backend_for(contract)
             aggregate = self.aggregate(contract, subs, backend)
@@ -518,6 +534,45 @@ class ComputationHandler:
                              error_message=message, seconds=time.monotonic() - started)
             self.store.save_release(failed)
             log.warning("release %s of study %s failed: %s", record.release_id, record.study_id, message)
+            if raise_errors:
+                raise
+            return failed
+        finally:
+            self._done(record.study_id)
+
+    def _execute_join(self, record: ReleaseRecord, contract: StudyContract, subs: list[Submission], started: float,
+                      *, raise_errors: bool) -> ReleaseRecord:
+        """A join study's release: the encrypted product of the owners' indicator planes, per-cell noise here and
+        at the key holder (see JoinCoordinator.noised_table and DecryptionHandler.decrypt_join_cells for the
+        privacy statement: epsilon-DP per cell from each server's draw, sensitivity 1, parallel over cells)."""
+        try:
+            scheme = self.joins.scheme(contract, self.public_context)
+            by_owner = {s.owner_id: s for s in subs}
+            cells = self.joins.noised_table(contract, scheme, lambda o, i: self.store.read_chunk(by_owner[o], i),
+                                            record.epsilon)
+            terms = contract.join_terms()
+            r = self.decryption.decrypt_join_cells(study_id=contract.study_id, release_id=record.release_id,
+                                                   release_epsilon=record.epsilon,
+                                                   contract_hash=contract.contract_hash, cells=iter(cells),
+                                                   cell_count=len(cells))
+            n = terms.rows * terms.cols
+            summary = Summary(domain_size=n, epsilon=record.epsilon, strategy=JOIN_STRATEGY,
+                              noise_parties=contract.noise_parties, starts=tuple(range(n)),
+                              sums=tuple(int(v) for v in r.values), sum_variance=(float(r.variance),) * n,
+                              epsilon_spent=(("join_cells", float(record.epsilon)),),
+                              params=cells_summary_params(terms))
+            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),
+                           seconds=time.monotonic() - started, bytes_to_decryption=sum(len(c) for c in cells))
+            self.store.save_release(done)
+            log.info("join release %s of study %s done in %.2f s (%d x %d cells)", record.release_id,
+                     record.study_id, done.seconds, terms.rows, terms.cols)
+            return done
+        except Exception as exc:
+            code, message = status_for(exc)
+            failed = replace(record, state=ReleaseState.FAILED, finished_at=utc_now(), error_code=code.name,
+                             error_message=message, seconds=time.monotonic() - started)
+            self.store.save_release(failed)
+            log.warning("join release %s of study %s failed: %s", record.release_id, record.study_id, message)
             if raise_errors:
                 raise
             return failed

@@ -60,8 +60,25 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
     def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
                          context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
         self.policy.require(context, ANY_ROLE, action="download the public context")
-        data = self.handler.public_context()
+        data = self.handler.public_context(request.study_id)
         yield from context_to_chunks(data, context_fingerprint(data))
+
+    def JoinExchange(self, request: computation_pb2.JoinExchangeRequest,
+                     context: grpc.ServicerContext) -> computation_pb2.JoinExchangeResponse:
+        caller = self.policy.require(context, ["data_owner"], action="exchange join keys")
+        self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
+        contract = self.handler.study(request.study_id)
+        peer = self.handler.joins.exchange(contract, request.owner_id, bytes(request.public_key))
+        return computation_pb2.JoinExchangeResponse(peer_public_key=peer)
+
+    def JoinPlacement(self, request: computation_pb2.JoinPlacementRequest,
+                      context: grpc.ServicerContext) -> computation_pb2.JoinPlacementResponse:
+        caller = self.policy.require(context, ["data_owner"], action="post pseudonyms for a join")
+        self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
+        contract = self.handler.study(request.study_id)
+        ready, positions, capacity = self.handler.joins.placement(contract, request.owner_id,
+                                                                  bytes(request.pseudonyms))
+        return computation_pb2.JoinPlacementResponse(ready=ready, positions=positions, capacity=capacity)
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:

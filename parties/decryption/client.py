@@ -12,6 +12,7 @@ from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.measurements import Measurement
 
 from ..common.client import BaseClient
+from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
 from ..common.convert import (context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
@@ -70,6 +71,16 @@ class DirectChargeInfo:
     already_charged: bool
 
 
+@dataclass(frozen=True)
+class JoinCellsResult:
+    """A decrypted join table: noisy cells (row-major), their noise variance, the charge and the budget left."""
+
+    values: npt.NDArray[np.int64]
+    variance: float
+    epsilon_charged: float
+    epsilon_remaining: float
+
+
 class DecryptionClient(BaseClient):
     """Client of the key holder. Every call has a deadline (`timeout`, seconds); reads retry on UNAVAILABLE.
 
@@ -83,15 +94,35 @@ class DecryptionClient(BaseClient):
     stub_class = decryption_pb2_grpc.DecryptionStub
     server_role = "decryption"
 
-    def public_context(self, *, timeout: float | None = None) -> bytes:
-        """Download the serialized public BFV context (streamed in chunks) and check its SHA-256 fingerprint."""
+    def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
+        """Download the serialized public BFV context (streamed in chunks) and check its SHA-256 fingerprint.
+
+        With the id of a join study: that study's join key (public, relinearization and rotation keys).
+        """
         deadline = self.timeout if timeout is None else timeout
 
         def fetch() -> bytes:
-            return context_from_chunks(
-                self._stub.GetPublicContext(decryption_pb2.GetPublicContextRequest(), timeout=deadline))
+            return context_from_chunks(self._stub.GetPublicContext(
+                decryption_pb2.GetPublicContextRequest(study_id=study_id), timeout=deadline))
 
         return self._call(fetch, policy=self.retry, method="Decryption/GetPublicContext")
+
+    def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
+                           cells: Iterable[bytes], cell_count: int, timeout: float | None = None) -> JoinCellsResult:
+        """Stream a join table's cell ciphertexts for decryption (not retried: the ledger is charged once)."""
+        header = decryption_pb2.DecryptJoinCellsHeader(study_id=study_id, release_id=release_id,
+                                                       release_epsilon=release_epsilon, contract_hash=contract_hash,
+                                                       cell_count=cell_count)
+
+        def requests() -> Iterator[decryption_pb2.DecryptJoinCellsRequest]:
+            yield decryption_pb2.DecryptJoinCellsRequest(header=header)
+            for c in cells:
+                yield decryption_pb2.DecryptJoinCellsRequest(cell=c)
+
+        resp = self._unary(lambda req, timeout: self._stub.DecryptJoinCells(req, timeout=timeout), requests(),
+                           method="Decryption/DecryptJoinCells", timeout=timeout or RELEASE_TIMEOUT, retry=False)
+        return JoinCellsResult(np.asarray(resp.values, dtype=np.int64), resp.variance, resp.epsilon_charged,
+                               resp.epsilon_remaining)
 
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,

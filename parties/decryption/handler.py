@@ -7,13 +7,17 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from he_partition.backend import ChunkedVector, n_chunks
-from he_partition.bfv import BfvBackend
+from he_partition.bfv import BfvBackend, context_fingerprint
+from he_partition.join import JOIN_STRATEGY, decrypt_cells
+from he_partition.join_he import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
+from he_partition.join_he import JoinScheme
 from he_partition.errors import InvalidInputError, PrecisionError
 from he_partition.measurements import Measurement, RangeCount, range_count_batch
 from he_partition.noise import RandomSource
@@ -23,12 +27,25 @@ from ..common.contract import StudyContract, canonical_json, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
-from .keys import KeyMaterial
+from .keys import KeyMaterial, load_or_create_join_keys
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
 __all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
 
 log = logging.getLogger("dpagg.decryption")
+
+#: The ledger row (release id) that books a join study's padding epsilon.
+JOIN_PADDING_CHARGE = "join-padding"
+
+
+@dataclass(frozen=True)
+class JoinRelease:
+    """What DecryptJoinCells returns: noisy cells (row-major), their variance, the charge, the budget left."""
+
+    values: npt.NDArray[np.int64]
+    variance: float
+    epsilon_charged: float
+    epsilon_remaining: float
 
 IntArray = npt.NDArray[np.int64]
 
@@ -138,13 +155,34 @@ class DecryptionHandler:
     """
 
     def __init__(self, ledger: LedgerStore, keys: KeyMaterial, rng: RandomSource, *,
-                 require_signed: bool = False) -> None:
+                 require_signed: bool = False, join_keys_dir: Path | None = None) -> None:
         self.ledger = ledger
         self.require_signed = require_signed
         self.keys = keys
         self.rng = rng
         self.backend = BfvBackend(keys.secret_context)
         self._decrypt_lock = threading.Lock()
+        self._join_dir = join_keys_dir
+        self._join: JoinScheme | None = None
+        self._join_lock = threading.Lock()
+
+    # -- join key -----------------------------------------------------------------
+    def join_scheme(self) -> JoinScheme:
+        """The join key pair (docs/join.md), created with the first join study and kept next to the release key."""
+        with self._join_lock:
+            if self._join is None:
+                if self._join_dir is None:
+                    self._join = JoinScheme.generate()  # an in-memory server (tests): the key lives as long as it
+                else:
+                    self._join = load_or_create_join_keys(self._join_dir)
+            return self._join
+
+    def public_key_for(self, study_id: str = "") -> tuple[bytes, str]:
+        """(public key bytes, fingerprint): the release context, or a join study's join key."""
+        if study_id and self.get_study(study_id).is_join:
+            data = self.join_scheme().public_bytes()
+            return data, context_fingerprint(data)
+        return self.public_context, self.fingerprint
 
     # -- public key ---------------------------------------------------------------
     @property
@@ -173,12 +211,14 @@ class DecryptionHandler:
                 "uploads can be verified (owners print theirs with `dpagg keygen`; pass --owner-key ID=HEX). Only "
                 "a server run with --insecure accepts unsigned studies"
             )
+        join = strategy == JOIN_STRATEGY
+        fingerprint = context_fingerprint(self.join_scheme().public_bytes()) if join else self.fingerprint
         contract = StudyContract.create(
             study_id=study_id or new_id("study"),
             domain_size=domain_size,
             epsilon=epsilon,
             expected_owners=expected_owners,
-            context_fingerprint=self.fingerprint,
+            context_fingerprint=fingerprint,
             strategy=strategy or "auto",
             contribution_bound=contribution_bound or 1,
             noise_parties=noise_parties or 2,
@@ -189,7 +229,66 @@ class DecryptionHandler:
             correlation_source=correlation_source,
             max_organizations=max_organizations or 1,
         )
-        return self.ledger.create_study(contract)
+        if join and contract.join_terms().padding_epsilon >= contract.epsilon:
+            raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
+                                    f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")
+        created, existed = self.ledger.create_study(contract)
+        if join:
+            self._charge_join_padding(created)
+        return created, existed
+
+    def _charge_join_padding(self, contract: StudyContract) -> None:
+        """Book the padding epsilon of a join study once, when it opens.
+
+        Privacy: the computation server sees |A ∩ B| + D, D a discrete Laplace draw of scale
+        1/padding_epsilon (plus an offset) that only the two owners know (he_partition.join.
+        dummy_count); sensitivity 1 under add/remove of one shared customer. That view is
+        padding_epsilon-DP (delta from the clamp at 0), so the study's budget pays it first.
+        """
+        if any(c.release_id == JOIN_PADDING_CHARGE for c in self.ledger.charges(contract.study_id)):
+            return
+        eps = contract.join_terms().padding_epsilon
+        self.ledger.charge(contract.study_id, JOIN_PADDING_CHARGE, "join_padding", eps, eps,
+                           canonical_json({"contract_hash": contract.contract_hash, "padding_epsilon": eps}))
+
+    def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
+                           cells: Sequence[bytes]) -> JoinRelease:
+        """Check every cell ciphertext, charge the ledger once, decrypt slot 0 of each cell and add this server's noise.
+
+        Privacy: the table is released at `release_epsilon` (sensitivity 1 under add/remove
+        of one shared customer, who is in one cell: parallel composition over the cells);
+        the values decrypted here already carry the computation server's draw, and this
+        server adds its own discrete Laplace draw of scale 1/release_epsilon, known only to
+        it. Every ciphertext passes the integrity check (noise budget) before the charge;
+        the charge is committed before any value leaves.
+        """
+        contract = self.get_study(study_id)
+        check_id("release_id", release_id)
+        _check_contract_hash(contract, contract_hash, "nothing was decrypted")
+        terms = contract.join_terms()
+        if len(cells) != terms.rows * terms.cols:
+            raise InvalidInputError(f"a {terms.rows} x {terms.cols} join table has {terms.rows * terms.cols} cells, "
+                                    f"{len(cells)} arrived")
+        eps = float(release_epsilon)
+        if not (math.isfinite(eps) and eps > 0):
+            raise InvalidInputError(f"release_epsilon must be > 0 and finite, got {release_epsilon}")
+        scheme = self.join_scheme()
+        parsed = [scheme.deserialize(c) for c in cells]
+        with self._decrypt_lock:
+            for i, ct in enumerate(parsed):
+                budget = scheme.noise_budget(ct)
+                if budget < JOIN_MIN_BUDGET:
+                    raise PrecisionError(f"cell {i}: {budget} bits of noise budget: not made under this study's join "
+                                         "key, or corrupted; nothing was charged or decrypted")
+            charge = self.ledger.charge(study_id, release_id, "join_cells", eps, eps,
+                                        canonical_json({"contract_hash": contract.contract_hash,
+                                                        "cells": len(cells), "epsilon": eps}))
+            table = decrypt_cells(scheme, parsed, terms.shape, eps, self.rng)
+        log.info("study %s, join release %s: decrypted %d cells, charged epsilon %.6g", study_id, release_id,
+                 len(cells), charge.epsilon)
+        charges = self.ledger.charges(study_id)
+        return JoinRelease(table.counts.ravel(), table.variance, charge.epsilon,
+                           max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
     def get_study(self, study_id: str) -> StudyContract:
         return self.ledger.get_study(check_id("study_id", study_id))
@@ -208,6 +307,9 @@ class DecryptionHandler:
         ciphertext chunk per `slots` bins.
         """
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")
+        if contract.is_join:
+            raise FailedPreconditionError(f"study {contract.study_id} is a join study: its table is released with "
+                                          "DecryptJoinCells, no other measurement is decrypted")
         if m.domain_size != contract.domain_size:
             raise InvalidInputError(
                 f"measurement.domain_size {m.domain_size} differs from study {contract.study_id}'s domain size "
@@ -326,6 +428,9 @@ class DecryptionHandler:
         contract = self.get_study(study_id)
         check_id("request_id", request_id)
         _check_contract_hash(contract, contract_hash, "nothing was charged")
+        if contract.is_join:
+            raise FailedPreconditionError(f"study {study_id} is a join study: analysts query its released table; "
+                                          "direct range counts are not available")
         pieces = [m.privacy_pieces() for m in range_count_batch(
             contract.domain_size, epsilon, contract.person_bound, ranges, max_ranges=MAX_DIRECT_RANGES)]
         detail = canonical_json({"contract_hash": contract.contract_hash, "ranges": len(pieces),

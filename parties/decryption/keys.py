@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
 import os
 import stat
@@ -85,3 +87,31 @@ class KeyStore:
         if not self.public_path.exists():
             write_file_atomic(self.public_path, public)
         return KeyMaterial(secret, public)
+
+
+if TYPE_CHECKING:
+    from he_partition.join_he import JoinScheme
+
+JOIN_SECRET_FILE = "join_secret.bin"
+JOIN_PUBLIC_FILE = "join_public.bin"
+
+
+def load_or_create_join_keys(directory: Path | str) -> "JoinScheme":
+    """The key holder's join key (he_partition.join_he): join_secret.bin (0600) and join_public.bin in
+    `directory`, generated on first use (the first join study) and loaded on every later one."""
+    from he_partition.join_he import JoinScheme
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    secret_path, public_path = d / JOIN_SECRET_FILE, d / JOIN_PUBLIC_FILE
+    if secret_path.exists():
+        mode = stat.S_IMODE(os.stat(secret_path).st_mode)
+        if mode & 0o077:
+            raise InvalidInputError(f"{secret_path} has mode {mode:04o}: other users could read the secret key. "
+                                    f"Run: chmod 600 {secret_path}")
+        return JoinScheme.from_secret(public_path.read_bytes(), secret_path.read_bytes())
+    scheme = JoinScheme.generate()
+    write_file_atomic(public_path, scheme.public_bytes())
+    write_private_file(secret_path, scheme.secret_bytes())
+    log.info("generated the join key pair in %s", d)
+    return scheme

@@ -46,7 +46,8 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
             log.error("%s", exc)
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
-    handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None)
+    handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None,
+                                join_keys_dir=config.data_dir / KEYS_DIR)
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids)
     try:

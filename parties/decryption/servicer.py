@@ -41,7 +41,8 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
     def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
                          context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
         self.policy.require(context, ANY_ROLE, action="download the public context")
-        yield from context_to_chunks(self.handler.public_context, self.handler.fingerprint)
+        data, fingerprint = self.handler.public_key_for(request.study_id)
+        yield from context_to_chunks(data, fingerprint)
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
@@ -86,6 +87,30 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
                                                          charge_id=result.charge.charge_id if result.charge else 0,
                                                          epsilon_remaining=result.epsilon_remaining)
+
+    def DecryptJoinCells(self, request_iterator: Iterator[decryption_pb2.DecryptJoinCellsRequest],
+                         context: grpc.ServicerContext) -> decryption_pb2.DecryptJoinCellsResponse:
+        self._computation_only(context, "ask for a join decryption")
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidInputError("DecryptJoinCells must start with a header message")
+        header = first.header
+        contract = self.handler.get_study(header.study_id)
+        terms = contract.join_terms()
+        if header.cell_count != terms.rows * terms.cols:
+            raise InvalidInputError(f"cell_count {header.cell_count}: a {terms.rows} x {terms.cols} table has "
+                                    f"{terms.rows * terms.cols} cells")
+        cells: list[bytes] = []
+        for msg in request_iterator:
+            if msg.WhichOneof("part") != "cell" or len(cells) >= header.cell_count:
+                raise InvalidInputError(f"only the announced {header.cell_count} cell ciphertexts may follow the header")
+            cells.append(msg.cell)
+        r = self.handler.decrypt_join_cells(study_id=header.study_id, release_id=header.release_id,
+                                            release_epsilon=header.release_epsilon,
+                                            contract_hash=header.contract_hash, cells=cells)
+        return decryption_pb2.DecryptJoinCellsResponse(values=r.values.tolist(), variance=r.variance,
+                                                       epsilon_charged=r.epsilon_charged,
+                                                       epsilon_remaining=r.epsilon_remaining)
 
     def ChargeDirectQueries(self, request: decryption_pb2.ChargeDirectQueriesRequest,
                             context: grpc.ServicerContext) -> decryption_pb2.ChargeDirectQueriesResponse:

@@ -98,6 +98,14 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
         "Decryption/ChargeDirectQueries": lambda ch: d(ch).ChargeDirectQueries(
             decryption_pb2.ChargeDirectQueriesRequest(study_id="s1", request_id="dq-matrix", contract_hash="f" * 64,
                                                       epsilon=0.1), timeout=t),
+        "Decryption/DecryptJoinCells": lambda ch: d(ch).DecryptJoinCells(iter([
+            decryption_pb2.DecryptJoinCellsRequest(header=decryption_pb2.DecryptJoinCellsHeader(
+                study_id="s1", release_id="r-join", release_epsilon=0.5, contract_hash="f" * 64, cell_count=1))]),
+            timeout=t),
+        "Computation/JoinExchange": lambda ch: c(ch).JoinExchange(computation_pb2.JoinExchangeRequest(
+            study_id="s1", owner_id="a", public_key=b"k" * 32), timeout=t),
+        "Computation/JoinPlacement": lambda ch: c(ch).JoinPlacement(computation_pb2.JoinPlacementRequest(
+            study_id="s1", owner_id="a", pseudonyms=b"p" * 32), timeout=t),
         "Computation/GetPublicContext": lambda ch: list(c(ch).GetPublicContext(
             decryption_pb2.GetPublicContextRequest(), timeout=t)),
         "Computation/OpenStudy": lambda ch: c(ch).OpenStudy(open_req, timeout=t),
@@ -129,6 +137,9 @@ ALLOWED = {
     "Decryption/DecryptMeasurement": {"cs"},
     "Decryption/BudgetStatus": {"cs", "rogue_cs", "operator", "analyst"},
     "Decryption/ChargeDirectQueries": {"cs"},
+    "Decryption/DecryptJoinCells": {"cs"},
+    "Computation/JoinExchange": {"owner"},
+    "Computation/JoinPlacement": {"owner"},
     "Computation/GetPublicContext": set(CALLERS),
     "Computation/OpenStudy": {"operator"},
     "Computation/SubmitHistogram": {"owner"},

@@ -186,7 +186,7 @@ def test_an_owner_that_reaches_only_the_computation_server_gets_the_key_through_
     with owner:
         assert owner.submit("s1", np.arange(64)).committed
     other = public_context_bytes(generate_secret_context(BfvParams()))  # a key the relay could substitute
-    monkeypatch.setattr(ComputationHandler, "public_context", lambda self: other)
+    monkeypatch.setattr(ComputationHandler, "public_context", lambda self, study_id="": other)
     c.open_study(study_id="s2", owners=("a",))
     with DataOwnerClient("a", computation=c.cs.target, retry=FAST_RETRY, progress=False,
                          tls=c.tls("a", "data_owner"), signing_key=c.signing_key("a")[0]) as owner:

@@ -43,6 +43,8 @@ CALLER = {
     "Computation/SubmitHistogram": ("a", "data_owner"),
     "Computation/UploadStatus": ("a", "data_owner"),
     "Computation/StudyStatus": ("a", "data_owner"),
+    "Computation/JoinExchange": ("a", "data_owner"),
+    "Computation/JoinPlacement": ("a", "data_owner"),
     "Computation/ReleaseStatus": (ANALYST_ID, "analyst"),
     "Computation": (OPERATOR_ID, "operator"),
     "Analyst": (ANALYST_ID, "analyst"),
@@ -70,6 +72,8 @@ class _World:
             study_id="s1", owner_id="a", idempotency_key="fz", domain_length=64,
             context_fingerprint=c.context_fingerprint, chunk_count=1, contract_hash=c.contract_hash,
             signature=b"\0" * 64)
+        self.join_header = decryption_pb2.DecryptJoinCellsHeader(
+            study_id="s1", release_id="r-fzj", release_epsilon=0.5, contract_hash=c.contract_hash, cell_count=1)
         self.decrypt_header = decryption_pb2.DecryptMeasurementHeader(
             study_id="s1", release_id="r-fz", release_epsilon=0.5, chunk_count=1, contract_hash=c.contract_hash,
             measurement=measurement_to_proto(PrefixDifferences(64, 0.1, 2)))
@@ -245,6 +249,10 @@ def _typed_requests(world: _World, service: str, name: str) -> st.SearchStrategy
         header = _mutated(world.decrypt_header, strings).map(
             lambda h: decryption_pb2.DecryptMeasurementRequest(header=h))
         proper = st.tuples(header, st.lists(chunk, max_size=2)).map(lambda t: [t[0], *t[1]])
+    elif name == "DecryptJoinCells":  # a near-valid header (the study is no join study), then random cell bytes
+        cell = st.binary(max_size=80).map(lambda d: decryption_pb2.DecryptJoinCellsRequest(cell=d))
+        header = _mutated(world.join_header, strings).map(lambda h: decryption_pb2.DecryptJoinCellsRequest(header=h))
+        proper = st.tuples(header, st.lists(cell, max_size=2)).map(lambda t: [t[0], *t[1]])
     if m.client_streaming:
         anything = st.lists(msgs, max_size=4)
         return st.one_of(proper, proper, anything).map(lambda ms: [x.SerializeToString() for x in ms])
@@ -263,7 +271,7 @@ def test_well_typed_messages_with_random_fields_at_every_rpc(world: _World, serv
 
 
 def test_the_fuzz_covers_every_rpc_the_protos_define() -> None:
-    assert len(METHODS) == 17 and len(set(METHODS)) == 17
+    assert len(METHODS) == 20 and len(set(METHODS)) == 20
     described: Callable[[str], set[str]] = lambda svc: {m.name for m in SERVICES[svc].DESCRIPTOR.services_by_name[
         svc].methods}
     assert {f"{s}/{n}" for s, n in METHODS} == {f"{s}/{n}" for s in SERVICES for n in described(s)}

@@ -1,0 +1,188 @@
+"""The computation server's part of a join study (docs/join.md): key relay, placement, the encrypted product.
+
+`JoinCoordinator` keeps, per join study, each owner's X25519 public key and pseudonym list
+and the placement (files under DATA_DIR/join/<study>/, written atomically, never
+rewritten): a posted key or list cannot change, so a retry is idempotent and nobody can
+swap a list after seeing the other side. The placement is computed once, when both lists
+are in, from this server's random source.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from he_partition.bfv import context_fingerprint
+from he_partition.errors import InvalidInputError
+from he_partition.join import PSEUDONYM_BYTES, JoinTerms, joint_totals, noised_cells, place
+from he_partition.join_he import JoinScheme
+from he_partition.noise import RandomSource
+
+from ..common.contract import StudyContract
+from ..common.errors import AlreadyExistsError, FailedPreconditionError, PermissionDeniedError
+from ..common.util import write_file_atomic
+
+__all__ = ["JoinCoordinator", "JoinUploadBackend"]
+
+
+@dataclass
+class JoinUploadBackend:
+    """What an upload session needs to validate join chunks: parse each under the study's join key."""
+
+    scheme: JoinScheme
+
+    @property
+    def slots(self) -> int:
+        return self.scheme.slots
+
+    def deserialize_chunk(self, data: bytes) -> Any:
+        return self.scheme.deserialize(data)
+
+
+class JoinCoordinator:
+    """Join state of every join study of one computation server (files under `root`, or memory when None)."""
+
+    def __init__(self, root: Path | None, rng: RandomSource) -> None:
+        self.root = root
+        self.rng = rng
+        self._mem: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._schemes: dict[str, JoinScheme] = {}
+
+    # -- storage -----------------------------------------------------------------------
+    def _get(self, study_id: str, name: str) -> bytes | None:
+        if self.root is None:
+            return self._mem.get(f"{study_id}/{name}")
+        p = self.root / study_id / name
+        return p.read_bytes() if p.exists() else None
+
+    def _put(self, study_id: str, name: str, data: bytes) -> None:
+        if self.root is None:
+            self._mem[f"{study_id}/{name}"] = data
+            return
+        (self.root / study_id).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_file_atomic(self.root / study_id / name, data)
+
+    @staticmethod
+    def _side(contract: StudyContract, owner_id: str) -> int:
+        if owner_id not in contract.expected_owners:
+            raise PermissionDeniedError(f"owner {owner_id!r} is not one of join study {contract.study_id}'s owners "
+                                        f"({', '.join(contract.expected_owners)})")
+        return contract.expected_owners.index(owner_id)
+
+    # -- step 1: key relay ---------------------------------------------------------------
+    def exchange(self, contract: StudyContract, owner_id: str, public_key: bytes) -> bytes:
+        """Store this owner's X25519 public key (once) and return the other owner's, or b"" until it posts."""
+        contract.join_terms()  # refuses a study that is not a join study
+        side = self._side(contract, owner_id)
+        if len(public_key) != 32:
+            raise InvalidInputError(f"an X25519 public key is 32 bytes, got {len(public_key)}")
+        with self._lock:
+            held = self._get(contract.study_id, f"{owner_id}.x25519")
+            if held is None:
+                self._put(contract.study_id, f"{owner_id}.x25519", bytes(public_key))
+            elif held != bytes(public_key):
+                raise AlreadyExistsError(f"owner {owner_id} already posted another join key for study "
+                                         f"{contract.study_id}; keep the key you posted (it is in your state dir)")
+        peer = contract.expected_owners[1 - side]
+        return self._get(contract.study_id, f"{peer}.x25519") or b""
+
+    # -- step 2: placement ----------------------------------------------------------------
+    def placement(self, contract: StudyContract, owner_id: str, pseudonyms: bytes) -> tuple[bool, list[int], int]:
+        """Store this owner's pseudonyms (once); when both are in, (True, its positions in posted order, capacity)."""
+        side = self._side(contract, owner_id)
+        terms = contract.join_terms()
+        with self._lock:
+            held = self._get(contract.study_id, f"{owner_id}.pseudonyms")
+            if pseudonyms:
+                if len(pseudonyms) % PSEUDONYM_BYTES:
+                    raise InvalidInputError(f"pseudonyms must be whole {PSEUDONYM_BYTES}-byte values, got "
+                                            f"{len(pseudonyms)} bytes")
+                if held is None:
+                    _split(pseudonyms)  # refuses duplicates before anything is stored
+                    self._put(contract.study_id, f"{owner_id}.pseudonyms", bytes(pseudonyms))
+                    held = bytes(pseudonyms)
+                elif held != bytes(pseudonyms):
+                    raise AlreadyExistsError(f"owner {owner_id} already posted a different pseudonym list for study "
+                                             f"{contract.study_id}; a list cannot change once posted")
+            elif held is None:
+                raise FailedPreconditionError(f"owner {owner_id} has posted no pseudonyms for study "
+                                              f"{contract.study_id} yet")
+            owners = contract.expected_owners
+            lists = [self._get(contract.study_id, f"{o}.pseudonyms") for o in owners]
+            if any(x is None for x in lists):
+                return False, [], terms.capacity
+            positions = self._positions(contract, terms, [_split(x) for x in lists])  # type: ignore[arg-type]
+        return True, positions[side], terms.capacity
+
+    def _positions(self, contract: StudyContract, terms: JoinTerms, lists: list[list[bytes]]) -> list[list[int]]:
+        owners = contract.expected_owners
+        stored = [self._get(contract.study_id, f"{o}.positions") for o in owners]
+        if all(s is not None for s in stored):
+            return [np.frombuffer(s, dtype="<i8").tolist() for s in stored]  # type: ignore[arg-type]
+        pa, pb = place(lists[0], lists[1], terms.capacity, self.rng)
+        out = [[pa[p] for p in lists[0]], [pb[p] for p in lists[1]]]
+        for o, pos in zip(owners, out):
+            self._put(contract.study_id, f"{o}.positions", np.asarray(pos, dtype="<i8").tobytes())
+        return out
+
+    def require_placement(self, contract: StudyContract, owner_id: str) -> None:
+        self._side(contract, owner_id)
+        if self._get(contract.study_id, f"{owner_id}.positions") is None:
+            raise FailedPreconditionError(f"study {contract.study_id} has no placement for owner {owner_id} yet: "
+                                          "post the pseudonyms first (JoinPlacement), then upload")
+
+    # -- uploads and the product --------------------------------------------------------------
+    def scheme(self, contract: StudyContract, fetch: Any) -> JoinScheme:
+        """The study's join key (public), fetched once with `fetch(study_id)` and checked against the contract."""
+        with self._lock:
+            cached = self._schemes.get(contract.context_fingerprint)
+            if cached is not None:
+                return cached
+        data = fetch(contract.study_id)
+        if context_fingerprint(data) != contract.context_fingerprint:
+            raise FailedPreconditionError(f"the decryption server's join key does not match study "
+                                          f"{contract.study_id}'s contract; the study cannot continue")
+        scheme = JoinScheme.from_public(data)
+        with self._lock:
+            self._schemes[contract.context_fingerprint] = scheme
+        return scheme
+
+    @staticmethod
+    def expected_chunks(contract: StudyContract, owner_id: str, slots: int) -> int:
+        terms = contract.join_terms()
+        return terms.groups(slots) * terms.values_of(contract.expected_owners.index(owner_id))
+
+    def noised_table(self, contract: StudyContract, scheme: JoinScheme, chunks_of: Any, epsilon: float) -> list[bytes]:
+        """Products, rotation-sums, this server's noise, pads and flooding: the cells for the key holder.
+
+        `chunks_of(owner_id, index)` reads a committed chunk. Privacy: see
+        he_partition.join.noised_cells (epsilon-DP draw per cell, sensitivity 1, known only here).
+        """
+        terms = contract.join_terms()
+        groups = terms.groups(scheme.slots)
+        planes = []
+        for side, owner in enumerate(contract.expected_owners):
+            d = terms.values_of(side)
+            planes.append([[scheme.deserialize(chunks_of(owner, g * d + v)) for v in range(d)]
+                           for g in range(groups)])
+        totals = joint_totals(scheme, planes[0], planes[1])
+        return [scheme.serialize(c) for c in noised_cells(scheme, totals, epsilon, self.rng)]
+
+
+def _split(data: bytes) -> list[bytes]:
+    values = [data[i:i + PSEUDONYM_BYTES] for i in range(0, len(data), PSEUDONYM_BYTES)]
+    if len(set(values)) != len(values):
+        raise InvalidInputError("a pseudonym appears twice in the list (one record per identifier)")
+    return values
+
+
+def cells_summary_params(terms: JoinTerms) -> dict[str, Any]:
+    return {"join": {"shape": [terms.rows, terms.cols], "row_spec": terms.row_spec, "col_spec": terms.col_spec,
+                     "padding_epsilon": terms.padding_epsilon, "capacity": terms.capacity},
+            "max_organizations": 1}
+

@@ -1,0 +1,175 @@
+"""A data owner's side of a join study (docs/join.md): key agreement, pseudonyms, placement, encrypted upload.
+
+`submit_join(owner, study_id, records)` runs the whole owner protocol through the
+computation server: it posts this owner's X25519 key and waits for the other owner's,
+derives the join key, posts the pseudonyms of its identifiers (plus the shared dummies),
+waits for the placement and checks it, encrypts its indicator planes under the study's
+join key (fingerprint checked against the contract) and uploads them signed, like any
+submission. Identifiers and attribute values never leave this process.
+
+The X25519 private key is kept in `state_dir` (0600) so that a re-run posts the same key
+(the server keeps the first one) and derives the same pseudonyms.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from he_partition.bfv import context_fingerprint
+from he_partition.errors import DPAggError, InvalidInputError
+from he_partition.join import (JoinKeyPair, check_placement, dummy_count, encode_indicators, pseudonyms,
+                               shared_dummies)
+from he_partition.join_he import JoinScheme
+
+from ..common.contract import StudyContract
+from ..common.tls import write_private_file
+from .client import DataOwnerClient, EncryptedHistogram, SubmitResult
+from .dataset import DomainSpec
+
+__all__ = ["submit_join", "read_join_csv", "JoinRecords"]
+
+
+@dataclass(frozen=True)
+class JoinRecords:
+    """An owner's records for a join: identifier -> attribute bin, and what the file held."""
+
+    values: dict[str, int]
+    records_read: int
+    out_of_domain: int
+
+
+def read_join_csv(path: str | os.PathLike[str], spec: DomainSpec, id_column: str, *,
+                  drop_bad: bool = False) -> JoinRecords:
+    """Read identifier and attribute columns; bin the attribute with `spec`. A record whose value is outside the
+    domain is left out (counted); an empty identifier or value is an error unless `drop_bad`."""
+    shown = os.fspath(path)
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh)
+        header = [h.strip() for h in next(reader, [])]
+        for col in (id_column, spec.column):
+            if col not in header:
+                raise InvalidInputError(f"{shown} has no column {col!r} (columns: {', '.join(header) or 'none'})")
+        ii, vi = header.index(id_column), header.index(spec.column)
+        ids: list[str] = []
+        raw: list[str] = []
+        bad = 0
+        for row in reader:
+            if not row or all(not f.strip() for f in row):
+                continue
+            ident = row[ii].strip() if ii < len(row) else ""
+            value = row[vi].strip() if vi < len(row) else ""
+            if not ident or not value or len(row) != len(header):
+                if drop_bad:
+                    bad += 1
+                    continue
+                raise InvalidInputError(f"{shown}: line {reader.line_num} has an empty identifier or value, or "
+                                        f"{len(row)} fields for {len(header)} columns; fix it or pass "
+                                        "--drop-bad-values")
+            ids.append(ident)
+            raw.append(value)
+    if spec.is_categorical:
+        bins = spec.bin_of(np.asarray(raw, dtype=object))
+    else:
+        try:
+            bins = spec.bin_of(np.asarray([float(v) for v in raw], dtype=np.float64))
+        except ValueError as exc:
+            raise InvalidInputError(f"{shown}: column {spec.column!r} holds a value that is not a number: "
+                                    f"{exc}") from exc
+    keep = {i: int(b) for i, b in zip(ids, bins) if b >= 0}
+    if len(keep) != int(np.sum(bins >= 0)):
+        raise InvalidInputError(f"{shown}: an identifier appears twice; keep one record per identifier")
+    return JoinRecords(keep, len(ids) + bad, len(ids) - len(keep) + bad)
+
+
+def _key_pair(state_dir: Path | None, study_id: str, owner_id: str) -> JoinKeyPair:
+    if state_dir is None:
+        return JoinKeyPair()
+    path = Path(state_dir).expanduser() / f"{study_id}.{owner_id}.join-x25519.key"
+    if path.exists():
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        if not isinstance(key, X25519PrivateKey):
+            raise InvalidInputError(f"{path} does not hold an X25519 key; delete it only if nothing was posted yet")
+        return JoinKeyPair(key)
+    key = X25519PrivateKey.generate()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_private_file(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    return JoinKeyPair(key)
+
+
+def _wait(what: str, poll: Callable[[], Any], ready: Callable[[Any], bool], timeout: float, interval: float) -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        out = poll()
+        if ready(out):
+            return out
+        if time.monotonic() >= end:
+            raise DPAggError(f"{what} within {timeout:g} s; run the same command again later (nothing is lost: "
+                             "what you posted is kept)")
+        time.sleep(interval)
+
+
+def _scheme(owner: DataOwnerClient, contract: StudyContract) -> JoinScheme:
+    source = owner.decryption if owner.decryption is not None else owner.computation
+    data = source.public_context(study_id=contract.study_id)
+    if context_fingerprint(data) != contract.context_fingerprint:
+        raise InvalidInputError(f"the join key served for study {contract.study_id} is not the one its contract "
+                                "names; refusing to encrypt under it")
+    return JoinScheme.from_public(data)
+
+
+def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int], *, idempotency_key: str,
+                state_dir: Path | str | None = None, wait_timeout: float = 600.0, poll_interval: float = 0.5,
+                progress: bool | None = None) -> SubmitResult:
+    """Run this owner's side of join study `study_id` with `records` (identifier -> attribute bin).
+
+    Privacy: nothing about identifiers or values leaves unencrypted: the computation
+    server receives HMAC pseudonyms under a key it cannot derive, and ciphertexts. The
+    shared dummies (their number a discrete Laplace draw of scale 1/padding_epsilon only
+    the owners know) make the intersection size it sees padding_epsilon-DP; the study's
+    ledger booked that epsilon when it opened.
+    """
+    cs = owner.computation
+    contract = owner.contract(study_id)
+    terms = contract.join_terms()
+    if owner.owner_id not in contract.expected_owners:
+        raise InvalidInputError(f"owner {owner.owner_id} is not one of join study {study_id}'s owners")
+    side = contract.expected_owners.index(owner.owner_id)
+    n_values = terms.values_of(side)
+    if any(not 0 <= int(v) < n_values for v in records.values()):
+        raise InvalidInputError(f"attribute bins must be in [0, {n_values}) for this owner's side of the table")
+    if not records:
+        raise InvalidInputError("no records to join: refusing an empty submission")
+    owner._check_signing_key(contract)
+    pair = _key_pair(Path(state_dir) if state_dir is not None else None, study_id, owner.owner_id)
+    peer = _wait("the other owner has not posted its join key",
+                 lambda: cs.join_exchange(study_id, owner.owner_id, pair.public_bytes), bool,
+                 wait_timeout, poll_interval)
+    key = pair.join_key(peer, study_id=study_id, contract_hash=contract.contract_hash)
+    ids = list(records)
+    mine = pseudonyms(key, ids) + shared_dummies(key, dummy_count(key, terms.padding_epsilon, terms.padding_offset))
+    cs.join_placement(study_id, owner.owner_id, b"".join(mine))
+    _, positions, capacity = _wait("the other owner has not posted its pseudonyms",
+                                   lambda: cs.join_placement(study_id, owner.owner_id), lambda r: r[0],
+                                   wait_timeout, poll_interval)
+    if capacity != terms.capacity or len(positions) != len(mine):
+        raise InvalidInputError(f"the placement does not fit the study (capacity {capacity} vs {terms.capacity}, "
+                                f"{len(positions)} positions for {len(mine)} pseudonyms): refusing it")
+    placement = dict(zip(mine, positions))
+    check_placement(mine, placement, capacity)
+    scheme = _scheme(owner, contract)
+    value_of = {p: int(records[i]) for p, i in zip(mine, ids)}
+    planes = encode_indicators(placement, value_of, n_values, capacity, scheme.slots)
+    chunks = tuple(scheme.serialize(scheme.encrypt(plane)) for group in planes for plane in group)
+    enc = EncryptedHistogram(study_id, contract.domain_size, contract.context_fingerprint, chunks,
+                             contract.contract_hash, contract.signed)
+    return owner.upload(enc, idempotency_key=idempotency_key, progress=progress)

@@ -1,0 +1,134 @@
+"""A join study through the real services with mutual TLS: two owners, placement, signed uploads, release, queries."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from he_partition.errors import InvalidInputError
+from he_partition.join import JoinKeyPair
+from parties.common.errors import ServiceError
+from parties.data_owner.join import submit_join
+
+from .conftest import Cluster
+
+SHAPE = (4, 3)
+TERMS = {"shape": list(SHAPE), "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 20}
+
+
+def _open(c: Cluster, study_id: str = "j1", epsilon: float = 3.0) -> Any:
+    return c.open_study(study_id=study_id, domain_size=SHAPE[0] * SHAPE[1], epsilon=epsilon, owners=("a", "b"),
+                        strategy="join", strategy_params_json=json.dumps(TERMS))
+
+
+def _records(seed: int = 1) -> tuple[dict[str, int], dict[str, int], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = [f"cust-{i}@example.org" for i in range(1500)]
+    a = {i: int(rng.integers(SHAPE[0])) for i in ids[:1000]}
+    b = {i: int(rng.integers(SHAPE[1])) for i in ids[500:]}
+    truth = np.zeros(SHAPE, dtype=np.int64)
+    for i in set(a) & set(b):
+        truth[a[i], b[i]] += 1
+    return a, b, truth
+
+
+def _both(c: Cluster, study_id: str, a: dict[str, int], b: dict[str, int], tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def run(owner: str, records: dict[str, int]) -> None:
+        try:
+            out[owner] = submit_join(c.owner(owner), study_id, records, idempotency_key=f"k-{owner}",
+                                     state_dir=tmp / owner, wait_timeout=120, poll_interval=0.05)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            out[owner] = exc
+
+    threads = [threading.Thread(target=run, args=("a", a)), threading.Thread(target=run, args=("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return out
+
+
+def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path) -> None:
+    c = secure_cluster
+    contract = _open(c)
+    assert contract.is_join and contract.join_terms().shape == SHAPE
+    budget = c.decryption().budget("j1")
+    assert budget.spent == pytest.approx(0.5)  # the padding epsilon is booked when the study opens
+    a, b, truth = _records()
+    out = _both(c, "j1", a, b, tmp_path)
+    assert all(getattr(r, "committed", False) for r in out.values()), out
+    release = c.computation().run_release("j1", epsilon=2.5)
+    assert release.state == "DONE"
+    summary = c.analyst().get_release(release.release_id).summary
+    table = np.array(summary.sums).reshape(SHAPE)
+    sd = np.sqrt(summary.sum_variance[0])
+    assert np.all(np.abs(table - truth) <= 8 * sd), (table, truth)
+    assert summary.params["join"]["shape"] == list(SHAPE)
+    row0 = c.analyst().range_counts(release.release_id, [(0, SHAPE[1])])[0]  # row 0 of the table, row-major
+    assert row0.value == pytest.approx(table[0].sum())
+    charges = c.decryption().budget("j1").charges
+    assert [(ch.kind, ch.epsilon) for ch in charges] == [("join_padding", 0.5), ("join_cells", 2.5)]
+    again = _both(c, "j1", a, b, tmp_path)  # a re-run finds the committed uploads: nothing is sent twice
+    assert all(r.duplicate for r in again.values()), again
+
+
+def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    c = secure_cluster
+    contract = _open(c)
+    cs_a = c.owner("a").computation
+    key = JoinKeyPair().public_bytes
+    assert cs_a.join_exchange("j1", "a", key) == b""  # b has not posted yet
+    with pytest.raises(ServiceError) as err:
+        cs_a.join_exchange("j1", "a", JoinKeyPair().public_bytes)
+    assert err.value.code == grpc.StatusCode.ALREADY_EXISTS
+    with pytest.raises(ServiceError) as err:
+        cs_a.join_exchange("j1", "b", key)  # in another owner's name
+    assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(ServiceError) as err:
+        cs_a.join_placement("j1", "a", b"x" * 64)  # the same pseudonym twice
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert cs_a.join_placement("j1", "a", bytes(range(32)) + bytes(range(1, 33))) == (False, [], 8192)
+    with pytest.raises(ServiceError) as err:
+        cs_a.join_placement("j1", "a", bytes(range(2, 34)))
+    assert err.value.code == grpc.StatusCode.ALREADY_EXISTS
+    with pytest.raises(ServiceError) as err:  # an upload before the placement exists
+        c.owner("b").upload(_fake_upload(contract), idempotency_key="early")
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(ServiceError) as err:
+        c.computation().direct_range_counts("j1", [(0, 2)], 0.1)
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(ServiceError) as err:
+        c.computation().run_release("j1", epsilon=1.0, force=True)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+    # A placement that puts two records at one position is refused by the owner before anything is encrypted.
+    _open(c, "j2")
+    from parties.computation.join import JoinCoordinator
+
+    real = JoinCoordinator.placement
+
+    def doubled(self: JoinCoordinator, *args: Any) -> tuple[bool, list[int], int]:
+        ready, positions, capacity = real(self, *args)
+        return ready, ([positions[0]] * len(positions) if ready else positions), capacity
+
+    monkeypatch.setattr(JoinCoordinator, "placement", doubled)
+    a, b, _ = _records(2)
+    out = _both(c, "j2", a, b, tmp_path)
+    assert all(isinstance(e, InvalidInputError) and "two records at one position" in str(e) for e in out.values())
+    assert c.computation().study_status("j2").submitted_owners == ()
+
+
+def _fake_upload(contract: Any) -> Any:
+    from parties.data_owner.client import EncryptedHistogram
+
+    return EncryptedHistogram(contract.study_id, contract.domain_size, contract.context_fingerprint,
+                              (b"\0" * 16,) * 3, contract.contract_hash, True)
