@@ -282,6 +282,86 @@ def cmd_open_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_open_join(args: argparse.Namespace) -> int:
+    """Open a join study: two owners, a rows x cols table of their attributes over the customers both hold."""
+    from .computation.client import ComputationClient
+    from .data_owner.dataset import DomainSpec
+
+    if len(args.owners) != 2:
+        raise DPAggError(f"a join study has exactly two owners (rows, then columns), got {len(args.owners)}")
+    rows, cols = DomainSpec.parse(args.rows).n_bins, DomainSpec.parse(args.cols).n_bins
+    terms = {"shape": [rows, cols], "capacity": args.capacity, "padding_epsilon": args.padding_epsilon,
+             "padding_offset": args.padding_offset, "row_spec": args.rows, "col_spec": args.cols,
+             "identifier": args.id_column}
+    with ComputationClient(args.computation, **_conn(args)) as cs:
+        contract, existed = cs.open_study(
+            study_id=args.study_id or "", domain_size=rows * cols, epsilon=args.epsilon, expected_owners=args.owners,
+            strategy="join", contribution_bound=1, strategy_params_json=json.dumps(terms),
+            owner_keys=_owner_keys(args))
+    if args.json:
+        _print_json({**contract.to_dict(), "contract_hash": contract.contract_hash, "already_existed": existed})
+        return 0
+    print(f"join study {contract.study_id} {'already open' if existed else 'opened'}: {rows} x {cols} table of "
+          f"{args.owners[0]}'s {args.rows} by {args.owners[1]}'s {args.cols} over the {args.id_column} values both "
+          f"hold; epsilon {contract.epsilon:g} ({args.padding_epsilon:g} booked now for the padding that hides the "
+          f"intersection size), capacity {args.capacity} records")
+    print(f"contract hash {contract.contract_hash}")
+    print(f"key fingerprint {contract.context_fingerprint}")
+    return 0
+
+
+def cmd_join_submit(args: argparse.Namespace) -> int:
+    """A join owner's whole side: key agreement, pseudonyms, placement, encrypted signed upload (waits for the peer)."""
+    from .computation.client import ComputationClient
+    from .data_owner.client import DataOwnerClient
+    from .data_owner.dataset import DomainSpec
+    from .data_owner.join import read_join_csv, submit_join
+
+    tls = _tls(args)
+    with ComputationClient(args.computation, **_conn(args)) as cs:
+        contract = cs.study_status(args.study).contract
+        terms = contract.join_terms()
+        if args.owner not in contract.expected_owners:
+            raise DPAggError(f"{args.owner} is not an owner of join study {args.study} "
+                             f"({', '.join(contract.expected_owners)})")
+        side = contract.expected_owners.index(args.owner)
+        spec_text = args.domain or terms.spec_of(side)
+        if not spec_text:
+            raise DPAggError(f"join study {args.study} records no binning for {args.owner}; pass --domain")
+        spec = DomainSpec.parse(spec_text)
+        if args.value_column:
+            spec = dataclasses.replace(spec, column=args.value_column)
+        if spec.n_bins != terms.values_of(side):
+            raise DPAggError(f"--domain has {spec.n_bins} bins; {args.owner}'s side of the table has "
+                             f"{terms.values_of(side)}")
+        recs = read_join_csv(args.csv, spec, args.id_column or terms.identifier, drop_bad=args.drop_bad_values)
+        if not recs.values:
+            raise DPAggError(f"{args.csv}: no record inside the domain; refusing an empty submission")
+        if not args.json:
+            print(f"{args.csv}: {recs.records_read} records read, {recs.out_of_domain} outside the domain or "
+                  f"unreadable; joining {len(recs.values)} (waiting for the other owner if needed)", file=sys.stderr,
+                  flush=True)
+        signing_key = None
+        if args.signing_key:
+            from .common.signing import load_private_key
+
+            signing_key = load_private_key(args.signing_key)
+        with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls, insecure=args.insecure,
+                             signing_key=signing_key, progress=False) as owner:
+            res = submit_join(owner, args.study, recs.values, idempotency_key=_upload_key(args),
+                              state_dir=_state_dir(args), wait_timeout=args.wait)
+    if args.json:
+        _print_json({"study_id": res.study_id, "owner_id": res.owner_id, "committed": res.committed,
+                     "duplicate": res.duplicate, "chunks": res.chunk_count, "bytes_sent": res.bytes_sent,
+                     "records": len(recs.values)})
+    elif res.duplicate:
+        print(f"{args.owner} had already submitted to join study {args.study}; nothing sent")
+    else:
+        print(f"{args.owner} submitted {len(recs.values)} records to join study {args.study}: {res.chunk_count} "
+              f"ciphertexts, {res.bytes_sent / 1e6:.1f} MB")
+    return 0
+
+
 def _correlation_line(contract: "StudyContract") -> str:
     return (f"correlated records: max leakage L = {contract.correlation_leakage:g}, noise multiplier "
             f"{contract.noise_multiplier:g} (epsilon {contract.epsilon:g} is Bayesian DP under the Gaussian "
@@ -610,6 +690,15 @@ def cmd_query(args: argparse.Namespace) -> int:
             print(f"  bins [{start}, {start + length}): {total}")
     else:
         print(f"release {rel.release_id} of study {rel.study_id} (epsilon {rel.summary.epsilon:g}):")
+    join = rel.summary.params.get("join")
+    if isinstance(join, dict) and (args.table or not args.range):
+        rows, cols = join["shape"]
+        sd = rel.summary.sum_variance[0] ** 0.5
+        print(f"joint table, {rows} rows ({join.get('row_spec') or 'owner 1'}) x {cols} columns "
+              f"({join.get('col_spec') or 'owner 2'}); every cell +- {sd:.1f}")
+        for r in range(rows):
+            print(" ".join(f"{v:>7d}" for v in rel.summary.sums[r * cols:(r + 1) * cols]))
+        return 0
     domain = _release_domain(args, rel.study_id)
     for c in counts:
         where = f"  ({domain.describe_range(c.lo, c.hi)})" if domain is not None else ""
@@ -853,6 +942,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     _tls_args(p)
 
+    p = add("open-join", cmd_open_join, "open a join study (operator): the DP table of two owners' attributes over "
+                                         "the customers both hold (docs/join.md)")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
+    p.add_argument("--study-id", help="study id (default: generated)")
+    p.add_argument("--owners", type=_owners, required=True, help="the two owners, rows first: A,B")
+    p.add_argument("--rows", required=True, metavar="SPEC", help="the first owner's binning (rows), e.g. age:17:97:16")
+    p.add_argument("--cols", required=True, metavar="SPEC",
+                   help="the second owner's binning (columns), e.g. education:1:17:16")
+    p.add_argument("--id-column", default="id", help="the identifier column both owners join on (default id)")
+    p.add_argument("--capacity", type=int, required=True,
+                   help="public bound on the records of both owners together, a multiple of 8192 (each owner "
+                        "encrypts capacity/8192 x its bins ciphertexts)")
+    p.add_argument("--epsilon", type=float, required=True, help="total budget: padding plus the table's release")
+    p.add_argument("--padding-epsilon", type=float, default=0.1,
+                   help="epsilon booked at once for the dummy padding that hides the intersection size from the "
+                        "computation server (default 0.1)")
+    p.add_argument("--padding-offset", type=int, default=100,
+                   help="mean number of shared dummy records (default 100; delta about exp(-eps*offset)/2)")
+    p.add_argument("--owner-key", action="append", metavar="ID=HEX", help="an owner's Ed25519 public key; repeatable")
+    p.add_argument("--owner-keys-dir", metavar="DIR", help="read owner keys from DIR/<owner>.signing.pub")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
+
+    p = add("join-submit", cmd_join_submit, "join owner: pseudonymize, get a placement, encrypt and upload your "
+                                             "side of a join study (waits for the other owner)")
+    p.add_argument("--study", required=True, help="join study id")
+    p.add_argument("--owner", required=True, help="your owner id")
+    p.add_argument("--csv", required=True, type=Path, help="CSV with a header row")
+    p.add_argument("--id-column", help="identifier column (default: the study's)")
+    p.add_argument("--value-column", metavar="NAME", help="the attribute column (default: the one your binning names)")
+    p.add_argument("--domain", help="your binning (default: the study's for your side)")
+    p.add_argument("--drop-bad-values", action="store_true",
+                   help="skip rows with an empty identifier or value or a wrong number of fields")
+    p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for the other owner (default 600)")
+    p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir)")
+    p.add_argument("--state-dir", help=f"where the upload key and your join key are kept (env {ENV_STATE_DIR}; "
+                                       "default ~/.dpagg)")
+    p.add_argument("--signing-key", default=os.environ.get("DPAGG_SIGNING_KEY"), metavar="PATH",
+                   help="your Ed25519 signing key (env DPAGG_SIGNING_KEY)")
+    p.add_argument("--computation", **comp)  # type: ignore[arg-type]
+    p.add_argument("--decryption", default=os.environ.get(ENV_DECRYPTION) or None, metavar="HOST:PORT",
+                   help="fetch the join key from the decryption server directly (default: through the computation "
+                        "server; its fingerprint is checked either way)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _tls_args(p)
+
     p = add("status", cmd_status, "show a study: contract, who submitted, releases")
     p.add_argument("study", help="study id")
     p.add_argument("--computation", **comp)  # type: ignore[arg-type]
@@ -924,6 +1059,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--range", type=_range, action="append", metavar="LO:HI",
                    help="bin range [LO, HI) to count (repeatable; default the whole domain)")
     p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
+    p.add_argument("--table", action="store_true",
+                   help="a join study's release: print the joint table (the default when no --range is given)")
     p.add_argument("--analyst", default=default_target(ENV_ANALYST),
                    help=f"analyst service host:port (env {ENV_ANALYST}, else {ENV_COMPUTATION}; default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")

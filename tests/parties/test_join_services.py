@@ -132,3 +132,40 @@ def _fake_upload(contract: Any) -> Any:
 
     return EncryptedHistogram(contract.study_id, contract.domain_size, contract.context_fingerprint,
                               (b"\0" * 16,) * 3, contract.contract_hash, True)
+
+
+def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from parties.cli import main
+
+    conn = ["--computation", cluster.cs.target, "--insecure"]
+    assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
+                 "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--capacity", "8192",
+                 "--epsilon", "2", "--padding-epsilon", "0.2", "--padding-offset", "10", *conn]) == 0
+    assert "4 x 3 table" in capsys.readouterr().out
+    rng = np.random.default_rng(6)
+    emails = [f"Person{i}@Example.org" for i in range(600)]
+    bank = tmp_path / "bank.csv"
+    bank.write_text("email,age\n" + "".join(f"{e},{rng.integers(0, 100)}\n" for e in emails[:400]))
+    shop = tmp_path / "shop.csv"  # the same people, written differently: the join normalizes identifiers
+    shop.write_text("email,spend\n" + "".join(f" {e.lower()} ,{rng.choice(['low', 'mid', 'high'])}\n"
+                                              for e in emails[200:]))
+    codes: dict[str, int] = {}
+
+    def submit(owner: str, csv: Path) -> None:
+        codes[owner] = main(["join-submit", "--study", "jc", "--owner", owner, "--csv", str(csv), "--state-dir",
+                             str(tmp_path / owner), "--wait", "120", *conn])
+
+    threads = [threading.Thread(target=submit, args=("bank", bank)), threading.Thread(target=submit,
+                                                                                        args=("shop", shop))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert codes == {"bank": 0, "shop": 0}, capsys.readouterr().err
+    assert main(["release", "run", "jc", "--epsilon", "rest", "--state-dir", str(tmp_path / "op"), *conn]) == 0
+    capsys.readouterr()
+    assert main(["query", "latest", "--study", "jc", "--analyst", cluster.cs.target, "--insecure"]) == 0
+    out = capsys.readouterr().out
+    assert "joint table, 4 rows (age:0:100:4) x 3 columns (spend:categories:low,mid,high)" in out
+    table = np.array([[int(v) for v in line.split()] for line in out.strip().splitlines()[-4:]])
+    assert table.shape == (4, 3) and abs(int(table.sum()) - 200) < 60  # 200 shared people, noisy cells
