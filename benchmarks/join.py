@@ -1,9 +1,12 @@
-"""Cross-organization join benchmark: the join protocol's library path end to end (no gRPC yet).
+"""Cross-organization join benchmark: two owners' DP cross-tabulation, through the services or the library.
 
 `python -m benchmarks.join` runs two owners with 50,000 records each, 30,000 shared, joint
-domain 16 x 16, and prints its figures on the last line; `--bins 64` runs 64 x 64 (about
-16x the ciphertext products); `--records`, `--shared`, `--padding-offset` change the data.
-Every step runs as a party would run it, in one process: key generation (decryption server),
+domain 16 x 16, through the real services (decryption and computation servers as separate
+processes on loopback, the two owners as two processes running `submit_join`, an operator
+release, an analyst read) and prints its figures on the last line; `--bins 64` runs 64 x 64
+(16x the ciphertext products); `--records`, `--shared`, `--padding-offset` change the data.
+`--library` runs the protocol's library path in one process instead, timing each step:
+key generation (decryption server),
 X25519 key agreement and HMAC pseudonyms (owners), placement (computation server), indicator
 encoding, encryption and serialization (owners: the bytes they would upload), deserialization,
 products, rotations, noise, pads and flooding (computation server), decryption and its own
@@ -90,7 +93,7 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         truth[a[ident], b[ident]] += 1
     err = cells.counts - truth
     return {
-        "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "epsilon": epsilon,
+        "mode": "library", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "epsilon": epsilon,
         "padding": {"epsilon": pad_epsilon, "offset": pad_offset, "dummies": dummies},
         "capacity": capacity, "groups": capacity // slots,
         "ciphertext_products": capacity // slots * bins * bins,
@@ -99,6 +102,84 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         "bytes_to_key_holder": sum(len(x) for x in sent), "public_key_bytes": len(public_bytes),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "cell_noise_sd": round(float(np.sqrt(cells.variance)), 3),
+        "max_abs_error": int(np.abs(err).max()), "rmse": round(float(np.sqrt(np.mean(err ** 2))), 3),
+    }
+
+
+def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any) -> None:
+    from parties.data_owner.client import DataOwnerClient
+    from parties.data_owner.join import submit_join
+
+    t0 = time.perf_counter()
+    with DataOwnerClient(owner, computation=cs, insecure=True, progress=False) as client:
+        res = submit_join(client, study, records, idempotency_key=f"bench-{owner}", state_dir=state)
+    out.put((owner, res.bytes_sent, time.perf_counter() - t0,
+             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float, pad_offset: int,
+                 seed: int) -> dict[str, Any]:
+    """End to end through the services: servers and owners in their own processes, plaintext loopback."""
+    import multiprocessing as mp
+    import tempfile
+    from pathlib import Path
+
+    from parties.analyst.client import AnalystClient
+    from parties.computation.client import ComputationClient
+
+    from .services import _start_server, _vm_hwm_mb
+
+    a, b = _data(records, shared, bins, seed)
+    work = Path(tempfile.mkdtemp(prefix="dpagg-join-bench-"))
+    ds, ds_target = _start_server(["serve-decryption", "--data-dir", str(work / "ds"), "--insecure"], work, "ds")
+    cs, cs_target = _start_server(["serve-computation", "--data-dir", str(work / "cs"), "--decryption", ds_target,
+                                   "--insecure"], work, "cs")
+    try:
+        capacity = groups_for(2 * records - shared + pad_offset * 4, 8192) * 8192
+        terms = {"shape": [bins, bins], "capacity": capacity, "padding_epsilon": pad_epsilon,
+                 "padding_offset": pad_offset}
+        start = time.perf_counter()
+        with ComputationClient(cs_target, insecure=True) as op:
+            op.open_study(study_id="bench", domain_size=bins * bins, epsilon=epsilon + pad_epsilon,
+                          expected_owners=["a", "b"], strategy="join", strategy_params_json=json.dumps(terms))
+            opened = time.perf_counter()
+            out: Any = mp.get_context("spawn").Queue()
+            procs = [mp.get_context("spawn").Process(target=_owner_process, args=(o, "bench", cs_target, r,
+                                                                                 str(work / o), out))
+                     for o, r in (("a", a), ("b", b))]
+            for p in procs:
+                p.start()
+            owners = sorted(out.get(timeout=3600) for _ in procs)
+            for p in procs:
+                p.join()
+            submitted = time.perf_counter()
+            rel = op.run_release("bench", epsilon=epsilon)
+            released = time.perf_counter()
+        with AnalystClient(cs_target, insecure=True) as an:
+            summary = an.get_release(rel.release_id).summary
+        total = time.perf_counter() - start
+        rss = {"decryption": _vm_hwm_mb(ds.pid), "computation": _vm_hwm_mb(cs.pid),
+               **{f"owner_{o}": round(m, 1) for o, _, _, m in owners}}
+    finally:
+        for proc in (cs, ds):
+            proc.terminate()
+            proc.wait(30)
+    truth = np.zeros((bins, bins), dtype=np.int64)
+    for ident in set(a) & set(b):
+        truth[a[ident], b[ident]] += 1
+    err = np.array(summary.sums).reshape(bins, bins) - truth
+    return {
+        "mode": "services", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}",
+        "epsilon": epsilon, "padding": {"epsilon": pad_epsilon, "offset": pad_offset}, "capacity": capacity,
+        "ciphertext_products": capacity // 8192 * bins * bins,
+        "seconds": {"open_study": round(opened - start, 2), "owners_until_both_committed": round(submitted - opened, 2),
+                    **{f"owner_{o}": round(t, 2) for o, _, t, _ in owners},
+                    "release": round(released - submitted, 2), "release_server_side": round(rel.seconds or 0, 2)},
+        "total_seconds": round(total, 2),
+        "bytes_uploaded_per_owner": [n for _, n, _, _ in owners],
+        "bytes_to_key_holder": rel.bytes_to_decryption,
+        "peak_rss_mb": {k: round(v, 1) for k, v in rss.items()},
+        "cell_noise_sd": round(float(np.sqrt(summary.sum_variance[0])), 3),
         "max_abs_error": int(np.abs(err).max()), "rmse": round(float(np.sqrt(np.mean(err ** 2))), 3),
     }
 
@@ -113,13 +194,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="epsilon of the dummy padding that hides the intersection size (default 0.5)")
     p.add_argument("--padding-offset", type=int, default=100, help="mean number of shared dummies (default 100)")
     p.add_argument("--seed", type=int, default=7, help="data seed (default 7)")
+    p.add_argument("--library", action="store_true", help="run the library path in one process (no services)")
     args = p.parse_args(argv)
-    result = run(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon, args.padding_offset,
-                 args.seed)
-    write_result(f"join_{args.bins}x{args.bins}", result)
+    fn = run if args.library else run_services
+    result = fn(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon, args.padding_offset,
+                args.seed)
+    write_result(f"join_{args.bins}x{args.bins}{'_library' if args.library else ''}", result)
     s = result["seconds"]
-    print(f"join {result['bins']}, {args.records} records per owner, {args.shared} shared: "
-          f"{result['ciphertext_products']} ciphertext products; " + ", ".join(f"{k} {v} s" for k, v in s.items()))
+    print(f"join {result['bins']} ({'library' if args.library else 'services'}), {args.records} records per owner, "
+          f"{args.shared} shared: {result['ciphertext_products']} ciphertext products; "
+          + ", ".join(f"{k} {v} s" for k, v in s.items()))
     print(f"uploaded {result['bytes_uploaded_per_owner'][0] / 1e6:.1f} MB per owner, "
           f"{result['bytes_to_key_holder'] / 1e6:.1f} MB to the key holder, peak RSS {result['peak_rss_mb']} MB, "
           f"max |error| {result['max_abs_error']} (noise sd {result['cell_noise_sd']})")

@@ -546,10 +546,9 @@ class ComputationHandler:
         at the key holder (see JoinCoordinator.noised_table and DecryptionHandler.decrypt_join_cells for the
         privacy statement: epsilon-DP per cell from each server's draw, sensitivity 1, parallel over cells)."""
         try:
-            scheme = self.joins.scheme(contract, self.public_context)
             by_owner = {s.owner_id: s for s in subs}
-            cells = self.joins.noised_table(contract, scheme, lambda o, i: self.store.read_chunk(by_owner[o], i),
-                                            record.epsilon)
+            cells = self.joins.noised_table(contract, self.public_context,
+                                            lambda o, i: self.store.read_chunk(by_owner[o], i), record.epsilon)
             terms = contract.join_terms()
             r = self.decryption.decrypt_join_cells(study_id=contract.study_id, release_id=record.release_id,
                                                    release_epsilon=record.epsilon,

@@ -18,8 +18,9 @@ import numpy as np
 
 from he_partition.bfv import context_fingerprint
 from he_partition.errors import InvalidInputError
-from he_partition.join import PSEUDONYM_BYTES, JoinTerms, joint_totals, noised_cells, place
+from he_partition.join import PSEUDONYM_BYTES, JoinTerms, place
 from he_partition.join_he import JoinScheme
+from he_partition.join_parallel import noised_table
 from he_partition.noise import RandomSource
 
 from ..common.contract import StudyContract
@@ -51,7 +52,9 @@ class JoinCoordinator:
         self.rng = rng
         self._mem: dict[str, bytes] = {}
         self._lock = threading.Lock()
-        self._schemes: dict[str, JoinScheme] = {}
+        self._schemes: dict[str, tuple[bytes, JoinScheme]] = {}
+        #: Worker processes for the product (None: one per core; 1: in this process).
+        self.workers: int | None = None
 
     # -- storage -----------------------------------------------------------------------
     def _get(self, study_id: str, name: str) -> bytes | None:
@@ -139,6 +142,9 @@ class JoinCoordinator:
     # -- uploads and the product --------------------------------------------------------------
     def scheme(self, contract: StudyContract, fetch: Any) -> JoinScheme:
         """The study's join key (public), fetched once with `fetch(study_id)` and checked against the contract."""
+        return self._key(contract, fetch)[1]
+
+    def _key(self, contract: StudyContract, fetch: Any) -> tuple[bytes, JoinScheme]:
         with self._lock:
             cached = self._schemes.get(contract.context_fingerprint)
             if cached is not None:
@@ -147,31 +153,31 @@ class JoinCoordinator:
         if context_fingerprint(data) != contract.context_fingerprint:
             raise FailedPreconditionError(f"the decryption server's join key does not match study "
                                           f"{contract.study_id}'s contract; the study cannot continue")
-        scheme = JoinScheme.from_public(data)
+        entry = (data, JoinScheme.from_public(data))
         with self._lock:
-            self._schemes[contract.context_fingerprint] = scheme
-        return scheme
+            self._schemes[contract.context_fingerprint] = entry
+        return entry
 
     @staticmethod
     def expected_chunks(contract: StudyContract, owner_id: str, slots: int) -> int:
         terms = contract.join_terms()
         return terms.groups(slots) * terms.values_of(contract.expected_owners.index(owner_id))
 
-    def noised_table(self, contract: StudyContract, scheme: JoinScheme, chunks_of: Any, epsilon: float) -> list[bytes]:
+    def noised_table(self, contract: StudyContract, fetch: Any, chunks_of: Any, epsilon: float) -> list[bytes]:
         """Products, rotation-sums, this server's noise, pads and flooding: the cells for the key holder.
 
-        `chunks_of(owner_id, index)` reads a committed chunk. Privacy: see
+        `chunks_of(owner_id, index)` reads a committed chunk; the work is spread over one
+        worker process per core (he_partition.join_parallel). Privacy: see
         he_partition.join.noised_cells (epsilon-DP draw per cell, sensitivity 1, known only here).
         """
         terms = contract.join_terms()
+        public, scheme = self._key(contract, fetch)
         groups = terms.groups(scheme.slots)
         planes = []
         for side, owner in enumerate(contract.expected_owners):
             d = terms.values_of(side)
-            planes.append([[scheme.deserialize(chunks_of(owner, g * d + v)) for v in range(d)]
-                           for g in range(groups)])
-        totals = joint_totals(scheme, planes[0], planes[1])
-        return [scheme.serialize(c) for c in noised_cells(scheme, totals, epsilon, self.rng)]
+            planes.append([[chunks_of(owner, g * d + v) for v in range(d)] for g in range(groups)])
+        return noised_table(public, planes[0], planes[1], epsilon, self.rng, workers=self.workers)
 
 
 def _split(data: bytes) -> list[bytes]:
@@ -182,7 +188,7 @@ def _split(data: bytes) -> list[bytes]:
 
 
 def cells_summary_params(terms: JoinTerms) -> dict[str, Any]:
+    """What a join release's summary states about its table (analysts read the shape and binnings from it)."""
     return {"join": {"shape": [terms.rows, terms.cols], "row_spec": terms.row_spec, "col_spec": terms.col_spec,
                      "padding_epsilon": terms.padding_epsilon, "capacity": terms.capacity},
             "max_organizations": 1}
-

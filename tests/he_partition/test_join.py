@@ -193,3 +193,20 @@ def test_the_key_holder_sees_flooded_noise_and_refuses_foreign_ciphertexts(
         pub.deserialize(b"garbage")
     with pytest.raises(InvalidInputError, match="equal counts"):
         joint_totals(pub, [[pub.encrypt([1])]], [])
+
+
+def test_the_parallel_evaluation_gives_the_same_exact_table(schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    from he_partition.join_parallel import noised_table
+
+    ds, pub = schemes
+    shape = (2, 3)
+    a, b = _data(500, 400, 250, shape, seed=5)
+    ka, kb = _keys()
+    pa, pb = pseudonyms(ka, list(a)), pseudonyms(kb, list(b))
+    place_a, place_b = place(pa, pb, SLOTS, SeededRandom(2))
+    up = [[[pub.serialize(pub.encrypt(p)) for p in g]
+           for g in encode_indicators(placement, dict(zip(ps, values.values())), d, SLOTS, SLOTS)]
+          for placement, ps, values, d in ((place_a, pa, a, shape[0]), (place_b, pb, b, shape[1]))]
+    cells = noised_table(pub.public_bytes(), up[0], up[1], 1e9, SeededRandom(3), workers=2)
+    table = decrypt_cells(ds, [ds.deserialize(c) for c in cells], shape, 1e9, SeededRandom(4))
+    assert np.array_equal(table.counts, _plain_join(a, b, shape))
