@@ -4,14 +4,14 @@
 #
 #   compose/smoke.sh            # from anywhere; needs a Docker daemon and Compose v2
 #
-# Runs as its own compose project (dpagg-smoke, host port chosen free) so it never touches a
+# Runs as its own compose project (dpagg-smoke-<pid>-<random>, host port chosen free) so it never touches a
 # deployment named dpagg, and removes its containers, volumes and networks on exit, pass or
 # fail. Exits non-zero on the first failed check. Without registry access it needs a local
 # image named python:3.11-slim (compose/README.md, "Offline base image").
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-project="${DPAGG_SMOKE_PROJECT:-dpagg-smoke}"
+project="${DPAGG_SMOKE_PROJECT:-dpagg-smoke-$$-$RANDOM}"  # unique: nothing left by another run can collide
 export DPAGG_PORT="${DPAGG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 unset DPAGG_STUDY
 C=(docker compose -f "$here/docker-compose.yml" -p "$project")
@@ -29,8 +29,14 @@ cleanup() {
   fi
   printf '\n== tear down\n'
   "${D[@]}" down --volumes --remove-orphans >/dev/null 2>&1 || true
-  local left
-  left="$(docker volume ls -q --filter "label=com.docker.compose.project=$project"; docker network ls -q --filter "label=com.docker.compose.project=$project")"
+  local left i
+  for i in $(seq 60); do  # the daemon may still be removing containers when `down` returns
+    [ -z "$(docker ps -aq --filter "label=com.docker.compose.project=$project")" ] && break
+    sleep 1
+  done
+  left="$(docker ps -aq --filter "label=com.docker.compose.project=$project"
+          docker volume ls -q --filter "label=com.docker.compose.project=$project"
+          docker network ls -q --filter "label=com.docker.compose.project=$project")"
   [ -z "$left" ] || { echo "left behind: $left" >&2; rc=1; }
   [ "$rc" -eq 0 ] && echo "SMOKE PASSED" || echo "SMOKE FAILED (exit $rc)" >&2
   exit "$rc"
