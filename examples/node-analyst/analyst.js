@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 // An analyst client for dpagg in Node.js, loaded from the repository's proto/ files only
-// (@grpc/grpc-js + @grpc/proto-loader): lists a study's releases, reads the newest (or a
-// given) release and asks range counts from it. Analyst queries spend no budget.
+// (@grpc/grpc-js + @grpc/proto-loader): checks the analyst service's health, lists a study's
+// releases, reads the newest (or a given) release and asks range counts from it. Analyst
+// queries spend no budget.
 //
-//   node analyst.js --target 127.0.0.1:50052 --study demo --range 0:20 --range 20:40 \
+//   node analyst.js --target 127.0.0.1:50052 --study demo --ranges 0:20,20:40 \
 //       --ca dpagg-ca.crt --cert analyst.crt --key analyst.key
 //   node analyst.js --target 127.0.0.1:50052 --study demo --insecure     # a test server run with --insecure
 //
-// Prints one JSON object per line: {"release": ...} then one {"range": ...} per range.
-// On a gRPC error prints "dpagg-node-analyst: CODE: details" on stderr and exits 1.
+// Prints one JSON object per line: {"health": ...}, {"release": ...}, then one {"range": ...}
+// per range. On a gRPC error prints "dpagg-node-analyst: CODE: details" on stderr and exits 1.
 'use strict';
 
 const fs = require('fs');
@@ -16,9 +17,17 @@ const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const USAGE = `usage: node analyst.js --target HOST:PORT --study ID [--release ID|latest] [--range LO:HI ...]
+const USAGE = `usage: node analyst.js --target HOST:PORT --study ID [--release ID|latest]
+                        [--ranges LO:HI,LO:HI,...] [--range LO:HI ...]
                         (--insecure | --ca FILE --cert FILE --key FILE [--server-name NAME])
                         [--proto-dir DIR] [--timeout SECONDS]`;
+
+// "LO:HI" -> {lo, hi}: bin indices, HI exclusive (the server checks them against the domain).
+function parseRange(text) {
+  const m = /^(\d+):(\d+)$/.exec(text.trim());
+  if (!m) throw new Error(`a range is LO:HI (bin indices, HI exclusive), got ${JSON.stringify(text)}`);
+  return { lo: Number(m[1]), hi: Number(m[2]) };
+}
 
 function parseArgs(argv) {
   const args = { ranges: [], release: 'latest', serverName: 'computation.dpagg', timeout: 30,
@@ -33,12 +42,10 @@ function parseArgs(argv) {
       case '--target': args.target = need(i); i++; break;
       case '--study': args.study = need(i); i++; break;
       case '--release': args.release = need(i); i++; break;
-      case '--range': {
-        const m = /^(\d+):(\d+)$/.exec(need(i)); i++;
-        if (!m) throw new Error(`a range is LO:HI (bin indices, HI exclusive), got ${argv[i]}`);
-        args.ranges.push({ lo: Number(m[1]), hi: Number(m[2]) });
+      case '--range': case '--ranges':
+        for (const r of need(i).split(',')) args.ranges.push(parseRange(r));
+        i++;
         break;
-      }
       case '--insecure': args.insecure = true; break;
       case '--ca': args.ca = need(i); i++; break;
       case '--cert': args.cert = need(i); i++; break;
@@ -64,6 +71,11 @@ function loadService(protoDir) {
   return grpc.loadPackageDefinition(def).dpagg.v1.Analyst;
 }
 
+// "dpagg.v1.Analyst" from the loaded service's method paths ("/dpagg.v1.Analyst/ListReleases").
+function serviceName(ctor) {
+  return ctor.service.ListReleases.path.split('/')[1];
+}
+
 function credentials(args) {
   if (args.insecure) return grpc.credentials.createInsecure();
   return grpc.credentials.createSsl(fs.readFileSync(args.ca), fs.readFileSync(args.key), fs.readFileSync(args.cert));
@@ -73,6 +85,63 @@ function credentials(args) {
 function channelOptions(args) {
   return args.insecure ? {} : { 'grpc.ssl_target_name_override': args.serverName,
                                 'grpc.default_authority': args.serverName };
+}
+
+// grpc.health.v1.Health/Check. proto/ holds only dpagg's own protos, so the two one-field
+// messages of the standard health protocol are encoded here by hand:
+//   HealthCheckRequest  { string service = 1; }
+//   HealthCheckResponse { ServingStatus status = 1; }  UNKNOWN=0 SERVING=1 NOT_SERVING=2 SERVICE_UNKNOWN=3
+const HEALTH_CHECK = '/grpc.health.v1.Health/Check';
+const SERVING_STATUS = ['UNKNOWN', 'SERVING', 'NOT_SERVING', 'SERVICE_UNKNOWN'];
+
+function encodeVarint(n) {
+  const out = [];
+  while (n > 0x7f) { out.push((n & 0x7f) | 0x80); n >>>= 7; }
+  out.push(n);
+  return Buffer.from(out);
+}
+
+function encodeHealthRequest(req) {
+  const name = Buffer.from(req.service || '', 'utf8');
+  return name.length ? Buffer.concat([Buffer.from([0x0a]), encodeVarint(name.length), name]) : Buffer.alloc(0);
+}
+
+function decodeHealthResponse(buf) {
+  let pos = 0;
+  const varint = () => {
+    let result = 0; let shift = 0; let b;
+    do {
+      if (pos >= buf.length) throw new Error('truncated HealthCheckResponse');
+      b = buf[pos++];
+      result += (b & 0x7f) * 2 ** shift;
+      shift += 7;
+    } while (b & 0x80);
+    return result;
+  };
+  let status = 0;
+  while (pos < buf.length) {
+    const key = varint();
+    const field = Math.floor(key / 8); const wire = key & 7;
+    if (wire === 0) { const v = varint(); if (field === 1) status = v; }
+    else if (wire === 1) pos += 8;
+    else if (wire === 2) pos += varint();
+    else if (wire === 5) pos += 4;
+    else throw new Error(`HealthCheckResponse: unsupported wire type ${wire}`);
+  }
+  return { status: SERVING_STATUS[status] || String(status) };
+}
+
+function healthCheck(client, service, timeoutSeconds) {
+  return new Promise((resolve, reject) => {
+    const deadline = new Date(Date.now() + timeoutSeconds * 1000);
+    client.makeUnaryRequest(HEALTH_CHECK, encodeHealthRequest, decodeHealthResponse, { service },
+                            new grpc.Metadata(), { deadline }, (err, response) => (err ? reject(err) : resolve(response)));
+  });
+}
+
+// An error this client decides on (not the server), printed like a gRPC status.
+function clientError(code, details) {
+  return Object.assign(new Error(details), { code: grpc.status[code], details });
 }
 
 function call(client, method, request, timeoutSeconds) {
@@ -93,12 +162,24 @@ async function main() {
   const Analyst = loadService(args.protoDir);
   const client = new Analyst(args.target, credentials(args), channelOptions(args));
   try {
+    // Health is registered per service under its full name ("dpagg.v1.Analyst"), taken from proto/.
+    const service = serviceName(Analyst);
+    const health = await healthCheck(client, service, args.timeout);
+    console.log(JSON.stringify({ health: { service, status: health.status } }));
+    if (health.status !== 'SERVING') {
+      throw clientError('UNAVAILABLE', `health check of ${service} at ${args.target} says ${health.status}`);
+    }
+    const list = await call(client, 'ListReleases', { study_id: args.study }, args.timeout);
+    console.log(JSON.stringify({ releases: list.releases.map((r) => ({
+      release_id: r.release_id, epsilon: r.epsilon, domain_size: r.domain_size, partitions: r.partitions,
+      created_at: r.created_at })) }));
     let releaseId = args.release;
     if (releaseId === 'latest') {
-      const list = await call(client, 'ListReleases', { study_id: args.study }, args.timeout);
+      // ListReleases answers an empty list (not an error) for a study with no finished release,
+      // including one that does not exist; the client reports that as NOT_FOUND.
       if (list.releases.length === 0) {
-        console.error(`dpagg-node-analyst: study ${args.study} has no finished release (or does not exist)`);
-        process.exit(1);
+        throw clientError('NOT_FOUND', `study ${args.study} has no finished release (ListReleases returned none; `
+                                       + 'does the study exist and has a release run?)');
       }
       releaseId = list.releases[0].release_id; // newest first
     }
