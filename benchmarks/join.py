@@ -158,8 +158,12 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         with AnalystClient(cs_target, insecure=True) as an:
             summary = an.get_release(rel.release_id).summary
         total = time.perf_counter() - start
-        rss = {"decryption": _vm_hwm_mb(ds.pid), "computation": _vm_hwm_mb(cs.pid),
-               **{f"owner_{o}": round(m, 1) for o, _, _, m in owners}}
+        rss: dict[str, Any] = {"decryption": _vm_hwm_mb(ds.pid), "computation": _vm_hwm_mb(cs.pid),
+                               **{f"owner_{o}": round(m, 1) for o, _, _, m in owners}}
+        workers = [line.rsplit("worker ", 1)[-1] for line in (work / "cs.log").read_text().splitlines()
+                   if "peak RSS per worker" in line]
+        if workers:
+            rss["computation_workers"] = workers[-1].removesuffix(" MB")
     finally:
         for proc in (cs, ds):
             proc.terminate()
@@ -178,7 +182,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         "total_seconds": round(total, 2),
         "bytes_uploaded_per_owner": [n for _, n, _, _ in owners],
         "bytes_to_key_holder": rel.bytes_to_decryption,
-        "peak_rss_mb": {k: round(v, 1) for k, v in rss.items()},
+        "peak_rss_mb": {k: round(v, 1) if isinstance(v, float) else v for k, v in rss.items()},
         "cell_noise_sd": round(float(np.sqrt(summary.sum_variance[0])), 3),
         "max_abs_error": int(np.abs(err).max()), "rmse": round(float(np.sqrt(np.mean(err ** 2))), 3),
     }

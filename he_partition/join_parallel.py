@@ -13,8 +13,10 @@ SEAL's bindings hold the GIL, so threads would not help; workers are spawned pro
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
+import resource
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Sequence
 
@@ -28,6 +30,8 @@ from .noise import RandomSource, discrete_laplace, laplace_scale
 
 __all__ = ["noised_table"]
 
+log = logging.getLogger("dpagg.join")
+
 _WORKER: dict[str, Any] = {}
 
 
@@ -37,7 +41,7 @@ def _init(public: bytes, a: list[list[bytes]], b: list[list[bytes]]) -> None:
                    b=[[scheme.deserialize(x) for x in g] for g in b])
 
 
-def _cells(cells: list[int], draws: list[int], pads: npt.NDArray[np.int64]) -> list[bytes]:
+def _cells(cells: list[int], draws: list[int], pads: npt.NDArray[np.int64]) -> tuple[list[bytes], float]:
     scheme: JoinScheme = _WORKER["scheme"]
     a, b = _WORKER["a"], _WORKER["b"]
     d_b = len(b[0])
@@ -50,7 +54,7 @@ def _cells(cells: list[int], draws: list[int], pads: npt.NDArray[np.int64]) -> l
         total = scheme.total(acc)
         row = pads[k]
         out.append(scheme.serialize(scheme.noised(total, [draws[k]], 1, lambda n, row=row: row[:n])))
-    return out
+    return out, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def noised_table(public: bytes, a: Sequence[Sequence[bytes]], b: Sequence[Sequence[bytes]], epsilon: float,
@@ -81,8 +85,10 @@ def noised_table(public: bytes, a: Sequence[Sequence[bytes]], b: Sequence[Sequen
                              initargs=(public, *args)) as pool:
         futures = [pool.submit(_cells, share, [int(draws[c]) for c in share], pads[share]) for share in shares]
         results = [f.result() for f in futures]
+    log.info("join table: %d cells over %d worker processes, peak RSS per worker %s MB", n, n_workers,
+             ", ".join(f"{rss:.0f}" for _, rss in results))
     out: list[bytes] = [b""] * n
-    for share, cts in zip(shares, results):
+    for share, (cts, _) in zip(shares, results):
         for c, ct in zip(share, cts):
             out[c] = ct
     return out
