@@ -210,3 +210,23 @@ def test_the_parallel_evaluation_gives_the_same_exact_table(schemes: tuple[JoinS
     cells = noised_table(pub.public_bytes(), up[0], up[1], 1e9, SeededRandom(3), workers=2)
     table = decrypt_cells(ds, [ds.deserialize(c) for c in cells], shape, 1e9, SeededRandom(4))
     assert np.array_equal(table.counts, _plain_join(a, b, shape))
+
+
+def test_datasets_with_the_same_table_look_alike_to_the_key_holder(schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    """Two datasets with equal joint tables but different people: the key holder's residual views of a cell are
+    draws from one distribution (the flood), not a function of who matched."""
+    ds, _ = schemes
+    shape = (2, 2)
+    a1, b1 = _data(300, 300, 120, shape, seed=7)
+    truth = _plain_join(a1, b1, shape)
+    # Same table, other people: rename everyone, keep each shared person's cell.
+    a2 = {f"other-{k}": v for k, v in a1.items()}
+    b2 = {f"other-{k}": v for k, v in b1.items()}
+    assert np.array_equal(_plain_join(a2, b2, shape), truth)
+    views = []
+    for a, b, seed in ((a1, b1, 21), (a2, b2, 22)):
+        _, arrived = _run(schemes, a, b, shape, capacity=SLOTS, epsilon=1.0, seed=seed)
+        views.append(np.array(residual_view(ds, arrived[0]), dtype=object).astype(float))
+    assert stats.ks_2samp(views[0], views[1]).pvalue > 1e-9
+    width = 2.0 ** (FLOOD_BITS + 1)
+    assert all(stats.kstest(v / width + 0.5, "uniform").pvalue > 1e-9 for v in views)
