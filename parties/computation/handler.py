@@ -468,7 +468,32 @@ class ComputationHandler:
 
     def _execute(self, record: ReleaseRecord, contract: StudyContract, subs: list[Submission], *,
                  raise_errors: bool) -> ReleaseRecord:
-        """Run the strategy against the aggregate.
+        """Compute the release (`_strategy_summary`, or `_join_summary` for a join study) and store its outcome."""
+        started = time.monotonic()
+        compute = self._join_summary if contract.is_join else self._strategy_summary
+        try:
+            summary, sent = compute(record, contract, subs)
+            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),
+                           seconds=time.monotonic() - started, bytes_to_decryption=sent)
+            self.store.save_release(done)
+            log.info("release %s of study %s done in %.2f s (%d partitions)", record.release_id, record.study_id,
+                     done.seconds, summary.n_partitions)
+            return done
+        except Exception as exc:
+            code, message = status_for(exc)
+            failed = replace(record, state=ReleaseState.FAILED, finished_at=utc_now(), error_code=code.name,
+                             error_message=message, seconds=time.monotonic() - started)
+            self.store.save_release(failed)
+            log.warning("release %s of study %s failed: %s", record.release_id, record.study_id, message)
+            if raise_errors:
+                raise
+            return failed
+        finally:
+            self._done(record.study_id)
+
+    def _strategy_summary(self, record: ReleaseRecord, contract: StudyContract,
+                          subs: list[Submission]) -> tuple[Summary, int]:
+        """Run the strategy against the aggregate; (summary, bytes sent to the decryption server).
 
         Privacy: the strategy's measurements compose sequentially to `record.epsilon`
         (gap: eps_gap on adjacent differences, L1 sensitivity 2c; the rest on disjoint
@@ -486,97 +511,60 @@ class ComputationHandler:
         release still spends `record.epsilon`. The summary's own epsilons are the DP ones
         the noise is calibrated at; params["bayesian_dp"] states the guarantee.
         """
-        started = time.monotonic()
-        if contract.is_join:
-            return self._execute_join(record, contract, subs, started, raise_errors=raise_errors)
-        try:
-            backend = self.backend_for(contract)
-            aggregate = self.aggregate(contract, subs, backend)
-            cs = ComputationSide(backend, self.rng)
-            strategy = make_strategy(contract.strategy, contract.domain_size, contract.dp_epsilon(record.epsilon),
-                                     noise_parties=contract.noise_parties,
-                                     contribution_bound=contract.person_bound,
-                                     params=contract.strategy_params or None)
+        backend = self.backend_for(contract)
+        aggregate = self.aggregate(contract, subs, backend)
+        cs = ComputationSide(backend, self.rng)
+        strategy = make_strategy(contract.strategy, contract.domain_size, contract.dp_epsilon(record.epsilon),
+                                 noise_parties=contract.noise_parties,
+                                 contribution_bound=contract.person_bound,
+                                 params=contract.strategy_params or None)
 
-            sent = [0]
+        sent = [0]
 
-            def measure(m: Measurement) -> IntArray:
-                # Only chunks with a measured slot travel; each is encrypted while the previous one is sent,
-                # so the decryption server checks chunk i while this server encrypts chunk i + 1.
-                stream = cs.measure_chunks(aggregate, m)
+        def measure(m: Measurement) -> IntArray:
+            # Only chunks with a measured slot travel; each is encrypted while the previous one is sent,
+            # so the decryption server checks chunk i while this server encrypts chunk i + 1.
+            stream = cs.measure_chunks(aggregate, m)
 
-                def chunks() -> Iterator[bytes]:
-                    for _, c in stream:
-                        data = backend.serialize_chunk(c)
-                        sent[0] += len(data)
-                        yield data
+            def chunks() -> Iterator[bytes]:
+                for _, c in stream:
+                    data = backend.serialize_chunk(c)
+                    sent[0] += len(data)
+                    yield data
 
-                return self.decryption.decrypt_measurement(
-                    study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
-                    measurement=m, chunks=chunks(), chunk_count=len(m.measured_chunks(backend.slots)),
-                    contract_hash=contract.contract_hash).values
+            return self.decryption.decrypt_measurement(
+                study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
+                measurement=m, chunks=chunks(), chunk_count=len(m.measured_chunks(backend.slots)),
+                contract_hash=contract.contract_hash).values
 
-            summary: Summary = run_strategy(strategy, measure)
-            # Every summary states how many organizations one person may appear in (its noise assumes it).
-            summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
-            if contract.correlated or contract.correlation_source:
-                bdp = _bayesian_dp_params(contract, record.epsilon, summary)
-                summary = replace(summary, params={**summary.params, "bayesian_dp": bdp})
-            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),
-                           seconds=time.monotonic() - started, bytes_to_decryption=sent[0])
-            self.store.save_release(done)
-            log.info("release %s of study %s done in %.2f s (%d partitions)", record.release_id, record.study_id,
-                     done.seconds, summary.n_partitions)
-            return done
-        except Exception as exc:
-            code, message = status_for(exc)
-            failed = replace(record, state=ReleaseState.FAILED, finished_at=utc_now(), error_code=code.name,
-                             error_message=message, seconds=time.monotonic() - started)
-            self.store.save_release(failed)
-            log.warning("release %s of study %s failed: %s", record.release_id, record.study_id, message)
-            if raise_errors:
-                raise
-            return failed
-        finally:
-            self._done(record.study_id)
+        summary: Summary = run_strategy(strategy, measure)
+        # Every summary states how many organizations one person may appear in (its noise assumes it).
+        summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
+        if contract.correlated or contract.correlation_source:
+            bdp = _bayesian_dp_params(contract, record.epsilon, summary)
+            summary = replace(summary, params={**summary.params, "bayesian_dp": bdp})
+        return summary, sent[0]
 
-    def _execute_join(self, record: ReleaseRecord, contract: StudyContract, subs: list[Submission], started: float,
-                      *, raise_errors: bool) -> ReleaseRecord:
+    def _join_summary(self, record: ReleaseRecord, contract: StudyContract,
+                      subs: list[Submission]) -> tuple[Summary, int]:
         """A join study's release: the encrypted product of the owners' indicator planes, per-cell noise here and
         at the key holder (see JoinCoordinator.noised_table and DecryptionHandler.decrypt_join_cells for the
         privacy statement: epsilon-DP per cell from each server's draw, sensitivity 1, parallel over cells)."""
-        try:
-            by_owner = {s.owner_id: s for s in subs}
-            cells = self.joins.noised_table(contract, self.public_context,
-                                            lambda o, i: self.store.read_chunk(by_owner[o], i), record.epsilon)
-            terms = contract.join_terms()
-            r = self.decryption.decrypt_join_cells(study_id=contract.study_id, release_id=record.release_id,
-                                                   release_epsilon=record.epsilon,
-                                                   contract_hash=contract.contract_hash, cells=iter(cells),
-                                                   cell_count=len(cells))
-            n = terms.rows * terms.cols
-            summary = Summary(domain_size=n, epsilon=record.epsilon, strategy=JOIN_STRATEGY,
-                              noise_parties=contract.noise_parties, starts=tuple(range(n)),
-                              sums=tuple(int(v) for v in r.values), sum_variance=(float(r.variance),) * n,
-                              epsilon_spent=(("join_cells", float(record.epsilon)),),
-                              params=cells_summary_params(terms))
-            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),
-                           seconds=time.monotonic() - started, bytes_to_decryption=sum(len(c) for c in cells))
-            self.store.save_release(done)
-            log.info("join release %s of study %s done in %.2f s (%d x %d cells)", record.release_id,
-                     record.study_id, done.seconds, terms.rows, terms.cols)
-            return done
-        except Exception as exc:
-            code, message = status_for(exc)
-            failed = replace(record, state=ReleaseState.FAILED, finished_at=utc_now(), error_code=code.name,
-                             error_message=message, seconds=time.monotonic() - started)
-            self.store.save_release(failed)
-            log.warning("join release %s of study %s failed: %s", record.release_id, record.study_id, message)
-            if raise_errors:
-                raise
-            return failed
-        finally:
-            self._done(record.study_id)
+        by_owner = {s.owner_id: s for s in subs}
+        cells = self.joins.noised_table(contract, self.public_context,
+                                        lambda o, i: self.store.read_chunk(by_owner[o], i), record.epsilon)
+        terms = contract.join_terms()
+        r = self.decryption.decrypt_join_cells(study_id=contract.study_id, release_id=record.release_id,
+                                               release_epsilon=record.epsilon,
+                                               contract_hash=contract.contract_hash, cells=iter(cells),
+                                               cell_count=len(cells))
+        n = terms.rows * terms.cols
+        summary = Summary(domain_size=n, epsilon=record.epsilon, strategy=JOIN_STRATEGY,
+                          noise_parties=contract.noise_parties, starts=tuple(range(n)),
+                          sums=tuple(int(v) for v in r.values), sum_variance=(float(r.variance),) * n,
+                          epsilon_spent=(("join_cells", float(record.epsilon)),),
+                          params=cells_summary_params(terms))
+        return summary, sum(len(c) for c in cells)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for background releases (used before shutdown and in tests)."""

@@ -27,6 +27,7 @@ from ..common.contract import StudyContract, canonical_json, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
+from .client import JoinCellsResult
 from .keys import KeyMaterial, load_or_create_join_keys
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
@@ -37,15 +38,6 @@ log = logging.getLogger("dpagg.decryption")
 #: The ledger row (release id) that books a join study's padding epsilon.
 JOIN_PADDING_CHARGE = "join-padding"
 
-
-@dataclass(frozen=True)
-class JoinRelease:
-    """What DecryptJoinCells returns: noisy cells (row-major), their variance, the charge, the budget left."""
-
-    values: npt.NDArray[np.int64]
-    variance: float
-    epsilon_charged: float
-    epsilon_remaining: float
 
 IntArray = npt.NDArray[np.int64]
 
@@ -252,7 +244,7 @@ class DecryptionHandler:
                            canonical_json({"contract_hash": contract.contract_hash, "padding_epsilon": eps}))
 
     def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
-                           cells: Sequence[bytes]) -> JoinRelease:
+                           cells: Sequence[bytes]) -> JoinCellsResult:
         """Check every cell ciphertext, charge the ledger once, decrypt slot 0 of each cell and add this server's noise.
 
         Privacy: the table is released at `release_epsilon` (sensitivity 1 under add/remove
@@ -287,7 +279,7 @@ class DecryptionHandler:
         log.info("study %s, join release %s: decrypted %d cells, charged epsilon %.6g", study_id, release_id,
                  len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)
-        return JoinRelease(table.counts.ravel(), table.variance, charge.epsilon,
+        return JoinCellsResult(table.counts.ravel(), table.variance, charge.epsilon,
                            max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
     def get_study(self, study_id: str) -> StudyContract:
