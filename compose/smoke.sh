@@ -18,7 +18,9 @@ C=(docker compose -f "$here/docker-compose.yml" -p "$project")
 D=("${C[@]}" --profile demo)
 
 step() { printf '\n== %s\n' "$*"; }
-fail() { printf 'SMOKE FAILED: %s\n' "$*" >&2; exit 1; }
+fail() { printf 'SMOKE FAILED: %s\n' "$*"; printf 'SMOKE FAILED: %s\n' "$*" >&2; exit 1; }
+# A command that fails outside a check names itself (stdout: the pytest wrapper shows stdout's tail).
+trap 'rc=$?; printf "SMOKE FAILED: exit %s at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND"' ERR
 ok() { printf '   ok: %s\n' "$*"; }
 
 cleanup() {
@@ -55,6 +57,16 @@ trap cleanup EXIT
 # $1 service, rest: command; runs it in a fresh container of that service (its volumes, networks, user).
 run_in() { local svc=$1; shift; "${D[@]}" run --rm --no-deps -T --entrypoint "$1" "$svc" "${@:2}"; }
 exit_code() { docker inspect --format '{{.State.ExitCode}}' "$("${D[@]}" ps -a -q "$1")"; }
+wait_healthy() {  # $1 service: poll its health check (after a restart) for up to 120 s
+  local id state i
+  id="$("${D[@]}" ps -q "$1")"
+  for i in $(seq 240); do
+    state="$(docker inspect --format '{{.State.Health.Status}}' "$id" 2>/dev/null || echo gone)"
+    [ "$state" = healthy ] && return 0
+    sleep 0.5
+  done
+  fail "$1 is not healthy 120 s after its restart (state: $state)"
+}
 
 check_jobs() {  # every one-shot job of the demo profile exited 0
   local svc
@@ -129,7 +141,8 @@ step "restart the decryption server: the ledger survives"
 "${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/before.sqlite3 >/dev/null
 before="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/before.sqlite3 | grep '^study')"
 "${D[@]}" restart decryption
-"${D[@]}" up -d --wait decryption computation
+wait_healthy decryption
+wait_healthy computation
 "${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/after.sqlite3 >/dev/null
 after="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/after.sqlite3 | grep '^study')"
 [ "$before" = "$after" ] || fail "ledger changed across a restart: [$before] vs [$after]"
@@ -153,7 +166,7 @@ old_cert="$("${D[@]}" exec -T computation python -c "$fingerprint")"
 "${D[@]}" run --rm --no-deps -T pki dpagg certs --ca /ca --out /pki --per-party-dirs --force \
   --party computation:computation >/dev/null
 "${D[@]}" restart computation
-"${D[@]}" up -d --wait computation
+wait_healthy computation
 new_cert="$("${D[@]}" exec -T computation python -c "$fingerprint")"
 [ "$old_cert" != "$new_cert" ] || fail "the computation server still presents certificate $old_cert"
 "${D[@]}" up -d --no-deps --force-recreate query
