@@ -20,10 +20,13 @@ analysts want the DP histogram of (a, b) over the customers both have. The proto
    per value of b. The server multiplies A's ciphertext for a by B's for b and sums all
    slots (`joint_totals`): the count of shared customers with (a, b) — unmatched and dummy
    positions contribute 0. Cost: groups x d_a x d_b ciphertext products.
-4. Release (`noised_cells`, `decrypt_cells`): each cell total leaves the computation server
-   as a ciphertext with its discrete Laplace draw in slot 0, pads in every other slot, and
-   flooding (`he_partition.join_he`); the decryption server decrypts slot 0 and adds its own
-   draw. Sensitivity 1: a shared customer added or removed changes one cell by 1.
+4. Release (`he_partition.join_release`): the table, flattened into bins (row-major or along
+   the Hilbert curve), goes through a DP strategy like any study's histogram: identity
+   ("cells"), or gap, hier, dawa, privelet, auto. Every measured value is a +-1 sum of cell
+   totals; it leaves the computation server as a ciphertext with its discrete Laplace draw
+   in slot 0, pads in every other slot, and flooding (`he_partition.join_he`); the
+   decryption server decrypts slot 0 and adds its own draw. A shared customer added or
+   removed changes one cell by 1 (contribution bound 1).
 
 What the computation server learns: both owners' set sizes (dummies included), and which
 pseudonyms match, i.e. the intersection size plus the owners' shared dummy count (DP, at
@@ -36,7 +39,6 @@ import hashlib
 import hmac
 import unicodedata
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -47,16 +49,24 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .errors import InvalidInputError
 from .join_he import JoinScheme
-from .noise import RandomSource, SeededRandom, discrete_laplace, discrete_laplace_variance, laplace_scale
+from .noise import RandomSource, SeededRandom, discrete_laplace, laplace_scale
 
-__all__ = ["JOIN_STRATEGY", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES", "pseudonyms", "shared_dummies", "dummy_count", "place",
-           "check_placement", "encode_indicators", "joint_totals", "noised_cells", "decrypt_cells",
-           "groups_for", "JoinCells"]
+__all__ = ["JOIN_STRATEGY", "JOIN_RELEASES", "DEFAULT_JOIN_RELEASE", "JOIN_ORDERS", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES",
+           "pseudonyms", "shared_dummies", "dummy_count", "place", "check_placement", "encode_indicators",
+           "joint_totals", "groups_for"]
 
 PSEUDONYM_BYTES = 32
 _KDF_INFO = b"dpagg/join-key/v1"
 #: The strategy name of a join study in its contract.
 JOIN_STRATEGY = "join"
+#: How a join study releases its table (he_partition.join_release): "cells" measures every cell
+#: (the identity), the others run that DP strategy over the flattened table.
+JOIN_RELEASES = ("cells", "gap", "hier", "dawa", "privelet", "auto")
+#: What `dpagg open-join` releases with unless told otherwise (docs/join.md: accuracy by release).
+DEFAULT_JOIN_RELEASE = "cells"
+#: How the table is flattened into bins: row-major, or along the Hilbert curve (square 2^k tables),
+#: so that a strategy's contiguous partitions are compact 2-D regions.
+JOIN_ORDERS = ("row", "hilbert")
 #: Largest joint table (cells); each cell costs one rotation-sum and one ciphertext to the key holder.
 MAX_JOIN_CELLS = 4096
 #: Largest capacity (positions) a join study may declare.
@@ -80,6 +90,8 @@ class JoinTerms:
     row_spec: str = ""
     col_spec: str = ""
     identifier: str = "id"
+    release: str = "cells"
+    order: str = "row"
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], *, domain_size: int, slots: int = 8192) -> "JoinTerms":
@@ -87,11 +99,13 @@ class JoinTerms:
             shape = params["shape"]
             terms = cls(int(shape[0]), int(shape[1]), int(params["capacity"]), float(params["padding_epsilon"]),
                         int(params["padding_offset"]), str(params.get("row_spec", "")),
-                        str(params.get("col_spec", "")), str(params.get("identifier", "id")))
+                        str(params.get("col_spec", "")), str(params.get("identifier", "id")),
+                        str(params.get("release", "cells")), str(params.get("order", "row")))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise InvalidInputError(
                 'a join study needs strategy_params {"shape": [rows, cols], "capacity": N, "padding_epsilon": e, '
-                '"padding_offset": k} (optional "row_spec", "col_spec", "identifier"): ' + str(exc)) from exc
+                '"padding_offset": k} (optional "row_spec", "col_spec", "identifier", "release", "order"): '
+                + str(exc)) from exc
         if terms.rows < 1 or terms.cols < 1 or terms.rows * terms.cols != domain_size:
             raise InvalidInputError(f"join shape {terms.rows} x {terms.cols} must have domain_size {domain_size} cells")
         if terms.rows * terms.cols > MAX_JOIN_CELLS:
@@ -101,6 +115,14 @@ class JoinTerms:
                                     f"{MAX_JOIN_CAPACITY}, got {terms.capacity}")
         if not (0 < terms.padding_epsilon < float("inf")) or terms.padding_offset < 0:
             raise InvalidInputError("join padding needs padding_epsilon > 0 and padding_offset >= 0")
+        if terms.release not in JOIN_RELEASES:
+            raise InvalidInputError(f"join release {terms.release!r} is none of {', '.join(JOIN_RELEASES)}")
+        if terms.order not in JOIN_ORDERS:
+            raise InvalidInputError(f"join order {terms.order!r} is none of {', '.join(JOIN_ORDERS)}")
+        side = terms.rows
+        if terms.order == "hilbert" and (terms.rows != terms.cols or side & (side - 1)):
+            raise InvalidInputError(f"a Hilbert order needs a square table with a power-of-two side, got "
+                                    f"{terms.rows} x {terms.cols}: use order \"row\"")
         return terms
 
     @property
@@ -260,43 +282,3 @@ def joint_totals(scheme: JoinScheme, a_cts: Sequence[Sequence[Any]], b_cts: Sequ
             for j in range(d_b):
                 acc[i * d_b + j] = scheme.multiply_accumulate(acc[i * d_b + j], ga[i], gb[j])
     return [scheme.total(c) for c in acc]
-
-
-@dataclass(frozen=True)
-class JoinCells:
-    """The released joint table: noisy counts (d_a x d_b) and the noise variance of each cell."""
-
-    counts: npt.NDArray[np.int64]
-    variance: float
-    epsilon: float
-
-
-def noised_cells(scheme: JoinScheme, totals: Sequence[Any], epsilon: float, rng: RandomSource) -> list[Any]:
-    """The computation server's half of the release: each cell + its discrete Laplace draw, pads, flooding.
-
-    Privacy: epsilon-DP per cell draw of scale 1/epsilon (sensitivity 1 under add/remove of
-    one shared customer, who is in exactly one cell); only the computation server knows
-    these draws. The pads (uniform mod t) and flood come from the same server's source and
-    hide every other slot and the products' noise from the decryption server.
-    """
-    scale = laplace_scale(1, epsilon)
-    draws = discrete_laplace(scale, len(totals), rng)
-    t = scheme.plain_modulus
-    return [scheme.noised(c, [int(d)], 1, lambda n: rng.integers(t, n)) for c, d in zip(totals, draws)]
-
-
-def decrypt_cells(scheme: JoinScheme, cts: Sequence[Any], shape: tuple[int, int], epsilon: float,
-                  rng: RandomSource) -> JoinCells:
-    """The decryption server's half: decrypt slot 0 of each cell, add its own discrete Laplace draw.
-
-    Privacy: the decrypted values already carry the computation server's epsilon-DP draw;
-    this server's draw (scale 1/epsilon, sensitivity 1, add/remove of one shared customer,
-    known only to it) makes the release epsilon-DP against the computation server too. The
-    ledger charges epsilon once for the whole table (parallel composition over cells).
-    """
-    if len(cts) != shape[0] * shape[1]:
-        raise InvalidInputError(f"{len(cts)} cell ciphertexts for a {shape[0]} x {shape[1]} table")
-    first = np.array([scheme.decrypt(c)[0] for c in cts], dtype=np.int64)
-    scale = laplace_scale(1, epsilon)
-    noisy = first + discrete_laplace(scale, first.size, rng)
-    return JoinCells(noisy.reshape(shape), 2 * discrete_laplace_variance(scale), float(Fraction(epsilon)))

@@ -12,9 +12,11 @@ What the decryption server sees: products of ciphertexts carry data-dependent no
 encryption of its DP noise, one-time pads on every slot the release does not use, and
 floods: the transparent ciphertext (r, 0) with r uniform on [-2^FLOOD_BITS, 2^FLOOD_BITS)
 per coefficient from the OS CSPRNG. The measured noise of a folded product is below
-2^56 (`tests/he_partition/test_join_he.py`), so the decryptor's residual view is
+2^56 (`tests/he_partition/test_join.py`), so the decryptor's residual view is
 data-independent up to statistical distance N * 2^56 / 2^(FLOOD_BITS+1) = 2^-42 per
-ciphertext, and the budget left (>= 20 bits) still decrypts exactly.
+ciphertext, and the budget left (>= 20 bits) still decrypts exactly. A released value that
+sums k cells (`signed_sum`: a partition, a Haar node) has at most k times that noise:
+distance at most k * 2^-42 (2^-30 for the total of a 64 x 64 table).
 """
 
 from __future__ import annotations
@@ -178,6 +180,10 @@ class JoinScheme:
         ct = _load(seal.Ciphertext, self.context, bytes(data), "ciphertext")
         if ct.size() != 2 or ct.poly_modulus_degree() != self.slots:
             raise InvalidInputError(f"a join upload must be a fresh 2-part ciphertext, got {ct.size()} parts")
+        if list(ct.parms_id()) != list(self.context.first_parms_id()):
+            # Nothing in the join switches modulus: a lower level is a client's mistake or an attempt to
+            # make the release fail (the flood needs the whole modulus).
+            raise InvalidInputError("a join ciphertext must be at the full modulus level (it was modulus-switched)")
         return ct
 
     # -- computation server -------------------------------------------------------------------
@@ -205,6 +211,41 @@ class JoinScheme:
             cur = nxt
             step *= 2
         return cur
+
+    def signed_sum(self, terms: Sequence[tuple[int, Any]]) -> Any:
+        """sum of coef * ct over `terms`, coef +1 or -1 (the measured values of a release, he_partition.join_release).
+
+        Additions only: the noise of the result is at most the sum of the terms' noises. The
+        result may be a term itself (one +1 term): callers never modify it in place.
+        """
+        if not terms:
+            raise InvalidInputError("a measured value needs at least one term")
+        if any(coef not in (1, -1) for coef, _ in terms):
+            raise InvalidInputError(f"measured values combine cells with coefficients +-1, got {[c for c, _ in terms]}")
+        cts = [(coef, self._relinearized(ct)) for coef, ct in terms]
+        (c1, x1), rest = cts[0], cts[1:]
+        if not rest:
+            if c1 > 0:
+                return x1
+            out = seal.Ciphertext()
+            self._evaluator.negate(x1, out)
+            return out
+        (c2, x2), rest = rest[0], rest[1:]
+        out = seal.Ciphertext()
+        if c1 == c2:
+            self._evaluator.add(x1, x2, out)
+            if c1 < 0:
+                self._evaluator.negate_inplace(out)
+        elif c1 > 0:
+            self._evaluator.sub(x1, x2, out)
+        else:
+            self._evaluator.sub(x2, x1, out)
+        for coef, ct in rest:
+            if coef > 0:
+                self._evaluator.add_inplace(out, ct)
+            else:
+                self._evaluator.sub_inplace(out, ct)
+        return out
 
     def _relinearized(self, ct: Any) -> Any:
         if ct.size() <= 2:

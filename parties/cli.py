@@ -20,7 +20,10 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc  # noqa: E402
 
+import numpy as np  # noqa: E402
+
 from he_partition.errors import DPAggError
+from he_partition.join import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_RELEASES
 
 from .common.config import (
     ENV_ANALYST,
@@ -290,9 +293,12 @@ def cmd_open_join(args: argparse.Namespace) -> int:
     if len(args.owners) != 2:
         raise DPAggError(f"a join study has exactly two owners (rows, then columns), got {len(args.owners)}")
     rows, cols = DomainSpec.parse(args.rows).n_bins, DomainSpec.parse(args.cols).n_bins
+    order = args.order
+    if order == "auto":
+        order = "hilbert" if rows == cols and not rows & (rows - 1) else "row"
     terms = {"shape": [rows, cols], "capacity": args.capacity, "padding_epsilon": args.padding_epsilon,
              "padding_offset": args.padding_offset, "row_spec": args.rows, "col_spec": args.cols,
-             "identifier": args.id_column}
+             "identifier": args.id_column, "release": args.release, "order": order}
     with ComputationClient(args.computation, **_conn(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=rows * cols, epsilon=args.epsilon, expected_owners=args.owners,
@@ -304,7 +310,7 @@ def cmd_open_join(args: argparse.Namespace) -> int:
     print(f"join study {contract.study_id} {'already open' if existed else 'opened'}: {rows} x {cols} table of "
           f"{args.owners[0]}'s {args.rows} by {args.owners[1]}'s {args.cols} over the {args.id_column} values both "
           f"hold; epsilon {contract.epsilon:g} ({args.padding_epsilon:g} booked now for the padding that hides the "
-          f"intersection size), capacity {args.capacity} records")
+          f"intersection size), capacity {args.capacity} records; released with {args.release} ({order} order)")
     print(f"contract hash {contract.contract_hash}")
     print(f"key fingerprint {contract.context_fingerprint}")
     return 0
@@ -692,12 +698,18 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"release {rel.release_id} of study {rel.study_id} (epsilon {rel.summary.epsilon:g}):")
     join = rel.summary.params.get("join")
     if isinstance(join, dict) and (args.table or not args.range):
+        from he_partition.join_release import cell_table
+
         rows, cols = join["shape"]
-        sd = rel.summary.sum_variance[0] ** 0.5
+        est, se = cell_table(rel.summary)
+        spread = f"+- {se.min():.1f}" if np.ptp(se) < 0.05 else f"+- {se.min():.1f} to {se.max():.1f}"
+        how = ("every cell noised" if join.get("release", "cells") == "cells" else
+               f"{join['release']} partitions over the {join.get('order', 'row')}-ordered cells, each partition's "
+               "sum spread evenly over its cells")
         print(f"joint table, {rows} rows ({join.get('row_spec') or 'owner 1'}) x {cols} columns "
-              f"({join.get('col_spec') or 'owner 2'}); every cell +- {sd:.1f}")
+              f"({join.get('col_spec') or 'owner 2'}): {how}; cells {spread} (noise only)")
         for r in range(rows):
-            print(" ".join(f"{v:>7d}" for v in rel.summary.sums[r * cols:(r + 1) * cols]))
+            print(" ".join(f"{v:>7.0f}" for v in est[r]))
         return 0
     domain = _release_domain(args, rel.study_id)
     for c in counts:
@@ -960,6 +972,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "computation server (default 0.1)")
     p.add_argument("--padding-offset", type=int, default=100,
                    help="mean number of shared dummy records (default 100; delta about exp(-eps*offset)/2)")
+    p.add_argument("--release", choices=JOIN_RELEASES, default=DEFAULT_JOIN_RELEASE,
+                   help="how the table is released: 'cells' noises every cell; gap, hier, dawa, privelet and auto "
+                        f"are the strategies of ordinary studies over the flattened table (default "
+                        f"{DEFAULT_JOIN_RELEASE}; docs/join.md compares them)")
+    p.add_argument("--order", choices=("auto", *JOIN_ORDERS), default="auto",
+                   help="how the table is flattened for --release: row-major, or along the Hilbert curve (square "
+                        "tables with a power-of-two side); auto picks hilbert where it can (default auto)")
     p.add_argument("--owner-key", action="append", metavar="ID=HEX", help="an owner's Ed25519 public key; repeatable")
     p.add_argument("--owner-keys-dir", metavar="DIR", help="read owner keys from DIR/<owner>.signing.pub")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -117,18 +117,20 @@ class DecryptMeasurementResponse(_message.Message):
     def __init__(self, values: _Optional[_Iterable[int]] = ..., charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ...) -> None: ...
 
 class DecryptJoinCellsHeader(_message.Message):
-    __slots__ = ("study_id", "release_id", "release_epsilon", "contract_hash", "cell_count")
+    __slots__ = ("study_id", "release_id", "release_epsilon", "contract_hash", "cell_count", "measurement")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_EPSILON_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     CELL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENT_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     release_id: str
     release_epsilon: float
     contract_hash: str
     cell_count: int
-    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., contract_hash: _Optional[str] = ..., cell_count: _Optional[int] = ...) -> None: ...
+    measurement: _common_pb2.MeasurementSpec
+    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., contract_hash: _Optional[str] = ..., cell_count: _Optional[int] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ...) -> None: ...
 
 class DecryptJoinCellsRequest(_message.Message):
     __slots__ = ("header", "cell")

@@ -139,13 +139,16 @@ class DecryptionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DecryptJoinCells(self, request_iterator, context):
-        """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
-        header, then one ciphertext per cell in row-major order, each holding the cell's
-        count plus the computation server's discrete Laplace draw in slot 0 (every other
-        slot a pad) and flooded. Every ciphertext passes the integrity check (noise
-        budget) before the ledger is charged epsilon once for the whole table (cells are
-        disjoint: a shared customer is in one); then this server adds its own draw of
-        scale 1/epsilon to each cell. Only the computation server may call it.
+        """Decrypt one measurement of a join study's table (docs/join.md): the cells, or a
+        measurement of the study's release strategy over the flattened table.
+        Client-streaming: a header, then one ciphertext per measured value, each holding
+        the value plus the computation server's discrete Laplace draw in slot 0 (every
+        other slot a pad) and flooded. The measurement is checked against the contract
+        (kind of the study's release, sensitivity at least the kind's minimum, epsilon
+        within the budget), every ciphertext passes the integrity check (noise budget),
+        then the ledger is charged measurement.epsilon; then this server adds its own
+        draw of scale sensitivity/epsilon to each value. Only the computation server may
+        call it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

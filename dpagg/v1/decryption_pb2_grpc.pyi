@@ -74,13 +74,16 @@ class DecryptionStub:
     release_id. Idempotent per request id. Only the computation server may call it.
     """
     DecryptJoinCells: _grpc.StreamUnaryMultiCallable[_decryption_pb2.DecryptJoinCellsRequest, _decryption_pb2.DecryptJoinCellsResponse]
-    """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
-    header, then one ciphertext per cell in row-major order, each holding the cell's
-    count plus the computation server's discrete Laplace draw in slot 0 (every other
-    slot a pad) and flooded. Every ciphertext passes the integrity check (noise
-    budget) before the ledger is charged epsilon once for the whole table (cells are
-    disjoint: a shared customer is in one); then this server adds its own draw of
-    scale 1/epsilon to each cell. Only the computation server may call it.
+    """Decrypt one measurement of a join study's table (docs/join.md): the cells, or a
+    measurement of the study's release strategy over the flattened table.
+    Client-streaming: a header, then one ciphertext per measured value, each holding
+    the value plus the computation server's discrete Laplace draw in slot 0 (every
+    other slot a pad) and flooded. The measurement is checked against the contract
+    (kind of the study's release, sensitivity at least the kind's minimum, epsilon
+    within the budget), every ciphertext passes the integrity check (noise budget),
+    then the ledger is charged measurement.epsilon; then this server adds its own
+    draw of scale sensitivity/epsilon to each value. Only the computation server may
+    call it.
     """
 
 @_typing.type_check_only
@@ -125,13 +128,16 @@ class DecryptionAsyncStub(DecryptionStub):
     release_id. Idempotent per request id. Only the computation server may call it.
     """
     DecryptJoinCells: _aio.StreamUnaryMultiCallable[_decryption_pb2.DecryptJoinCellsRequest, _decryption_pb2.DecryptJoinCellsResponse]  # type: ignore[assignment]
-    """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
-    header, then one ciphertext per cell in row-major order, each holding the cell's
-    count plus the computation server's discrete Laplace draw in slot 0 (every other
-    slot a pad) and flooded. Every ciphertext passes the integrity check (noise
-    budget) before the ledger is charged epsilon once for the whole table (cells are
-    disjoint: a shared customer is in one); then this server adds its own draw of
-    scale 1/epsilon to each cell. Only the computation server may call it.
+    """Decrypt one measurement of a join study's table (docs/join.md): the cells, or a
+    measurement of the study's release strategy over the flattened table.
+    Client-streaming: a header, then one ciphertext per measured value, each holding
+    the value plus the computation server's discrete Laplace draw in slot 0 (every
+    other slot a pad) and flooded. The measurement is checked against the contract
+    (kind of the study's release, sensitivity at least the kind's minimum, epsilon
+    within the budget), every ciphertext passes the integrity check (noise budget),
+    then the ledger is charged measurement.epsilon; then this server adds its own
+    draw of scale sensitivity/epsilon to each value. Only the computation server may
+    call it.
     """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
@@ -215,13 +221,16 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_decryption_pb2.DecryptJoinCellsRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.DecryptJoinCellsResponse, _abc.Awaitable[_decryption_pb2.DecryptJoinCellsResponse]]:
-        """Decrypt the cells of a join study's table (docs/join.md). Client-streaming: a
-        header, then one ciphertext per cell in row-major order, each holding the cell's
-        count plus the computation server's discrete Laplace draw in slot 0 (every other
-        slot a pad) and flooded. Every ciphertext passes the integrity check (noise
-        budget) before the ledger is charged epsilon once for the whole table (cells are
-        disjoint: a shared customer is in one); then this server adds its own draw of
-        scale 1/epsilon to each cell. Only the computation server may call it.
+        """Decrypt one measurement of a join study's table (docs/join.md): the cells, or a
+        measurement of the study's release strategy over the flattened table.
+        Client-streaming: a header, then one ciphertext per measured value, each holding
+        the value plus the computation server's discrete Laplace draw in slot 0 (every
+        other slot a pad) and flooded. The measurement is checked against the contract
+        (kind of the study's release, sensitivity at least the kind's minimum, epsilon
+        within the budget), every ciphertext passes the integrity check (noise budget),
+        then the ledger is charged measurement.epsilon; then this server adds its own
+        draw of scale sensitivity/epsilon to each value. Only the computation server may
+        call it.
         """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

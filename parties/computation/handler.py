@@ -17,6 +17,7 @@ from he_partition.backend import ChunkedVector, n_chunks
 from he_partition.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.join import JOIN_STRATEGY
+from he_partition.join_release import join_strategy, summary_params
 from he_partition.accounting import exact_decimal
 from he_partition.measurements import Measurement
 from he_partition.noise import RandomSource
@@ -28,7 +29,7 @@ from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDe
 from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
 from ..common.util import new_id, utc_now, write_file_atomic
 from ..decryption.client import DecryptionClient
-from .join import JoinCoordinator, JoinUploadBackend, cells_summary_params
+from .join import JoinCoordinator, JoinUploadBackend
 from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta, owner_conflict
 
 __all__ = ["ComputationHandler", "UploadSession", "UploadOutcome", "UploadState", "StudyState"]
@@ -547,24 +548,34 @@ class ComputationHandler:
 
     def _join_summary(self, record: ReleaseRecord, contract: StudyContract,
                       subs: list[Submission]) -> tuple[Summary, int]:
-        """A join study's release: the encrypted product of the owners' indicator planes, per-cell noise here and
-        at the key holder (see JoinCoordinator.noised_table and DecryptionHandler.decrypt_join_cells for the
-        privacy statement: epsilon-DP per cell from each server's draw, sensitivity 1, parallel over cells)."""
+        """A join study's release: the study's strategy (terms.release) over the encrypted joint table.
+
+        Privacy: the strategy's measurements compose sequentially to `record.epsilon`, each
+        with its own sensitivity under add/remove of one shared customer (contribution
+        bound 1: one record per identifier per owner, so one cell changes by 1). For every
+        measured value this server adds a discrete Laplace draw of scale sensitivity/epsilon
+        (only it knows the draws), pads and flooding before the ciphertext leaves
+        (he_partition.join_release); the decryption server charges the ledger and adds its
+        own draw (DecryptionHandler.decrypt_join_cells). The partition is chosen from
+        released values only (post-processing).
+        """
         by_owner = {s.owner_id: s for s in subs}
-        cells = self.joins.noised_table(contract, self.public_context,
-                                        lambda o, i: self.store.read_chunk(by_owner[o], i), record.epsilon)
         terms = contract.join_terms()
-        r = self.decryption.decrypt_join_cells(study_id=contract.study_id, release_id=record.release_id,
-                                               release_epsilon=record.epsilon,
-                                               contract_hash=contract.contract_hash, cells=iter(cells),
-                                               cell_count=len(cells))
-        n = terms.rows * terms.cols
-        summary = Summary(domain_size=n, epsilon=record.epsilon, strategy=JOIN_STRATEGY,
-                          noise_parties=contract.noise_parties, starts=tuple(range(n)),
-                          sums=tuple(int(v) for v in r.values), sum_variance=(float(r.variance),) * n,
-                          epsilon_spent=(("join_cells", float(record.epsilon)),),
-                          params=cells_summary_params(terms))
-        return summary, sum(len(c) for c in cells)
+        sent = [0]
+        with self.joins.evaluator(contract, self.public_context,
+                                  lambda o, i: self.store.read_chunk(by_owner[o], i)) as evaluator:
+
+            def measure(m: Measurement) -> IntArray:
+                cts = evaluator.measure(m)
+                sent[0] += sum(len(c) for c in cts)
+                return self.decryption.decrypt_join_cells(
+                    study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
+                    contract_hash=contract.contract_hash, cells=iter(cts), cell_count=len(cts),
+                    measurement=m).values
+
+            summary: Summary = run_strategy(join_strategy(terms, record.epsilon,
+                                                          noise_parties=contract.noise_parties), measure)
+        return replace(summary, params={**summary.params, **summary_params(terms)}), sent[0]
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for background releases (used before shutdown and in tests)."""

@@ -20,7 +20,8 @@ from he_partition.bfv import context_fingerprint
 from he_partition.errors import InvalidInputError
 from he_partition.join import PSEUDONYM_BYTES, JoinTerms, place
 from he_partition.join_he import JoinScheme
-from he_partition.join_parallel import noised_table
+from he_partition.join_parallel import JoinEvaluator
+from he_partition.join_release import bin_cells
 from he_partition.noise import RandomSource
 
 from ..common.contract import StudyContract
@@ -163,12 +164,13 @@ class JoinCoordinator:
         terms = contract.join_terms()
         return terms.groups(slots) * terms.values_of(contract.expected_owners.index(owner_id))
 
-    def noised_table(self, contract: StudyContract, fetch: Any, chunks_of: Any, epsilon: float) -> list[bytes]:
-        """Products, rotation-sums, this server's noise, pads and flooding: the cells for the key holder.
+    def evaluator(self, contract: StudyContract, fetch: Any, chunks_of: Any) -> JoinEvaluator:
+        """The release's evaluator over the committed uploads (a context manager; he_partition.join_parallel).
 
-        `chunks_of(owner_id, index)` reads a committed chunk; the work is spread over one
-        worker process per core (he_partition.join_parallel). Privacy: see
-        he_partition.join.noised_cells (epsilon-DP draw per cell, sensitivity 1, known only here).
+        `chunks_of(owner_id, index)` reads a committed chunk; the cell totals are spread over
+        one worker process per core. Privacy: each measurement gets this server's discrete
+        Laplace draws (scale sensitivity/epsilon per value, known only here), pads and
+        flooding before it leaves (he_partition.join_release.noised_values).
         """
         terms = contract.join_terms()
         public, scheme = self._key(contract, fetch)
@@ -177,7 +179,7 @@ class JoinCoordinator:
         for side, owner in enumerate(contract.expected_owners):
             d = terms.values_of(side)
             planes.append([[chunks_of(owner, g * d + v) for v in range(d)] for g in range(groups)])
-        return noised_table(public, planes[0], planes[1], epsilon, self.rng, workers=self.workers)
+        return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, workers=self.workers)
 
 
 def _split(data: bytes) -> list[bytes]:
@@ -185,10 +187,3 @@ def _split(data: bytes) -> list[bytes]:
     if len(set(values)) != len(values):
         raise InvalidInputError("a pseudonym appears twice in the list (one record per identifier)")
     return values
-
-
-def cells_summary_params(terms: JoinTerms) -> dict[str, Any]:
-    """What a join release's summary states about its table (analysts read the shape and binnings from it)."""
-    return {"join": {"shape": [terms.rows, terms.cols], "row_spec": terms.row_spec, "col_spec": terms.col_spec,
-                     "padding_epsilon": terms.padding_epsilon, "capacity": terms.capacity},
-            "max_organizations": 1}

@@ -108,11 +108,16 @@ class DecryptionClient(BaseClient):
         return self._call(fetch, policy=self.retry, method="Decryption/GetPublicContext")
 
     def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
-                           cells: Iterable[bytes], cell_count: int, timeout: float | None = None) -> JoinCellsResult:
-        """Stream a join table's cell ciphertexts for decryption (not retried: the ledger is charged once)."""
+                           cells: Iterable[bytes], cell_count: int, measurement: Measurement | None = None,
+                           timeout: float | None = None) -> JoinCellsResult:
+        """Stream one join measurement's ciphertexts for decryption (not retried: the ledger is charged once).
+
+        `measurement` None: the ciphertexts are the table's cells (row-major)."""
         header = decryption_pb2.DecryptJoinCellsHeader(study_id=study_id, release_id=release_id,
                                                        release_epsilon=release_epsilon, contract_hash=contract_hash,
                                                        cell_count=cell_count)
+        if measurement is not None:
+            header.measurement.CopyFrom(measurement_to_proto(measurement))
 
         def requests() -> Iterator[decryption_pb2.DecryptJoinCellsRequest]:
             yield decryption_pb2.DecryptJoinCellsRequest(header=header)

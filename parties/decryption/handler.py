@@ -15,11 +15,12 @@ import numpy.typing as npt
 
 from he_partition.backend import ChunkedVector, n_chunks
 from he_partition.bfv import BfvBackend, context_fingerprint
-from he_partition.join import JOIN_STRATEGY, decrypt_cells
+from he_partition.join import JOIN_STRATEGY
+from he_partition.join_release import decrypt_values
 from he_partition.join_he import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
 from he_partition.join_he import JoinScheme
 from he_partition.errors import InvalidInputError, PrecisionError
-from he_partition.measurements import Measurement, RangeCount, range_count_batch
+from he_partition.measurements import Measurement, PartitionSums, RangeCount, range_count_batch
 from he_partition.noise import RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
@@ -244,43 +245,62 @@ class DecryptionHandler:
                            canonical_json({"contract_hash": contract.contract_hash, "padding_epsilon": eps}))
 
     def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
-                           cells: Sequence[bytes]) -> JoinCellsResult:
-        """Check every cell ciphertext, charge the ledger once, decrypt slot 0 of each cell and add this server's noise.
+                           cells: Sequence[bytes], measurement: Measurement | None = None) -> JoinCellsResult:
+        """Check a join measurement and its ciphertexts, charge the ledger, decrypt slot 0 of each, add noise.
 
-        Privacy: the table is released at `release_epsilon` (sensitivity 1 under add/remove
-        of one shared customer, who is in one cell: parallel composition over the cells);
-        the values decrypted here already carry the computation server's draw, and this
-        server adds its own discrete Laplace draw of scale 1/release_epsilon, known only to
-        it. Every ciphertext passes the integrity check (noise budget) before the charge;
-        the charge is committed before any value leaves.
+        `measurement`: what the ciphertexts measure over the flattened table (a measurement of
+        the study's release strategy, he_partition.join_release); None: every cell
+        (PartitionSums over single bins at `release_epsilon`).
+
+        Privacy: `measurement.epsilon` is charged (the strategy's share of the release;
+        sensitivity `measurement.sensitivity` under add/remove of one shared customer, who
+        is in one cell: contribution bound 1). The values decrypted here already carry the
+        computation server's draw of scale sensitivity/epsilon; with noise_parties == 2 this
+        server adds its own independent draw of that scale, known only to it. Every
+        ciphertext passes the integrity check (noise budget) before the charge; the charge
+        is committed before any value leaves.
         """
         contract = self.get_study(study_id)
         check_id("release_id", release_id)
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")
         terms = contract.join_terms()
-        if len(cells) != terms.rows * terms.cols:
-            raise InvalidInputError(f"a {terms.rows} x {terms.cols} join table has {terms.rows * terms.cols} cells, "
-                                    f"{len(cells)} arrived")
+        n = terms.rows * terms.cols
         eps = float(release_epsilon)
-        if not (math.isfinite(eps) and eps > 0):
-            raise InvalidInputError(f"release_epsilon must be > 0 and finite, got {release_epsilon}")
+        if not (math.isfinite(eps) and 0 < eps <= contract.epsilon * (1 + EPSILON_TOLERANCE)):
+            raise InvalidInputError(f"release_epsilon {release_epsilon:g} must be > 0 and at most study "
+                                    f"{study_id}'s total epsilon {contract.epsilon:g}")
+        m = measurement or PartitionSums(n, eps, 1, starts=tuple(range(n)))
+        allowed = ({PartitionSums.kind} if terms.release == "cells"
+                   else set(STRATEGY_MEASUREMENT_KINDS.get(terms.release, ())))
+        if m.kind not in allowed:
+            raise FailedPreconditionError(f"measurement.kind {m.kind!r} is not used by join study {study_id}'s "
+                                          f"release {terms.release!r} (it measures only {', '.join(sorted(allowed))}); "
+                                          "nothing was decrypted")
+        if m.domain_size != n:
+            raise InvalidInputError(f"measurement.domain_size {m.domain_size}: join study {study_id}'s table has "
+                                    f"{terms.rows} x {terms.cols} = {n} bins")
+        if m.sensitivity < m.unit_sensitivity:
+            raise InvalidInputError(f"measurement.sensitivity: {m.kind} sensitivity {m.sensitivity} is below "
+                                    f"{m.unit_sensitivity} (one record per identifier): its noise would be too small")
+        if len(cells) != m.count:
+            raise InvalidInputError(f"this {m.kind} measurement has {m.count} values, {len(cells)} ciphertexts arrived")
+        check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
         scheme = self.join_scheme()
         parsed = [scheme.deserialize(c) for c in cells]
         with self._decrypt_lock:
             for i, ct in enumerate(parsed):
                 budget = scheme.noise_budget(ct)
                 if budget < JOIN_MIN_BUDGET:
-                    raise PrecisionError(f"cell {i}: {budget} bits of noise budget: not made under this study's join "
-                                         "key, or corrupted; nothing was charged or decrypted")
-            charge = self.ledger.charge(study_id, release_id, "join_cells", eps, eps,
-                                        canonical_json({"contract_hash": contract.contract_hash,
-                                                        "cells": len(cells), "epsilon": eps}))
-            table = decrypt_cells(scheme, parsed, terms.shape, eps, self.rng)
-        log.info("study %s, join release %s: decrypted %d cells, charged epsilon %.6g", study_id, release_id,
-                 len(cells), charge.epsilon)
+                    raise PrecisionError(f"ciphertext {i}: {budget} bits of noise budget: not made under this study's "
+                                         "join key, or corrupted; nothing was charged or decrypted")
+            charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
+                                        decryption_detail(contract, m, cells))
+            values = decrypt_values(scheme, parsed, m, self.rng, noise_parties=contract.noise_parties)
+        log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
+                 m.kind, len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)
-        return JoinCellsResult(table.counts.ravel(), table.variance, charge.epsilon,
-                           max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
+        return JoinCellsResult(values, contract.noise_parties * m.noise_variance, charge.epsilon,
+                               max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
     def get_study(self, study_id: str) -> StudyContract:
         return self.ledger.get_study(check_id("study_id", study_id))

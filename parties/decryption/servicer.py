@@ -97,9 +97,13 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         header = first.header
         contract = self.handler.get_study(header.study_id)
         terms = contract.join_terms()
-        if header.cell_count != terms.rows * terms.cols:
-            raise InvalidInputError(f"cell_count {header.cell_count}: a {terms.rows} x {terms.cols} table has "
-                                    f"{terms.rows * terms.cols} cells")
+        measurement = measurement_from_proto(header.measurement) if header.HasField("measurement") else None
+        expected = measurement.count if measurement is not None else terms.rows * terms.cols
+        if header.cell_count != expected:
+            raise InvalidInputError(f"cell_count {header.cell_count}: "
+                                    + (f"this {measurement.kind} measurement has {expected} values"
+                                       if measurement is not None else
+                                       f"a {terms.rows} x {terms.cols} table has {expected} cells"))
         cells: list[bytes] = []
         for msg in request_iterator:
             if msg.WhichOneof("part") != "cell" or len(cells) >= header.cell_count:
@@ -107,7 +111,8 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
             cells.append(msg.cell)
         r = self.handler.decrypt_join_cells(study_id=header.study_id, release_id=header.release_id,
                                             release_epsilon=header.release_epsilon,
-                                            contract_hash=header.contract_hash, cells=cells)
+                                            contract_hash=header.contract_hash, cells=cells,
+                                            measurement=measurement)
         return decryption_pb2.DecryptJoinCellsResponse(values=r.values.tolist(), variance=r.variance,
                                                        epsilon_charged=r.epsilon_charged,
                                                        epsilon_remaining=r.epsilon_remaining)

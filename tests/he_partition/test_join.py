@@ -11,11 +11,16 @@ import pytest
 from scipy import stats
 
 from he_partition.errors import InvalidInputError, PrecisionError
-from he_partition.join import (JoinKeyPair, check_placement, decrypt_cells, dummy_count, encode_indicators,
-                               joint_totals, noised_cells, place, pseudonyms, shared_dummies)
+from he_partition.join import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count,
+                               encode_indicators, joint_totals, place, pseudonyms, shared_dummies)
 from he_partition.join_he import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme
+from he_partition.join_parallel import JoinEvaluator
+from he_partition.join_release import (apply_terms, bin_cells, cell_table, decrypt_values, measurement_terms,
+                                       noised_values, release_table)
 from he_partition.keyholder import residual_view
+from he_partition.measurements import PartitionSums
 from he_partition.noise import SeededRandom
+from he_partition.summary import Summary
 
 SLOTS = 8192
 
@@ -120,28 +125,48 @@ def _plain_join(a: dict[str, int], b: dict[str, int], shape: tuple[int, int]) ->
     return out
 
 
-def _run(schemes: tuple[JoinScheme, JoinScheme], a: dict[str, int], b: dict[str, int], shape: tuple[int, int],
-         capacity: int, epsilon: float, seed: int, dummies: int = 0) -> tuple[Any, list[Any]]:
-    ds, pub = schemes
+def _uploads(pub: JoinScheme, a: dict[str, int], b: dict[str, int], shape: tuple[int, int], capacity: int,
+             seed: int, dummies: int = 0) -> tuple[list[list[bytes]], list[list[bytes]]]:
+    """Both owners' side of the protocol: pseudonyms (+ shared dummies), checked placement, encrypted planes."""
     ka, kb = _keys()
-    pa_ids = list(a)
-    pb_ids = list(b)
-    pa_ps = pseudonyms(ka, pa_ids) + shared_dummies(ka, dummies)
-    pb_ps = pseudonyms(kb, pb_ids) + shared_dummies(kb, dummies)
+    pa_ps = pseudonyms(ka, list(a)) + shared_dummies(ka, dummies)
+    pb_ps = pseudonyms(kb, list(b)) + shared_dummies(kb, dummies)
     place_a, place_b = place(pa_ps, pb_ps, capacity, SeededRandom(seed))
     check_placement(pa_ps, place_a, capacity)
     check_placement(pb_ps, place_b, capacity)
-    val_a = {p: a[i] for p, i in zip(pa_ps, pa_ids)}
-    val_b = {p: b[i] for p, i in zip(pb_ps, pb_ids)}
+    val_a = {p: a[i] for p, i in zip(pa_ps, a)}
+    val_b = {p: b[i] for p, i in zip(pb_ps, b)}
     planes_a = encode_indicators(place_a, val_a, shape[0], capacity, SLOTS)
     planes_b = encode_indicators(place_b, val_b, shape[1], capacity, SLOTS)
-    up_a = [[pub.serialize(pub.encrypt(p)) for p in g] for g in planes_a]
-    up_b = [[pub.serialize(pub.encrypt(p)) for p in g] for g in planes_b]
+    return ([[pub.serialize(pub.encrypt(p)) for p in g] for g in planes_a],
+            [[pub.serialize(pub.encrypt(p)) for p in g] for g in planes_b])
+
+
+def _run(schemes: tuple[JoinScheme, JoinScheme], a: dict[str, int], b: dict[str, int], shape: tuple[int, int],
+         capacity: int, epsilon: float, seed: int, dummies: int = 0) -> tuple[Any, list[Any]]:
+    """The identity release of the table with the library functions: (noisy row-major counts, what arrived)."""
+    ds, pub = schemes
+    up_a, up_b = _uploads(pub, a, b, shape, capacity, seed, dummies)
     cts_a = [[pub.deserialize(x) for x in g] for g in up_a]
     cts_b = [[pub.deserialize(x) for x in g] for g in up_b]
-    sent = noised_cells(pub, joint_totals(pub, cts_a, cts_b), epsilon, SeededRandom(seed + 1))
+    m = PartitionSums(shape[0] * shape[1], epsilon, 1, starts=tuple(range(shape[0] * shape[1])))
+    sent = noised_values(pub, joint_totals(pub, cts_a, cts_b), m, SeededRandom(seed + 1))
     arrived = [ds.deserialize(pub.serialize(c)) for c in sent]
-    return decrypt_cells(ds, arrived, shape, epsilon, SeededRandom(seed + 2)), arrived
+    counts = decrypt_values(ds, arrived, m, SeededRandom(seed + 2)).reshape(shape)
+    return _Cells(counts, 2 * m.noise_variance), arrived
+
+
+class _Cells:
+    def __init__(self, counts: np.ndarray, variance: float) -> None:
+        self.counts, self.variance = counts, variance
+
+
+def _release(schemes: tuple[JoinScheme, JoinScheme], terms: JoinTerms, up: tuple[Any, Any], epsilon: float,
+             seed: int, workers: int) -> Summary:
+    """A whole release of the table through JoinEvaluator and the study's strategy (library path)."""
+    ds, pub = schemes
+    with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(terms), SeededRandom(seed), workers=workers) as ev:
+        return release_table(ev.measure, ds, terms, epsilon, SeededRandom(seed + 100))[0]
 
 
 def _data(n_a: int, n_b: int, shared: int, shape: tuple[int, int], seed: int) -> tuple[dict[str, int], dict[str, int]]:
@@ -191,25 +216,78 @@ def test_the_key_holder_sees_flooded_noise_and_refuses_foreign_ciphertexts(
         ds.decrypt(ds.deserialize(other.serialize(other.encrypt([1, 2, 3]))))
     with pytest.raises(InvalidInputError):
         pub.deserialize(b"garbage")
+    import tenseal.sealapi as seal
+
+    lower = seal.Ciphertext()
+    seal.Evaluator(pub.context).mod_switch_to_next(pub.encrypt([1]), lower)
+    with pytest.raises(InvalidInputError, match="full modulus level"):
+        pub.deserialize(pub.serialize(lower))
     with pytest.raises(InvalidInputError, match="equal counts"):
         joint_totals(pub, [[pub.encrypt([1])]], [])
 
 
-def test_the_parallel_evaluation_gives_the_same_exact_table(schemes: tuple[JoinScheme, JoinScheme]) -> None:
-    from he_partition.join_parallel import noised_table
+@pytest.mark.parametrize("release,order", [(r, "row") for r in JOIN_RELEASES] + [("hier", "hilbert"),
+                                                                                     ("gap", "hilbert")])
+def test_every_strategy_releases_the_encrypted_table_exactly_in_one_process_and_in_workers(
+        schemes: tuple[JoinScheme, JoinScheme], release: str, order: str) -> None:
+    """At a huge epsilon the noise rounds to 0: each partition sum equals the plaintext join's sum over its bins
+    (whatever partition the strategy chose), in one process and with two workers whose blocks split partitions."""
+    shape = (4, 4)
+    a, b = _data(700, 600, 450, shape, seed=5)
+    truth = _plain_join(a, b, shape).ravel()
+    terms = JoinTerms(4, 4, SLOTS, 1.0, 0, release=release, order=order)
+    up = _uploads(schemes[1], a, b, shape, SLOTS, seed=2)
+    flat = truth[bin_cells(terms)]
+    for workers in (1, 2):
+        s = _release(schemes, terms, up, 1e9, seed=3, workers=workers)
+        ends = [*s.starts[1:], 16]
+        assert list(s.sums) == [int(flat[lo:hi].sum()) for lo, hi in zip(s.starts, ends)], (release, workers)
+        assert s.params["join"]["release"] == release and s.params["join"]["order"] == order
+        est, se = cell_table(s)
+        assert est.shape == se.shape == shape and est.sum() == pytest.approx(truth.sum())
+        if release == "cells":
+            assert np.array_equal(est, truth.reshape(shape).astype(float))
 
+
+def test_measured_values_match_the_plaintext_layout_and_stay_narrow_for_the_key_holder(
+        schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    """The +-1 terms of each measurement equal its decode map on prefix sums (the ordinary studies' layout), and
+    the widest value (the total of every cell) keeps its unflooded noise far below the flood."""
+    from he_partition.measurements import HaarCoefficients, PrefixDifferences, owner_encoding
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 16, 64):
+        x = rng.integers(0, 40, n)
+        starts = tuple(sorted({0, *map(int, rng.integers(0, n, 3))}))
+        depth = int(np.ceil(np.log2(n))) if n > 1 else 0
+        for m in (PrefixDifferences(n, 1.0, 2), PartitionSums(n, 1.0, 1, starts=starts),
+                  HaarCoefficients(n, 1.0, 1 + depth)):
+            assert np.array_equal(apply_terms(measurement_terms(m), x), m.decode(owner_encoding(x))), (n, m.kind)
     ds, pub = schemes
-    shape = (2, 3)
-    a, b = _data(500, 400, 250, shape, seed=5)
-    ka, kb = _keys()
-    pa, pb = pseudonyms(ka, list(a)), pseudonyms(kb, list(b))
-    place_a, place_b = place(pa, pb, SLOTS, SeededRandom(2))
-    up = [[[pub.serialize(pub.encrypt(p)) for p in g]
-           for g in encode_indicators(placement, dict(zip(ps, values.values())), d, SLOTS, SLOTS)]
-          for placement, ps, values, d in ((place_a, pa, a, shape[0]), (place_b, pb, b, shape[1]))]
-    cells = noised_table(pub.public_bytes(), up[0], up[1], 1e9, SeededRandom(3), workers=2)
-    table = decrypt_cells(ds, [ds.deserialize(c) for c in cells], shape, 1e9, SeededRandom(4))
-    assert np.array_equal(table.counts, _plain_join(a, b, shape))
+    shape = (4, 4)
+    a, b = _data(400, 400, 200, shape, seed=8)
+    up = _uploads(pub, a, b, shape, SLOTS, seed=4)
+    totals = joint_totals(pub, [[pub.deserialize(x) for x in g] for g in up[0]],
+                          [[pub.deserialize(x) for x in g] for g in up[1]])
+    m = PartitionSums(16, 1.0, 1, starts=(0,))
+    pub.flooding = False
+    try:
+        total = noised_values(pub, [pub.signed_sum([(1, t) for t in totals])], m, SeededRandom(1))
+    finally:
+        pub.flooding = True
+    arrived = ds.deserialize(pub.serialize(total[0]))
+    assert ds.decrypt(arrived)[0] - int(np.sum(_plain_join(a, b, shape))) in range(-40, 41)  # the total + its draw
+    raw = np.array(residual_view(ds, arrived), dtype=object)
+    assert max(abs(int(v)) for v in raw) < 2 ** 60 < 2 ** FLOOD_BITS
+    assert ds.noise_budget(arrived) >= MIN_NOISE_BUDGET_BITS
+    # What the evaluator sends for the same value (over two workers, so it is summed from partials): flooded.
+    terms = JoinTerms(4, 4, SLOTS, 1.0, 0, release="hier")
+    with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(terms), SeededRandom(1), workers=2) as ev:
+        sent = ds.deserialize(ev.measure(m)[0])
+    width = 2.0 ** (FLOOD_BITS + 1)
+    view = np.array(residual_view(ds, sent), dtype=object).astype(float)
+    assert stats.kstest(view / width + 0.5, "uniform").pvalue > 1e-9
+    assert ds.noise_budget(sent) >= MIN_NOISE_BUDGET_BITS
 
 
 def test_datasets_with_the_same_table_look_alike_to_the_key_holder(schemes: tuple[JoinScheme, JoinScheme]) -> None:

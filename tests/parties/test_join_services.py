@@ -75,9 +75,60 @@ def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path) -> Non
     row0 = c.analyst().range_counts(release.release_id, [(0, SHAPE[1])])[0]  # row 0 of the table, row-major
     assert row0.value == pytest.approx(table[0].sum())
     charges = c.decryption().budget("j1").charges
-    assert [(ch.kind, ch.epsilon) for ch in charges] == [("join_padding", 0.5), ("join_cells", 2.5)]
+    assert [(ch.kind, ch.epsilon) for ch in charges] == [("join_padding", 0.5), ("partition_sums", 2.5)]
     again = _both(c, "j1", a, b, tmp_path)  # a re-run finds the committed uploads: nothing is sent twice
     assert all(r.duplicate for r in again.values()), again
+
+
+def test_a_join_table_released_with_a_partition_strategy_along_the_hilbert_curve(secure_cluster: Cluster,
+                                                                                 tmp_path: Path) -> None:
+    """release "gap", order "hilbert": noisy gaps choose the partitions, their sums are the plaintext join's sums
+    over the same bins (within error bars), the ledger books the strategy's two measurements, and the key holder
+    refuses measurements the study's release does not make."""
+    from he_partition.join_release import bin_cells, cell_table
+    from he_partition.measurements import HaarCoefficients, PartitionSums, PrefixDifferences
+
+    from .conftest import CS_ID
+
+    c = secure_cluster
+    terms = {**TERMS, "shape": [4, 4], "release": "gap", "order": "hilbert"}
+    c.open_study(study_id="jg", domain_size=16, epsilon=3.0, owners=("a", "b"), strategy="join",
+                 strategy_params_json=json.dumps(terms))
+    rng = np.random.default_rng(4)
+    ids = [f"cust-{i}" for i in range(1500)]
+    a = {i: int(rng.integers(2)) for i in ids[:1000]}  # only rows 0-1 and columns 0-1: a block of the curve
+    b = {i: int(rng.integers(2)) for i in ids[500:]}
+    truth = np.zeros((4, 4), dtype=np.int64)
+    for i in set(a) & set(b):
+        truth[a[i], b[i]] += 1
+    out = _both(c, "jg", a, b, tmp_path)
+    assert all(getattr(r, "committed", False) for r in out.values()), out
+    release = c.computation().run_release("jg", epsilon=2.5)
+    assert release.state == "DONE", release
+    s = c.analyst().get_release(release.release_id).summary
+    assert s.strategy == "gap" and s.params["join"]["order"] == "hilbert"
+    flat = truth.ravel()[bin_cells(c.computation().study_status("jg").contract.join_terms())]
+    ends = [*s.starts[1:], 16]
+    for lo, hi, v, var in zip(s.starts, ends, s.sums, s.sum_variance):
+        assert abs(v - int(flat[lo:hi].sum())) <= 8 * np.sqrt(var), (lo, hi, v)
+    est, _ = cell_table(s)
+    assert est.shape == (4, 4) and abs(est[2:, :].sum() + est[:, 2:].sum()) < 80  # the empty part stays small
+    charges = c.decryption().budget("jg").charges
+    assert [ch.kind for ch in charges] == ["join_padding", "prefix_differences", "partition_sums"]
+    assert sum(ch.epsilon for ch in charges[1:]) == pytest.approx(2.5)
+    contract = c.computation().study_status("jg").contract
+    cs = c.decryption(CS_ID, "computation")
+    bad = [(HaarCoefficients(16, 0.1, 5), grpc.StatusCode.FAILED_PRECONDITION, "not used by join study"),
+           (PartitionSums(16, 0.1, 1, starts=(0, 8)), grpc.StatusCode.RESOURCE_EXHAUSTED, "has 0 left"),
+           (PrefixDifferences(16, 0.01, 1), grpc.StatusCode.INVALID_ARGUMENT, "sensitivity"),
+           (PartitionSums(12, 0.01, 1, starts=(0,)), grpc.StatusCode.INVALID_ARGUMENT, "domain_size")]
+    for m, code, text in bad:
+        with pytest.raises(ServiceError) as err:
+            cs.decrypt_join_cells(study_id="jg", release_id="r-bad", release_epsilon=m.epsilon,
+                                  contract_hash=contract.contract_hash, cells=[b"x"] * m.count, cell_count=m.count,
+                                  measurement=m)
+        assert err.value.code == code and text in str(err.value), (m.kind, err.value)
+    assert len(c.decryption().budget("jg").charges) == 3  # nothing was charged
 
 
 def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster, tmp_path: Path,
@@ -140,8 +191,9 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     conn = ["--computation", cluster.cs.target, "--insecure"]
     assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
                  "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--capacity", "8192",
-                 "--epsilon", "2", "--padding-epsilon", "0.2", "--padding-offset", "10", *conn]) == 0
+                 "--epsilon", "2", "--padding-epsilon", "0.2", "--padding-offset", "10", "--release", "dawa", *conn]) == 0
     assert "4 x 3 table" in capsys.readouterr().out
+    assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
     rng = np.random.default_rng(6)
     emails = [f"Person{i}@Example.org" for i in range(600)]
     bank = tmp_path / "bank.csv"
@@ -166,6 +218,6 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     capsys.readouterr()
     assert main(["query", "latest", "--study", "jc", "--analyst", cluster.cs.target, "--insecure"]) == 0
     out = capsys.readouterr().out
-    assert "joint table, 4 rows (age:0:100:4) x 3 columns (spend:categories:low,mid,high)" in out
+    assert "joint table, 4 rows (age:0:100:4) x 3 columns (spend:categories:low,mid,high): dawa partitions" in out
     table = np.array([[int(v) for v in line.split()] for line in out.strip().splitlines()[-4:]])
     assert table.shape == (4, 3) and abs(int(table.sum()) - 200) < 60  # 200 shared people, noisy cells
