@@ -5,13 +5,15 @@ domain 16 x 16, through the real services (decryption and computation servers as
 processes on loopback, the two owners as two processes running `submit_join`, an operator
 release, an analyst read) and prints its figures on the last line; `--bins 64` runs 64 x 64
 (16x the ciphertext products); `--records`, `--shared`, `--padding-offset` change the data.
+`--release` picks how the table is released (default cells: every cell noised; gap, hier,
+dawa, privelet, auto: that strategy over the table flattened along the Hilbert curve).
 `--library` runs the protocol's library path in one process instead, timing each step:
-key generation (decryption server),
-X25519 key agreement and HMAC pseudonyms (owners), placement (computation server), indicator
-encoding, encryption and serialization (owners: the bytes they would upload), deserialization,
-products, rotations, noise, pads and flooding (computation server), decryption and its own
-noise (decryption server). Reported: wall time per step and total, bytes uploaded per owner,
-bytes sent to the key holder, peak RSS, and the error against the plaintext join.
+key generation (decryption server), X25519 key agreement and HMAC pseudonyms (owners),
+placement (computation server), indicator encoding, encryption and serialization (owners:
+the bytes they would upload), products and rotations (computation server), then the release
+(noise, pads and flooding per measured value; decryption and the key holder's noise).
+Reported: wall time per step and total, bytes uploaded per owner, bytes sent to the key
+holder, peak RSS, and the per-cell error against the plaintext join.
 """
 
 from __future__ import annotations
@@ -24,25 +26,49 @@ from typing import Any
 
 import numpy as np
 
-from he_partition.join import (JoinKeyPair, check_placement, decrypt_cells, dummy_count, encode_indicators,
-                               groups_for, joint_totals, noised_cells, place, pseudonyms, shared_dummies)
+from he_partition.join import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count, encode_indicators, groups_for,
+                               place, pseudonyms, shared_dummies)
 from he_partition.join_he import JoinScheme
+from he_partition.join_parallel import JoinEvaluator
+from he_partition.join_release import bin_cells, cell_table, release_table
 from he_partition.noise import SecureRandom
 
 from .common import write_result
 
 
-def _data(records: int, shared: int, bins: int, seed: int) -> tuple[dict[str, int], dict[str, int]]:
+def _data(records: int, shared: int, bins: int, seed: int, skew: float = 0.0) -> tuple[dict[str, int], dict[str, int]]:
+    """Both owners' records: attribute bins uniform, or (skew p > 0) geometric(p) - 1 capped at the last bin,
+    which leaves most of the table nearly empty (the case partition strategies are for)."""
     rng = np.random.default_rng(seed)
     ids = [f"customer-{i:07d}@example.org" for i in range(2 * records - shared)]
-    a = dict(zip(ids[:records], rng.integers(0, bins, records).tolist()))
-    b = dict(zip(ids[records - shared:], rng.integers(0, bins, records).tolist()))
+
+    def values() -> list[int]:
+        if skew > 0:
+            return np.minimum(rng.geometric(skew, records) - 1, bins - 1).tolist()
+        return rng.integers(0, bins, records).tolist()
+
+    a = dict(zip(ids[:records], values()))
+    b = dict(zip(ids[records - shared:], values()))
     return a, b
 
 
+def _order(bins: int) -> str:
+    return "hilbert" if not bins & (bins - 1) else "row"
+
+
+def _errors(summary: Any, truth: np.ndarray) -> dict[str, Any]:
+    est, se = cell_table(summary)
+    err = est - truth
+    return {"release": summary.params["join"]["release"], "order": summary.params["join"]["order"],
+            "partitions": summary.n_partitions, "cell_noise_sd": [round(float(se.min()), 3), round(float(se.max()), 3)],
+            "max_abs_error": round(float(np.abs(err).max()), 2), "rmse": round(float(np.sqrt(np.mean(err ** 2))), 3)}
+
+
 def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float, pad_offset: int,
-        seed: int) -> dict[str, Any]:
-    a, b = _data(records, shared, bins, seed)
+        seed: int, release: str = "cells", skew: float = 0.0, compare: int = 0) -> dict[str, Any]:
+    """The library path; `compare` > 0: afterwards release the same cell totals with every join release
+    `compare` times each and report the mean errors (result["compare"])."""
+    a, b = _data(records, shared, bins, seed, skew)
     times: dict[str, float] = {}
 
     def step(name: str, t0: float) -> float:
@@ -76,33 +102,36 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         planes = encode_indicators(placement, value_of, bins, capacity, slots)
         uploads.append([[owner_scheme.serialize(owner_scheme.encrypt(p)) for p in g] for g in planes])
     t = step("owners_encrypt", t)
-    cs = JoinScheme.from_public(public_bytes)
-    cts_a = [[cs.deserialize(x) for x in g] for g in uploads[0]]
-    cts_b = [[cs.deserialize(x) for x in g] for g in uploads[1]]
-    t = step("cs_deserialize", t)
-    totals = joint_totals(cs, cts_a, cts_b)
-    t = step("cs_products_and_sums", t)
-    sent = [cs.serialize(c) for c in noised_cells(cs, totals, epsilon, SecureRandom())]
-    t = step("cs_noise_pads_flood", t)
-    cells = decrypt_cells(ds, [ds.deserialize(x) for x in sent], (bins, bins), epsilon, SecureRandom())
-    t = step("ds_decrypt", t)
-    total = time.perf_counter() - start
-
-    truth = np.zeros((bins, bins), dtype=np.int64)
-    for ident in set(a) & set(b):
-        truth[a[ident], b[ident]] += 1
-    err = cells.counts - truth
+    terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=release, order=_order(bins))
+    with JoinEvaluator(public_bytes, uploads[0], uploads[1], bin_cells(terms), SecureRandom(), workers=1) as ev:
+        t = step("cs_products_and_sums", t)
+        summary, sent = release_table(ev.measure, ds, terms, epsilon, SecureRandom())
+        t = step("release_noise_flood_decrypt", t)
+        total = time.perf_counter() - start
+        truth = np.zeros((bins, bins), dtype=np.int64)
+        for ident in set(a) & set(b):
+            truth[a[ident], b[ident]] += 1
+        compared = {}
+        for name in JOIN_RELEASES if compare else ():
+            other = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=name, order=_order(bins))
+            runs = [_errors(release_table(ev.measure, ds, other, epsilon, SecureRandom())[0], truth)
+                    for _ in range(compare)]
+            compared[name] = {"rmse": round(float(np.mean([r["rmse"] for r in runs])), 3),
+                              "partitions": round(float(np.mean([r["partitions"] for r in runs])), 1)}
+            print(f"  {name:8s} cell RMSE {compared[name]['rmse']:7.3f} ({compared[name]['partitions']:.0f} partitions, "
+                  f"mean of {compare})", flush=True)
     return {
-        "mode": "library", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "epsilon": epsilon,
+        "mode": "library", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "skew": skew,
+        "epsilon": epsilon,
         "padding": {"epsilon": pad_epsilon, "offset": pad_offset, "dummies": dummies},
         "capacity": capacity, "groups": capacity // slots,
         "ciphertext_products": capacity // slots * bins * bins,
         "seconds": times, "total_seconds": round(total, 2),
         "bytes_uploaded_per_owner": [sum(len(x) for g in up for x in g) for up in uploads],
-        "bytes_to_key_holder": sum(len(x) for x in sent), "public_key_bytes": len(public_bytes),
+        "bytes_to_key_holder": sent, "public_key_bytes": len(public_bytes),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "cell_noise_sd": round(float(np.sqrt(cells.variance)), 3),
-        "max_abs_error": int(np.abs(err).max()), "rmse": round(float(np.sqrt(np.mean(err ** 2))), 3),
+        **_errors(summary, truth),
+        **({"compare": compared, "nonzero_cells": int(np.count_nonzero(truth))} if compare else {}),
     }
 
 
@@ -118,7 +147,7 @@ def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], sta
 
 
 def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float, pad_offset: int,
-                 seed: int) -> dict[str, Any]:
+                 seed: int, release: str = "cells", skew: float = 0.0) -> dict[str, Any]:
     """End to end through the services: servers and owners in their own processes, plaintext loopback."""
     import multiprocessing as mp
     import tempfile
@@ -129,7 +158,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
 
     from .services import _start_server, _vm_hwm_mb
 
-    a, b = _data(records, shared, bins, seed)
+    a, b = _data(records, shared, bins, seed, skew)
     work = Path(tempfile.mkdtemp(prefix="dpagg-join-bench-"))
     ds, ds_target = _start_server(["serve-decryption", "--data-dir", str(work / "ds"), "--insecure"], work, "ds")
     cs, cs_target = _start_server(["serve-computation", "--data-dir", str(work / "cs"), "--decryption", ds_target,
@@ -137,7 +166,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     try:
         capacity = groups_for(2 * records - shared + pad_offset * 4, 8192) * 8192
         terms = {"shape": [bins, bins], "capacity": capacity, "padding_epsilon": pad_epsilon,
-                 "padding_offset": pad_offset}
+                 "padding_offset": pad_offset, "release": release, "order": _order(bins)}
         start = time.perf_counter()
         with ComputationClient(cs_target, insecure=True) as op:
             op.open_study(study_id="bench", domain_size=bins * bins, epsilon=epsilon + pad_epsilon,
@@ -171,9 +200,8 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     truth = np.zeros((bins, bins), dtype=np.int64)
     for ident in set(a) & set(b):
         truth[a[ident], b[ident]] += 1
-    err = np.array(summary.sums).reshape(bins, bins) - truth
     return {
-        "mode": "services", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}",
+        "mode": "services", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "skew": skew,
         "epsilon": epsilon, "padding": {"epsilon": pad_epsilon, "offset": pad_offset}, "capacity": capacity,
         "ciphertext_products": capacity // 8192 * bins * bins,
         "seconds": {"open_study": round(opened - start, 2), "owners_until_both_committed": round(submitted - opened, 2),
@@ -183,8 +211,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         "bytes_uploaded_per_owner": [n for _, n, _, _ in owners],
         "bytes_to_key_holder": rel.bytes_to_decryption,
         "peak_rss_mb": {k: round(v, 1) if isinstance(v, float) else v for k, v in rss.items()},
-        "cell_noise_sd": round(float(np.sqrt(summary.sum_variance[0])), 3),
-        "max_abs_error": int(np.abs(err).max()), "rmse": round(float(np.sqrt(np.mean(err ** 2))), 3),
+        **_errors(summary, truth),
     }
 
 
@@ -198,19 +225,37 @@ def main(argv: list[str] | None = None) -> int:
                    help="epsilon of the dummy padding that hides the intersection size (default 0.5)")
     p.add_argument("--padding-offset", type=int, default=100, help="mean number of shared dummies (default 100)")
     p.add_argument("--seed", type=int, default=7, help="data seed (default 7)")
+    p.add_argument("--release", choices=JOIN_RELEASES, default="cells",
+                   help="how the table is released (default cells; the others run that strategy over the table "
+                        "flattened along the Hilbert curve)")
+    p.add_argument("--skew", type=float, default=0.0,
+                   help="attribute bins geometric(SKEW) instead of uniform: 0.3 leaves most cells nearly empty "
+                        "(default 0: uniform)")
     p.add_argument("--library", action="store_true", help="run the library path in one process (no services)")
+    p.add_argument("--compare", type=int, default=0, metavar="N",
+                   help="with --library: then release the same table with every join release N times each and "
+                        "print the mean cell RMSE of each")
     args = p.parse_args(argv)
-    fn = run if args.library else run_services
-    result = fn(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon, args.padding_offset,
-                args.seed)
-    write_result(f"join_{args.bins}x{args.bins}{'_library' if args.library else ''}", result)
+    if args.compare and not args.library:
+        p.error("--compare needs --library")
+    if args.library:
+        result = run(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon, args.padding_offset,
+                     args.seed, args.release, args.skew, args.compare)
+    else:
+        result = run_services(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon,
+                              args.padding_offset, args.seed, args.release, args.skew)
+    suffix = (("_library" if args.library else "") + ("" if args.release == "cells" else f"_{args.release}")
+              + (f"_skew{args.skew:g}" if args.skew else "")
+              + (f"_compare_eps{args.epsilon:g}" if args.compare else ""))
+    write_result(f"join_{args.bins}x{args.bins}{suffix}", result)
     s = result["seconds"]
     print(f"join {result['bins']} ({'library' if args.library else 'services'}), {args.records} records per owner, "
           f"{args.shared} shared: {result['ciphertext_products']} ciphertext products; "
           + ", ".join(f"{k} {v} s" for k, v in s.items()))
     print(f"uploaded {result['bytes_uploaded_per_owner'][0] / 1e6:.1f} MB per owner, "
           f"{result['bytes_to_key_holder'] / 1e6:.1f} MB to the key holder, peak RSS {result['peak_rss_mb']} MB, "
-          f"max |error| {result['max_abs_error']} (noise sd {result['cell_noise_sd']})")
+          f"release {result['release']} ({result['partitions']} partitions): cell RMSE {result['rmse']}, max |error| "
+          f"{result['max_abs_error']} (cell noise sd {result['cell_noise_sd']})")
     print(json.dumps({"total_seconds": result["total_seconds"], "bins": result["bins"],
                       "bytes_uploaded_per_owner": result["bytes_uploaded_per_owner"][0],
                       "peak_rss_mb": result["peak_rss_mb"]}))
