@@ -403,6 +403,12 @@ class DirectQueryAccountant:
     def charge(self, new_queries: Sequence[RangeQuery]) -> ChargeEvent:
         """Accept `new_queries` if the total charge stays within the budget.
 
+        Privacy: spends budget, no noise drawn here (so nobody knows noise from it). Each
+        query is released with discrete Laplace noise at its own `epsilon` (sensitivity:
+        one record changes each overlapping range count by 1; neighbouring relation:
+        add/remove one record); the history's charge is the heaviest weighted overlap of
+        all queries answered (seed 004), recorded only if it stays within total_epsilon.
+
         Raises:
             BudgetExceeded: the charge of history + new_queries would exceed total_epsilon;
                 nothing is recorded.

@@ -189,7 +189,8 @@ def dummy_count(join_key: bytes, epsilon: float, offset: int) -> int:
     Privacy: the computation server sees |A ∩ B| + this count, and a shared customer added or
     removed changes |A ∩ B| by 1 (sensitivity 1): the count is epsilon-DP noise for it,
     except that the clamp at 0 fails with probability about exp(-epsilon * offset) / 2 (the
-    delta). Only the two owners know the draw (it comes from their join key).
+    delta). Neighbouring relation: add/remove one shared customer. Only the two owners know
+    the draw (it comes from their join key); the computation server knows only the sum.
     """
     if not epsilon > 0 or offset < 0:
         raise InvalidInputError(f"padding needs epsilon > 0 and offset >= 0, got {epsilon}, {offset}")

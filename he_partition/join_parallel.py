@@ -174,8 +174,9 @@ class JoinEvaluator:
         """Serialized ciphertexts, one per value `m` measures: value + this server's draw in slot 0, pads, flood.
 
         Privacy: as he_partition.join_release.noised_values (one discrete Laplace draw of
-        scale m.sensitivity / m.epsilon per value from `rng`, known only to this server;
-        m.epsilon-DP under add/remove of one shared customer).
+        scale m.sensitivity / m.epsilon per value from `rng`: only this server knows it;
+        m.epsilon-DP, sensitivity m.sensitivity, neighbouring relation add/remove of one
+        shared customer).
         """
         if m.domain_size != self.n:
             raise InvalidInputError(f"a {m.domain_size}-bin measurement of a {self.n}-cell table")

@@ -102,7 +102,7 @@ def noised_values(scheme: JoinScheme, values: Sequence[Any], m: Measurement, rng
 
     Privacy: one draw of scale m.sensitivity / m.epsilon per value from `rng` (the
     computation server's source; only it knows the draws): m.epsilon-DP for the measured
-    values under add/remove of one shared customer (m.sensitivity is the strategy's L1
+    values, neighbouring relation add/remove of one shared customer (m.sensitivity is the strategy's L1
     sensitivity with contribution bound 1). Every other slot gets a pad uniform mod t and
     every ciphertext the flood, both from the OS CSPRNG: the key holder learns slot 0 only.
     """
@@ -123,9 +123,9 @@ def decrypt_values(scheme: JoinScheme, cts: Sequence[Any], m: Measurement, rng: 
 
     Privacy: the decrypted values already carry the computation server's draw of scale
     m.sensitivity / m.epsilon; this server adds an independent one of the same scale
-    (known only to it), so the values are m.epsilon-DP against the computation server too
-    (sensitivity m.sensitivity, add/remove of one shared customer). The caller charges
-    m.epsilon before calling.
+    (only this server knows it), so the values are m.epsilon-DP against the computation
+    server too (sensitivity m.sensitivity; neighbouring relation add/remove of one shared
+    customer). The caller charges m.epsilon before calling.
     """
     if len(cts) != m.count:
         raise InvalidInputError(f"{m.kind} measures {m.count} values, {len(cts)} ciphertexts arrived")

@@ -131,7 +131,13 @@ class Measurement:
 
     def computation_noise(self, rng: RandomSource) -> IntArray:
         """The computation side's draw, the input of `noise_slots`: one discrete Laplace value of
-        `scale` per measured value (only the computation side knows it)."""
+        `scale` per measured value (only the computation side knows it).
+
+        Privacy: scale = sensitivity / epsilon rounded up, so the measured values plus this
+        draw are epsilon-DP; neighbouring relation add/remove of one person with at most c
+        records (`sensitivity` includes c). Spends nothing itself: the decryption side
+        charges epsilon before it decrypts.
+        """
         return discrete_laplace(self.scale, self.count, rng)
 
     def noise_slots(self, eta: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
@@ -389,7 +395,13 @@ class RangeCount(Measurement):
         return m
 
     def computation_noise(self, rng: RandomSource) -> IntArray:
-        """[eta] for lo = 0, else [mu, eta]: the prefix mask and the answer's noise (see the class)."""
+        """[eta] for lo = 0, else [mu, eta]: the prefix mask and the answer's noise (see the class).
+
+        Privacy: eta has scale sensitivity / epsilon (the count, epsilon-DP), mu scale
+        sensitivity / PREFIX_MASK_EPSILON (the prefix the decryption side sees, 2^-20-DP);
+        sensitivity c, neighbouring relation add/remove of one person with at most c
+        records. Only the computation side knows eta and mu.
+        """
         eta = discrete_laplace(self.scale, 1, rng)
         if self.lo == 0:
             return eta

@@ -104,6 +104,13 @@ class Budget:
         return float(sum((exact_decimal(e) for _, e in self.charges), Fraction(0)))
 
     def charge(self, what: str, epsilon: float) -> None:
+        """Spend `epsilon` for `what` (sequential composition), or raise BudgetExhaustedError.
+
+        Privacy: books the epsilon of a measurement whose sensitivity and neighbouring
+        relation are the measurement's (add/remove of one person, contribution bound
+        included in its sensitivity); draws no noise, so nobody knows noise from it.
+        Nothing is recorded when the charge does not fit.
+        """
         left = exact_decimal(self.total) - sum((exact_decimal(e) for _, e in self.charges), Fraction(0))
         want = exact_decimal(epsilon)
         if want > left:
@@ -148,6 +155,12 @@ class ComputationSide:
     def measure_chunks(self, aggregate: ChunkedVector, m: Measurement) -> Iterator[tuple[int, Any]]:
         """`measure` as a stream of (chunk index, ciphertext), encrypting each chunk only when asked for.
 
+        Privacy: adds `m.computation_noise` (discrete Laplace of scale m.sensitivity /
+        m.epsilon per measured value: m.epsilon-DP, neighbouring relation add/remove of one
+        person with at most c records) and uniform pads mod t on the other slots; only this
+        (computation) side knows eta and the pads. Spends nothing: the decryption side
+        charges m.epsilon before it decrypts.
+
         Every noise draw (eta, then the pads) is taken before the first chunk is produced,
         so seeded runs draw in the same order either way.
         """
@@ -186,7 +199,14 @@ class DecryptionSide:
         self.noise_parties = noise_parties
 
     def decrypt_measurement(self, m: Measurement, ciphertext: ChunkedVector, *, verified: bool = False) -> IntArray:
-        """Verify (unless `verified`: the caller checked each chunk as it arrived), charge, decrypt, decode, noise."""
+        """Verify (unless `verified`: the caller checked each chunk as it arrived), charge, decrypt, decode, noise.
+
+        Privacy: charges m.epsilon to `budget` before decrypting. The decoded values carry
+        the computation side's draw; with noise_parties == 2 this side adds its own
+        discrete Laplace draw of scale m.sensitivity / m.epsilon (only the decryption side
+        knows it), so the values are m.epsilon-DP against either server; neighbouring
+        relation add/remove of one person with at most c records (in m.sensitivity).
+        """
         if ciphertext.length != m.domain_size:
             raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")
         if not verified:

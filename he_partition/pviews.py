@@ -488,8 +488,8 @@ def build_pview(
 ) -> PView:
     """Build an eps-DP p-view of a count tensor (seed 000, Algorithms 1-2) with exact noise.
 
-    Privacy: eps-DP (epsilon = eps_B, no delta) under add/remove one record, i.e. one cell
-    of `counts` changes by 1. Mechanisms and sensitivities: converge test on |B| AE(B),
+    Privacy: eps-DP (epsilon = eps_B, no delta); neighbouring relation add/remove one
+    record, i.e. one cell of `counts` changes by 1. Mechanisms and sensitivities: converge test on |B| AE(B),
     sensitivity 2 (|B| - 1), discrete Laplace; cut selection by permute-and-flip on the
     grid-rounded scores, sensitivity ceil(2^20 * 2 Delta_AE(|B|)) in units of 2^-20 (the
     seed's Delta_q = 2 Delta_AE, rounded up); block sum, sensitivity 1, discrete Laplace.
@@ -564,6 +564,13 @@ def _perturb(
     params: PViewParams,
     rng: RandomSource,
 ) -> Block:
+    """The block's noisy sum: its count + DLap(laplace_scale(1, eps)).
+
+    Privacy: epsilon = eps, what the perturbation rule leaves this block (exact rule: eps_B less
+    what its path spent on converge tests and cuts); sensitivity 1 (the block sum under a
+    neighbouring relation of add/remove one record); only the curator running
+    `build_pview` knows the draw.
+    """
     if params.perturbation_rule == "exact":
         eps = budget.total - spent_conv - spent_cut
     else:  # seed 000 eq. (12)
@@ -575,7 +582,8 @@ def _perturb(
 def identity_estimate(counts: npt.ArrayLike, epsilon: float, rng: RandomSource | int | None = None) -> IntArray:
     """The Identity baseline: every cell + DLap(laplace_scale(1, eps)) (seed 000, [2]).
 
-    Privacy: eps-DP under add/remove one record (the count vector's L1 sensitivity is 1);
+    Privacy: eps-DP, neighbouring relation add/remove one record (the count vector's L1
+    sensitivity is 1);
     the scale 1/eps is rounded up to a multiple of 2^-20. Who knows the noise: only the
     caller (trusted curator). `rng` as in `build_pview` (None: OS CSPRNG). Returns
     integers (possibly negative), shaped like `counts`.

@@ -43,7 +43,12 @@ class DirectQueries:
 
     def answer(self, study_id: str, ranges: Sequence[tuple[int, int]], epsilon: float, *, force: bool = False,
                request_key: str = "") -> DirectAnswers:
-        """Answer `ranges` ([lo, hi) each) at `epsilon` each; see the class for the privacy statement.
+        """Answer `ranges` ([lo, hi) each) at `epsilon` each.
+
+        Privacy (the class has the full statement): epsilon-DP per range, sensitivity c,
+        neighbouring relation add/remove of one person with at most c records; this server
+        alone knows its noise and prefix masks, the decryption server alone knows its
+        draw; the whole batch is charged before anything is decrypted.
 
         Raises InvalidInputError (no ranges, too many, a range outside the domain, a bad
         epsilon), FailedPreconditionError (no submissions, owners missing without `force`),

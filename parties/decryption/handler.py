@@ -100,6 +100,13 @@ class _LedgerBudget(Budget):
         self.last: Charge | None = None
 
     def charge(self, what: str, epsilon: float) -> None:
+        """Write the ledger row for one measurement: `epsilon` times the noise multiplier.
+
+        Privacy: spends epsilon x (1 + L) of the study's budget (L = 0: plain DP; otherwise
+        the Bayesian-DP charge, seed 003) for a measurement whose sensitivity covers one
+        person's c records (neighbouring relation: add/remove of one person). No noise is
+        drawn here, so nobody knows noise from it.
+        """
         self.last = self._ledger.charge(self._study_id, self._release_id, what,
                                         _scaled(epsilon, self._multiplier, self._release_epsilon),
                                         self._release_epsilon, self._detail)
@@ -136,6 +143,13 @@ class _DirectClaim(Budget):
         self._ledger, self._study_id, self._request_id, self._m, self._detail = ledger, study_id, request_id, m, detail
 
     def charge(self, what: str, epsilon: float) -> None:
+        """Claim the paid range once instead of spending again.
+
+        Privacy: spends no epsilon here: the range's epsilon (sensitivity c, neighbouring
+        relation add/remove of one person with at most c records) was charged by
+        `charge_direct_queries`; a second claim is refused. No noise is drawn, so nobody
+        knows noise from it.
+        """
         self._ledger.claim_direct_decryption(self._study_id, self._request_id, self._m.lo, self._m.hi,
                                              self._m.epsilon, self._detail)
 
@@ -235,7 +249,8 @@ class DecryptionHandler:
 
         Privacy: the computation server sees |A ∩ B| + D, D a discrete Laplace draw of scale
         1/padding_epsilon (plus an offset) that only the two owners know (he_partition.join.
-        dummy_count); sensitivity 1 under add/remove of one shared customer. That view is
+        dummy_count); sensitivity 1 under the neighbouring relation add/remove of one shared
+        customer. That view is
         padding_epsilon-DP (delta from the clamp at 0), so the study's budget pays it first.
         """
         if any(c.release_id == JOIN_PADDING_CHARGE for c in self.ledger.charges(contract.study_id)):
@@ -253,10 +268,11 @@ class DecryptionHandler:
         (PartitionSums over single bins at `release_epsilon`).
 
         Privacy: `measurement.epsilon` is charged (the strategy's share of the release;
-        sensitivity `measurement.sensitivity` under add/remove of one shared customer, who
-        is in one cell: contribution bound 1). The values decrypted here already carry the
-        computation server's draw of scale sensitivity/epsilon; with noise_parties == 2 this
-        server adds its own independent draw of that scale, known only to it. Every
+        sensitivity `measurement.sensitivity` under the neighbouring relation add/remove of
+        one shared customer, who is in one cell: contribution bound 1). The values decrypted
+        here already carry the computation server's draw of scale sensitivity/epsilon; with
+        noise_parties == 2 this server adds its own independent draw of that scale, and
+        only it knows that draw. Every
         ciphertext passes the integrity check (noise budget) before the charge; the charge
         is committed before any value leaves.
         """
@@ -429,8 +445,9 @@ class DecryptionHandler:
         """Pay for a batch of direct range counts before any is decrypted (see `LedgerStore.charge_direct`).
 
         Privacy: each range [lo, hi) will be released as its count plus discrete Laplace
-        noise of scale c / epsilon from each noise party (sensitivity c: add/remove of one
-        person with at most c records), and this server's view also holds the prefix
+        noise of scale c / epsilon from each noise party, each of which alone knows its own
+        draw (sensitivity c; neighbouring relation add/remove of one person with at most c
+        records), and this server's view also holds the prefix
         [0, lo) behind a mask at PREFIX_MASK_EPSILON. The charge is the growth of the
         heaviest weighted overlap of all the study's answered pieces (seed 004), or, in a
         study with correlated records, every piece in full times the noise multiplier.

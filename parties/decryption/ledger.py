@@ -299,6 +299,10 @@ class LedgerStore(abc.ABC):
         This is where budget is spent: `epsilon` of the study's total (sequential
         composition over every charge of the study). Callers charge before they decrypt,
         and record in `detail` what the charge pays for (one row per decryption).
+
+        Privacy: the charged measurement's sensitivity and neighbouring relation
+        (add/remove of one person with at most c records) are the caller's to check; no
+        noise is drawn here, so nobody knows noise from it.
         """
 
     @abc.abstractmethod
@@ -317,6 +321,10 @@ class LedgerStore(abc.ABC):
         and, when the increment is > 0, one `DIRECT_KIND` charge row are committed
         together. Charging the same request id again with the same queries returns the
         first result (`already_charged`); other queries under that id: AlreadyExistsError.
+
+        Privacy: each piece is a range count at its epsilon, sensitivity c under the
+        neighbouring relation add/remove of one person with at most c records; no noise is
+        drawn here, so nobody knows noise from it.
         """
 
     @abc.abstractmethod
@@ -417,6 +425,13 @@ class MemoryLedgerStore(LedgerStore):
 
     def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
                detail: str = "") -> Charge:
+        """Book `epsilon` for one measurement of a release, atomically (see `LedgerStore.charge`).
+
+        Privacy: spends `epsilon` of the study's budget; the measurement's sensitivity and
+        neighbouring relation (add/remove of one person with at most c records) are checked
+        by the caller (`DecryptionHandler.check_measurement`); no noise is drawn here, so
+        nobody knows noise from it. Nothing is written when the charge does not fit.
+        """
         check_id("release_id", release_id)
         with self._lock:
             contract = self._studies.get(study_id)
@@ -436,6 +451,13 @@ class MemoryLedgerStore(LedgerStore):
 
     def charge_direct(self, study_id: str, request_id: str, queries: Sequence[Sequence[RangeQuery]],
                       detail: str = "") -> DirectCharge:
+        """Pay for a batch of direct range counts atomically (see `LedgerStore.charge_direct`).
+
+        Privacy: spends the growth of the heaviest weighted overlap (epsilon per piece,
+        seed 004); each piece is a range count of sensitivity c under the neighbouring
+        relation add/remove of one person with at most c records. No noise is drawn here,
+        so nobody knows noise from it. Nothing is written when the charge does not fit.
+        """
         check_id("request_id", request_id)
         new = _pieces_of(request_id, queries)
         contract = self.get_study(study_id)
@@ -626,6 +648,13 @@ class SqliteLedgerStore(LedgerStore):
 
     def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
                detail: str = "") -> Charge:
+        """Book `epsilon` for one measurement of a release, atomically (see `LedgerStore.charge`).
+
+        Privacy: spends `epsilon` of the study's budget; the measurement's sensitivity and
+        neighbouring relation (add/remove of one person with at most c records) are checked
+        by the caller (`DecryptionHandler.check_measurement`); no noise is drawn here, so
+        nobody knows noise from it. Nothing is written when the charge does not fit.
+        """
         check_id("release_id", release_id)
         with self._lock, self._transaction():
             contract = self._get(study_id)
@@ -692,6 +721,13 @@ class SqliteLedgerStore(LedgerStore):
 
     def charge_direct(self, study_id: str, request_id: str, queries: Sequence[Sequence[RangeQuery]],
                       detail: str = "") -> DirectCharge:
+        """Pay for a batch of direct range counts atomically (see `LedgerStore.charge_direct`).
+
+        Privacy: spends the growth of the heaviest weighted overlap (epsilon per piece,
+        seed 004); each piece is a range count of sensitivity c under the neighbouring
+        relation add/remove of one person with at most c records. No noise is drawn here,
+        so nobody knows noise from it. Nothing is written when the charge does not fit.
+        """
         check_id("request_id", request_id)
         new = _pieces_of(request_id, queries)
         with self._lock, self._transaction():

@@ -119,6 +119,12 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
 
     def ChargeDirectQueries(self, request: decryption_pb2.ChargeDirectQueriesRequest,
                             context: grpc.ServicerContext) -> decryption_pb2.ChargeDirectQueriesResponse:
+        """gRPC: pay for a batch of direct range counts (computation server only).
+
+        Privacy: spends budget as `DecryptionHandler.charge_direct_queries` (epsilon per
+        range, sensitivity c, neighbouring relation add/remove of one person with at most
+        c records); draws no noise, so nobody knows noise from it.
+        """
         self._computation_only(context, "pay for direct range counts")
         r = self.handler.charge_direct_queries(study_id=request.study_id, request_id=request.request_id,
                                                contract_hash=request.contract_hash,
