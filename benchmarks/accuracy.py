@@ -21,9 +21,9 @@ import numpy as np
 import numpy.typing as npt
 
 from he_partition import release
-from he_partition.estimation import IntervalTree
-from he_partition.hier import hb_branching, tree_levels
-from he_partition.noise import SeededRandom, discrete_laplace, discrete_laplace_variance, laplace_scale
+from he_partition.core.estimation import IntervalTree
+from he_partition.strategies.hier import hb_branching, tree_levels
+from he_partition.core.noise import SeededRandom, discrete_laplace, discrete_laplace_variance, laplace_scale
 
 from .common import dpbench_1d, random_ranges, range_rmse, write_result
 
@@ -83,7 +83,7 @@ def dawa_partition_plain(x: npt.NDArray[np.int64], eps1: float, eps2: float, see
     1/eps2 + Laplace((2 - 1/len - 1/n) / eps1) (none for length 1), clamped below at 1/eps2;
     the partition of least total score is chosen by dynamic programming.
     """
-    from he_partition.dawa import _dyadic_partition, l1_costs
+    from he_partition.strategies.dawa import _dyadic_partition, l1_costs
 
     n = x.size
     gen = np.random.default_rng(seed)

@@ -1,6 +1,6 @@
 """2-D accuracy benchmark: RMSE of random rectangles on the DPBench-2D grids, flattened along a Hilbert curve.
 
-Each 256 x 256 grid is flattened along the Hilbert curve (he_partition.hilbert), released
+Each 256 x 256 grid is flattened along the Hilbert curve (he_partition.strategies.hilbert), released
 as a 1-D histogram of 65,536 bins, and the per-bin estimates are put back on the grid.
 Workload: 2,000 rectangles with side lengths uniform in [1, 256] and uniform positions;
 ratios are to Identity's expected RMSE (per-cell Laplace, single noise, same eps).
@@ -22,8 +22,8 @@ from typing import Callable
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.hilbert import flatten, unflatten
-from he_partition.noise import discrete_laplace_variance, laplace_scale
+from he_partition.strategies.hilbert import flatten, unflatten
+from he_partition.core.noise import discrete_laplace_variance, laplace_scale
 
 from .accuracy import dawa_plain, hb_plain, identity, ours, summarize
 from .common import SHARED_DATA, require_data, write_result

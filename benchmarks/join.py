@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from he_partition.join import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count, encode_indicators, groups_for,
+from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count, encode_indicators, groups_for,
                                place, pseudonyms, shared_dummies)
-from he_partition.join_he import JoinScheme
-from he_partition.join_parallel import JoinEvaluator
-from he_partition.join_release import bin_cells, cell_table, release_table
-from he_partition.noise import SecureRandom
+from he_partition.he.join_scheme import JoinScheme
+from he_partition.join.parallel import JoinEvaluator
+from he_partition.join.release import bin_cells, cell_table, release_table
+from he_partition.core.noise import SecureRandom
 
 from .common import write_result
 

@@ -5,7 +5,7 @@ $DPAGG_SHARED_DATA/adult_uci): organization A (say, a bank) knows the age of a r
 of the people, organization B (an employer survey) the years of education of another
 random 70%; about half the people are in both. The row number stands in for a shared
 identifier (Adult has none). The DP cross-tabulation (age in 16 bins of 5 years from 17,
-education-num 1..16) of the people in both is computed with he_partition.join and released
+education-num 1..16) of the people in both is computed with he_partition.join.protocol and released
 with every join release ("cells" and the strategies over the Hilbert-ordered table), each
 `--repeats` times from one set of encrypted cell totals, and compared with the plaintext
 join: cell RMSE and the error of the education marginal. Prints the figures; writes
@@ -19,12 +19,12 @@ import time
 
 import numpy as np
 
-from he_partition.join import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, encode_indicators, groups_for,
+from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, encode_indicators, groups_for,
                                place, pseudonyms)
-from he_partition.join_he import JoinScheme
-from he_partition.join_parallel import JoinEvaluator
-from he_partition.join_release import bin_cells, cell_table, release_table
-from he_partition.noise import SecureRandom
+from he_partition.he.join_scheme import JoinScheme
+from he_partition.join.parallel import JoinEvaluator
+from he_partition.join.release import bin_cells, cell_table, release_table
+from he_partition.core.noise import SecureRandom
 
 from .common import SHARED_DATA, require_data, write_result
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from he_partition.keyholder import generate_backends
+from he_partition.he.keyholder import generate_backends
 from he_partition.protocol import encrypt_histogram, release
 
 from .common import write_result

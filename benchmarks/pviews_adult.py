@@ -85,9 +85,9 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from he_partition.noise import SeededRandom  # noqa: E402
+from he_partition.core.noise import SeededRandom  # noqa: E402
 from he_partition.protocol import release  # noqa: E402
-from he_partition.pviews import PViewParams, box_sums, build_pview, identity_estimate  # noqa: E402
+from he_partition.methods.pviews import PViewParams, box_sums, build_pview, identity_estimate  # noqa: E402
 
 __all__ = [
     "ADULT_PATH",

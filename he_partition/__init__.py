@@ -1,20 +1,41 @@
-"""HE-friendly differentially private partitioning: the pure core of dpagg."""
+"""HE-friendly differentially private partitioning: the pure core of dpagg.
 
-from .backend import ChunkedVector, PlainBackend, VectorBackend
-from .errors import (
+The packages, lowest layer first (each may import only the layers before it):
+
+- `core/`: errors, validation, exact discrete Laplace noise, the vector interface and its numpy
+  oracle (`backend`), linear measurements, estimation, `Summary`, budget arithmetic (`accounting`).
+- `he/`: the BFV scheme on TenSEAL (`bfv`), the key holder's raw view (`keyholder`) and the
+  join's ciphertext products (`join_scheme`): the only modules that import TenSEAL.
+- `strategies/`: the release strategies (gap, hier, dawa, privelet, auto) and the Hilbert order.
+- `protocol.py`: the two servers' sides of a release (`ComputationSide`, `DecryptionSide`),
+  the strategy registry and `release()`.
+- `join/`: the cross-organization join (pseudonyms and placement, its release, the evaluator).
+- `methods/`: the source documents' further methods (p-views, Bayesian DP, guidance, audit).
+
+Nothing here imports a party, the network or storage (tests/test_layout.py checks the arrows).
+The flat module names of earlier releases (`he_partition.measurements`, `he_partition.bfv`, ...)
+still import: they are aliases of the same modules (`he_partition._aliases`).
+"""
+
+from . import _aliases
+
+_aliases.install(__name__)
+
+from .core.backend import ChunkedVector, PlainBackend, VectorBackend
+from .core.errors import (
     BudgetExhaustedError,
     DPAggError,
     InvalidInputError,
     MeasurementShapeError,
     PrecisionError,
 )
-from .auto import AutoParams, auto_strategy
-from .dawa import DawaParams, dawa_strategy
-from .estimation import IntervalTree
-from .gap import GapParams, gap_partition, gap_strategy
-from .hier import HierParams, hier_strategy
-from .hilbert import RectangleCount, flatten, rectangle_count, rectangle_ranges, unflatten
-from .measurements import (
+from .strategies.auto import AutoParams, auto_strategy
+from .strategies.dawa import DawaParams, dawa_strategy
+from .core.estimation import IntervalTree
+from .strategies.gap import GapParams, gap_partition, gap_strategy
+from .strategies.hier import HierParams, hier_strategy
+from .strategies.hilbert import RectangleCount, flatten, rectangle_count, rectangle_ranges, unflatten
+from .core.measurements import (
     HaarCoefficients,
     Measurement,
     PartitionSums,
@@ -22,8 +43,8 @@ from .measurements import (
     measurement_from_dict,
     owner_encoding,
 )
-from .noise import RandomSource, SecureRandom, SeededRandom, discrete_laplace, laplace_scale
-from .privelet import PriveletParams, privelet_strategy
+from .core.noise import RandomSource, SecureRandom, SeededRandom, discrete_laplace, laplace_scale
+from .strategies.privelet import PriveletParams, privelet_strategy
 from .protocol import (
     DEFAULT_STRATEGY,
     STRATEGIES,
@@ -35,7 +56,7 @@ from .protocol import (
     release,
     run_strategy,
 )
-from .summary import RangeCount, ReleasedValues, Summary
+from .core.summary import RangeCount, ReleasedValues, Summary
 
 __all__ = [
     "Budget", "BudgetExhaustedError", "ChunkedVector", "ComputationSide", "DPAggError", "DecryptionSide",

@@ -10,18 +10,18 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from .backend import ChunkedVector, PlainBackend, VectorBackend, sum_vectors, DEFAULT_SLOTS
-from .errors import BudgetExhaustedError, InvalidInputError
-from .gap import GapParams, gap_strategy
-from .hier import HierParams, hier_strategy
-from .dawa import DawaParams, dawa_strategy
-from .privelet import PriveletParams, privelet_strategy
-from .auto import AutoParams, auto_strategy
-from .measurements import HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, owner_encoding
-from .accounting import exact_decimal
-from .noise import RandomSource, as_random_source, discrete_laplace
-from .summary import Summary
-from .validation import validate_epsilon
+from .core.backend import ChunkedVector, PlainBackend, VectorBackend, sum_vectors, DEFAULT_SLOTS
+from .core.errors import BudgetExhaustedError, InvalidInputError
+from .strategies.gap import GapParams, gap_strategy
+from .strategies.hier import HierParams, hier_strategy
+from .strategies.dawa import DawaParams, dawa_strategy
+from .strategies.privelet import PriveletParams, privelet_strategy
+from .strategies.auto import AutoParams, auto_strategy
+from .core.measurements import HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, owner_encoding
+from .core.accounting import exact_decimal
+from .core.noise import RandomSource, as_random_source, discrete_laplace
+from .core.summary import Summary
+from .core.validation import validate_epsilon
 
 __all__ = [
     "Budget",
@@ -329,7 +329,7 @@ def release(
     if backend == "plain":
         owner_be = ds_be = PlainBackend(DEFAULT_SLOTS)
     elif backend == "bfv":
-        from .keyholder import generate_backends
+        from .he.keyholder import generate_backends
 
         ds_be, owner_be = generate_backends()
     elif backend == "ckks":

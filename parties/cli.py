@@ -22,8 +22,8 @@ import grpc  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from he_partition.errors import DPAggError
-from he_partition.join import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_RELEASES
+from he_partition.core.errors import DPAggError
+from he_partition.join.protocol import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_RELEASES
 
 from .common.config import (
     ENV_ANALYST,
@@ -258,7 +258,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
             strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys,
             max_organizations=args.max_organizations, **correlation)
-    from he_partition.guidance import assess_epsilon
+    from he_partition.methods.guidance import assess_epsilon
 
     guide = assess_epsilon(contract.epsilon)
     for w in guide.warnings:
@@ -401,7 +401,7 @@ def _correlation_terms(args: argparse.Namespace) -> dict[str, Any]:
     if args.correlation_source:
         raise DPAggError("--correlation-source is recorded for you with --correlation-graph; give it only with "
                          "--correlation-leakage")
-    from he_partition.bayesian import correlation_terms
+    from he_partition.methods.bayesian import correlation_terms
 
     adjacency = _load_adjacency(args.correlation_graph)
     name = Path(args.correlation_graph).name
@@ -698,7 +698,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"release {rel.release_id} of study {rel.study_id} (epsilon {rel.summary.epsilon:g}):")
     join = rel.summary.params.get("join")
     if isinstance(join, dict) and (args.table or not args.range):
-        from he_partition.join_release import cell_table
+        from he_partition.join.release import cell_table
 
         rows, cols = join["shape"]
         est, se = cell_table(rel.summary)

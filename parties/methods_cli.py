@@ -18,7 +18,7 @@ def _print(obj: Any) -> None:
 
 
 def _epsilon(args: argparse.Namespace) -> int:
-    from he_partition.guidance import assess_epsilon, epsilon_for_guessing_bound
+    from he_partition.methods.guidance import assess_epsilon, epsilon_for_guessing_bound
 
     if args.alpha is not None:
         eps = epsilon_for_guessing_bound(args.alpha)
@@ -34,7 +34,7 @@ def _epsilon(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from he_partition.audit import run_audit
+    from he_partition.methods.audit import run_audit
 
     result = run_audit(args.eps, trials=args.trials, broken=args.broken, seed=args.seed)
     _print(result.to_dict())
@@ -57,7 +57,7 @@ def load_matrix(path: str) -> np.ndarray:
 
 
 def _bayes(args: argparse.Namespace) -> int:
-    from he_partition.bayesian import CorrelationModel
+    from he_partition.methods.bayesian import CorrelationModel
 
     model = CorrelationModel(load_matrix(args.adjacency), tau=args.tau)
     leak = model.leakage_coefficients()
@@ -68,15 +68,15 @@ def _bayes(args: argparse.Namespace) -> int:
 
 
 def _charge(args: argparse.Namespace) -> int:
-    from he_partition.accounting import RangeQuery, charged_epsilon, overlap_graph_max_clique, sequential_epsilon
+    from he_partition.core.accounting import RangeQuery, charged_epsilon, overlap_graph_max_clique, sequential_epsilon
 
-    from he_partition.measurements import PREFIX_MASK_EPSILON
+    from he_partition.core.measurements import PREFIX_MASK_EPSILON
 
     raw = json.loads(Path(args.queries).read_text())
     queries = [RangeQuery(tuple(q["lo"]), tuple(q["hi"]), float(q["epsilon"])) for q in raw]
     clique = overlap_graph_max_clique(queries)
     # What the services charge: each 1-D range [lo, hi) with lo > 0 also shows the decryption server the prefix
-    # [0, lo) behind a mask at PREFIX_MASK_EPSILON (he_partition.measurements.RangeCount).
+    # [0, lo) behind a mask at PREFIX_MASK_EPSILON (he_partition.core.measurements.RangeCount).
     masks = [RangeQuery((0,), (q.lo[0],), PREFIX_MASK_EPSILON) for q in queries if q.ndim == 1 and q.lo[0] > 0]
     served = overlap_graph_max_clique([*queries, *masks]).epsilon_exact
     _print({"queries": len(queries), "charged_epsilon": charged_epsilon(queries),
@@ -87,7 +87,7 @@ def _charge(args: argparse.Namespace) -> int:
 
 
 def _pview(args: argparse.Namespace) -> int:
-    from he_partition.pviews import build_pview
+    from he_partition.methods.pviews import build_pview
 
     counts = np.load(args.counts)
     # No seed: exact noise from the OS CSPRNG (SecureRandom); a seed is for tests only.

@@ -127,7 +127,7 @@ class DecryptionServicer:
         """Pay for a batch of direct range counts before any of them is decrypted. The
         charge is how much the heaviest overlap of all the study's answered ranges
         grows (seed 004's max-clique rule), counting the masked prefix in front of
-        each range at 2^-20 (see he_partition.measurements.RangeCount); in a study with
+        each range at 2^-20 (see he_partition.core.measurements.RangeCount); in a study with
         correlated records every range is charged in full, times the noise multiplier.
         RESOURCE_EXHAUSTED if it does not fit next to the releases' reservations
         (nothing is written then). Afterwards each paid range may be decrypted once,

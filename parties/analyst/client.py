@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
-from he_partition.summary import RangeCount, Summary
+from he_partition.core.summary import RangeCount, Summary
 
 from ..common.client import BaseClient
 from ..common.convert import range_counts_from_proto, ranges_to_proto, signatures_from_proto, summary_from_proto

@@ -6,9 +6,9 @@ import threading
 from collections import OrderedDict
 from typing import Sequence
 
-from he_partition.errors import InvalidInputError
-from he_partition.measurements import check_range
-from he_partition.summary import RangeCount, Summary
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import check_range
+from he_partition.core.summary import RangeCount, Summary
 
 from ..common.contract import check_id
 from ..common.errors import FailedPreconditionError, NotFoundError

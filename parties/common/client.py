@@ -9,7 +9,7 @@ from typing import Any, Callable, ClassVar, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from he_partition.errors import DPAggError
+from he_partition.core.errors import DPAggError
 
 from .config import DEFAULT_TIMEOUT, GRPC_OPTIONS, RetryPolicy
 from .errors import ServiceError

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 
 from .contract import check_id
 from .tls import TlsConfig

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from he_partition.errors import InvalidInputError
-from he_partition.join import JOIN_STRATEGY, JoinTerms
+from he_partition.core.errors import InvalidInputError
+from he_partition.join.protocol import JOIN_STRATEGY, JoinTerms
 from he_partition.protocol import STRATEGIES, make_strategy
 
 from .jcs import canonicalize
@@ -102,9 +102,9 @@ class StudyContract:
 
     Correlated records (seed 003, Yang-Sato-Nakagawa, Bayesian DP): `correlation_leakage`
     is the maximum leakage coefficient L = max_A l_A >= 0 of a Gaussian correlation model
-    of the records (`he_partition.bayesian.CorrelationModel.max_leakage`), and
+    of the records (`he_partition.methods.bayesian.CorrelationModel.max_leakage`), and
     `correlation_source` says where it came from (e.g. "w_sha256=... tau=0.5 n=120";
-    `he_partition.bayesian.correlation_terms` builds both). With L > 0:
+    `he_partition.methods.bayesian.correlation_terms` builds both). With L > 0:
 
     * `epsilon` is a Bayesian-DP budget (seed 003, Def. 4.1) under that model: the
       neighbouring relation becomes "one person's records are added or removed (their
@@ -301,7 +301,7 @@ class StudyContract:
 
     @property
     def is_join(self) -> bool:
-        """A cross-organization join study (he_partition.join): two owners, a joint table."""
+        """A cross-organization join study (he_partition.join.protocol): two owners, a joint table."""
         return self.strategy == JOIN_STRATEGY
 
     def join_terms(self) -> JoinTerms:
@@ -393,7 +393,7 @@ def _check_leakage(value: Any) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise InvalidInputError(
             f"correlation_leakage must be >= 0 and finite, got {value}; it is the maximum leakage coefficient L of "
-            "the correlation model (he_partition.bayesian.max_leakage), 0 for independent records"
+            "the correlation model (he_partition.methods.bayesian.max_leakage), 0 for independent records"
         )
     return float(value)
 

@@ -7,9 +7,9 @@ import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from dpagg.v1 import common_pb2, decryption_pb2
-from he_partition.errors import InvalidInputError
-from he_partition.measurements import Measurement, measurement_from_dict
-from he_partition.summary import RangeCount, ReleasedValues, Summary
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import Measurement, measurement_from_dict
+from he_partition.core.summary import RangeCount, ReleasedValues, Summary
 
 from .config import CONTEXT_CHUNK_BYTES
 from .contract import StudyContract

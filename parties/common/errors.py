@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import grpc
 
-from he_partition.errors import (
+from he_partition.core.errors import (
     BudgetExhaustedError,
     DPAggError,
     InvalidInputError,

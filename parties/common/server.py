@@ -15,7 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 
 from .config import GRPC_OPTIONS
 from .errors import ErrorMappingInterceptor

@@ -25,7 +25,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from he_partition.errors import DPAggError, InvalidInputError
+from he_partition.core.errors import DPAggError, InvalidInputError
 
 from .tls import write_private_file
 

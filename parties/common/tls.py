@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from he_partition.errors import DPAggError, InvalidInputError
+from he_partition.core.errors import DPAggError, InvalidInputError
 
 __all__ = [
     "ROLES",

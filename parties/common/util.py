@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.noise import RandomSource, SecureRandom, SeededRandom
+from he_partition.core.noise import RandomSource, SecureRandom, SeededRandom
 
 __all__ = ["lock_data_dir", "utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic",
            "ImmediateTransaction"]

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import grpc
 
 from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
-from he_partition.summary import RangeCount, Summary
+from he_partition.core.summary import RangeCount, Summary
 
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
@@ -19,7 +19,7 @@ from ..common.contract import StudyContract
 from ..common.convert import (context_from_chunks, contract_from_proto, open_study_request, range_counts_from_proto,
                               ranges_to_proto, signatures_from_proto, summary_from_proto)
 from ..common.errors import ServiceError
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 from ..common.signing import OwnerSignature
 
 __all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectAnswers"]
@@ -160,7 +160,7 @@ class ComputationClient(BaseClient):
         a Gaussian correlation model of the records, seed 003) makes `epsilon` a
         Bayesian-DP budget under that model; every measurement's noise scale is then
         multiplied by 1 + L (`contract.noise_multiplier`). Build both arguments with
-        `he_partition.bayesian.correlation_terms(W, tau)`:
+        `he_partition.methods.bayesian.correlation_terms(W, tau)`:
         `cs.open_study(..., **correlation_terms(W, tau))`.
         Returns (contract, already_existed). Without `study_id` one is generated here, so
         the call is safe to retry.

@@ -6,10 +6,10 @@ import hashlib
 import math
 from typing import Sequence
 
-from he_partition.measurements import range_count_batch
+from he_partition.core.measurements import range_count_batch
 from he_partition.protocol import ComputationSide
-from he_partition.summary import RangeCount
-from he_partition.validation import positive_finite
+from he_partition.core.summary import RangeCount
+from he_partition.core.validation import positive_finite
 
 from ..common.contract import check_id
 from ..common.errors import AlreadyExistsError, FailedPreconditionError
@@ -31,7 +31,7 @@ class DirectQueries:
     Laplace draws of both servers (noise_parties == 2) of scale c / eps_dp, where eps_dp =
     epsilon / noise multiplier (1 for independent records): eps-DP per range under
     add/remove of one person with at most c records. This server draws its noise and the
-    prefix mask (`he_partition.measurements.RangeCount`) and alone knows them; the
+    prefix mask (`he_partition.core.measurements.RangeCount`) and alone knows them; the
     decryption server sees each count with this server's noise and the prefix in front
     of it behind the mask, and charges the whole batch before anything is decrypted: the
     growth of the heaviest weighted overlap of every range the study has answered (plus

@@ -13,16 +13,16 @@ from typing import Any, Iterator
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.backend import ChunkedVector, n_chunks
-from he_partition.bfv import BfvBackend, context_fingerprint, load_context
-from he_partition.errors import BudgetExhaustedError, InvalidInputError
-from he_partition.join import JOIN_STRATEGY
-from he_partition.join_release import join_strategy, summary_params
-from he_partition.accounting import exact_decimal
-from he_partition.measurements import Measurement
-from he_partition.noise import RandomSource
+from he_partition.core.backend import ChunkedVector, n_chunks
+from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
+from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.join.protocol import JOIN_STRATEGY
+from he_partition.join.release import join_strategy, summary_params
+from he_partition.core.accounting import exact_decimal
+from he_partition.core.measurements import Measurement
+from he_partition.core.noise import RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, ComputationSide, make_strategy, run_strategy
-from he_partition.summary import Summary
+from he_partition.core.summary import Summary
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError, status_for
@@ -555,7 +555,7 @@ class ComputationHandler:
         bound 1: one record per identifier per owner, so one cell changes by 1). For every
         measured value this server adds a discrete Laplace draw of scale sensitivity/epsilon
         (only it knows the draws), pads and flooding before the ciphertext leaves
-        (he_partition.join_release); the decryption server charges the ledger and adds its
+        (he_partition.join.release); the decryption server charges the ledger and adds its
         own draw (DecryptionHandler.decrypt_join_cells). The partition is chosen from
         released values only (post-processing).
         """

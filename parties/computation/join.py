@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from he_partition.bfv import context_fingerprint
-from he_partition.errors import InvalidInputError
-from he_partition.join import PSEUDONYM_BYTES, JoinTerms, place
-from he_partition.join_he import JoinScheme
-from he_partition.join_parallel import JoinEvaluator
-from he_partition.join_release import bin_cells
-from he_partition.noise import RandomSource
+from he_partition.he.bfv import context_fingerprint
+from he_partition.core.errors import InvalidInputError
+from he_partition.join.protocol import PSEUDONYM_BYTES, JoinTerms, place
+from he_partition.he.join_scheme import JoinScheme
+from he_partition.join.parallel import JoinEvaluator
+from he_partition.join.release import bin_cells
+from he_partition.core.noise import RandomSource
 
 from ..common.contract import StudyContract
 from ..common.errors import AlreadyExistsError, FailedPreconditionError, PermissionDeniedError
@@ -165,12 +165,12 @@ class JoinCoordinator:
         return terms.groups(slots) * terms.values_of(contract.expected_owners.index(owner_id))
 
     def evaluator(self, contract: StudyContract, fetch: Any, chunks_of: Any) -> JoinEvaluator:
-        """The release's evaluator over the committed uploads (a context manager; he_partition.join_parallel).
+        """The release's evaluator over the committed uploads (a context manager; he_partition.join.parallel).
 
         `chunks_of(owner_id, index)` reads a committed chunk; the cell totals are spread over
         one worker process per core. Privacy: each measurement gets this server's discrete
         Laplace draws (scale sensitivity/epsilon per value, known only here), pads and
-        flooding before it leaves (he_partition.join_release.noised_values).
+        flooding before it leaves (he_partition.join.release.noised_values).
         """
         terms = contract.join_terms()
         public, scheme = self._key(contract, fetch)

@@ -7,8 +7,8 @@ from typing import Iterator
 import grpc
 
 from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
-from he_partition.bfv import context_fingerprint
-from he_partition.errors import InvalidInputError
+from he_partition.he.bfv import context_fingerprint
+from he_partition.core.errors import InvalidInputError
 
 from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.convert import (context_to_chunks, contract_to_proto, open_study_kwargs, range_counts_to_proto,

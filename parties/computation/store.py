@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from he_partition.errors import InvalidInputError
-from he_partition.summary import Summary
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.summary import Summary
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError

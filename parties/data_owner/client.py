@@ -12,8 +12,8 @@ from typing import Any, Iterator, Sequence
 import grpc
 import numpy as np
 
-from he_partition.bfv import BfvBackend, context_fingerprint, load_context
-from he_partition.errors import InvalidInputError
+from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
+from he_partition.core.errors import InvalidInputError
 from he_partition.protocol import encrypt_histogram, validate_histogram
 
 from ..common.config import DEFAULT_TIMEOUT, RetryPolicy

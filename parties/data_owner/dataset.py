@@ -32,7 +32,7 @@ Requirements on whoever builds the study:
 
 This module is pure (numpy and the csv standard library); it neither encrypts nor talks to
 any server, and adds no DP noise. Its only randomness is the choice of bins to keep for
-persons above ``max_bins``; it comes from a ``he_partition.noise.RandomSource``
+persons above ``max_bins``; it comes from a ``he_partition.core.noise.RandomSource``
 (``SecureRandom`` by default, so nobody can predict which records were kept).
 """
 
@@ -47,8 +47,8 @@ from typing import Any, Iterable, Literal, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.errors import InvalidInputError
-from he_partition.noise import RandomSource, as_random_source
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.noise import RandomSource, as_random_source
 
 __all__ = [
     "DomainSpec",

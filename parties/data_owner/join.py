@@ -24,11 +24,11 @@ import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from he_partition.bfv import context_fingerprint
-from he_partition.errors import DPAggError, InvalidInputError
-from he_partition.join import (JoinKeyPair, check_placement, dummy_count, encode_indicators, pseudonyms,
+from he_partition.he.bfv import context_fingerprint
+from he_partition.core.errors import DPAggError, InvalidInputError
+from he_partition.join.protocol import (JoinKeyPair, check_placement, dummy_count, encode_indicators, pseudonyms,
                                shared_dummies)
-from he_partition.join_he import JoinScheme
+from he_partition.he.join_scheme import JoinScheme
 
 from ..common.contract import StudyContract
 from ..common.tls import write_private_file

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 
 from ..common.tls import write_private_file
 

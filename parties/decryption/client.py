@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
-from he_partition.measurements import Measurement
+from he_partition.core.measurements import Measurement
 
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT

@@ -13,15 +13,15 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.backend import ChunkedVector, n_chunks
-from he_partition.bfv import BfvBackend, context_fingerprint
-from he_partition.join import JOIN_STRATEGY
-from he_partition.join_release import decrypt_values
-from he_partition.join_he import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
-from he_partition.join_he import JoinScheme
-from he_partition.errors import InvalidInputError, PrecisionError
-from he_partition.measurements import Measurement, PartitionSums, RangeCount, range_count_batch
-from he_partition.noise import RandomSource
+from he_partition.core.backend import ChunkedVector, n_chunks
+from he_partition.he.bfv import BfvBackend, context_fingerprint
+from he_partition.join.protocol import JOIN_STRATEGY
+from he_partition.join.release import decrypt_values
+from he_partition.he.join_scheme import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
+from he_partition.he.join_scheme import JoinScheme
+from he_partition.core.errors import InvalidInputError, PrecisionError
+from he_partition.core.measurements import Measurement, PartitionSums, RangeCount, range_count_batch
+from he_partition.core.noise import RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
 from ..common.contract import StudyContract, canonical_json, check_id
@@ -248,7 +248,7 @@ class DecryptionHandler:
         """Book the padding epsilon of a join study once, when it opens.
 
         Privacy: the computation server sees |A ∩ B| + D, D a discrete Laplace draw of scale
-        1/padding_epsilon (plus an offset) that only the two owners know (he_partition.join.
+        1/padding_epsilon (plus an offset) that only the two owners know (he_partition.join.protocol.
         dummy_count); sensitivity 1 under the neighbouring relation add/remove of one shared
         customer. That view is
         padding_epsilon-DP (delta from the clamp at 0), so the study's budget pays it first.
@@ -264,7 +264,7 @@ class DecryptionHandler:
         """Check a join measurement and its ciphertexts, charge the ledger, decrypt slot 0 of each, add noise.
 
         `measurement`: what the ciphertexts measure over the flattened table (a measurement of
-        the study's release strategy, he_partition.join_release); None: every cell
+        the study's release strategy, he_partition.join.release); None: every cell
         (PartitionSums over single bins at `release_epsilon`).
 
         Privacy: `measurement.epsilon` is charged (the strategy's share of the release;

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from he_partition.bfv import BfvParams, context_fingerprint, generate_secret_context, load_context, public_context_bytes
-from he_partition.errors import InvalidInputError
+from he_partition.he.bfv import BfvParams, context_fingerprint, generate_secret_context, load_context, public_context_bytes
+from he_partition.core.errors import InvalidInputError
 
 from ..common.util import write_file_atomic, write_private_file
 
@@ -90,16 +90,16 @@ class KeyStore:
 
 
 if TYPE_CHECKING:
-    from he_partition.join_he import JoinScheme
+    from he_partition.he.join_scheme import JoinScheme
 
 JOIN_SECRET_FILE = "join_secret.bin"
 JOIN_PUBLIC_FILE = "join_public.bin"
 
 
 def load_or_create_join_keys(directory: Path | str) -> "JoinScheme":
-    """The key holder's join key (he_partition.join_he): join_secret.bin (0600) and join_public.bin in
+    """The key holder's join key (he_partition.he.join_scheme): join_secret.bin (0600) and join_public.bin in
     `directory`, generated on first use (the first join study) and loaded on every later one."""
-    from he_partition.join_he import JoinScheme
+    from he_partition.he.join_scheme import JoinScheme
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -13,8 +13,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from he_partition.accounting import RangeQuery, exact_decimal, overlap_graph_max_clique
-from he_partition.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.core.accounting import RangeQuery, exact_decimal, overlap_graph_max_clique
+from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.protocol import EPSILON_TOLERANCE
 
 from ..common.contract import StudyContract, check_id
@@ -161,7 +161,7 @@ class DirectPiece:
 
     `role` "count" is the answer itself (at the analyst's epsilon); "prefix_mask" is the
     masked prefix [0, lo) in front of it (at `PREFIX_MASK_EPSILON`; see
-    `he_partition.measurements.RangeCount`). `position` is the query's index in its request.
+    `he_partition.core.measurements.RangeCount`). `position` is the query's index in its request.
     """
 
     request_id: str

@@ -7,7 +7,7 @@ from typing import Iterator
 import grpc
 
 from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 
 from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.contract import check_id

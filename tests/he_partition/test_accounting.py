@@ -1,4 +1,4 @@
-"""Tests of he_partition.accounting: max-overlap charging of direct range counts (seed 004)."""
+"""Tests of he_partition.core.accounting: max-overlap charging of direct range counts (seed 004)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from he_partition.accounting import (
+from he_partition.core.accounting import (
     BudgetExceeded,
     ChargeEvent,
     Clique,

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from he_partition import audit
-from he_partition.errors import InvalidInputError
-from he_partition.noise import as_random_source, discrete_laplace_variance, laplace_scale
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.noise import as_random_source, discrete_laplace_variance, laplace_scale
 
 # -- exact arithmetic ------------------------------------------------------------------
 

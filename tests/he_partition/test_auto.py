@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from he_partition import DEFAULT_STRATEGY, STRATEGIES, release
-from he_partition.auto import AutoParams, auto_strategy, choose_design, modelled_range_variance
-from he_partition.errors import InvalidInputError
-from he_partition.measurements import PartitionSums
-from he_partition.noise import discrete_laplace_variance, laplace_scale
+from he_partition.strategies.auto import AutoParams, auto_strategy, choose_design, modelled_range_variance
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import PartitionSums
+from he_partition.core.noise import discrete_laplace_variance, laplace_scale
 
 from .test_hier import check_privacy, drive
 

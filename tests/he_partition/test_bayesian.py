@@ -1,4 +1,4 @@
-"""Tests of he_partition.bayesian against seed 003's worked examples and theorems."""
+"""Tests of he_partition.methods.bayesian against seed 003's worked examples and theorems."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from he_partition.bayesian import (
+from he_partition.methods.bayesian import (
     CorrelationModel,
     bayesian_laplace_scale,
     combine,

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from he_partition.bayesian import adjacency_digest, correlation_terms, max_leakage
+from he_partition.methods.bayesian import adjacency_digest, correlation_terms, max_leakage
 
 
 def test_correlation_terms_match_the_model() -> None:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from he_partition import release
-from he_partition.dawa import DawaParams, choose_partition, dawa_strategy, l1_costs
-from he_partition.errors import InvalidInputError
-from he_partition.measurements import PartitionSums
+from he_partition.strategies.dawa import DawaParams, choose_partition, dawa_strategy, l1_costs
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import PartitionSums
 
 from .test_hier import check_privacy, drive
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from he_partition.errors import InvalidInputError
-from he_partition.estimation import (
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.estimation import (
     IntervalTree,
     haar_depth,
     haar_forward,
@@ -125,7 +125,7 @@ def test_haar_nonnegative_refinement():
 
 def test_chain_fast_path_builds_exactly_the_general_tree():
     """The vectorised chain construction and the general laminar one give identical node arrays."""
-    from he_partition.estimation import _chain_nodes, _laminar_nodes
+    from he_partition.core.estimation import _chain_nodes, _laminar_nodes
 
     rng = np.random.default_rng(5)
     n = 300

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from he_partition import Budget, GapParams, gap_partition, release
-from he_partition.errors import InvalidInputError
-from he_partition.measurements import PartitionSums, PrefixDifferences
-from he_partition.noise import discrete_laplace_variance, laplace_scale
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import PartitionSums, PrefixDifferences
+from he_partition.core.noise import discrete_laplace_variance, laplace_scale
 from he_partition.protocol import ComputationSide, DecryptionSide, encrypt_histogram, make_strategy, run_strategy
-from he_partition.backend import PlainBackend
-from he_partition.noise import SeededRandom
+from he_partition.core.backend import PlainBackend
+from he_partition.core.noise import SeededRandom
 
 
 def test_split_sums_to_epsilon() -> None:

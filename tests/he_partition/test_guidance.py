@@ -1,4 +1,4 @@
-"""Tests of he_partition.guidance against the numbers printed in seed 002."""
+"""Tests of he_partition.methods.guidance against the numbers printed in seed 002."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from he_partition.guidance import (
+from he_partition.methods.guidance import (
     DECISIVE_EPSILON,
     PRACTICAL_EPSILON_MAX,
     PRACTICAL_EPSILON_MIN,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from he_partition import release
-from he_partition.errors import InvalidInputError
-from he_partition.hier import HierParams, hb_branching, hier_strategy, level_budgets, tree_levels
-from he_partition.measurements import PartitionSums, owner_encoding
-from he_partition.noise import SeededRandom, discrete_laplace, discrete_laplace_variance, laplace_scale
+from he_partition.core.errors import InvalidInputError
+from he_partition.strategies.hier import HierParams, hb_branching, hier_strategy, level_budgets, tree_levels
+from he_partition.core.measurements import PartitionSums, owner_encoding
+from he_partition.core.noise import SeededRandom, discrete_laplace, discrete_laplace_variance, laplace_scale
 from he_partition.protocol import Budget, run_strategy
 
 

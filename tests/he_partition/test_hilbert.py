@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from he_partition import release
-from he_partition.errors import InvalidInputError
-from he_partition.hilbert import (
+from he_partition.core.errors import InvalidInputError
+from he_partition.strategies.hilbert import (
     flatten,
     hilbert_order,
     rectangle_count,

@@ -1,4 +1,4 @@
-"""The cross-organization join's core (he_partition.join, join_he) with real BFV: pseudonyms, placement,
+"""The cross-organization join's core (he_partition.join.protocol, join_he) with real BFV: pseudonyms, placement,
 the encrypted product against a plaintext join, the owners' view of the placement, the key holder's view."""
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from he_partition.errors import InvalidInputError, PrecisionError
-from he_partition.join import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count,
+from he_partition.core.errors import InvalidInputError, PrecisionError
+from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count,
                                encode_indicators, joint_totals, place, pseudonyms, shared_dummies)
-from he_partition.join_he import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme
-from he_partition.join_parallel import JoinEvaluator
-from he_partition.join_release import (apply_terms, bin_cells, cell_table, decrypt_values, measurement_terms,
+from he_partition.he.join_scheme import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme
+from he_partition.join.parallel import JoinEvaluator
+from he_partition.join.release import (apply_terms, bin_cells, cell_table, decrypt_values, measurement_terms,
                                        noised_values, release_table)
-from he_partition.keyholder import residual_view
-from he_partition.measurements import PartitionSums
-from he_partition.noise import SeededRandom
-from he_partition.summary import Summary
+from he_partition.he.keyholder import residual_view
+from he_partition.core.measurements import PartitionSums
+from he_partition.core.noise import SeededRandom
+from he_partition.core.summary import Summary
 
 SLOTS = 8192
 
@@ -253,7 +253,7 @@ def test_measured_values_match_the_plaintext_layout_and_stay_narrow_for_the_key_
         schemes: tuple[JoinScheme, JoinScheme]) -> None:
     """The +-1 terms of each measurement equal its decode map on prefix sums (the ordinary studies' layout), and
     the widest value (the total of every cell) keeps its unflooded noise far below the flood."""
-    from he_partition.measurements import HaarCoefficients, PrefixDifferences, owner_encoding
+    from he_partition.core.measurements import HaarCoefficients, PrefixDifferences, owner_encoding
 
     rng = np.random.default_rng(3)
     for n in (1, 2, 7, 16, 64):

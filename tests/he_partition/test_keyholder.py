@@ -29,13 +29,13 @@ import numpy as np
 import pytest
 import tenseal.sealapi as sealapi
 
-from he_partition.bfv import BfvBackend
-from he_partition.keyholder import generate_backends, residual_view
-from he_partition.measurements import (HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, RangeCount,
+from he_partition.he.bfv import BfvBackend
+from he_partition.he.keyholder import generate_backends, residual_view
+from he_partition.core.measurements import (HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, RangeCount,
                                        owner_encoding)
-from he_partition.noise import SeededRandom
+from he_partition.core.noise import SeededRandom
 from he_partition.protocol import ComputationSide, encrypt_histogram
-from he_partition.estimation import haar_depth
+from he_partition.core.estimation import haar_depth
 
 N = 8192
 TRIALS = 40

@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from he_partition.errors import InvalidInputError, MeasurementShapeError, PrecisionError
-from he_partition.measurements import (
+from he_partition.core.errors import InvalidInputError, MeasurementShapeError, PrecisionError
+from he_partition.core.measurements import (
     PartitionSums,
     PrefixDifferences,
     measurement_from_dict,
     owner_encoding,
 )
-from he_partition.backend import DEFAULT_PLAIN_MODULUS, centre
+from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, centre
 
 T = DEFAULT_PLAIN_MODULUS
-from he_partition.noise import laplace_scale
+from he_partition.core.noise import laplace_scale
 
 
 def test_prefix_differences_decode() -> None:
@@ -77,9 +77,9 @@ def test_dict_round_trip() -> None:
 
 
 def test_only_chunks_with_measured_slots_are_sent() -> None:
-    from he_partition.backend import PlainBackend
-    from he_partition.measurements import HaarCoefficients, RangeCount
-    from he_partition.noise import SeededRandom
+    from he_partition.core.backend import PlainBackend
+    from he_partition.core.measurements import HaarCoefficients, RangeCount
+    from he_partition.core.noise import SeededRandom
     from he_partition.protocol import Budget, ComputationSide, DecryptionSide, encrypt_histogram
 
     n, slots = 40, 8

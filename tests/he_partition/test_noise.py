@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from he_partition.errors import InvalidInputError
-from he_partition.noise import (
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.noise import (
     SCALE_GRID,
     SecureRandom,
     SeededRandom,
@@ -118,8 +118,8 @@ def test_a_numpy_generator_is_refused_as_a_noise_source() -> None:
     import numpy as np
     import pytest
 
-    from he_partition.errors import InvalidInputError
-    from he_partition.noise import as_random_source
+    from he_partition.core.errors import InvalidInputError
+    from he_partition.core.noise import as_random_source
 
     with pytest.raises(InvalidInputError, match="numpy Generator"):
         as_random_source(np.random.default_rng(0))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from he_partition.backend import DEFAULT_PLAIN_MODULUS, centre
+from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, centre
 import pytest
 
 from he_partition import release
-from he_partition.errors import InvalidInputError, MeasurementShapeError
-from he_partition.estimation import haar_depth, haar_forward
-from he_partition.measurements import HaarCoefficients, measurement_from_dict, owner_encoding
-from he_partition.privelet import PriveletParams, privelet_strategy
+from he_partition.core.errors import InvalidInputError, MeasurementShapeError
+from he_partition.core.estimation import haar_depth, haar_forward
+from he_partition.core.measurements import HaarCoefficients, measurement_from_dict, owner_encoding
+from he_partition.strategies.privelet import PriveletParams, privelet_strategy
 
 from .test_hier import check_privacy, drive
 

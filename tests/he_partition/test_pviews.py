@@ -1,4 +1,4 @@
-"""Tests of he_partition.pviews: DP-Mondrian p-views (seed 000), exact budgets, exact noise and utility."""
+"""Tests of he_partition.methods.pviews: DP-Mondrian p-views (seed 000), exact budgets, exact noise and utility."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from he_partition.noise import SecureRandom, SeededRandom, discrete_laplace_variance, laplace_scale
-from he_partition.pviews import (
+from he_partition.core.noise import SecureRandom, SeededRandom, discrete_laplace_variance, laplace_scale
+from he_partition.methods.pviews import (
     SCORE_GRID,
     Block,
     PView,

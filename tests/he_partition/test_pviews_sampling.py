@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from he_partition.errors import InvalidInputError
-from he_partition.noise import SecureRandom, SeededRandom, bernoulli_exp
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.noise import SecureRandom, SeededRandom, bernoulli_exp
 
 
 def test_edge_values_are_exact() -> None:

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from he_partition.accounting import RangeQuery
-from he_partition.backend import PlainBackend
-from he_partition.bfv import BfvBackend, generate_secret_context
-from he_partition.errors import InvalidInputError, MeasurementShapeError, PrecisionError
-from he_partition.measurements import (
+from he_partition.core.accounting import RangeQuery
+from he_partition.core.backend import PlainBackend
+from he_partition.he.bfv import BfvBackend, generate_secret_context
+from he_partition.core.errors import InvalidInputError, MeasurementShapeError, PrecisionError
+from he_partition.core.measurements import (
     PREFIX_MASK_EPSILON,
     RangeCount,
     measurement_from_dict,
     owner_encoding,
 )
-from he_partition.noise import SeededRandom, discrete_laplace_variance, laplace_scale
+from he_partition.core.noise import SeededRandom, discrete_laplace_variance, laplace_scale
 from he_partition.protocol import Budget, ComputationSide, DecryptionSide, encrypt_histogram
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from he_partition.backend import PlainBackend
-from he_partition.measurements import Measurement
-from he_partition.noise import SeededRandom
+from he_partition.core.backend import PlainBackend
+from he_partition.core.measurements import Measurement
+from he_partition.core.noise import SeededRandom
 from he_partition.protocol import (
     STRATEGIES,
     STRATEGY_MEASUREMENT_KINDS,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from he_partition import release
-from he_partition.errors import InvalidInputError
-from he_partition.summary import ReleasedValues, Summary
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.summary import ReleasedValues, Summary
 
 
 def _gap_summary() -> Summary:

@@ -27,8 +27,8 @@ from dpagg.v1 import (
     decryption_pb2,
     decryption_pb2_grpc,
 )
-from he_partition.bfv import BfvBackend, load_context
-from he_partition.measurements import PrefixDifferences, owner_encoding
+from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common.config import GRPC_OPTIONS
 from parties.common.convert import measurement_to_proto
 from parties.common.errors import ServiceError
@@ -283,7 +283,7 @@ def test_a_full_release_under_mutual_tls_with_every_party_in_its_role(secure_clu
 
 
 def test_a_server_refuses_to_start_without_tls_unless_insecure_is_explicit(tmp_path: Path) -> None:
-    from he_partition.errors import InvalidInputError
+    from he_partition.core.errors import InvalidInputError
     from parties.common.config import AnalystConfig, ComputationConfig, DecryptionConfig
 
     for build in (lambda **kw: DecryptionConfig(tmp_path, **kw),

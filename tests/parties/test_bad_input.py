@@ -10,9 +10,9 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.bfv import BfvBackend, generate_secret_context, load_context, public_context_bytes
-from he_partition.errors import InvalidInputError
-from he_partition.measurements import owner_encoding
+from he_partition.he.bfv import BfvBackend, generate_secret_context, load_context, public_context_bytes
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import owner_encoding
 from parties.common.errors import PermissionDeniedError, ServiceError, code_of
 
 from .conftest import Cluster
@@ -82,7 +82,7 @@ def test_ciphertext_under_another_key_is_caught_by_the_header_fingerprint(cluste
     other_public = public_context_bytes(other)
     be = BfvBackend(load_context(other_public))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.ones(64, dtype=int))).chunks[0])
-    from he_partition.bfv import context_fingerprint
+    from he_partition.he.bfv import context_fingerprint
 
     err = _code(_raw_upload, cluster, chunks=[chunk], fingerprint=context_fingerprint(other_public))
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "re-encrypt" in err.details

@@ -8,9 +8,9 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.backend import ChunkedVector
-from he_partition.bfv import BfvBackend, generate_secret_context, load_context
-from he_partition.measurements import PartitionSums, PrefixDifferences, owner_encoding
+from he_partition.core.backend import ChunkedVector
+from he_partition.he.bfv import BfvBackend, generate_secret_context, load_context
+from he_partition.core.measurements import PartitionSums, PrefixDifferences, owner_encoding
 from parties.common.errors import ServiceError
 from parties.decryption.server import LEDGER_FILE
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from he_partition.bfv import context_fingerprint, load_context
-from he_partition.errors import BudgetExhaustedError, InvalidInputError, PrecisionError
+from he_partition.he.bfv import context_fingerprint, load_context
+from he_partition.core.errors import BudgetExhaustedError, InvalidInputError, PrecisionError
 from parties.common.contract import CONTRACT_VERSION_V1, StudyContract, canonical_json
 from parties.common.convert import contract_from_proto, contract_to_proto
 from parties.common.errors import (

@@ -9,8 +9,8 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.bfv import BfvBackend, load_context
-from he_partition.measurements import Measurement, PartitionSums, PrefixDifferences, owner_encoding
+from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.core.measurements import Measurement, PartitionSums, PrefixDifferences, owner_encoding
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import parties.common.contract as contract_module
-from he_partition.bayesian import adjacency_digest, max_leakage
-from he_partition.errors import BudgetExhaustedError, InvalidInputError
-from he_partition.measurements import PartitionSums
-from he_partition.noise import discrete_laplace_variance, laplace_scale
+from he_partition.methods.bayesian import adjacency_digest, max_leakage
+from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.core.measurements import PartitionSums
+from he_partition.core.noise import discrete_laplace_variance, laplace_scale
 from parties.cli import main as dpagg_main
 from parties.common.contract import CONTRACT_VERSION_V1, StudyContract
 from parties.common.convert import contract_from_proto, contract_to_proto

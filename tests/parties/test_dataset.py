@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from he_partition import release
-from he_partition.errors import InvalidInputError
-from he_partition.gap import GapParams
-from he_partition.noise import SCALE_GRID, SeededRandom, discrete_laplace_variance, laplace_scale
+from he_partition.core.errors import InvalidInputError
+from he_partition.strategies.gap import GapParams
+from he_partition.core.noise import SCALE_GRID, SeededRandom, discrete_laplace_variance, laplace_scale
 from parties.data_owner.dataset import (
     BoundedHistogram,
     ContributionBounds,

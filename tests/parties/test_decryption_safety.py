@@ -12,9 +12,9 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.bfv import BfvBackend, load_context
-from he_partition.errors import BudgetExhaustedError
-from he_partition.measurements import PrefixDifferences, owner_encoding
+from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.core.errors import BudgetExhaustedError
+from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common.config import ComputationConfig
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError

@@ -9,14 +9,14 @@ from fractions import Fraction
 import grpc
 import numpy as np
 
-from he_partition.noise import SeededRandom
+from he_partition.core.noise import SeededRandom
 from he_partition.protocol import ComputationSide
 import pytest
 
-from he_partition.backend import ChunkedVector
-from he_partition.bfv import BfvBackend, load_context
-from he_partition.measurements import RangeCount, owner_encoding
-from he_partition.noise import discrete_laplace_variance, laplace_scale
+from he_partition.core.backend import ChunkedVector
+from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.core.measurements import RangeCount, owner_encoding
+from he_partition.core.noise import discrete_laplace_variance, laplace_scale
 from parties.cli import main as cli_main
 from parties.common.errors import ServiceError
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from he_partition.bfv import BfvBackend, load_context
-from he_partition.measurements import PrefixDifferences, owner_encoding
+from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common import tls
 from parties.common.errors import ServiceError
 from parties.common.signing import generate_signing_key

@@ -6,7 +6,7 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.noise import discrete_laplace_variance, laplace_scale
+from he_partition.core.noise import discrete_laplace_variance, laplace_scale
 from parties.common.errors import ServiceError
 
 from .conftest import Cluster, blocky_histograms

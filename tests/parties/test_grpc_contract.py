@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 from parties.common.contract import StudyContract
 
 from .conftest import Cluster

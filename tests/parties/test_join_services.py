@@ -11,8 +11,8 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.errors import InvalidInputError
-from he_partition.join import JoinKeyPair
+from he_partition.core.errors import InvalidInputError
+from he_partition.join.protocol import JoinKeyPair
 from parties.common.errors import ServiceError
 from parties.data_owner.join import submit_join
 
@@ -85,8 +85,8 @@ def test_a_join_table_released_with_a_partition_strategy_along_the_hilbert_curve
     """release "gap", order "hilbert": noisy gaps choose the partitions, their sums are the plaintext join's sums
     over the same bins (within error bars), the ledger books the strategy's two measurements, and the key holder
     refuses measurements the study's release does not make."""
-    from he_partition.join_release import bin_cells, cell_table
-    from he_partition.measurements import HaarCoefficients, PartitionSums, PrefixDifferences
+    from he_partition.join.release import bin_cells, cell_table
+    from he_partition.core.measurements import HaarCoefficients, PartitionSums, PrefixDifferences
 
     from .conftest import CS_ID
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from he_partition.bfv import BfvBackend, load_context
+from he_partition.he.bfv import BfvBackend, load_context
 from he_partition.protocol import encrypt_histogram
 
 from .conftest import Cluster

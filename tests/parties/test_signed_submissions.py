@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.common.signing import SignatureError, generate_signing_key, sign_upload, stream_digest

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from he_partition.errors import DPAggError, InvalidInputError
+from he_partition.core.errors import DPAggError, InvalidInputError
 from parties.common import signing
 from parties.common.signing import SignatureError, StreamHasher
 

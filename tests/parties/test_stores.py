@@ -10,9 +10,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from he_partition.accounting import RangeQuery
-from he_partition.errors import BudgetExhaustedError, InvalidInputError
-from he_partition.measurements import RangeCount
+from he_partition.core.accounting import RangeQuery
+from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.core.measurements import RangeCount
 from parties.common.contract import StudyContract
 from parties.common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
 from parties.computation.store import (

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from he_partition.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError
 from parties.computation.client import ComputationClient
 from parties.data_owner.client import SubmitInterrupted
 

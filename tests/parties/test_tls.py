@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from he_partition.errors import DPAggError
+from he_partition.core.errors import DPAggError
 from parties.common import tls
 from parties.common.tls import AccessDeniedError, PeerIdentity
 

@@ -9,8 +9,8 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.bfv import BfvParams, generate_secret_context, public_context_bytes
-from he_partition.errors import InvalidInputError
+from he_partition.he.bfv import BfvParams, generate_secret_context, public_context_bytes
+from he_partition.core.errors import InvalidInputError
 from parties.common.config import DecryptionConfig, ComputationConfig
 from parties.common.contract import StudyContract
 from parties.common.errors import DPAggError, ServiceError
@@ -149,7 +149,7 @@ def test_only_server_roles_get_server_certificates(tmp_path: Path) -> None:
 
 def test_a_person_in_several_organizations_multiplies_every_sensitivity(cluster: Cluster) -> None:
     """max_organizations k: a person at k owners adds k x c records, so every noise scale is k times larger."""
-    from he_partition.measurements import PartitionSums
+    from he_partition.core.measurements import PartitionSums
 
     plain = StudyContract.create(study_id="s1", domain_size=8, epsilon=1.0, expected_owners=("a",),
                                  context_fingerprint="0" * 64)

@@ -1,0 +1,4 @@
+"""The homomorphic-encryption scheme: BFV on TenSEAL, the key holder's view, the join's ciphertext products.
+
+The only package that imports TenSEAL. May import `he_partition.core`; nothing above it.
+"""

@@ -1,0 +1,368 @@
+"""Exact-integer BFV (TenSEAL) implementation of the vector interface; the only module that imports tenseal.
+
+Why BFV and not CKKS (measured, see docs/threat-model.md): a CKKS decryption is the data
+plus encoding and rounding residues that are deterministic functions of the owners' exact
+values, so the key holder learned un-noised prefix sums from them. BFV computes exactly
+modulo the plain modulus t, so the decrypted slots are exactly the values the measurement
+put there. What the secret key reveals beyond the slots is the *noise polynomial* of the
+ciphertext: fresh encryption noise (independent of the data) plus, for each encryption
+that was summed, the rounding of round(q m / t) (|.| <= 1/2 per coefficient, a function
+of that owner's plaintext). `BfvBackend.add_noise` floods that part: it adds a
+"transparent" ciphertext (r, 0) whose r is uniform on [-2^61, 2^61), so the key holder's
+view of the noise is within statistical distance N * B / 2^62 of a data-independent one
+(B = data-dependent noise bound, (k + 1) / 2 for k summed encryptions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import tenseal as ts
+import tenseal.sealapi as sealapi
+
+from ..core.backend import ChunkedVector, ChunkwiseArithmetic, IntArray, split_chunks
+from ..core.errors import InvalidInputError, PrecisionError
+
+__all__ = [
+    "BfvParams",
+    "BfvBackend",
+    "FLOOD_BITS",
+    "MIN_NOISE_BUDGET_BITS",
+    "generate_secret_context",
+    "public_context_bytes",
+    "load_context",
+    "context_fingerprint",
+]
+
+#: The flooding polynomial r is uniform on [-2^FLOOD_BITS, 2^FLOOD_BITS) per coefficient.
+FLOOD_BITS = 61
+
+#: A ciphertext whose invariant noise budget is below this is refused before decryption:
+#: an honest flooded ciphertext keeps about 48 bits (measured); one made under another key,
+#: or with corrupted coefficients, has 0.
+MIN_NOISE_BUDGET_BITS = 20
+
+
+@dataclass(frozen=True)
+class BfvParams:
+    """BFV parameters.
+
+    N = 8192 (8,192 slots), coefficient primes [60, 50, 50, 58] (218 bits, the 128-bit
+    security maximum for N = 8192; the 58-bit special prime is the key level) and a 49-bit
+    batching plain modulus t = 562949952847873. Measured: a fresh ciphertext has a 103-bit
+    invariant noise budget; after flooding with 2^61, 49 bits remain. Decoded values must
+    lie in (-t/2, t/2), i.e. |value| < 2.8e14; every intermediate slot value wraps modulo t
+    harmlessly.
+    """
+
+    poly_modulus_degree: int = 8192
+    coeff_mod_bit_sizes: tuple[int, ...] = (60, 50, 50, 58)
+    plain_modulus_bits: int = 49
+
+    def __post_init__(self) -> None:
+        if self.poly_modulus_degree not in (4096, 8192, 16384, 32768):
+            raise InvalidInputError(
+                f"poly_modulus_degree must be one of 4096, 8192, 16384, 32768, got {self.poly_modulus_degree}"
+            )
+        if self.plain_modulus_bits in self.coeff_mod_bit_sizes or not 20 <= self.plain_modulus_bits <= 59:
+            raise InvalidInputError(
+                f"plain_modulus_bits must be in [20, 59] and differ from the coefficient primes' sizes "
+                f"{self.coeff_mod_bit_sizes} (SEAL would pick the same prime), got {self.plain_modulus_bits}"
+            )
+
+    @property
+    def slots(self) -> int:
+        return self.poly_modulus_degree
+
+    @property
+    def plain_modulus(self) -> int:
+        return int(sealapi.PlainModulus.Batching(self.poly_modulus_degree, self.plain_modulus_bits).value())
+
+
+def generate_secret_context(params: BfvParams = BfvParams()) -> ts.Context:
+    """Generate a fresh key pair. Call only on the decryption side: the result holds the secret key."""
+    return ts.context(
+        ts.SCHEME_TYPE.BFV,
+        params.poly_modulus_degree,
+        plain_modulus=params.plain_modulus,
+        coeff_mod_bit_sizes=list(params.coeff_mod_bit_sizes),
+    )
+
+
+def public_context_bytes(ctx: ts.Context) -> bytes:
+    """Serialize only public material (public key, no secret key, no Galois or relinearization keys)."""
+    return bytes(ctx.serialize(save_public_key=True, save_secret_key=False, save_galois_keys=False,
+                               save_relin_keys=False))
+
+
+def load_context(data: bytes) -> ts.Context:
+    """Load a serialized context; raises InvalidInputError on malformed bytes or a non-BFV context."""
+    try:
+        ctx = ts.context_from(data)
+    except Exception as exc:  # TenSEAL raises bare ValueError/RuntimeError on garbage.
+        raise InvalidInputError(f"bytes are not a serialized TenSEAL context: {exc}") from exc
+    scheme = ctx.seal_context().data.key_context_data().parms().scheme()
+    if getattr(scheme, "name", str(scheme)) != "BFV":
+        raise InvalidInputError(f"the context is for scheme {scheme.name}, dpagg needs BFV")
+    return ctx
+
+
+def context_fingerprint(ctx_bytes: bytes) -> str:
+    """SHA-256 of a serialized public context: lets parties check they use the same key."""
+    return hashlib.sha256(ctx_bytes).hexdigest()
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def seal_ciphertext_bytes(version: bytes, parms_id: Sequence[int], polys: npt.NDArray[np.uint64], *,
+                          ntt: bool) -> bytes:
+    """SEAL's serialization of a ciphertext with coefficients `polys` (shape (size, k, N)), uncompressed.
+
+    A 16-byte header (magic 0x5EA1, `version`: header size and SEAL major/minor, no
+    compression, total size), the parameter id, the NTT flag, size/degree/prime count,
+    scale 1.0 and correction factor 1, then the coefficient array (RNS, polynomial-major).
+    """
+    def header(size: int) -> bytes:
+        return b"\x5e\xa1" + version + b"\x00\x00\x00" + struct.pack("<Q", size)
+
+    data = np.ascontiguousarray(polys, dtype="<u8").tobytes()
+    dyn = header(16 + 8 + len(data)) + struct.pack("<Q", polys.size) + data
+    body = (struct.pack("<4Q", *parms_id) + (b"\x01" if ntt else b"\x00")
+            + struct.pack("<QQQdQ", polys.shape[0], polys.shape[2], polys.shape[1], 1.0, 1) + dyn)
+    return header(16 + len(body)) + body
+
+
+class _CiphertextCodec:
+    """Raw SEAL ciphertext bytes for one context: the bridge TenSEAL's Python API lacks.
+
+    SEAL serializes a ciphertext as a 16-byte header, its metadata and the coefficient
+    array (RNS, polynomial-major). Writing the array uncompressed lets us build a
+    ciphertext from chosen coefficients (the flooding term) and read one back (the key
+    holder's view in `he_partition.he.keyholder`).
+    """
+
+    def __init__(self, context: ts.Context, slots: int) -> None:
+        seal = context.seal_context().data
+        data = seal.first_context_data()
+        self.moduli = [int(m.value()) for m in data.parms().coeff_modulus()]
+        self.degree = int(data.parms().poly_modulus_degree())
+        self.parms_id = [int(x) for x in seal.first_parms_id()]
+        probe = bytes(ts.bfv_vector(context, [0]).serialize())
+        at = probe.index(b"\x5e\xa1")  # SEAL's magic number starts its header
+        self._version = probe[at + 2 : at + 5]  # header size, major, minor version
+        shape = _varint(slots)
+        self._shape_field = b"\x0a" + _varint(len(shape)) + shape
+
+    def seal_bytes(self, polys: npt.NDArray[np.uint64], *, ntt: bool) -> bytes:
+        """An uncompressed SEAL ciphertext of `polys` (shape (size, k, N), residues mod each prime)."""
+        return seal_ciphertext_bytes(self._version, self.parms_id, polys, ntt=ntt)
+
+    def vector_bytes(self, polys: npt.NDArray[np.uint64]) -> bytes:
+        """TenSEAL BFVVector serialization (protobuf: shape, ciphertext) around `seal_bytes`."""
+        seal = self.seal_bytes(polys, ntt=False)
+        return self._shape_field + b"\x12" + _varint(len(seal)) + seal
+
+    def residues(self, values: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        """Signed coefficients (|v| < 2^63) reduced modulo each prime: shape (k, N)."""
+        return np.stack([np.mod(values, np.int64(q)).astype(np.uint64) for q in self.moduli])
+
+
+class BfvBackend(ChunkwiseArithmetic):
+    """Chunked BFV vectors over one TenSEAL context, exact modulo `plain_modulus`.
+
+    With a public context it can encrypt and compute (data owners, computation server);
+    only with the secret context (decryption server) can it decrypt. Decryption refuses a
+    ciphertext whose noise budget shows it was made under another key or corrupted.
+    """
+
+    def __init__(self, context: ts.Context) -> None:
+        self.context = context
+        parms = context.seal_context().data.key_context_data().parms()
+        self.slots = int(parms.poly_modulus_degree())
+        self.plain_modulus = int(parms.plain_modulus().value())
+        self._codec = _CiphertextCodec(context, self.slots)
+        self._decryptor: Any = None
+        #: Tests switch this off to show the attack flooding stops (tests/he_partition/test_keyholder.py);
+        #: nothing in the services or the CLI can.
+        self.flooding = True
+
+    @property
+    def can_decrypt(self) -> bool:
+        return bool(self.context.is_private())
+
+    def encrypt(self, values: npt.ArrayLike) -> ChunkedVector:
+        arr = _as_int_vector(values)
+        chunks = tuple(ts.bfv_vector(self.context, np.mod(c, self.plain_modulus).tolist())
+                       for c in split_chunks(arr, self.slots))
+        return ChunkedVector(arr.size, chunks)
+
+    def _noised_chunk(self, chunk: Any, noise: IntArray) -> Any:
+        """chunk + a fresh encryption of `noise`, then flooded (see the module docstring).
+
+        Flooding adds the transparent ciphertext (r, 0), r uniform on [-2^61, 2^61) per
+        coefficient from the OS CSPRNG (never a seeded source: it changes no slot value, so
+        seeded releases stay equal to the plain backend's). Only the computation side
+        knows r; the decryption side sees the phase noise + r, whose data-dependent part
+        (|.| <= B) is hidden up to statistical distance N * B / 2^62 per ciphertext.
+        """
+        noised = chunk + self.encrypt(noise).chunks[0]
+        return noised + self._flood() if self.flooding else noised
+
+    def _flood(self) -> Any:
+        n = self._codec.degree
+        r = np.frombuffer(os.urandom(8 * n), dtype=np.int64) >> (63 - FLOOD_BITS)
+        polys = np.zeros((2, len(self._codec.moduli), n), dtype=np.uint64)
+        polys[0] = self._codec.residues(r)
+        return ts.bfv_vector_from(self.context, self._codec.vector_bytes(polys))
+
+    def noise_budget(self, chunk: Any) -> int:
+        """SEAL's invariant noise budget of one chunk, in bits (secret key needed)."""
+        if self._decryptor is None:
+            if not self.can_decrypt:
+                raise InvalidInputError("this context holds no secret key; only the decryption server can decrypt")
+            self._decryptor = sealapi.Decryptor(self.context.seal_context().data, self.context.secret_key().data)
+        return int(self._decryptor.invariant_noise_budget(chunk.ciphertext()[0]))
+
+    def verify(self, a: ChunkedVector) -> None:
+        """Refuse chunks whose invariant noise budget is below MIN_NOISE_BUDGET_BITS (another key, corruption).
+
+        An honest flooded ciphertext keeps ~49 bits; a foreign-key one has 0, and so does one
+        whose coefficients were altered above the flooding level. The check reveals nothing
+        that decryption would not, and runs before the ledger is charged.
+        """
+        for i, c in enumerate(a.chunks):
+            if c is None:  # not sent: no measured slot
+                continue
+            c.link_context(self.context)
+            if self.noise_budget(c) < MIN_NOISE_BUDGET_BITS:
+                raise PrecisionError(
+                    f"ciphertext chunk {i} failed the decryption integrity check (its noise budget is below "
+                    f"{MIN_NOISE_BUDGET_BITS} bits): it was made under another key or is corrupt"
+                )
+
+    def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray:
+        """Exact slot values, centred in (-t/2, t/2]; refuses foreign-key or corrupt chunks (`verify`,
+        skipped when the caller has just run it: `verified=True`)."""
+        if not self.can_decrypt:
+            raise InvalidInputError("this context holds no secret key; only the decryption server can decrypt")
+        if not verified:
+            self.verify(a)
+        parts = []
+        for c in a.chunks:
+            parts.append(np.zeros(self.slots, dtype=np.int64) if c is None else np.asarray(c.decrypt(), dtype=np.int64))
+        return np.concatenate(parts)[: a.length] if parts else np.zeros(0, dtype=np.int64)
+
+    def serialize_chunk(self, chunk: Any) -> bytes:
+        return bytes(chunk.serialize())
+
+    def deserialize_chunk(self, data: bytes) -> Any:
+        try:
+            vec = ts.bfv_vector_from(self.context, data)
+        except Exception as exc:
+            raise InvalidInputError(f"bytes are not a BFV ciphertext for this context: {exc}") from exc
+        if vec.size() != self.slots:
+            raise InvalidInputError(f"a ciphertext chunk must hold {self.slots} slots, got {vec.size()}")
+        return vec
+
+    # -- the key holder's raw view (he_partition.he.keyholder) ------------------------
+
+    def phase_and_plaintext(self, chunk: Any) -> tuple[list[int], list[int], int]:
+        """(phase c0 + c1 s mod Q as centred ints, plaintext polynomial coefficients, Q).
+
+        Everything the secret key reveals about one chunk: the plaintext polynomial m (the
+        slots are its batch decoding) and the phase, whose difference from the scaled
+        plaintext is the noise polynomial. Secret key needed; slow (test hook).
+        """
+        if not self.can_decrypt:
+            raise InvalidInputError("the key holder's view needs the secret context")
+        seal = self.context.seal_context().data
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "ct.bin")
+            chunk.ciphertext()[0].save(path)
+            ct = sealapi.Ciphertext()
+            ct.load(seal, path)
+            key_path = os.path.join(tmp, "sk.bin")
+            self.context.secret_key().data.save(key_path)
+            secret = sealapi.SecretKey()
+            secret.load(seal, key_path)
+        return seal_phase_and_plaintext(seal, ct, secret, self._codec.moduli, self._codec.parms_id,
+                                        self._codec._version)
+
+
+def seal_phase_and_plaintext(seal: Any, ct: Any, secret: Any, moduli: Sequence[int], parms_id: Sequence[int],
+                             version: bytes) -> tuple[list[int], list[int], int]:
+    """(phase c0 + c1 s (+ c2 s^2 ...) mod Q as centred ints, plaintext polynomial, Q) of a SEAL ciphertext.
+
+    `moduli`/`parms_id`: the ciphertext's level; `version`: SEAL's header bytes (see
+    `seal_ciphertext_bytes`). The secret key's view of one ciphertext, for tests and audits.
+    """
+    k = len(moduli)
+    n = int(ct.poly_modulus_degree())
+    plain = sealapi.Plaintext()
+    sealapi.Decryptor(seal, secret).decrypt(ct, plain)
+    m = [int(plain[i]) for i in range(plain.coeff_count())] + [0] * (n - plain.coeff_count())
+    evaluator = sealapi.Evaluator(seal)
+    evaluator.transform_to_ntt_inplace(ct)
+    arr = ct.dyn_array()
+    c = np.array([arr[i] for i in range(arr.size())], dtype=np.uint64).reshape(ct.size(), k, n)
+    evaluator.transform_from_ntt_inplace(ct)  # leave the caller's ciphertext as it was
+    sk = secret.data().dyn_array()
+    s_ntt = np.array([sk[i] for i in range(k * n)], dtype=np.uint64).reshape(k, n)
+    phase_ntt = np.zeros((2, k, n), dtype=np.uint64)
+    for j, q in enumerate(moduli):
+        acc = c[0, j].astype(object)
+        power = np.ones(n, dtype=object)
+        for i in range(1, c.shape[0]):
+            power = (power * s_ntt[j].astype(object)) % q
+            acc = acc + c[i, j].astype(object) * power
+        phase_ntt[0, j] = np.array([int(v) % q for v in acc], dtype=np.uint64)
+    phase_ntt[1] = phase_ntt[0]  # SEAL refuses to transform a transparent (c1 = 0) ciphertext
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "phase.bin")
+        open(path, "wb").write(seal_ciphertext_bytes(version, parms_id, phase_ntt, ntt=True))
+        ph = sealapi.Ciphertext()
+        ph.load(seal, path)
+    evaluator.transform_from_ntt_inplace(ph)
+    arr = ph.dyn_array()
+    res = [[int(arr[j * n + i]) for i in range(n)] for j in range(k)]
+    big_q = 1
+    for q in moduli:
+        big_q *= q
+    phase = []
+    for i in range(n):
+        x = 0
+        for j, q in enumerate(moduli):
+            part = big_q // q
+            x += res[j][i] * part * pow(part, -1, q)
+        x %= big_q
+        phase.append(x - big_q if x > big_q // 2 else x)
+    return phase, m, big_q
+
+
+def _as_int_vector(values: npt.ArrayLike) -> IntArray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise InvalidInputError(f"expected a 1-D vector, got shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.rint(arr)):
+            raise InvalidInputError("BFV encrypts integers: got NaN, infinite or fractional values")
+    elif arr.dtype.kind not in "iub":
+        raise InvalidInputError(f"BFV encrypts integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+

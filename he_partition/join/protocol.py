@@ -1,0 +1,285 @@
+"""Cross-organization join: the DP cross-tabulation of (a, b) over the customers two organizations share.
+
+Owner A knows attribute a of its customers, owner B attribute b of its customers; the
+analysts want the DP histogram of (a, b) over the customers both have. The protocol:
+
+1. Pseudonyms (`JoinKeyPair`, `pseudonyms`): the owners agree a join key by X25519 (their
+   public halves relayed by the computation server, which cannot compute the key), HKDF-
+   SHA256 bound to the study, and replace each identifier by HMAC-SHA256(key, normalized
+   identifier). One record per identifier per owner (the contribution bound). Both also
+   derive the same `shared_dummies`: pseudonyms that match each other and encode nothing,
+   their number a discrete-Laplace draw only the owners know, so the intersection size the
+   computation server sees is DP (`dummy_count`).
+2. Placement (`place`): each owner sends its pseudonyms only; the computation server
+   matches them and maps the union into `capacity` slot positions uniformly at random
+   (matched pairs share a position; an unmatched record's position is empty on the other
+   side). Each owner receives the positions of all its own pseudonyms: a uniformly random
+   subset of the public capacity, whatever matched (`check_placement` refuses anything else).
+3. Encoding (`encode_indicators`): per group of `slots` positions, A encrypts one
+   ciphertext per value of a (slot = 1 where its record there has that value) and B one
+   per value of b. The server multiplies A's ciphertext for a by B's for b and sums all
+   slots (`joint_totals`): the count of shared customers with (a, b) — unmatched and dummy
+   positions contribute 0. Cost: groups x d_a x d_b ciphertext products.
+4. Release (`he_partition.join.release`): the table, flattened into bins (row-major or along
+   the Hilbert curve), goes through a DP strategy like any study's histogram: identity
+   ("cells"), or gap, hier, dawa, privelet, auto. Every measured value is a +-1 sum of cell
+   totals; it leaves the computation server as a ciphertext with its discrete Laplace draw
+   in slot 0, pads in every other slot, and flooding (`he_partition.he.join_scheme`); the
+   decryption server decrypts slot 0 and adds its own draw. A shared customer added or
+   removed changes one cell by 1 (contribution bound 1).
+
+What the computation server learns: both owners' set sizes (dummies included), and which
+pseudonyms match, i.e. the intersection size plus the owners' shared dummy count (DP, at
+the padding epsilon). It never sees identifiers, attributes, or the join key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from ..core.errors import InvalidInputError
+from ..he.join_scheme import JoinScheme
+from ..core.noise import RandomSource, SeededRandom, discrete_laplace, laplace_scale
+
+__all__ = ["JOIN_STRATEGY", "JOIN_RELEASES", "DEFAULT_JOIN_RELEASE", "JOIN_ORDERS", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES",
+           "pseudonyms", "shared_dummies", "dummy_count", "place", "check_placement", "encode_indicators",
+           "joint_totals", "groups_for"]
+
+PSEUDONYM_BYTES = 32
+_KDF_INFO = b"dpagg/join-key/v1"
+#: The strategy name of a join study in its contract.
+JOIN_STRATEGY = "join"
+#: How a join study releases its table (he_partition.join.release): "cells" measures every cell
+#: (the identity), the others run that DP strategy over the flattened table.
+JOIN_RELEASES = ("cells", "gap", "hier", "dawa", "privelet", "auto")
+#: What `dpagg open-join` releases with unless told otherwise (docs/join.md: accuracy by release).
+DEFAULT_JOIN_RELEASE = "cells"
+#: How the table is flattened into bins: row-major, or along the Hilbert curve (square 2^k tables),
+#: so that a strategy's contiguous partitions are compact 2-D regions.
+JOIN_ORDERS = ("row", "hilbert")
+#: Largest joint table (cells); each cell costs one rotation-sum and one ciphertext to the key holder.
+MAX_JOIN_CELLS = 4096
+#: Largest capacity (positions) a join study may declare.
+MAX_JOIN_CAPACITY = 1 << 22
+
+
+@dataclass(frozen=True)
+class JoinTerms:
+    """A join study's terms (its contract's strategy_params): the table shape, each owner's binning, the
+    public capacity of positions, and the padding that makes the intersection size DP.
+
+    `row_spec` bins owner A's attribute (rows, the first expected owner), `col_spec` owner
+    B's (columns, the second); both use the domain-spec grammar of StudyContract.domain_spec.
+    """
+
+    rows: int
+    cols: int
+    capacity: int
+    padding_epsilon: float
+    padding_offset: int
+    row_spec: str = ""
+    col_spec: str = ""
+    identifier: str = "id"
+    release: str = "cells"
+    order: str = "row"
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], *, domain_size: int, slots: int = 8192) -> "JoinTerms":
+        try:
+            shape = params["shape"]
+            terms = cls(int(shape[0]), int(shape[1]), int(params["capacity"]), float(params["padding_epsilon"]),
+                        int(params["padding_offset"]), str(params.get("row_spec", "")),
+                        str(params.get("col_spec", "")), str(params.get("identifier", "id")),
+                        str(params.get("release", "cells")), str(params.get("order", "row")))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InvalidInputError(
+                'a join study needs strategy_params {"shape": [rows, cols], "capacity": N, "padding_epsilon": e, '
+                '"padding_offset": k} (optional "row_spec", "col_spec", "identifier", "release", "order"): '
+                + str(exc)) from exc
+        if terms.rows < 1 or terms.cols < 1 or terms.rows * terms.cols != domain_size:
+            raise InvalidInputError(f"join shape {terms.rows} x {terms.cols} must have domain_size {domain_size} cells")
+        if terms.rows * terms.cols > MAX_JOIN_CELLS:
+            raise InvalidInputError(f"a join table has at most {MAX_JOIN_CELLS} cells, got {domain_size}")
+        if not 0 < terms.capacity <= MAX_JOIN_CAPACITY or terms.capacity % slots:
+            raise InvalidInputError(f"join capacity must be a positive multiple of {slots} up to "
+                                    f"{MAX_JOIN_CAPACITY}, got {terms.capacity}")
+        if not (0 < terms.padding_epsilon < float("inf")) or terms.padding_offset < 0:
+            raise InvalidInputError("join padding needs padding_epsilon > 0 and padding_offset >= 0")
+        if terms.release not in JOIN_RELEASES:
+            raise InvalidInputError(f"join release {terms.release!r} is none of {', '.join(JOIN_RELEASES)}")
+        if terms.order not in JOIN_ORDERS:
+            raise InvalidInputError(f"join order {terms.order!r} is none of {', '.join(JOIN_ORDERS)}")
+        side = terms.rows
+        if terms.order == "hilbert" and (terms.rows != terms.cols or side & (side - 1)):
+            raise InvalidInputError(f"a Hilbert order needs a square table with a power-of-two side, got "
+                                    f"{terms.rows} x {terms.cols}: use order \"row\"")
+        return terms
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, self.cols
+
+    def groups(self, slots: int = 8192) -> int:
+        return groups_for(self.capacity, slots)
+
+    def values_of(self, side: int) -> int:
+        """Attribute values of owner `side` (0: A, rows; 1: B, columns)."""
+        return self.rows if side == 0 else self.cols
+
+    def spec_of(self, side: int) -> str:
+        return self.row_spec if side == 0 else self.col_spec
+
+
+# ---------------------------------------------------------------------------------------------- pseudonyms
+class JoinKeyPair:
+    """One owner's X25519 key for a join study: the public half goes (through the computation server) to the
+    other owner; `join_key` combines it with the other's public half into the shared 32-byte key."""
+
+    def __init__(self, private: X25519PrivateKey | None = None) -> None:
+        self._private = private or X25519PrivateKey.generate()
+
+    @property
+    def public_bytes(self) -> bytes:
+        return self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    def join_key(self, peer_public: bytes, *, study_id: str, contract_hash: str) -> bytes:
+        """HKDF-SHA256 of the X25519 shared secret, bound to the study and its contract."""
+        if not isinstance(peer_public, (bytes, bytearray)) or len(peer_public) != 32:
+            raise InvalidInputError("the other owner's join public key must be 32 bytes (X25519)")
+        if bytes(peer_public) == self.public_bytes:
+            raise InvalidInputError("the other owner's join public key is this owner's own: a relay error or attack")
+        shared = self._private.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
+        info = _KDF_INFO + b"|" + study_id.encode() + b"|" + contract_hash.encode()
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+
+
+def normalize_identifier(identifier: str) -> str:
+    """NFKC, trimmed, case-folded, inner whitespace collapsed: " Alice@Example.COM " == "alice@example.com"."""
+    if not isinstance(identifier, str):
+        raise InvalidInputError(f"identifiers must be text, got {type(identifier).__name__}")
+    text = " ".join(unicodedata.normalize("NFKC", identifier).split()).casefold()
+    if not text:
+        raise InvalidInputError("an identifier is empty after normalization")
+    return text
+
+
+def pseudonyms(join_key: bytes, identifiers: Iterable[str]) -> list[bytes]:
+    """HMAC-SHA256(join key, normalized identifier) for each identifier; refuses duplicates (one record each)."""
+    out = [hmac.new(join_key, b"id|" + normalize_identifier(i).encode(), hashlib.sha256).digest()
+           for i in identifiers]
+    if len(set(out)) != len(out):
+        raise InvalidInputError("an identifier appears twice (after normalization): keep one record per "
+                                "identifier (the join's contribution bound)")
+    return out
+
+
+def dummy_count(join_key: bytes, epsilon: float, offset: int) -> int:
+    """The number of shared dummy pseudonyms: max(0, offset + discrete Laplace(1/epsilon)), drawn from the key.
+
+    Privacy: the computation server sees |A ∩ B| + this count, and a shared customer added or
+    removed changes |A ∩ B| by 1 (sensitivity 1): the count is epsilon-DP noise for it,
+    except that the clamp at 0 fails with probability about exp(-epsilon * offset) / 2 (the
+    delta). Neighbouring relation: add/remove one shared customer. Only the two owners know
+    the draw (it comes from their join key); the computation server knows only the sum.
+    """
+    if not epsilon > 0 or offset < 0:
+        raise InvalidInputError(f"padding needs epsilon > 0 and offset >= 0, got {epsilon}, {offset}")
+    seed = int.from_bytes(hmac.new(join_key, b"dummy-count", hashlib.sha256).digest()[:8], "big")
+    draw = int(discrete_laplace(laplace_scale(1, epsilon), 1, SeededRandom(seed))[0])
+    return max(0, offset + draw)
+
+
+def shared_dummies(join_key: bytes, count: int) -> list[bytes]:
+    """`count` pseudonyms both owners derive alike (they match each other and never a real identifier)."""
+    return [hmac.new(join_key, b"dummy|" + str(i).encode(), hashlib.sha256).digest() for i in range(count)]
+
+
+# ---------------------------------------------------------------------------------------------- placement
+def groups_for(capacity: int, slots: int) -> int:
+    return -(-capacity // slots)
+
+
+def _check_pseudonyms(name: str, values: Sequence[bytes]) -> None:
+    if any(not isinstance(v, (bytes, bytearray)) or len(v) != PSEUDONYM_BYTES for v in values):
+        raise InvalidInputError(f"{name}: every pseudonym must be {PSEUDONYM_BYTES} bytes")
+    if len(set(map(bytes, values))) != len(values):
+        raise InvalidInputError(f"{name}: a pseudonym appears twice (one record per identifier)")
+
+
+def place(a: Sequence[bytes], b: Sequence[bytes], capacity: int,
+          rng: RandomSource) -> tuple[dict[bytes, int], dict[bytes, int]]:
+    """The computation server's placement: the union of both owners' pseudonyms mapped injectively and
+    uniformly at random into [0, capacity); matched pseudonyms get one position for both owners."""
+    _check_pseudonyms("owner A's upload", a)
+    _check_pseudonyms("owner B's upload", b)
+    union = list(dict.fromkeys([*map(bytes, a), *map(bytes, b)]))
+    if len(union) > capacity:
+        raise InvalidInputError(f"the two owners hold {len(union)} distinct pseudonyms, more than the study's "
+                                f"join capacity {capacity}")
+    # A uniformly random injection: a Fisher-Yates prefix of [0, capacity) from the server's source.
+    pool = np.arange(capacity, dtype=np.int64)
+    n = len(union)
+    jumps = np.arange(n, dtype=np.int64) + rng.integers(capacity - np.arange(n, dtype=np.int64), n)
+    for i, j in enumerate(jumps.tolist()):
+        pool[i], pool[j] = pool[j], pool[i]
+    pos = {u: int(pool[i]) for i, u in enumerate(union)}
+    return {bytes(p): pos[bytes(p)] for p in a}, {bytes(p): pos[bytes(p)] for p in b}
+
+
+def check_placement(own: Sequence[bytes], placement: Mapping[bytes, int], capacity: int) -> None:
+    """An owner's check of the placement it received: exactly its pseudonyms, distinct positions in range."""
+    if set(placement) != set(map(bytes, own)) or len(placement) != len(own):
+        missing = len(set(map(bytes, own)) - set(placement))
+        extra = len(set(placement) - set(map(bytes, own)))
+        raise InvalidInputError(f"the placement does not cover exactly this owner's pseudonyms ({missing} missing, "
+                                f"{extra} foreign): refusing it")
+    values = list(placement.values())
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < capacity
+           for v in values):
+        raise InvalidInputError(f"the placement has positions outside [0, {capacity}): refusing it")
+    if len(set(map(int, values))) != len(values):
+        raise InvalidInputError("the placement puts two records at one position: refusing it")
+
+
+def encode_indicators(placement: Mapping[bytes, int], value_of: Mapping[bytes, int], n_values: int, capacity: int,
+                      slots: int) -> npt.NDArray[np.uint8]:
+    """Indicator planes (groups, n_values, slots): 1 at a record's position in the plane of its value.
+
+    Pseudonyms without a value (the shared dummies) encode nothing.
+    """
+    planes = np.zeros((groups_for(capacity, slots), n_values, slots), dtype=np.uint8)
+    for p, position in placement.items():
+        v = value_of.get(p)
+        if v is None:
+            continue
+        if not 0 <= v < n_values:
+            raise InvalidInputError(f"attribute bin {v} outside [0, {n_values})")
+        g, s = divmod(int(position), slots)
+        planes[g, v, s] = 1
+    return planes
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def joint_totals(scheme: JoinScheme, a_cts: Sequence[Sequence[Any]], b_cts: Sequence[Sequence[Any]]) -> list[Any]:
+    """Cell (i, j) at index i * d_b + j: a ciphertext whose every slot holds sum_g sum_slots A[g][i] * B[g][j]."""
+    if len(a_cts) != len(b_cts) or not a_cts:
+        raise InvalidInputError(f"owners sent {len(a_cts)} and {len(b_cts)} groups; the placement needs equal counts")
+    d_a, d_b = len(a_cts[0]), len(b_cts[0])
+    if any(len(g) != d_a for g in a_cts) or any(len(g) != d_b for g in b_cts):
+        raise InvalidInputError("every group must hold one ciphertext per attribute value")
+    acc: list[Any] = [None] * (d_a * d_b)
+    for ga, gb in zip(a_cts, b_cts):
+        for i in range(d_a):
+            for j in range(d_b):
+                acc[i * d_b + j] = scheme.multiply_accumulate(acc[i * d_b + j], ga[i], gb[j])
+    return [scheme.total(c) for c in acc]
