@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from .core.backend import ChunkedVector, PlainBackend, VectorBackend, sum_vectors, DEFAULT_SLOTS
 from .core.errors import BudgetExhaustedError, InvalidInputError
+from .execution.base import ChunkExecutor, split_noise
 from .strategies.gap import GapParams, gap_strategy
 from .strategies.hier import HierParams, hier_strategy
 from .strategies.dawa import DawaParams, dawa_strategy
@@ -168,6 +169,31 @@ class ComputationSide:
             raise InvalidInputError(
                 f"measurement is for {m.domain_size} bins but the aggregate has {aggregate.length}"
             )
+        noise = self.slot_noise(m)
+        return self.backend.noised_chunks(aggregate, noise, keep=m.measured_chunks(self.backend.slots))
+
+    def measure_on(self, executor: ChunkExecutor, key: str, m: Measurement) -> Iterator[tuple[int, bytes]]:
+        """`measure_chunks` with the chunk work on `executor` (aggregate loaded under `key`): serialized chunks.
+
+        Privacy: as `measure_chunks` (eta of scale m.sensitivity / m.epsilon per measured
+        value, m.epsilon-DP; neighbouring relation: add/remove of one person with at most c
+        records; pads on
+        the other slots; only the computation side knows them). Every draw is made here,
+        before fan-out, in the same order as `measure_chunks`, so every executor releases
+        the same values under a seed and a retried chunk carries the same noise.
+        """
+        noise = self.slot_noise(m)
+        return executor.noised(key, split_noise(noise, self.backend.slots, m.measured_chunks(self.backend.slots)))
+
+    def slot_noise(self, m: Measurement) -> IntArray:
+        """The slot noise N' of one measurement: eta on the measured slots, uniform pads mod t on the others.
+
+        Privacy: eta ~ discrete Laplace(m.sensitivity / m.epsilon) per measured value
+        (m.epsilon-DP; neighbouring relation: add/remove of one person with at most c
+        records); the pads hide
+        the unused slots. Drawn from this side's RandomSource, eta first, then the pads;
+        only the computation side knows them. Spends nothing.
+        """
         t = self.backend.plain_modulus
         eta = m.computation_noise(self.rng)
         noise = m.noise_slots(eta, t)
@@ -175,7 +201,7 @@ class ComputationSide:
         if used is not None:
             free = ~used
             noise[free] = self.rng.integers(t, int(np.count_nonzero(free)))
-        return self.backend.noised_chunks(aggregate, noise, keep=m.measured_chunks(self.backend.slots))
+        return noise
 
 
 class DecryptionSide:

@@ -137,7 +137,8 @@ def cmd_serve_computation(args: argparse.Namespace) -> int:
     tls = _tls(args)
     serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
                                         noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
-                                        tls=tls, insecure=tls is None),
+                                        tls=tls, insecure=tls is None, chunk_workers=args.chunk_workers,
+                                        executor="ray" if args.cluster else args.executor, cluster=args.cluster),
                       port_file=args.port_file)
     return 0
 
@@ -907,6 +908,12 @@ def build_parser() -> argparse.ArgumentParser:
     _server_args(p, 50052)
     p.add_argument("--decryption", **dec)  # type: ignore[arg-type]
     p.add_argument("--no-analyst", action="store_true", help="do not host the analyst service in this process")
+    p.add_argument("--executor", choices=("processes", "inprocess", "ray"), default="processes",
+                   help="where a release's chunk work runs (default: local worker processes, one per core)")
+    p.add_argument("--chunk-workers", type=int, default=0, metavar="N", help="chunk workers (0: one per core)")
+    p.add_argument("--cluster", default="", metavar="HOST:PORT",
+                   help="run the chunk work on this Ray cluster (HOST:PORT or ray://HOST:PORT; needs "
+                        "pip install 'dpagg[ray]'); see docs/scaling.md for TLS and bind addresses")
     _seed_arg(p)
     _tls_args(p)
 

@@ -16,7 +16,8 @@ ALLOWED = {
     "core": set(),
     "he": {"core"},
     "strategies": {"core"},
-    "protocol": {"core", "strategies", "he"},  # release(backend="bfv") builds the in-process keys
+    "execution": {"core", "he"},
+    "protocol": {"core", "strategies", "he", "execution"},  # release(backend="bfv") builds the in-process keys
     "join": {"core", "he", "strategies", "protocol"},
     "methods": {"core", "strategies", "protocol"},
 }

@@ -131,6 +131,9 @@ class ComputationConfig:
     `tls`: its certificate (role ``computation``), presented to its callers and to the
     decryption server; `insecure=True` instead: plaintext, no role checks (tests only).
     `noise_seed`: tests only, as in DecryptionConfig.
+    `executor`: where the release's chunk work runs (he_partition.execution): "processes"
+    (local workers, `chunk_workers` of them, 0 = one per core), "inprocess", or "ray" on the
+    cluster at `cluster` (HOST:PORT or ray://HOST:PORT; empty: a private local Ray).
     """
 
     data_dir: Path
@@ -142,11 +145,21 @@ class ComputationConfig:
     serve_analyst: bool = True
     tls: TlsConfig | None = None
     insecure: bool = False
+    executor: str = "processes"
+    chunk_workers: int = 0
+    cluster: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         _check_port(self.port)
         _check_workers(self.max_workers)
+        if self.executor not in ("processes", "inprocess", "ray"):
+            raise InvalidInputError(f"executor must be one of processes, inprocess, ray, got {self.executor!r}")
+        if self.chunk_workers < 0:
+            raise InvalidInputError(f"chunk_workers must be >= 0 (0: one per core), got {self.chunk_workers}")
+        if self.cluster and self.executor != "ray":
+            raise InvalidInputError(f"cluster {self.cluster!r} is a Ray address; it needs executor 'ray', "
+                                    f"got {self.executor!r}")
         _check_transport("computation server", self.tls, self.insecure, ("computation",))
         if not self.decryption_target:
             raise InvalidInputError("decryption_target must be host:port of the decryption server")

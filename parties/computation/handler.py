@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from he_partition.core.backend import ChunkedVector, n_chunks
+from he_partition.execution import ChunkExecutor, InProcessExecutor
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.join.release import join_strategy, summary_params
@@ -161,6 +162,7 @@ class UploadSession:
 class _KeyCache:
     fingerprint: str = ""
     backend: BfvBackend | None = None
+    context: bytes = b""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -193,8 +195,10 @@ class ComputationHandler:
     """
 
     def __init__(self, store: ComputationStore, decryption: DecryptionClient, rng: RandomSource, *,
-                 data_dir: Path | None = None) -> None:
+                 data_dir: Path | None = None, executor: ChunkExecutor | None = None) -> None:
         self.store = store
+        #: Where the chunk work runs (he_partition.execution): in-process unless the server passes another.
+        self.executor: ChunkExecutor = executor or InProcessExecutor()
         self.decryption = decryption
         self.rng = rng
         self.data_dir = data_dir
@@ -234,6 +238,7 @@ class ComputationHandler:
                 raise InvalidInputError("the decryption server served a context holding a secret key; refusing it")
             self._keys.backend = BfvBackend(ctx)
             self._keys.fingerprint = got
+            self._keys.context = data
             if self.data_dir is not None:
                 write_file_atomic(self.data_dir / PUBLIC_CONTEXT_FILE, data)
             return self._keys.backend
@@ -512,8 +517,10 @@ class ComputationHandler:
         the noise is calibrated at; params["bayesian_dp"] states the guarantee.
         """
         backend = self.backend_for(contract)
-        aggregate = self.aggregate(contract, subs, backend)
         cs = ComputationSide(backend, self.rng)
+        # The executor's workers sum their chunk ranges and keep the sums for the whole release.
+        self.executor.load(record.release_id, self._keys.context, self.store.chunk_source(subs),
+                           n_chunks(contract.domain_size, backend.slots))
         strategy = make_strategy(contract.strategy, contract.domain_size, contract.dp_epsilon(record.epsilon),
                                  noise_parties=contract.noise_parties,
                                  contribution_bound=contract.person_bound,
@@ -522,22 +529,27 @@ class ComputationHandler:
         sent = [0]
 
         def measure(m: Measurement) -> IntArray:
-            # Only chunks with a measured slot travel; each is encrypted while the previous one is sent,
-            # so the decryption server checks chunk i while this server encrypts chunk i + 1.
-            stream = cs.measure_chunks(aggregate, m)
+            # Only chunks with a measured slot travel; the executor's workers encrypt the next chunks while
+            # one is sent. Every draw is made (in today's order) before the first chunk leaves.
+            stream = cs.measure_on(self.executor, record.release_id, m)
 
             def chunks() -> Iterator[bytes]:
-                for _, c in stream:
-                    data = backend.serialize_chunk(c)
-                    sent[0] += len(data)
-                    yield data
+                try:
+                    for _, data in stream:
+                        sent[0] += len(data)
+                        yield data
+                finally:
+                    stream.close()  # type: ignore[attr-defined]
 
             return self.decryption.decrypt_measurement(
                 study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
                 measurement=m, chunks=chunks(), chunk_count=len(m.measured_chunks(backend.slots)),
                 contract_hash=contract.contract_hash).values
 
-        summary: Summary = run_strategy(strategy, measure)
+        try:
+            summary: Summary = run_strategy(strategy, measure)
+        finally:
+            self.executor.drop(record.release_id)
         # Every summary states how many organizations one person may appear in (its noise assumes it).
         summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
         if contract.correlated or contract.correlation_source:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from dpagg.v1 import analyst_pb2_grpc, computation_pb2_grpc
+from he_partition.execution import make_executor
 
 from ..analyst.handler import AnalystHandler
 from ..analyst.servicer import SERVICE_NAME as ANALYST_SERVICE
@@ -48,7 +49,14 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     ds = DecryptionClient(config.decryption_target, tls=config.tls, insecure=config.insecure)
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
-    handler = ComputationHandler(st, ds, noise_source(config.noise_seed), data_dir=config.data_dir)
+    try:
+        executor = make_executor(config.executor, workers=config.chunk_workers, cluster=config.cluster)
+    except BaseException:
+        st.close()
+        ds.close()
+        unlock()
+        raise
+    handler = ComputationHandler(st, ds, noise_source(config.noise_seed), data_dir=config.data_dir, executor=executor)
     policy = AccessPolicy(config.tls is not None, server=f"computation server ({config.data_dir})")
     services: list[ServiceBinding] = [
         (computation_pb2_grpc.add_ComputationServicer_to_server, ComputationServicer(handler, policy), SERVICE_NAME)]
@@ -59,11 +67,13 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
         server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers,
                                      credentials=config.tls.server_credentials() if config.tls is not None else None)
     except BaseException:
+        executor.close()
         st.close()
         ds.close()
         unlock()
         raise
-    return ServerHandle(server, port, config.host, handler, [st.close, ds.close, lambda: handler.join(5.0), unlock])
+    return ServerHandle(server, port, config.host, handler,
+                        [st.close, ds.close, lambda: handler.join(5.0), executor.close, unlock])
 
 
 def serve_computation(config: ComputationConfig, *, port_file: str | None = None) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.summary import Summary
+from he_partition.execution.base import ChunkBytes, ChunkFiles, ChunkSource
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
@@ -34,6 +35,9 @@ __all__ = [
     "SqliteComputationStore",
     "owner_conflict",
 ]
+
+#: A stored ciphertext chunk's file name in its upload's directory (workers read it by path).
+CHUNK_FILE = "{index:07d}.ct"
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,10 @@ class ComputationStore(abc.ABC):
     def read_chunk(self, submission: Submission, index: int) -> bytes:
         """One ciphertext chunk of a committed submission."""
         return self.read_upload_chunk(submission.meta, index)
+
+    def chunk_source(self, submissions: list[Submission]) -> ChunkSource:
+        """The submissions' chunks as the release's executor reads them (here: copied into memory)."""
+        return ChunkBytes(tuple(tuple(self.read_chunk(s, i) for i in range(s.meta.chunk_count)) for s in submissions))
 
     # -- releases --------------------------------------------------------------------
     @abc.abstractmethod
@@ -556,7 +564,7 @@ class SqliteComputationStore(ComputationStore):
             if self._upload(meta.study_id, meta.owner_id) != meta:
                 raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
         # File I/O outside the lock: chunks of different owners are written in parallel.
-        write_file_atomic(self._dir(meta) / f"{index:07d}.ct", bytes(data), fsync=self.durable)
+        write_file_atomic(self._dir(meta) / CHUNK_FILE.format(index=index), bytes(data), fsync=self.durable)
 
     def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
         d = self._dir(meta)
@@ -611,9 +619,13 @@ class SqliteComputationStore(ComputationStore):
                                     "FROM submissions WHERE study_id = ? ORDER BY owner_id", (study_id,)).fetchall()
         return [_submission_row(r) for r in rows]
 
+    def chunk_source(self, submissions: list[Submission]) -> ChunkSource:
+        """The submissions' chunk files, read by path where the executor's workers run."""
+        return ChunkFiles(tuple(str(self._dir(s.meta) / CHUNK_FILE) for s in submissions))
+
     def read_upload_chunk(self, meta: UploadMeta, index: int) -> bytes:
         _check_index(meta, index)
-        path = self._dir(meta) / f"{index:07d}.ct"
+        path = self._dir(meta) / CHUNK_FILE.format(index=index)
         try:
             return path.read_bytes()
         except FileNotFoundError as exc:

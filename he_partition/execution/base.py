@@ -1,0 +1,172 @@
+"""The executor interface, where workers read chunks from, and the worker-side state every executor shares."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from ..core.backend import VectorBackend
+from ..core.errors import InvalidInputError
+
+__all__ = ["ChunkSource", "ChunkFiles", "ChunkBytes", "ChunkWorker", "ChunkExecutor", "make_executor",
+           "split_noise", "EXECUTOR_KINDS"]
+
+IntArray = npt.NDArray[np.int64]
+
+EXECUTOR_KINDS = ("inprocess", "processes", "ray")
+
+
+class ChunkSource(Protocol):
+    """The owners' stored ciphertext chunks, readable wherever a worker runs (it must pickle)."""
+
+    def read(self, index: int) -> list[bytes]:
+        """Chunk `index` of every owner, in the order the aggregate sums them."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChunkFiles:
+    """Chunks on storage every worker can read: owner o's chunk i is `templates[o].format(index=i)`."""
+
+    templates: tuple[str, ...]
+
+    def read(self, index: int) -> list[bytes]:
+        return [Path(t.format(index=index)).read_bytes() for t in self.templates]
+
+
+@dataclass(frozen=True)
+class ChunkBytes:
+    """Chunks held in memory (in-memory stores, tests): `owners[o][i]` is owner o's chunk i."""
+
+    owners: tuple[tuple[bytes, ...], ...]
+
+    def read(self, index: int) -> list[bytes]:
+        return [o[index] for o in self.owners]
+
+
+def _bfv_backend(context: bytes) -> VectorBackend:
+    from ..he.bfv import BfvBackend, load_context  # a worker loads TenSEAL only when it gets a context
+
+    ctx = load_context(context)
+    if ctx.is_private():
+        raise InvalidInputError("a chunk worker was sent a context holding a secret key; it takes public ones only")
+    return BfvBackend(ctx)
+
+
+class ChunkWorker:
+    """One worker's state: the public backend (loaded once per key) and, per release, the sum of its chunks.
+
+    Holds no randomness that decides privacy: `noised` adds exactly the slot values it is
+    given (the caller's draws and pads) under a fresh encryption, then floods (OS CSPRNG).
+    """
+
+    def __init__(self, backend: VectorBackend | None = None) -> None:
+        self._backend = backend
+        self._fingerprint = ""
+        self._parts: dict[str, dict[int, Any]] = {}
+
+    def backend(self, context: bytes) -> VectorBackend:
+        if self._backend is not None and not context:
+            return self._backend
+        fp = hashlib.sha256(context).hexdigest()
+        if self._backend is None or fp != self._fingerprint:
+            self._backend, self._fingerprint = _bfv_backend(context), fp
+        return self._backend
+
+    def load(self, key: str, context: bytes, source: ChunkSource, indices: Sequence[int]) -> int:
+        """Sum every owner's chunk for each index in `indices` and keep the sums under `key`; returns the count."""
+        backend = self.backend(context)
+        parts: dict[int, Any] = {}
+        for i in indices:
+            total = None
+            for data in source.read(i):
+                c = backend.deserialize_chunk(data)
+                total = c if total is None else total + c
+            if total is None:
+                raise InvalidInputError("at least one owner's chunks are needed to aggregate")
+            parts[int(i)] = total
+        self._parts[key] = parts
+        return len(parts)
+
+    def noised(self, key: str, index: int, noise: IntArray) -> bytes:
+        """Chunk `index` of the aggregate + a fresh encryption of `noise`, flooded, serialized.
+
+        Privacy: adds the caller's draws (discrete Laplace eta of scale sensitivity/epsilon
+        on measured slots, uniform pads mod t elsewhere: the measurement's epsilon-DP; the
+        neighbouring relation is add/remove of one person with contribution bound c) plus flooding; draws nothing
+        that decides privacy itself, and only the computation side (coordinator and its
+        workers) knows the noise. Spends nothing: the decryption side charges epsilon.
+        """
+        backend = self._backend
+        if backend is None or key not in self._parts:
+            raise InvalidInputError(f"no aggregate loaded under {key!r}; load it before measuring")
+        chunk = self._parts[key][int(index)]
+        (_, noised), = backend.noised_chunks(_single(backend, chunk), noise, keep=[0])
+        return backend.serialize_chunk(noised)
+
+    def drop(self, key: str) -> None:
+        self._parts.pop(key, None)
+
+
+def _single(backend: VectorBackend, chunk: Any) -> Any:
+    from ..core.backend import ChunkedVector
+
+    return ChunkedVector(backend.slots, (chunk,))
+
+
+class ChunkExecutor(Protocol):
+    """The computation server's chunk work, wherever it runs.
+
+    `load` aggregates the owners' chunks (each worker its share of the chunk indices) and
+    keeps the sums for the release `key`; `noised` streams (index, serialized ciphertext)
+    for the chunks in `noise` (chunk index -> that chunk's slot noise, fixed by the caller
+    before fan-out: see `split_noise`), in increasing index order, each being the
+    aggregate + its noise under fresh encryption and flooding. A worker that dies is
+    replaced, re-loaded and re-sent the same noise.
+    """
+
+    workers: int
+
+    def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None: ...
+
+    def noised(self, key: str, noise: Mapping[int, IntArray]) -> Iterator[tuple[int, bytes]]: ...
+
+    def drop(self, key: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def make_executor(kind: str, *, workers: int = 0, cluster: str = "",
+                  backend: VectorBackend | None = None) -> ChunkExecutor:
+    """An executor by name: "inprocess", "processes" (`workers`, 0 = one per core) or "ray" (`cluster` address)."""
+    if kind == "inprocess":
+        from .inprocess import InProcessExecutor
+
+        return InProcessExecutor(backend)
+    if kind == "processes":
+        from .processes import ProcessExecutor
+
+        return ProcessExecutor(workers)
+    if kind == "ray":
+        from .ray_cluster import RayExecutor
+
+        return RayExecutor(workers, address=cluster)
+    raise InvalidInputError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTOR_KINDS)}")
+
+
+def split_noise(noise: IntArray, slots: int, keep: Sequence[int]) -> dict[int, IntArray]:
+    """The caller's slot noise cut into the chunks listed in `keep` (zero-padded like the data)."""
+    from ..core.backend import split_chunks
+
+    chunks = split_chunks(noise, slots)
+    return {int(i): chunks[int(i)] for i in sorted(set(keep))}
+
+
+def owner_of(index: int, workers: int) -> int:
+    """Chunk `index` is worker `index % workers`'s: strided, so a stream in index order keeps every worker busy."""
+    return index % workers

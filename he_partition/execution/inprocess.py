@@ -1,0 +1,34 @@
+"""The chunk work in the calling process: the reference executor (tests, one-core hosts)."""
+
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+from ..core.backend import VectorBackend
+from .base import ChunkSource, ChunkWorker, IntArray
+
+__all__ = ["InProcessExecutor"]
+
+
+class InProcessExecutor:
+    """One `ChunkWorker` in this process; `backend` (optional) saves re-loading a context the caller holds."""
+
+    workers = 1
+
+    def __init__(self, backend: VectorBackend | None = None) -> None:
+        self._worker = ChunkWorker(backend)
+        self._has_backend = backend is not None
+
+    def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None:
+        self._worker.load(key, b"" if self._has_backend else context, source, range(n_chunks))
+
+    def noised(self, key: str, noise: Mapping[int, IntArray]) -> Iterator[tuple[int, bytes]]:
+        """Each chunk of `noise`, in index order, computed only when the consumer asks for it."""
+        for i in sorted(noise):
+            yield i, self._worker.noised(key, i, noise[i])
+
+    def drop(self, key: str) -> None:
+        self._worker.drop(key)
+
+    def close(self) -> None:
+        self._worker = ChunkWorker()

@@ -1,0 +1,225 @@
+"""The chunk work in local worker processes, one per core (the servers' default).
+
+SEAL's bindings hold the GIL, so threads would not help. Workers are spawned, never forked
+(the caller may be a gRPC server with live threads); each loads the public context once and
+reads its chunks from the `ChunkSource` itself, so only bytes, integers and paths cross the
+process boundary. Chunk i belongs to worker i % workers for the whole release.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import threading
+from multiprocessing.connection import Connection
+from typing import Any, Iterator, Mapping
+
+from ..core.errors import InvalidInputError
+from .base import ChunkSource, ChunkWorker, IntArray, owner_of
+
+__all__ = ["ProcessExecutor", "MAX_RESTARTS"]
+
+log = logging.getLogger("dpagg.execution")
+
+#: A worker that dies is replaced at most this many times per call before the call fails.
+MAX_RESTARTS = 3
+
+
+class WorkerError(InvalidInputError):
+    """A worker refused its task (bad chunk bytes, unknown key): the same refusal in-process would raise."""
+
+
+def _serve(conn: Connection) -> None:
+    """A worker's loop: load, noised (one reply per chunk, in the order sent), drop, stop."""
+    worker = ChunkWorker()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        op = msg[0]
+        try:
+            if op == "load":
+                conn.send(("ok", worker.load(msg[1], msg[2], msg[3], msg[4])))
+            elif op == "noised":
+                for i, noise in msg[2]:
+                    conn.send(("chunk", i, worker.noised(msg[1], i, noise)))
+            elif op == "drop":
+                worker.drop(msg[1])
+            else:
+                return
+        except Exception as exc:  # reported to the coordinator, which raises it there
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class _Proc:
+    def __init__(self, ctx: Any) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child,), daemon=True, name="dpagg-chunk-worker")
+        self.process.start()
+        child.close()
+
+    def stop(self, *, kill: bool = False) -> None:
+        if kill:
+            self.process.kill()
+        else:
+            try:
+                self.conn.send(("stop",))
+            except OSError:
+                pass
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+class ProcessExecutor:
+    """`workers` spawned processes (0: one per core), started at first use and kept across releases."""
+
+    def __init__(self, workers: int = 0) -> None:
+        if workers < 0:
+            raise InvalidInputError(f"workers must be >= 0 (0: one per core), got {workers}")
+        self.workers = workers or len(os.sched_getaffinity(0)) or 1
+        self._ctx = mp.get_context("spawn")
+        self._procs: list[_Proc | None] = [None] * self.workers
+        self._loaded: dict[str, tuple[bytes, ChunkSource, int]] = {}
+        self._lock = threading.Lock()
+
+    def worker_pids(self) -> list[int | None]:
+        """The live workers' process ids (tests kill one to show the retry)."""
+        return [None if p is None else p.process.pid for p in self._procs]
+
+    def _indices(self, w: int, n_chunks: int) -> list[int]:
+        return [i for i in range(n_chunks) if owner_of(i, self.workers) == w]
+
+    def _load_one(self, w: int, key: str) -> None:
+        context, source, n = self._loaded[key]
+        p = self._procs[w]
+        assert p is not None
+        p.conn.send(("load", key, context, source, self._indices(w, n)))
+        reply = p.conn.recv()
+        if reply[0] == "error":
+            raise WorkerError(f"worker {w} could not load the aggregate: {reply[1]}")
+
+    def _proc(self, w: int) -> _Proc:
+        """Worker `w`, started (and given every loaded aggregate) if it is not running."""
+        p = self._procs[w]
+        if p is not None:
+            return p
+        for attempt in range(MAX_RESTARTS + 1):
+            self._procs[w] = p = _Proc(self._ctx)
+            try:
+                for key in self._loaded:
+                    self._load_one(w, key)
+                return p
+            except (EOFError, OSError):
+                log.warning("chunk worker %d died while loading (attempt %d); starting another", w, attempt + 1)
+                p.stop(kill=True)
+                self._procs[w] = None
+        raise RuntimeError(f"chunk worker {w} died {MAX_RESTARTS + 1} times while loading its chunks")
+
+    def _replace(self, w: int) -> _Proc:
+        p = self._procs[w]
+        if p is not None:
+            p.stop(kill=True)
+            self._procs[w] = None
+        log.warning("chunk worker %d died; starting another and re-sending the same values", w)
+        return self._proc(w)
+
+    def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None:
+        with self._lock:
+            self._loaded[key] = (context, source, n_chunks)
+            for w in range(self.workers):
+                if self._procs[w] is None:
+                    self._proc(w)  # a fresh worker loads every key, this one included
+                    continue
+                try:
+                    self._load_one(w, key)
+                except (EOFError, OSError):
+                    self._replace(w)  # the replacement loads every key, this one included
+
+    def noised(self, key: str, noise: Mapping[int, IntArray]) -> Iterator[tuple[int, bytes]]:
+        """Chunks in index order; worker w computes its chunks of `noise` in parallel with the others.
+
+        A worker that dies is replaced (it re-aggregates its chunks from the source) and is
+        sent the same noise for its chunks not yet streamed: only encryption and flooding
+        randomness differ from the first attempt.
+        """
+        with self._lock:
+            if key not in self._loaded:
+                raise InvalidInputError(f"no aggregate loaded under {key!r}; load it before measuring")
+            order = sorted(noise)
+            pending: dict[int, list[int]] = {w: [] for w in range(self.workers)}
+            for i in order:
+                pending[owner_of(i, self.workers)].append(i)
+            restarts = [0] * self.workers
+            finished = False
+            try:
+                for w, idx in pending.items():
+                    if idx:
+                        self._send_noised(w, key, idx, noise, restarts)
+                for i in order:
+                    w = owner_of(i, self.workers)
+                    data = self._receive(w, i, key, pending[w], noise, restarts)
+                    pending[w].pop(0)
+                    yield i, data
+                finished = True
+            finally:
+                if not finished:  # replies may be in flight: those workers start afresh next time
+                    for w, idx in pending.items():
+                        p = self._procs[w]
+                        if idx and p is not None:
+                            p.stop(kill=True)
+                            self._procs[w] = None
+
+    def _send_noised(self, w: int, key: str, idx: list[int], noise: Mapping[int, IntArray],
+                     restarts: list[int]) -> None:
+        while True:
+            try:
+                self._proc(w).conn.send(("noised", key, [(i, noise[i]) for i in idx]))
+                return
+            except OSError:
+                self._retry(w, restarts)
+
+    def _receive(self, w: int, i: int, key: str, idx: list[int], noise: Mapping[int, IntArray],
+                 restarts: list[int]) -> bytes:
+        while True:
+            p = self._proc(w)
+            try:
+                reply = p.conn.recv()
+            except (EOFError, OSError):
+                self._retry(w, restarts)
+                self._send_noised(w, key, idx, noise, restarts)
+                continue
+            if reply[0] == "error":
+                raise WorkerError(f"worker {w} refused chunk {i}: {reply[1]}")
+            if reply[1] != i:
+                raise RuntimeError(f"worker {w} answered chunk {reply[1]} where chunk {i} was due")
+            data: bytes = reply[2]
+            return data
+
+    def _retry(self, w: int, restarts: list[int]) -> None:
+        restarts[w] += 1
+        if restarts[w] > MAX_RESTARTS:
+            raise RuntimeError(f"chunk worker {w} died {restarts[w]} times in one measurement; giving up")
+        self._replace(w)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._loaded.pop(key, None)
+            for p in self._procs:
+                if p is not None:
+                    try:
+                        p.conn.send(("drop", key))
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        with self._lock:
+            for w, p in enumerate(self._procs):
+                if p is not None:
+                    p.stop()
+                    self._procs[w] = None
+            self._loaded.clear()
