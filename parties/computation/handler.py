@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Generator
 
 import numpy as np
 import numpy.typing as npt
@@ -164,6 +164,20 @@ class _KeyCache:
     backend: BfvBackend | None = None
     context: bytes = b""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _close_when_idle(stream: Generator[Any, None, None], timeout: float = 120.0) -> None:
+    """Close a request stream gRPC may still be reading in its sender thread (close() fails while it runs)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            stream.close()
+            return
+        except ValueError:  # "generator already executing": the sender is inside one chunk's work
+            if time.monotonic() > deadline:
+                log.warning("a measurement stream was still being read %.0f s after its call ended", timeout)
+                return
+            time.sleep(0.01)
 
 
 def _bayesian_dp_params(contract: StudyContract, epsilon: float, summary: Summary) -> dict[str, object]:
@@ -533,7 +547,7 @@ class ComputationHandler:
             # one is sent. Every draw is made (in today's order) before the first chunk leaves.
             stream = cs.measure_on(self.executor, record.release_id, m)
 
-            def chunks() -> Iterator[bytes]:
+            def chunks() -> Generator[bytes, None, None]:
                 try:
                     for _, data in stream:
                         sent[0] += len(data)
@@ -541,10 +555,14 @@ class ComputationHandler:
                 finally:
                     stream.close()  # type: ignore[attr-defined]
 
-            return self.decryption.decrypt_measurement(
-                study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
-                measurement=m, chunks=chunks(), chunk_count=len(m.measured_chunks(backend.slots)),
-                contract_hash=contract.contract_hash).values
+            sending = chunks()
+            try:
+                return self.decryption.decrypt_measurement(
+                    study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
+                    measurement=m, chunks=sending, chunk_count=len(m.measured_chunks(backend.slots)),
+                    contract_hash=contract.contract_hash).values
+            finally:
+                _close_when_idle(sending)  # a refused stream frees the executor now, not at garbage collection
 
         try:
             summary: Summary = run_strategy(strategy, measure)
