@@ -38,19 +38,22 @@ class RayExecutor:
     """`workers` Ray actors (0: one per CPU the cluster reports), created at first load and kept across releases.
 
     `resources`: custom Ray resources each actor asks for (e.g. {"node_a": 1}) to pin actors
-    to nodes.
+    to nodes. `node_ip`: the address this driver's Ray processes bind to (loopback unless
+    the cluster spans hosts).
     """
 
-    def __init__(self, workers: int = 0, *, address: str = "", resources: list[dict[str, float]] | None = None) -> None:
+    def __init__(self, workers: int = 0, *, address: str = "", resources: list[dict[str, float]] | None = None,
+                 node_ip: str = "127.0.0.1") -> None:
         ray = _ray()
         if workers < 0:
             raise InvalidInputError(f"workers must be >= 0 (0: one per cluster CPU), got {workers}")
         if not ray.is_initialized():
-            if address:
+            if address.startswith("ray://"):  # Ray Client: the driver runs on the cluster's head
                 ray.init(address=address, log_to_driver=False)
+            elif address:
+                ray.init(address=address, _node_ip_address=node_ip, log_to_driver=False)
             else:
-                ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
-                         log_to_driver=False)
+                ray.init(address="local", include_dashboard=False, _node_ip_address=node_ip, log_to_driver=False)
         self._owns_ray = not address
         self.workers = workers or int(ray.cluster_resources().get("CPU", 1)) or 1
         self._resources = resources or [{}] * self.workers
