@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +163,14 @@ def test_ray_executor_releases_the_same_values_and_retries_a_killed_actor(keys: 
         _assert_same([keys.decrypt(MEASUREMENTS[0], first), keys.decrypt(m, dict(got))], keys.reference(seed=31))
     finally:
         executor.close()
+
+
+def test_the_library_and_the_servers_import_without_ray() -> None:
+    code = ("import sys; sys.modules['ray'] = None\n"  # `import ray` now fails as if Ray were not installed
+            "import he_partition, he_partition.execution, parties.computation.server\n"
+            "from he_partition.execution import make_executor\n"
+            "make_executor('processes').close()\n"
+            "try:\n    make_executor('ray')\nexcept Exception as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'dpagg[ray]'" in out.stdout
