@@ -57,9 +57,9 @@ def test_dummy_count_is_shared_and_discrete_laplace_around_the_offset() -> None:
     assert dummy_count(ka, 1.0, 20) == dummy_count(kb, 1.0, 20)
     assert len(set(shared_dummies(ka, 5))) == 5 and shared_dummies(ka, 5) == shared_dummies(kb, 5)
     rng = SeededRandom(5)
-    draws = np.array([dummy_count(bytes(rng.integers(256, 32).astype(np.uint8)), 0.5, 40) - 40
+    draws = np.array([dummy_count(bytes(rng.integers(256, 32).astype(np.uint8)), 1.5, 40) - 40
                       for _ in range(3000)])
-    # Discrete Laplace of scale 2: P(X = k) = (1 - q) / (1 + q) q^|k|, q = exp(-1/2); none clamped at offset 40.
+    # Discrete Laplace of scale 2 (each of the padding's three draws gets a third of padding epsilon 1.5): P(X = k) = (1 - q) / (1 + q) q^|k|, q = exp(-1/2); none clamped at offset 40.
     q = np.exp(-0.5)
     ks = np.arange(-12, 13)
     expected = (1 - q) / (1 + q) * q ** np.abs(ks)
@@ -88,7 +88,7 @@ def test_placement_checks_refuse_malformed_or_foreign_positions() -> None:
     for placement, message in bad:
         with pytest.raises(InvalidInputError, match=message):
             check_placement(own, placement, 100)
-    with pytest.raises(InvalidInputError, match="more than the study's join capacity"):
+    with pytest.raises(InvalidInputError, match="do not fit the study's join capacity 19: open"):
         place(own, theirs, 19, SeededRandom(1))
     with pytest.raises(InvalidInputError, match="appears twice"):
         place([own[0], own[0]], theirs, 100, SeededRandom(1))

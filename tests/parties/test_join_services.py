@@ -14,12 +14,13 @@ import pytest
 from he_partition.core.errors import InvalidInputError
 from he_partition.join.protocol import JoinKeyPair
 from parties.common.errors import ServiceError
+from parties.common.join_keys import sign_join_key
 from parties.data_owner.join import submit_join
 
 from .conftest import Cluster
 
 SHAPE = (4, 3)
-TERMS = {"shape": list(SHAPE), "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 20}
+TERMS = {"shape": list(SHAPE), "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 86}  # delta <= 1e-6
 
 
 def _open(c: Cluster, study_id: str = "j1", epsilon: float = 3.0) -> Any:
@@ -137,9 +138,11 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     contract = _open(c)
     cs_a = c.owner("a").computation
     key = JoinKeyPair().public_bytes
-    assert cs_a.join_exchange("j1", "a", key) == b""  # b has not posted yet
+    sign = c.signing_key("a")[0]
+    assert cs_a.join_exchange("j1", "a", key, sign_join_key(sign, contract, "a", key)) == (b"", b"")  # b not yet
+    other = JoinKeyPair().public_bytes
     with pytest.raises(ServiceError) as err:
-        cs_a.join_exchange("j1", "a", JoinKeyPair().public_bytes)
+        cs_a.join_exchange("j1", "a", other, sign_join_key(sign, contract, "a", other))
     assert err.value.code == grpc.StatusCode.ALREADY_EXISTS
     with pytest.raises(ServiceError) as err:
         cs_a.join_exchange("j1", "b", key)  # in another owner's name
@@ -191,7 +194,7 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     conn = ["--computation", cluster.cs.target, "--insecure"]
     assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
                  "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--capacity", "8192",
-                 "--epsilon", "2", "--padding-epsilon", "0.2", "--padding-offset", "10", "--release", "dawa", *conn]) == 0
+                 "--epsilon", "2", "--padding-epsilon", "0.2", "--release", "dawa", *conn]) == 0
     assert "4 x 3 table" in capsys.readouterr().out
     assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
     rng = np.random.default_rng(6)
