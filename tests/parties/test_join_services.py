@@ -66,8 +66,21 @@ def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path) -> Non
     a, b, truth = _records()
     out = _both(c, "j1", a, b, tmp_path)
     assert all(getattr(r, "committed", False) for r in out.values()), out
+    # What the CS stores: sorted lists (nothing of the file order), and more than the shared dummies besides
+    # the records: |A list| - |A| is not matched - |A n B|, so a public |A| does not give the shared dummy count.
+    held = {o: (c.root / "cs" / "join" / "j1" / f"{o}.pseudonyms").read_bytes() for o in "ab"}
+    lists = {o: [v[i:i + 32] for i in range(0, len(v), 32)] for o, v in held.items()}
+    assert all(v == sorted(v) for v in lists.values())
+    matched = len(set(lists["a"]) & set(lists["b"]))
+    assert len(lists["a"]) - len(a) > matched - int(truth.sum()) > 0
+    assert not any(list((tmp_path / o).glob("*.join-x25519.key")) for o in "ab")  # owners deleted the X25519 key
     release = c.computation().run_release("j1", epsilon=2.5)
     assert release.state == "DONE"
+    kept = sorted(p.name for p in (c.root / "cs" / "join" / "j1").iterdir())
+    assert kept == ["released"], kept  # keys, signatures, lists and placements deleted when the release started
+    with pytest.raises(ServiceError) as err:
+        c.owner("a").computation.join_placement("j1", "a", bytes(range(32)))
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION and "has been released" in str(err.value)
     summary = c.analyst().get_release(release.release_id).summary
     table = np.array(summary.sums).reshape(SHAPE)
     sd = np.sqrt(summary.sum_variance[0])
@@ -179,6 +192,37 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     out = _both(c, "j2", a, b, tmp_path)
     assert all(isinstance(e, InvalidInputError) and "two records at one position" in str(e) for e in out.values())
     assert c.computation().study_status("j2").submitted_owners == ()
+
+
+def test_a_cs_that_substitutes_a_join_key_is_refused(secure_cluster: Cluster, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay hands each owner its own X25519 key instead of the other owner's: both owners refuse it (the
+    signature does not check against the contract's key for the other owner) before posting any pseudonym. And
+    the CS itself refuses a join key without the owner's signature."""
+    from parties.common.signing import SignatureError
+    from parties.computation.join import JoinCoordinator
+
+    c = secure_cluster
+    contract = _open(c, "jk")
+    cs_a = c.owner("a").computation
+    key = JoinKeyPair().public_bytes
+    for signature in (b"", sign_join_key(c.signing_key("b")[0], contract, "a", key)):  # none; b's key signing
+        with pytest.raises(ServiceError) as err:
+            cs_a.join_exchange("jk", "a", key, signature)
+        assert err.value.code == grpc.StatusCode.UNAUTHENTICATED and "not signed by the key" in str(err.value) \
+            or "no valid signature" in str(err.value), err.value
+    attacker = JoinKeyPair().public_bytes
+    real = JoinCoordinator.exchange
+
+    def substituted(self: JoinCoordinator, *args: Any) -> tuple[bytes, bytes]:
+        peer, signature = real(self, *args)
+        return (attacker, signature) if peer else (peer, signature)
+
+    monkeypatch.setattr(JoinCoordinator, "exchange", substituted)
+    a, b, _ = _records(3)
+    out = _both(c, "jk", a, b, tmp_path)
+    assert all(isinstance(e, SignatureError) and "substituted" in str(e) for e in out.values()), out
+    assert not list((c.root / "cs" / "join" / "jk").glob("*.pseudonyms"))  # nothing was posted
 
 
 def _fake_upload(contract: Any) -> Any:
