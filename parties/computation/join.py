@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -210,11 +210,27 @@ class JoinCoordinator:
         terms = contract.join_terms()
         public, scheme = self._key(contract, fetch)
         groups = terms.groups(scheme.slots)
-        planes = []
-        for side, owner in enumerate(contract.expected_owners):
-            d = terms.values_of(side)
-            planes.append([[chunks_of(owner, g * d + v) for v in range(d)] for g in range(groups)])
+        planes = [[_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
+                  for side, owner in enumerate(contract.expected_owners)]
         return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, workers=self.workers)
+
+
+class _LazyGroup(Sequence[bytes]):
+    """One group of an owner's committed upload, read chunk by chunk when a worker's block needs it (so this
+    process never holds both uploads whole)."""
+
+    def __init__(self, chunks_of: Any, owner: str, group: int, values: int) -> None:
+        self._chunks_of, self._owner, self._first, self._n = chunks_of, owner, group * values, values
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, v: Any) -> Any:
+        if isinstance(v, slice):
+            return [self[i] for i in range(*v.indices(self._n))]
+        if not 0 <= v < self._n:
+            raise IndexError(v)
+        return self._chunks_of(self._owner, self._first + v)
 
 
 def _split(data: bytes) -> list[bytes]:

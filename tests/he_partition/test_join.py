@@ -308,3 +308,16 @@ def test_datasets_with_the_same_table_look_alike_to_the_key_holder(schemes: tupl
     assert stats.ks_2samp(views[0], views[1]).pvalue > 1e-9
     width = 2.0 ** (FLOOD_BITS + 1)
     assert all(stats.kstest(v / width + 0.5, "uniform").pvalue > 1e-9 for v in views)
+
+
+def test_each_worker_receives_only_the_ciphertexts_of_its_cells(schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    """Two workers over a row-major 4 x 3 table: the first block (rows 0-1) gets A's planes of rows 0-1 and all
+    of B's; nothing of A's rows 2-3 (the uploads are not copied whole into every worker)."""
+    _, pub = schemes
+    a = [[f"a{g}{i}".encode() for i in range(4)] for g in range(3)]
+    b = [[f"b{g}{j}".encode() for j in range(3)] for g in range(3)]
+    ev = JoinEvaluator(pub.public_bytes(), a, b, list(range(12)), SeededRandom(1), workers=2)
+    first, second = (ev._planes_for(list(range(lo, hi))) for lo, hi in ev._bounds)
+    assert first[0] == [[f"a{g}{i}".encode() if i < 2 else b"" for i in range(4)] for g in range(3)]
+    assert second[0] == [[f"a{g}{i}".encode() if i >= 2 else b"" for i in range(4)] for g in range(3)]
+    assert first[1] == second[1] == b
