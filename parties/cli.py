@@ -20,8 +20,6 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 from he_partition.core.errors import DPAggError
 from he_partition.join.protocol import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_RELEASES
 
@@ -481,6 +479,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"epsilon {c.epsilon:g}, contract {c.contract_hash[:16]}")
         if c.correlated or c.correlation_source:
             print(f"  {_correlation_line(c)}")
+        from .analyst.join_table import join_shape_line
+
+        if (shape := join_shape_line(c)) is not None:
+            print(f"  {shape}")
         print(f"  contract hash   {c.contract_hash}")
         print(f"  key fingerprint {c.context_fingerprint}")
         print(f"  submitted: {', '.join(st.submitted_owners) or '-'}")
@@ -686,6 +688,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         if args.show:
             out["summary"] = rel.summary.to_dict()
             out["estimates"] = [float(v) for v in rel.summary.estimate()]
+        from .analyst.join_table import join_table_json
+
+        if (table := join_table_json(rel.summary)) is not None:
+            out["join_table"] = table
         _print_json(out)
         return 0
     if args.show:
@@ -699,20 +705,10 @@ def cmd_query(args: argparse.Namespace) -> int:
             print(f"  bins [{start}, {start + length}): {total}")
     else:
         print(f"release {rel.release_id} of study {rel.study_id} (epsilon {rel.summary.epsilon:g}):")
-    join = rel.summary.params.get("join")
-    if isinstance(join, dict) and (args.table or not args.range):
-        from he_partition.join.release import cell_table
+    if rel.summary.params.get("join") is not None and (args.table or not args.range):
+        from .analyst.join_table import join_table_lines
 
-        rows, cols = join["shape"]
-        est, se = cell_table(rel.summary)
-        spread = f"+- {se.min():.1f}" if np.ptp(se) < 0.05 else f"+- {se.min():.1f} to {se.max():.1f}"
-        how = ("every cell noised" if join.get("release", "cells") == "cells" else
-               f"{join['release']} partitions over the {join.get('order', 'row')}-ordered cells, each partition's "
-               "sum spread evenly over its cells")
-        print(f"joint table, {rows} rows ({join.get('row_spec') or 'owner 1'}) x {cols} columns "
-              f"({join.get('col_spec') or 'owner 2'}): {how}; cells {spread} (noise only)")
-        for r in range(rows):
-            print(" ".join(f"{v:>7.0f}" for v in est[r]))
+        print("\n".join(join_table_lines(rel.summary)))
         return 0
     domain = _release_domain(args, rel.study_id)
     for c in counts:

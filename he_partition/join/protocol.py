@@ -250,22 +250,10 @@ def pseudonyms(join_key: bytes, identifiers: Iterable[str]) -> list[bytes]:
     return out
 
 
-def _padding_count(seed_key: bytes, label: bytes, epsilon: float, offset: int) -> int:
-    """max(0, offset + discrete Laplace(3/epsilon)) seeded from `seed_key`: one of the padding's three draws.
-
-    Privacy: epsilon/3 of the padding epsilon, sensitivity 1 (add/remove one shared customer
-    changes a padded size by 1), delta from the clamp (`padding_delta`); whoever holds
-    `seed_key` knows the draw (the owners, never the computation server).
-    """
-    if not epsilon > 0 or offset < 1:
-        raise InvalidInputError(f"padding needs epsilon > 0 and offset >= 1, got {epsilon}, {offset}")
-    seed = int.from_bytes(hmac.new(seed_key, label, hashlib.sha256).digest()[:8], "big")
-    draw = int(discrete_laplace(laplace_scale(1, epsilon / _PADDING_DRAWS), 1, SeededRandom(seed))[0])
-    return max(0, offset + draw)
-
-
-def dummy_count(join_key: bytes, epsilon: float, offset: int) -> int:
+def dummy_count(join_key: bytes, epsilon: float, offset: int, *, label: bytes = b"dummy-count") -> int:
     """The number D of shared dummy pseudonyms: max(0, offset + discrete Laplace(3/epsilon)), drawn from the key.
+
+    (`private_dummies` draws its count here too, from an owner's own key and another label.)
 
     Privacy: the computation server sees |A ∩ B| + D, |A| + D + P_A and |B| + D + P_B
     (P_A, P_B: `private_dummies`). Neighbouring relation: add/remove one shared customer
@@ -275,7 +263,11 @@ def dummy_count(join_key: bytes, epsilon: float, offset: int) -> int:
     (the clamps at 0). Only the two owners know D (it comes from their join key); the
     computation server knows only the sums.
     """
-    return _padding_count(join_key, b"dummy-count", epsilon, offset)
+    if not epsilon > 0 or offset < 1:
+        raise InvalidInputError(f"padding needs epsilon > 0 and offset >= 1, got {epsilon}, {offset}")
+    seed = int.from_bytes(hmac.new(join_key, label, hashlib.sha256).digest()[:8], "big")
+    draw = int(discrete_laplace(laplace_scale(1, epsilon / _PADDING_DRAWS), 1, SeededRandom(seed))[0])
+    return max(0, offset + draw)
 
 
 def shared_dummies(join_key: bytes, count: int) -> list[bytes]:
@@ -292,7 +284,7 @@ def private_dummies(owner_secret: bytes, epsilon: float, offset: int) -> list[by
     relation add/remove one customer; only this owner knows the draw: it and the values
     come from `owner_secret` (`JoinKeyPair.private_secret`), so a re-run posts the same list.
     """
-    count = _padding_count(owner_secret, b"private-dummy-count", epsilon, offset)
+    count = dummy_count(owner_secret, epsilon, offset, label=b"private-dummy-count")
     return [hmac.new(owner_secret, b"private-dummy|" + str(i).encode(), hashlib.sha256).digest()
             for i in range(count)]
 

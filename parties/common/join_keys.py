@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 
 from .contract import StudyContract
 from .signing import SIGNATURE_SIZE, SignatureError, key_fingerprint

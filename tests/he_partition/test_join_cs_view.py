@@ -12,8 +12,16 @@ from scipy import stats
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.join_scheme import JoinScheme
-from he_partition.join.protocol import (JOIN_PLAIN_MODULUS, MAX_PADDING_DELTA, JoinKeyPair, JoinTerms,
-                                        max_join_capacity, min_padding_offset, padding_delta, posted_pseudonyms)
+from he_partition.join.protocol import (
+    JOIN_PLAIN_MODULUS,
+    MAX_PADDING_DELTA,
+    JoinKeyPair,
+    JoinTerms,
+    max_join_capacity,
+    min_padding_offset,
+    padding_delta,
+    posted_pseudonyms,
+)
 from he_partition.join.release import summary_params
 
 SLOTS = 8192

@@ -266,5 +266,18 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     assert main(["query", "latest", "--study", "jc", "--analyst", cluster.cs.target, "--insecure"]) == 0
     out = capsys.readouterr().out
     assert "joint table, 4 rows (age:0:100:4) x 3 columns (spend:categories:low,mid,high): dawa partitions" in out
-    table = np.array([[int(v) for v in line.split()] for line in out.strip().splitlines()[-4:]])
+    lines = out.strip().splitlines()
+    assert lines[-5].split() == ["spend", "in", "{low}", "spend", "in", "{mid}", "spend", "in", "{high}"]
+    labels = ["age in [0, 25)", "age in [25, 50)", "age in [50, 75)", "age in [75, 100)"]
+    assert all(line.startswith(label + " ") for line, label in zip(lines[-4:], labels)), lines[-4:]
+    table = np.array([[int(v) for v in line.split()[-3:]] for line in lines[-4:]])
     assert table.shape == (4, 3) and abs(int(table.sum()) - 200) < 60  # 200 shared people, noisy cells
+    assert main(["query", "latest", "--study", "jc", "--json", "--analyst", cluster.cs.target, "--insecure"]) == 0
+    whole = json.loads(capsys.readouterr().out)["join_table"]
+    assert np.round(whole["estimate"]).astype(int).tolist() == table.tolist()
+    assert whole["row_labels"][3] == "age in [75, 100)" and whole["col_labels"] == ["spend in {low}",
+                                                                                    "spend in {mid}", "spend in {high}"]
+    assert np.asarray(whole["standard_error"]).shape == (4, 3) and 0 < whole["padding_delta"] <= 1e-6
+    assert main(["status", "jc", "--computation", cluster.cs.target, "--insecure"]) == 0
+    assert "join table 4 x 3: rows age:0:100:4, columns spend:categories:low,mid,high; capacity 8192" in \
+        capsys.readouterr().out
