@@ -124,7 +124,8 @@ class JoinCoordinator:
                 self._put(contract.study_id, f"{owner_id}.x25519", bytes(public_key))
             elif held != bytes(public_key):
                 raise AlreadyExistsError(f"owner {owner_id} already posted another join key for study "
-                                         f"{contract.study_id}; keep the key you posted (it is in your state dir)")
+                                         f"{contract.study_id}; run again with the state dir that holds the key "
+                                         "you posted, or, if it is lost, ask the operator to open a new study")
             peer = contract.expected_owners[1 - side]
             return (self._get(contract.study_id, f"{peer}.x25519") or b"",
                     self._get(contract.study_id, f"{peer}.x25519.sig") or b"")
@@ -142,6 +143,10 @@ class JoinCoordinator:
                     raise InvalidInputError(f"pseudonyms must be whole {PSEUDONYM_BYTES}-byte values, got "
                                             f"{len(pseudonyms)} bytes")
                 if held is None:
+                    if len(pseudonyms) // PSEUDONYM_BYTES > terms.capacity:  # fails now, not after the other posts
+                        raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study "
+                                                f"{contract.study_id}'s join capacity {terms.capacity}: the operator "
+                                                "must open a new study with a larger capacity")
                     _split(pseudonyms)  # refuses duplicates before anything is stored
                     self._put(contract.study_id, f"{owner_id}.pseudonyms", bytes(pseudonyms))
                     held = bytes(pseudonyms)
