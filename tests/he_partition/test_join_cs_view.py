@@ -17,6 +17,7 @@ from he_partition.join.protocol import (
     MAX_PADDING_DELTA,
     JoinKeyPair,
     JoinTerms,
+    capacity_for,
     max_join_capacity,
     min_padding_offset,
     padding_delta,
@@ -129,3 +130,15 @@ def test_the_largest_value_of_the_largest_capacity_decodes_and_one_past_half_t_w
     assert ds.decrypt(ds.encrypt([top, -top, margin, -margin]))[:4].tolist() == [top, -top, margin, -margin]
     wrap = (JOIN_PLAIN_MODULUS + 1) // 2  # the first count that does not come back
     assert ds.decrypt(ds.encrypt([wrap]))[0] != wrap
+
+
+def test_the_capacity_is_sized_from_the_record_counts_and_refused_before_anything_opens() -> None:
+    """Both owners' records plus three paddings of at most 2 x offset each, in whole groups of 8,192."""
+    assert capacity_for([400, 400], 0.2, 214) == SLOTS
+    assert capacity_for([4000, 2907], 0.5, 86) == SLOTS  # 6,907 + 516 = 7,423
+    assert capacity_for([4000, 3677], 0.5, 86) == 2 * SLOTS  # 8,193
+    assert capacity_for([250_000, 250_000], 0.1, 428) == max_join_capacity() == 62 * SLOTS
+    with pytest.raises(InvalidInputError, match="need a join capacity of 516096, above the 507904"):
+        capacity_for([256_000, 250_000], 0.1, 428)
+    with pytest.raises(InvalidInputError, match="two numbers >= 1"):
+        capacity_for([10], 0.1, 428)

@@ -239,8 +239,14 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     from parties.cli import main
 
     conn = ["--computation", cluster.cs.target, "--insecure"]
+    too_many = ["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4", "--cols",
+                "spend:categories:low,mid,high", "--max-records", "300000,300000", "--epsilon", "2", *conn]
+    assert main(too_many) != 0  # sized and refused before the study opens: nothing is booked
+    assert "above the 507904 whose counts still decode" in capsys.readouterr().err
+    with pytest.raises(ServiceError):
+        cluster.computation().study_status("jc")
     assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
-                 "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--capacity", "8192",
+                 "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--max-records", "400,400",
                  "--epsilon", "2", "--padding-epsilon", "0.2", "--release", "dawa", *conn]) == 0
     assert "4 x 3 table" in capsys.readouterr().out
     assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
