@@ -156,7 +156,7 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     other = JoinKeyPair().public_bytes
     with pytest.raises(ServiceError) as err:
         cs_a.join_exchange("j1", "a", other, sign_join_key(sign, contract, "a", other))
-    assert err.value.code == grpc.StatusCode.ALREADY_EXISTS
+    assert err.value.code == grpc.StatusCode.ALREADY_EXISTS and "if it is lost, ask the operator" in str(err.value)
     with pytest.raises(ServiceError) as err:
         cs_a.join_exchange("j1", "b", key)  # in another owner's name
     assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
