@@ -147,7 +147,10 @@ class JoinCoordinator:
                         raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study "
                                                 f"{contract.study_id}'s join capacity {terms.capacity}: the operator "
                                                 "must open a new study with a larger capacity")
-                    _split(pseudonyms)  # refuses duplicates before anything is stored
+                    values = _split(pseudonyms)  # refuses duplicates before anything is stored
+                    if values != sorted(values):
+                        raise InvalidInputError("post the pseudonyms sorted: a list in any other order can show "
+                                                "the order of your file (update the data-owner software)")
                     self._put(contract.study_id, f"{owner_id}.pseudonyms", bytes(pseudonyms))
                     held = bytes(pseudonyms)
                 elif held != bytes(pseudonyms):

@@ -163,6 +163,9 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     with pytest.raises(ServiceError) as err:  # more than the capacity: refused at once, not after b posts
         cs_a.join_placement("j1", "a", b"".join(i.to_bytes(32, "big") for i in range(8193)))
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "alone do not fit" in str(err.value)
+    with pytest.raises(ServiceError) as err:  # in file order, not sorted: refused, it could show the file's order
+        cs_a.join_placement("j1", "a", bytes(range(1, 33)) + bytes(range(32)))
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sorted" in str(err.value)
     with pytest.raises(ServiceError) as err:
         cs_a.join_placement("j1", "a", b"x" * 64)  # the same pseudonym twice
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
