@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import decimal
+import hashlib
 import math
 import os
 from functools import lru_cache
 from fractions import Fraction
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,7 @@ __all__ = [
     "RandomSource",
     "SecureRandom",
     "SeededRandom",
+    "KeyedRandom",
     "as_random_source",
     "laplace_scale",
     "discrete_laplace",
@@ -53,20 +55,25 @@ class SecureRandom:
     """
 
     def integers(self, high: IntArray | int, size: int) -> IntArray:
-        highs = np.broadcast_to(np.asarray(high, dtype=np.uint64), (size,))
-        if size and int(highs.min()) < 1:
-            raise InvalidInputError(f"high must be >= 1, got {int(highs.min())}")
-        out = np.empty(size, dtype=np.uint64)
-        todo = np.arange(size)
-        while todo.size:
-            words = np.frombuffer(os.urandom(8 * todo.size), dtype=np.uint64)
-            h = highs[todo]
-            # (2**64) mod h, computed without overflowing uint64.
-            rem = (_U64_MAX % h + np.uint64(1)) % h
-            ok = words <= _U64_MAX - rem
-            out[todo[ok]] = words[ok] % h[ok]
-            todo = todo[~ok]
-        return out.astype(np.int64)
+        return _uniform(high, size, lambda n: np.frombuffer(os.urandom(8 * n), dtype=np.uint64))
+
+
+def _uniform(high: IntArray | int, size: int, words: Callable[[int], npt.NDArray[np.uint64]]) -> IntArray:
+    """Exactly uniform integers on [0, high) by rejection on 64-bit words from `words(n)`."""
+    highs = np.broadcast_to(np.asarray(high, dtype=np.uint64), (size,))
+    if size and int(highs.min()) < 1:
+        raise InvalidInputError(f"high must be >= 1, got {int(highs.min())}")
+    out = np.empty(size, dtype=np.uint64)
+    todo = np.arange(size)
+    while todo.size:
+        w = words(todo.size)
+        h = highs[todo]
+        # (2**64) mod h, computed without overflowing uint64.
+        rem = (_U64_MAX % h + np.uint64(1)) % h
+        ok = w <= _U64_MAX - rem
+        out[todo[ok]] = w[ok] % h[ok]
+        todo = todo[~ok]
+    return out.astype(np.int64)
 
 
 class SeededRandom:
@@ -81,6 +88,30 @@ class SeededRandom:
 
     def integers(self, high: IntArray | int, size: int) -> IntArray:
         return self._gen.integers(0, np.asarray(high, dtype=np.int64), size=size, dtype=np.int64)
+
+
+class KeyedRandom:
+    """Deterministic CSPRNG: exactly uniform integers from SHAKE-256(key, label, call number).
+
+    The same (key, label) gives the same draws in the same order, so a party can fix its
+    noise for a request before it looks at anything data-dependent and give the same
+    answer when the request is repeated. Without `key` nobody can predict or reproduce
+    the draws. `key` must be a secret of at least 16 bytes.
+    """
+
+    def __init__(self, key: bytes, label: bytes) -> None:
+        if len(key) < 16:
+            raise InvalidInputError(f"the key of a KeyedRandom must have at least 16 bytes, got {len(key)}")
+        self._prefix = len(key).to_bytes(4, "big") + key + len(label).to_bytes(8, "big") + label
+        self._calls = 0
+
+    def _words(self, n: int) -> npt.NDArray[np.uint64]:
+        self._calls += 1
+        data = hashlib.shake_256(self._prefix + self._calls.to_bytes(8, "big")).digest(8 * n)
+        return np.frombuffer(data, dtype=np.uint64)
+
+    def integers(self, high: IntArray | int, size: int) -> IntArray:
+        return _uniform(high, size, self._words)
 
 
 def as_random_source(rng: RandomSource | int | None) -> RandomSource:
