@@ -318,7 +318,9 @@ class DecryptionHandler:
                                          "join key, or corrupted; nothing was charged or decrypted")
             charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
                                         decryption_detail(contract, m, cells))
-            values = decrypt_values(scheme, parsed, m, self.rng, noise_parties=contract.noise_parties)
+            # This server's draw is fixed by the request, as for every other measurement (`_request_noise`).
+            noise = self._request_noise(study_id, release_id, eps, m, stream_digest(cells).hex())
+            values = decrypt_values(scheme, parsed, m, noise, noise_parties=contract.noise_parties)
         log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
                  m.kind, len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)
@@ -453,7 +455,7 @@ class DecryptionHandler:
             paid = next((c for c in charges if c.release_id == release_id), None)
         self.arrivals.record(study_id=study_id, release_id=release_id, kind=measurement.kind, chunks=len(chunks),
                              ciphertext_digest=digest, outcome="answered",
-                             epsilon_charged=budget.last.epsilon if isinstance(budget, _LedgerBudget) else 0.0)
+                             epsilon_charged=paid.epsilon if isinstance(budget, _LedgerBudget) and paid else 0.0)
         log.info("study %s, %s %s: decrypted %s (%d chunks, %d values)%s", study_id,
                  "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
                  measurement.kind, len(chunks), len(values),
