@@ -60,6 +60,10 @@ class SecureRandom:
 
 def _uniform(high: IntArray | int, size: int, words: Callable[[int], npt.NDArray[np.uint64]]) -> IntArray:
     """Exactly uniform integers on [0, high) by rejection on 64-bit words from `words(n)`."""
+    if isinstance(high, int) and high >= 1 and high & (high - 1) == 0:
+        # A power of two: the top bits of each word are exactly uniform, no rejection needed.
+        return (words(size) >> np.uint64(64 - (high.bit_length() - 1))).astype(np.int64) if high > 1 \
+            else np.zeros(size, dtype=np.int64)
     highs = np.broadcast_to(np.asarray(high, dtype=np.uint64), (size,))
     if size and int(highs.min()) < 1:
         raise InvalidInputError(f"high must be >= 1, got {int(highs.min())}")
