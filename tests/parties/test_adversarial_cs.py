@@ -129,3 +129,28 @@ def test_a_scaled_aggregate_does_not_shrink_the_ds_noise(cluster: Cluster) -> No
     answer = adv.ask("r1", 0.01, m, adv.chunks(m, np.zeros(1, dtype=np.int64), aggregate=scaled))
     assert answer is not None
     assert round(int(answer[0]) / c) != total
+
+
+def test_a_replayed_join_measurement_gets_the_same_answer(cluster: Cluster) -> None:
+    """The join key holder fixes its draw per request too: the same cells in the same release are answered
+    with the same draw (and charged again); on the former code each replay carried a fresh draw."""
+    import json
+
+    from he_partition.he.join_scheme import JoinScheme
+
+    terms = {"shape": [2, 2], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 20, "release": "cells"}
+    contract = cluster.open_study(study_id="j1", domain_size=4, epsilon=3.0, owners=("a", "b"), strategy="join",
+                                  strategy_params_json=json.dumps(terms))
+    ds = cluster.decryption()
+    scheme = JoinScheme.from_public(ds.public_context(study_id="j1"))
+    pads = np.random.default_rng(1)
+    cells = [scheme.serialize(scheme.noised(scheme.encrypt([v]), [0], 1,
+                                            lambda k: pads.integers(0, scheme.plain_modulus, k)))
+             for v in (7, 0, 3, 12)]
+    m = PartitionSums(4, 0.5, 1, starts=(0, 1, 2, 3))
+    answers = [ds.decrypt_join_cells(study_id="j1", release_id="r1", release_epsilon=1.0, measurement=m,
+                                     contract_hash=contract.contract_hash, cells=cells, cell_count=4).values
+               for _ in range(2)]
+    assert not np.array_equal(answers[0], [7, 0, 3, 12])  # the key holder's draw is there
+    assert np.array_equal(answers[0], answers[1])
+    assert [c.kind for c in ds.budget("j1").charges] == ["join_padding", "partition_sums", "partition_sums"]
