@@ -189,6 +189,11 @@ class JoinTerms:
                 f"join padding offset {terms.padding_offset} at padding_epsilon {terms.padding_epsilon:g} has delta "
                 f"{terms.delta:.3g}, above the bound {MAX_PADDING_DELTA:g}: use padding_offset >= "
                 f"{min_padding_offset(terms.padding_epsilon)}")
+        stated = params.get("padding_delta")
+        if stated is not None and not (isinstance(stated, (int, float)) and math.isclose(float(stated), terms.delta,
+                                                                                          rel_tol=1e-9)):
+            raise InvalidInputError(f"the contract states padding_delta {stated!r}, but padding_epsilon "
+                                    f"{terms.padding_epsilon:g} and offset {terms.padding_offset} give {terms.delta!r}")
         if terms.release not in JOIN_RELEASES:
             raise InvalidInputError(f"join release {terms.release!r} is none of {', '.join(JOIN_RELEASES)}")
         if terms.order not in JOIN_ORDERS:

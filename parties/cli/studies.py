@@ -177,12 +177,12 @@ def cmd_open_join(args: argparse.Namespace) -> int:
     order = args.order
     if order == "auto":
         order = "hilbert" if rows == cols and not rows & (rows - 1) else "row"
-    from he_partition.join.protocol import min_padding_offset
+    from he_partition.join.protocol import min_padding_offset, padding_delta
 
     offset = args.padding_offset if args.padding_offset is not None else min_padding_offset(args.padding_epsilon)
     args.capacity = _join_capacity(args.capacity, args.max_records, args.padding_epsilon, offset)
     terms = {"shape": [rows, cols], "capacity": args.capacity, "padding_epsilon": args.padding_epsilon,
-             "padding_offset": offset, "row_spec": args.rows, "col_spec": args.cols,
+             "padding_offset": offset, "padding_delta": padding_delta(args.padding_epsilon, offset), "row_spec": args.rows, "col_spec": args.cols,
              "identifier": args.id_column, "release": args.release, "order": order}
     with ComputationClient(args.computation, **conn(args)) as cs:
         contract, existed = cs.open_study(

@@ -109,6 +109,10 @@ def test_padding_delta_is_stated_and_terms_above_the_bound_are_refused() -> None
     with pytest.raises(InvalidInputError, match=r"delta 0\.0544, above the bound 1e-06: use padding_offset >= 428"):
         _terms(0.1, 100)  # the old CLI default
     terms = _terms(0.1, 428)
+    stated = {"shape": [2, 2], "capacity": SLOTS, "padding_epsilon": 0.1, "padding_offset": 428}
+    assert JoinTerms.from_params({**stated, "padding_delta": terms.delta}, domain_size=4) == terms
+    with pytest.raises(InvalidInputError, match="states padding_delta 1e-09, but"):
+        JoinTerms.from_params({**stated, "padding_delta": 1e-9}, domain_size=4)  # a contract that understates it
     join = summary_params(terms)["join"]
     assert join["padding_delta"] == terms.delta <= MAX_PADDING_DELTA and join["padding_offset"] == 428
 

@@ -253,6 +253,8 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
                  "--epsilon", "2", "--padding-epsilon", "0.2", "--release", "dawa", *conn]) == 0
     assert "4 x 3 table" in capsys.readouterr().out
     assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
+    stated = cluster.computation().study_status("jc").contract.strategy_params  # delta is in the signed contract
+    assert stated["padding_offset"] == 214 and 0 < stated["padding_delta"] <= 1e-6
     rng = np.random.default_rng(6)
     emails = [f"Person{i}@Example.org" for i in range(600)]
     bank = tmp_path / "bank.csv"
