@@ -57,15 +57,21 @@ def _both(c: Cluster, study_id: str, a: dict[str, int], b: dict[str, int], tmp: 
     return out
 
 
-def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path) -> None:
+def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...with owner b's list posted in parts of 300 pseudonyms (a long list never travels in one message)."""
+    import parties.data_owner.join as owner_join
+
     c = secure_cluster
     contract = _open(c)
     assert contract.is_join and contract.join_terms().shape == SHAPE
     budget = c.decryption().budget("j1")
     assert budget.spent == pytest.approx(0.5)  # the padding epsilon is booked when the study opens
     a, b, truth = _records()
+    monkeypatch.setattr(owner_join, "PART_PSEUDONYMS", 300)
     out = _both(c, "j1", a, b, tmp_path)
     assert all(getattr(r, "committed", False) for r in out.values()), out
+    stored = {p.name for p in (c.root / "cs" / "join" / "j1").iterdir()}
+    assert {"a.parts", "a.part0", "a.part3", "b.parts"} <= stored  # ~1,260 pseudonyms each: 5 parts
     # What the CS stores: sorted lists (nothing of the file order), and more than the shared dummies besides
     # the records: |A list| - |A| is not matched - |A n B|, so a public |A| does not give the shared dummy count.
     held = {o: (c.root / "cs" / "join" / "j1" / f"{o}.pseudonyms").read_bytes() for o in "ab"}
@@ -166,6 +172,14 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     with pytest.raises(ServiceError) as err:  # in file order, not sorted: refused, it could show the file's order
         cs_a.join_placement("j1", "a", bytes(range(1, 33)) + bytes(range(32)))
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sorted" in str(err.value)
+    for part, parts in ((2, 2), (-1, 3), (0, 65), (1, 0)):
+        with pytest.raises(ServiceError) as err:
+            cs_a.join_placement("j1", "a", bytes(range(32)), part=part, parts=parts)
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "part" in str(err.value), (part, parts)
+    cs_a.join_placement("j1", "a", bytes(range(1, 33)), part=0, parts=2)  # two parts out of order together
+    with pytest.raises(ServiceError) as err:
+        cs_a.join_placement("j1", "a", bytes(range(32)), part=1, parts=2)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sorted" in str(err.value)
     with pytest.raises(ServiceError) as err:
         cs_a.join_placement("j1", "a", b"x" * 64)  # the same pseudonym twice
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
@@ -189,8 +203,8 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
 
     real = JoinCoordinator.placement
 
-    def doubled(self: JoinCoordinator, *args: Any) -> tuple[bool, list[int], int]:
-        ready, positions, capacity = real(self, *args)
+    def doubled(self: JoinCoordinator, *args: Any, **kw: Any) -> tuple[bool, list[int], int]:
+        ready, positions, capacity = real(self, *args, **kw)
         return ready, ([positions[0]] * len(positions) if ready else positions), capacity
 
     monkeypatch.setattr(JoinCoordinator, "placement", doubled)
