@@ -172,10 +172,7 @@ class JoinCoordinator:
     def _store_list(self, contract: StudyContract, owner_id: str, terms: JoinTerms, data: bytes) -> bytes:
         """Check a whole list (fits the capacity alone, no duplicates, sorted) and store it; refuses before
         storing anything."""
-        if len(data) // PSEUDONYM_BYTES > terms.capacity:  # fails now, not after the other owner posts
-            raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study {contract.study_id}'s "
-                                    f"join capacity {terms.capacity}: the operator must open a new study with a "
-                                    "larger capacity")
+        _refuse_too_long(contract, owner_id, terms, data)  # fails now, not after the other owner posts
         values = _split(data)
         if values != sorted(values):
             raise InvalidInputError("post the pseudonyms sorted: a list in any other order can show the order of "
@@ -201,9 +198,7 @@ class JoinCoordinator:
             return held
         if held is not None:
             raise AlreadyExistsError(f"owner {owner_id}'s list for study {study} is complete; it cannot change")
-        if len(data) // PSEUDONYM_BYTES > terms.capacity:
-            raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study {study}'s join capacity "
-                                    f"{terms.capacity}: the operator must open a new study with a larger capacity")
+        _refuse_too_long(contract, owner_id, terms, data)
         if declared is None:
             self._put(study, f"{owner_id}.parts", str(parts).encode())
         self._put(study, f"{owner_id}.part{part}", data)
@@ -272,6 +267,12 @@ class JoinCoordinator:
         planes = [[_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
                   for side, owner in enumerate(contract.expected_owners)]
         return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, workers=self.workers)
+
+
+def _refuse_too_long(contract: StudyContract, owner_id: str, terms: JoinTerms, data: bytes) -> None:
+    if len(data) // PSEUDONYM_BYTES > terms.capacity:
+        raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study {contract.study_id}'s join "
+                                f"capacity {terms.capacity}: the operator must open a new study with a larger capacity")
 
 
 class _LazyGroup(Sequence[bytes]):
