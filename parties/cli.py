@@ -783,6 +783,19 @@ def cmd_ledger_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ledger_restore(args: argparse.Namespace) -> int:
+    """Restore a ledger backup with an acknowledged, logged rollback (parties.decryption.rollback)."""
+    from .decryption.rollback import restore_ledger
+    from .decryption.server import LEDGER_FILE
+
+    r = restore_ledger(args.data_dir, args.backup, LEDGER_FILE, acknowledge_rollback=args.acknowledge_rollback)
+    for study, lost in r.lost.items():
+        print(f"study {study}: rolled back {len(lost)} charge(s); re-booked epsilon {r.rebooked.get(study, 0.0):.12g}")
+    print(f"ledger restored from {args.backup}" + (f"; the replaced ledger was unreadable ({r.unreadable}): nothing "
+                                                     "could be re-booked" if r.unreadable else ""))
+    return 0
+
+
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Check a ledger file's (or backup's) hash chain; exit 1 if a charge row was changed, removed or replaced."""
     from .decryption.ledger import SqliteLedgerStore, available, verify_ledger_file
@@ -1119,6 +1132,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "exit 1 if a charge row was changed, removed or replaced.")
     p.set_defaults(func=cmd_ledger_verify)
     p.add_argument("file", type=Path, help="ledger file (DATA_DIR/ledger.sqlite3) or a backup")
+    p = lsub.add_parser("restore", help="put a backup in place of a stopped server's ledger, re-booking what it lost",
+                        description="Restore a ledger backup. It rolls the ledger back, so it needs "
+                                    "--acknowledge-rollback; every charge made since the backup is logged and its "
+                                    "epsilon re-booked (a restore refunds nothing).")
+    p.set_defaults(func=cmd_ledger_restore)
+    p.add_argument("backup", type=Path, help="backup file made by `dpagg ledger backup`")
+    p.add_argument("--data-dir", required=True, type=Path, help="the (stopped) decryption server's data directory")
+    p.add_argument("--acknowledge-rollback", action="store_true", help="restore although it rolls the ledger back")
 
     p = add("health", cmd_health, "check a server's gRPC health (exit 0 when SERVING); for container probes")
     p.add_argument("target", help="host:port")

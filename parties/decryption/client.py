@@ -14,6 +14,7 @@ from he_partition.core.measurements import Measurement
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
+from ..common.receipts import ReceiptBook
 from ..common.convert import (context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
 
@@ -93,6 +94,20 @@ class DecryptionClient(BaseClient):
 
     stub_class = decryption_pb2_grpc.DecryptionStub
     server_role = "decryption"
+
+    #: The computation server's record of the key holder's signed charge receipts (None: not kept). With a
+    #: book, every charge's receipt is kept, the newest is shown with the next request of its study, and
+    #: `budget` refuses a key holder that reports less spend than the receipts (a rolled-back ledger).
+    receipts: ReceiptBook | None = None
+
+    def _shown(self, study_id: str) -> decryption_pb2.LedgerReceipt | None:
+        r = self.receipts.newest(study_id) if self.receipts is not None else None
+        return None if r is None else decryption_pb2.LedgerReceipt(body=r.body, signature=r.signature,
+                                                                     public_key=r.public_key)
+
+    def _keep(self, receipt: decryption_pb2.LedgerReceipt) -> None:
+        if self.receipts is not None:
+            self.receipts.record(receipt.body, receipt.signature, receipt.public_key)
 
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
         """Download the serialized public BFV context (streamed in chunks) and check its SHA-256 fingerprint.
@@ -180,6 +195,7 @@ class DecryptionClient(BaseClient):
         header = decryption_pb2.DecryptMeasurementHeader(
             study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
             measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
+            newest_receipt=self._shown(study_id),
         )
 
         def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
@@ -190,6 +206,7 @@ class DecryptionClient(BaseClient):
         deadline = (self.timeout if timeout is None else timeout) + 0.5 * chunk_count
         resp = self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout), requests(),
                            method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
+        self._keep(resp.receipt)
         return DecryptResult(np.asarray(resp.values, dtype=np.int64), int(resp.charge_id),
                              float(resp.epsilon_remaining))
 
@@ -205,16 +222,23 @@ class DecryptionClient(BaseClient):
         """
         req = decryption_pb2.ChargeDirectQueriesRequest(study_id=study_id, request_id=request_id,
                                                         contract_hash=contract_hash, ranges=ranges_to_proto(ranges),
-                                                        epsilon=epsilon)
+                                                        epsilon=epsilon, newest_receipt=self._shown(study_id))
         resp = self._unary(self._stub.ChargeDirectQueries, req, method="Decryption/ChargeDirectQueries",
                            timeout=timeout)
+        self._keep(resp.receipt)
         return DirectChargeInfo(float(resp.epsilon_charged), float(resp.epsilon_direct_total),
                                 float(resp.epsilon_remaining), int(resp.charge_id), bool(resp.already_charged))
 
     def budget(self, study_id: str, *, timeout: float | None = None) -> BudgetInfo:
-        """Total, spent and remaining epsilon of a study, with the ledger rows."""
+        """Total, spent and remaining epsilon of a study, with the ledger rows.
+
+        With a receipt book: LedgerRolledBackError (FAILED_PRECONDITION) when the key holder
+        reports less spend than the newest receipt it signed for the study.
+        """
         resp = self._unary(self._stub.BudgetStatus, decryption_pb2.BudgetStatusRequest(study_id=study_id),
                            method="Decryption/BudgetStatus", timeout=timeout)
+        if self.receipts is not None and not resp.chain_problem:  # a broken chain is refused, and named, at the charge
+            self.receipts.check_spend(study_id, resp.epsilon_spent)
         return BudgetInfo(
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
             tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),

@@ -41,7 +41,8 @@ class DirectCharge:
 
     `epsilon`: the charge written for it (0.0 when its pieces fell on ground the study had
     already paid for; then no ledger row exists); `spent_direct`: the charge of all the
-    study's direct pieces so far; `remaining`: the study's budget left after it;
+    study's direct pieces so far; `remaining`: what the next request is checked against after
+    it (total - max(spent, reserved));
     `already_charged`: True when the request id was charged before (an idempotent retry).
     """
 
@@ -109,7 +110,7 @@ def _price_direct(contract: StudyContract, request_id: str, new: list[DirectPiec
 def _direct_result(contract: StudyContract, request_id: str, inc: Fraction, after: Fraction, charges: list[Charge],
                    charge: Charge | None) -> DirectCharge:
     b = budget(contract.epsilon, [*charges, *([charge] if charge else [])])
-    return DirectCharge(request_id, float(inc), float(after), float(max(Fraction(0), b.total - b.spent)), charge)
+    return DirectCharge(request_id, float(inc), float(after), float(b.available), charge)
 
 
 def _pieces_of(request_id: str, queries: Sequence[Sequence[RangeQuery]]) -> list[DirectPiece]:
@@ -146,6 +147,6 @@ def _repeat(contract: StudyContract, request_id: str, previous: list[DirectPiece
     after = direct_increment(contract, [], [p.query for p in stored])[1]
     b = budget(contract.epsilon, charges)
     return DirectCharge(request_id, charge.epsilon if charge else 0.0, float(after),
-                        float(max(Fraction(0), b.total - b.spent)), charge, already_charged=True)
+                        float(b.available), charge, already_charged=True)
 
 

@@ -175,6 +175,21 @@ class SqliteLedgerStore(LedgerStore):
                                   float(release_epsilon))
             return self._insert_charge(study_id, release_id, kind, booked, float(release_epsilon), detail)
 
+    def rebook(self, study_id: str, release_id: str, kind: str, epsilon: float, detail: str) -> Charge:
+        """Append a charge row WITHOUT the budget check: re-book spend a restored backup lost.
+
+        Only `dpagg ledger restore --acknowledge-rollback` calls it, for epsilon that was
+        already spent (and decrypted against) in the ledger the backup replaced.
+
+        Privacy: spends `epsilon` of the study's budget again on paper, so the restore
+        refunds nothing; the measurements it stands for had their own sensitivity and
+        neighbouring relation (add/remove of one person with at most c records) checked
+        when they were first charged. No noise is drawn here, so nobody knows noise from it.
+        """
+        with self._lock, self._transaction():
+            self._get(study_id)
+            return self._insert_charge(study_id, release_id, kind, float(epsilon), float(epsilon), detail)
+
     def _insert_charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
                        detail: str) -> Charge:
         """Append one charge row, chained to the previous one (inside the caller's transaction, after its
