@@ -20,6 +20,7 @@ from he_partition.core.errors import (
     PrecisionError,
 )
 
+from .limits import CallCancelledError
 from .signing import SignatureError
 from .tls import AccessDeniedError
 
@@ -90,6 +91,8 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     # A submission whose Ed25519 signature is missing or does not verify: the data cannot be
     # attributed to the owner it names, so the caller is not authenticated for it.
     (SignatureError, grpc.StatusCode.UNAUTHENTICATED),
+    # Work stopped because its client is gone (parties.common.limits.raise_if_cancelled).
+    (CallCancelledError, grpc.StatusCode.CANCELLED),
 )
 
 
