@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import MAX_DECODED_MAGNITUDE
 from he_partition.join.protocol import JOIN_STRATEGY, JoinTerms
 from he_partition.protocol import STRATEGIES, make_strategy
 
@@ -255,6 +256,18 @@ class StudyContract:
         so a person present at k owners contributes up to k x c records.
         """
         return self.contribution_bound * self.max_organizations
+
+    @property
+    def max_records_per_owner(self) -> int:
+        """The most records (sum of counts) one owner may submit: 2^44 / (2 x expected owners).
+
+        Decoded values are sums and differences of the owners' prefix sums plus noise, and a
+        decoded value above 2^44 (MAX_DECODED_MAGNITUDE) is refused as corrupt while one
+        past the plaintext modulus wraps silently. With every owner within this bound the
+        grand total stays below 2^43, leaving half the decode range for the noise. Data
+        owners check it before encrypting (`DataOwnerClient.encrypt`).
+        """
+        return MAX_DECODED_MAGNITUDE // (2 * max(1, len(self.expected_owners)))
 
     def owner_public_key(self, owner_id: str) -> bytes | None:
         """The raw 32-byte Ed25519 key of `owner_id` (None for an unsigned study or an unknown owner)."""
