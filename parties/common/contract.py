@@ -52,9 +52,19 @@ def check_id(name: str, value: object) -> str:
     if not isinstance(value, str) or not ID_PATTERN.match(value):
         raise InvalidInputError(
             f"{name} must be 1-64 characters of letters, digits, '.', '_' or '-' (starting with a letter "
-            f"or digit), got {value!r}"
+            f"or digit), got {_shown(value)}"
         )
     return value
+
+
+def _shown(value: object, limit: int = 48) -> str:
+    """`value` for an error message, cut to `limit` characters: an error never echoes a huge input back
+    (a 10 KB id once pushed the status past gRPC's metadata limit)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, (str, bytes)) else type(value).__name__
+    return f"{text[:limit]}... ({size})"
 
 
 def canonical_json(obj: Any) -> str:

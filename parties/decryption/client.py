@@ -14,6 +14,7 @@ from he_partition.core.measurements import Measurement
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
+from ..common.errors import FailedPreconditionError
 from ..common.receipts import ReceiptBook
 from ..common.convert import (context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
@@ -232,12 +233,15 @@ class DecryptionClient(BaseClient):
     def budget(self, study_id: str, *, timeout: float | None = None) -> BudgetInfo:
         """Total, spent and remaining epsilon of a study, with the ledger rows.
 
-        With a receipt book: LedgerRolledBackError (FAILED_PRECONDITION) when the key holder
-        reports less spend than the newest receipt it signed for the study.
+        With a receipt book (the computation server): FailedPreconditionError naming the row
+        when the ledger's hash chain is broken, and LedgerRolledBackError (FAILED_PRECONDITION)
+        when the key holder reports less spend than the newest receipt it signed for the study.
         """
         resp = self._unary(self._stub.BudgetStatus, decryption_pb2.BudgetStatusRequest(study_id=study_id),
                            method="Decryption/BudgetStatus", timeout=timeout)
-        if self.receipts is not None and not resp.chain_problem:  # a broken chain is refused, and named, at the charge
+        if self.receipts is not None:  # the computation server: no release or direct query on a broken ledger
+            if resp.chain_problem:  # named before any budget figure computed from the broken rows
+                raise FailedPreconditionError(resp.chain_problem)
             self.receipts.check_spend(study_id, resp.epsilon_spent)
         return BudgetInfo(
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,

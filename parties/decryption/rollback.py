@@ -13,7 +13,7 @@ from he_partition.core.errors import InvalidInputError
 
 from ..common.contract import StudyContract, canonical_json
 from ..common.util import lock_data_dir, utc_now
-from .ledger import Charge, SqliteLedgerStore, budget, verify_ledger_file
+from .ledger import Charge, LedgerUnreadableError, SqliteLedgerStore, budget, verify_ledger_file
 from .ledger.budget import _above
 from .receipts import ROLLBACK_KIND, row_sha256
 
@@ -64,7 +64,7 @@ def restore_ledger(data_dir: Path, backup: Path, ledger_file: str, *, acknowledg
         if target.exists():
             try:
                 current = _read(target)
-            except (sqlite3.DatabaseError, OSError, ValueError) as exc:
+            except (LedgerUnreadableError, sqlite3.DatabaseError, OSError, ValueError) as exc:
                 report.unreadable = f"{type(exc).__name__}: {exc}"
                 log.error("the ledger being replaced (%s) is unreadable (%s): nothing it spent can be re-booked",
                           target, report.unreadable)

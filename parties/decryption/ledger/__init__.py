@@ -20,7 +20,7 @@ from .budget import (
 )
 from .chain import LedgerTamperedError, chain_hash
 from .direct import DirectCharge, DirectPiece, direct_increment
-from .sqlite import SqliteLedgerStore, backup_ledger, verify_ledger_file
+from .sqlite import LedgerUnreadableError, SqliteLedgerStore, backup_ledger, verify_ledger_file
 from .store import LedgerStore, MemoryLedgerStore
 
 __all__ = [

@@ -11,7 +11,7 @@ from he_partition.core.accounting import RangeQuery
 from he_partition.core.errors import InvalidInputError
 
 from ...common.contract import StudyContract, check_id
-from ...common.errors import NotFoundError
+from ...common.errors import FailedPreconditionError, NotFoundError
 from ...common.util import ImmediateTransaction, utc_now
 from .budget import DIRECT_KIND, Charge, _above, check_charge
 from .chain import LedgerTamperedError, chain_hash, verify_chain_rows
@@ -25,7 +25,7 @@ from .direct import (
 )
 from .store import LedgerStore, _conflict, _same_terms
 
-__all__ = ["SqliteLedgerStore", "backup_ledger", "verify_ledger_file"]
+__all__ = ["SqliteLedgerStore", "LedgerUnreadableError", "backup_ledger", "verify_ledger_file"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS studies (
@@ -94,6 +94,10 @@ _SCHEMA += _no_reuse("studies", "study_id = NEW.study_id")
 
 
 
+class LedgerUnreadableError(FailedPreconditionError):
+    """The ledger file is not a SQLite database SQLite can read (corrupted, truncated)."""
+
+
 class SqliteLedgerStore(LedgerStore):
     """The production ledger: one SQLite file, WAL journal, synchronous=FULL.
 
@@ -107,7 +111,18 @@ class SqliteLedgerStore(LedgerStore):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise
+            raise LedgerUnreadableError(
+                f"{self.path} is not a readable privacy ledger ({exc}): the file is corrupted or truncated. Nothing "
+                "is decrypted from it; put the newest ledger back, or restore a backup with `dpagg ledger restore "
+                "--acknowledge-rollback`") from None
+
+    def _open(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
