@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
+import grpc
 import numpy as np
 import numpy.typing as npt
 
@@ -14,10 +17,17 @@ from he_partition.core.measurements import Measurement
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
-from ..common.errors import FailedPreconditionError
+from ..common.errors import FailedPreconditionError, ServiceError
 from ..common.receipts import ReceiptBook
 from ..common.convert import (context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
+
+log = logging.getLogger("dpagg.decryption.client")
+
+#: Outage a release of the computation server rides out (seconds), and the retry backoff.
+OUTAGE_SECONDS = 20.0
+OUTAGE_FIRST_DELAY = 0.25
+OUTAGE_MAX_DELAY = 4.0
 
 __all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult", "DirectChargeInfo"]
 
@@ -100,6 +110,10 @@ class DecryptionClient(BaseClient):
     #: book, every charge's receipt is kept, the newest is shown with the next request of its study, and
     #: `budget` refuses a key holder that reports less spend than the receipts (a rolled-back ledger).
     receipts: ReceiptBook | None = None
+
+    #: How long `decrypt_measurement` keeps retrying an unreachable key holder (a short restart), seconds;
+    #: 0 (the default) fails at once. The computation server sets OUTAGE_SECONDS.
+    outage_seconds: float = 0.0
 
     def _shown(self, study_id: str) -> decryption_pb2.LedgerReceipt | None:
         r = self.receipts.newest(study_id) if self.receipts is not None else None
@@ -187,8 +201,12 @@ class DecryptionClient(BaseClient):
         person with at most c records); the
         server adds its own discrete Laplace draw (noise_parties == 2), which only it knows.
 
-        Not retried: the server charges the ledger before decrypting, so a lost reply must
-        not be answered by a second decryption. The ledger refuses (RESOURCE_EXHAUSTED) a
+        A key holder that is unreachable (UNAVAILABLE) is retried for up to `outage_seconds`
+        (backoff, each retry logged), re-sending the very same chunks, so no noise is redrawn
+        for anything the key holder may have seen. Other failures are not retried: the server
+        charges the ledger before decrypting, so a lost reply is not answered by a second
+        decryption; if the server charged and then died, the retry is charged again (the
+        ledger books every decryption, and a release never passes its declared epsilon). The ledger refuses (RESOURCE_EXHAUSTED) a
         charge that does not fit. `contract_hash` is the hash of the study contract the
         measurement was computed under; the server refuses a measurement under other terms.
         Only the computation server may call this.
@@ -198,15 +216,33 @@ class DecryptionClient(BaseClient):
             measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
             newest_receipt=self._shown(study_id),
         )
+        sent: list[bytes] = []  # every chunk handed to gRPC so far: a retry re-sends these very bytes
+        source = iter(chunks)
 
         def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
             yield decryption_pb2.DecryptMeasurementRequest(header=header)
-            for c in chunks:
+            for c in list(sent):
+                yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
+            for c in source:
+                sent.append(c)
                 yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
 
         deadline = (self.timeout if timeout is None else timeout) + 0.5 * chunk_count
-        resp = self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout), requests(),
-                           method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
+        waited, delay = 0.0, OUTAGE_FIRST_DELAY
+        while True:
+            try:
+                resp = self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout),
+                                   requests(), method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
+                break
+            except ServiceError as exc:
+                if exc.code != grpc.StatusCode.UNAVAILABLE or waited + delay > self.outage_seconds:
+                    raise
+                log.warning("decryption server unreachable during release %s (%s); retrying %s in %.1f s "
+                            "(%.0f of %.0f s of outage tolerated), re-sending the same ciphertexts", release_id,
+                            exc.details, measurement.kind, delay, waited, self.outage_seconds)
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, OUTAGE_MAX_DELAY)
         self._keep(resp.receipt)
         return DecryptResult(np.asarray(resp.values, dtype=np.int64), int(resp.charge_id),
                              float(resp.epsilon_remaining))
