@@ -17,9 +17,6 @@ The flat module names of earlier releases (`he_partition.measurements`, `he_part
 still import: they are aliases of the same modules (`he_partition._aliases`).
 """
 
-from . import _aliases
-
-_aliases.install(__name__)
 
 from .core.backend import ChunkedVector, PlainBackend, VectorBackend
 from .core.errors import (
@@ -68,3 +65,7 @@ __all__ = [
     "privelet_strategy", "HaarCoefficients", "IntervalTree", "ReleasedValues", "RectangleCount", "flatten",
     "unflatten", "rectangle_count", "rectangle_ranges", "DEFAULT_STRATEGY", "STRATEGIES",
 ]
+
+from . import _aliases  # noqa: E402  (after the public API: nothing above needs the old names)
+
+_aliases.install(__name__)

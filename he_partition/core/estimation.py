@@ -59,7 +59,7 @@ def range_weights(starts: npt.ArrayLike, domain_size: int, lo: npt.ArrayLike, hi
     lo_a = np.asarray(lo, dtype=np.int64).reshape(-1, 1)
     hi_a = np.asarray(hi, dtype=np.int64).reshape(-1, 1)
     overlap = np.clip(np.minimum(e[None, :], hi_a) - np.maximum(s[None, :], lo_a), 0, None)
-    return overlap / (e - s)[None, :]
+    return np.asarray(overlap / (e - s)[None, :], dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,8 @@ def _chain_nodes(n: int, parts: list[tuple[IntArray, FloatArray, FloatArray]]) -
         count += k
         prev_s, prev_ids, prev_depth = s, ids, cur_depth
     mid = np.concatenate(mid_l)
-    py = np.bincount(mid, weights=np.concatenate(mpy_l), minlength=count)
-    p = np.bincount(mid, weights=np.concatenate(mp_l), minlength=count)
+    py = np.asarray(np.bincount(mid, weights=np.concatenate(mpy_l), minlength=count), dtype=np.float64)
+    p = np.asarray(np.bincount(mid, weights=np.concatenate(mp_l), minlength=count), dtype=np.float64)
     return _finish_nodes(n, np.concatenate(lo_l), np.concatenate(hi_l), py, p, np.concatenate(par_l),
                          np.concatenate(dep_l))
 
@@ -247,7 +247,7 @@ class IntervalTree:
     def _segment_sum(values: FloatArray, lo: IntArray, hi: IntArray) -> FloatArray:
         """Sum of values[..., lo[k]:hi[k]] for each k (empty segments give 0), along the last axis."""
         c = np.concatenate([np.zeros(values.shape[:-1] + (1,)), np.cumsum(values, axis=-1)], axis=-1)
-        return c[..., hi] - c[..., lo]
+        return np.asarray(c[..., hi] - c[..., lo], dtype=np.float64)
 
     def _solve(self) -> None:
         ds = self._depths

@@ -186,7 +186,7 @@ class Summary:
         lengths = self.lengths
         csum = np.concatenate([np.zeros((w.shape[0], 1)), np.cumsum(w, axis=1)], axis=1)
         frac = (csum[:, s + lengths] - csum[:, s]) / lengths[None, :]
-        return np.sum(frac**2 * np.asarray(self.sum_variance)[None, :], axis=1)
+        return np.asarray(np.sum(frac**2 * np.asarray(self.sum_variance)[None, :], axis=1), dtype=np.float64)
 
     # -- derived views -------------------------------------------------------------
     @property

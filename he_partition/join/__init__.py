@@ -6,4 +6,4 @@ public names are still importable from here.
 """
 
 from .protocol import *  # noqa: F401,F403  (the module's public API, kept where it was)
-from .protocol import __all__
+from .protocol import __all__ as __all__

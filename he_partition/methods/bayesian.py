@@ -1,5 +1,8 @@
 """Bayesian DP for correlated records: leakage coefficients and Laplace calibration (seed 003).
 
+Size: over 500 lines on purpose: the leakage coefficients and the calibration are one derivation
+(seed 003, Sec. 5-6), kept beside the equations they implement and tested together.
+
 Seed 003 (Yang, Sato, Nakagawa) models correlated records x_1..x_n as a Gaussian Markov
 random field on a weighted, undirected graph W (w_ij >= 0, "Gaussian correlation model",
 Def. 5.1): the precision matrix is the graph Laplacian L = D - W, D = diag(sum_j w_ij),

@@ -1,5 +1,9 @@
 """Plaintext p-views of count tensors by DP-Mondrian / HDPView bisection (seed 000), trusted curator.
 
+Size: over 500 lines on purpose: one algorithm (the seed's bisection, its budget split, the
+block estimator and its error bound) whose steps share private helpers; split, Algorithm 1 and 2
+would be spread over files that only make sense together.
+
 A p-view partitions a d-dimensional count tensor into axis-aligned blocks, releases one
 noisy count per block and spreads it uniformly over the block's cells (seed 000, Sec. 3-4).
 The partition is found by recursive bisection (Algorithm 1, 2 of the seed):

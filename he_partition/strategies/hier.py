@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Generator, Sequence
+from typing import Any, Generator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -158,7 +158,7 @@ def _refine(starts: IntArray, frozen: npt.NDArray[np.bool_], n: int, block: int)
 
 def tree_summary(domain_size: int, epsilon: float, strategy: str, noise_parties: int, contribution_bound: int,
                  released: Sequence[ReleasedValues], extra_spent: Sequence[tuple[str, float]] = (),
-                 params: dict | None = None) -> Summary:
+                 params: dict[str, Any] | None = None) -> Summary:
     """A "tree" summary over released partition sums; the legacy fields hold the finest one."""
     finest = max(released, key=lambda r: len(r.starts))
     return Summary(

@@ -258,7 +258,7 @@ class TlsConfig:
     @property
     def identity(self) -> PeerIdentity:
         """The party id and role the certificate states."""
-        ident: PeerIdentity = getattr(self, "_identity")
+        ident: PeerIdentity = self._identity
         return ident
 
     @classmethod

@@ -16,7 +16,6 @@ import numpy.typing as npt
 from he_partition.core.backend import ChunkedVector, n_chunks
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
-from he_partition.join.protocol import JOIN_STRATEGY
 from he_partition.join.release import join_strategy, summary_params
 from he_partition.core.accounting import exact_decimal
 from he_partition.core.measurements import Measurement

@@ -1,5 +1,8 @@
 """Data-owner input: records from a CSV to a histogram with each person's contribution bounded.
 
+Size: over 500 lines on purpose: the domain grammar, contribution bounding and CSV reading share
+the record and bin types and are validated once, here, where records enter.
+
 Privacy meaning (Wilson et al., "Differentially Private SQL with Bounded User
 Contribution", PETS 2020; seed 004). Differential privacy protects one *record*; when one
 person can own several records, the study must protect the *person*. The data owner

@@ -13,9 +13,9 @@ from he_partition.core.measurements import (
     owner_encoding,
 )
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, centre
+from he_partition.core.noise import laplace_scale
 
 T = DEFAULT_PLAIN_MODULUS
-from he_partition.core.noise import laplace_scale
 
 
 def test_prefix_differences_decode() -> None:

@@ -8,7 +8,7 @@ from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, centre
 import pytest
 
 from he_partition import release
-from he_partition.core.errors import InvalidInputError, MeasurementShapeError
+from he_partition.core.errors import InvalidInputError
 from he_partition.core.estimation import haar_depth, haar_forward
 from he_partition.core.measurements import HaarCoefficients, measurement_from_dict, owner_encoding
 from he_partition.strategies.privelet import PriveletParams, privelet_strategy

@@ -8,7 +8,7 @@ import pytest
 from he_partition import InvalidInputError, Summary, release
 from he_partition.core.backend import PlainBackend
 from he_partition.he.bfv import BfvBackend, generate_secret_context, load_context, public_context_bytes
-from he_partition.core.errors import MeasurementShapeError, PrecisionError
+from he_partition.core.errors import PrecisionError
 from he_partition.core.measurements import PartitionSums, PrefixDifferences
 from he_partition.core.noise import SeededRandom
 from he_partition.protocol import Budget, ComputationSide, DecryptionSide, encrypt_histogram
