@@ -215,7 +215,7 @@ def _parse(deserialize: Callable[[bytes], Any] | None, data: bytes, method: str,
                       "send the dpagg.v1 protobuf message the method expects")
 
 
-class CallLimiter(grpc.ServerInterceptor):
+class CallLimiter(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type information here
     """Applies `CallLimits` to every RPC of a server (see the module docstring)."""
 
     def __init__(self, limits: CallLimits) -> None:

@@ -24,6 +24,7 @@ from .sqlite import LedgerUnreadableError, SqliteLedgerStore, backup_ledger, ver
 from .store import LedgerStore, MemoryLedgerStore
 
 __all__ = [
+    "LedgerUnreadableError",
                      "DIRECT_KIND",
                      "Budget",
                      "Charge",

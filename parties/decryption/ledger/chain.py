@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ...common.errors import FailedPreconditionError
 
@@ -23,7 +24,7 @@ class LedgerTamperedError(FailedPreconditionError):
 
 
 
-def verify_chain_rows(rows: Iterable[Sequence[object]], where: Path | str) -> tuple[int, str]:
+def verify_chain_rows(rows: Iterable[Sequence[Any]], where: Path | str) -> tuple[int, str]:
     """Recompute the chain over charge rows (fields..., stored chain hash), oldest first.
 
     Returns (last charge id, last hash), or raises LedgerTamperedError naming the first row
@@ -32,7 +33,7 @@ def verify_chain_rows(rows: Iterable[Sequence[object]], where: Path | str) -> tu
     """
     previous, last_id, chained = "", 0, False
     for r in rows:
-        fields = (int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6], r[7])  # type: ignore[arg-type]
+        fields = (int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6], r[7])
         want = chain_hash(previous, fields)
         if r[8] == "" and not chained:
             previous = want

@@ -78,7 +78,9 @@ def direct_increment(contract: StudyContract, old: Sequence[RangeQuery],
 
 
 def _same_pieces(stored: Sequence[DirectPiece], new: Sequence[DirectPiece]) -> bool:
-    key = lambda p: (p.position, p.role, p.query.lo, p.query.hi, exact_decimal(p.query.epsilon))
+    def key(p: DirectPiece) -> tuple[int, str, tuple[int, ...], tuple[int, ...], Fraction]:
+        return (p.position, p.role, p.query.lo, p.query.hi, exact_decimal(p.query.epsilon))
+
     return sorted(map(key, stored)) == sorted(map(key, new))
 
 
