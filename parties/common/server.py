@@ -19,6 +19,7 @@ from he_partition.core.errors import InvalidInputError
 
 from .config import GRPC_OPTIONS
 from .errors import ErrorMappingInterceptor
+from .limits import CallLimiter, CallLimits
 
 __all__ = ["ServiceBinding", "ServerHandle", "create_server", "serve", "write_port_file"]
 
@@ -65,6 +66,7 @@ def create_server(
     max_workers: int = 8,
     options: Iterable[tuple[str, Any]] = GRPC_OPTIONS,
     credentials: grpc.ServerCredentials | None = None,
+    limits: CallLimits | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a gRPC server hosting `services`, plus health checking and reflection.
 
@@ -75,10 +77,14 @@ def create_server(
     CA fails the handshake before any RPC runs; without them it is plaintext (callers
     choose that explicitly: the configs refuse to build a server without TLS unless
     ``insecure=True``).
+
+    `limits` (default: `CallLimits.for_pool(max_workers)`) bound what one caller can hold:
+    concurrency per identity and per heavy RPC, idle request streams, message size per RPC
+    (parties.common.limits); health keeps threads of its own.
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpagg-rpc"),
-        interceptors=(ErrorMappingInterceptor(),),
+        interceptors=(CallLimiter(limits or CallLimits.for_pool(max_workers)), ErrorMappingInterceptor()),
         options=list(options),
     )
     health_servicer = _HealthServicer(experimental_non_blocking=True)
