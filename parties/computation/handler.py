@@ -561,6 +561,7 @@ class ComputationHandler:
         """
         by_owner = {s.owner_id: s for s in subs}
         terms = contract.join_terms()
+        self.joins.forget(contract)  # both uploads are committed: keys and pseudonym lists are no longer needed
         sent = [0]
         with self.joins.evaluator(contract, self.public_context,
                                   lambda o, i: self.store.read_chunk(by_owner[o], i)) as evaluator:
