@@ -166,7 +166,7 @@ def _is_abort(exc: Exception, context: grpc.ServicerContext) -> bool:
     return type(exc) is Exception and code not in (None, grpc.StatusCode.OK)
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):
+class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     """Applies STATUS_TABLE to every RPC of a server: handlers raise, callers get a status."""
 
     def intercept_service(self, continuation: Callable[..., Any], handler_call_details: Any) -> Any:

@@ -104,7 +104,7 @@ def create_server(
         raise InvalidInputError(f"cannot listen on {address}: {exc}; is the port in use?") from exc
     if bound == 0:
         raise InvalidInputError(f"cannot listen on {address}; is the port in use or the host wrong?")
-    server._dpagg_health = health_servicer  # type: ignore[attr-defined]  # kept for a graceful shutdown
+    server._dpagg_health = health_servicer  # kept for a graceful shutdown
     return server, bound
 
 
@@ -142,11 +142,15 @@ class ServerHandle:
         for close in reversed(self.closers):
             close()
 
+    def _close_all(self) -> None:
+        for close in reversed(self.closers):
+            close()
+
     def serve(self, *, port_file: str | Path | None = None, stop_event: threading.Event | None = None) -> None:
         """Run until SIGINT/SIGTERM (see `serve`)."""
         if port_file:
             write_port_file(port_file, self.port)
-        serve(self.server, on_stop=lambda: [c() for c in reversed(self.closers)], stop_event=stop_event)
+        serve(self.server, on_stop=self._close_all, stop_event=stop_event)
         self._stopped = True
 
     def __enter__(self) -> "ServerHandle":

@@ -20,7 +20,6 @@ import ssl
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.x509.oid import ExtensionOID
 
 from .tls import TlsConfig
 
@@ -51,7 +50,7 @@ def _names(der: bytes | None) -> list[str]:
         return []
     try:
         cert = x509.load_der_x509_certificate(der)
-        san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except (ValueError, x509.ExtensionNotFound):
         return []
     return [*san.get_values_for_type(x509.DNSName), *san.get_values_for_type(x509.UniformResourceIdentifier)]

@@ -6,6 +6,7 @@ import os
 import random
 import time
 import uuid
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -256,7 +257,7 @@ class DataOwnerClient:
         status = self.computation.upload_status(study_id, self.owner_id, key)
         if status.state == "COMMITTED":
             if resume_dir is not None:
-                UploadCache(resume_dir, study_id=study_id, owner_id=self.owner_id, idempotency_key=key).clear()
+                UploadCache(Path(resume_dir), study_id=study_id, owner_id=self.owner_id, idempotency_key=key).clear()
             return SubmitResult(study_id, self.owner_id, key, True, True, status.chunk_count, 0, 0, 0,
                                 time.monotonic() - started)
         if status.state == "CONFLICT":
@@ -268,7 +269,7 @@ class DataOwnerClient:
             enc = self.encrypt(study_id, histogram)
             return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
                                started=started)
-        cache = UploadCache(resume_dir, study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
+        cache = UploadCache(Path(resume_dir), study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
         digest = counts_digest(np.asarray(counts), bound)
         contract = self.contract(study_id)
         saved = cache.load(digest, contract_hash=contract.contract_hash,
