@@ -168,7 +168,7 @@ def _bernoulli_exp_fraction(num: IntArray, den: int, rng: RandomSource) -> npt.N
         a = rng.integers(den * k[active], active.size) < num[active]
         k[active[a]] += 1
         active = active[a]
-    return (k % 2) == 1
+    return np.asarray((k % 2) == 1, dtype=np.bool_)
 
 
 def _bernoulli_exp_minus_one(size: int, rng: RandomSource) -> npt.NDArray[np.bool_]:
@@ -295,4 +295,4 @@ def bernoulli_exp(numerators: npt.ArrayLike, denominator: int, rng: RandomSource
         a = (rng.integers(den, active.size) < frac[active]) & (rng.integers(k[active], active.size) == 0)
         k[active[a]] += 1
         active = active[a]
-    return out & ((k % 2) == 1)
+    return np.asarray(out & ((k % 2) == 1), dtype=np.bool_)

@@ -55,6 +55,14 @@ def _pending_path(args: argparse.Namespace) -> Path:
     return Path(args.state_dir).expanduser() / "pending-releases" / f"{safe}.json"
 
 
+def _release_finished(cs: Any, release_id: str) -> bool:
+    """True when the release is DONE or FAILED; False while it runs or the server cannot say."""
+    try:
+        return bool(cs.release_status(release_id).state != "RUNNING")
+    except ServiceError:
+        return False
+
+
 def cmd_release_run(args: argparse.Namespace) -> int:
     """Start a release with a request key kept on disk until it finishes, so a re-run attaches to it."""
     from ..computation.client import ComputationClient
@@ -82,7 +90,8 @@ def cmd_release_run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 130
             except ServiceError:
-                pending.unlink(missing_ok=True)
+                if _release_finished(cs, st.release_id):  # keep the key while the release may still run
+                    pending.unlink(missing_ok=True)
                 raise
     if st.state != "RUNNING":
         pending.unlink(missing_ok=True)

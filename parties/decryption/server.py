@@ -15,6 +15,7 @@ from .handler import DecryptionHandler
 from .arrivals import ARRIVALS_FILE, ArrivalLog
 from .keys import KeyStore, load_or_create_noise_key
 from .ledger import LedgerStore, SqliteLedgerStore
+from .receipts import ReceiptSigner
 from .servicer import SERVICE_NAME, DecryptionServicer
 
 __all__ = ["create_decryption_server", "serve_decryption", "LEDGER_FILE", "KEYS_DIR"]
@@ -52,7 +53,8 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None,
                                 join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals)
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
-    servicer = DecryptionServicer(handler, policy, config.computation_ids)
+    servicer = DecryptionServicer(handler, policy, config.computation_ids,
+                                  ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))
     try:
         server, port = create_server(
             [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],

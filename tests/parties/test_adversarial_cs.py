@@ -138,7 +138,7 @@ def test_a_replayed_join_measurement_gets_the_same_answer(cluster: Cluster) -> N
 
     from he_partition.he.join_scheme import JoinScheme
 
-    terms = {"shape": [2, 2], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 86, "release": "cells"}
+    terms = {"shape": [2, 2], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 90, "release": "cells"}
     contract = cluster.open_study(study_id="j1", domain_size=4, epsilon=3.0, owners=("a", "b"), strategy="join",
                                   strategy_params_json=json.dumps(terms))
     ds = cluster.decryption()
