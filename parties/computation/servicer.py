@@ -68,8 +68,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         caller = self.policy.require(context, ["data_owner"], action="exchange join keys")
         self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
         contract = self.handler.study(request.study_id)
-        peer = self.handler.joins.exchange(contract, request.owner_id, bytes(request.public_key))
-        return computation_pb2.JoinExchangeResponse(peer_public_key=peer)
+        peer, signature = self.handler.joins.exchange(contract, request.owner_id, bytes(request.public_key),
+                                                      bytes(request.signature))
+        return computation_pb2.JoinExchangeResponse(peer_public_key=peer, peer_signature=signature)
 
     def JoinPlacement(self, request: computation_pb2.JoinPlacementRequest,
                       context: grpc.ServicerContext) -> computation_pb2.JoinPlacementResponse:

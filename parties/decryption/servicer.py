@@ -87,14 +87,19 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                                        release_epsilon=float(header.release_epsilon))
         chunks: list[bytes] = []
         checked: list[object] = []
-        for msg in request_iterator:
-            if msg.WhichOneof("part") != "chunk":
-                raise InvalidInputError("only ciphertext chunks may follow the DecryptMeasurement header")
-            if len(chunks) >= header.chunk_count:
-                raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
-            chunks.append(msg.chunk)
-            # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
-            checked.append(self.handler.checked_chunk(msg.chunk, len(chunks) - 1))
+        try:
+            for msg in request_iterator:
+                if msg.WhichOneof("part") != "chunk":
+                    raise InvalidInputError("only ciphertext chunks may follow the DecryptMeasurement header")
+                if len(chunks) >= header.chunk_count:
+                    raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
+                chunks.append(msg.chunk)
+                # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
+                checked.append(self.handler.checked_chunk(msg.chunk, len(chunks) - 1))
+        except Exception as exc:  # chunks that reached this server are recorded, refused or not
+            if chunks:
+                self.handler.record_refusal(header.study_id, header.release_id, measurement.kind, chunks, exc)
+            raise
         result = self.handler.decrypt_measurement(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
             measurement=measurement, chunks=chunks, contract_hash=header.contract_hash, checked=checked,
