@@ -19,9 +19,11 @@ from ..analyst.servicer import SERVICE_NAME as ANALYST_SERVICE
 from ..analyst.servicer import AnalystServicer
 from ..common.access import AccessPolicy
 from ..common.config import AnalystConfig, ComputationConfig
+from ..common.limits import ANALYST_MAX_RECEIVE, server_options
 from ..common.server import ServerHandle, ServiceBinding, create_server
 from ..common.util import lock_data_dir, noise_source
-from ..decryption.client import DecryptionClient
+from ..common.receipts import ReceiptBook
+from ..decryption.client import OUTAGE_SECONDS, DecryptionClient
 from .handler import ComputationHandler
 from .servicer import SERVICE_NAME, ComputationServicer
 from .store import ComputationStore, SqliteComputationStore
@@ -29,6 +31,9 @@ from .store import ComputationStore, SqliteComputationStore
 __all__ = ["create_computation_server", "serve_computation", "create_analyst_server", "serve_analyst"]
 
 log = logging.getLogger("dpagg.computation")
+
+#: The key holder's signed charge receipts, one JSON line each (parties.common.receipts).
+RECEIPTS_FILE = "ledger_receipts.jsonl"
 
 
 def create_computation_server(config: ComputationConfig, *, store: ComputationStore | None = None,
@@ -47,6 +52,8 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
         unlock()
         raise
     ds = DecryptionClient(config.decryption_target, tls=config.tls, insecure=config.insecure)
+    ds.receipts = ReceiptBook(config.data_dir / RECEIPTS_FILE)  # the second record of spend (ledger rollback)
+    ds.outage_seconds = OUTAGE_SECONDS  # a release rides out a short restart of the key holder
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     try:
@@ -93,7 +100,8 @@ def create_analyst_server(config: AnalystConfig) -> ServerHandle:
     server, port = create_server(
         [(analyst_pb2_grpc.add_AnalystServicer_to_server, AnalystServicer(handler, policy), ANALYST_SERVICE)],
         host=config.host, port=config.port, max_workers=config.max_workers,
-        credentials=config.tls.server_credentials() if config.tls is not None else None)
+        credentials=config.tls.server_credentials() if config.tls is not None else None,
+        options=server_options(ANALYST_MAX_RECEIVE))
     return ServerHandle(server, port, config.host, handler, [st.close])
 
 

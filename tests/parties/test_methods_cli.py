@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parties.methods_cli import register
+from parties.cli.methods import add_parser as register
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:

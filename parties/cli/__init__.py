@@ -1,0 +1,74 @@
+"""The `dpagg` command line: run each server, act as operator, data owner or analyst, or run the demo.
+
+One module per command group, each with its own `add_parser(sub)`:
+
+- `servers`   serve-decryption, serve-computation, serve-analyst, health
+- `studies`   certs, keygen, open-study, open-join, status (operator)
+- `owners`    submit, join-submit, sample-csv (data owner)
+- `releases`  release run/status, query, direct-query (operator, analyst)
+- `ledger`    budget, ledger backup/verify
+- `methods`   epsilon, audit, bayes-scale, charge, pview (offline, no server)
+- `demo`      demo
+
+Shared options (TLS, server addresses, small parsers) are in `options`; `main` is the entry point
+(`dpagg = "parties.cli:main"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Sequence
+
+# gRPC's C core logs every failed TLS handshake on stderr; the CLI reports failures itself (naming the file
+# or name at fault), so it keeps the core to errors unless the user set GRPC_VERBOSITY. Set before grpc loads.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+from he_partition.core.errors import DPAggError  # noqa: E402
+
+from ..common.errors import ServiceError  # noqa: E402
+from . import demo, ledger, methods, owners, releases, servers, studies  # noqa: E402
+
+__all__ = ["main", "build_parser"]
+
+#: Command groups in the order `dpagg --help` lists them.
+GROUPS = (servers, studies, owners, releases, ledger, demo, methods)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole `dpagg` parser: each command group adds its own subcommands."""
+    ap = argparse.ArgumentParser(
+        prog="dpagg",
+        description="Secure multi-party differentially private histograms: BFV-encrypted uploads, two "
+                    "non-colluding servers, a privacy-budget ledger. Try `dpagg demo`.")
+    ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        group.add_parser(sub)
+    return ap
+
+
+def _verbosity_first(argv: Sequence[str]) -> list[str]:
+    """Accept -v/-vv/--verbose anywhere (before or after the subcommand) by moving them to the front."""
+    flags = [a for a in argv if a == "--verbose" or (len(a) > 1 and a.startswith("-") and set(a[1:]) == {"v"})]
+    return [*flags, *(a for a in argv if a not in flags)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(_verbosity_first(sys.argv[1:] if argv is None else list(argv)))
+    # Servers say what they do (start-up, commits, releases) at INFO; client commands stay quiet unless -v.
+    base = logging.INFO if args.command.startswith("serve-") else logging.WARNING
+    level = base - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return int(args.func(args))
+    except ServiceError as exc:
+        print(f"dpagg: {exc.code.name}: {exc.details}", file=sys.stderr)
+        return 1
+    except DPAggError as exc:
+        print(f"dpagg: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,5 @@
+"""`python -m parties.cli`: the `dpagg` command."""
+
+from . import main
+
+raise SystemExit(main())

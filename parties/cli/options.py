@@ -1,0 +1,147 @@
+"""What every command group shares: environment names, TLS and connection options, small parsers, output."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
+
+from he_partition.core.errors import DPAggError
+
+from ..common.config import ENV_COMPUTATION, ENV_DECRYPTION, default_target
+
+if TYPE_CHECKING:
+    from ..common.tls import TlsConfig
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+ENV_STATE_DIR = "DPAGG_STATE_DIR"
+ENV_CA_CERT = "DPAGG_CA_CERT"
+ENV_CERT = "DPAGG_CERT"
+ENV_KEY = "DPAGG_KEY"
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=None, separators=(",", ":")))
+
+
+def owner_list(text: str) -> list[str]:
+    owners = [o.strip() for o in text.split(",") if o.strip()]
+    if not owners:
+        raise argparse.ArgumentTypeError("give at least one owner id, comma-separated")
+    return owners
+
+
+def bin_range(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a range is LO:HI (bin indices, HI exclusive), got {text!r}") from None
+    return lo, hi
+
+
+def state_dir(args: argparse.Namespace) -> Path:
+    base = args.state_dir or os.environ.get(ENV_STATE_DIR) or str(Path.home() / ".dpagg")
+    return Path(base) / "uploads"
+
+
+def upload_key(args: argparse.Namespace) -> str:
+    """The idempotency key of this owner's upload to this study, kept on disk so a re-run resumes."""
+    if args.idempotency_key:
+        return str(args.idempotency_key)
+    ident = hashlib.sha256(f"{args.computation}|{args.study}|{args.owner}".encode()).hexdigest()[:16]
+    path = state_dir(args) / f"{args.study}.{args.owner}.{ident}.key"
+    if path.exists():
+        return path.read_text().strip()
+    key = f"up-{uuid.uuid4().hex[:20]}"
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(key + "\n")
+    return key
+
+
+def tls_config(args: argparse.Namespace) -> "TlsConfig | None":
+    """This party's mutual-TLS files from --ca-cert/--cert/--key (or DPAGG_CA_CERT/DPAGG_CERT/DPAGG_KEY).
+
+    Without them the command refuses to run unless --insecure was given explicitly.
+    """
+    from ..common.tls import TlsConfig
+
+    given = [args.ca_cert, args.cert, args.key]
+    if args.insecure:
+        return None
+    if not all(given):
+        missing = [flag for flag, v in zip(("--ca-cert", "--cert", "--key"), given) if not v]
+        raise DPAggError(
+            f"`dpagg {args.command}` uses mutual TLS and needs this party's certificate: {', '.join(missing)} "
+            f"missing (or set {ENV_CA_CERT}, {ENV_CERT}, {ENV_KEY}). Create them with `dpagg certs --out DIR "
+            "--party ID:ROLE ...`, or pass --insecure for a local test setup without TLS"
+        )
+    return TlsConfig(Path(args.ca_cert), Path(args.cert), Path(args.key), server_name=args.tls_server_name or "")
+
+
+def conn(args: argparse.Namespace) -> dict[str, Any]:
+    """Client connection arguments: this party's TLS, or an explicit plaintext test setup."""
+    return {"tls": tls_config(args), "insecure": bool(args.insecure)}
+
+
+# --------------------------------------------------------------------------------------- commands
+def refuse_seed_without_insecure(args: argparse.Namespace) -> None:
+    if getattr(args, "insecure_noise_seed", None) is not None and not args.insecure:
+        raise DPAggError("--insecure-noise-seed makes this server's DP noise predictable (no privacy); it is only "
+                         "accepted together with --insecure, on a test setup")
+
+
+def server_args(p: argparse.ArgumentParser, default_port: int) -> None:
+    p.add_argument("--data-dir", required=True, help="directory for this server's state (created if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in containers)")
+    p.add_argument("--port", type=int, default=default_port, help=f"port (0 = any free port; default {default_port})")
+    p.add_argument("--port-file", help="write the bound port to this file once listening")
+
+
+def tls_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("mutual TLS (required unless --insecure)")
+    g.add_argument("--ca-cert", default=os.environ.get(ENV_CA_CERT), metavar="PATH",
+                   help=f"the deployment CA's certificate (env {ENV_CA_CERT})")
+    g.add_argument("--cert", default=os.environ.get(ENV_CERT), metavar="PATH",
+                   help=f"this party's certificate; its id and role are what servers check (env {ENV_CERT})")
+    g.add_argument("--key", default=os.environ.get(ENV_KEY), metavar="PATH",
+                   help=f"this party's private key, mode 0600 (env {ENV_KEY})")
+    g.add_argument("--tls-server-name", metavar="NAME",
+                   help="name to verify in the server certificate instead of the dialled host")
+    g.add_argument("--insecure", action="store_true",
+                   help="TESTS ONLY: plaintext gRPC without identities; servers then skip every role check")
+
+
+def seed_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--insecure-noise-seed", type=int, default=None, metavar="N",
+                   help="TESTS ONLY: draw this server's DP noise from a seeded stream (predictable noise gives "
+                        "no privacy)")
+
+
+Handler: TypeAlias = Callable[[argparse.Namespace], int]
+
+
+def command_adder(sub: Subparsers) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
+    """`add(name, fn, help)`: a subcommand whose description is its help line and whose handler is `fn`."""
+    def add(name: str, fn: Handler, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=fn)
+        return p
+
+    return add
+
+
+def computation_target() -> dict[str, Any]:
+    """`--computation` keyword arguments: the computation server's address (env DPAGG_COMPUTATION)."""
+    return {"default": default_target(ENV_COMPUTATION),
+            "help": f"computation server host:port (env {ENV_COMPUTATION}; default %(default)s)"}
+
+
+def decryption_target() -> dict[str, Any]:
+    """`--decryption` keyword arguments: the decryption server's address (env DPAGG_DECRYPTION)."""
+    return {"default": default_target(ENV_DECRYPTION),
+            "help": f"decryption server host:port (env {ENV_DECRYPTION}; default %(default)s)"}

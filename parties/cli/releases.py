@@ -1,0 +1,273 @@
+"""Releases and queries: run and inspect a release, query released summaries, direct range queries."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from he_partition.core.errors import DPAggError
+
+from ..common.config import ENV_ANALYST, ENV_COMPUTATION, default_target
+from ..common.errors import ServiceError
+from .options import Subparsers, bin_range, command_adder, computation_target, conn, print_json, tls_args
+
+
+def _print_release(st: Any, as_json: bool) -> None:
+    if as_json:
+        print_json({"release_id": st.release_id, "study_id": st.study_id, "state": st.state, "epsilon": st.epsilon,
+                     "owners": list(st.owners), "error_code": st.error_code, "error_message": st.error_message,
+                     "seconds": st.seconds, "summary": st.summary.to_dict() if st.summary else None})
+        return
+    print(f"release {st.release_id} of study {st.study_id}: {st.state}, epsilon {st.epsilon:g}, "
+          f"owners {', '.join(st.owners)}")
+    if st.summary is not None:
+        s = st.summary
+        print(f"  {s.n_partitions} partitions over {s.domain_size} bins, total {sum(s.sums)} "
+              f"+- {sum(s.sum_variance) ** 0.5:.1f}, computed in {st.seconds:.2f} s")
+    if st.error_message:
+        print(f"  {st.error_code}: {st.error_message}")
+
+
+def _epsilon_or_rest(text: str) -> float | str:
+    """--epsilon for a release: a number > 0 and finite, or the word `rest` (what is left of the budget)."""
+    if text.strip().lower() == "rest":
+        return "rest"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0 or the word 'rest', got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"epsilon must be > 0 and finite, got {text}; "
+                                         "use `--epsilon rest` to spend what is left")
+    return value
+
+
+def _pending_path(args: argparse.Namespace) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{args.computation}-{args.study}")
+    return Path(args.state_dir).expanduser() / "pending-releases" / f"{safe}.json"
+
+
+def _release_finished(cs: Any, release_id: str) -> bool:
+    """True when the release is DONE or FAILED; False while it runs or the server cannot say."""
+    try:
+        return bool(cs.release_status(release_id).state != "RUNNING")
+    except ServiceError:
+        return False
+
+
+def cmd_release_run(args: argparse.Namespace) -> int:
+    """Start a release with a request key kept on disk until it finishes, so a re-run attaches to it."""
+    from ..computation.client import ComputationClient
+
+    pending = _pending_path(args)
+    spec = str(args.epsilon)
+    key = ""
+    if pending.is_file():
+        saved = json.loads(pending.read_text())
+        if saved.get("epsilon") == spec:
+            key = str(saved.get("request_key", ""))
+    key = key or args.request_key or f"cli-{uuid.uuid4().hex[:16]}"
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    pending.write_text(json.dumps({"request_key": key, "epsilon": spec, "study": args.study}))
+    with ComputationClient(args.computation, **conn(args)) as cs:
+        st = cs.run_release(args.study, epsilon=args.epsilon, force=args.force, wait=False, request_key=key)
+        if not args.json:
+            print(f"release {st.release_id} of study {args.study} started (request key {key})", flush=True)
+        if not args.no_wait:
+            try:
+                st = cs.wait_release(st.release_id)
+            except KeyboardInterrupt:
+                print(f"\ninterrupted: release {st.release_id} continues on the server; see `dpagg release status "
+                      f"{st.release_id}`, or re-run this command to attach to it (it spends nothing again)",
+                      file=sys.stderr)
+                return 130
+            except ServiceError:
+                if _release_finished(cs, st.release_id):  # keep the key while the release may still run
+                    pending.unlink(missing_ok=True)
+                raise
+    if st.state != "RUNNING":
+        pending.unlink(missing_ok=True)
+    _print_release(st, args.json)
+    return 0
+
+
+def cmd_release_status(args: argparse.Namespace) -> int:
+    from ..computation.client import ComputationClient
+
+    with ComputationClient(args.computation, **conn(args)) as cs:
+        st = cs.release_status(args.release)
+    _print_release(st, args.json)
+    return 0 if st.state != "FAILED" else 1
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from ..analyst.client import AnalystClient
+
+    with AnalystClient(args.analyst, **conn(args)) as an:
+        if args.list or not args.release:
+            infos = an.list_releases(args.study or "")
+            if args.json:
+                print_json([vars(i) for i in infos])
+            else:
+                for i in infos:
+                    print(f"{i.release_id}  study {i.study_id}  epsilon {i.epsilon:g}  {i.domain_size} bins  "
+                          f"{i.partitions} partitions  {i.created_at}")
+                if not infos and args.study:
+                    from ..computation.client import ComputationClient
+
+                    try:
+                        with ComputationClient(args.analyst, **conn(args)) as cs:
+                            cs.study_status(args.study)
+                    except ServiceError as exc:
+                        if exc.code == grpc.StatusCode.NOT_FOUND:
+                            print(f"dpagg: unknown study {args.study!r}: no such study on {args.analyst}",
+                                  file=sys.stderr)
+                            return 1
+                    print(f"no finished releases of study {args.study} yet")
+                elif not infos:
+                    print("no finished releases")
+            return 0
+        release_id = args.release
+        if release_id == "latest":
+            if not args.study:
+                raise DPAggError("`dpagg query latest` needs --study: the newest finished release of which study?")
+            newest = max(an.list_releases(args.study), key=lambda i: i.created_at, default=None)
+            if newest is None:
+                raise DPAggError(f"study {args.study} has no finished release yet")
+            release_id = newest.release_id
+        rel = an.get_release(release_id)
+        ranges = args.range or [(0, rel.summary.domain_size)]
+        counts = an.range_counts(release_id, ranges)
+    if args.json:
+        out: dict[str, Any] = {"release_id": rel.release_id, "study_id": rel.study_id,
+                               "range_counts": [vars(c) for c in counts]}
+        if args.show:
+            out["summary"] = rel.summary.to_dict()
+            out["estimates"] = [float(v) for v in rel.summary.estimate()]
+        from ..analyst.join_table import join_table_json
+
+        if (table := join_table_json(rel.summary)) is not None:
+            out["join_table"] = table
+        print_json(out)
+        return 0
+    if args.show:
+        s = rel.summary
+        print(f"release {rel.release_id} of study {rel.study_id}: {s.n_partitions} partitions, epsilon {s.epsilon:g}")
+        bdp = s.params.get("bayesian_dp")
+        if isinstance(bdp, dict):
+            print(f"  correlated records: {bdp.get('epsilon', 0):g}-Bayesian-DP (noise calibrated at DP epsilon "
+                  f"{bdp.get('dp_epsilon', 0):g}, multiplier {bdp.get('noise_multiplier', 1):g})")
+        for start, length, total in zip(s.starts, s.lengths, s.sums):
+            print(f"  bins [{start}, {start + length}): {total}")
+    else:
+        print(f"release {rel.release_id} of study {rel.study_id} (epsilon {rel.summary.epsilon:g}):")
+    if rel.summary.params.get("join") is not None and (args.table or not args.range):
+        from ..analyst.join_table import join_table_lines
+
+        print("\n".join(join_table_lines(rel.summary)))
+        return 0
+    domain = _release_domain(args, rel.study_id)
+    for c in counts:
+        where = f"  ({domain.describe_range(c.lo, c.hi)})" if domain is not None else ""
+        print(f"bins [{c.lo}, {c.hi}){where}: {c.value:.1f} +- {c.standard_error:.1f}")
+    return 0
+
+
+def _release_domain(args: argparse.Namespace, study_id: str) -> Any:
+    """The study's DomainSpec (to print ranges in the domain's values), or None when unknown or unreadable."""
+    from ..computation.client import ComputationClient
+    from ..data_owner.dataset import DomainSpec
+
+    try:
+        with ComputationClient(args.analyst, **conn(args)) as cs:
+            spec = cs.study_status(study_id).contract.domain_spec
+        return DomainSpec.parse(spec) if spec else None
+    except (ServiceError, DPAggError, ValueError):
+        return None
+
+
+def cmd_direct_query(args: argparse.Namespace) -> int:
+    from ..computation.client import ComputationClient
+
+    with ComputationClient(args.computation, **conn(args)) as cs:
+        r = cs.direct_range_counts(args.study, args.range, args.epsilon, force=args.force,
+                                   request_key=args.request_key or "")
+    if args.json:
+        print_json({"request_id": r.request_id, "study_id": args.study, "epsilon": args.epsilon,
+                     "range_counts": [vars(c) for c in r.counts], "epsilon_charged": r.epsilon_charged,
+                     "epsilon_sequential": r.epsilon_sequential, "epsilon_remaining": r.epsilon_remaining,
+                     "owners": list(r.owners)})
+        return 0
+    for c in r.counts:
+        print(f"[{c.lo}, {c.hi}): {c.value:.0f} +- {c.standard_error:.1f}")
+    print(f"charged epsilon {r.epsilon_charged:g} (max-overlap rule; plain sum would be {r.epsilon_sequential:g}); "
+          f"{r.epsilon_remaining:g} left in study {args.study}")
+    return 0
+
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Add this group's commands to the `dpagg` parser."""
+    add = command_adder(sub)
+    comp = computation_target()
+    rel = add("release", lambda a: 2, "run or inspect a release (operator)")
+    rsub = rel.add_subparsers(dest="release_command", required=True, metavar="ACTION")
+    text = "release a study (waits for the summary unless --no-wait); spends epsilon from its budget"
+    p = rsub.add_parser("run", help=text, description=text)
+    p.set_defaults(func=cmd_release_run)
+    p.add_argument("study", help="study id")
+    p.add_argument("--epsilon", type=_epsilon_or_rest, required=True, metavar="EPS|rest",
+                   help="epsilon to spend (> 0), or `rest` for exactly what is left of the study's budget")
+    p.add_argument("--force", action="store_true", help="release even if some expected owners have not submitted")
+    p.add_argument("--no-wait", action="store_true", help="return at once; poll with `dpagg release status`")
+    p.add_argument("--request-key", default="", metavar="KEY",
+                   help="idempotency key (default: generated, kept in --state-dir until the release finishes, so "
+                        "re-running after an interrupt attaches to the same release)")
+    p.add_argument("--state-dir", default=os.environ.get("DPAGG_STATE_DIR", "~/.dpagg"), metavar="DIR",
+                   help="where pending request keys are kept (env DPAGG_STATE_DIR; default ~/.dpagg)")
+    p.add_argument("--computation", **comp)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    tls_args(p)
+    p = rsub.add_parser("status", help="show a release", description="show a release: state, epsilon, owners, "
+                                                                       "partitions; exit 1 if it FAILED")
+    p.set_defaults(func=cmd_release_status)
+    p.add_argument("release", help="release id")
+    p.add_argument("--computation", **comp)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    tls_args(p)
+
+    p = add("query", cmd_query, "analyst: list releases, show a summary, range counts with standard errors")
+    p.add_argument("release", nargs="?", help="release id, or `latest` (the newest finished release of --study); "
+                                              "omit with --list")
+    p.add_argument("--list", action="store_true", help="list finished releases")
+    p.add_argument("--study",
+                   help="with --list: only this study; with `latest`: the study whose newest release to read")
+    p.add_argument("--range", type=bin_range, action="append", metavar="LO:HI",
+                   help="bin range [LO, HI) to count (repeatable; default the whole domain)")
+    p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
+    p.add_argument("--table", action="store_true",
+                   help="a join study's release: print the joint table (the default when no --range is given)")
+    p.add_argument("--analyst", default=default_target(ENV_ANALYST),
+                   help=f"analyst service host:port (env {ENV_ANALYST}, else {ENV_COMPUTATION}; default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    tls_args(p)
+
+    p = add("direct-query", cmd_direct_query, "analyst: noisy range counts straight from the encrypted aggregate "
+                                              "(spends budget: max-overlap charge)")
+    p.add_argument("study", help="study id")
+    p.add_argument("--range", type=bin_range, action="append", metavar="LO:HI", required=True,
+                   help="bin range [LO, HI) to count (repeatable)")
+    p.add_argument("--epsilon", type=float, required=True, help="epsilon of each answer")
+    p.add_argument("--force", action="store_true", help="count even if some expected owners have not submitted")
+    p.add_argument("--request-key", help="idempotency key: a retry returns the first answers and charges nothing")
+    p.add_argument("--computation", **comp)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    tls_args(p)

@@ -1,0 +1,100 @@
+"""`dpagg serve-*` and `dpagg health`: run the three servers, probe one."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..common.config import AnalystConfig, ComputationConfig, DecryptionConfig
+from .options import (
+    Subparsers,
+    command_adder,
+    conn,
+    decryption_target,
+    refuse_seed_without_insecure,
+    seed_arg,
+    server_args,
+    tls_args,
+    tls_config,
+)
+
+
+def cmd_serve_decryption(args: argparse.Namespace) -> int:
+    from ..decryption.server import serve_decryption
+
+    refuse_seed_without_insecure(args)
+    tls = tls_config(args)
+    serve_decryption(DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
+                                      noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
+                                      computation_ids=tuple(args.computation_id or ())), port_file=args.port_file)
+    return 0
+
+
+def cmd_serve_computation(args: argparse.Namespace) -> int:
+    from ..computation.server import serve_computation
+
+    refuse_seed_without_insecure(args)
+    tls = tls_config(args)
+    serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
+                                        noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
+                                        tls=tls, insecure=tls is None, chunk_workers=args.chunk_workers,
+                                        executor="ray" if args.cluster else args.executor, cluster=args.cluster),
+                      port_file=args.port_file)
+    return 0
+
+
+def cmd_serve_analyst(args: argparse.Namespace) -> int:
+    from ..computation.server import serve_analyst
+
+    tls = tls_config(args)
+    serve_analyst(AnalystConfig(Path(args.data_dir), host=args.host, port=args.port, tls=tls, insecure=tls is None),
+                  port_file=args.port_file)
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from ..common.client import BaseClient
+
+    with BaseClient(args.target, **conn(args)) as c:
+        c.wait_ready(args.service, timeout=args.timeout)
+    print(f"{args.target} {args.service or '(server)'}: SERVING")
+    return 0
+
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Add this group's commands to the `dpagg` parser."""
+    add = command_adder(sub)
+    dec = decryption_target()
+    p = add("serve-decryption", cmd_serve_decryption, "run the decryption server (key holder and budget ledger)")
+    server_args(p, 50051)
+    p.add_argument("--computation-id", action="append", metavar="ID",
+                   help="party id of a computation server allowed to open studies and request decryptions "
+                        "(repeatable; default: any certificate with role computation)")
+    seed_arg(p)
+    tls_args(p)
+
+    p = add("serve-computation", cmd_serve_computation,
+            "run the computation server (uploads, aggregation, releases; hosts the analyst service)")
+    server_args(p, 50052)
+    p.add_argument("--decryption", **dec)
+    p.add_argument("--no-analyst", action="store_true", help="do not host the analyst service in this process")
+    p.add_argument("--executor", choices=("processes", "inprocess", "ray"), default="processes",
+                   help="where a release's chunk work runs (default: local worker processes, one per core)")
+    p.add_argument("--chunk-workers", type=int, default=0, metavar="N", help="chunk workers (0: one per core)")
+    p.add_argument("--cluster", default="", metavar="HOST:PORT",
+                   help="run the chunk work on this Ray cluster (HOST:PORT or ray://HOST:PORT; needs "
+                        "pip install 'dpagg[ray]'); see docs/scaling.md for TLS and bind addresses")
+    seed_arg(p)
+    tls_args(p)
+
+    p = add("serve-analyst", cmd_serve_analyst,
+            "serve the analyst queries from a computation server's data directory (read-only)")
+    server_args(p, 50053)
+    tls_args(p)
+
+    p = add("health", cmd_health, "check a server's gRPC health (exit 0 when SERVING); for container probes")
+    p.add_argument("target", help="host:port")
+    p.add_argument("--service", default="", help="service name, e.g. dpagg.v1.Computation (default: the server)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
+    tls_args(p)
