@@ -208,7 +208,7 @@ def add_parser(sub: Subparsers) -> None:
                    help="skip records with an empty or non-numeric value, no person id, or a wrong number of "
                         "fields (default: stop at the first, naming its line)")
     p.add_argument("--accept-out-of-domain", action="store_true",
-                   help=f"submit even when more than {MAX_OUT_OF_DOMAIN_SHARE:.0%} of the records fall outside the "
+                   help=f"submit even when more than {MAX_OUT_OF_DOMAIN_SHARE:.0%}% of the records fall outside the "
                         "domain (refused by default: usually a wrong column or unit)")
     p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir, so a re-run resumes)")
     p.add_argument("--state-dir", help=f"where upload keys and the encrypted chunks of an unfinished upload are "
