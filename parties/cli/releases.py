@@ -18,6 +18,7 @@ from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_ANALYST, ENV_COMPUTATION, default_target
 from ..common.errors import ServiceError
+from ..common.progress import Progress
 from .options import Subparsers, bin_range, command_adder, computation_target, conn, print_json, tls_args
 
 
@@ -76,7 +77,9 @@ def cmd_release_run(args: argparse.Namespace) -> int:
             print(f"release {st.release_id} of study {args.study} started (request key {key})", flush=True)
         if not args.no_wait:
             try:
-                st = cs.wait_release(st.release_id)
+                with Progress(enabled=not args.json).step(
+                        f"release {st.release_id}: aggregating, noising and decrypting on the servers") as tick:
+                    st = cs.wait_release(st.release_id, on_poll=lambda _: tick(0))
             except KeyboardInterrupt:
                 print(f"\ninterrupted: release {st.release_id} continues on the server; see `dpagg release status "
                       f"{st.release_id}`, or re-run this command to attach to it (it spends nothing again)",

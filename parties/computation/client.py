@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
@@ -299,11 +299,14 @@ class ComputationClient(BaseClient):
                                     computation_pb2.ReleaseStatusRequest(release_id=release_id),
                                     method="Computation/ReleaseStatus", timeout=timeout))
 
-    def wait_release(self, release_id: str, *, timeout: float = RELEASE_TIMEOUT, poll: float = 0.2) -> ReleaseStatus:
-        """Poll until the release is DONE (returned) or FAILED (raised as ServiceError)."""
+    def wait_release(self, release_id: str, *, timeout: float = RELEASE_TIMEOUT, poll: float = 0.2,
+                     on_poll: Callable[[ReleaseStatus], None] | None = None) -> ReleaseStatus:
+        """Poll until the release is DONE (returned) or FAILED (raised as ServiceError); `on_poll` sees each status."""
         end = time.monotonic() + timeout
         while True:
             st = self.release_status(release_id)
+            if on_poll is not None:
+                on_poll(st)
             if st.state != "RUNNING":
                 st.raise_for_failure()
                 return st
