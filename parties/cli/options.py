@@ -36,12 +36,14 @@ def owner_list(text: str) -> list[str]:
     return owners
 
 
-def bin_range(text: str) -> tuple[int, int]:
-    try:
-        lo, hi = (int(v) for v in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a range is LO:HI (bin indices, HI exclusive), got {text!r}") from None
-    return lo, hi
+#: An epsilon left below this share of the study's total is float dust of the exact budget arithmetic (e.g.
+#: 9e-17 after `--epsilon rest`): no release can use it, so it prints as 0.
+USABLE_SHARE = 1e-9
+
+
+def epsilon_left(value: float, total: float) -> str:
+    """An epsilon that is left, as every command prints it: 0 when nothing usable is left."""
+    return "0" if value <= total * USABLE_SHARE else f"{value:.12g}"
 
 
 def state_dir(args: argparse.Namespace) -> Path:

@@ -142,10 +142,12 @@ def cmd_open_study(args: argparse.Namespace) -> int:
               f"{contract.max_organizations} organization(s), noise parties {contract.noise_parties}")
         if contract.correlated or contract.correlation_source:
             print(_correlation_line(contract))
-        print(f"epsilon {contract.epsilon:g}: any unbiased estimate of one count has variance >= "
-              f"{guide.variance_lower_bound:.4g} (1/(e^eps-1)^2), adversary's guessing bound alpha = "
-              f"{guide.guessing_bound:.4g} (4/(e^eps-1)^2{', vacuous' if guide.guessing_bound_is_vacuous else ''}; "
-              "seed 002, see `dpagg epsilon`)")
+        if guide.warnings or not guide.guessing_bound_is_vacuous:  # else nothing worth a line (`dpagg epsilon`)
+            alpha = "" if guide.guessing_bound_is_vacuous else (
+                f"; an adversary rounding one is wrong with probability at most alpha = {guide.guessing_bound:.4g} "
+                "(4/(e^eps-1)^2, a Chebyshev bound: the smaller alpha, the weaker the protection)")
+            print(f"epsilon {contract.epsilon:g}: any unbiased estimate of one count has variance >= "
+                  f"{guide.variance_lower_bound:.4g} (1/(e^eps-1)^2){alpha}; see `dpagg epsilon`")
         print(f"contract hash {contract.contract_hash}")
         print(f"key fingerprint {contract.context_fingerprint}")
     return 0
@@ -336,7 +338,7 @@ def add_parser(sub: Subparsers) -> None:
                         "`dpagg keygen` write them)")
     corr = p.add_mutually_exclusive_group()
     corr.add_argument("--correlation-graph", metavar="PATH",
-                      help="correlated records (seed 003): weighted adjacency W of the records' Gaussian correlation "
+                      help="correlated records (Bayesian DP): weighted adjacency W of the records' Gaussian correlation "
                            "model (.csv, .npy or JSON). Its max leakage L makes --epsilon a Bayesian-DP budget and "
                            "multiplies every noise scale by 1 + L")
     corr.add_argument("--correlation-leakage", type=float, metavar="L",

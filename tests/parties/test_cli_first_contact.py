@@ -53,6 +53,7 @@ def test_every_help_page_renders(path: tuple[str, ...], capsys: pytest.CaptureFi
         assert stop.value.code == 0
         out = capsys.readouterr().out
         assert out.startswith("usage: dpagg") and " ".join(("dpagg", *path)) in out
+        assert "seed 00" not in out  # no references to source-document numbers in help
 
 
 def _run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
