@@ -46,17 +46,30 @@ def epsilon_left(value: float, total: float) -> str:
     return "0" if value <= total * USABLE_SHARE else f"{value:.12g}"
 
 
+def nonempty_id(text: str) -> str:
+    """An id given on the command line: an empty one is an error (usually an unset shell variable)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give an id, or leave the flag out to "
+                                         "have one generated")
+    return text
+
+
 def state_dir(args: argparse.Namespace) -> Path:
     base = args.state_dir or os.environ.get(ENV_STATE_DIR) or str(Path.home() / ".dpagg")
     return Path(base) / "uploads"
+
+
+def upload_key_path(args: argparse.Namespace) -> Path:
+    """Where this owner's upload key to this study (on this computation server) is kept."""
+    ident = hashlib.sha256(f"{args.computation}|{args.study}|{args.owner}".encode()).hexdigest()[:16]
+    return state_dir(args) / f"{args.study}.{args.owner}.{ident}.key"
 
 
 def upload_key(args: argparse.Namespace) -> str:
     """The idempotency key of this owner's upload to this study, kept on disk so a re-run resumes."""
     if args.idempotency_key:
         return str(args.idempotency_key)
-    ident = hashlib.sha256(f"{args.computation}|{args.study}|{args.owner}".encode()).hexdigest()[:16]
-    path = state_dir(args) / f"{args.study}.{args.owner}.{ident}.key"
+    path = upload_key_path(args)
     if path.exists():
         return path.read_text().strip()
     key = f"up-{uuid.uuid4().hex[:20]}"
@@ -137,13 +150,27 @@ def command_adder(sub: Subparsers) -> Callable[[str, Handler, str], argparse.Arg
     return add
 
 
+def server_address(text: str) -> str:
+    """A server address: host:port (or a gRPC target such as unix:PATH), not a URL."""
+    if text.startswith(("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:")):
+        return text
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        raise argparse.ArgumentTypeError(f"give the server as host:port, not a URL: {text!r} -> {rest.rstrip('/')!r}"
+                                         if ":" in rest else f"give the server as host:port, not a URL ({text!r})")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"give the server as host:port (e.g. localhost:50052), got {text!r}")
+    return text
+
+
 def computation_target() -> dict[str, Any]:
     """`--computation` keyword arguments: the computation server's address (env DPAGG_COMPUTATION)."""
-    return {"default": default_target(ENV_COMPUTATION),
+    return {"default": default_target(ENV_COMPUTATION), "type": server_address,
             "help": f"computation server host:port (env {ENV_COMPUTATION}; default %(default)s)"}
 
 
 def decryption_target() -> dict[str, Any]:
     """`--decryption` keyword arguments: the decryption server's address (env DPAGG_DECRYPTION)."""
-    return {"default": default_target(ENV_DECRYPTION),
+    return {"default": default_target(ENV_DECRYPTION), "type": server_address,
             "help": f"decryption server host:port (env {ENV_DECRYPTION}; default %(default)s)"}

@@ -19,7 +19,8 @@ from he_partition.core.errors import DPAggError
 from ..common.config import ENV_ANALYST, ENV_COMPUTATION, default_target
 from ..common.errors import ServiceError
 from ..common.progress import Progress
-from .options import Subparsers, command_adder, computation_target, conn, epsilon_left, print_json, tls_args
+from .options import (Subparsers, command_adder, computation_target, conn, epsilon_left, print_json,
+                      server_address, tls_args)
 from .ranges import CUT_NOTE, cuts_partition, range_arg, range_label, resolve_ranges
 
 
@@ -59,6 +60,10 @@ def _pending_path(args: argparse.Namespace) -> Path:
     return Path(args.state_dir).expanduser() / "pending-releases" / f"{safe}.json"
 
 
+#: After these the server may have started the release: the request key stays so a re-run attaches to it.
+_MAYBE_STARTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+
+
 def cmd_release_run(args: argparse.Namespace) -> int:
     """Start a release with a request key kept on disk until it finishes, so a re-run attaches to it."""
     from ..computation.client import ComputationClient
@@ -74,7 +79,12 @@ def cmd_release_run(args: argparse.Namespace) -> int:
     pending.parent.mkdir(parents=True, exist_ok=True)
     pending.write_text(json.dumps({"request_key": key, "epsilon": spec, "study": args.study}))
     with ComputationClient(args.computation, **conn(args)) as cs:
-        st = cs.run_release(args.study, epsilon=args.epsilon, force=args.force, wait=False, request_key=key)
+        try:
+            st = cs.run_release(args.study, epsilon=args.epsilon, force=args.force, wait=False, request_key=key)
+        except (ServiceError, DPAggError) as exc:
+            if getattr(exc, "code", None) not in _MAYBE_STARTED:  # refused: nothing to attach to on a re-run
+                pending.unlink(missing_ok=True)
+            raise
         if not args.json:
             print(f"release {st.release_id} of study {args.study} started (request key {key})", flush=True)
         if not args.no_wait:
@@ -284,7 +294,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
     p.add_argument("--table", action="store_true",
                    help="a join study's release: print the joint table (the default when no --range is given)")
-    p.add_argument("--analyst", default=default_target(ENV_ANALYST),
+    p.add_argument("--analyst", default=default_target(ENV_ANALYST), type=server_address,
                    help=f"analyst service host:port (env {ENV_ANALYST}, else {ENV_COMPUTATION}; default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)

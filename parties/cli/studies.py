@@ -14,7 +14,8 @@ from he_partition.join.protocol import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_R
 if TYPE_CHECKING:
     from ..common.contract import StudyContract
 
-from .options import Subparsers, command_adder, computation_target, conn, owner_list, print_json, tls_args
+from .options import (Subparsers, command_adder, computation_target, conn, nonempty_id, owner_list, print_json,
+                      tls_args)
 
 
 def _party(text: str) -> tuple[str, str, tuple[str, ...]]:
@@ -314,7 +315,7 @@ def add_parser(sub: Subparsers) -> None:
     comp = computation_target()
     p = add("open-study", cmd_open_study, "open a study (operator)")
     p.add_argument("--computation", **comp)
-    p.add_argument("--study-id", help="study id (default: generated)")
+    p.add_argument("--study-id", type=nonempty_id, help="study id (default: generated)")
     p.add_argument("--domain", help="binning every owner uses, COLUMN:LO:HI:BINS (e.g. age:0:100:50), "
                                     "COLUMN:edges:E0,E1,... or COLUMN:categories:A,B,...")
     p.add_argument("--domain-size", type=int, default=0, help="number of bins, if no --domain is recorded")
@@ -354,7 +355,7 @@ def add_parser(sub: Subparsers) -> None:
     p = add("open-join", cmd_open_join, "open a join study (operator): the DP table of two owners' attributes over "
                                          "the customers both hold (docs/join.md)")
     p.add_argument("--computation", **comp)
-    p.add_argument("--study-id", help="study id (default: generated)")
+    p.add_argument("--study-id", type=nonempty_id, help="study id (default: generated)")
     p.add_argument("--owners", type=owner_list, required=True, help="the two owners, rows first: A,B")
     p.add_argument("--rows", required=True, metavar="SPEC", help="the first owner's binning (rows), e.g. age:17:97:16")
     p.add_argument("--cols", required=True, metavar="SPEC",

@@ -90,7 +90,7 @@ _PARTY_VALID_DAYS = 825
 def _check_party_id(party_id: str) -> str:
     if not isinstance(party_id, str) or not _ID_RE.match(party_id):
         raise InvalidInputError(
-            f"party id must be 1-64 characters of letters, digits, '.', '_' or '-' starting with a letter or "
+            f"party id must be 1-64 characters of ASCII letters, digits, '.', '_' or '-' starting with a letter or "
             f"digit, got {party_id!r}"
         )
     return party_id
