@@ -21,7 +21,7 @@ from .data_owner.client import DataOwnerClient
 from .decryption.client import DecryptionClient
 from .decryption.server import create_decryption_server
 
-__all__ = ["run_demo", "format_demo", "plot_demo"]
+__all__ = ["run_demo", "format_demo", "plot_demo", "plot_bands"]
 
 log = logging.getLogger("dpagg.demo")
 
@@ -175,8 +175,21 @@ def format_demo(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot_bands(result: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per bin: the released estimate and estimate -+ 1 standard error, all clipped at 0 (a count is never
+    negative; noise can make an estimate so). A bin's standard error is its partition's noise spread evenly
+    over the partition's bins (sqrt(variance) / length)."""
+    est = np.asarray(result["released_estimates"], dtype=np.float64)
+    parts = result["partitions"]
+    starts = np.asarray(parts["starts"], dtype=np.int64)
+    lengths = np.diff(np.append(starts, est.size))
+    se = np.repeat(np.sqrt(np.asarray(parts["sum_variance"], dtype=np.float64)) / lengths, lengths)
+    return np.maximum(est, 0.0), np.maximum(est - se, 0.0), np.maximum(est + se, 0.0)
+
+
 def plot_demo(result: dict[str, Any], path: Path) -> Path:
-    """Write a PNG of the true histogram against the released per-bin estimates (needs matplotlib)."""
+    """Write a PNG of the true histogram against the released per-bin estimates and their error band (needs
+    matplotlib)."""
     try:
         import matplotlib
 
@@ -186,11 +199,14 @@ def plot_demo(result: dict[str, Any], path: Path) -> Path:
         raise RuntimeError("--plot needs matplotlib: pip install 'dpagg[plot]'") from exc
     edges = np.asarray(result["domain"]["edges"])
     truth = np.asarray(result["true_histogram"])
-    est = np.asarray(result["released_estimates"])
+    shown, low, high = plot_bands(result)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.bar(edges[:-1], truth, width=np.diff(edges), align="edge", color="#9ecae1", label="true (generated data)")
-    ax.step(edges, np.append(est, est[-1]), where="post", color="#d62728", linewidth=1.5,
-            label=f"released (epsilon {result['epsilon_spent']:g})")
+    ax.fill_between(edges, np.append(low, low[-1]), np.append(high, high[-1]), step="post", color="#d62728",
+                    alpha=0.2, linewidth=0, label="+- 1 standard error of the noise")
+    ax.step(edges, np.append(shown, shown[-1]), where="post", color="#d62728", linewidth=1.5,
+            label=f"released (epsilon {result['epsilon_spent']:g}; below 0 drawn at 0)")
+    ax.set_ylim(bottom=0)
     ax.set_xlabel(result["domain"]["column"])
     ax.set_ylabel("records per bin")
     ax.set_title(f"dpagg release {result['release_id']}: {len(result['partitions']['starts'])} partitions")

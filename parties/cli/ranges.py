@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from he_partition.core.errors import DPAggError
 
 if TYPE_CHECKING:
     from ..data_owner.dataset import DomainSpec
 
-__all__ = ["ValueRange", "range_arg", "resolve_ranges", "range_label", "cuts_partition", "CUT_NOTE"]
+__all__ = ["ValueRange", "range_arg", "resolve_ranges", "range_label", "CUT_NOTE"]
 
 #: Printed once under range answers flagged "*": what their +- leaves out.
 CUT_NOTE = ("* the range cuts a partition of the release: its part of that partition is estimated as an even share "
@@ -88,9 +88,3 @@ def range_label(lo: int, hi: int, domain: "DomainSpec | None") -> str:
     if domain is None or not 0 <= lo < hi <= domain.n_bins:
         return where
     return f"{where} = {domain.describe_range(lo, hi)}"
-
-
-def cuts_partition(summary: Any, lo: int, hi: int) -> bool:
-    """Whether [lo, hi) starts or ends strictly inside one of the release's partitions."""
-    bounds = {int(s) for s in summary.starts} | {int(summary.domain_size)}
-    return lo not in bounds or hi not in bounds

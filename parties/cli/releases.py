@@ -21,7 +21,7 @@ from ..common.errors import ServiceError
 from ..common.progress import Progress
 from .options import (Subparsers, command_adder, computation_target, conn, epsilon_left, print_json,
                       server_address, tls_args)
-from .ranges import CUT_NOTE, cuts_partition, range_arg, range_label, resolve_ranges
+from .ranges import CUT_NOTE, range_arg, range_label, resolve_ranges
 
 
 def _print_release(st: Any, as_json: bool) -> None:
@@ -155,7 +155,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         ranges = resolve_ranges(args.range, domain, rel.study_id) if args.range else [(0, rel.summary.domain_size)]
         counts = an.range_counts(release_id, ranges)
     answers = [{**vars(c), "label": range_label(c.lo, c.hi, domain),
-                "cuts_partition": cuts_partition(rel.summary, c.lo, c.hi)} for c in counts]
+                "cuts_partition": rel.summary.cuts_partition(c.lo, c.hi)} for c in counts]
     if args.csv:
         _print_csv(answers)
         return 0

@@ -7,7 +7,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Self, Sequence
 
 import grpc
 import numpy as np
@@ -140,10 +140,11 @@ class DataOwnerClient:
         self._context: tuple[str, BfvBackend] | None = None
 
     def close(self) -> None:
+        """Close the server clients this owner opened from addresses (not those it was given)."""
         for c in self._own:
             c.close()
 
-    def __enter__(self) -> "DataOwnerClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
