@@ -144,3 +144,18 @@ def test_submit_on_a_terminal_draws_the_encryption_bar(tmp_path: Path) -> None:
     text = b"".join(chunks).decode(errors="replace")
     assert "encrypting 200,000 bins:" in text and "ciphertexts/s" in text  # tqdm's rate: a live bar
     assert "\r" in text and "finished in" in text
+
+
+def test_submit_in_a_log_reports_encryption_and_upload(cluster: Cluster, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from parties.data_owner.dataset import write_sample_csv
+
+    cluster.open_study(domain_size=20, owners=("a",), epsilon=1.0, domain_spec="age:0:100:20")
+    write_sample_csv(tmp_path / "a.csv", seed=1, n_records=100, owner_index=0)
+    assert main(["submit", "--study", "s1", "--owner", "a", "--csv", str(tmp_path / "a.csv"), "--person-column",
+                 "person_id", "--computation", cluster.cs.target, "--insecure",
+                 "--state-dir", str(tmp_path / "state")]) == 0
+    err = capsys.readouterr().err
+    for step in ("encrypting 20 bins", "uploading 1 ciphertexts to study s1"):
+        assert f"{step} ...\n" in err and f"{step}: done in " in err
+    assert "%|" not in err and "\r" not in err
