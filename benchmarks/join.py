@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count, encode_indicators, groups_for,
-                               place, pseudonyms, shared_dummies)
+from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, encode_indicators,
+                                        groups_for, min_padding_offset, place, posted_pseudonyms)
+from he_partition.join.protocol import JOIN_PLAIN_MODULUS, MAX_JOIN_CAPACITY
 from he_partition.he.join_scheme import JoinScheme
 from he_partition.join.parallel import JoinEvaluator
 from he_partition.join.release import bin_cells, cell_table, release_table
@@ -84,21 +85,20 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
     ka, kb = JoinKeyPair(), JoinKeyPair()
     key_a = ka.join_key(kb.public_bytes, study_id="bench", contract_hash="h")
     key_b = kb.join_key(ka.public_bytes, study_id="bench", contract_hash="h")
-    dummies = dummy_count(key_a, pad_epsilon, pad_offset)
     ids_a, ids_b = list(a), list(b)
-    ps_a = pseudonyms(key_a, ids_a) + shared_dummies(key_a, dummies)
-    ps_b = pseudonyms(key_b, ids_b) + shared_dummies(key_b, dummies)
-    t = step("pseudonyms", t)
     slots = owner_scheme.slots
-    union_max = 2 * records - shared + dummies
-    capacity = groups_for(union_max, slots) * slots  # public in a real study (the contract's join capacity)
+    capacity = _capacity(records, shared, pad_offset)  # public in a real study (the contract's join capacity)
+    pad_terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset)
+    ps_a, real_a = posted_pseudonyms(ka, key_a, ids_a, pad_terms, study_id="bench")
+    ps_b, real_b = posted_pseudonyms(kb, key_b, ids_b, pad_terms, study_id="bench")
+    t = step("pseudonyms", t)
     place_a, place_b = place(ps_a, ps_b, capacity, SecureRandom())
     t = step("placement", t)
     check_placement(ps_a, place_a, capacity)
     check_placement(ps_b, place_b, capacity)
     uploads = []
-    for ps, ids, values, placement in ((ps_a, ids_a, a, place_a), (ps_b, ids_b, b, place_b)):
-        value_of = {p: values[i] for p, i in zip(ps, ids)}
+    for real, ids, values, placement in ((real_a, ids_a, a, place_a), (real_b, ids_b, b, place_b)):
+        value_of = {p: values[i] for p, i in zip(real, ids)}
         planes = encode_indicators(placement, value_of, bins, capacity, slots)
         uploads.append([[owner_scheme.serialize(owner_scheme.encrypt(p)) for p in g] for g in planes])
     t = step("owners_encrypt", t)
@@ -123,7 +123,7 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
     return {
         "mode": "library", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "skew": skew,
         "epsilon": epsilon,
-        "padding": {"epsilon": pad_epsilon, "offset": pad_offset, "dummies": dummies},
+        "padding": {"epsilon": pad_epsilon, "offset": pad_offset, "delta": pad_terms.delta, "posted": [len(ps_a), len(ps_b)]},
         "capacity": capacity, "groups": capacity // slots,
         "ciphertext_products": capacity // slots * bins * bins,
         "seconds": times, "total_seconds": round(total, 2),
@@ -164,7 +164,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     cs, cs_target = _start_server(["serve-computation", "--data-dir", str(work / "cs"), "--decryption", ds_target,
                                    "--insecure"], work, "cs")
     try:
-        capacity = groups_for(2 * records - shared + pad_offset * 4, 8192) * 8192
+        capacity = _capacity(records, shared, pad_offset)
         terms = {"shape": [bins, bins], "capacity": capacity, "padding_epsilon": pad_epsilon,
                  "padding_offset": pad_offset, "release": release, "order": _order(bins)}
         start = time.perf_counter()
@@ -215,6 +215,15 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     }
 
 
+def _capacity(records: int, shared: int, pad_offset: int) -> int:
+    """Room for both owners' records and the three paddings (each offset + a discrete Laplace draw)."""
+    capacity = groups_for(2 * records - shared + pad_offset * 4, 8192) * 8192
+    if capacity > MAX_JOIN_CAPACITY:
+        raise SystemExit(f"{2 * records - shared} customers need capacity {capacity}, above {MAX_JOIN_CAPACITY}: "
+                         f"counts mod t = {JOIN_PLAIN_MODULUS} could wrap (docs/join.md, Scale)")
+    return capacity
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=50_000, help="records per owner (default 50000)")
@@ -223,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epsilon", type=float, default=1.0, help="release epsilon (default 1)")
     p.add_argument("--padding-epsilon", type=float, default=0.5,
                    help="epsilon of the dummy padding that hides the intersection size (default 0.5)")
-    p.add_argument("--padding-offset", type=int, default=100, help="mean number of shared dummies (default 100)")
+    p.add_argument("--padding-offset", type=int, default=None,
+                   help="mean number of dummies of each kind (default: the smallest with delta <= 1e-6)")
     p.add_argument("--seed", type=int, default=7, help="data seed (default 7)")
     p.add_argument("--release", choices=JOIN_RELEASES, default="cells",
                    help="how the table is released (default cells; the others run that strategy over the table "
@@ -236,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --library: then release the same table with every join release N times each and "
                         "print the mean cell RMSE of each")
     args = p.parse_args(argv)
+    if args.padding_offset is None:
+        args.padding_offset = min_padding_offset(args.padding_epsilon)
     if args.compare and not args.library:
         p.error("--compare needs --library")
     if args.library:

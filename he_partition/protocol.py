@@ -17,7 +17,8 @@ from .strategies.hier import HierParams, hier_strategy
 from .strategies.dawa import DawaParams, dawa_strategy
 from .strategies.privelet import PriveletParams, privelet_strategy
 from .strategies.auto import AutoParams, auto_strategy
-from .core.measurements import HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, owner_encoding
+from .core.measurements import (MAX_DECODED_MAGNITUDE, HaarCoefficients, Measurement, PartitionSums,
+                                PrefixDifferences, owner_encoding, refuse_implausible)
 from .core.accounting import exact_decimal
 from .core.noise import RandomSource, as_random_source, discrete_laplace
 from .core.summary import Summary
@@ -37,6 +38,8 @@ __all__ = [
     "STRATEGY_MEASUREMENT_KINDS",
     "DEFAULT_STRATEGY",
     "EPSILON_TOLERANCE",
+    "MIN_RELEASE_EPSILON",
+    "MAX_NOISE_SCALE",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -44,6 +47,15 @@ IntArray = npt.NDArray[np.int64]
 #: A strategy's float split (eps/3 three times) can overshoot its total by a few ulps; a last
 #: share within this relative slack is booked at exactly what is left (never past the total).
 EPSILON_TOLERANCE = 1e-9
+
+#: `spend_rest` refuses to start a release for less than this (a rounding leftover of the
+#: budget): its noise would be far beyond any useful value (RESOURCE_EXHAUSTED instead).
+MIN_RELEASE_EPSILON = 1e-9
+
+#: A measurement whose noise scale exceeds this is refused before anything is charged: one
+#: party's noise alone would pass MAX_DECODED_MAGNITUDE with probability above e^-64, so its
+#: answer would be a refusal decided by the noise (a public fact: scale = sensitivity / epsilon).
+MAX_NOISE_SCALE = MAX_DECODED_MAGNITUDE // 64
 
 
 def validate_histogram(h: Any, *, name: str = "histogram") -> IntArray:
@@ -179,13 +191,19 @@ class ComputationSide:
 
 
 class DecryptionSide:
-    """Key holder: charges the budget, decrypts, rounds, decodes, adds its own noise.
+    """Key holder: fixes its own noise, charges the budget, decrypts, decodes, checks the noised values.
 
     With noise_parties == 2 it adds an independent discrete Laplace draw of the same
     scale to every decoded value (it alone knows that draw), so the computation side,
     which knows its own draw, still sees an eps-DP value. With noise_parties == 1 it adds
     none: an explicit opt-in for deployments where the computation side never sees a
     release (in-process trusted-curator baseline). Every value leaving it is an integer.
+
+    The one rule (docs/threat-model.md, "What a deviating computation server learns from
+    the decryption server"): the draw is fixed before anything data-dependent is looked
+    at, and every check deciding what to answer runs on public facts (shapes, the
+    contract, the ciphertext's noise budget) or on values that already carry the draw.
+    A refusal caused by data is then post-processing of the noised values it paid for.
     """
 
     def __init__(self, backend: VectorBackend, rng: RandomSource, budget: Budget, noise_parties: int = 2) -> None:
@@ -199,22 +217,32 @@ class DecryptionSide:
         self.noise_parties = noise_parties
 
     def decrypt_measurement(self, m: Measurement, ciphertext: ChunkedVector, *, verified: bool = False) -> IntArray:
-        """Verify (unless `verified`: the caller checked each chunk as it arrived), charge, decrypt, decode, noise.
+        """Verify (unless `verified`: the caller checked each chunk as it arrived), draw, charge, decrypt, noise, check.
 
-        Privacy: charges m.epsilon to `budget` before decrypting. The decoded values carry
-        the computation side's draw; with noise_parties == 2 this side adds its own
-        discrete Laplace draw of scale m.sensitivity / m.epsilon (only the decryption side
-        knows it), so the values are m.epsilon-DP against either server; neighbouring
-        relation add/remove of one person with at most c records (in m.sensitivity).
+        Privacy: this side's discrete Laplace draw of scale m.sensitivity / m.epsilon
+        (only the decryption side knows it; none with noise_parties == 1) is taken from
+        `rng` first; then m.epsilon is charged to `budget`; then the values are decrypted,
+        decoded, noised, and only then checked for magnitude (PrecisionError, the epsilon
+        stays spent). So both the values and a refusal are m.epsilon-DP against either
+        server; neighbouring relation add/remove of one person with at most c records (in
+        m.sensitivity).
         """
         if ciphertext.length != m.domain_size:
             raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")
+        if m.scale > MAX_NOISE_SCALE:
+            raise InvalidInputError(
+                f"measurement epsilon {m.epsilon:.6g} is too small for sensitivity {m.sensitivity}: its noise scale "
+                f"{float(m.scale):.6g} exceeds {MAX_NOISE_SCALE} (the noise alone would pass the decode bound); "
+                "nothing was charged or decrypted"
+            )
         if not verified:
             self.backend.verify(ciphertext)  # wrong key or corrupt: refused before anything is charged
+        own = (discrete_laplace(m.scale, m.count, self.rng) if self.noise_parties == 2
+               else np.zeros(m.count, dtype=np.int64))
         self.budget.charge(m.kind, m.epsilon)
-        values = m.decode(self.backend.decrypt(ciphertext, verified=True), self.backend.plain_modulus)
-        if self.noise_parties == 2:
-            values = values + discrete_laplace(m.scale, m.count, self.rng)
+        values = m.decode(self.backend.decrypt(ciphertext, verified=True), self.backend.plain_modulus,
+                          check=False) + own
+        refuse_implausible(values)
         return values
 
 

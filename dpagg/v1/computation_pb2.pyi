@@ -196,20 +196,24 @@ class DirectRangeCountsResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., counts: _Optional[_Iterable[_Union[_common_pb2.RangeCount, _Mapping]]] = ..., epsilon_charged: _Optional[float] = ..., epsilon_sequential: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JoinExchangeRequest(_message.Message):
-    __slots__ = ("study_id", "owner_id", "public_key")
+    __slots__ = ("study_id", "owner_id", "public_key", "signature")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     owner_id: str
     public_key: bytes
-    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., public_key: _Optional[bytes] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class JoinExchangeResponse(_message.Message):
-    __slots__ = ("peer_public_key",)
+    __slots__ = ("peer_public_key", "peer_signature")
     PEER_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    PEER_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     peer_public_key: bytes
-    def __init__(self, peer_public_key: _Optional[bytes] = ...) -> None: ...
+    peer_signature: bytes
+    def __init__(self, peer_public_key: _Optional[bytes] = ..., peer_signature: _Optional[bytes] = ...) -> None: ...
 
 class JoinPlacementRequest(_message.Message):
     __slots__ = ("study_id", "owner_id", "pseudonyms")

@@ -83,20 +83,22 @@ class GetStudyResponse(_message.Message):
     def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ...) -> None: ...
 
 class DecryptMeasurementHeader(_message.Message):
-    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count", "contract_hash")
+    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count", "contract_hash", "newest_receipt")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_EPSILON_FIELD_NUMBER: _ClassVar[int]
     MEASUREMENT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_RECEIPT_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     release_id: str
     release_epsilon: float
     measurement: _common_pb2.MeasurementSpec
     chunk_count: int
     contract_hash: str
-    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ...) -> None: ...
+    newest_receipt: LedgerReceipt
+    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., newest_receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...
 
 class DecryptMeasurementRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -107,14 +109,26 @@ class DecryptMeasurementRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[DecryptMeasurementHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
 
 class DecryptMeasurementResponse(_message.Message):
-    __slots__ = ("values", "charge_id", "epsilon_remaining")
+    __slots__ = ("values", "charge_id", "epsilon_remaining", "receipt")
     VALUES_FIELD_NUMBER: _ClassVar[int]
     CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[int]
     charge_id: int
     epsilon_remaining: float
-    def __init__(self, values: _Optional[_Iterable[int]] = ..., charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ...) -> None: ...
+    receipt: LedgerReceipt
+    def __init__(self, values: _Optional[_Iterable[int]] = ..., charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...
+
+class LedgerReceipt(_message.Message):
+    __slots__ = ("body", "signature", "public_key")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    signature: bytes
+    public_key: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., public_key: _Optional[bytes] = ...) -> None: ...
 
 class DecryptJoinCellsHeader(_message.Message):
     __slots__ = ("study_id", "release_id", "release_epsilon", "contract_hash", "cell_count", "measurement")
@@ -193,29 +207,33 @@ class BudgetStatusResponse(_message.Message):
     def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ..., chain_problem: _Optional[str] = ..., epsilon_available: _Optional[float] = ...) -> None: ...
 
 class ChargeDirectQueriesRequest(_message.Message):
-    __slots__ = ("study_id", "request_id", "contract_hash", "ranges", "epsilon")
+    __slots__ = ("study_id", "request_id", "contract_hash", "ranges", "epsilon", "newest_receipt")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     RANGES_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_RECEIPT_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     request_id: str
     contract_hash: str
     ranges: _containers.RepeatedCompositeFieldContainer[_common_pb2.Range]
     epsilon: float
-    def __init__(self, study_id: _Optional[str] = ..., request_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[_common_pb2.Range, _Mapping]]] = ..., epsilon: _Optional[float] = ...) -> None: ...
+    newest_receipt: LedgerReceipt
+    def __init__(self, study_id: _Optional[str] = ..., request_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[_common_pb2.Range, _Mapping]]] = ..., epsilon: _Optional[float] = ..., newest_receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...
 
 class ChargeDirectQueriesResponse(_message.Message):
-    __slots__ = ("epsilon_charged", "epsilon_direct_total", "epsilon_remaining", "charge_id", "already_charged")
+    __slots__ = ("epsilon_charged", "epsilon_direct_total", "epsilon_remaining", "charge_id", "already_charged", "receipt")
     EPSILON_CHARGED_FIELD_NUMBER: _ClassVar[int]
     EPSILON_DIRECT_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
     CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
     ALREADY_CHARGED_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     epsilon_charged: float
     epsilon_direct_total: float
     epsilon_remaining: float
     charge_id: int
     already_charged: bool
-    def __init__(self, epsilon_charged: _Optional[float] = ..., epsilon_direct_total: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charge_id: _Optional[int] = ..., already_charged: _Optional[bool] = ...) -> None: ...
+    receipt: LedgerReceipt
+    def __init__(self, epsilon_charged: _Optional[float] = ..., epsilon_direct_total: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charge_id: _Optional[int] = ..., already_charged: _Optional[bool] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...

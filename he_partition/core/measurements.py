@@ -47,6 +47,7 @@ __all__ = [
     "range_count_batch",
     "owner_encoding",
     "MAX_DECODED_MAGNITUDE",
+    "refuse_implausible",
     "measurement_from_dict",
 ]
 
@@ -64,17 +65,28 @@ def owner_encoding(histogram: npt.ArrayLike) -> IntArray:
     return np.cumsum(np.asarray(histogram, dtype=np.int64))
 
 
-def _decoded(values: npt.ArrayLike, modulus: int) -> IntArray:
-    """Centre decoded values modulo t and refuse implausible ones (see MAX_DECODED_MAGNITUDE)."""
+def _decoded(values: npt.ArrayLike, modulus: int, check: bool = True) -> IntArray:
+    """Centre decoded values modulo t and (with `check`) refuse implausible ones (see MAX_DECODED_MAGNITUDE)."""
     out = centre(values, modulus)
-    if out.size:
-        biggest = int(np.max(np.abs(out)))
-        if biggest > MAX_DECODED_MAGNITUDE:
-            raise PrecisionError(
-                f"a decoded value is implausibly large (limit 2^{MAX_DECODED_MAGNITUDE.bit_length() - 1}): the "
-                "ciphertext was made under another key, is corrupt, or is not shaped like this measurement"
-            )
+    if check:
+        refuse_implausible(out)
     return out
+
+
+def refuse_implausible(values: IntArray) -> None:
+    """Raise PrecisionError if any value exceeds MAX_DECODED_MAGNITUDE in magnitude.
+
+    The decryption side applies it to values that already carry its own noise draw
+    (`DecryptionSide.decrypt_measurement`), so the refusal is post-processing of noised
+    values, never a function of (data + the computation side's draw) alone. The text
+    names neither the position nor the size of the value.
+    """
+    if values.size and int(np.max(np.abs(values))) > MAX_DECODED_MAGNITUDE:
+        raise PrecisionError(
+            f"a decoded value is implausibly large (limit 2^{MAX_DECODED_MAGNITUDE.bit_length() - 1}): the "
+            "ciphertext was made under another key, is corrupt, is not shaped like this measurement, or an "
+            "owner uploaded values outside the histogram's range"
+        )
 
 
 @dataclass(frozen=True)
@@ -163,7 +175,7 @@ class Measurement:
         """
         raise NotImplementedError(f"{self.kind} measurements are charged by epsilon, not by range pieces")
 
-    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS, *, check: bool = True) -> IntArray:
         """The public map A from decrypted slots to measured values, exact modulo t (pads are ignored)."""
         raise NotImplementedError
 
@@ -203,10 +215,10 @@ class PrefixDifferences(Measurement):
         t = np.int64(modulus)
         return np.cumsum(np.cumsum(np.asarray(eta, dtype=np.int64)) % t) % t
 
-    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS, *, check: bool = True) -> IntArray:
         _check_slots(slots, self.domain_size)
         first = centre(np.diff(slots, prepend=0), modulus)
-        return _decoded(np.diff(first, prepend=0), modulus)
+        return _decoded(np.diff(first, prepend=0), modulus, check)
 
 
 @dataclass(frozen=True)
@@ -257,9 +269,9 @@ class PartitionSums(Measurement):
         n[self.ends] = np.cumsum(np.asarray(eta, dtype=np.int64)) % np.int64(modulus)
         return n
 
-    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS, *, check: bool = True) -> IntArray:
         _check_slots(slots, self.domain_size)
-        return _decoded(np.diff(slots[self.ends], prepend=0), modulus)
+        return _decoded(np.diff(slots[self.ends], prepend=0), modulus, check)
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -333,9 +345,9 @@ class HaarCoefficients(Measurement):
             h -= 1
         return q[1:]
 
-    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS, *, check: bool = True) -> IntArray:
         _check_slots(slots, self.domain_size)
-        return _decoded(haar_forward_prefix(np.asarray(slots, dtype=np.int64) % np.int64(modulus)), modulus)
+        return _decoded(haar_forward_prefix(np.asarray(slots, dtype=np.int64) % np.int64(modulus)), modulus, check)
 
 
 #: DP epsilon at which the decryption side sees the prefix sum in front of a direct range
@@ -416,10 +428,10 @@ class RangeCount(Measurement):
         n[self._slots()] = np.cumsum(e) % np.int64(modulus)
         return n
 
-    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS) -> IntArray:
+    def decode(self, slots: IntArray, modulus: int = DEFAULT_PLAIN_MODULUS, *, check: bool = True) -> IntArray:
         _check_slots(slots, self.domain_size)
         value = slots[self.hi - 1] - (slots[self.lo - 1] if self.lo > 0 else 0)
-        return _decoded(np.array([value], dtype=np.int64), modulus)
+        return _decoded(np.array([value], dtype=np.int64), modulus, check)
 
     def privacy_pieces(self) -> tuple[RangeQuery, ...]:
         count = RangeQuery((self.lo,), (self.hi,), self.epsilon)

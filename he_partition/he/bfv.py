@@ -10,7 +10,8 @@ that was summed, the rounding of round(q m / t) (|.| <= 1/2 per coefficient, a f
 of that owner's plaintext). `BfvBackend.add_noise` floods that part: it adds a
 "transparent" ciphertext (r, 0) whose r is uniform on [-2^61, 2^61), so the key holder's
 view of the noise is within statistical distance N * B / 2^62 of a data-independent one
-(B = data-dependent noise bound, (k + 1) / 2 for k summed encryptions).
+(B = data-dependent noise bound, (k + 2) / 2 for k summed encryptions plus the computation
+side's noise encryption).
 """
 
 from __future__ import annotations

@@ -119,18 +119,29 @@ class JoinEvaluator:
         self._conns: list[Any] = []
         self._procs: list[Any] = []
 
+    def _planes_for(self, cells: Sequence[int]) -> tuple[list[list[bytes]], list[list[bytes]]]:
+        """The uploads a block needs: the ciphertexts of its cells' rows (A) and columns (B); b"" elsewhere.
+
+        A worker of a row-major half of the table then holds half of A's upload, not all of it.
+        """
+        d_b = len(self._b[0])
+        rows, cols = {c // d_b for c in cells}, {c % d_b for c in cells}
+        a = [[bytes(g[i]) if i in rows else b"" for i in range(len(g))] for g in self._a]
+        b = [[bytes(g[j]) if j in cols else b"" for j in range(len(g))] for g in self._b]
+        return a, b
+
     def __enter__(self) -> "JoinEvaluator":
-        a = [list(map(bytes, g)) for g in self._a]
-        b = [list(map(bytes, g)) for g in self._b]
         if self._workers == 1:
-            self._local = _Block(self._public, a, b, self._bins, 0)
+            self._local = _Block(self._public, *self._planes_for(self._bins), self._bins, 0)
             return self
         ctx = mp.get_context("spawn")
         try:
             for lo, hi in self._bounds:
                 parent, child = ctx.Pipe()
+                a, b = self._planes_for(self._bins[lo:hi])
                 p = ctx.Process(target=_serve, args=(child, self._public, a, b, self._bins[lo:hi], lo), daemon=True)
                 p.start()
+                del a, b  # the child has its copy once started (spawn pickles the arguments)
                 child.close()
                 self._conns.append(parent)
                 self._procs.append(p)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -52,11 +53,13 @@ from ..he.join_scheme import JoinScheme
 from ..core.noise import RandomSource, SeededRandom, discrete_laplace, laplace_scale
 
 __all__ = ["JOIN_STRATEGY", "JOIN_RELEASES", "DEFAULT_JOIN_RELEASE", "JOIN_ORDERS", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES",
-           "pseudonyms", "shared_dummies", "dummy_count", "place", "check_placement", "encode_indicators",
-           "joint_totals", "groups_for"]
+           "MAX_PADDING_DELTA", "JOIN_PLAIN_MODULUS", "padding_delta", "min_padding_offset", "max_join_capacity",
+           "pseudonyms", "shared_dummies", "private_dummies", "dummy_count", "posted_pseudonyms", "place",
+           "check_placement", "encode_indicators", "joint_totals", "groups_for"]
 
 PSEUDONYM_BYTES = 32
 _KDF_INFO = b"dpagg/join-key/v1"
+_PRIVATE_INFO = b"dpagg/join-private-dummies/v1"
 #: The strategy name of a join study in its contract.
 JOIN_STRATEGY = "join"
 #: How a join study releases its table (he_partition.join.release): "cells" measures every cell
@@ -69,8 +72,52 @@ DEFAULT_JOIN_RELEASE = "cells"
 JOIN_ORDERS = ("row", "hilbert")
 #: Largest joint table (cells); each cell costs one rotation-sum and one ciphertext to the key holder.
 MAX_JOIN_CELLS = 4096
-#: Largest capacity (positions) a join study may declare.
-MAX_JOIN_CAPACITY = 1 << 22
+#: The join scheme's plain modulus t (he_partition.he.join_scheme: the 20-bit batching prime for N = 8192).
+#: Counts are decoded centred, so only values of absolute value at most (t - 1) / 2 come back right.
+JOIN_PLAIN_MODULUS = 1_032_193
+#: The largest delta a join's padding may have (`padding_delta`); terms above it are refused.
+MAX_PADDING_DELTA = 1e-6
+#: The padding draws three discrete Laplace counts (shared dummies D, each owner's private dummies
+#: P_A, P_B), each at padding_epsilon / 3 (`dummy_count`, `private_dummies`).
+_PADDING_DRAWS = 3
+
+
+def max_join_capacity(plain_modulus: int = JOIN_PLAIN_MODULUS, slots: int = 8192) -> int:
+    """The largest capacity whose every measured value still decodes: a multiple of `slots` at most
+    (t - 1) / 2 - slots.
+
+    A measured value is a +-1 sum of disjoint cells, so its size is at most the number of
+    shared customers, at most the capacity; the margin of one group (8,192) leaves room for
+    the computation server's noise draw (it would have to exceed 8,192 / scale Laplace
+    scales to wrap: probability exp(-8192 eps / sensitivity), below 1e-30 for eps/sens >= 0.01).
+    """
+    return ((plain_modulus - 1) // 2 - slots) // slots * slots
+
+
+#: Largest capacity (positions) a join study may declare (507,904 for t = 1,032,193).
+MAX_JOIN_CAPACITY = max_join_capacity()
+
+
+def padding_delta(epsilon: float, offset: int) -> float:
+    """The delta of a join's padding: each of the three clamped draws max(0, offset + X), X discrete
+    Laplace with parameter epsilon / 3, breaks the shift argument only where the clamp acts,
+    P(X <= -offset) = exp(-epsilon offset / 3) / (1 + exp(-epsilon / 3)); delta is the sum over the three.
+    """
+    a = epsilon / _PADDING_DRAWS
+    return _PADDING_DRAWS * math.exp(-a * offset) / (1.0 + math.exp(-a))
+
+
+def min_padding_offset(epsilon: float, max_delta: float = MAX_PADDING_DELTA) -> int:
+    """The smallest padding offset whose `padding_delta` at `epsilon` is at most `max_delta`."""
+    if not epsilon > 0 or not 0 < max_delta < 1:
+        raise InvalidInputError(f"padding needs epsilon > 0 and 0 < delta < 1, got {epsilon}, {max_delta}")
+    a = epsilon / _PADDING_DRAWS
+    offset = max(1, math.ceil(math.log(_PADDING_DRAWS / (max_delta * (1.0 + math.exp(-a)))) / a))
+    while offset > 1 and padding_delta(epsilon, offset - 1) <= max_delta:
+        offset -= 1
+    while padding_delta(epsilon, offset) > max_delta:
+        offset += 1
+    return offset
 
 
 @dataclass(frozen=True)
@@ -110,11 +157,19 @@ class JoinTerms:
             raise InvalidInputError(f"join shape {terms.rows} x {terms.cols} must have domain_size {domain_size} cells")
         if terms.rows * terms.cols > MAX_JOIN_CELLS:
             raise InvalidInputError(f"a join table has at most {MAX_JOIN_CELLS} cells, got {domain_size}")
-        if not 0 < terms.capacity <= MAX_JOIN_CAPACITY or terms.capacity % slots:
-            raise InvalidInputError(f"join capacity must be a positive multiple of {slots} up to "
-                                    f"{MAX_JOIN_CAPACITY}, got {terms.capacity}")
-        if not (0 < terms.padding_epsilon < float("inf")) or terms.padding_offset < 0:
-            raise InvalidInputError("join padding needs padding_epsilon > 0 and padding_offset >= 0")
+        top = max_join_capacity(JOIN_PLAIN_MODULUS, slots)
+        if not 0 < terms.capacity <= top or terms.capacity % slots:
+            raise InvalidInputError(f"join capacity must be a positive multiple of {slots} up to {top} (counts are "
+                                    f"mod t = {JOIN_PLAIN_MODULUS}: a larger capacity could wrap), got "
+                                    f"{terms.capacity}")
+        if not (0 < terms.padding_epsilon < float("inf")) or terms.padding_offset < 1:
+            raise InvalidInputError(f"join padding needs padding_epsilon > 0 and padding_offset >= 1, got "
+                                    f"{terms.padding_epsilon:g} and {terms.padding_offset}")
+        if terms.delta > MAX_PADDING_DELTA:
+            raise InvalidInputError(
+                f"join padding offset {terms.padding_offset} at padding_epsilon {terms.padding_epsilon:g} has delta "
+                f"{terms.delta:.3g}, above the bound {MAX_PADDING_DELTA:g}: use padding_offset >= "
+                f"{min_padding_offset(terms.padding_epsilon)}")
         if terms.release not in JOIN_RELEASES:
             raise InvalidInputError(f"join release {terms.release!r} is none of {', '.join(JOIN_RELEASES)}")
         if terms.order not in JOIN_ORDERS:
@@ -128,6 +183,11 @@ class JoinTerms:
     @property
     def shape(self) -> tuple[int, int]:
         return self.rows, self.cols
+
+    @property
+    def delta(self) -> float:
+        """The padding's delta (`padding_delta`): at most MAX_PADDING_DELTA for accepted terms."""
+        return padding_delta(self.padding_epsilon, self.padding_offset)
 
     def groups(self, slots: int = 8192) -> int:
         return groups_for(self.capacity, slots)
@@ -162,6 +222,13 @@ class JoinKeyPair:
         info = _KDF_INFO + b"|" + study_id.encode() + b"|" + contract_hash.encode()
         return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
 
+    def private_secret(self, study_id: str) -> bytes:
+        """A key only this owner can derive (from its X25519 private key): seeds its private dummies."""
+        raw = self._private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                          serialization.NoEncryption())
+        info = _PRIVATE_INFO + b"|" + study_id.encode()
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(raw)
+
 
 def normalize_identifier(identifier: str) -> str:
     """NFKC, trimmed, case-folded, inner whitespace collapsed: " Alice@Example.COM " == "alice@example.com"."""
@@ -183,25 +250,58 @@ def pseudonyms(join_key: bytes, identifiers: Iterable[str]) -> list[bytes]:
     return out
 
 
-def dummy_count(join_key: bytes, epsilon: float, offset: int) -> int:
-    """The number of shared dummy pseudonyms: max(0, offset + discrete Laplace(1/epsilon)), drawn from the key.
+def dummy_count(join_key: bytes, epsilon: float, offset: int, *, label: bytes = b"dummy-count") -> int:
+    """The number D of shared dummy pseudonyms: max(0, offset + discrete Laplace(3/epsilon)), drawn from the key.
 
-    Privacy: the computation server sees |A ∩ B| + this count, and a shared customer added or
-    removed changes |A ∩ B| by 1 (sensitivity 1): the count is epsilon-DP noise for it,
-    except that the clamp at 0 fails with probability about exp(-epsilon * offset) / 2 (the
-    delta). Neighbouring relation: add/remove one shared customer. Only the two owners know
-    the draw (it comes from their join key); the computation server knows only the sum.
+    (`private_dummies` draws its count here too, from an owner's own key and another label.)
+
+    Privacy: the computation server sees |A ∩ B| + D, |A| + D + P_A and |B| + D + P_B
+    (P_A, P_B: `private_dummies`). Neighbouring relation: add/remove one shared customer
+    (|A ∩ B|, |A|, |B| each change by 1; sensitivity 1 for each). Shifting D by one and
+    P_A, P_B by one the other way explains the change, at epsilon/3 each: the three sizes
+    are epsilon-DP together, even when |A| and |B| are public, with delta `padding_delta`
+    (the clamps at 0). Only the two owners know D (it comes from their join key); the
+    computation server knows only the sums.
     """
-    if not epsilon > 0 or offset < 0:
-        raise InvalidInputError(f"padding needs epsilon > 0 and offset >= 0, got {epsilon}, {offset}")
-    seed = int.from_bytes(hmac.new(join_key, b"dummy-count", hashlib.sha256).digest()[:8], "big")
-    draw = int(discrete_laplace(laplace_scale(1, epsilon), 1, SeededRandom(seed))[0])
+    if not epsilon > 0 or offset < 1:
+        raise InvalidInputError(f"padding needs epsilon > 0 and offset >= 1, got {epsilon}, {offset}")
+    seed = int.from_bytes(hmac.new(join_key, label, hashlib.sha256).digest()[:8], "big")
+    draw = int(discrete_laplace(laplace_scale(1, epsilon / _PADDING_DRAWS), 1, SeededRandom(seed))[0])
     return max(0, offset + draw)
 
 
 def shared_dummies(join_key: bytes, count: int) -> list[bytes]:
     """`count` pseudonyms both owners derive alike (they match each other and never a real identifier)."""
     return [hmac.new(join_key, b"dummy|" + str(i).encode(), hashlib.sha256).digest() for i in range(count)]
+
+
+def private_dummies(owner_secret: bytes, epsilon: float, offset: int) -> list[bytes]:
+    """One owner's private dummies: max(0, offset + discrete Laplace(3/epsilon)) pseudonyms that match nothing.
+
+    Privacy: they hide the shared dummy count D from this owner's list size |A| + D + P_A
+    (without them, a public |A| gives D and so |A ∩ B| exactly). epsilon/3 of the padding
+    epsilon (`dummy_count` states the whole view's guarantee); sensitivity 1; neighbouring
+    relation add/remove one customer; only this owner knows the draw: it and the values
+    come from `owner_secret` (`JoinKeyPair.private_secret`), so a re-run posts the same list.
+    """
+    count = dummy_count(owner_secret, epsilon, offset, label=b"private-dummy-count")
+    return [hmac.new(owner_secret, b"private-dummy|" + str(i).encode(), hashlib.sha256).digest()
+            for i in range(count)]
+
+
+def posted_pseudonyms(pair: "JoinKeyPair", join_key: bytes, identifiers: Sequence[str],
+                      terms: JoinTerms, *, study_id: str) -> tuple[list[bytes], list[bytes]]:
+    """(the list an owner posts, the pseudonyms of `identifiers` in their order).
+
+    The posted list is its pseudonyms, the shared dummies and its private dummies, sorted:
+    HMAC values under a key the computation server lacks, so sorted order is a uniformly
+    random order, independent of the file's order and of which entries are dummies.
+    Privacy: as `dummy_count` (padding_epsilon over the three draws, delta `padding_delta`).
+    """
+    real = pseudonyms(join_key, identifiers)
+    posted = real + shared_dummies(join_key, dummy_count(join_key, terms.padding_epsilon, terms.padding_offset))
+    posted += private_dummies(pair.private_secret(study_id), terms.padding_epsilon, terms.padding_offset)
+    return sorted(posted), real
 
 
 # ---------------------------------------------------------------------------------------------- placement
@@ -224,8 +324,9 @@ def place(a: Sequence[bytes], b: Sequence[bytes], capacity: int,
     _check_pseudonyms("owner B's upload", b)
     union = list(dict.fromkeys([*map(bytes, a), *map(bytes, b)]))
     if len(union) > capacity:
-        raise InvalidInputError(f"the two owners hold {len(union)} distinct pseudonyms, more than the study's "
-                                f"join capacity {capacity}")
+        # No sizes in the text: it reaches an owner, and the union size would tell it the other's list size.
+        raise InvalidInputError(f"the two owners' pseudonyms do not fit the study's join capacity {capacity}: open "
+                                "a new study with a larger capacity (up to the largest the plain modulus allows)")
     # A uniformly random injection: a Fisher-Yates prefix of [0, capacity) from the server's source.
     pool = np.arange(capacity, dtype=np.int64)
     n = len(union)

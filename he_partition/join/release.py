@@ -158,7 +158,8 @@ def release_table(measure: Callable[[Measurement], list[bytes]], key_holder: Joi
 def summary_params(terms: JoinTerms) -> dict[str, Any]:
     """What a join release's summary states about its table (analysts read the shape, binnings and order)."""
     return {"join": {"shape": [terms.rows, terms.cols], "row_spec": terms.row_spec, "col_spec": terms.col_spec,
-                     "padding_epsilon": terms.padding_epsilon, "capacity": terms.capacity,
+                     "padding_epsilon": terms.padding_epsilon, "padding_offset": terms.padding_offset,
+                     "padding_delta": terms.delta, "capacity": terms.capacity,
                      "release": terms.release, "order": terms.order},
             "max_organizations": 1}
 

@@ -43,6 +43,19 @@ def cmd_ledger_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ledger_restore(args: argparse.Namespace) -> int:
+    """Restore a ledger backup with an acknowledged, logged rollback (parties.decryption.rollback)."""
+    from ..decryption.rollback import restore_ledger
+    from ..decryption.server import LEDGER_FILE
+
+    r = restore_ledger(args.data_dir, args.backup, LEDGER_FILE, acknowledge_rollback=args.acknowledge_rollback)
+    for study, lost in r.lost.items():
+        print(f"study {study}: rolled back {len(lost)} charge(s); re-booked epsilon {r.rebooked.get(study, 0.0):.12g}")
+    print(f"ledger restored from {args.backup}" + (f"; the replaced ledger was unreadable ({r.unreadable}): nothing "
+                                                     "could be re-booked" if r.unreadable else ""))
+    return 0
+
+
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Check a ledger file's (or backup's) hash chain; exit 1 if a charge row was changed, removed or replaced."""
     from ..decryption.ledger import SqliteLedgerStore, available, verify_ledger_file
@@ -73,7 +86,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)
 
-    led = add("ledger", lambda a: 2, "back up or verify the decryption server's budget ledger (offline, no TLS)")
+    led = add("ledger", lambda a: 2, "back up, verify or restore the decryption server's budget ledger (offline, no TLS)")
     lsub = led.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
     p = lsub.add_parser("backup", help="copy the ledger of a (running) decryption server to one file and verify it",
                         description="Copy DATA_DIR/ledger.sqlite3 with SQLite's online backup (safe while the server "
@@ -87,3 +100,11 @@ def add_parser(sub: Subparsers) -> None:
                                     "exit 1 if a charge row was changed, removed or replaced.")
     p.set_defaults(func=cmd_ledger_verify)
     p.add_argument("file", type=Path, help="ledger file (DATA_DIR/ledger.sqlite3) or a backup")
+    p = lsub.add_parser("restore", help="put a backup in place of a stopped server's ledger, re-booking what it lost",
+                        description="Restore a ledger backup. It rolls the ledger back, so it needs "
+                                    "--acknowledge-rollback; every charge made since the backup is logged and its "
+                                    "epsilon re-booked (a restore refunds nothing).")
+    p.set_defaults(func=cmd_ledger_restore)
+    p.add_argument("backup", type=Path, help="backup file made by `dpagg ledger backup`")
+    p.add_argument("--data-dir", required=True, type=Path, help="the (stopped) decryption server's data directory")
+    p.add_argument("--acknowledge-rollback", action="store_true", help="restore although it rolls the ledger back")

@@ -50,9 +50,9 @@ def load_matrix(path: str) -> np.ndarray:
     """A numeric matrix from .csv (comma-separated rows), .npy, or a JSON list of lists."""
     p = Path(path)
     if p.suffix.lower() == ".csv":
-        return np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2)
+        return np.asarray(np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2), dtype=np.float64)
     if p.suffix == ".npy":
-        return np.load(p)
+        return np.asarray(np.load(p), dtype=np.float64)
     return np.asarray(json.loads(p.read_text()), dtype=np.float64)
 
 

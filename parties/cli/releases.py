@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import numpy as np
 
 from he_partition.core.errors import DPAggError
 
@@ -64,6 +63,14 @@ def _pending_path(args: argparse.Namespace) -> Path:
 _MAYBE_STARTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 
 
+def _release_finished(cs: Any, release_id: str) -> bool:
+    """True when the release is DONE or FAILED; False while it runs or the server cannot say."""
+    try:
+        return bool(cs.release_status(release_id).state != "RUNNING")
+    except ServiceError:
+        return False
+
+
 def cmd_release_run(args: argparse.Namespace) -> int:
     """Start a release with a request key kept on disk until it finishes, so a re-run attaches to it."""
     from ..computation.client import ComputationClient
@@ -98,7 +105,8 @@ def cmd_release_run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 130
             except ServiceError:
-                pending.unlink(missing_ok=True)
+                if _release_finished(cs, st.release_id):  # keep the key while the release may still run
+                    pending.unlink(missing_ok=True)
                 raise
     if st.state != "RUNNING":
         pending.unlink(missing_ok=True)
@@ -164,6 +172,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         if args.show:
             out["summary"] = rel.summary.to_dict()
             out["estimates"] = [float(v) for v in rel.summary.estimate()]
+        from ..analyst.join_table import join_table_json
+
+        if (table := join_table_json(rel.summary)) is not None:
+            out["join_table"] = table
         print_json(out)
         return 0
     if args.show:
@@ -177,20 +189,10 @@ def cmd_query(args: argparse.Namespace) -> int:
             print(f"  bins [{start}, {start + length}): {total}")
     else:
         print(f"release {rel.release_id} of study {rel.study_id} (epsilon {rel.summary.epsilon:g}):")
-    join = rel.summary.params.get("join")
-    if isinstance(join, dict) and (args.table or not args.range):
-        from he_partition.join.release import cell_table
+    if rel.summary.params.get("join") is not None and (args.table or not args.range):
+        from ..analyst.join_table import join_table_lines
 
-        rows, cols = join["shape"]
-        est, se = cell_table(rel.summary)
-        spread = f"+- {se.min():.1f}" if np.ptp(se) < 0.05 else f"+- {se.min():.1f} to {se.max():.1f}"
-        how = ("every cell noised" if join.get("release", "cells") == "cells" else
-               f"{join['release']} partitions over the {join.get('order', 'row')}-ordered cells, each partition's "
-               "sum spread evenly over its cells")
-        print(f"joint table, {rows} rows ({join.get('row_spec') or 'owner 1'}) x {cols} columns "
-              f"({join.get('col_spec') or 'owner 2'}): {how}; cells {spread} (noise only)")
-        for r in range(rows):
-            print(" ".join(f"{v:>7.0f}" for v in est[r]))
+        print("\n".join(join_table_lines(rel.summary)))
         return 0
     for a in answers:
         print(f"{a['label']}: {a['value']:.1f} +- {a['standard_error']:.1f}{' *' if a['cuts_partition'] else ''}")

@@ -165,8 +165,11 @@ def cmd_open_join(args: argparse.Namespace) -> int:
     order = args.order
     if order == "auto":
         order = "hilbert" if rows == cols and not rows & (rows - 1) else "row"
+    from he_partition.join.protocol import min_padding_offset
+
+    offset = args.padding_offset if args.padding_offset is not None else min_padding_offset(args.padding_epsilon)
     terms = {"shape": [rows, cols], "capacity": args.capacity, "padding_epsilon": args.padding_epsilon,
-             "padding_offset": args.padding_offset, "row_spec": args.rows, "col_spec": args.cols,
+             "padding_offset": offset, "row_spec": args.rows, "col_spec": args.cols,
              "identifier": args.id_column, "release": args.release, "order": order}
     with ComputationClient(args.computation, **conn(args)) as cs:
         contract, existed = cs.open_study(
@@ -300,6 +303,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"epsilon {c.epsilon:g}, contract {c.contract_hash[:16]}")
         if c.correlated or c.correlation_source:
             print(f"  {_correlation_line(c)}")
+        from ..analyst.join_table import join_shape_line
+
+        if (shape := join_shape_line(c)) is not None:
+            print(f"  {shape}")
         print(f"  contract hash   {c.contract_hash}")
         print(f"  key fingerprint {c.context_fingerprint}")
         print(f"  submitted: {', '.join(st.submitted_owners) or '-'}")
@@ -368,8 +375,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--padding-epsilon", type=float, default=0.1,
                    help="epsilon booked at once for the dummy padding that hides the intersection size from the "
                         "computation server (default 0.1)")
-    p.add_argument("--padding-offset", type=int, default=100,
-                   help="mean number of shared dummy records (default 100; delta about exp(-eps*offset)/2)")
+    p.add_argument("--padding-offset", type=int, default=None,
+                   help="mean number of dummy records of each kind (default: the smallest offset whose delta is at "
+                        "most 1e-6, e.g. 428 at padding epsilon 0.1; docs/join.md)")
     p.add_argument("--release", choices=JOIN_RELEASES, default=DEFAULT_JOIN_RELEASE,
                    help="how the table is released: 'cells' noises every cell; gap, hier, dawa, privelet and auto "
                         f"are the strategies of ordinary studies over the flattened table (default "

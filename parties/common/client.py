@@ -63,7 +63,7 @@ class BaseClient:
     """
 
     #: The generated stub class of the service this client talks to.
-    stub_class: ClassVar[Callable[[grpc.Channel], Any] | None] = None
+    stub_class: ClassVar[type[Any] | None] = None
     #: The role the server must hold ("decryption", "computation"), or "" to check only the CA and host name.
     server_role: ClassVar[str] = ""
 
@@ -92,7 +92,8 @@ class BaseClient:
             self._owns_channel = False
         self._channel = channel
         self._health = health_pb2_grpc.HealthStub(self._channel)
-        self._stub: Any = type(self).stub_class(self._channel) if type(self).stub_class else None
+        stub_class = type(self).stub_class
+        self._stub: Any = stub_class(self._channel) if stub_class is not None else None
 
     @property
     def channel(self) -> grpc.Channel:
@@ -145,7 +146,7 @@ class BaseClient:
             except grpc.RpcError as err:
                 last = err
             time.sleep(0.05)
-        detail = f": {last.details()}" if isinstance(last, grpc.RpcError) else ""  # type: ignore[attr-defined]
+        detail = f": {last.details()}" if isinstance(last, grpc.RpcError) else ""
         raise ServiceError(grpc.StatusCode.UNAVAILABLE,
                            f"{self.target} did not become healthy within {timeout:g} s{detail}; is it running?",
                            method="grpc.health.v1.Health/Check")

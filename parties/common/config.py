@@ -49,6 +49,10 @@ GRPC_OPTIONS: tuple[tuple[str, int], ...] = (
     # Bind exclusively: with SO_REUSEPORT (gRPC's default on Linux) a second server on a port in use
     # starts silently and the kernel splits the traffic between two keys and ledgers.
     ("grpc.so_reuseport", 0),
+    # Reconnect within 2 s of a restarted peer (gRPC's default backoff grows to 120 s), so a release
+    # rides out a short restart of the key holder (DecryptionClient.outage_seconds).
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 )
 
 ENV_COMPUTATION = "DPAGG_COMPUTATION"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import MAX_DECODED_MAGNITUDE
 from he_partition.join.protocol import JOIN_STRATEGY, JoinTerms
 from he_partition.protocol import STRATEGIES, make_strategy
 
@@ -51,9 +52,19 @@ def check_id(name: str, value: object) -> str:
     if not isinstance(value, str) or not ID_PATTERN.match(value):
         raise InvalidInputError(
             f"{name} must be 1-64 characters of ASCII letters, digits, '.', '_' or '-' (starting with a letter "
-            f"or digit), got {value!r}"
+            f"or digit), got {_shown(value)}"
         )
     return value
+
+
+def _shown(value: object, limit: int = 48) -> str:
+    """`value` for an error message, cut to `limit` characters: an error never echoes a huge input back
+    (a 10 KB id once pushed the status past gRPC's metadata limit)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, (str, bytes)) else type(value).__name__
+    return f"{text[:limit]}... ({size})"
 
 
 def canonical_json(obj: Any) -> str:
@@ -255,6 +266,18 @@ class StudyContract:
         so a person present at k owners contributes up to k x c records.
         """
         return self.contribution_bound * self.max_organizations
+
+    @property
+    def max_records_per_owner(self) -> int:
+        """The most records (sum of counts) one owner may submit: 2^44 / (2 x expected owners).
+
+        Decoded values are sums and differences of the owners' prefix sums plus noise, and a
+        decoded value above 2^44 (MAX_DECODED_MAGNITUDE) is refused as corrupt while one
+        past the plaintext modulus wraps silently. With every owner within this bound the
+        grand total stays below 2^43, leaving half the decode range for the noise. Data
+        owners check it before encrypting (`DataOwnerClient.encrypt`).
+        """
+        return MAX_DECODED_MAGNITUDE // (2 * max(1, len(self.expected_owners)))
 
     def owner_public_key(self, owner_id: str) -> bytes | None:
         """The raw 32-byte Ed25519 key of `owner_id` (None for an unsigned study or an unknown owner)."""

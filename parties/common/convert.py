@@ -51,6 +51,7 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         correlation_leakage=c.correlation_leakage,
         correlation_source=c.correlation_source,
         max_organizations=c.max_organizations,
+        max_records_per_owner=c.max_records_per_owner,
     )
 
 

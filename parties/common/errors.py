@@ -8,6 +8,7 @@ into a `ServiceError` that carries the status code and the server's message.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any, Callable, Iterator
 
 import grpc
@@ -20,6 +21,7 @@ from he_partition.core.errors import (
     PrecisionError,
 )
 
+from .limits import CallCancelledError
 from .signing import SignatureError
 from .tls import AccessDeniedError
 
@@ -90,6 +92,8 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     # A submission whose Ed25519 signature is missing or does not verify: the data cannot be
     # attributed to the owner it names, so the caller is not authenticated for it.
     (SignatureError, grpc.StatusCode.UNAUTHENTICATED),
+    # Work stopped because its client is gone (parties.common.limits.raise_if_cancelled).
+    (CallCancelledError, grpc.StatusCode.CANCELLED),
 )
 
 
@@ -105,6 +109,11 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     for cls, code in STATUS_TABLE:
         if isinstance(exc, cls):
             return code, str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+        # SQLITE_FULL: the transaction rolled back, so nothing was stored, charged or decrypted.
+        return grpc.StatusCode.FAILED_PRECONDITION, (
+            f"the server's storage is full ({exc}): nothing was stored, charged or decrypted; free disk space on "
+            "the server and retry")
     if isinstance(exc, NotImplementedError):  # a method this server does not implement stays UNIMPLEMENTED
         return grpc.StatusCode.UNIMPLEMENTED, str(exc) or "method not implemented"
     if isinstance(exc, DPAggError):
@@ -157,7 +166,7 @@ def _is_abort(exc: Exception, context: grpc.ServicerContext) -> bool:
     return type(exc) is Exception and code not in (None, grpc.StatusCode.OK)
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):
+class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     """Applies STATUS_TABLE to every RPC of a server: handlers raise, callers get a status."""
 
     def intercept_service(self, continuation: Callable[..., Any], handler_call_details: Any) -> Any:

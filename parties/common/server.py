@@ -19,6 +19,7 @@ from he_partition.core.errors import InvalidInputError
 
 from .config import GRPC_OPTIONS
 from .errors import ErrorMappingInterceptor
+from .limits import CallLimiter, CallLimits
 
 __all__ = ["ServiceBinding", "ServerHandle", "create_server", "serve", "write_port_file"]
 
@@ -65,6 +66,7 @@ def create_server(
     max_workers: int = 8,
     options: Iterable[tuple[str, Any]] = GRPC_OPTIONS,
     credentials: grpc.ServerCredentials | None = None,
+    limits: CallLimits | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a gRPC server hosting `services`, plus health checking and reflection.
 
@@ -75,10 +77,14 @@ def create_server(
     CA fails the handshake before any RPC runs; without them it is plaintext (callers
     choose that explicitly: the configs refuse to build a server without TLS unless
     ``insecure=True``).
+
+    `limits` (default: `CallLimits.for_pool(max_workers)`) bound what one caller can hold:
+    concurrency per identity and per heavy RPC, idle request streams, message size per RPC
+    (parties.common.limits); health keeps threads of its own.
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpagg-rpc"),
-        interceptors=(ErrorMappingInterceptor(),),
+        interceptors=(CallLimiter(limits or CallLimits.for_pool(max_workers)), ErrorMappingInterceptor()),
         options=list(options),
     )
     health_servicer = _HealthServicer(experimental_non_blocking=True)
@@ -98,7 +104,7 @@ def create_server(
         raise InvalidInputError(f"cannot listen on {address}: {exc}; is the port in use?") from exc
     if bound == 0:
         raise InvalidInputError(f"cannot listen on {address}; is the port in use or the host wrong?")
-    server._dpagg_health = health_servicer  # type: ignore[attr-defined]  # kept for a graceful shutdown
+    server._dpagg_health = health_servicer  # kept for a graceful shutdown
     return server, bound
 
 
@@ -136,11 +142,15 @@ class ServerHandle:
         for close in reversed(self.closers):
             close()
 
+    def _close_all(self) -> None:
+        for close in reversed(self.closers):
+            close()
+
     def serve(self, *, port_file: str | Path | None = None, stop_event: threading.Event | None = None) -> None:
         """Run until SIGINT/SIGTERM (see `serve`)."""
         if port_file:
             write_port_file(port_file, self.port)
-        serve(self.server, on_stop=lambda: [c() for c in reversed(self.closers)], stop_event=stop_event)
+        serve(self.server, on_stop=self._close_all, stop_event=stop_event)
         self._stopped = True
 
     def __enter__(self) -> "ServerHandle":

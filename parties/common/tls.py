@@ -275,7 +275,7 @@ class TlsConfig:
     @property
     def identity(self) -> PeerIdentity:
         """The party id and role the certificate states."""
-        ident: PeerIdentity = self._identity
+        ident: PeerIdentity = self.__dict__["_identity"]  # set once in __post_init__ (frozen dataclass)
         return ident
 
     @classmethod

@@ -20,7 +20,6 @@ import ssl
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.x509.oid import ExtensionOID
 
 from .tls import TlsConfig
 
@@ -51,7 +50,7 @@ def _names(der: bytes | None) -> list[str]:
         return []
     try:
         cert = x509.load_der_x509_certificate(der)
-        san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except (ValueError, x509.ExtensionNotFound):
         return []
     return [*san.get_values_for_type(x509.DNSName), *san.get_values_for_type(x509.UniformResourceIdentifier)]
@@ -100,12 +99,21 @@ def _tls_probe(addr: tuple[str, int], tls: TlsConfig, name: str, role: str) -> s
                 refused, reason = True, str(exc.reason)
             except (TimeoutError, OSError):
                 refused = False
+            if refused and "EXPIRED" in reason.upper():
+                return (f"the server at {where} refused this party's certificate {tls.cert} as expired ({reason}): "
+                        "one of the two clocks is wrong, or the certificate ran out; check both machines' time, or "
+                        "issue a new certificate with `dpagg certs`")
             if refused:
                 return (f"the server at {where} refused this party's certificate {tls.cert} ({reason}): the "
                         f"server trusts another CA than the one that issued it; use the deployment's "
                         "certificates")
     except ssl.SSLCertVerificationError as exc:
         message = str(exc.verify_message).lower()
+        if exc.verify_code in (9, 10):  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
+            now = _dt.datetime.now(_dt.timezone.utc)
+            return (f"the server's certificate at {where} {exc.verify_message} (this machine's clock says "
+                    f"{now:%Y-%m-%d %H:%M} UTC): one of the two clocks is wrong, or the server needs a new "
+                    "certificate (`dpagg certs`)")
         if exc.verify_code in (26, 62) or "hostname" in message or "purpose" in message:
             names = ", ".join(_names(_peer_certificate(addr))) or "nothing"
             what = f"{where} is not the {role} server" if role else f"{where} is not the server you meant"

@@ -197,14 +197,15 @@ class ComputationClient(BaseClient):
             decryption_pb2.GetPublicContextRequest(study_id=study_id), timeout=deadline)), policy=self.retry,
             method="Computation/GetPublicContext")
 
-    def join_exchange(self, study_id: str, owner_id: str, public_key: bytes, *,
-                      timeout: float | None = None) -> bytes:
-        """Post this owner's X25519 key for a join study; the other owner's key, or b"" until it has posted."""
+    def join_exchange(self, study_id: str, owner_id: str, public_key: bytes, signature: bytes = b"", *,
+                      timeout: float | None = None) -> tuple[bytes, bytes]:
+        """Post this owner's X25519 key (and its signature) for a join study; the other owner's key and
+        signature, or (b"", b"") until it has posted. Check the signature before using the key."""
         resp = self._unary(self._stub.JoinExchange,
                            computation_pb2.JoinExchangeRequest(study_id=study_id, owner_id=owner_id,
-                                                               public_key=public_key),
+                                                               public_key=public_key, signature=signature),
                            method="Computation/JoinExchange", timeout=timeout)
-        return bytes(resp.peer_public_key)
+        return bytes(resp.peer_public_key), bytes(resp.peer_signature)
 
     def join_placement(self, study_id: str, owner_id: str, pseudonyms: bytes = b"", *,
                        timeout: float | None = None) -> tuple[bool, list[int], int]:

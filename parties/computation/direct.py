@@ -73,6 +73,7 @@ class DirectQueries:
         subs = h.submissions_to_include(contract, force=force, action="count")
         owners = tuple(s.owner_id for s in subs)
         request_id = _request_id(study_id, request_key)
+        h.decryption.budget(study_id)  # refuses a key holder reporting less spend than its receipts (rollback)
         paid = h.decryption.charge_direct_queries(study_id=study_id, request_id=request_id,
                                                   contract_hash=contract.contract_hash, ranges=rs, epsilon=eps_dp)
         backend = h.backend_for(contract)

@@ -20,7 +20,7 @@ from he_partition.join.release import join_strategy, summary_params
 from he_partition.core.accounting import exact_decimal
 from he_partition.core.measurements import Measurement
 from he_partition.core.noise import RandomSource
-from he_partition.protocol import EPSILON_TOLERANCE, ComputationSide, make_strategy, run_strategy
+from he_partition.protocol import EPSILON_TOLERANCE, MIN_RELEASE_EPSILON, ComputationSide, make_strategy, run_strategy
 from he_partition.core.summary import Summary
 
 from ..common.contract import StudyContract, check_id
@@ -401,9 +401,10 @@ class ComputationHandler:
             if epsilon:
                 raise InvalidInputError(f"spend_rest spends what is left; epsilon must then be 0, got {epsilon}")
             eps = self.decryption.budget(study_id).available
-            if not eps > 0:
-                raise BudgetExhaustedError(f"study {study_id} has no budget left (total {contract.epsilon:g}); "
-                                           "nothing was decrypted. Open a new study for more releases")
+            if not eps >= MIN_RELEASE_EPSILON:  # a rounding leftover is not a release (its noise would overflow)
+                raise BudgetExhaustedError(f"study {study_id} has no budget left: {eps:.6g} of {contract.epsilon:g} "
+                                           f"(a release needs at least {MIN_RELEASE_EPSILON:g}); nothing was "
+                                           "decrypted. Open a new study for more releases")
         else:
             eps = float(epsilon)
             if not (math.isfinite(eps) and eps > 0):
@@ -560,6 +561,7 @@ class ComputationHandler:
         """
         by_owner = {s.owner_id: s for s in subs}
         terms = contract.join_terms()
+        self.joins.forget(contract)  # both uploads are committed: keys and pseudonym lists are no longer needed
         sent = [0]
         with self.joins.evaluator(contract, self.public_context,
                                   lambda o, i: self.store.read_chunk(by_owner[o], i)) as evaluator:

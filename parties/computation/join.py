@@ -1,10 +1,11 @@
 """The computation server's part of a join study (docs/join.md): key relay, placement, the encrypted product.
 
-`JoinCoordinator` keeps, per join study, each owner's X25519 public key and pseudonym list
-and the placement (files under DATA_DIR/join/<study>/, written atomically, never
+`JoinCoordinator` keeps, per join study, each owner's signed X25519 public key and pseudonym
+list and the placement (files under DATA_DIR/join/<study>/, written atomically, never
 rewritten): a posted key or list cannot change, so a retry is idempotent and nobody can
 swap a list after seeing the other side. The placement is computed once, when both lists
-are in, from this server's random source.
+are in, from this server's random source. All of it is deleted when the study's first
+release starts (`forget`; both uploads are committed then), and later posts are refused.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -26,9 +27,15 @@ from he_partition.core.noise import RandomSource
 
 from ..common.contract import StudyContract
 from ..common.errors import AlreadyExistsError, FailedPreconditionError, PermissionDeniedError
+from ..common.join_keys import verify_join_key
 from ..common.util import write_file_atomic
 
 __all__ = ["JoinCoordinator", "JoinUploadBackend"]
+
+#: What the coordinator keeps per owner until the first release of the study starts (`forget`).
+_PER_OWNER = ("x25519", "x25519.sig", "pseudonyms", "positions")
+#: Marks a study whose per-owner join state was deleted.
+_RELEASED = "released"
 
 
 @dataclass
@@ -71,6 +78,27 @@ class JoinCoordinator:
         (self.root / study_id).mkdir(parents=True, exist_ok=True, mode=0o700)
         write_file_atomic(self.root / study_id / name, data)
 
+    def _delete(self, study_id: str, name: str) -> None:
+        if self.root is None:
+            self._mem.pop(f"{study_id}/{name}", None)
+            return
+        (self.root / study_id / name).unlink(missing_ok=True)
+
+    def _require_open(self, contract: StudyContract) -> None:
+        if self._get(contract.study_id, _RELEASED) is not None:
+            raise FailedPreconditionError(f"join study {contract.study_id} has been released: its join keys and "
+                                          "pseudonym lists were deleted and nothing more can be posted (an owner "
+                                          "whose upload committed needs to do nothing)")
+
+    def forget(self, contract: StudyContract) -> None:
+        """Delete both owners' X25519 keys, signatures, pseudonym lists and placements (called when a release
+        starts: both uploads are committed, so nothing needs them); later posts are refused."""
+        with self._lock:
+            self._put(contract.study_id, _RELEASED, b"1")
+            for owner in contract.expected_owners:
+                for name in _PER_OWNER:
+                    self._delete(contract.study_id, f"{owner}.{name}")
+
     @staticmethod
     def _side(contract: StudyContract, owner_id: str) -> int:
         if owner_id not in contract.expected_owners:
@@ -79,21 +107,28 @@ class JoinCoordinator:
         return contract.expected_owners.index(owner_id)
 
     # -- step 1: key relay ---------------------------------------------------------------
-    def exchange(self, contract: StudyContract, owner_id: str, public_key: bytes) -> bytes:
-        """Store this owner's X25519 public key (once) and return the other owner's, or b"" until it posts."""
+    def exchange(self, contract: StudyContract, owner_id: str, public_key: bytes,
+                 signature: bytes = b"") -> tuple[bytes, bytes]:
+        """Store this owner's X25519 public key and its signature (once; checked against the contract's key for
+        the owner first) and return the other owner's key and signature, or (b"", b"") until it posts."""
         contract.join_terms()  # refuses a study that is not a join study
         side = self._side(contract, owner_id)
         if len(public_key) != 32:
             raise InvalidInputError(f"an X25519 public key is 32 bytes, got {len(public_key)}")
+        verify_join_key(contract, owner_id, public_key, signature)
         with self._lock:
+            self._require_open(contract)
             held = self._get(contract.study_id, f"{owner_id}.x25519")
             if held is None:
+                self._put(contract.study_id, f"{owner_id}.x25519.sig", bytes(signature))
                 self._put(contract.study_id, f"{owner_id}.x25519", bytes(public_key))
             elif held != bytes(public_key):
                 raise AlreadyExistsError(f"owner {owner_id} already posted another join key for study "
-                                         f"{contract.study_id}; keep the key you posted (it is in your state dir)")
-        peer = contract.expected_owners[1 - side]
-        return self._get(contract.study_id, f"{peer}.x25519") or b""
+                                         f"{contract.study_id}; run again with the state dir that holds the key "
+                                         "you posted, or, if it is lost, ask the operator to open a new study")
+            peer = contract.expected_owners[1 - side]
+            return (self._get(contract.study_id, f"{peer}.x25519") or b"",
+                    self._get(contract.study_id, f"{peer}.x25519.sig") or b"")
 
     # -- step 2: placement ----------------------------------------------------------------
     def placement(self, contract: StudyContract, owner_id: str, pseudonyms: bytes) -> tuple[bool, list[int], int]:
@@ -101,12 +136,17 @@ class JoinCoordinator:
         side = self._side(contract, owner_id)
         terms = contract.join_terms()
         with self._lock:
+            self._require_open(contract)
             held = self._get(contract.study_id, f"{owner_id}.pseudonyms")
             if pseudonyms:
                 if len(pseudonyms) % PSEUDONYM_BYTES:
                     raise InvalidInputError(f"pseudonyms must be whole {PSEUDONYM_BYTES}-byte values, got "
                                             f"{len(pseudonyms)} bytes")
                 if held is None:
+                    if len(pseudonyms) // PSEUDONYM_BYTES > terms.capacity:  # fails now, not after the other posts
+                        raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study "
+                                                f"{contract.study_id}'s join capacity {terms.capacity}: the operator "
+                                                "must open a new study with a larger capacity")
                     _split(pseudonyms)  # refuses duplicates before anything is stored
                     self._put(contract.study_id, f"{owner_id}.pseudonyms", bytes(pseudonyms))
                     held = bytes(pseudonyms)
@@ -175,11 +215,27 @@ class JoinCoordinator:
         terms = contract.join_terms()
         public, scheme = self._key(contract, fetch)
         groups = terms.groups(scheme.slots)
-        planes = []
-        for side, owner in enumerate(contract.expected_owners):
-            d = terms.values_of(side)
-            planes.append([[chunks_of(owner, g * d + v) for v in range(d)] for g in range(groups)])
+        planes = [[_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
+                  for side, owner in enumerate(contract.expected_owners)]
         return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, workers=self.workers)
+
+
+class _LazyGroup(Sequence[bytes]):
+    """One group of an owner's committed upload, read chunk by chunk when a worker's block needs it (so this
+    process never holds both uploads whole)."""
+
+    def __init__(self, chunks_of: Any, owner: str, group: int, values: int) -> None:
+        self._chunks_of, self._owner, self._first, self._n = chunks_of, owner, group * values, values
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, v: Any) -> Any:
+        if isinstance(v, slice):
+            return [self[i] for i in range(*v.indices(self._n))]
+        if not 0 <= v < self._n:
+            raise IndexError(v)
+        return self._chunks_of(self._owner, self._first + v)
 
 
 def _split(data: bytes) -> list[bytes]:

@@ -20,7 +20,8 @@ from ..common.access import AccessPolicy
 from ..common.config import AnalystConfig, ComputationConfig
 from ..common.server import ServerHandle, ServiceBinding, create_server
 from ..common.util import lock_data_dir, noise_source
-from ..decryption.client import DecryptionClient
+from ..common.receipts import ReceiptBook
+from ..decryption.client import OUTAGE_SECONDS, DecryptionClient
 from .handler import ComputationHandler
 from .servicer import SERVICE_NAME, ComputationServicer
 from .store import ComputationStore, SqliteComputationStore
@@ -28,6 +29,9 @@ from .store import ComputationStore, SqliteComputationStore
 __all__ = ["create_computation_server", "serve_computation", "create_analyst_server", "serve_analyst"]
 
 log = logging.getLogger("dpagg.computation")
+
+#: The key holder's signed charge receipts, one JSON line each (parties.common.receipts).
+RECEIPTS_FILE = "ledger_receipts.jsonl"
 
 
 def create_computation_server(config: ComputationConfig, *, store: ComputationStore | None = None,
@@ -46,6 +50,8 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
         unlock()
         raise
     ds = DecryptionClient(config.decryption_target, tls=config.tls, insecure=config.insecure)
+    ds.receipts = ReceiptBook(config.data_dir / RECEIPTS_FILE)  # the second record of spend (ledger rollback)
+    ds.outage_seconds = OUTAGE_SECONDS  # a release rides out a short restart of the key holder
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     handler = ComputationHandler(st, ds, noise_source(config.noise_seed), data_dir=config.data_dir)

@@ -21,13 +21,11 @@ __all__ = ["ComputationServicer", "SERVICE_NAME", "release_to_proto"]
 
 SERVICE_NAME = computation_pb2.DESCRIPTOR.services_by_name["Computation"].full_name
 
-_UPLOAD_STATES = computation_pb2.UploadStatusResponse.State
-_RELEASE_STATES = computation_pb2.ReleaseStatusResponse.State
 
 
 def release_to_proto(rec: ReleaseRecord) -> computation_pb2.ReleaseStatusResponse:
     resp = computation_pb2.ReleaseStatusResponse(
-        release_id=rec.release_id, study_id=rec.study_id, state=_RELEASE_STATES.Value(rec.state),
+        release_id=rec.release_id, study_id=rec.study_id, state=rec.state,
         epsilon=rec.epsilon, owners=list(rec.owners), error_code=rec.error_code, error_message=rec.error_message,
         seconds=rec.seconds, bytes_to_decryption=rec.bytes_to_decryption,
     )
@@ -68,8 +66,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         caller = self.policy.require(context, ["data_owner"], action="exchange join keys")
         self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
         contract = self.handler.study(request.study_id)
-        peer = self.handler.joins.exchange(contract, request.owner_id, bytes(request.public_key))
-        return computation_pb2.JoinExchangeResponse(peer_public_key=peer)
+        peer, signature = self.handler.joins.exchange(contract, request.owner_id, bytes(request.public_key),
+                                                      bytes(request.signature))
+        return computation_pb2.JoinExchangeResponse(peer_public_key=peer, peer_signature=signature)
 
     def JoinPlacement(self, request: computation_pb2.JoinPlacementRequest,
                       context: grpc.ServicerContext) -> computation_pb2.JoinPlacementResponse:
@@ -111,7 +110,7 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         if caller is not None and caller.role == "data_owner":
             self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
         o = self.handler.upload_status(request.study_id, request.owner_id, request.idempotency_key)
-        return computation_pb2.UploadStatusResponse(state=_UPLOAD_STATES.Value(o.state),
+        return computation_pb2.UploadStatusResponse(state=o.state,
                                                     received_chunks=list(o.received), chunk_count=o.chunk_count)
 
     def StudyStatus(self, request: computation_pb2.StudyStatusRequest,

@@ -439,7 +439,7 @@ def _meta(row: tuple[object, ...]) -> UploadMeta:
 
 
 def _submission_row(row: tuple[object, ...]) -> Submission:
-    return Submission(_meta(row[:6]), int(row[6]), str(row[7]), bytes(row[8]), bytes(row[9]))  # type: ignore[call-overload, arg-type]
+    return Submission(_meta(row[:6]), int(row[6]), str(row[7]), bytes(row[8]), bytes(row[9]))  # type: ignore[call-overload]
 
 
 def _release(row: tuple[object, ...]) -> ReleaseRecord:

@@ -6,16 +6,18 @@ import os
 import random
 import time
 import uuid
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Iterator, Self, Sequence
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import split_chunks
-from he_partition.core.measurements import owner_encoding
+from he_partition.core.measurements import MAX_DECODED_MAGNITUDE, owner_encoding
 from he_partition.protocol import validate_histogram
 
 from ..common.config import DEFAULT_TIMEOUT, RetryPolicy
@@ -82,6 +84,18 @@ class SubmitInterrupted(KeyboardInterrupt):
         return (f"interrupted: upload {self.idempotency_key} of owner {self.owner_id} to study {self.study_id} is not "
                 f"committed; the server held {self.held_before} of {self.chunk_count} chunk(s) and this run sent "
                 f"{self.sent} more (the last may not have arrived). Nothing counts until every chunk is there")
+
+
+def _check_decodable(hist: npt.NDArray[np.int64], limit: int, what: str, owner_id: str) -> None:
+    """Refuse a histogram whose total (the last prefix sum it encrypts) would not decode (see
+    `StudyContract.max_records_per_owner`): past the bound the aggregate wraps modulo the plaintext
+    modulus and the release comes out wrong with no error anywhere."""
+    total = int(np.sum(hist.astype(object))) if hist.size else 0
+    if total > limit:
+        raise InvalidInputError(
+            f"histogram of owner {owner_id} holds {total} records (largest count {int(hist.max())} at bin "
+            f"{int(hist.argmax())}), more than {limit} ({what}); decoded values past 2^44 would be wrong. "
+            "Check the counts (a unit or overflow error?); nothing was encrypted or sent")
 
 
 def _counts_of(histogram: Any) -> tuple[Any, int | None]:
@@ -200,6 +214,8 @@ class DataOwnerClient:
             from .dataset import check_bound_matches
 
             check_bound_matches(histogram, contract.contribution_bound)
+        _check_decodable(hist, contract.max_records_per_owner, f"study {study_id}'s bound for one of its "
+                         f"{len(contract.expected_owners)} owner(s)", self.owner_id)
         self._check_signing_key(contract)
         backend = self.backend(contract)
         # What encrypt_histogram encrypts (the prefix encoding), one ciphertext at a time so it can be reported.
@@ -253,13 +269,14 @@ class DataOwnerClient:
         KeyboardInterrupt) on Ctrl-C during the upload.
         """
         counts, bound = _counts_of(histogram)
-        validate_histogram(counts, name=f"histogram of owner {self.owner_id}")  # before any network traffic
+        hist = validate_histogram(counts, name=f"histogram of owner {self.owner_id}")  # before any network traffic
+        _check_decodable(hist, MAX_DECODED_MAGNITUDE // 2, "what any study can decode", self.owner_id)
         key = check_id("idempotency_key", idempotency_key or f"up-{uuid.uuid4().hex[:20]}")
         started = time.monotonic()
         status = self.computation.upload_status(study_id, self.owner_id, key)
         if status.state == "COMMITTED":
             if resume_dir is not None:
-                UploadCache(resume_dir, study_id=study_id, owner_id=self.owner_id, idempotency_key=key).clear()
+                UploadCache(Path(resume_dir), study_id=study_id, owner_id=self.owner_id, idempotency_key=key).clear()
             return SubmitResult(study_id, self.owner_id, key, True, True, status.chunk_count, 0, 0, 0,
                                 time.monotonic() - started)
         if status.state == "CONFLICT":
@@ -271,7 +288,7 @@ class DataOwnerClient:
             enc = self.encrypt(study_id, histogram, progress=progress)
             return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
                                started=started)
-        cache = UploadCache(resume_dir, study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
+        cache = UploadCache(Path(resume_dir), study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
         digest = counts_digest(np.asarray(counts), bound)
         contract = self.contract(study_id)
         saved = cache.load(digest, contract_hash=contract.contract_hash,

@@ -8,7 +8,10 @@ join key (fingerprint checked against the contract) and uploads them signed, lik
 submission. Identifiers and attribute values never leave this process.
 
 The X25519 private key is kept in `state_dir` (0600) so that a re-run posts the same key
-(the server keeps the first one) and derives the same pseudonyms.
+(the server keeps the first one) and derives the same pseudonyms; it is deleted once the
+upload is committed (a re-run then finds the committed upload and sends nothing). In a
+signed study the key is signed with the owner's contract-bound Ed25519 key, and the other
+owner's key is used only if its signature checks against the contract.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from he_partition.he.bfv import context_fingerprint
 from he_partition.core.errors import DPAggError, InvalidInputError
-from he_partition.join.protocol import (JoinKeyPair, check_placement, dummy_count, encode_indicators, pseudonyms,
-                               shared_dummies)
+from he_partition.join.protocol import JoinKeyPair, check_placement, encode_indicators, posted_pseudonyms
 from he_partition.he.join_scheme import JoinScheme
 
 from ..common.contract import StudyContract
+from ..common.join_keys import sign_join_key, verify_join_key
 from ..common.tls import write_private_file
 from .client import DataOwnerClient, EncryptedHistogram, SubmitResult
 from .dataset import DomainSpec
@@ -90,10 +93,14 @@ def read_join_csv(path: str | os.PathLike[str], spec: DomainSpec, id_column: str
     return JoinRecords(keep, len(ids) + bad, len(ids) - len(keep) + bad)
 
 
+def _key_path(state_dir: Path, study_id: str, owner_id: str) -> Path:
+    return Path(state_dir).expanduser() / f"{study_id}.{owner_id}.join-x25519.key"
+
+
 def _key_pair(state_dir: Path | None, study_id: str, owner_id: str) -> JoinKeyPair:
     if state_dir is None:
         return JoinKeyPair()
-    path = Path(state_dir).expanduser() / f"{study_id}.{owner_id}.join-x25519.key"
+    path = _key_path(state_dir, study_id, owner_id)
     if path.exists():
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         if not isinstance(key, X25519PrivateKey):
@@ -133,10 +140,12 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     """Run this owner's side of join study `study_id` with `records` (identifier -> attribute bin).
 
     Privacy: nothing about identifiers or values leaves unencrypted: the computation
-    server receives HMAC pseudonyms under a key it cannot derive, and ciphertexts. The
-    shared dummies (their number a discrete Laplace draw of scale 1/padding_epsilon only
-    the owners know) make the intersection size it sees padding_epsilon-DP; the study's
-    ledger booked that epsilon when it opened.
+    server receives HMAC pseudonyms under a key it cannot derive, sorted (a uniformly
+    random order: nothing of the file's order), and ciphertexts. The shared dummies and
+    each owner's private dummies (three discrete Laplace counts at padding_epsilon/3,
+    sensitivity 1, add/remove one shared customer; only the owners know them) make the
+    set sizes it sees padding_epsilon-DP with delta `padding_delta` (at most 1e-6); the
+    study's ledger booked that epsilon when it opened.
     """
     cs = owner.computation
     contract = owner.contract(study_id)
@@ -150,13 +159,21 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     if not records:
         raise InvalidInputError("no records to join: refusing an empty submission")
     owner._check_signing_key(contract)
-    pair = _key_pair(Path(state_dir) if state_dir is not None else None, study_id, owner.owner_id)
-    peer = _wait("the other owner has not posted its join key",
-                 lambda: cs.join_exchange(study_id, owner.owner_id, pair.public_bytes), bool,
-                 wait_timeout, poll_interval)
+    state = Path(state_dir) if state_dir is not None else None
+    status = cs.upload_status(study_id, owner.owner_id, idempotency_key)
+    if status.state == "COMMITTED":  # a re-run after the upload: nothing to send, and the key is not needed
+        _forget_key(state, study_id, owner.owner_id)
+        return SubmitResult(study_id, owner.owner_id, idempotency_key, True, True, status.chunk_count, 0, 0, 1, 0.0)
+    pair = _key_pair(state, study_id, owner.owner_id)
+    signature = (sign_join_key(owner._signing_key, contract, owner.owner_id, pair.public_bytes)
+                 if contract.signed and owner._signing_key is not None else b"")
+    peer, peer_signature = _wait("the other owner has not posted its join key",
+                                 lambda: cs.join_exchange(study_id, owner.owner_id, pair.public_bytes, signature),
+                                 lambda r: bool(r[0]), wait_timeout, poll_interval)
+    verify_join_key(contract, contract.expected_owners[1 - side], peer, peer_signature)
     key = pair.join_key(peer, study_id=study_id, contract_hash=contract.contract_hash)
     ids = list(records)
-    mine = pseudonyms(key, ids) + shared_dummies(key, dummy_count(key, terms.padding_epsilon, terms.padding_offset))
+    mine, real = posted_pseudonyms(pair, key, ids, terms, study_id=study_id)
     cs.join_placement(study_id, owner.owner_id, b"".join(mine))
     _, positions, capacity = _wait("the other owner has not posted its pseudonyms",
                                    lambda: cs.join_placement(study_id, owner.owner_id), lambda r: r[0],
@@ -167,9 +184,18 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     placement = dict(zip(mine, positions))
     check_placement(mine, placement, capacity)
     scheme = _scheme(owner, contract)
-    value_of = {p: int(records[i]) for p, i in zip(mine, ids)}
+    value_of = {p: int(records[i]) for p, i in zip(real, ids)}
     planes = encode_indicators(placement, value_of, n_values, capacity, scheme.slots)
     chunks = tuple(scheme.serialize(scheme.encrypt(plane)) for group in planes for plane in group)
     enc = EncryptedHistogram(study_id, contract.domain_size, contract.context_fingerprint, chunks,
                              contract.contract_hash, contract.signed)
-    return owner.upload(enc, idempotency_key=idempotency_key, progress=progress)
+    result = owner.upload(enc, idempotency_key=idempotency_key, progress=progress)
+    if result.committed:
+        _forget_key(state, study_id, owner.owner_id)
+    return result
+
+
+def _forget_key(state_dir: Path | None, study_id: str, owner_id: str) -> None:
+    """Delete this owner's X25519 private key once its upload is committed (nothing needs it any more)."""
+    if state_dir is not None:
+        _key_path(state_dir, study_id, owner_id).unlink(missing_ok=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
+import grpc
 import numpy as np
 import numpy.typing as npt
 
@@ -14,8 +17,17 @@ from he_partition.core.measurements import Measurement
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
+from ..common.errors import FailedPreconditionError, ServiceError
+from ..common.receipts import ReceiptBook
 from ..common.convert import (context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
+
+log = logging.getLogger("dpagg.decryption.client")
+
+#: Outage a release of the computation server rides out (seconds), and the retry backoff.
+OUTAGE_SECONDS = 20.0
+OUTAGE_FIRST_DELAY = 0.25
+OUTAGE_MAX_DELAY = 4.0
 
 __all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult", "DirectChargeInfo"]
 
@@ -94,6 +106,24 @@ class DecryptionClient(BaseClient):
     stub_class = decryption_pb2_grpc.DecryptionStub
     server_role = "decryption"
 
+    #: The computation server's record of the key holder's signed charge receipts (None: not kept). With a
+    #: book, every charge's receipt is kept, the newest is shown with the next request of its study, and
+    #: `budget` refuses a key holder that reports less spend than the receipts (a rolled-back ledger).
+    receipts: ReceiptBook | None = None
+
+    #: How long `decrypt_measurement` keeps retrying an unreachable key holder (a short restart), seconds;
+    #: 0 (the default) fails at once. The computation server sets OUTAGE_SECONDS.
+    outage_seconds: float = 0.0
+
+    def _shown(self, study_id: str) -> decryption_pb2.LedgerReceipt | None:
+        r = self.receipts.newest(study_id) if self.receipts is not None else None
+        return None if r is None else decryption_pb2.LedgerReceipt(body=r.body, signature=r.signature,
+                                                                     public_key=r.public_key)
+
+    def _keep(self, receipt: decryption_pb2.LedgerReceipt) -> None:
+        if self.receipts is not None:
+            self.receipts.record(receipt.body, receipt.signature, receipt.public_key)
+
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
         """Download the serialized public BFV context (streamed in chunks) and check its SHA-256 fingerprint.
 
@@ -171,8 +201,12 @@ class DecryptionClient(BaseClient):
         person with at most c records); the
         server adds its own discrete Laplace draw (noise_parties == 2), which only it knows.
 
-        Not retried: the server charges the ledger before decrypting, so a lost reply must
-        not be answered by a second decryption. The ledger refuses (RESOURCE_EXHAUSTED) a
+        A key holder that is unreachable (UNAVAILABLE) is retried for up to `outage_seconds`
+        (backoff, each retry logged), re-sending the very same chunks, so no noise is redrawn
+        for anything the key holder may have seen. Other failures are not retried: the server
+        charges the ledger before decrypting, so a lost reply is not answered by a second
+        decryption; if the server charged and then died, the retry is charged again (the
+        ledger books every decryption, and a release never passes its declared epsilon). The ledger refuses (RESOURCE_EXHAUSTED) a
         charge that does not fit. `contract_hash` is the hash of the study contract the
         measurement was computed under; the server refuses a measurement under other terms.
         Only the computation server may call this.
@@ -180,16 +214,36 @@ class DecryptionClient(BaseClient):
         header = decryption_pb2.DecryptMeasurementHeader(
             study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
             measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
+            newest_receipt=self._shown(study_id),
         )
+        sent: list[bytes] = []  # every chunk handed to gRPC so far: a retry re-sends these very bytes
+        source = iter(chunks)
 
         def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
             yield decryption_pb2.DecryptMeasurementRequest(header=header)
-            for c in chunks:
+            for c in list(sent):
+                yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
+            for c in source:
+                sent.append(c)
                 yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
 
         deadline = (self.timeout if timeout is None else timeout) + 0.5 * chunk_count
-        resp = self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout), requests(),
-                           method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
+        waited, delay = 0.0, OUTAGE_FIRST_DELAY
+        while True:
+            try:
+                resp = self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout),
+                                   requests(), method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
+                break
+            except ServiceError as exc:
+                if exc.code != grpc.StatusCode.UNAVAILABLE or waited + delay > self.outage_seconds:
+                    raise
+                log.warning("decryption server unreachable during release %s (%s); retrying %s in %.1f s "
+                            "(%.0f of %.0f s of outage tolerated), re-sending the same ciphertexts", release_id,
+                            exc.details, measurement.kind, delay, waited, self.outage_seconds)
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, OUTAGE_MAX_DELAY)
+        self._keep(resp.receipt)
         return DecryptResult(np.asarray(resp.values, dtype=np.int64), int(resp.charge_id),
                              float(resp.epsilon_remaining))
 
@@ -205,16 +259,26 @@ class DecryptionClient(BaseClient):
         """
         req = decryption_pb2.ChargeDirectQueriesRequest(study_id=study_id, request_id=request_id,
                                                         contract_hash=contract_hash, ranges=ranges_to_proto(ranges),
-                                                        epsilon=epsilon)
+                                                        epsilon=epsilon, newest_receipt=self._shown(study_id))
         resp = self._unary(self._stub.ChargeDirectQueries, req, method="Decryption/ChargeDirectQueries",
                            timeout=timeout)
+        self._keep(resp.receipt)
         return DirectChargeInfo(float(resp.epsilon_charged), float(resp.epsilon_direct_total),
                                 float(resp.epsilon_remaining), int(resp.charge_id), bool(resp.already_charged))
 
     def budget(self, study_id: str, *, timeout: float | None = None) -> BudgetInfo:
-        """Total, spent and remaining epsilon of a study, with the ledger rows."""
+        """Total, spent and remaining epsilon of a study, with the ledger rows.
+
+        With a receipt book (the computation server): FailedPreconditionError naming the row
+        when the ledger's hash chain is broken, and LedgerRolledBackError (FAILED_PRECONDITION)
+        when the key holder reports less spend than the newest receipt it signed for the study.
+        """
         resp = self._unary(self._stub.BudgetStatus, decryption_pb2.BudgetStatusRequest(study_id=study_id),
                            method="Decryption/BudgetStatus", timeout=timeout)
+        if self.receipts is not None:  # the computation server: no release or direct query on a broken ledger
+            if resp.chain_problem:  # named before any budget figure computed from the broken rows
+                raise FailedPreconditionError(resp.chain_problem)
+            self.receipts.check_spend(study_id, resp.epsilon_spent)
         return BudgetInfo(
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
             tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),

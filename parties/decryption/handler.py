@@ -21,7 +21,7 @@ from he_partition.he.join_scheme import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
 from he_partition.he.join_scheme import JoinScheme
 from he_partition.core.errors import InvalidInputError, PrecisionError
 from he_partition.core.measurements import Measurement, PartitionSums, RangeCount, range_count_batch
-from he_partition.core.noise import RandomSource
+from he_partition.core.noise import KeyedRandom, RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
 from ..common.contract import StudyContract, canonical_json, check_id
@@ -29,6 +29,7 @@ from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .client import JoinCellsResult
+from .arrivals import ArrivalLog
 from .keys import KeyMaterial, load_or_create_join_keys
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
@@ -162,11 +163,17 @@ class DecryptionHandler:
     """
 
     def __init__(self, ledger: LedgerStore, keys: KeyMaterial, rng: RandomSource, *,
-                 require_signed: bool = False, join_keys_dir: Path | None = None) -> None:
+                 require_signed: bool = False, join_keys_dir: Path | None = None,
+                 noise_key: bytes | None = None, arrivals: ArrivalLog | None = None) -> None:
         self.ledger = ledger
         self.require_signed = require_signed
         self.keys = keys
         self.rng = rng
+        # The secret that fixes this server's draw per request (`_request_noise`); without one
+        # (tests, in-memory servers) it comes from `rng`, so a seeded server stays reproducible.
+        self._noise_key = noise_key if noise_key is not None else b"".join(
+            int(v).to_bytes(8, "big") for v in rng.integers(1 << 62, 4))
+        self.arrivals = arrivals if arrivals is not None else ArrivalLog()
         self.backend = BfvBackend(keys.secret_context)
         self._decrypt_lock = threading.Lock()
         self._join_dir = join_keys_dir
@@ -311,7 +318,9 @@ class DecryptionHandler:
                                          "join key, or corrupted; nothing was charged or decrypted")
             charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
                                         decryption_detail(contract, m, cells))
-            values = decrypt_values(scheme, parsed, m, self.rng, noise_parties=contract.noise_parties)
+            # This server's draw is fixed by the request, as for every other measurement (`_request_noise`).
+            noise = self._request_noise(study_id, release_id, eps, m, stream_digest(cells).hex())
+            values = decrypt_values(scheme, parsed, m, noise, noise_parties=contract.noise_parties)
         log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
                  m.kind, len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)
@@ -392,53 +401,90 @@ class DecryptionHandler:
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Sequence[bytes], contract_hash: str,
                             checked: Sequence[Any] | None = None) -> DecryptedMeasurement:
-        """Charge the ledger, then decrypt, round, decode and add this server's noise.
+        """Fix this server's draw, charge the ledger, then decrypt, decode, add the draw and check the noised values.
 
-        Privacy: the ledger row for `charged_epsilon` (`measurement.epsilon`, times 1 + L
-        in a study with correlated records, where it is a Bayesian-DP charge in the same
-        units as `release_epsilon`) is committed (and refused with BudgetExhaustedError
-        if it does not fit) before decryption. The decoded values
-        are the measurement (sensitivity `measurement.sensitivity` under add/remove of
-        one person with at most c records) plus the computation server's discrete
-        Laplace draw; with noise_parties == 2 this server adds its own independent draw
-        of scale sensitivity/epsilon, which only it knows. Before the charge every chunk
-        passes the integrity check (noise budget: a foreign key or corrupt ciphertext is
-        refused and nothing is charged); decrypted slots are exact integers, and decoded
-        values above 2^44 are refused (the budget is then spent). The ledger row also
-        records what it paid for (`decryption_detail`).
+        Privacy: this server's discrete Laplace draw (scale sensitivity/epsilon per value,
+        noise_parties == 2; only this server knows it) is fixed first, from its noise key
+        and the request (`_request_noise`): the same request gets the same draw, another
+        request an independent one. Then the ledger row for `charged_epsilon`
+        (`measurement.epsilon`, times 1 + L in a study with correlated records, where it
+        is a Bayesian-DP charge in the same units as `release_epsilon`) is committed (and
+        refused with BudgetExhaustedError if it does not fit) before decryption. The
+        decoded values are the measurement (sensitivity `measurement.sensitivity` under
+        add/remove of one person with at most c records) plus the computation server's
+        draw plus this server's. Before the charge every chunk passes the integrity check
+        (noise budget: a foreign key or corrupt ciphertext is refused and nothing is
+        charged); after it, noised values above 2^44 are refused (the epsilon stays
+        spent, and the refusal is post-processing of the noised values). Every request
+        that reaches this point is recorded in `arrivals`, answered or refused; the ledger
+        row also records what it paid for (`decryption_detail`).
         """
-        contract = self.get_study(study_id)
-        check_id("release_id", release_id)
-        self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
-                               release_id=release_id, release_epsilon=float(release_epsilon))
-        # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
-        # `checked`: the same chunks already parsed and integrity-checked as they arrived.
-        sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in chunks)
-        wanted = set(measurement.measured_chunks(self.backend.slots))
-        vector = ChunkedVector(contract.domain_size, tuple(
-            next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
-        detail = decryption_detail(contract, measurement, chunks)
-        budget: Budget
-        if isinstance(measurement, RangeCount):
-            budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
-        else:
-            budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
-                                   detail, contract.noise_multiplier)
-        side = DecryptionSide(self.backend, self.rng, budget, contract.noise_parties)
-        with self._decrypt_lock:
-            values = side.decrypt_measurement(measurement, vector, verified=checked is not None)
+        digest = stream_digest(chunks).hex()
+        budget: Budget | None = None
+        try:
+            contract = self.get_study(study_id)
+            check_id("release_id", release_id)
+            self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
+                                   release_id=release_id, release_epsilon=float(release_epsilon))
+            # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
+            # `checked`: the same chunks already parsed and integrity-checked as they arrived.
+            sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in chunks)
+            wanted = set(measurement.measured_chunks(self.backend.slots))
+            vector = ChunkedVector(contract.domain_size, tuple(
+                next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
+            detail = decryption_detail(contract, measurement, chunks)
+            if isinstance(measurement, RangeCount):
+                budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
+            else:
+                budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
+                                       detail, contract.noise_multiplier)
+            side = DecryptionSide(self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
+                                                                    measurement, digest),
+                                  budget, contract.noise_parties)
+            with self._decrypt_lock:
+                values = side.decrypt_measurement(measurement, vector, verified=checked is not None)
+        except Exception as exc:
+            charged = budget.last.epsilon if isinstance(budget, _LedgerBudget) and budget.last is not None else 0.0
+            self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest, charged=charged)
+            raise
         charges = self.ledger.charges(study_id)
         if isinstance(budget, _LedgerBudget):
             assert budget.last is not None  # DecryptionSide charges before it decrypts
             paid: Charge | None = budget.last
         else:
             paid = next((c for c in charges if c.release_id == release_id), None)
+        self.arrivals.record(study_id=study_id, release_id=release_id, kind=measurement.kind, chunks=len(chunks),
+                             ciphertext_digest=digest, outcome="answered",
+                             epsilon_charged=paid.epsilon if isinstance(budget, _LedgerBudget) and paid else 0.0)
         log.info("study %s, %s %s: decrypted %s (%d chunks, %d values)%s", study_id,
                  "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
                  measurement.kind, len(chunks), len(values),
                  f", charged epsilon {paid.epsilon:.6g}" if paid is not None else "")
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
+
+    def record_refusal(self, study_id: str, release_id: str, kind: str, chunks: Sequence[bytes], exc: BaseException,
+                       *, digest: str = "", charged: float = 0.0) -> None:
+        """Record ciphertexts that reached this server and were refused (with what was charged) in `arrivals`."""
+        self.arrivals.record(study_id=study_id, release_id=release_id, kind=kind, chunks=len(chunks),
+                             ciphertext_digest=digest or stream_digest(chunks).hex(), outcome="refused",
+                             epsilon_charged=charged, reason=f"{type(exc).__name__}: {exc}")
+        log.warning("study %s, release %s: refused %s after %d chunk(s) arrived (epsilon charged %.6g): %s",
+                    study_id, release_id, kind, len(chunks), charged, exc)
+
+    def _request_noise(self, study_id: str, release_id: str, release_epsilon: float, m: Measurement,
+                       digest: str) -> KeyedRandom:
+        """The source of this server's draw for one request, fixed before anything data-dependent is read.
+
+        Keyed by the noise key and (study, release, release epsilon, measurement, ciphertext
+        digest): a repeated request (same bytes) gets the same draw, so repeating cannot
+        average fresh draws; any other ciphertext or measurement gets an independent draw,
+        so two answers never share this server's noise (a difference of two answers cannot
+        cancel it). Draws no noise itself.
+        """
+        label = canonical_json({"study_id": study_id, "release_id": release_id, "release_epsilon": release_epsilon,
+                                "measurement": m.to_dict(), "ciphertext_digest": digest})
+        return KeyedRandom(self._noise_key, label.encode("utf-8"))
 
     def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
                               ranges: Sequence[tuple[int, int]], epsilon: float) -> DirectCharge:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import hashlib
 import logging
 import os
 import stat
@@ -16,7 +17,7 @@ from he_partition.core.errors import InvalidInputError
 
 from ..common.util import write_file_atomic, write_private_file
 
-__all__ = ["KeyMaterial", "KeyStore"]
+__all__ = ["KeyMaterial", "KeyStore", "load_or_create_noise_key"]
 
 log = logging.getLogger("dpagg.decryption.keys")
 
@@ -115,3 +116,31 @@ def load_or_create_join_keys(directory: Path | str) -> "JoinScheme":
     write_private_file(secret_path, scheme.secret_bytes())
     log.info("generated the join key pair in %s", d)
     return scheme
+
+
+NOISE_KEY_FILE = "noise_key.bin"
+
+
+def load_or_create_noise_key(directory: Path | str, *, seed: int | None = None) -> bytes:
+    """The 32-byte secret that fixes this server's noise draw per request (noise_key.bin, mode 0600).
+
+    Kept next to the release key so that a request repeated after a restart gets the same
+    draw (it cannot average fresh ones). Generated on first use from the OS CSPRNG, or,
+    for a seeded test server (`seed`), from the seed, so test runs are reproducible.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = d / NOISE_KEY_FILE
+    if path.exists():
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            raise InvalidInputError(f"{path} has mode {mode:04o}: other users could read the noise key. "
+                                    f"Run: chmod 600 {path}")
+        key = path.read_bytes()
+        if len(key) != 32:
+            raise InvalidInputError(f"{path} holds {len(key)} bytes, not 32: restore it from a backup")
+        return key
+    key = os.urandom(32) if seed is None else hashlib.sha256(f"dpagg test noise key {seed}".encode()).digest()
+    write_private_file(path, key)
+    log.info("generated the noise key in %s", d)
+    return key

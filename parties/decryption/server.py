@@ -12,8 +12,10 @@ from ..common.server import ServerHandle, create_server
 from ..common.errors import FailedPreconditionError
 from ..common.util import lock_data_dir, noise_source
 from .handler import DecryptionHandler
-from .keys import KeyStore
+from .arrivals import ARRIVALS_FILE, ArrivalLog
+from .keys import KeyStore, load_or_create_noise_key
 from .ledger import LedgerStore, SqliteLedgerStore
+from .receipts import ReceiptSigner
 from .servicer import SERVICE_NAME, DecryptionServicer
 
 __all__ = ["create_decryption_server", "serve_decryption", "LEDGER_FILE", "KEYS_DIR"]
@@ -34,7 +36,9 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     unlock = lock_data_dir(config.data_dir, "decryption server")
     try:
         keys = KeyStore(config.data_dir / KEYS_DIR).load_or_create()
+        noise_key = load_or_create_noise_key(config.data_dir / KEYS_DIR, seed=config.noise_seed)
         store = ledger or SqliteLedgerStore(config.data_dir / LEDGER_FILE)
+        arrivals = ArrivalLog(config.data_dir / ARRIVALS_FILE)
     except BaseException:
         unlock()
         raise
@@ -47,9 +51,10 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None,
-                                join_keys_dir=config.data_dir / KEYS_DIR)
+                                join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals)
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
-    servicer = DecryptionServicer(handler, policy, config.computation_ids)
+    servicer = DecryptionServicer(handler, policy, config.computation_ids,
+                                  ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))
     try:
         server, port = create_server(
             [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],
@@ -58,9 +63,10 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
         )
     except BaseException:
         store.close()
+        arrivals.close()
         unlock()
         raise
-    return ServerHandle(server, port, config.host, handler, [store.close, unlock])
+    return ServerHandle(server, port, config.host, handler, [store.close, arrivals.close, unlock])
 
 
 def _identity(config: DecryptionConfig) -> str:

@@ -14,6 +14,8 @@ from ..common.contract import check_id
 from ..common.convert import (context_to_chunks, contract_to_proto, measurement_from_proto, open_study_kwargs,
                               ranges_from_proto)
 from .handler import DecryptionHandler
+from .ledger import Charge
+from .receipts import ReceiptSigner
 
 __all__ = ["DecryptionServicer", "SERVICE_NAME"]
 
@@ -30,13 +32,25 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
     """
 
     def __init__(self, handler: DecryptionHandler, policy: AccessPolicy | None = None,
-                 computation_ids: tuple[str, ...] = ()) -> None:
+                 computation_ids: tuple[str, ...] = (), receipts: ReceiptSigner | None = None) -> None:
         self.handler = handler
+        #: Signs a receipt for every charge; checks the receipt a request shows (ledger rollback).
+        self.receipts = receipts if receipts is not None else ReceiptSigner.load_or_create(None)
         self.policy = policy if policy is not None else AccessPolicy()
         self.computation_ids = tuple(computation_ids) or None
 
     def _computation_only(self, context: grpc.ServicerContext, action: str) -> None:
         self.policy.require(context, ["computation"], self.computation_ids, action=action)
+
+    def _check_receipt(self, study_id: str, shown: decryption_pb2.LedgerReceipt) -> None:
+        """Refuse, before anything is charged or decrypted, a ledger older than the receipt the caller shows."""
+        self.receipts.check(self.handler.ledger, study_id, shown.body, shown.signature)
+
+    def _receipt(self, charge: Charge | None) -> decryption_pb2.LedgerReceipt | None:
+        if charge is None:
+            return None
+        body, signature = self.receipts.issue(self.handler.ledger, charge)
+        return decryption_pb2.LedgerReceipt(body=body, signature=signature, public_key=self.receipts.public_key)
 
     def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
                          context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
@@ -65,6 +79,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         measurement = measurement_from_proto(header.measurement)
         contract = self.handler.get_study(header.study_id)
         check_id("release_id", header.release_id)
+        self._check_receipt(header.study_id, header.newest_receipt)
         # Validate the header against the contract before reading ciphertexts, so a bad
         # request costs no memory and nothing is charged or decrypted.
         self.handler.check_measurement(contract, measurement, int(header.chunk_count),
@@ -72,21 +87,27 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                                        release_epsilon=float(header.release_epsilon))
         chunks: list[bytes] = []
         checked: list[object] = []
-        for msg in request_iterator:
-            if msg.WhichOneof("part") != "chunk":
-                raise InvalidInputError("only ciphertext chunks may follow the DecryptMeasurement header")
-            if len(chunks) >= header.chunk_count:
-                raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
-            chunks.append(msg.chunk)
-            # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
-            checked.append(self.handler.checked_chunk(msg.chunk, len(chunks) - 1))
+        try:
+            for msg in request_iterator:
+                if msg.WhichOneof("part") != "chunk":
+                    raise InvalidInputError("only ciphertext chunks may follow the DecryptMeasurement header")
+                if len(chunks) >= header.chunk_count:
+                    raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
+                chunks.append(msg.chunk)
+                # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
+                checked.append(self.handler.checked_chunk(msg.chunk, len(chunks) - 1))
+        except Exception as exc:  # chunks that reached this server are recorded, refused or not
+            if chunks:
+                self.handler.record_refusal(header.study_id, header.release_id, measurement.kind, chunks, exc)
+            raise
         result = self.handler.decrypt_measurement(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
             measurement=measurement, chunks=chunks, contract_hash=header.contract_hash, checked=checked,
         )
         return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
                                                          charge_id=result.charge.charge_id if result.charge else 0,
-                                                         epsilon_remaining=result.epsilon_remaining)
+                                                         epsilon_remaining=result.epsilon_remaining,
+                                                         receipt=self._receipt(result.charge))
 
     def DecryptJoinCells(self, request_iterator: Iterator[decryption_pb2.DecryptJoinCellsRequest],
                          context: grpc.ServicerContext) -> decryption_pb2.DecryptJoinCellsResponse:
@@ -126,12 +147,15 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         c records); draws no noise, so nobody knows noise from it.
         """
         self._computation_only(context, "pay for direct range counts")
+        self.handler.get_study(request.study_id)
+        self._check_receipt(request.study_id, request.newest_receipt)
         r = self.handler.charge_direct_queries(study_id=request.study_id, request_id=request.request_id,
                                                contract_hash=request.contract_hash,
                                                ranges=ranges_from_proto(request.ranges), epsilon=request.epsilon)
         return decryption_pb2.ChargeDirectQueriesResponse(
             epsilon_charged=r.epsilon, epsilon_direct_total=r.spent_direct, epsilon_remaining=r.remaining,
-            charge_id=r.charge.charge_id if r.charge else 0, already_charged=r.already_charged)
+            charge_id=r.charge.charge_id if r.charge else 0, already_charged=r.already_charged,
+            receipt=self._receipt(r.charge))
 
     def BudgetStatus(self, request: decryption_pb2.BudgetStatusRequest,
                      context: grpc.ServicerContext) -> decryption_pb2.BudgetStatusResponse:

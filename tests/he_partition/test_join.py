@@ -57,9 +57,9 @@ def test_dummy_count_is_shared_and_discrete_laplace_around_the_offset() -> None:
     assert dummy_count(ka, 1.0, 20) == dummy_count(kb, 1.0, 20)
     assert len(set(shared_dummies(ka, 5))) == 5 and shared_dummies(ka, 5) == shared_dummies(kb, 5)
     rng = SeededRandom(5)
-    draws = np.array([dummy_count(bytes(rng.integers(256, 32).astype(np.uint8)), 0.5, 40) - 40
+    draws = np.array([dummy_count(bytes(rng.integers(256, 32).astype(np.uint8)), 1.5, 40) - 40
                       for _ in range(3000)])
-    # Discrete Laplace of scale 2: P(X = k) = (1 - q) / (1 + q) q^|k|, q = exp(-1/2); none clamped at offset 40.
+    # Discrete Laplace of scale 2 (each of the padding's three draws gets a third of padding epsilon 1.5): P(X = k) = (1 - q) / (1 + q) q^|k|, q = exp(-1/2); none clamped at offset 40.
     q = np.exp(-0.5)
     ks = np.arange(-12, 13)
     expected = (1 - q) / (1 + q) * q ** np.abs(ks)
@@ -88,7 +88,7 @@ def test_placement_checks_refuse_malformed_or_foreign_positions() -> None:
     for placement, message in bad:
         with pytest.raises(InvalidInputError, match=message):
             check_placement(own, placement, 100)
-    with pytest.raises(InvalidInputError, match="more than the study's join capacity"):
+    with pytest.raises(InvalidInputError, match="do not fit the study's join capacity 19: open"):
         place(own, theirs, 19, SeededRandom(1))
     with pytest.raises(InvalidInputError, match="appears twice"):
         place([own[0], own[0]], theirs, 100, SeededRandom(1))
@@ -308,3 +308,16 @@ def test_datasets_with_the_same_table_look_alike_to_the_key_holder(schemes: tupl
     assert stats.ks_2samp(views[0], views[1]).pvalue > 1e-9
     width = 2.0 ** (FLOOD_BITS + 1)
     assert all(stats.kstest(v / width + 0.5, "uniform").pvalue > 1e-9 for v in views)
+
+
+def test_each_worker_receives_only_the_ciphertexts_of_its_cells(schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    """Two workers over a row-major 4 x 3 table: the first block (rows 0-1) gets A's planes of rows 0-1 and all
+    of B's; nothing of A's rows 2-3 (the uploads are not copied whole into every worker)."""
+    _, pub = schemes
+    a = [[f"a{g}{i}".encode() for i in range(4)] for g in range(3)]
+    b = [[f"b{g}{j}".encode() for j in range(3)] for g in range(3)]
+    ev = JoinEvaluator(pub.public_bytes(), a, b, list(range(12)), SeededRandom(1), workers=2)
+    first, second = (ev._planes_for(list(range(lo, hi))) for lo, hi in ev._bounds)
+    assert first[0] == [[f"a{g}{i}".encode() if i < 2 else b"" for i in range(4)] for g in range(3)]
+    assert second[0] == [[f"a{g}{i}".encode() if i >= 2 else b"" for i in range(4)] for g in range(3)]
+    assert first[1] == second[1] == b

@@ -14,12 +14,13 @@ import pytest
 from he_partition.core.errors import InvalidInputError
 from he_partition.join.protocol import JoinKeyPair
 from parties.common.errors import ServiceError
+from parties.common.join_keys import sign_join_key
 from parties.data_owner.join import submit_join
 
 from .conftest import Cluster
 
 SHAPE = (4, 3)
-TERMS = {"shape": list(SHAPE), "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 20}
+TERMS = {"shape": list(SHAPE), "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 86}  # delta <= 1e-6
 
 
 def _open(c: Cluster, study_id: str = "j1", epsilon: float = 3.0) -> Any:
@@ -65,8 +66,21 @@ def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path) -> Non
     a, b, truth = _records()
     out = _both(c, "j1", a, b, tmp_path)
     assert all(getattr(r, "committed", False) for r in out.values()), out
+    # What the CS stores: sorted lists (nothing of the file order), and more than the shared dummies besides
+    # the records: |A list| - |A| is not matched - |A n B|, so a public |A| does not give the shared dummy count.
+    held = {o: (c.root / "cs" / "join" / "j1" / f"{o}.pseudonyms").read_bytes() for o in "ab"}
+    lists = {o: [v[i:i + 32] for i in range(0, len(v), 32)] for o, v in held.items()}
+    assert all(v == sorted(v) for v in lists.values())
+    matched = len(set(lists["a"]) & set(lists["b"]))
+    assert len(lists["a"]) - len(a) > matched - int(truth.sum()) > 0
+    assert not any(list((tmp_path / o).glob("*.join-x25519.key")) for o in "ab")  # owners deleted the X25519 key
     release = c.computation().run_release("j1", epsilon=2.5)
     assert release.state == "DONE"
+    kept = sorted(p.name for p in (c.root / "cs" / "join" / "j1").iterdir())
+    assert kept == ["released"], kept  # keys, signatures, lists and placements deleted when the release started
+    with pytest.raises(ServiceError) as err:
+        c.owner("a").computation.join_placement("j1", "a", bytes(range(32)))
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION and "has been released" in str(err.value)
     summary = c.analyst().get_release(release.release_id).summary
     table = np.array(summary.sums).reshape(SHAPE)
     sd = np.sqrt(summary.sum_variance[0])
@@ -137,13 +151,18 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     contract = _open(c)
     cs_a = c.owner("a").computation
     key = JoinKeyPair().public_bytes
-    assert cs_a.join_exchange("j1", "a", key) == b""  # b has not posted yet
+    sign = c.signing_key("a")[0]
+    assert cs_a.join_exchange("j1", "a", key, sign_join_key(sign, contract, "a", key)) == (b"", b"")  # b not yet
+    other = JoinKeyPair().public_bytes
     with pytest.raises(ServiceError) as err:
-        cs_a.join_exchange("j1", "a", JoinKeyPair().public_bytes)
+        cs_a.join_exchange("j1", "a", other, sign_join_key(sign, contract, "a", other))
     assert err.value.code == grpc.StatusCode.ALREADY_EXISTS
     with pytest.raises(ServiceError) as err:
         cs_a.join_exchange("j1", "b", key)  # in another owner's name
     assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(ServiceError) as err:  # more than the capacity: refused at once, not after b posts
+        cs_a.join_placement("j1", "a", b"".join(i.to_bytes(32, "big") for i in range(8193)))
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "alone do not fit" in str(err.value)
     with pytest.raises(ServiceError) as err:
         cs_a.join_placement("j1", "a", b"x" * 64)  # the same pseudonym twice
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
@@ -178,6 +197,37 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     assert c.computation().study_status("j2").submitted_owners == ()
 
 
+def test_a_cs_that_substitutes_a_join_key_is_refused(secure_cluster: Cluster, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay hands each owner its own X25519 key instead of the other owner's: both owners refuse it (the
+    signature does not check against the contract's key for the other owner) before posting any pseudonym. And
+    the CS itself refuses a join key without the owner's signature."""
+    from parties.common.signing import SignatureError
+    from parties.computation.join import JoinCoordinator
+
+    c = secure_cluster
+    contract = _open(c, "jk")
+    cs_a = c.owner("a").computation
+    key = JoinKeyPair().public_bytes
+    for signature in (b"", sign_join_key(c.signing_key("b")[0], contract, "a", key)):  # none; b's key signing
+        with pytest.raises(ServiceError) as err:
+            cs_a.join_exchange("jk", "a", key, signature)
+        assert err.value.code == grpc.StatusCode.UNAUTHENTICATED and "not signed by the key" in str(err.value) \
+            or "no valid signature" in str(err.value), err.value
+    attacker = JoinKeyPair().public_bytes
+    real = JoinCoordinator.exchange
+
+    def substituted(self: JoinCoordinator, *args: Any) -> tuple[bytes, bytes]:
+        peer, signature = real(self, *args)
+        return (attacker, signature) if peer else (peer, signature)
+
+    monkeypatch.setattr(JoinCoordinator, "exchange", substituted)
+    a, b, _ = _records(3)
+    out = _both(c, "jk", a, b, tmp_path)
+    assert all(isinstance(e, SignatureError) and "substituted" in str(e) for e in out.values()), out
+    assert not list((c.root / "cs" / "join" / "jk").glob("*.pseudonyms"))  # nothing was posted
+
+
 def _fake_upload(contract: Any) -> Any:
     from parties.data_owner.client import EncryptedHistogram
 
@@ -191,7 +241,7 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     conn = ["--computation", cluster.cs.target, "--insecure"]
     assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
                  "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--capacity", "8192",
-                 "--epsilon", "2", "--padding-epsilon", "0.2", "--padding-offset", "10", "--release", "dawa", *conn]) == 0
+                 "--epsilon", "2", "--padding-epsilon", "0.2", "--release", "dawa", *conn]) == 0
     assert "4 x 3 table" in capsys.readouterr().out
     assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
     rng = np.random.default_rng(6)
@@ -219,5 +269,18 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     assert main(["query", "latest", "--study", "jc", "--analyst", cluster.cs.target, "--insecure"]) == 0
     out = capsys.readouterr().out
     assert "joint table, 4 rows (age:0:100:4) x 3 columns (spend:categories:low,mid,high): dawa partitions" in out
-    table = np.array([[int(v) for v in line.split()] for line in out.strip().splitlines()[-4:]])
+    lines = out.strip().splitlines()
+    assert lines[-5].split() == ["spend", "in", "{low}", "spend", "in", "{mid}", "spend", "in", "{high}"]
+    labels = ["age in [0, 25)", "age in [25, 50)", "age in [50, 75)", "age in [75, 100)"]
+    assert all(line.startswith(label + " ") for line, label in zip(lines[-4:], labels)), lines[-4:]
+    table = np.array([[int(v) for v in line.split()[-3:]] for line in lines[-4:]])
     assert table.shape == (4, 3) and abs(int(table.sum()) - 200) < 60  # 200 shared people, noisy cells
+    assert main(["query", "latest", "--study", "jc", "--json", "--analyst", cluster.cs.target, "--insecure"]) == 0
+    whole = json.loads(capsys.readouterr().out)["join_table"]
+    assert np.round(whole["estimate"]).astype(int).tolist() == table.tolist()
+    assert whole["row_labels"][3] == "age in [75, 100)" and whole["col_labels"] == ["spend in {low}",
+                                                                                    "spend in {mid}", "spend in {high}"]
+    assert np.asarray(whole["standard_error"]).shape == (4, 3) and 0 < whole["padding_delta"] <= 1e-6
+    assert main(["status", "jc", "--computation", cluster.cs.target, "--insecure"]) == 0
+    assert "join table 4 x 3: rows age:0:100:4, columns spend:categories:low,mid,high; capacity 8192" in \
+        capsys.readouterr().out

@@ -286,7 +286,11 @@ def test_direct_batches_that_do_not_fit_change_nothing(ledger_factory: Callable[
     assert store.direct_pieces("s1") == []
     assert len(store.charges("s1")) == 1
     ok = store.charge_direct("s1", "dq-2", _pieces([(0, 10)], 0.2))
-    assert ok.epsilon == 0.2 and ok.remaining == pytest.approx(0.5)
+    # "left" is what the next request is checked against: total - max(spent, reserved) = 1 - (0.8 + 0.2), not
+    # total - spent (0.5), which a next request could never get (issue 24, item 5).
+    assert ok.epsilon == 0.2 and ok.remaining == 0.0
+    with pytest.raises(BudgetExhaustedError, match="has 0 left of 1"):
+        store.charge_direct("s1", "dq-3", _pieces([(20, 30)], 0.01))
 
 
 def test_direct_requests_are_idempotent_and_each_range_decrypts_once(

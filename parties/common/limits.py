@@ -1,0 +1,281 @@
+"""Per-caller limits of every dpagg server: concurrency per identity and per RPC, idle-stream deadlines,
+work abandoned by its client, and a message-size budget per RPC checked before a message is parsed.
+
+gRPC's synchronous server runs each call on one thread of a fixed pool, so one authenticated
+caller holding every thread (idle upload streams, heavy range queries) starves everyone,
+health checks included. `CallLimiter` is the first interceptor of every server:
+
+- health and reflection bypass it, and `HEALTH_RESERVE` threads of the pool are never
+  given to other calls, so a busy server still answers its health check;
+- every other call of an authenticated caller takes a slot: at most `slots` at once, at
+  most `per_caller` per identity (the party of its verified certificate) and at most
+  `per_method[m]` per heavy method; the computation server calling the key holder
+  (`EXEMPT_ROLES`) and the callers of an insecure test server (no identities) are not
+  limited; a call past a limit is refused at once with UNAVAILABLE
+  ("server busy", retryable) and takes no further thread time;
+- a request stream that sends nothing for `idle_seconds` is cancelled (CANCELLED);
+- a call whose client is gone before it starts is skipped; long loops call
+  `raise_if_cancelled()` to stop work nobody waits for;
+- each request message is parsed only after its size passed the method's budget
+  (`MESSAGE_BUDGETS`): an oversized one is refused with RESOURCE_EXHAUSTED before any parse,
+  and bytes that do not parse as the request message are INVALID_ARGUMENT (not INTERNAL).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from .tls import peer_identity
+
+__all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "raise_if_cancelled",
+           "CallCancelledError"]
+
+log = logging.getLogger("dpagg.limits")
+
+MiB = 1024 * 1024
+
+#: Threads of every server's pool kept for health checks and reflection.
+HEALTH_RESERVE = 2
+
+#: A request stream that sends no message for this long is cancelled (seconds).
+IDLE_STREAM_SECONDS = 30.0
+
+#: Largest request message per method, bytes (checked before parsing). Methods not listed
+#: keep the server-wide gRPC limit (MAX_MESSAGE_BYTES), e.g. a join's pseudonym upload.
+MESSAGE_BUDGETS: dict[str, int] = {
+    # 100,000 ranges of two int64 varints each are < 2.5 MB; the 57 MiB batch of issue 24 is refused unparsed.
+    "/dpagg.v1.Analyst/RangeCounts": 4 * MiB,
+    "/dpagg.v1.Analyst/ListReleases": 64 * 1024,
+    "/dpagg.v1.Analyst/GetRelease": 64 * 1024,
+    "/dpagg.v1.Computation/DirectRangeCounts": 2 * MiB,
+    "/dpagg.v1.Computation/OpenStudy": 1 * MiB,
+    "/dpagg.v1.Computation/UploadStatus": 64 * 1024,
+    "/dpagg.v1.Computation/StudyStatus": 64 * 1024,
+    "/dpagg.v1.Computation/RunRelease": 64 * 1024,
+    "/dpagg.v1.Computation/ReleaseStatus": 64 * 1024,
+    "/dpagg.v1.Computation/GetPublicContext": 64 * 1024,
+    # one ciphertext chunk (~370 KB) or the header per message
+    "/dpagg.v1.Computation/SubmitHistogram": 8 * MiB,
+    "/dpagg.v1.Decryption/OpenStudy": 1 * MiB,
+    "/dpagg.v1.Decryption/GetStudy": 64 * 1024,
+    "/dpagg.v1.Decryption/GetPublicContext": 64 * 1024,
+    "/dpagg.v1.Decryption/BudgetStatus": 64 * 1024,
+    "/dpagg.v1.Decryption/ChargeDirectQueries": 2 * MiB,
+    # a header with up to 1M partition starts, or one ciphertext chunk
+    "/dpagg.v1.Decryption/DecryptMeasurement": 16 * MiB,
+}
+
+#: Methods whose calls hold a thread long (streams, big batches): each gets a share of the pool.
+HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/RangeCounts",
+                 "/dpagg.v1.Computation/DirectRangeCounts")
+
+#: Callers the slot limits do not refuse: the computation server calling the key holder (its
+#: calls queue as before: a refused DecryptMeasurement would fail a release).
+EXEMPT_ROLES = ("computation",)
+
+_EXEMPT_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
+
+
+class CallCancelledError(Exception):
+    """The client of the running call is gone (cancelled, deadline passed): stop the work."""
+
+
+_current = threading.local()
+
+
+def raise_if_cancelled() -> None:
+    """Raise CallCancelledError when the gRPC call this thread serves has ended; a no-op outside a call."""
+    context = getattr(_current, "context", None)
+    if context is not None and not context.is_active():
+        raise CallCancelledError("the client is gone; work stopped")
+
+
+@dataclass
+class CallLimits:
+    """The limits of one server, derived from its thread pool (`for_pool`)."""
+
+    slots: int
+    per_caller: int
+    per_method: dict[str, int] = field(default_factory=dict)
+    idle_seconds: float = IDLE_STREAM_SECONDS
+    budgets: dict[str, int] = field(default_factory=lambda: dict(MESSAGE_BUDGETS))
+
+    @classmethod
+    def for_pool(cls, max_workers: int) -> "CallLimits":
+        """`HEALTH_RESERVE` threads kept for health; one caller gets at most half the rest, each heavy
+        method a third (so two heavy methods together still leave room for small calls)."""
+        slots = max(1, max_workers - HEALTH_RESERVE)
+        heavy = max(1, slots // 3)
+        return cls(slots, max(1, slots // 2), {m: heavy for m in HEAVY_METHODS}, idle_seconds=IDLE_STREAM_SECONDS)
+
+
+class _Slots:
+    def __init__(self, limits: CallLimits) -> None:
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._total = 0
+        self._by_caller: Counter[str] = Counter()
+        self._by_method: Counter[str] = Counter()
+
+    def take(self, caller: str, method: str) -> str:
+        """"" when a slot was taken (or `caller` is not limited), else why not."""
+        lim = self.limits
+        if not caller:
+            return ""
+        with self._lock:
+            if self._total >= lim.slots:
+                return f"all {lim.slots} call slots are busy"
+            if self._by_caller[caller] >= lim.per_caller:
+                return f"caller {caller} already has {lim.per_caller} calls running"
+            cap = lim.per_method.get(method)
+            if cap is not None and self._by_method[method] >= cap:
+                return f"{cap} {method.rsplit('/', 1)[-1]} calls are already running"
+            self._total += 1
+            self._by_caller[caller] += 1
+            self._by_method[method] += 1
+            return ""
+
+    def give(self, caller: str, method: str) -> None:
+        if not caller:
+            return
+        with self._lock:
+            self._total -= 1
+            self._by_caller[caller] -= 1
+            self._by_method[method] -= 1
+
+
+class _Watchdog:
+    """Cancels request streams that stay silent longer than their idle limit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[int, tuple[Any, list[float], float]] = {}
+        self._thread: threading.Thread | None = None
+
+    def watch(self, key: int, context: Any, last: list[float], idle: float) -> None:
+        with self._lock:
+            self._streams[key] = (context, last, idle)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dpagg-idle-watchdog", daemon=True)
+                self._thread.start()
+
+    def forget(self, key: int) -> None:
+        with self._lock:
+            self._streams.pop(key, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            with self._lock:
+                idle = [(k, c, i) for k, (c, last, i) in self._streams.items() if now - last[0] > i]
+                for k, _, _ in idle:
+                    self._streams.pop(k, None)
+            for _, context, seconds in idle:
+                log.warning("cancelling a request stream that sent nothing for %.0f s", seconds)
+                try:
+                    context.cancel()
+                except Exception:  # the call ended meanwhile
+                    pass
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _caller(context: Any) -> str:
+    """The caller's verified identity, or "" when the slot limits do not apply to it."""
+    identity = peer_identity(context)
+    if identity is None or identity.role in EXEMPT_ROLES:
+        return ""
+    return f"{identity.role} {identity.party_id!r}"
+
+
+def _parse(deserialize: Callable[[bytes], Any] | None, data: bytes, method: str, budget: int,
+           context: Any) -> Any:
+    name = method.rsplit("/", 1)[-1]
+    if len(data) > budget:
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                      f"a {name} request message is {len(data)} bytes, over this method's budget of {budget} "
+                      "bytes; it was not parsed. Split the request")
+    if deserialize is None:
+        return data
+    try:
+        return deserialize(data)
+    except (DecodeError, ValueError, TypeError) as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"the {len(data)}-byte request is not a valid {name} message ({type(exc).__name__}); "
+                      "send the dpagg.v1 protobuf message the method expects")
+
+
+class CallLimiter(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type information here
+    """Applies `CallLimits` to every RPC of a server (see the module docstring)."""
+
+    def __init__(self, limits: CallLimits) -> None:
+        self.limits = limits
+        self._slots = _Slots(limits)
+
+    def intercept_service(self, continuation: Callable[..., Any], handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(_EXEMPT_PREFIXES):
+            return handler
+        deserialize = handler.request_deserializer
+        budget = self.limits.budgets.get(method, 1 << 62)
+        streaming = handler.request_streaming
+        kind = next(k for k in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+                    if getattr(handler, k) is not None)
+        behavior = getattr(handler, kind)
+        returns_stream = kind.endswith("_stream")
+
+        def admitted(request: Any, context: Any) -> Any:
+            if not context.is_active():  # the client left while the call waited for a thread
+                context.abort(grpc.StatusCode.CANCELLED, "the client is gone; nothing was done")
+            caller = _caller(context)
+            refused = self._slots.take(caller, method)
+            if refused:
+                log.warning("%s from %s refused: %s", method, caller, refused)
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"server busy: {refused}; retry in a moment")
+            return caller
+
+        def requests_of(raw: Iterator[bytes], context: Any) -> Iterator[Any]:
+            last = [time.monotonic()]
+            key = id(context)
+            _WATCHDOG.watch(key, context, last, self.limits.idle_seconds)
+            try:
+                for data in raw:
+                    last[0] = time.monotonic()
+                    yield _parse(deserialize, data, method, budget, context)
+            finally:
+                _WATCHDOG.forget(key)
+
+        def run(request: Any, context: Any) -> Any:
+            caller = admitted(request, context)
+            _current.context = context
+            try:
+                req = requests_of(request, context) if streaming else _parse(deserialize, request, method,
+                                                                               budget, context)
+                return behavior(req, context)
+            finally:
+                _current.context = None
+                self._slots.give(caller, method)
+
+        def run_stream(request: Any, context: Any) -> Iterator[Any]:
+            caller = admitted(request, context)
+            _current.context = context
+            try:
+                req = requests_of(request, context) if streaming else _parse(deserialize, request, method,
+                                                                               budget, context)
+                yield from behavior(req, context)
+            finally:
+                _current.context = None
+                self._slots.give(caller, method)
+
+        return handler._replace(request_deserializer=None, **{kind: run_stream if returns_stream else run})
