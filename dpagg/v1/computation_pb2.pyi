@@ -216,14 +216,18 @@ class JoinExchangeResponse(_message.Message):
     def __init__(self, peer_public_key: _Optional[bytes] = ..., peer_signature: _Optional[bytes] = ...) -> None: ...
 
 class JoinPlacementRequest(_message.Message):
-    __slots__ = ("study_id", "owner_id", "pseudonyms")
+    __slots__ = ("study_id", "owner_id", "pseudonyms", "part", "parts")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     PSEUDONYMS_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     owner_id: str
     pseudonyms: bytes
-    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., pseudonyms: _Optional[bytes] = ...) -> None: ...
+    part: int
+    parts: int
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., pseudonyms: _Optional[bytes] = ..., part: _Optional[int] = ..., parts: _Optional[int] = ...) -> None: ...
 
 class JoinPlacementResponse(_message.Message):
     __slots__ = ("ready", "positions", "capacity")

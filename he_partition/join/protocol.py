@@ -53,7 +53,7 @@ from ..he.join_scheme import JoinScheme
 from ..core.noise import RandomSource, SeededRandom, discrete_laplace, laplace_scale
 
 __all__ = ["JOIN_STRATEGY", "JOIN_RELEASES", "DEFAULT_JOIN_RELEASE", "JOIN_ORDERS", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES",
-           "MAX_PADDING_DELTA", "JOIN_PLAIN_MODULUS", "padding_delta", "min_padding_offset", "max_join_capacity",
+           "MAX_PADDING_DELTA", "JOIN_PLAIN_MODULUS", "padding_delta", "min_padding_offset", "max_join_capacity", "capacity_for",
            "pseudonyms", "shared_dummies", "private_dummies", "dummy_count", "posted_pseudonyms", "place",
            "check_placement", "encode_indicators", "joint_totals", "groups_for"]
 
@@ -96,6 +96,25 @@ def max_join_capacity(plain_modulus: int = JOIN_PLAIN_MODULUS, slots: int = 8192
 
 #: Largest capacity (positions) a join study may declare (507,904 for t = 1,032,193).
 MAX_JOIN_CAPACITY = max_join_capacity()
+
+
+def capacity_for(records: Sequence[int], padding_epsilon: float, padding_offset: int, slots: int = 8192) -> int:
+    """The capacity for two owners of at most `records` = (n_a, n_b) records: room for both and the three
+    paddings (each at most 2 x offset, except with probability below the padding's delta), rounded up to
+    whole groups. Refuses (before anything is booked) when that exceeds what the plain modulus decodes."""
+    if len(records) != 2 or any(int(n) < 1 for n in records):
+        raise InvalidInputError(f"the capacity needs both owners' largest record counts (two numbers >= 1), got "
+                                f"{list(records)}")
+    if padding_offset < 1:
+        raise InvalidInputError(f"padding_offset must be >= 1, got {padding_offset}")
+    need = int(records[0]) + int(records[1]) + _PADDING_DRAWS * 2 * padding_offset
+    capacity = groups_for(need, slots) * slots
+    top = max_join_capacity(JOIN_PLAIN_MODULUS, slots)
+    if capacity > top:
+        raise InvalidInputError(f"{records[0]} + {records[1]} records and the padding need a join capacity of "
+                                f"{capacity}, above the {top} whose counts still decode (mod t = "
+                                f"{JOIN_PLAIN_MODULUS}): split the study or bound the records")
+    return capacity
 
 
 def padding_delta(epsilon: float, offset: int) -> float:
@@ -170,6 +189,11 @@ class JoinTerms:
                 f"join padding offset {terms.padding_offset} at padding_epsilon {terms.padding_epsilon:g} has delta "
                 f"{terms.delta:.3g}, above the bound {MAX_PADDING_DELTA:g}: use padding_offset >= "
                 f"{min_padding_offset(terms.padding_epsilon)}")
+        stated = params.get("padding_delta")
+        if stated is not None and not (isinstance(stated, (int, float)) and math.isclose(float(stated), terms.delta,
+                                                                                          rel_tol=1e-9)):
+            raise InvalidInputError(f"the contract states padding_delta {stated!r}, but padding_epsilon "
+                                    f"{terms.padding_epsilon:g} and offset {terms.padding_offset} give {terms.delta!r}")
         if terms.release not in JOIN_RELEASES:
             raise InvalidInputError(f"join release {terms.release!r} is none of {', '.join(JOIN_RELEASES)}")
         if terms.order not in JOIN_ORDERS:

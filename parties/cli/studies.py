@@ -154,6 +154,21 @@ def cmd_open_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _join_capacity(capacity: int | None, max_records: str | None, padding_epsilon: float, offset: int) -> int:
+    """--capacity as given, or sized from --max-records (he_partition.join.protocol.capacity_for)."""
+    from he_partition.join.protocol import capacity_for
+
+    if (capacity is None) == (max_records is None):
+        raise DPAggError("open-join needs exactly one of --capacity and --max-records N_A,N_B")
+    if capacity is not None:
+        return capacity
+    try:
+        counts = [int(x) for x in str(max_records).split(",")]
+    except ValueError:
+        raise DPAggError(f"--max-records must be two whole numbers N_A,N_B, got {max_records!r}") from None
+    return capacity_for(counts, padding_epsilon, offset)
+
+
 def cmd_open_join(args: argparse.Namespace) -> int:
     """Open a join study: two owners, a rows x cols table of their attributes over the customers both hold."""
     from ..computation.client import ComputationClient
@@ -165,11 +180,12 @@ def cmd_open_join(args: argparse.Namespace) -> int:
     order = args.order
     if order == "auto":
         order = "hilbert" if rows == cols and not rows & (rows - 1) else "row"
-    from he_partition.join.protocol import min_padding_offset
+    from he_partition.join.protocol import min_padding_offset, padding_delta
 
     offset = args.padding_offset if args.padding_offset is not None else min_padding_offset(args.padding_epsilon)
+    args.capacity = _join_capacity(args.capacity, args.max_records, args.padding_epsilon, offset)
     terms = {"shape": [rows, cols], "capacity": args.capacity, "padding_epsilon": args.padding_epsilon,
-             "padding_offset": offset, "row_spec": args.rows, "col_spec": args.cols,
+             "padding_offset": offset, "padding_delta": padding_delta(args.padding_epsilon, offset), "row_spec": args.rows, "col_spec": args.cols,
              "identifier": args.id_column, "release": args.release, "order": order}
     with ComputationClient(args.computation, **conn(args)) as cs:
         contract, existed = cs.open_study(
@@ -368,9 +384,12 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--cols", required=True, metavar="SPEC",
                    help="the second owner's binning (columns), e.g. education:1:17:16")
     p.add_argument("--id-column", default="id", help="the identifier column both owners join on (default id)")
-    p.add_argument("--capacity", type=int, required=True,
+    p.add_argument("--capacity", type=int, default=None,
                    help="public bound on the records of both owners together, a multiple of 8192 (each owner "
-                        "encrypts capacity/8192 x its bins ciphertexts)")
+                        "encrypts capacity/8192 x its bins ciphertexts); or give --max-records")
+    p.add_argument("--max-records", default=None, metavar="N_A,N_B",
+                   help="each owner's largest record count: the capacity is sized for them and the padding, and "
+                        "checked before the study opens (instead of --capacity)")
     p.add_argument("--epsilon", type=float, required=True, help="total budget: padding plus the table's release")
     p.add_argument("--padding-epsilon", type=float, default=0.1,
                    help="epsilon booked at once for the dummy padding that hides the intersection size from the "

@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError
 from .tls import peer_identity
 
 __all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "raise_if_cancelled",
-           "CallCancelledError"]
+           "CallCancelledError", "server_options", "DECRYPTION_MAX_RECEIVE", "ANALYST_MAX_RECEIVE"]
 
 log = logging.getLogger("dpagg.limits")
 
@@ -72,6 +72,20 @@ MESSAGE_BUDGETS: dict[str, int] = {
     # a header with up to 1M partition starts, or one ciphertext chunk
     "/dpagg.v1.Decryption/DecryptMeasurement": 16 * MiB,
 }
+
+#: The most any one request message of the key holder's service may be (a DecryptMeasurement header
+#: with 1M partition starts, one ciphertext chunk, one join cell): gRPC refuses larger ones before
+#: they are buffered whole. The stand-alone analyst server needs only RangeCounts' budget.
+DECRYPTION_MAX_RECEIVE = 16 * MiB
+ANALYST_MAX_RECEIVE = 4 * MiB
+
+
+def server_options(max_receive: int) -> tuple[tuple[str, int], ...]:
+    """GRPC_OPTIONS with a smaller `grpc.max_receive_message_length` (for servers that never need 64 MiB)."""
+    from .config import GRPC_OPTIONS
+
+    return tuple((k, max_receive if k == "grpc.max_receive_message_length" else v) for k, v in GRPC_OPTIONS)
+
 
 #: Methods whose calls hold a thread long (streams, big batches): each gets a share of the pool.
 HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/RangeCounts",

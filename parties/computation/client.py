@@ -207,12 +207,13 @@ class ComputationClient(BaseClient):
                            method="Computation/JoinExchange", timeout=timeout)
         return bytes(resp.peer_public_key), bytes(resp.peer_signature)
 
-    def join_placement(self, study_id: str, owner_id: str, pseudonyms: bytes = b"", *,
-                       timeout: float | None = None) -> tuple[bool, list[int], int]:
-        """Post (or, with b"", poll) this owner's pseudonyms; (ready, positions in posted order, capacity)."""
+    def join_placement(self, study_id: str, owner_id: str, pseudonyms: bytes = b"", *, part: int = 0,
+                       parts: int = 0, timeout: float | None = None) -> tuple[bool, list[int], int]:
+        """Post (or, with b"", poll) this owner's pseudonyms, or part `part` of `parts` of them; (ready, positions
+        in posted order, capacity)."""
         resp = self._unary(self._stub.JoinPlacement,
                            computation_pb2.JoinPlacementRequest(study_id=study_id, owner_id=owner_id,
-                                                                pseudonyms=pseudonyms),
+                                                                pseudonyms=pseudonyms, part=part, parts=parts),
                            method="Computation/JoinPlacement", timeout=timeout)
         return bool(resp.ready), list(resp.positions), int(resp.capacity)
 

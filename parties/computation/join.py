@@ -34,6 +34,8 @@ __all__ = ["JoinCoordinator", "JoinUploadBackend"]
 
 #: What the coordinator keeps per owner until the first release of the study starts (`forget`).
 _PER_OWNER = ("x25519", "x25519.sig", "pseudonyms", "positions")
+#: Most parts a pseudonym list may come in (the owner sends parts of PART_PSEUDONYMS, 16 MB each).
+_MAX_PARTS = 64
 #: Marks a study whose per-owner join state was deleted.
 _RELEASED = "released"
 
@@ -96,7 +98,9 @@ class JoinCoordinator:
         with self._lock:
             self._put(contract.study_id, _RELEASED, b"1")
             for owner in contract.expected_owners:
-                for name in _PER_OWNER:
+                declared = self._get(contract.study_id, f"{owner}.parts")
+                parts = [f"part{k}" for k in range(int(declared))] if declared is not None else []
+                for name in (*_PER_OWNER, *parts, "parts"):
                     self._delete(contract.study_id, f"{owner}.{name}")
 
     @staticmethod
@@ -131,8 +135,10 @@ class JoinCoordinator:
                     self._get(contract.study_id, f"{peer}.x25519.sig") or b"")
 
     # -- step 2: placement ----------------------------------------------------------------
-    def placement(self, contract: StudyContract, owner_id: str, pseudonyms: bytes) -> tuple[bool, list[int], int]:
-        """Store this owner's pseudonyms (once); when both are in, (True, its positions in posted order, capacity)."""
+    def placement(self, contract: StudyContract, owner_id: str, pseudonyms: bytes, *, part: int = 0,
+                  parts: int = 0) -> tuple[bool, list[int], int]:
+        """Store this owner's pseudonyms (once; a long list in `parts` consecutive parts); when both lists are
+        complete, (True, its positions in posted order, capacity)."""
         side = self._side(contract, owner_id)
         terms = contract.join_terms()
         with self._lock:
@@ -142,26 +148,69 @@ class JoinCoordinator:
                 if len(pseudonyms) % PSEUDONYM_BYTES:
                     raise InvalidInputError(f"pseudonyms must be whole {PSEUDONYM_BYTES}-byte values, got "
                                             f"{len(pseudonyms)} bytes")
-                if held is None:
-                    if len(pseudonyms) // PSEUDONYM_BYTES > terms.capacity:  # fails now, not after the other posts
-                        raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study "
-                                                f"{contract.study_id}'s join capacity {terms.capacity}: the operator "
-                                                "must open a new study with a larger capacity")
-                    _split(pseudonyms)  # refuses duplicates before anything is stored
-                    self._put(contract.study_id, f"{owner_id}.pseudonyms", bytes(pseudonyms))
-                    held = bytes(pseudonyms)
+                if parts > 1:
+                    held = self._store_part(contract, owner_id, terms, bytes(pseudonyms), part, parts, held)
+                elif part or parts < 0:
+                    raise InvalidInputError(f"part {part} of {parts}: a list in one message is part 0 of 0 or 1")
+                elif held is None:
+                    held = self._store_list(contract, owner_id, terms, bytes(pseudonyms))
                 elif held != bytes(pseudonyms):
                     raise AlreadyExistsError(f"owner {owner_id} already posted a different pseudonym list for study "
                                              f"{contract.study_id}; a list cannot change once posted")
-            elif held is None:
-                raise FailedPreconditionError(f"owner {owner_id} has posted no pseudonyms for study "
-                                              f"{contract.study_id} yet")
+            if held is None:
+                if not pseudonyms:
+                    raise FailedPreconditionError(f"owner {owner_id} has posted no pseudonyms for study "
+                                                  f"{contract.study_id} yet")
+                return False, [], terms.capacity
             owners = contract.expected_owners
             lists = [self._get(contract.study_id, f"{o}.pseudonyms") for o in owners]
             if any(x is None for x in lists):
                 return False, [], terms.capacity
             positions = self._positions(contract, terms, [_split(x) for x in lists])  # type: ignore[arg-type]
         return True, positions[side], terms.capacity
+
+    def _store_list(self, contract: StudyContract, owner_id: str, terms: JoinTerms, data: bytes) -> bytes:
+        """Check a whole list (fits the capacity alone, no duplicates, sorted) and store it; refuses before
+        storing anything."""
+        _refuse_too_long(contract, owner_id, terms, data)  # fails now, not after the other owner posts
+        values = _split(data)
+        if values != sorted(values):
+            raise InvalidInputError("post the pseudonyms sorted: a list in any other order can show the order of "
+                                    "your file (update the data-owner software)")
+        self._put(contract.study_id, f"{owner_id}.pseudonyms", data)
+        return data
+
+    def _store_part(self, contract: StudyContract, owner_id: str, terms: JoinTerms, data: bytes, part: int,
+                    parts: int, held: bytes | None) -> bytes | None:
+        """Keep part `part` of `parts` (each part once; the part count once); the whole list once all are in."""
+        study = contract.study_id
+        if not 0 <= part < parts or parts > _MAX_PARTS:
+            raise InvalidInputError(f"part {part} of {parts}: parts are numbered from 0, at most {_MAX_PARTS}")
+        declared = self._get(study, f"{owner_id}.parts")
+        if declared is not None and int(declared) != parts:
+            raise AlreadyExistsError(f"owner {owner_id} posts its list for study {study} in {int(declared)} parts, "
+                                     f"not {parts}")
+        kept = self._get(study, f"{owner_id}.part{part}")
+        if kept is not None:
+            if kept != data:
+                raise AlreadyExistsError(f"owner {owner_id} already posted a different part {part} for study "
+                                         f"{study}; a list cannot change once posted")
+            return held
+        if held is not None:
+            raise AlreadyExistsError(f"owner {owner_id}'s list for study {study} is complete; it cannot change")
+        _refuse_too_long(contract, owner_id, terms, data)
+        if declared is None:
+            self._put(study, f"{owner_id}.parts", str(parts).encode())
+        self._put(study, f"{owner_id}.part{part}", data)
+        pieces = [self._get(study, f"{owner_id}.part{k}") for k in range(parts)]
+        if any(p is None for p in pieces):
+            return None
+        try:
+            return self._store_list(contract, owner_id, terms, b"".join(pieces))  # type: ignore[arg-type]
+        except InvalidInputError:  # a refused list leaves nothing behind: the owner may post a corrected one
+            for name in (*(f"part{k}" for k in range(parts)), "parts"):
+                self._delete(study, f"{owner_id}.{name}")
+            raise
 
     def _positions(self, contract: StudyContract, terms: JoinTerms, lists: list[list[bytes]]) -> list[list[int]]:
         owners = contract.expected_owners
@@ -218,6 +267,12 @@ class JoinCoordinator:
         planes = [[_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
                   for side, owner in enumerate(contract.expected_owners)]
         return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, workers=self.workers)
+
+
+def _refuse_too_long(contract: StudyContract, owner_id: str, terms: JoinTerms, data: bytes) -> None:
+    if len(data) // PSEUDONYM_BYTES > terms.capacity:
+        raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study {contract.study_id}'s join "
+                                f"capacity {terms.capacity}: the operator must open a new study with a larger capacity")
 
 
 class _LazyGroup(Sequence[bytes]):

@@ -18,6 +18,7 @@ from ..analyst.servicer import SERVICE_NAME as ANALYST_SERVICE
 from ..analyst.servicer import AnalystServicer
 from ..common.access import AccessPolicy
 from ..common.config import AnalystConfig, ComputationConfig
+from ..common.limits import ANALYST_MAX_RECEIVE, server_options
 from ..common.server import ServerHandle, ServiceBinding, create_server
 from ..common.util import lock_data_dir, noise_source
 from ..common.receipts import ReceiptBook
@@ -89,7 +90,8 @@ def create_analyst_server(config: AnalystConfig) -> ServerHandle:
     server, port = create_server(
         [(analyst_pb2_grpc.add_AnalystServicer_to_server, AnalystServicer(handler, policy), ANALYST_SERVICE)],
         host=config.host, port=config.port, max_workers=config.max_workers,
-        credentials=config.tls.server_credentials() if config.tls is not None else None)
+        credentials=config.tls.server_credentials() if config.tls is not None else None,
+        options=server_options(ANALYST_MAX_RECEIVE))
     return ServerHandle(server, port, config.host, handler, [st.close])
 
 

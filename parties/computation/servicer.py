@@ -76,7 +76,8 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
         contract = self.handler.study(request.study_id)
         ready, positions, capacity = self.handler.joins.placement(contract, request.owner_id,
-                                                                  bytes(request.pseudonyms))
+                                                                  bytes(request.pseudonyms), part=request.part,
+                                                                  parts=request.parts)
         return computation_pb2.JoinPlacementResponse(ready=ready, positions=positions, capacity=capacity)
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,

@@ -38,7 +38,10 @@ from ..common.tls import write_private_file
 from .client import DataOwnerClient, EncryptedHistogram, SubmitResult
 from .dataset import DomainSpec
 
-__all__ = ["submit_join", "read_join_csv", "JoinRecords"]
+__all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS"]
+
+#: Pseudonyms per JoinPlacement message (16 MB; gRPC's message cap is 64 MB); longer lists go in parts.
+PART_PSEUDONYMS = 500_000
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,13 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     key = pair.join_key(peer, study_id=study_id, contract_hash=contract.contract_hash)
     ids = list(records)
     mine, real = posted_pseudonyms(pair, key, ids, terms, study_id=study_id)
-    cs.join_placement(study_id, owner.owner_id, b"".join(mine))
+    if len(mine) <= PART_PSEUDONYMS:
+        cs.join_placement(study_id, owner.owner_id, b"".join(mine))
+    else:  # in consecutive parts of the sorted list: no single message carries more than PART_PSEUDONYMS
+        parts = -(-len(mine) // PART_PSEUDONYMS)
+        for k in range(parts):
+            cs.join_placement(study_id, owner.owner_id, b"".join(mine[k * PART_PSEUDONYMS:(k + 1) * PART_PSEUDONYMS]),
+                              part=k, parts=parts)
     _, positions, capacity = _wait("the other owner has not posted its pseudonyms",
                                    lambda: cs.join_placement(study_id, owner.owner_id), lambda r: r[0],
                                    wait_timeout, poll_interval)

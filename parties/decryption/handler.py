@@ -254,11 +254,11 @@ class DecryptionHandler:
     def _charge_join_padding(self, contract: StudyContract) -> None:
         """Book the padding epsilon of a join study once, when it opens.
 
-        Privacy: the computation server sees |A ∩ B| + D, D a discrete Laplace draw of scale
-        1/padding_epsilon (plus an offset) that only the two owners know (he_partition.join.protocol.
-        dummy_count); sensitivity 1 under the neighbouring relation add/remove of one shared
-        customer. That view is
-        padding_epsilon-DP (delta from the clamp at 0), so the study's budget pays it first.
+        Privacy: the computation server sees |A ∩ B| + D, |A| + D + P_A and |B| + D + P_B, three
+        discrete Laplace draws of scale 3/padding_epsilon (plus an offset) that only the owners
+        know (he_partition.join.protocol.dummy_count, private_dummies); sensitivity 1 under the
+        neighbouring relation add/remove of one shared customer. That view is
+        padding_epsilon-DP (delta: padding_delta, at most 1e-6), so the study's budget pays it first.
         """
         if any(c.release_id == JOIN_PADDING_CHARGE for c in self.ledger.charges(contract.study_id)):
             return

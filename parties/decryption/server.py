@@ -8,6 +8,7 @@ from dpagg.v1 import decryption_pb2_grpc
 
 from ..common.access import AccessPolicy
 from ..common.config import DecryptionConfig
+from ..common.limits import DECRYPTION_MAX_RECEIVE, server_options
 from ..common.server import ServerHandle, create_server
 from ..common.errors import FailedPreconditionError
 from ..common.util import lock_data_dir, noise_source
@@ -60,6 +61,7 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
             [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],
             host=config.host, port=config.port, max_workers=config.max_workers,
             credentials=config.tls.server_credentials() if config.tls is not None else None,
+            options=server_options(DECRYPTION_MAX_RECEIVE),
         )
     except BaseException:
         store.close()

@@ -17,6 +17,7 @@ from he_partition.join.protocol import (
     MAX_PADDING_DELTA,
     JoinKeyPair,
     JoinTerms,
+    capacity_for,
     max_join_capacity,
     min_padding_offset,
     padding_delta,
@@ -108,6 +109,10 @@ def test_padding_delta_is_stated_and_terms_above_the_bound_are_refused() -> None
     with pytest.raises(InvalidInputError, match=r"delta 0\.0544, above the bound 1e-06: use padding_offset >= 428"):
         _terms(0.1, 100)  # the old CLI default
     terms = _terms(0.1, 428)
+    stated = {"shape": [2, 2], "capacity": SLOTS, "padding_epsilon": 0.1, "padding_offset": 428}
+    assert JoinTerms.from_params({**stated, "padding_delta": terms.delta}, domain_size=4) == terms
+    with pytest.raises(InvalidInputError, match="states padding_delta 1e-09, but"):
+        JoinTerms.from_params({**stated, "padding_delta": 1e-9}, domain_size=4)  # a contract that understates it
     join = summary_params(terms)["join"]
     assert join["padding_delta"] == terms.delta <= MAX_PADDING_DELTA and join["padding_offset"] == 428
 
@@ -129,3 +134,15 @@ def test_the_largest_value_of_the_largest_capacity_decodes_and_one_past_half_t_w
     assert ds.decrypt(ds.encrypt([top, -top, margin, -margin]))[:4].tolist() == [top, -top, margin, -margin]
     wrap = (JOIN_PLAIN_MODULUS + 1) // 2  # the first count that does not come back
     assert ds.decrypt(ds.encrypt([wrap]))[0] != wrap
+
+
+def test_the_capacity_is_sized_from_the_record_counts_and_refused_before_anything_opens() -> None:
+    """Both owners' records plus three paddings of at most 2 x offset each, in whole groups of 8,192."""
+    assert capacity_for([400, 400], 0.2, 214) == SLOTS
+    assert capacity_for([4000, 2907], 0.5, 86) == SLOTS  # 6,907 + 516 = 7,423
+    assert capacity_for([4000, 3677], 0.5, 86) == 2 * SLOTS  # 8,193
+    assert capacity_for([250_000, 250_000], 0.1, 428) == max_join_capacity() == 62 * SLOTS
+    with pytest.raises(InvalidInputError, match="need a join capacity of 516096, above the 507904"):
+        capacity_for([256_000, 250_000], 0.1, 428)
+    with pytest.raises(InvalidInputError, match="two numbers >= 1"):
+        capacity_for([10], 0.1, 428)

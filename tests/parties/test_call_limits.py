@@ -159,3 +159,19 @@ def test_eight_57_mib_range_requests_are_refused_unparsed_and_the_server_survive
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_the_key_holder_receives_at_most_16_mib_and_each_method_its_own_budget(secure_cluster: Cluster) -> None:
+    tls = secure_cluster.tls("cs-1", "computation")
+    assert tls is not None
+    ch = grpc.secure_channel(secure_cluster.ds.target, tls.channel_credentials(), options=list(GRPC_OPTIONS))
+    try:
+        get_study = ch.unary_unary("/dpagg.v1.Decryption/GetStudy")
+        with pytest.raises(grpc.RpcError) as ei:  # refused by gRPC before it is buffered whole (was 64 MiB)
+            get_study(b"\x0a" + b"\x80\x80\x80\x09" + b"x" * (18 * 2**20), timeout=30)
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with pytest.raises(grpc.RpcError) as ei:  # under 16 MiB but over GetStudy's 64 KiB: refused unparsed
+            get_study(b"\x0a\x80\x80\x08" + b"x" * 2**17, timeout=30)
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "budget of 65536 bytes" in ei.value.details()
+    finally:
+        ch.close()

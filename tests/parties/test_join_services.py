@@ -57,15 +57,21 @@ def _both(c: Cluster, study_id: str, a: dict[str, int], b: dict[str, int], tmp: 
     return out
 
 
-def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path) -> None:
+def test_a_join_study_end_to_end(secure_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...with owner b's list posted in parts of 300 pseudonyms (a long list never travels in one message)."""
+    import parties.data_owner.join as owner_join
+
     c = secure_cluster
     contract = _open(c)
     assert contract.is_join and contract.join_terms().shape == SHAPE
     budget = c.decryption().budget("j1")
     assert budget.spent == pytest.approx(0.5)  # the padding epsilon is booked when the study opens
     a, b, truth = _records()
+    monkeypatch.setattr(owner_join, "PART_PSEUDONYMS", 300)
     out = _both(c, "j1", a, b, tmp_path)
     assert all(getattr(r, "committed", False) for r in out.values()), out
+    stored = {p.name for p in (c.root / "cs" / "join" / "j1").iterdir()}
+    assert {"a.parts", "a.part0", "a.part3", "b.parts"} <= stored  # ~1,260 pseudonyms each: 5 parts
     # What the CS stores: sorted lists (nothing of the file order), and more than the shared dummies besides
     # the records: |A list| - |A| is not matched - |A n B|, so a public |A| does not give the shared dummy count.
     held = {o: (c.root / "cs" / "join" / "j1" / f"{o}.pseudonyms").read_bytes() for o in "ab"}
@@ -156,13 +162,24 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
     other = JoinKeyPair().public_bytes
     with pytest.raises(ServiceError) as err:
         cs_a.join_exchange("j1", "a", other, sign_join_key(sign, contract, "a", other))
-    assert err.value.code == grpc.StatusCode.ALREADY_EXISTS
+    assert err.value.code == grpc.StatusCode.ALREADY_EXISTS and "if it is lost, ask the operator" in str(err.value)
     with pytest.raises(ServiceError) as err:
         cs_a.join_exchange("j1", "b", key)  # in another owner's name
     assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
     with pytest.raises(ServiceError) as err:  # more than the capacity: refused at once, not after b posts
         cs_a.join_placement("j1", "a", b"".join(i.to_bytes(32, "big") for i in range(8193)))
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "alone do not fit" in str(err.value)
+    with pytest.raises(ServiceError) as err:  # in file order, not sorted: refused, it could show the file's order
+        cs_a.join_placement("j1", "a", bytes(range(1, 33)) + bytes(range(32)))
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sorted" in str(err.value)
+    for part, parts in ((2, 2), (-1, 3), (0, 65), (1, 0)):
+        with pytest.raises(ServiceError) as err:
+            cs_a.join_placement("j1", "a", bytes(range(32)), part=part, parts=parts)
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "part" in str(err.value), (part, parts)
+    cs_a.join_placement("j1", "a", bytes(range(1, 33)), part=0, parts=2)  # two parts out of order together
+    with pytest.raises(ServiceError) as err:
+        cs_a.join_placement("j1", "a", bytes(range(32)), part=1, parts=2)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "sorted" in str(err.value)
     with pytest.raises(ServiceError) as err:
         cs_a.join_placement("j1", "a", b"x" * 64)  # the same pseudonym twice
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
@@ -186,8 +203,8 @@ def test_join_requests_that_break_the_rules_are_refused(secure_cluster: Cluster,
 
     real = JoinCoordinator.placement
 
-    def doubled(self: JoinCoordinator, *args: Any) -> tuple[bool, list[int], int]:
-        ready, positions, capacity = real(self, *args)
+    def doubled(self: JoinCoordinator, *args: Any, **kw: Any) -> tuple[bool, list[int], int]:
+        ready, positions, capacity = real(self, *args, **kw)
         return ready, ([positions[0]] * len(positions) if ready else positions), capacity
 
     monkeypatch.setattr(JoinCoordinator, "placement", doubled)
@@ -239,11 +256,19 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     from parties.cli import main
 
     conn = ["--computation", cluster.cs.target, "--insecure"]
+    too_many = ["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4", "--cols",
+                "spend:categories:low,mid,high", "--max-records", "300000,300000", "--epsilon", "2", *conn]
+    assert main(too_many) != 0  # sized and refused before the study opens: nothing is booked
+    assert "above the 507904 whose counts still decode" in capsys.readouterr().err
+    with pytest.raises(ServiceError):
+        cluster.computation().study_status("jc")
     assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
-                 "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--capacity", "8192",
+                 "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--max-records", "400,400",
                  "--epsilon", "2", "--padding-epsilon", "0.2", "--release", "dawa", *conn]) == 0
     assert "4 x 3 table" in capsys.readouterr().out
     assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
+    stated = cluster.computation().study_status("jc").contract.strategy_params  # delta is in the signed contract
+    assert stated["padding_offset"] == 214 and 0 < stated["padding_delta"] <= 1e-6
     rng = np.random.default_rng(6)
     emails = [f"Person{i}@Example.org" for i in range(600)]
     bank = tmp_path / "bank.csv"

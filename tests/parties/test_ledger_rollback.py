@@ -122,3 +122,21 @@ def test_restore_needs_an_acknowledgement_and_rebooks_what_it_rolls_back(cluster
         cs.run_release("s1", epsilon=0.5)  # 0.9 + 0.5 > 1: refused by the budget, not by the receipts
     assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert cs.run_release("s1", epsilon=0.1).state == "DONE"  # the acknowledged ledger works again
+
+
+def test_the_cli_restores_only_with_the_acknowledgement(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from parties.cli import main
+
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(64))
+    cluster.computation().run_release("s1", epsilon=0.4)
+    backup = cluster.root / "backup.sqlite3"
+    assert main(["ledger", "backup", "--data-dir", str(cluster.root / "ds"), "--out", str(backup)]) == 0
+    cluster.computation().run_release("s1", epsilon=0.3)
+    cluster.ds.stop()
+    capsys.readouterr()
+    assert main(["ledger", "restore", str(backup), "--data-dir", str(cluster.root / "ds")]) != 0
+    assert "--acknowledge-rollback" in capsys.readouterr().err
+    assert main(["ledger", "restore", str(backup), "--data-dir", str(cluster.root / "ds"),
+                 "--acknowledge-rollback"]) == 0
+    assert "study s1: rolled back 2 charge(s); re-booked epsilon 0.3" in capsys.readouterr().out
