@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .options import Subparsers, command_adder, conn, decryption_target, epsilon_left, print_json, tls_args
+from he_partition.core.accounting import epsilon_left
+
+from .options import Subparsers, command_adder, conn, decryption_target, print_json, tls_args
 
 
 def cmd_budget(args: argparse.Namespace) -> int:

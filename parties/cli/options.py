@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
+
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_COMPUTATION, ENV_DECRYPTION, default_target
@@ -36,14 +37,6 @@ def owner_list(text: str) -> list[str]:
     return owners
 
 
-#: An epsilon left below this share of the study's total is float dust of the exact budget arithmetic (e.g.
-#: 9e-17 after `--epsilon rest`): no release can use it, so it prints as 0.
-USABLE_SHARE = 1e-9
-
-
-def epsilon_left(value: float, total: float) -> str:
-    """An epsilon that is left, as every command prints it: 0 when nothing usable is left."""
-    return "0" if value <= total * USABLE_SHARE else f"{value:.12g}"
 
 
 def nonempty_id(text: str) -> str:

@@ -13,12 +13,13 @@ from typing import Any
 
 import grpc
 
+from he_partition.core.accounting import epsilon_left
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_ANALYST, ENV_COMPUTATION, default_target
 from ..common.errors import ServiceError
 from ..common.progress import Progress
-from .options import (Subparsers, command_adder, computation_target, conn, epsilon_left, print_json,
+from .options import (Subparsers, command_adder, computation_target, conn, print_json,
                       server_address, tls_args)
 from .ranges import CUT_NOTE, range_arg, range_label, resolve_ranges
 
