@@ -1,1 +1,93 @@
-"""Generated gRPC/protobuf code of the dpagg wire protocol (regenerate with scripts/gen_protos.py)."""
+"""dpagg's Python SDK, one import away: the four clients, the TLS files they need, one exception family.
+
+    import dpagg
+
+    tls = dpagg.TlsConfig.in_directory("pki", "alice")      # what `dpagg certs` wrote for alice
+    with dpagg.AnalystClient("localhost:50052", tls=tls) as analyst:
+        latest = analyst.list_releases("ages")[0]
+        frame = analyst.range_counts(latest.release_id, [(0, 10), (10, 50)]).to_pandas()
+
+- Clients, one per role: `ComputationClient` (operator: studies, releases, direct range
+  counts), `DataOwnerClient` (encrypt and upload), `AnalystClient` (released summaries),
+  `DecryptionClient` (budget, public key). Each is a context manager (`with ... as c:`
+  gives back the client, typed), and every public method is documented.
+- Errors: everything the SDK raises on purpose is a `DPAggError`. A call the server refused
+  is a `ServiceError` (`.code` a `grpc.StatusCode`, `.details` the server's message); a
+  check made before any network traffic raises the specific subclass (`InvalidInputError`,
+  `PermissionDeniedError`, ...); `code_of(exc)` gives the status code of either.
+  (`SubmitInterrupted`, Ctrl-C during an upload, is a KeyboardInterrupt.)
+- Results: `Summary.to_pandas()`, range answers' `.to_pandas()` and `join_table_frame(summary)`
+  give pandas DataFrames; pandas is optional (`pip install 'dpagg[pandas]'`).
+
+The generated gRPC and protobuf code stays in `dpagg.v1` (regenerate with
+scripts/gen_protos.py). Names here are imported on first use, so `import dpagg.v1` (as the
+servers do) loads no client.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from he_partition.core.errors import BudgetExhaustedError, DPAggError, InvalidInputError
+    from he_partition.core.summary import RangeCount, RangeCounts, Summary
+    from parties.analyst.client import AnalystClient, Release, ReleaseInfo
+    from parties.common.config import RetryPolicy
+    from parties.common.errors import (AlreadyExistsError, FailedPreconditionError, NotFoundError,
+                                       PermissionDeniedError, ServiceError, code_of)
+    from parties.common.tls import TlsConfig
+    from parties.computation.client import ComputationClient, DirectAnswers, ReleaseStatus, StudyStatus
+    from parties.data_owner.client import DataOwnerClient, SubmitInterrupted, SubmitResult
+    from parties.decryption.client import DecryptionClient
+
+    from ._frames import join_table_frame
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "ComputationClient": "parties.computation.client",
+    "StudyStatus": "parties.computation.client",
+    "ReleaseStatus": "parties.computation.client",
+    "DirectAnswers": "parties.computation.client",
+    "DataOwnerClient": "parties.data_owner.client",
+    "SubmitResult": "parties.data_owner.client",
+    "SubmitInterrupted": "parties.data_owner.client",
+    "AnalystClient": "parties.analyst.client",
+    "Release": "parties.analyst.client",
+    "ReleaseInfo": "parties.analyst.client",
+    "DecryptionClient": "parties.decryption.client",
+    "TlsConfig": "parties.common.tls",
+    "RetryPolicy": "parties.common.config",
+    "DPAggError": "he_partition.core.errors",
+    "InvalidInputError": "he_partition.core.errors",
+    "BudgetExhaustedError": "he_partition.core.errors",
+    "ServiceError": "parties.common.errors",
+    "NotFoundError": "parties.common.errors",
+    "PermissionDeniedError": "parties.common.errors",
+    "AlreadyExistsError": "parties.common.errors",
+    "FailedPreconditionError": "parties.common.errors",
+    "code_of": "parties.common.errors",
+    "Summary": "he_partition.core.summary",
+    "RangeCount": "he_partition.core.summary",
+    "RangeCounts": "he_partition.core.summary",
+    "join_table_frame": "dpagg._frames",
+}
+
+__all__ = ["AlreadyExistsError", "AnalystClient", "BudgetExhaustedError", "ComputationClient", "DPAggError",
+           "DataOwnerClient", "DecryptionClient", "DirectAnswers", "FailedPreconditionError", "InvalidInputError",
+           "NotFoundError", "PermissionDeniedError", "RangeCount", "RangeCounts", "Release", "ReleaseInfo",
+           "ReleaseStatus", "RetryPolicy", "ServiceError", "StudyStatus", "SubmitInterrupted", "SubmitResult",
+           "Summary", "TlsConfig", "code_of", "join_table_frame"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dpagg' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -12,6 +12,7 @@ import numpy as np
 
 from .analyst.client import AnalystClient
 from .common.config import ComputationConfig, DecryptionConfig
+from .common.progress import QUIET, Progress
 from .common.signing import generate_signing_key
 from .common.tls import TlsConfig, create_ca, issue_party_certificate
 from .computation.client import ComputationClient
@@ -20,7 +21,7 @@ from .data_owner.client import DataOwnerClient
 from .decryption.client import DecryptionClient
 from .decryption.server import create_decryption_server
 
-__all__ = ["run_demo", "format_demo", "plot_demo"]
+__all__ = ["run_demo", "format_demo", "plot_demo", "plot_bands"]
 
 log = logging.getLogger("dpagg.demo")
 
@@ -45,7 +46,7 @@ def _demo_pki(directory: Path, owner_ids: list[str]) -> dict[str, TlsConfig]:
 
 def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:100", epsilon: float = 1.0,
              seed: int = 7, data_dir: Path | None = None, noise_seed: int | None = None,
-             tls: bool = True) -> dict[str, Any]:
+             tls: bool = True, progress: Progress = QUIET) -> dict[str, Any]:
     """Run a complete study in this process and return what the demo prints (as plain JSON types).
 
     Servers listen on 127.0.0.1, port 0; state goes to `data_dir` (a temporary directory by
@@ -56,7 +57,8 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
     the release lists the owners' signatures. `tls=False` runs everything insecure. The
     owners' records are synthetic (seeded), each person contributes at most one record
     (person column ``person_id``), so the release is `epsilon`-DP per person; noise comes
-    from the OS CSPRNG unless `noise_seed` is given.
+    from the OS CSPRNG unless `noise_seed` is given. `progress` reports each step as it
+    starts (servers, each owner's binning, encryption and upload, the release).
     """
     from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram, write_sample_csv
 
@@ -67,44 +69,53 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
     with tempfile.TemporaryDirectory(prefix="dpagg-demo-") as tmp:
         root = Path(data_dir) if data_dir is not None else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        pki = _demo_pki(root / "pki", owner_ids) if tls else {}
-        signing = {o: generate_signing_key() for o in owner_ids} if tls else {}
-        ds = create_decryption_server(DecryptionConfig(root / "decryption", noise_seed=noise_seed,
-                                                       tls=pki.get("decryption"), insecure=not tls)).start()
-        cs = create_computation_server(ComputationConfig(
-            root / "computation", ds.target, noise_seed=None if noise_seed is None else noise_seed + 1,
-            tls=pki.get("computation"), insecure=not tls)).start()
+        progress.say(f"dpagg demo: {owners} data owners, domain {domain} ({spec.n_bins:,} bins), epsilon {epsilon:g}")
+        with progress.step("starting the decryption and computation servers" + (" (mutual TLS)" if tls else "")):
+            pki = _demo_pki(root / "pki", owner_ids) if tls else {}
+            signing = {o: generate_signing_key() for o in owner_ids} if tls else {}
+            ds = create_decryption_server(DecryptionConfig(root / "decryption", noise_seed=noise_seed,
+                                                           tls=pki.get("decryption"), insecure=not tls)).start()
+            cs = create_computation_server(ComputationConfig(
+                root / "computation", ds.target, noise_seed=None if noise_seed is None else noise_seed + 1,
+                tls=pki.get("computation"), insecure=not tls)).start()
         try:
             with ComputationClient(cs.target, tls=pki.get("operator"), insecure=not tls) as operator, \
                     DecryptionClient(ds.target, tls=pki.get("operator"), insecure=not tls) as key_holder, \
                     AnalystClient(cs.target, tls=pki.get("analyst"), insecure=not tls) as analyst:
-                operator.wait_ready()
-                contract, _ = operator.open_study(
-                    domain_size=spec.n_bins, epsilon=epsilon, expected_owners=owner_ids,
-                    contribution_bound=bounds.contribution_bound, domain_spec=domain,
-                    owner_keys={o: pub for o, (_, pub) in signing.items()} or None)
+                with progress.step("opening the study (the decryption server makes its BFV key)"):
+                    operator.wait_ready()
+                    contract, _ = operator.open_study(
+                        domain_size=spec.n_bins, epsilon=epsilon, expected_owners=owner_ids,
+                        contribution_bound=bounds.contribution_bound, domain_spec=domain,
+                        owner_keys={o: pub for o, (_, pub) in signing.items()} or None)
                 truth = np.zeros(spec.n_bins, dtype=np.int64)
                 uploads = []
                 for i, owner in enumerate(owner_ids):
                     csv_path = root / f"{owner}.csv"
-                    write_sample_csv(csv_path, seed=seed, n_records=records, owner_index=i)
-                    hist = read_histogram(csv_path, spec, person_column="person_id", bounds=bounds, rng=seed + i)
+                    with progress.step(f"{owner}: generating and binning {records:,} records"):
+                        write_sample_csv(csv_path, seed=seed, n_records=records, owner_index=i)
+                        hist = read_histogram(csv_path, spec, person_column="person_id", bounds=bounds,
+                                              rng=seed + i)
                     truth += hist.counts
-                    with DataOwnerClient(owner, computation=cs.target, decryption=ds.target, tls=pki.get(owner), insecure=not tls,
-                                         signing_key=signing[owner][0] if signing else None, progress=False) as do:
+                    with DataOwnerClient(owner, computation=cs.target, decryption=ds.target, tls=pki.get(owner),
+                                         insecure=not tls, signing_key=signing[owner][0] if signing else None,
+                                         progress=progress) as do:
                         res = do.submit(contract.study_id, hist)
                     uploads.append({"owner": owner, "records_read": hist.records_read,
                                     "records_kept": hist.total, "bytes_sent": res.bytes_sent})
-                release = operator.run_release(contract.study_id)
-                got = analyst.get_release(release.release_id)
-                for sig in got.signatures:  # anyone holding the contract can check whose data is in it
-                    key = contract.owner_public_key(sig.owner_id)
-                    assert key is not None
-                    sig.verify(key, study_id=contract.study_id, contract_hash=contract.contract_hash)
-                summary = got.summary
-                ranges = _ranges(spec.n_bins)
-                counts = analyst.range_counts(release.release_id, ranges)
-                budget = key_holder.budget(contract.study_id)
+                started = operator.run_release(contract.study_id, wait=False)
+                with progress.step(f"release {started.release_id}: aggregating, noising and decrypting") as tick:
+                    release = operator.wait_release(started.release_id, on_poll=lambda _: tick(0))
+                with progress.step("analyst: reading the release, checking its signatures, range counts"):
+                    got = analyst.get_release(release.release_id)
+                    for sig in got.signatures:  # anyone holding the contract can check whose data is in it
+                        key = contract.owner_public_key(sig.owner_id)
+                        assert key is not None
+                        sig.verify(key, study_id=contract.study_id, contract_hash=contract.contract_hash)
+                    summary = got.summary
+                    ranges = _ranges(spec.n_bins)
+                    counts = analyst.range_counts(release.release_id, ranges)
+                    budget = key_holder.budget(contract.study_id)
         finally:
             cs.stop()
             ds.stop()
@@ -164,8 +175,21 @@ def format_demo(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot_bands(result: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per bin: the released estimate and estimate -+ 1 standard error, all clipped at 0 (a count is never
+    negative; noise can make an estimate so). A bin's standard error is its partition's noise spread evenly
+    over the partition's bins (sqrt(variance) / length)."""
+    est = np.asarray(result["released_estimates"], dtype=np.float64)
+    parts = result["partitions"]
+    starts = np.asarray(parts["starts"], dtype=np.int64)
+    lengths = np.diff(np.append(starts, est.size))
+    se = np.repeat(np.sqrt(np.asarray(parts["sum_variance"], dtype=np.float64)) / lengths, lengths)
+    return np.maximum(est, 0.0), np.maximum(est - se, 0.0), np.maximum(est + se, 0.0)
+
+
 def plot_demo(result: dict[str, Any], path: Path) -> Path:
-    """Write a PNG of the true histogram against the released per-bin estimates (needs matplotlib)."""
+    """Write a PNG of the true histogram against the released per-bin estimates and their error band (needs
+    matplotlib)."""
     try:
         import matplotlib
 
@@ -175,11 +199,14 @@ def plot_demo(result: dict[str, Any], path: Path) -> Path:
         raise RuntimeError("--plot needs matplotlib: pip install 'dpagg[plot]'") from exc
     edges = np.asarray(result["domain"]["edges"])
     truth = np.asarray(result["true_histogram"])
-    est = np.asarray(result["released_estimates"])
+    shown, low, high = plot_bands(result)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.bar(edges[:-1], truth, width=np.diff(edges), align="edge", color="#9ecae1", label="true (generated data)")
-    ax.step(edges, np.append(est, est[-1]), where="post", color="#d62728", linewidth=1.5,
-            label=f"released (epsilon {result['epsilon_spent']:g})")
+    ax.fill_between(edges, np.append(low, low[-1]), np.append(high, high[-1]), step="post", color="#d62728",
+                    alpha=0.2, linewidth=0, label="+- 1 standard error of the noise")
+    ax.step(edges, np.append(shown, shown[-1]), where="post", color="#d62728", linewidth=1.5,
+            label=f"released (epsilon {result['epsilon_spent']:g}; below 0 drawn at 0)")
+    ax.set_ylim(bottom=0)
     ax.set_xlabel(result["domain"]["column"])
     ax.set_ylabel("records per bin")
     ax.set_title(f"dpagg release {result['release_id']}: {len(result['partitions']['starts'])} partitions")

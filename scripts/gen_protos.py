@@ -24,7 +24,7 @@ PACKAGE = "dpagg/v1"
 #: other versions write different version markers, and mypy-protobuf formats .pyi differently.
 TOOL_VERSIONS = {"grpcio-tools": "1.85.1", "mypy-protobuf": "5.1.0"}
 
-_INIT_TOP = '"""Generated gRPC/protobuf code of the dpagg wire protocol (regenerate with scripts/gen_protos.py)."""\n'
+_INIT_TOP = '"""The dpagg package (here only its generated gRPC/protobuf code, dpagg.v1)."""\n'
 _INIT_V1 = '"""dpagg.v1 messages and service stubs, generated from proto/dpagg/v1/*.proto; do not edit."""\n'
 
 
@@ -49,7 +49,9 @@ def generate(out: Path) -> list[Path]:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"protoc failed ({proc.returncode}):\n{proc.stderr}")
-    (out / "dpagg" / "__init__.py").write_text(_INIT_TOP)
+    top = out / "dpagg" / "__init__.py"
+    if not top.exists():  # in the repository it is the SDK's front door (hand-written): never overwritten
+        top.write_text(_INIT_TOP)
     (out / PACKAGE / "__init__.py").write_text(_INIT_V1)
     return sorted(p for p in (out / PACKAGE).iterdir() if p.is_file())
 

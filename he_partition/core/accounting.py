@@ -14,6 +14,8 @@ from .errors import BudgetExhaustedError
 from .validation import positive_finite
 
 __all__ = [
+    "USABLE_SHARE",
+    "epsilon_left",
     "RangeQuery",
     "Clique",
     "ChargeEvent",
@@ -24,6 +26,15 @@ __all__ = [
     "sequential_epsilon",
     "exact_decimal",
 ]
+
+#: An epsilon left below this share of the study's total is float dust of the exact budget arithmetic (e.g.
+#: 9e-17 after `--epsilon rest`): no release can use it, so every message prints it as 0.
+USABLE_SHARE = 1e-9
+
+
+def epsilon_left(value: float, total: float) -> str:
+    """An epsilon that is left, as every command and refusal prints it: 0 when nothing usable is left."""
+    return "0" if value <= total * USABLE_SHARE else f"{value:.12g}"
 
 # Privacy arithmetic is done on exact rationals. A float epsilon is read as the decimal it
 # prints as (Fraction(repr(x))), so three queries at 0.1 fit a budget of 0.3 exactly; the

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from .errors import InvalidInputError
 from .estimation import IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint
 
-__all__ = ["Summary", "RangeCount", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
+__all__ = ["Summary", "RangeCount", "RangeCounts", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 
 SUMMARY_FORMAT = "dpagg.summary.v1"
 
@@ -75,6 +75,23 @@ class RangeCount:
     hi: int
     value: float
     standard_error: float
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("to_pandas() needs pandas, which dpagg does not install: pip install 'dpagg[pandas]' "
+                          "(or pip install pandas)") from None
+    return pandas
+
+
+class RangeCounts(list[RangeCount]):
+    """Range answers: a list of RangeCount with `to_pandas()` (columns lo, hi, value, standard_error)."""
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame, one row per range (pandas is optional: pip install 'dpagg[pandas]')."""
+        return _pandas().DataFrame([vars(c) for c in self], columns=["lo", "hi", "value", "standard_error"])
 
 
 #: The last tree built, keyed by the identity of its inputs (see `Summary._tree`).
@@ -219,11 +236,11 @@ class Summary:
         var = float(np.sum(frac**2 * np.asarray(self.sum_variance)[idx]))
         return RangeCount(lo, hi, value, float(np.sqrt(var)))
 
-    def range_counts(self, ranges: npt.ArrayLike) -> list[RangeCount]:
+    def range_counts(self, ranges: npt.ArrayLike) -> RangeCounts:
         """Many range counts at once; `ranges` is a sequence of (lo, hi) pairs."""
         arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
         if self.estimator == "partition":
-            return [self.range_count(int(a), int(b)) for a, b in arr]
+            return RangeCounts(self.range_count(int(a), int(b)) for a, b in arr)
         bad = (arr[:, 0] < 0) | (arr[:, 0] >= arr[:, 1]) | (arr[:, 1] > self.domain_size)
         if bad.any():
             a, b = arr[int(np.argmax(bad))]
@@ -240,8 +257,8 @@ class Summary:
                 w = ((idx >= part[:, :1]) & (idx < part[:, 1:])).astype(np.float64)
                 out[i : i + 256] = self._bin_weight_variance(w)
             var = out
-        return [RangeCount(int(a), int(b), float(v), float(np.sqrt(max(s2, 0.0))))
-                for (a, b), v, s2 in zip(arr, values, var)]
+        return RangeCounts(RangeCount(int(a), int(b), float(v), float(np.sqrt(max(s2, 0.0))))
+                           for (a, b), v, s2 in zip(arr, values, var))
 
     def weighted_count(self, weights: npt.ArrayLike) -> tuple[float, float]:
         """Estimate of sum_i weights[i] * x[i] and the standard error of its noise.
@@ -255,6 +272,24 @@ class Summary:
         value = float(w @ self._bin_estimates)
         var = float(self._bin_weight_variance(w[None, :])[0])
         return value, float(np.sqrt(max(var, 0.0)))
+
+    def cuts_partition(self, lo: int, hi: int) -> bool:
+        """Whether [lo, hi) starts or ends strictly inside a partition whose sum is spread evenly over its bins:
+        then its estimate also carries the (unknown, data-dependent) error of that spreading, which its standard
+        error (noise only) does not cover. Wavelet releases estimate every bin itself, so nothing is cut."""
+        if self.estimator in ("haar", "haar_nonnegative"):
+            return False
+        bounds = {int(s) for s in self.starts} | {int(self.domain_size)}
+        return lo not in bounds or hi not in bounds
+
+    def to_pandas(self) -> Any:
+        """The released partitions as a pandas DataFrame: start, stop (bins [start, stop)), the noisy sum and
+        the standard error of its noise (pandas is optional: pip install 'dpagg[pandas]'). Per-bin estimates
+        are `estimate()`; ranges are `range_counts(...).to_pandas()`."""
+        stops = np.asarray(self.starts, dtype=np.int64) + self.lengths
+        return _pandas().DataFrame({"start": np.asarray(self.starts, dtype=np.int64), "stop": stops,
+                                    "sum": np.asarray(self.sums, dtype=np.int64),
+                                    "standard_error": np.sqrt(np.asarray(self.sum_variance, dtype=np.float64))})
 
     # -- serialization -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
-from he_partition.core.summary import RangeCount, Summary
+from he_partition.core.summary import RangeCounts, Summary
 
 from ..common.client import BaseClient
 from ..common.convert import range_counts_from_proto, ranges_to_proto, signatures_from_proto, summary_from_proto
@@ -47,10 +47,12 @@ class Release:
 class AnalystClient(BaseClient):
     """Read-only queries; every call has a deadline and retries on UNAVAILABLE.
 
-    Example::
+    Example (the analyst files `dpagg certs --out pki --party alice:analyst` wrote; the README's study)::
 
-        with AnalystClient("127.0.0.1:50052") as an:
-            latest = an.list_releases("s1")[0]
+        from dpagg import AnalystClient, TlsConfig
+
+        with AnalystClient("localhost:50052", tls=TlsConfig.in_directory("pki", "alice")) as an:
+            latest = an.list_releases("ages")[0]  # newest first
             for rc in an.range_counts(latest.release_id, [(0, 10), (10, 50)]):
                 print(rc.lo, rc.hi, rc.value, "+-", rc.standard_error)
     """
@@ -59,7 +61,12 @@ class AnalystClient(BaseClient):
     server_role = "computation"  # the analyst service runs in the computation server (or serve-analyst on its data)
 
     def list_releases(self, study_id: str = "", *, timeout: float | None = None) -> list[ReleaseInfo]:
-        """Finished releases, newest first (of one study, or all)."""
+        """Finished releases, newest first (of one study, or all).
+
+        A study with no finished release and an unknown study both give [] (the analyst
+        service knows releases, not studies); `ComputationClient.study_status` raises
+        NOT_FOUND for an unknown study, which is how `dpagg query --list` tells them apart.
+        """
         resp = self._unary(self._stub.ListReleases, analyst_pb2.ListReleasesRequest(study_id=study_id),
                            method="Analyst/ListReleases", timeout=timeout)
         return [ReleaseInfo(r.release_id, r.study_id, r.epsilon, r.domain_size, r.partitions, r.created_at)
@@ -74,8 +81,11 @@ class AnalystClient(BaseClient):
                        summary_from_proto(s), signatures_from_proto(s.owner_signatures))
 
     def range_counts(self, release_id: str, ranges: Iterable[tuple[int, int]], *,
-                     timeout: float | None = None) -> list[RangeCount]:
-        """Estimated counts over half-open bin ranges [lo, hi), each with the standard error of its DP noise."""
+                     timeout: float | None = None) -> RangeCounts:
+        """Estimated counts over half-open bin ranges [lo, hi), each with the standard error of its DP noise.
+
+        Post-processing of the release: spends no budget. The result is a list with `to_pandas()`.
+        """
         req = analyst_pb2.RangeCountsRequest(release_id=release_id, ranges=ranges_to_proto(ranges))
         resp = self._unary(self._stub.RangeCounts, req, method="Analyst/RangeCounts", timeout=timeout)
         return range_counts_from_proto(resp.counts)

@@ -57,7 +57,21 @@ def _verbosity_first(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(_verbosity_first(sys.argv[1:] if argv is None else list(argv)))
+    """The `dpagg` command: parse, run the command, print one line per failure (no traceback); the exit code."""
+    try:
+        try:
+            return _run(sys.argv[1:] if argv is None else list(argv))
+        finally:  # also after --help's SystemExit: a reader that stopped early (`| head`) shows up here
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader of our output closed the pipe (`dpagg query ... | head -3`): it has what it wanted. Point
+        # stdout at /dev/null so the interpreter's final flush cannot raise again, and exit quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(_verbosity_first(argv))
     # Servers say what they do (start-up, commits, releases) at INFO; client commands stay quiet unless -v.
     base = logging.INFO if args.command.startswith("serve-") else logging.WARNING
     level = base - 10 * min(args.verbose, 2)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from he_partition.core.errors import DPAggError
 
+from ..common.progress import Progress
 from .options import Subparsers, command_adder, print_json, seed_arg
 
 
@@ -22,7 +23,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     result = run_demo(owners=args.owners, records=args.records, domain=args.domain, epsilon=args.epsilon,
                       seed=args.seed, data_dir=Path(args.data_dir) if args.data_dir else None,
-                      noise_seed=args.insecure_noise_seed, tls=not args.insecure)
+                      noise_seed=args.insecure_noise_seed, tls=not args.insecure,
+                      progress=Progress(enabled=not args.json))
     if args.plot:
         plot_demo(result, Path(args.plot))
         result["plot"] = str(args.plot)

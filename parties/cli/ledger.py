@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from he_partition.core.accounting import epsilon_left
+
 from .options import Subparsers, command_adder, conn, decryption_target, print_json, tls_args
 
 
@@ -19,8 +21,9 @@ def cmd_budget(args: argparse.Namespace) -> int:
                      "available": b.available,
                      "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem})
     else:
-        print(f"study {b.study_id}: spent {b.spent:.12g} of {b.total:.12g}; a new release may spend "
-              f"{b.available:.12g} (exact)")
+        left = epsilon_left(b.available, b.total)
+        print(f"study {b.study_id}: spent {b.spent:.12g} of {b.total:.12g}; a new release may spend {left}"
+              + (f" (nothing usable is left; exactly {b.available:.3g})" if left == "0" and b.available else ""))
         for c in b.charges:
             print(f"  #{c.charge_id} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}")
     if args.verify:

@@ -104,7 +104,8 @@ def _add(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str, 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the method subcommands to the `dpagg` CLI."""
-    p = _add(sub, "epsilon", "what an epsilon means (seed 002): variance floor, guessing bound; or alpha -> eps")
+    p = _add(sub, "epsilon", "what an epsilon means: the variance floor of any unbiased estimate, an adversary's "
+                              "guessing bound; or a target bound alpha -> epsilon")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--eps", "--epsilon", dest="eps", type=float, help="assess this epsilon")
     g.add_argument("--alpha", type=float, help="target guessing bound (e.g. 0.1) -> epsilon")
@@ -121,7 +122,8 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                    help="for tests only (reproducible runs); default draws from the OS CSPRNG")
     p.set_defaults(func=_audit)
 
-    p = _add(sub, "bayes-scale", "Laplace scale for Bayesian DP on correlated records (seed 003)")
+    p = _add(sub, "bayes-scale", "Laplace scale for Bayesian DP on correlated records (Gaussian correlation "
+                                  "model of the records)")
     p.add_argument("--adjacency", required=True, help="weighted adjacency matrix (.csv, .npy or JSON list of lists)")
     p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True,
                    help="the Bayesian-DP epsilon to guarantee")
@@ -130,12 +132,13 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.add_argument("--tau", type=float, default=0.0, help="prior precision tau of the Gaussian correlation model")
     p.set_defaults(func=_bayes)
 
-    p = _add(sub, "charge", "epsilon charged for direct range queries: max-clique of overlaps (seed 004); "
+    p = _add(sub, "charge", "epsilon charged for direct range queries: the heaviest overlap of the ranges "
+                            "(max clique); "
                             "charged_epsilon_over_services adds the 2^-20 prefix masks the services add")
     p.add_argument("--queries", required=True, help='JSON list of {"lo": [...], "hi": [...], "epsilon": e}')
     p.set_defaults(func=_charge)
 
-    p = _add(sub, "pview", "trusted-curator p-view (DP-Mondrian/HDPView, seed 000) of a count tensor")
+    p = _add(sub, "pview", "trusted-curator p-view (DP-Mondrian/HDPView) of a count tensor")
     p.add_argument("--counts", required=True, help="count tensor (.npy)")
     p.add_argument("--eps", "--epsilon", dest="eps", type=float, required=True,
                    help="epsilon of the whole view (split between the partitioning and the block counts)")

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
+
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_COMPUTATION, ENV_DECRYPTION, default_target
@@ -36,12 +37,14 @@ def owner_list(text: str) -> list[str]:
     return owners
 
 
-def bin_range(text: str) -> tuple[int, int]:
-    try:
-        lo, hi = (int(v) for v in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a range is LO:HI (bin indices, HI exclusive), got {text!r}") from None
-    return lo, hi
+
+
+def nonempty_id(text: str) -> str:
+    """An id given on the command line: an empty one is an error (usually an unset shell variable)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give an id, or leave the flag out to "
+                                         "have one generated")
+    return text
 
 
 def state_dir(args: argparse.Namespace) -> Path:
@@ -49,12 +52,17 @@ def state_dir(args: argparse.Namespace) -> Path:
     return Path(base) / "uploads"
 
 
+def upload_key_path(args: argparse.Namespace) -> Path:
+    """Where this owner's upload key to this study (on this computation server) is kept."""
+    ident = hashlib.sha256(f"{args.computation}|{args.study}|{args.owner}".encode()).hexdigest()[:16]
+    return state_dir(args) / f"{args.study}.{args.owner}.{ident}.key"
+
+
 def upload_key(args: argparse.Namespace) -> str:
     """The idempotency key of this owner's upload to this study, kept on disk so a re-run resumes."""
     if args.idempotency_key:
         return str(args.idempotency_key)
-    ident = hashlib.sha256(f"{args.computation}|{args.study}|{args.owner}".encode()).hexdigest()[:16]
-    path = state_dir(args) / f"{args.study}.{args.owner}.{ident}.key"
+    path = upload_key_path(args)
     if path.exists():
         return path.read_text().strip()
     key = f"up-{uuid.uuid4().hex[:20]}"
@@ -135,13 +143,27 @@ def command_adder(sub: Subparsers) -> Callable[[str, Handler, str], argparse.Arg
     return add
 
 
+def server_address(text: str) -> str:
+    """A server address: host:port (or a gRPC target such as unix:PATH), not a URL."""
+    if text.startswith(("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:")):
+        return text
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        raise argparse.ArgumentTypeError(f"give the server as host:port, not a URL: {text!r} -> {rest.rstrip('/')!r}"
+                                         if ":" in rest else f"give the server as host:port, not a URL ({text!r})")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"give the server as host:port (e.g. localhost:50052), got {text!r}")
+    return text
+
+
 def computation_target() -> dict[str, Any]:
     """`--computation` keyword arguments: the computation server's address (env DPAGG_COMPUTATION)."""
-    return {"default": default_target(ENV_COMPUTATION),
+    return {"default": default_target(ENV_COMPUTATION), "type": server_address,
             "help": f"computation server host:port (env {ENV_COMPUTATION}; default %(default)s)"}
 
 
 def decryption_target() -> dict[str, Any]:
     """`--decryption` keyword arguments: the decryption server's address (env DPAGG_DECRYPTION)."""
-    return {"default": default_target(ENV_DECRYPTION),
+    return {"default": default_target(ENV_DECRYPTION), "type": server_address,
             "help": f"decryption server host:port (env {ENV_DECRYPTION}; default %(default)s)"}

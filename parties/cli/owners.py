@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -12,18 +13,8 @@ from typing import Any
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_DECRYPTION
-from .options import (
-    ENV_STATE_DIR,
-    Subparsers,
-    command_adder,
-    computation_target,
-    conn,
-    print_json,
-    state_dir,
-    tls_args,
-    tls_config,
-    upload_key,
-)
+from .options import (ENV_STATE_DIR, Subparsers, command_adder, computation_target, conn, print_json,
+                      server_address, state_dir, tls_args, tls_config, upload_key, upload_key_path)
 
 
 def cmd_join_submit(args: argparse.Namespace) -> int:
@@ -116,12 +107,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
         hist = read_histogram(args.csv, domain, person_column=args.person_column, bounds=bounds,
                               on_bad_value="drop" if args.drop_bad_values else "error", drop_hint="--drop-bad-values")
         _check_careless_csv(args, hist)
+        key = upload_key(args)
         if not args.json:
             print(f"{args.csv}: {hist.records_read} records read, {hist.out_of_domain} outside the domain or "
                   f"unreadable, {hist.records_dropped} dropped by the contribution bound; submitting {hist.total} "
                   f"to study {args.study} (final: a study counts one submission per owner)", file=sys.stderr,
                   flush=True)
-        key = upload_key(args)
+            print(f"upload key {key} kept in {state_dir(args)} (--state-dir): re-running this command resumes the "
+                  "upload instead of sending it twice", file=sys.stderr, flush=True)
         signing_key = None
         if args.signing_key:
             from ..common.signing import load_private_key
@@ -136,6 +129,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
                       f"(the encrypted chunks are kept in {state_dir(args)} until the upload commits).",
                       file=sys.stderr)
                 return 130
+    sent = upload_key_path(args).with_suffix(".sent")  # what this machine submitted: a digest of the CSV file
+    digest = _file_digest(args.csv)
+    if not res.duplicate:
+        sent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sent.write_text(digest + "\n")
+    elif sent.is_file() and sent.read_text().strip() != digest:
+        raise DPAggError(f"{args.owner} already submitted another file to study {args.study} (upload {key}); "
+                         f"the records in {args.csv} differ and were NOT sent: a study counts one submission per "
+                         "owner")
     if args.json:
         print_json({"study_id": res.study_id, "owner_id": res.owner_id, "idempotency_key": res.idempotency_key,
                      "committed": res.committed, "duplicate": res.duplicate, "chunks": res.chunk_count,
@@ -145,11 +147,21 @@ def cmd_submit(args: argparse.Namespace) -> int:
     elif res.duplicate:
         print(f"{args.owner} had already submitted to study {args.study} (upload {key}); nothing sent. "
               "A study counts one submission per owner.")
+        if not sent.is_file():  # submitted from elsewhere: this machine cannot tell whether the data is the same
+            print(f"warning: if {args.csv} is not the data {args.owner} submitted, it was ignored", file=sys.stderr)
     else:
         print(f"{args.owner} submitted {hist.total} records ({hist.records_dropped} dropped by the contribution "
               f"bound, {hist.out_of_domain} outside the domain) to study {args.study}: {res.chunk_count} ciphertext "
               f"chunk(s), {res.bytes_sent / 1e6:.2f} MB, upload {key}")
     return 0
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def cmd_sample_csv(args: argparse.Namespace) -> int:
@@ -189,6 +201,7 @@ def add_parser(sub: Subparsers) -> None:
                    help="your Ed25519 signing key (env DPAGG_SIGNING_KEY)")
     p.add_argument("--computation", **comp)
     p.add_argument("--decryption", default=os.environ.get(ENV_DECRYPTION) or None, metavar="HOST:PORT",
+                   type=server_address,
                    help="fetch the join key from the decryption server directly (default: through the computation "
                         "server; its fingerprint is checked either way)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -208,7 +221,7 @@ def add_parser(sub: Subparsers) -> None:
                    help="skip records with an empty or non-numeric value, no person id, or a wrong number of "
                         "fields (default: stop at the first, naming its line)")
     p.add_argument("--accept-out-of-domain", action="store_true",
-                   help=f"submit even when more than {MAX_OUT_OF_DOMAIN_SHARE:.0%} of the records fall outside the "
+                   help=f"submit even when more than {MAX_OUT_OF_DOMAIN_SHARE:.0%}% of the records fall outside the "
                         "domain (refused by default: usually a wrong column or unit)")
     p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir, so a re-run resumes)")
     p.add_argument("--state-dir", help=f"where upload keys and the encrypted chunks of an unfinished upload are "
@@ -219,6 +232,7 @@ def add_parser(sub: Subparsers) -> None:
                         "(env DPAGG_SIGNING_KEY)")
     p.add_argument("--computation", **comp)
     p.add_argument("--decryption", default=os.environ.get(ENV_DECRYPTION) or None, metavar="HOST:PORT",
+                   type=server_address,
                    help="fetch the study key from the decryption server directly (env "
                         f"{ENV_DECRYPTION}); default: through the computation server. Either way its fingerprint "
                         "must match the study contract's")

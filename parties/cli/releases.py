@@ -13,11 +13,15 @@ from typing import Any
 
 import grpc
 
+from he_partition.core.accounting import epsilon_left
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_ANALYST, ENV_COMPUTATION, default_target
 from ..common.errors import ServiceError
-from .options import Subparsers, bin_range, command_adder, computation_target, conn, print_json, tls_args
+from ..common.progress import Progress
+from .options import (Subparsers, command_adder, computation_target, conn, print_json,
+                      server_address, tls_args)
+from .ranges import CUT_NOTE, range_arg, range_label, resolve_ranges
 
 
 def _print_release(st: Any, as_json: bool) -> None:
@@ -30,8 +34,9 @@ def _print_release(st: Any, as_json: bool) -> None:
           f"owners {', '.join(st.owners)}")
     if st.summary is not None:
         s = st.summary
-        print(f"  {s.n_partitions} partitions over {s.domain_size} bins, total {sum(s.sums)} "
-              f"+- {sum(s.sum_variance) ** 0.5:.1f}, computed in {st.seconds:.2f} s")
+        total = s.range_count(0, s.domain_size)  # the whole-domain answer `dpagg query` gives
+        print(f"  {s.n_partitions} partitions over {s.domain_size} bins, total {total.value:,.1f} "
+              f"+- {total.standard_error:.1f}, computed in {st.seconds:.2f} s")
     if st.error_message:
         print(f"  {st.error_code}: {st.error_message}")
 
@@ -53,6 +58,10 @@ def _epsilon_or_rest(text: str) -> float | str:
 def _pending_path(args: argparse.Namespace) -> Path:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{args.computation}-{args.study}")
     return Path(args.state_dir).expanduser() / "pending-releases" / f"{safe}.json"
+
+
+#: After these the server may have started the release: the request key stays so a re-run attaches to it.
+_MAYBE_STARTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 
 
 def _release_finished(cs: Any, release_id: str) -> bool:
@@ -78,12 +87,19 @@ def cmd_release_run(args: argparse.Namespace) -> int:
     pending.parent.mkdir(parents=True, exist_ok=True)
     pending.write_text(json.dumps({"request_key": key, "epsilon": spec, "study": args.study}))
     with ComputationClient(args.computation, **conn(args)) as cs:
-        st = cs.run_release(args.study, epsilon=args.epsilon, force=args.force, wait=False, request_key=key)
+        try:
+            st = cs.run_release(args.study, epsilon=args.epsilon, force=args.force, wait=False, request_key=key)
+        except (ServiceError, DPAggError) as exc:
+            if getattr(exc, "code", None) not in _MAYBE_STARTED:  # refused: nothing to attach to on a re-run
+                pending.unlink(missing_ok=True)
+            raise
         if not args.json:
             print(f"release {st.release_id} of study {args.study} started (request key {key})", flush=True)
         if not args.no_wait:
             try:
-                st = cs.wait_release(st.release_id)
+                with Progress(enabled=not args.json).step(
+                        f"release {st.release_id}: aggregating, noising and decrypting on the servers") as tick:
+                    st = cs.wait_release(st.release_id, on_poll=lambda _: tick(0))
             except KeyboardInterrupt:
                 print(f"\ninterrupted: release {st.release_id} continues on the server; see `dpagg release status "
                       f"{st.release_id}`, or re-run this command to attach to it (it spends nothing again)",
@@ -144,11 +160,16 @@ def cmd_query(args: argparse.Namespace) -> int:
                 raise DPAggError(f"study {args.study} has no finished release yet")
             release_id = newest.release_id
         rel = an.get_release(release_id)
-        ranges = args.range or [(0, rel.summary.domain_size)]
+        domain = _release_domain(args, rel.study_id)
+        ranges = resolve_ranges(args.range, domain, rel.study_id) if args.range else [(0, rel.summary.domain_size)]
         counts = an.range_counts(release_id, ranges)
+    answers = [{**vars(c), "label": range_label(c.lo, c.hi, domain),
+                "cuts_partition": rel.summary.cuts_partition(c.lo, c.hi)} for c in counts]
+    if args.csv:
+        _print_csv(answers)
+        return 0
     if args.json:
-        out: dict[str, Any] = {"release_id": rel.release_id, "study_id": rel.study_id,
-                               "range_counts": [vars(c) for c in counts]}
+        out: dict[str, Any] = {"release_id": rel.release_id, "study_id": rel.study_id, "range_counts": answers}
         if args.show:
             out["summary"] = rel.summary.to_dict()
             out["estimates"] = [float(v) for v in rel.summary.estimate()]
@@ -174,11 +195,21 @@ def cmd_query(args: argparse.Namespace) -> int:
 
         print("\n".join(join_table_lines(rel.summary)))
         return 0
-    domain = _release_domain(args, rel.study_id)
-    for c in counts:
-        where = f"  ({domain.describe_range(c.lo, c.hi)})" if domain is not None else ""
-        print(f"bins [{c.lo}, {c.hi}){where}: {c.value:.1f} +- {c.standard_error:.1f}")
+    for a in answers:
+        print(f"{a['label']}: {a['value']:.1f} +- {a['standard_error']:.1f}{' *' if a['cuts_partition'] else ''}")
+    if any(a["cuts_partition"] for a in answers):
+        print(CUT_NOTE)
     return 0
+
+
+def _print_csv(answers: list[dict[str, Any]]) -> None:
+    """Range answers as CSV on stdout (header lo,hi,label,value,standard_error,cuts_partition)."""
+    import csv
+
+    fields = ["lo", "hi", "label", "value", "standard_error", "cuts_partition"]
+    writer = csv.DictWriter(sys.stdout, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(answers)
 
 
 def _release_domain(args: argparse.Namespace, study_id: str) -> Any:
@@ -197,19 +228,27 @@ def _release_domain(args: argparse.Namespace, study_id: str) -> Any:
 def cmd_direct_query(args: argparse.Namespace) -> int:
     from ..computation.client import ComputationClient
 
+    from ..data_owner.dataset import DomainSpec
+
     with ComputationClient(args.computation, **conn(args)) as cs:
-        r = cs.direct_range_counts(args.study, args.range, args.epsilon, force=args.force,
-                                   request_key=args.request_key or "")
+        spec = cs.study_status(args.study).contract.domain_spec
+        domain = DomainSpec.parse(spec) if spec else None
+        r = cs.direct_range_counts(args.study, resolve_ranges(args.range, domain, args.study), args.epsilon,
+                                   force=args.force, request_key=args.request_key or "")
     if args.json:
         print_json({"request_id": r.request_id, "study_id": args.study, "epsilon": args.epsilon,
-                     "range_counts": [vars(c) for c in r.counts], "epsilon_charged": r.epsilon_charged,
+                    "range_counts": [{**vars(c), "label": range_label(c.lo, c.hi, domain)} for c in r.counts],
+                    "epsilon_charged": r.epsilon_charged,
                      "epsilon_sequential": r.epsilon_sequential, "epsilon_remaining": r.epsilon_remaining,
                      "owners": list(r.owners)})
         return 0
     for c in r.counts:
-        print(f"[{c.lo}, {c.hi}): {c.value:.0f} +- {c.standard_error:.1f}")
-    print(f"charged epsilon {r.epsilon_charged:g} (max-overlap rule; plain sum would be {r.epsilon_sequential:g}); "
-          f"{r.epsilon_remaining:g} left in study {args.study}")
+        print(f"{range_label(c.lo, c.hi, domain)}: {c.value:.0f} +- {c.standard_error:.1f}")
+    total = r.epsilon_remaining + r.epsilon_charged  # only for the "nothing usable" threshold
+    masks = (" + 2^-20 for the masked prefix the decryption server sees in front of a range not starting at bin 0"
+             if any(c.lo > 0 for c in r.counts) else "")
+    print(f"charged epsilon {r.epsilon_charged:.12g} (max-overlap rule{masks}; a plain sum would be "
+          f"{r.epsilon_sequential:g}); {epsilon_left(r.epsilon_remaining, total)} left in study {args.study}")
     return 0
 
 
@@ -250,12 +289,15 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--list", action="store_true", help="list finished releases")
     p.add_argument("--study",
                    help="with --list: only this study; with `latest`: the study whose newest release to read")
-    p.add_argument("--range", type=bin_range, action="append", metavar="LO:HI",
-                   help="bin range [LO, HI) to count (repeatable; default the whole domain)")
+    p.add_argument("--range", type=range_arg, action="append", metavar="LO:HI|COLUMN=LO:HI",
+                   help="bins [LO, HI) to count, or values: age=20:40 counts 20 <= age < 40 (LO and HI must be bin "
+                        "edges); repeatable; default the whole domain")
+    p.add_argument("--csv", action="store_true",
+                   help="print the range answers as CSV (lo,hi,label,value,standard_error,cuts_partition)")
     p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
     p.add_argument("--table", action="store_true",
                    help="a join study's release: print the joint table (the default when no --range is given)")
-    p.add_argument("--analyst", default=default_target(ENV_ANALYST),
+    p.add_argument("--analyst", default=default_target(ENV_ANALYST), type=server_address,
                    help=f"analyst service host:port (env {ENV_ANALYST}, else {ENV_COMPUTATION}; default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)
@@ -263,8 +305,9 @@ def add_parser(sub: Subparsers) -> None:
     p = add("direct-query", cmd_direct_query, "analyst: noisy range counts straight from the encrypted aggregate "
                                               "(spends budget: max-overlap charge)")
     p.add_argument("study", help="study id")
-    p.add_argument("--range", type=bin_range, action="append", metavar="LO:HI", required=True,
-                   help="bin range [LO, HI) to count (repeatable)")
+    p.add_argument("--range", type=range_arg, action="append", metavar="LO:HI|COLUMN=LO:HI", required=True,
+                   help="bins [LO, HI) to count, or values: age=20:40 counts 20 <= age < 40 (LO and HI must be bin "
+                        "edges); repeatable")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon of each answer")
     p.add_argument("--force", action="store_true", help="count even if some expected owners have not submitted")
     p.add_argument("--request-key", help="idempotency key: a retry returns the first answers and charges nothing")

@@ -14,7 +14,8 @@ from he_partition.join.protocol import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_R
 if TYPE_CHECKING:
     from ..common.contract import StudyContract
 
-from .options import Subparsers, command_adder, computation_target, conn, owner_list, print_json, tls_args
+from .options import (Subparsers, command_adder, computation_target, conn, nonempty_id, owner_list, print_json,
+                      tls_args)
 
 
 def _party(text: str) -> tuple[str, str, tuple[str, ...]]:
@@ -142,10 +143,12 @@ def cmd_open_study(args: argparse.Namespace) -> int:
               f"{contract.max_organizations} organization(s), noise parties {contract.noise_parties}")
         if contract.correlated or contract.correlation_source:
             print(_correlation_line(contract))
-        print(f"epsilon {contract.epsilon:g}: any unbiased estimate of one count has variance >= "
-              f"{guide.variance_lower_bound:.4g} (1/(e^eps-1)^2), adversary's guessing bound alpha = "
-              f"{guide.guessing_bound:.4g} (4/(e^eps-1)^2{', vacuous' if guide.guessing_bound_is_vacuous else ''}; "
-              "seed 002, see `dpagg epsilon`)")
+        if guide.warnings or not guide.guessing_bound_is_vacuous:  # else nothing worth a line (`dpagg epsilon`)
+            alpha = "" if guide.guessing_bound_is_vacuous else (
+                f"; an adversary rounding one is wrong with probability at most alpha = {guide.guessing_bound:.4g} "
+                "(4/(e^eps-1)^2, a Chebyshev bound: the smaller alpha, the weaker the protection)")
+            print(f"epsilon {contract.epsilon:g}: any unbiased estimate of one count has variance >= "
+                  f"{guide.variance_lower_bound:.4g} (1/(e^eps-1)^2){alpha}; see `dpagg epsilon`")
         print(f"contract hash {contract.contract_hash}")
         print(f"key fingerprint {contract.context_fingerprint}")
     return 0
@@ -335,7 +338,7 @@ def add_parser(sub: Subparsers) -> None:
     comp = computation_target()
     p = add("open-study", cmd_open_study, "open a study (operator)")
     p.add_argument("--computation", **comp)
-    p.add_argument("--study-id", help="study id (default: generated)")
+    p.add_argument("--study-id", type=nonempty_id, help="study id (default: generated)")
     p.add_argument("--domain", help="binning every owner uses, COLUMN:LO:HI:BINS (e.g. age:0:100:50), "
                                     "COLUMN:edges:E0,E1,... or COLUMN:categories:A,B,...")
     p.add_argument("--domain-size", type=int, default=0, help="number of bins, if no --domain is recorded")
@@ -359,7 +362,7 @@ def add_parser(sub: Subparsers) -> None:
                         "`dpagg keygen` write them)")
     corr = p.add_mutually_exclusive_group()
     corr.add_argument("--correlation-graph", metavar="PATH",
-                      help="correlated records (seed 003): weighted adjacency W of the records' Gaussian correlation "
+                      help="correlated records (Bayesian DP): weighted adjacency W of the records' Gaussian correlation "
                            "model (.csv, .npy or JSON). Its max leakage L makes --epsilon a Bayesian-DP budget and "
                            "multiplies every noise scale by 1 + L")
     corr.add_argument("--correlation-leakage", type=float, metavar="L",
@@ -375,7 +378,7 @@ def add_parser(sub: Subparsers) -> None:
     p = add("open-join", cmd_open_join, "open a join study (operator): the DP table of two owners' attributes over "
                                          "the customers both hold (docs/join.md)")
     p.add_argument("--computation", **comp)
-    p.add_argument("--study-id", help="study id (default: generated)")
+    p.add_argument("--study-id", type=nonempty_id, help="study id (default: generated)")
     p.add_argument("--owners", type=owner_list, required=True, help="the two owners, rows first: A,B")
     p.add_argument("--rows", required=True, metavar="SPEC", help="the first owner's binning (rows), e.g. age:17:97:16")
     p.add_argument("--cols", required=True, metavar="SPEC",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, Self, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -97,13 +97,15 @@ class BaseClient:
 
     @property
     def channel(self) -> grpc.Channel:
+        """The gRPC channel this client calls on."""
         return self._channel
 
     def close(self) -> None:
+        """Close the channel (if this client opened it); `with Client(...) as c:` does it for you."""
         if self._owns_channel:
             self._channel.close()
 
-    def __enter__(self: Any) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

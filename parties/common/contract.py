@@ -51,7 +51,7 @@ def check_id(name: str, value: object) -> str:
     """Return `value` if it is a valid identifier, else raise InvalidInputError naming `name`."""
     if not isinstance(value, str) or not ID_PATTERN.match(value):
         raise InvalidInputError(
-            f"{name} must be 1-64 characters of letters, digits, '.', '_' or '-' (starting with a letter "
+            f"{name} must be 1-64 characters of ASCII letters, digits, '.', '_' or '-' (starting with a letter "
             f"or digit), got {_shown(value)}"
         )
     return value

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from dpagg.v1 import common_pb2, decryption_pb2
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import Measurement, measurement_from_dict
-from he_partition.core.summary import RangeCount, ReleasedValues, Summary
+from he_partition.core.summary import RangeCount, RangeCounts, ReleasedValues, Summary
 
 from .config import CONTEXT_CHUNK_BYTES
 from .contract import StudyContract
@@ -184,8 +184,8 @@ def range_counts_to_proto(counts: Iterable[RangeCount]) -> list[common_pb2.Range
     return [common_pb2.RangeCount(lo=c.lo, hi=c.hi, value=c.value, standard_error=c.standard_error) for c in counts]
 
 
-def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> list[RangeCount]:
-    return [RangeCount(int(c.lo), int(c.hi), float(c.value), float(c.standard_error)) for c in counts]
+def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> RangeCounts:
+    return RangeCounts(RangeCount(int(c.lo), int(c.hi), float(c.value), float(c.standard_error)) for c in counts)
 
 
 def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expected_owners: Sequence[str],

@@ -97,11 +97,24 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 )
 
 
+#: Which server a relayed refusal came from, by the service of the upstream method ("Decryption/OpenStudy").
+_SERVERS = {"Decryption": "the decryption server", "Computation": "the computation server",
+            "Analyst": "the analyst service"}
+
+
+def _upstream(method: str) -> str:
+    """`Decryption/OpenStudy` -> `the decryption server (OpenStudy)`: words first, the call for reference."""
+    service, _, call = method.partition("/")
+    if service in _SERVERS:
+        return f"{_SERVERS[service]} ({call})" if call else _SERVERS[service]
+    return method or "upstream call"
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and message for an exception raised by a handler."""
     if isinstance(exc, ServiceError):
         # An upstream call failed: keep its code so the caller sees e.g. RESOURCE_EXHAUSTED.
-        return exc.code, f"{exc.method or 'upstream call'}: {exc.details}"
+        return exc.code, f"{_upstream(exc.method)}: {exc.details}"
     if isinstance(exc, AccessDeniedError):
         # Identity failures carry their own code: UNAUTHENTICATED (no verified identity) or
         # PERMISSION_DENIED (a verified party whose role or id may not do this).

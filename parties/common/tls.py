@@ -90,7 +90,7 @@ _PARTY_VALID_DAYS = 825
 def _check_party_id(party_id: str) -> str:
     if not isinstance(party_id, str) or not _ID_RE.match(party_id):
         raise InvalidInputError(
-            f"party id must be 1-64 characters of letters, digits, '.', '_' or '-' starting with a letter or "
+            f"party id must be 1-64 characters of ASCII letters, digits, '.', '_' or '-' starting with a letter or "
             f"digit, got {party_id!r}"
         )
     return party_id
@@ -206,6 +206,20 @@ class PeerIdentity:
     role: str
 
 
+def _check_key_matches(key_path: Path, cert_path: Path, cert: x509.Certificate) -> None:
+    """Raise InvalidInputError unless `key_path` holds the private key of `cert` (read from `cert_path`)."""
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (ValueError, TypeError):
+        raise InvalidInputError(f"TLS key {key_path} is not an unencrypted PEM private key; use the .key file "
+                                "`dpagg certs` wrote") from None
+    raw = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if key.public_key().public_bytes(*raw) != cert.public_key().public_bytes(*raw):
+        raise InvalidInputError(f"TLS key {key_path} does not belong to the certificate {cert_path}: pass the key "
+                                "file issued with that certificate (`dpagg certs` writes ID.crt and ID.key side by "
+                                "side)")
+
+
 @dataclass(frozen=True)
 class TlsConfig:
     """One party's mutual-TLS material: the deployment CA's certificate, its own certificate and key.
@@ -216,7 +230,9 @@ class TlsConfig:
     certificate and require a client certificate from the CA; clients present it and trust
     only the CA. `server_name`, if set, is the name clients check in the server's
     certificate instead of the host they dial (gRPC's ``ssl_target_name_override``).
-    The key is read only when credentials are built and never printed (see `__repr__`).
+    The key is read at construction only to check that it is the certificate's key (a
+    mismatch is one clear error here, not a failed handshake later), and never printed
+    (see `__repr__`).
     """
 
     ca_cert: Path
@@ -243,6 +259,7 @@ class TlsConfig:
             x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
         except ValueError as exc:
             raise InvalidInputError(f"{self.cert} or {self.ca_cert} is not a PEM certificate: {exc}") from exc
+        _check_key_matches(self.key, self.cert, cert)
         ident = identity_from_certificate(cert)
         if ident is None:
             raise InvalidInputError(

@@ -76,8 +76,12 @@ def _tls_probe(addr: tuple[str, int], tls: TlsConfig, name: str, role: str) -> s
     own = _own_certificate_problem(tls)
     if own:
         return own
-    ctx = ssl.create_default_context(cafile=str(tls.ca_cert))
-    ctx.load_cert_chain(str(tls.cert), str(tls.key))
+    try:
+        ctx = ssl.create_default_context(cafile=str(tls.ca_cert))
+        ctx.load_cert_chain(str(tls.cert), str(tls.key))
+    except (ssl.SSLError, OSError) as exc:  # files changed since TlsConfig checked them
+        return (f"this party's TLS files cannot be used together ({getattr(exc, 'reason', None) or exc}): check "
+                f"that {tls.key} is the key of {tls.cert} and {tls.ca_cert} is the deployment's CA certificate")
     ctx.set_alpn_protocols(["h2"])
     sock = _connect(addr)
     if isinstance(sock, str):

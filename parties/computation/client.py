@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
@@ -175,6 +175,11 @@ class ComputationClient(BaseClient):
         return contract_from_proto(resp.contract), resp.already_existed
 
     def study_status(self, study_id: str, *, timeout: float | None = None) -> StudyStatus:
+        """A study's contract, which owners have submitted and which are missing, and its release ids.
+
+        Raises ServiceError NOT_FOUND for an unknown study. Any party with a certificate of
+        the deployment may ask (the contract is what owners check before they encrypt).
+        """
         resp = self._unary(self._stub.StudyStatus, computation_pb2.StudyStatusRequest(study_id=study_id),
                            method="Computation/StudyStatus", timeout=timeout)
         return StudyStatus(contract_from_proto(resp.contract), tuple(resp.submitted_owners),
@@ -214,6 +219,8 @@ class ComputationClient(BaseClient):
 
     def upload_status(self, study_id: str, owner_id: str, idempotency_key: str, *,
                       timeout: float | None = None) -> UploadStatus:
+        """Where one owner's upload stands: NONE, PARTIAL (with the chunk indices the server holds), COMMITTED,
+        or CONFLICT (this owner committed under another idempotency key)."""
         resp = self._unary(self._stub.UploadStatus,
                            computation_pb2.UploadStatusRequest(study_id=study_id, owner_id=owner_id,
                                                                idempotency_key=idempotency_key),
@@ -297,15 +304,20 @@ class ComputationClient(BaseClient):
                              float(resp.epsilon_remaining), tuple(resp.owners))
 
     def release_status(self, release_id: str, *, timeout: float | None = None) -> ReleaseStatus:
+        """A release's state (RUNNING, DONE or FAILED with its status code and message), epsilon, owners, and
+        its summary once DONE. Raises ServiceError NOT_FOUND for an unknown release id."""
         return _release(self._unary(self._stub.ReleaseStatus,
                                     computation_pb2.ReleaseStatusRequest(release_id=release_id),
                                     method="Computation/ReleaseStatus", timeout=timeout))
 
-    def wait_release(self, release_id: str, *, timeout: float = RELEASE_TIMEOUT, poll: float = 0.2) -> ReleaseStatus:
-        """Poll until the release is DONE (returned) or FAILED (raised as ServiceError)."""
+    def wait_release(self, release_id: str, *, timeout: float = RELEASE_TIMEOUT, poll: float = 0.2,
+                     on_poll: Callable[[ReleaseStatus], None] | None = None) -> ReleaseStatus:
+        """Poll until the release is DONE (returned) or FAILED (raised as ServiceError); `on_poll` sees each status."""
         end = time.monotonic() + timeout
         while True:
             st = self.release_status(release_id)
+            if on_poll is not None:
+                on_poll(st)
             if st.state != "RUNNING":
                 st.raise_for_failure()
                 return st

@@ -8,7 +8,7 @@ import time
 import uuid
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Self, Sequence
 
 import grpc
 import numpy as np
@@ -16,12 +16,14 @@ import numpy.typing as npt
 
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.core.errors import InvalidInputError
-from he_partition.core.measurements import MAX_DECODED_MAGNITUDE
-from he_partition.protocol import encrypt_histogram, validate_histogram
+from he_partition.core.backend import split_chunks
+from he_partition.core.measurements import MAX_DECODED_MAGNITUDE, owner_encoding
+from he_partition.protocol import validate_histogram
 
 from ..common.config import DEFAULT_TIMEOUT, RetryPolicy
 from ..common.contract import StudyContract, check_id
 from ..common.errors import PermissionDeniedError, ServiceError
+from ..common.progress import Progress
 from ..common.signing import key_fingerprint, public_key_of, sign_upload
 from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient
@@ -118,6 +120,8 @@ class DataOwnerClient:
     in a signed study every upload is signed with it over the study id, owner id,
     idempotency key, contract hash and every ciphertext chunk, so nobody else can submit
     data in this owner's name and a release can show whose data it contains.
+    `progress`: report encryption and upload on stderr (a bar on a terminal, a line every
+    few seconds in a log), or a `parties.common.progress.Progress` to report to.
 
     Example::
 
@@ -127,8 +131,8 @@ class DataOwnerClient:
 
     def __init__(self, owner_id: str, *, computation: str | ComputationClient,
                  decryption: str | DecryptionClient | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(), progress: bool = True,
-                 tls: TlsConfig | None = None, signing_key: bytes | None = None, insecure: bool = False) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
+                 progress: bool | Progress = True, tls: TlsConfig | None = None, signing_key: bytes | None = None, insecure: bool = False) -> None:
         self.owner_id = check_id("owner_id", owner_id)
         if tls is not None and (tls.identity.role != "data_owner" or tls.identity.party_id != owner_id):
             raise InvalidInputError(
@@ -150,10 +154,11 @@ class DataOwnerClient:
         self._context: tuple[str, BfvBackend] | None = None
 
     def close(self) -> None:
+        """Close the server clients this owner opened from addresses (not those it was given)."""
         for c in self._own:
             c.close()
 
-    def __enter__(self) -> "DataOwnerClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -183,12 +188,14 @@ class DataOwnerClient:
         self._context = (fp, backend)
         return backend
 
-    def encrypt(self, study_id: str, histogram: Any) -> EncryptedHistogram:
+    def encrypt(self, study_id: str, histogram: Any, *, progress: bool | None = None) -> EncryptedHistogram:
         """Validate the counts and encrypt them for the study (nothing is sent).
 
         NaN, infinite, negative or non-integer counts and a wrong length are refused here,
         before anything leaves the machine. A BoundedHistogram whose contribution bound
         differs from the contract's is refused (its noise would be miscalibrated).
+        With `progress` (default: the client's) each ciphertext encrypted is reported on
+        stderr (a bar on a terminal, a line every few seconds in a log).
         """
         counts, bound = _counts_of(histogram)
         hist = validate_histogram(counts, name=f"histogram of owner {self.owner_id}")
@@ -211,10 +218,22 @@ class DataOwnerClient:
                          f"{len(contract.expected_owners)} owner(s)", self.owner_id)
         self._check_signing_key(contract)
         backend = self.backend(contract)
-        vec = encrypt_histogram(backend, hist)
-        return EncryptedHistogram(study_id, int(hist.size), contract.context_fingerprint,
-                                  tuple(backend.serialize_chunk(c) for c in vec.chunks), contract.contract_hash,
-                                  contract.signed)
+        # What encrypt_histogram encrypts (the prefix encoding), one ciphertext at a time so it can be reported.
+        pieces = split_chunks(owner_encoding(hist), backend.slots)
+        chunks: list[bytes] = []
+        with self._reporter(progress).step(f"encrypting {hist.size:,} bins", total=len(pieces),
+                                           unit="ciphertexts") as advance:
+            for piece in pieces:
+                chunks += [backend.serialize_chunk(c) for c in backend.encrypt(piece).chunks]
+                advance(1)
+        return EncryptedHistogram(study_id, int(hist.size), contract.context_fingerprint, tuple(chunks),
+                                  contract.contract_hash, contract.signed)
+
+    def _reporter(self, progress: bool | None) -> Progress:
+        """Where long steps are reported: the client's Progress, or stderr when `progress` (default: the client's)."""
+        if progress is None and isinstance(self.progress, Progress):
+            return self.progress
+        return Progress(enabled=bool(self.progress if progress is None else progress))
 
     def _check_signing_key(self, contract: StudyContract) -> None:
         """A signed study needs this owner's key, and it must be the key the contract lists."""
@@ -266,7 +285,7 @@ class DataOwnerClient:
                                "idempotency key; a study counts one submission per owner",
                                method="Computation/UploadStatus")
         if resume_dir is None:
-            enc = self.encrypt(study_id, histogram)
+            enc = self.encrypt(study_id, histogram, progress=progress)
             return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
                                started=started)
         cache = UploadCache(Path(resume_dir), study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
@@ -279,7 +298,7 @@ class DataOwnerClient:
             enc = EncryptedHistogram(study_id, saved.domain_length, saved.context_fingerprint, saved.chunks,
                                      saved.contract_hash, contract.signed)
         else:
-            enc = self.encrypt(study_id, histogram)
+            enc = self.encrypt(study_id, histogram, progress=progress)
             cache.save(digest, contract_hash=enc.contract_hash, context_fingerprint=enc.context_fingerprint,
                        domain_length=enc.domain_length, chunks=enc.chunks)
         result = self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts, started=started)
@@ -302,84 +321,62 @@ class DataOwnerClient:
             signature = sign_upload(self._signing_key, study_id=enc.study_id, owner_id=self.owner_id,
                                     idempotency_key=idempotency_key, contract_hash=enc.contract_hash,
                                     chunks=enc.chunks)
-        show = self.progress if progress is None else progress
         sent_chunks = 0
         sent_bytes = 0
         delay = self.retry.initial_delay
-        bar = _progress_bar(show, enc.nbytes, f"{self.owner_id} -> {enc.study_id}")
         held: set[int] = set()
-        try:
-            for attempt in range(1, max_attempts + 1):
-                status = self.computation.upload_status(enc.study_id, self.owner_id, idempotency_key)
-                if status.state == "COMMITTED":
-                    return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, sent_chunks == 0, k,
-                                        sent_chunks, sent_bytes, attempt - 1, time.monotonic() - t0)
-                if status.state == "CONFLICT":
-                    raise ServiceError(grpc.StatusCode.ALREADY_EXISTS,
-                                       f"owner {self.owner_id} already submitted to study {enc.study_id} under "
-                                       "another idempotency key", method="Computation/UploadStatus")
-                held = set(status.received) if status.state == "PARTIAL" else set()
-                todo = [i for i in range(k) if i not in held]
-                if only is not None and attempt == 1:
-                    todo = [i for i in todo if i in set(only)]
-                bar.reset_to(sum(len(enc.chunks[i]) for i in held))
+        counted = 0
+        with self._reporter(progress).step(f"uploading {len(enc.chunks)} ciphertexts to study {enc.study_id}",
+                                           total=enc.nbytes, unit="B") as advance:
+            try:
+                for attempt in range(1, max_attempts + 1):
+                    status = self.computation.upload_status(enc.study_id, self.owner_id, idempotency_key)
+                    if status.state == "COMMITTED":
+                        return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, sent_chunks == 0, k,
+                                            sent_chunks, sent_bytes, attempt - 1, time.monotonic() - t0)
+                    if status.state == "CONFLICT":
+                        raise ServiceError(grpc.StatusCode.ALREADY_EXISTS,
+                                           f"owner {self.owner_id} already submitted to study {enc.study_id} under "
+                                           "another idempotency key", method="Computation/UploadStatus")
+                    held = set(status.received) if status.state == "PARTIAL" else set()
+                    todo = [i for i in range(k) if i not in held]
+                    if only is not None and attempt == 1:
+                        todo = [i for i in todo if i in set(only)]
+                    already = sum(len(enc.chunks[i]) for i in held)  # held by the server: shown as done
+                    if already > counted:
+                        advance(already - counted)
+                        counted = already
 
-                def stream(indices: list[int] = todo) -> Iterator[tuple[int, bytes]]:
-                    nonlocal sent_chunks, sent_bytes
-                    for i in indices:  # counted when handed to gRPC
-                        sent_chunks += 1
-                        sent_bytes += len(enc.chunks[i])
-                        bar.update(len(enc.chunks[i]))
-                        yield i, enc.chunks[i]
+                    def stream(indices: list[int] = todo) -> Iterator[tuple[int, bytes]]:
+                        nonlocal sent_chunks, sent_bytes, counted
+                        for i in indices:  # counted when handed to gRPC
+                            sent_chunks += 1
+                            sent_bytes += len(enc.chunks[i])
+                            counted += len(enc.chunks[i])
+                            advance(len(enc.chunks[i]))
+                            yield i, enc.chunks[i]
 
-                try:
-                    resp = self.computation.submit_chunks(
-                        study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
-                        domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
-                        chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature)
-                except ServiceError as err:
-                    if err.code not in RESUMABLE_CODES or attempt == max_attempts:
-                        raise
-                    time.sleep(random.uniform(0, min(self.retry.max_delay, delay)))
-                    delay *= self.retry.multiplier
-                    continue
-                if resp.committed:
-                    return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, resp.duplicate, k,
-                                        sent_chunks, sent_bytes, attempt, time.monotonic() - t0)
-                if only is not None and attempt == 1:
-                    return SubmitResult(enc.study_id, self.owner_id, idempotency_key, False, False, k, sent_chunks,
-                                        sent_bytes, attempt, time.monotonic() - t0)
-        except KeyboardInterrupt:
-            raise SubmitInterrupted(enc.study_id, self.owner_id, idempotency_key, sent_chunks, len(held), k) from None
-        finally:
-            bar.close()
+                    try:
+                        resp = self.computation.submit_chunks(
+                            study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
+                            domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
+                            chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature)
+                    except ServiceError as err:
+                        if err.code not in RESUMABLE_CODES or attempt == max_attempts:
+                            raise
+                        time.sleep(random.uniform(0, min(self.retry.max_delay, delay)))
+                        delay *= self.retry.multiplier
+                        continue
+                    if resp.committed:
+                        return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, resp.duplicate, k,
+                                            sent_chunks, sent_bytes, attempt, time.monotonic() - t0)
+                    if only is not None and attempt == 1:
+                        return SubmitResult(enc.study_id, self.owner_id, idempotency_key, False, False, k, sent_chunks,
+                                            sent_bytes, attempt, time.monotonic() - t0)
+            except KeyboardInterrupt:
+                raise SubmitInterrupted(enc.study_id, self.owner_id, idempotency_key, sent_chunks, len(held),
+                                        k) from None
         raise ServiceError(grpc.StatusCode.UNAVAILABLE,
                            f"upload {idempotency_key} not committed after {max_attempts} attempts; run the same "
                            "submit again with this idempotency key to resume", method="Computation/SubmitHistogram")
-
-
-class _Bar:
-    def __init__(self, bar: Any) -> None:
-        self._bar = bar
-
-    def update(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n)
-
-    def reset_to(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.n = n
-            self._bar.refresh()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-def _progress_bar(show: bool, total: int, desc: str) -> _Bar:
-    if not show:
-        return _Bar(None)
-    from tqdm import tqdm
-
-    return _Bar(tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False))
 

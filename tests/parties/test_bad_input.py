@@ -102,7 +102,7 @@ def test_foreign_key_ciphertext_with_a_forged_fingerprint_fails_the_decryption_i
     assert res.committed  # type: ignore[attr-defined]
     err = _code(cluster.computation().run_release, "s1")
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "another key" in err.details
-    assert err.details.startswith("Decryption/DecryptMeasurement: ")
+    assert err.details.startswith("the decryption server (DecryptMeasurement): ")
     rel_id = cluster.computation().study_status("s1").release_ids[-1]
     st = cluster.computation().release_status(rel_id)
     assert st.state == "FAILED" and st.error_code == "INVALID_ARGUMENT" and st.summary is None

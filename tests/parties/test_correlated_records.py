@@ -266,4 +266,11 @@ def test_open_study_reports_the_epsilon_guidance_of_seed_002(cluster: Cluster,
                        "--epsilon", "0.05", "--owners", "a", "--strategy", "hier", "--study-id", "tiny"])
     out, err = capsys.readouterr()
     assert code == 0 and "warning: epsilon 0.05 is below 0.1" in err
-    assert "variance >= 380.4" in out and "guessing bound alpha = 1522" in out and "vacuous" in out
+    # the variance floor is worth a line; alpha = 1522 >= 1 says nothing, so it is not printed
+    assert "variance >= 380.4" in out and "alpha" not in out and "vacuous" not in out
+    dpagg_main(["open-study", "--computation", cluster.cs.target, "--insecure", "--domain-size", "16",
+                "--epsilon", "1", "--owners", "a", "--study-id", "usual"])
+    assert "variance >=" not in capsys.readouterr().out  # the usual epsilon: no guidance line at all
+    dpagg_main(["open-study", "--computation", cluster.cs.target, "--insecure", "--domain-size", "16",
+                "--epsilon", "3", "--owners", "a", "--study-id", "weak"])
+    assert "wrong with probability at most alpha = 0.01098" in capsys.readouterr().out

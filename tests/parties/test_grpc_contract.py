@@ -84,7 +84,7 @@ def test_query_prints_ranges_in_the_domains_values(cluster: Cluster, capsys: pyt
     cluster.owner("a").submit("s1", np.arange(50))
     rel = cluster.computation().run_release("s1", epsilon=1.0)
     assert main(["query", rel.release_id, "--range", "0:10", "--analyst", cluster.cs.target, "--insecure"]) == 0
-    assert "bins [0, 10)  (age in [0, 20)):" in capsys.readouterr().out
+    assert "bins [0, 10) = age in [0, 20):" in capsys.readouterr().out
 
 
 def test_reflection_is_served_as_v1_and_v1alpha(cluster: Cluster) -> None:

@@ -53,3 +53,5 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"walkthrough failed ({proc.returncode}):\n{out}\n{err}"
     assert "clinic-a submitted" in out and "clinic-b submitted" in out and "charged epsilon 0.1" in out
     assert "ledger hash chain verified" in out and "spent 1 of 1" in out
+    assert "epsilon 0.899999" in out  # the rest, as the README's comment explains
+    assert "a new release may spend 0" in out  # not 9e-17

@@ -350,3 +350,15 @@ def test_budgets_are_exact_no_tolerance_past_the_total(ledger_factory: Callable[
     assert last.epsilon == 0.1 and exact_sum(c.epsilon for c in store.charges("s2")) == Fraction(3, 10)
     assert available(0.3, store.charges("s2")) == 0.0
     assert store.check_consistency() == []
+
+
+def test_a_refusal_with_only_float_dust_left_says_0(ledger_factory: Callable[[], LedgerStore]) -> None:
+    """0.1 + 0.2 + 0.7 leaves 1.1e-16 of 1 in exact decimal arithmetic: no release can use it, and the
+    refusal says 0 (as every command does), not 1.11022e-16."""
+    store = ledger_factory()
+    store.create_study(contract(epsilon=1.0))
+    for k, eps in enumerate((0.1, 0.2, 0.7 - 1e-16)):
+        store.charge("s1", f"r{k}", "prefix_differences", eps, eps)
+    with pytest.raises(BudgetExhaustedError) as ei:
+        store.charge("s1", "late", "prefix_differences", 1e-3, 1e-3)
+    assert "has 0 left of 1" in str(ei.value) and "e-1" not in str(ei.value)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from he_partition.core.accounting import exact_decimal
+from he_partition.core.accounting import epsilon_left, exact_decimal
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.protocol import EPSILON_TOLERANCE
 
@@ -151,7 +151,7 @@ def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: 
         held = f" ({float(reserved):.12g} reserved by releases that started)" if reserved > spent else ""
         raise BudgetExhaustedError(
             f"release {release_id} needs epsilon {release_epsilon:.12g} but the study has "
-            f"{float(max(Fraction(0), exact_total - max(spent, reserved))):.12g} left of {total:.12g}{held}; nothing "
+            f"{epsilon_left(float(max(Fraction(0), exact_total - max(spent, reserved))), total)} left of {total:.12g}{held}; nothing "
             "was decrypted. Open a new study for more releases"
         )
     if mine and any(exact_decimal(c.release_epsilon) != declared for c in mine):

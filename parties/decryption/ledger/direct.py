@@ -8,6 +8,7 @@ from fractions import Fraction
 
 from he_partition.core.accounting import (
     RangeQuery,
+    epsilon_left,
     exact_decimal,
     overlap_graph_max_clique,
 )
@@ -91,7 +92,7 @@ def _check_direct_fits(contract: StudyContract, charges: list[Charge], request_i
         raise BudgetExhaustedError(
             f"direct queries {request_id} would add epsilon {increment:g} (direct-query charge "
             f"{float(spent_direct) - increment:g} -> {float(spent_direct):g}, the heaviest overlap of all answered "
-            f"ranges) but study {contract.study_id} has {float(b.available):g} left of "
+            f"ranges) but study {contract.study_id} has {epsilon_left(float(b.available), contract.epsilon)} left of "
             f"{contract.epsilon:g}; nothing was charged or decrypted. Ask fewer or non-overlapping ranges, or a "
             "smaller epsilon"
         )

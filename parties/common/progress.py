@@ -1,0 +1,114 @@
+"""Say what a long command is doing: a live bar on a terminal, one plain line per step in a log.
+
+`Progress.step(what, total)` is a context manager around one long step (encrypting a
+million bins, uploading, waiting for a release). On a terminal it draws a tqdm bar (or, with
+no total, the elapsed time) as soon as the step starts; in non-interactive output (a pipe, a
+CI log) it prints `what ...` when the step starts, a `what: N/M (P%), T s` line at most every
+`heartbeat` seconds while it runs, and `what: done in T s` when it ends, so a log shows
+every step and the last line says where it stopped. Everything goes to stderr by default:
+stdout stays the command's result (and `--json` stays machine-readable).
+
+The lines describe only this process's own work and the public state of a request
+(elapsed time, chunks handled); they carry no data values.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TextIO
+
+__all__ = ["Progress", "Advance", "QUIET"]
+
+#: Called with how many units were done since the last call (0 just refreshes the elapsed time).
+Advance = Callable[[int], None]
+
+#: Seconds between two progress lines of one step in a log.
+HEARTBEAT = 5.0
+
+
+class Progress:
+    """A reporter for long steps; `enabled=False` (or `QUIET`) prints nothing."""
+
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool = True, interactive: bool | None = None,
+                 heartbeat: float = HEARTBEAT) -> None:
+        self.stream: TextIO = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        isatty = getattr(self.stream, "isatty", None)
+        self.interactive = bool(isatty and isatty()) if interactive is None else interactive
+        self.heartbeat = heartbeat
+
+    def say(self, line: str) -> None:
+        """One line (a step that needs no bar, or a final line)."""
+        if self.enabled:
+            print(line, file=self.stream, flush=True)
+
+    @contextmanager
+    def step(self, what: str, total: int | None = None, unit: str = "") -> Iterator[Advance]:
+        """Report one step; the yielded `advance(n)` counts n more units done (of `total`, if known)."""
+        if not self.enabled:
+            yield _ignore
+            return
+        start = time.monotonic()
+        if self.interactive:
+            bar = _terminal_bar(self.stream, what, total, unit)
+            try:
+                yield lambda n: bar.update(n) if n else bar.refresh()
+            finally:
+                bar.close()
+        else:
+            print(f"{what} ...", file=self.stream, flush=True)
+            yield _LogLines(self, what, total, unit, start)
+        print(f"{what}: done in {time.monotonic() - start:.1f} s", file=self.stream, flush=True)
+
+
+def _ignore(n: int) -> None:
+    return None
+
+
+class _LogLines:
+    """`advance` for a log: a line at most every `heartbeat` seconds."""
+
+    def __init__(self, progress: Progress, what: str, total: int | None, unit: str, start: float) -> None:
+        self._p, self._what, self._total, self._unit, self._start = progress, what, total, unit, start
+        self._done = 0
+        self._last = start
+
+    def __call__(self, n: int) -> None:
+        self._done += n
+        now = time.monotonic()
+        if now - self._last < self._p.heartbeat:
+            return
+        self._last = now
+        if self._total:
+            where = f"{self._done:,}/{self._total:,}{f' {self._unit}' if self._unit else ''} " \
+                    f"({100 * self._done / self._total:.0f}%)"
+        else:
+            where = "still running"
+        print(f"{self._what}: {where}, {now - self._start:.0f} s", file=self._p.stream, flush=True)
+
+
+def _screen(stream: TextIO) -> tuple[int, int]:
+    """The terminal's (columns, lines); 80 x 24 where it reports none (a fresh pseudo-terminal says 0 x 0, and
+    tqdm then hides every bar)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+        return size.columns or 80, size.lines or 24
+    except (AttributeError, OSError, ValueError):
+        return 80, 24
+
+
+def _terminal_bar(stream: TextIO, what: str, total: int | None, unit: str) -> Any:
+    from tqdm import tqdm
+
+    common: dict[str, Any] = {"desc": what, "file": stream, "leave": False, "mininterval": 0.2,
+                              "ncols": _screen(stream)[0], "nrows": _screen(stream)[1]}
+    if total is None:  # no count to show: the elapsed time, refreshed on every advance(0)
+        return tqdm(bar_format="{desc}: {elapsed}", **common)
+    return tqdm(total=total, unit=unit or "it", unit_scale=unit == "B", unit_divisor=1024, **common)
+
+
+#: A reporter that prints nothing (the SDK's default: a library does not write to the terminal uninvited).
+QUIET = Progress(enabled=False)

@@ -1,0 +1,119 @@
+"""What a new user hits first: every help page renders, a closed pipe and a mismatched key end in one quiet line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parties.cli import build_parser, main
+from parties.common import tls as tlsmod
+from parties.common.tls import TlsConfig
+from parties.common.tls_diagnose import diagnose
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _command_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [path]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                paths += _command_paths(sub, (*path, name))
+    return paths
+
+
+COMMANDS = _command_paths(build_parser())
+
+
+def test_the_parser_has_every_command_group() -> None:
+    names = {p[0] for p in COMMANDS if p}
+    assert {"serve-decryption", "open-study", "submit", "release", "query", "budget", "ledger", "demo",
+            "epsilon", "certs"} <= names
+    assert ("release", "run") in COMMANDS and ("ledger", "verify") in COMMANDS
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "dpagg")
+def test_every_help_page_renders(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit) as stop:
+            main([*path, flag])
+        assert stop.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: dpagg") and " ".join(("dpagg", *path)) in out
+        assert "seed 00" not in out  # no references to source-document numbers in help
+
+
+def _run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run `dpagg ARGS` with stdout a pipe whose reader has already gone (as `| head` after its lines)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "parties.cli", *args], stdout=write, stderr=subprocess.PIPE,
+                              env=_env(), text=True, timeout=120)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("args", [("epsilon", "--eps", "1"), ("--help",), ("submit", "--help")],
+                         ids=["epsilon", "help", "submit-help"])
+def test_a_pipe_closed_early_exits_quietly(args: tuple[str, ...]) -> None:
+    proc = _run_into_closed_pipe(*args)
+    assert proc.stderr == ""
+    assert proc.returncode == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _two_parties(root: Path) -> Path:
+    ca = tlsmod.create_ca(root)
+    tlsmod.issue_party_certificate(ca, root, "op", "operator")
+    tlsmod.issue_party_certificate(ca, root, "cs", "computation")
+    return root
+
+
+def test_a_mismatched_certificate_and_key_print_one_line(tmp_path: Path) -> None:
+    d = _two_parties(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "parties.cli", "status", "s1", "--computation", f"127.0.0.1:{_free_port()}",
+         "--ca-cert", str(d / "dpagg-ca.crt"), "--cert", str(d / "op.crt"), "--key", str(d / "cs.key")],
+        capture_output=True, text=True, env=_env(), timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("dpagg: error: TLS key") and "does not belong to the certificate" in lines[0]
+    assert str(d / "op.crt") in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_a_key_file_that_is_no_key_is_named(tmp_path: Path) -> None:
+    d = _two_parties(tmp_path)
+    bad = d / "bad.key"
+    bad.write_text("not a key\n")
+    bad.chmod(0o600)
+    with pytest.raises(tlsmod.InvalidInputError, match="is not an unencrypted PEM private key"):
+        TlsConfig(d / "dpagg-ca.crt", d / "op.crt", bad)
+
+
+def test_the_tls_diagnosis_names_a_key_swapped_after_the_client_started(tmp_path: Path) -> None:
+    """The files were checked when the client was built; the key changed on disk before the failing call."""
+    d = _two_parties(tmp_path)
+    config = TlsConfig.in_directory(d, "op")
+    shutil.copyfile(d / "cs.key", d / "op.key")
+    cause = diagnose(f"127.0.0.1:{_free_port()}", config)
+    assert cause is not None and "cannot be used together" in cause and str(d / "op.key") in cause
