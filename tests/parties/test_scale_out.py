@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import numpy as np
+import pytest
 
+from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import ChunkedVector, PlainBackend, n_chunks, sum_vectors
 from he_partition.core.measurements import Measurement, owner_encoding
 from he_partition.core.noise import SeededRandom
 from he_partition.execution import ProcessExecutor
 from he_partition.protocol import ComputationSide
+from parties.common.config import ComputationConfig
 from parties.computation.server import create_computation_server
 from parties.decryption.server import create_decryption_server
 
@@ -101,3 +104,13 @@ def test_a_worker_killed_mid_release_sends_the_same_values_and_is_charged_once(t
         got = m.decode(secret.decrypt(ChunkedVector(N, tuple(by_index.get(i) for i in range(k)))),
                        secret.plain_modulus)
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_executor_settings_are_checked_when_the_config_is_built(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="executor must be one of processes, inprocess, ray, got 'dask'"):
+        ComputationConfig(tmp_path, "127.0.0.1:1", insecure=True, executor="dask")
+    with pytest.raises(InvalidInputError, match="chunk_workers must be >= 0"):
+        ComputationConfig(tmp_path, "127.0.0.1:1", insecure=True, chunk_workers=-1)
+    with pytest.raises(InvalidInputError, match="cluster '10.0.0.1:6379' is a Ray address; it needs executor 'ray'"):
+        ComputationConfig(tmp_path, "127.0.0.1:1", insecure=True, cluster="10.0.0.1:6379")
+    assert ComputationConfig(tmp_path, "127.0.0.1:1", insecure=True, executor="ray", cluster="10.0.0.1:6379")
