@@ -533,9 +533,6 @@ class ComputationHandler:
         """
         backend = self.backend_for(contract)
         cs = ComputationSide(backend, self.rng)
-        # The executor's workers sum their chunk ranges and keep the sums for the whole release.
-        self.executor.load(record.release_id, self._keys.context, self.store.chunk_source(subs),
-                           n_chunks(contract.domain_size, backend.slots))
         strategy = make_strategy(contract.strategy, contract.domain_size, contract.dp_epsilon(record.epsilon),
                                  noise_parties=contract.noise_parties,
                                  contribution_bound=contract.person_bound,
@@ -566,6 +563,9 @@ class ComputationHandler:
                 _close_when_idle(sending)  # a refused stream frees the executor now, not at garbage collection
 
         try:
+            # The executor's workers sum their chunk ranges and keep the sums for the whole release.
+            self.executor.load(record.release_id, self._keys.context, self.store.chunk_source(subs),
+                               n_chunks(contract.domain_size, backend.slots))
             summary: Summary = run_strategy(strategy, measure)
         finally:
             self.executor.drop(record.release_id)
