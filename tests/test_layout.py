@@ -128,3 +128,16 @@ def test_every_package_says_what_it_holds_and_may_import() -> None:
     for init in sorted((ROOT / "he_partition").glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         assert "import" in doc.lower(), f"{init.relative_to(ROOT)}: docstring must say what it may import"
+
+
+#: "No module over ~500 lines without a reason stated at its top" (issue 28).
+MODULE_LINES = 550
+
+
+@pytest.mark.parametrize("path", [*_he_modules(), *_party_modules()], ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_long_module_states_why_at_its_top(path: Path) -> None:
+    lines = path.read_text().count("\n")
+    if lines <= MODULE_LINES:
+        return
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert "Size:" in doc, f"{path.relative_to(ROOT)} has {lines} lines: split it, or say why at its top ('Size: ...')"

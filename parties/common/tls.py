@@ -1,5 +1,8 @@
 """Mutual TLS between parties: a private CA, one certificate per party, and identity checks in servicers.
 
+Size: over 500 lines on purpose: certificate issuing, loading, the identity model and its checks in
+servicers are one trust boundary, reviewed together.
+
 Identity model. Every party holds one certificate issued by the deployment's private CA. The
 certificate names the party twice: subject CN = party id, and a SAN URI
 ``dpagg://<role>/<party_id>`` that also carries its role. gRPC (BoringSSL) verifies the

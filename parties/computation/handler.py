@@ -1,4 +1,8 @@
-"""Transport-neutral logic of the computation server: uploads, aggregation under encryption, releases."""
+"""Transport-neutral logic of the computation server: uploads, aggregation under encryption, releases.
+
+Size: over 500 lines on purpose: the upload, aggregation and release state machines share the
+store's transactions and the recovery after a restart; split, each would re-derive the others' state.
+"""
 
 from __future__ import annotations
 

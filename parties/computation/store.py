@@ -1,5 +1,9 @@
 """The computation server's state: study contracts, uploads and submissions (ciphertext chunks), releases.
 
+Size: over 500 lines on purpose: the store's contract (the abstract class), its SQLite and its
+in-memory implementation stay side by side so that the shared contract test and a reader compare
+them line by line.
+
 `SqliteComputationStore` keeps metadata in SQLite and ciphertext chunks as files, so a
 restart loses nothing: partial uploads can be resumed, committed submissions are counted
 exactly once (one row per study and owner), released summaries stay queryable.
