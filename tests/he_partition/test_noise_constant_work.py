@@ -60,3 +60,19 @@ def test_work_grows_only_with_size_and_scale() -> None:
     discrete_laplace(Fraction(7, 2), 300, a)
     assert a.integers_drawn == discrete_laplace_draw_count(Fraction(7, 2), 300) == 300 * discrete_laplace_draw_count(
         Fraction(7, 2), 1)
+
+
+@pytest.mark.statistical
+def test_draws_past_one_block_are_fixed_work_and_discrete_laplace() -> None:
+    """Large draws go in blocks of 16,384 values (bounded memory): still a call and word count fixed
+    by the size, and the same distribution (variance 2q/(1-q)^2, q = exp(-1/scale))."""
+    scale, size = Fraction(5, 2), 3 * 16_384 + 5
+    src = CountingRandom(7)
+    x = discrete_laplace(scale, size, src)
+    assert src.calls == 4 and src.integers_drawn == discrete_laplace_draw_count(scale, size)
+    q = float(np.exp(-1 / float(scale)))
+    expected_var = 2 * q / (1 - q) ** 2
+    assert abs(float(np.mean(x))) < 5 * np.sqrt(expected_var / size)
+    assert abs(float(np.var(x)) / expected_var - 1) < 0.05
+    # each block draws fresh values (no block repeats another)
+    assert not np.array_equal(x[:16_384], x[16_384:32_768])
