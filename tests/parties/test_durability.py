@@ -22,7 +22,7 @@ from parties.common.errors import ServiceError
 from parties.common.signing import generate_signing_key
 from parties.common.tls import TlsConfig
 from parties.decryption.client import DecryptionClient
-from parties.decryption.ledger import SqliteLedgerStore
+from parties.decryption.ledger import SqliteLedgerStore, exact_sum
 from parties.decryption.server import LEDGER_FILE
 
 from .conftest import FAST_RETRY
@@ -113,7 +113,7 @@ def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(t
             assert ds.get_study("s1") == contract
             budget = ds.budget("s1")
             assert {c.charge_id for c in budget.charges} == ids
-            assert budget.spent == sum(c.epsilon for c in rows)  # nothing spent beyond the recorded charges
+            assert budget.spent == float(exact_sum(c.epsilon for c in rows))  # nothing beyond the recorded charges (exact decimal sum, as the ledger adds)
             assert budget.reserved == 1.0
             more = 0
             while True:  # the release goes on after the restart, never past its declared 1.0
