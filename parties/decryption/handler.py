@@ -321,10 +321,11 @@ class DecryptionHandler:
                 if budget < JOIN_MIN_BUDGET:
                     raise PrecisionError(f"ciphertext {i}: {budget} bits of noise budget: not made under this study's "
                                          "join key, or corrupted; nothing was charged or decrypted")
+            digest = stream_digest(cells).hex()
             charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
-                                        decryption_detail(contract, m, cells))
+                                        decryption_detail(contract, m, digest))
             # This server's draw is fixed by the request, as for every other measurement (`_request_noise`).
-            noise = self._request_noise(study_id, release_id, eps, m, stream_digest(cells).hex())
+            noise = self._request_noise(study_id, release_id, eps, m, digest)
             values = decrypt_values(scheme, parsed, m, noise, noise_parties=contract.noise_parties)
         log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
                  m.kind, len(cells), charge.epsilon)
@@ -437,7 +438,7 @@ class DecryptionHandler:
             wanted = set(measurement.measured_chunks(self.backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
-            detail = decryption_detail(contract, measurement, chunks)
+            detail = decryption_detail(contract, measurement, digest)
             if isinstance(measurement, RangeCount):
                 budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
             else:
@@ -545,13 +546,16 @@ def _check_contract_hash(contract: StudyContract, contract_hash: str, consequenc
         )
 
 
-def decryption_detail(contract: StudyContract, m: Measurement, chunks: Sequence[bytes]) -> str:
-    """What one ledger row pays for: contract hash, SHA-256 of the measurement spec and of the ciphertext stream.
+def decryption_detail(contract: StudyContract, m: Measurement, ciphertext_digest: str) -> str:
+    """What one ledger row pays for: contract hash, SHA-256 of the measurement spec, the ciphertext stream's digest.
+
+    `ciphertext_digest`: `stream_digest(chunks).hex()`, computed once per request by the caller
+    (it also keys this server's draw and the arrivals record).
 
     Kept small (hashes, not the ciphertexts or partition starts), so every decryption is
     recorded and can later be matched with the computation server's records.
     """
     spec = hashlib.sha256(canonical_json(m.to_dict()).encode("utf-8")).hexdigest()
     return canonical_json({"contract_hash": contract.contract_hash, "measurement_sha256": spec,
-                           "ciphertext_digest": stream_digest(chunks).hex(), "values": int(m.count),
+                           "ciphertext_digest": ciphertext_digest, "values": int(m.count),
                            "sensitivity": int(m.sensitivity)})
