@@ -15,18 +15,15 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from he_partition.core.backend import ChunkedVector, PlainBackend, n_chunks, sum_vectors
-from he_partition.core.measurements import Measurement, owner_encoding
-from he_partition.core.noise import SeededRandom
+from he_partition.core.measurements import Measurement
 from he_partition.execution import InProcessExecutor, ProcessExecutor
 from he_partition.execution.base import ChunkSource
-from he_partition.protocol import ComputationSide
 from parties.computation.running import MANIFEST, RunningAggregates
 from parties.computation.store import Submission, UploadMeta
 
 from .conftest import Cluster, blocky_histograms
-
-N = 2 * 8192 + 10  # three chunks
+from .test_scale_out import N  # three chunks
+from .test_scale_out import assert_cs_view_is_the_oracle as assert_sent_is_the_oracle
 
 
 class Sent:
@@ -54,29 +51,17 @@ class Sent:
             load(key, context, source, count)
 
         handler.decryption.decrypt_measurement = recording
-        handler.executor.load = loading  # type: ignore[method-assign]
+        handler.executor.load = loading
 
 
 def assert_cs_view_is_the_oracle(cluster: Cluster, sent: Sent, hs: list[np.ndarray], seed: int) -> None:
     """Every measurement the CS sent decrypts to the oracle's aggregate + the seeded draws, in the same order."""
-    secret = cluster.ds.handler.backend
-    plain = PlainBackend()
-    oracle = ComputationSide(plain, SeededRandom(seed))
-    aggregate = sum_vectors(plain, (plain.encrypt(owner_encoding(h)) for h in hs))
-    k = n_chunks(N, secret.slots)
-    assert sent.measurements
-    for m, chunks in sent.measurements:
-        want = m.decode(plain.decrypt(oracle.measure(aggregate, m)), plain.plain_modulus)
-        measured = sorted(m.measured_chunks(secret.slots))
-        assert len(chunks) == len(measured)
-        by_index = dict(zip(measured, (secret.deserialize_chunk(c) for c in chunks)))
-        got = m.decode(secret.decrypt(ChunkedVector(N, tuple(by_index.get(i) for i in range(k)))),
-                       secret.plain_modulus)
-        np.testing.assert_array_equal(got, want)
+    assert_sent_is_the_oracle(cluster.ds.handler.backend, sent.measurements, hs, seed)
 
 
 def _manifest(cluster: Cluster) -> dict[str, Any]:
-    return json.loads((cluster.root / "cs" / "aggregates" / "s1" / MANIFEST).read_text())
+    manifest: dict[str, Any] = json.loads((cluster.root / "cs" / "aggregates" / "s1" / MANIFEST).read_text())
+    return manifest
 
 
 def _submit(cluster: Cluster, owners: tuple[str, ...], hs: list[np.ndarray]) -> None:
@@ -166,7 +151,7 @@ def _sub(owner: str) -> Submission:
 def test_a_generation_being_read_survives_a_fold_until_its_reader_ends(tmp_path: Path) -> None:
     """Plain integers stand in for ciphertexts: the bookkeeping is what is tested (the sum is exact either way)."""
     chunks = {o: tmp_path / "up" / o for o in "abc"}
-    for n, (o, d) in enumerate(chunks.items()):
+    for n, d in enumerate(chunks.values()):
         d.mkdir(parents=True)
         for i in range(2):
             (d / f"{i:07d}.ct").write_text(str(10 ** n * (i + 1)))
