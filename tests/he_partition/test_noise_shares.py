@@ -22,6 +22,8 @@ from he_partition.core.noise_shares import (
     share_variance,
 )
 
+from .test_noise_constant_work import CountingRandom
+
 
 @pytest.mark.parametrize("holders", [2, 3, 5])
 def test_coefficients_of_k_shares_convolve_to_the_geometric_exactly(holders: int) -> None:
@@ -135,20 +137,6 @@ def test_a_single_share_follows_its_negative_binomial_difference_pmf(holders: in
     assert abs(float(x.var()) / share_variance(scale, holders) - 1) < 0.05
     # ... and not the full discrete Laplace (so the pmf check above can tell them apart).
     assert _chi_square_p(x, _dl_pmf(values, float(scale)), values) < 1e-6
-
-
-class CountingRandom:
-    """A seeded source that counts the calls and the uniform integers each draw consumes."""
-
-    def __init__(self, seed: int) -> None:
-        self._inner = SeededRandom(seed)
-        self.calls = 0
-        self.integers_drawn = 0
-
-    def integers(self, high: npt.NDArray[np.int64] | int, size: int) -> npt.NDArray[np.int64]:
-        self.calls += 1
-        self.integers_drawn += size
-        return self._inner.integers(high, size)
 
 
 @pytest.mark.statistical
