@@ -184,3 +184,15 @@ def test_one_holder_draws_a_full_discrete_laplace() -> None:
     """K = 1 (the embedded default): the share is the whole draw, variance 2q / (1 - q)^2."""
     x = discrete_laplace_share(Fraction(3), 1, 50_000, SeededRandom(3))
     assert abs(float(x.var()) / discrete_laplace_variance(3) - 1) < 0.05
+
+
+@pytest.mark.parametrize("holders,low,high", [(2, 0.45, 0.55), (3, 0.9, 1.0), (5, 1.45, 1.6)])
+def test_one_share_alone_protects_less_than_the_full_draw(holders: int, low: float, high: float) -> None:
+    """The figure docs/threshold.md states for the CS colluding with K - 1 holders: the privacy loss of one
+    share at sensitivity 1, max_d |ln P[d] / P[d + 1]| (scale 20), is 0.50 / 0.94 / 1.52 for K = 2 / 3 / 5,
+    against 1 / scale = 0.05 for the sum of all K shares (the discrete Laplace)."""
+    scale, d = 20.0, np.arange(-60, 61)
+    loss = np.abs(np.diff(np.log(_share_pmf(d, scale, holders))))
+    assert low < float(loss.max()) < high
+    full = np.abs(np.diff(np.log(_dl_pmf(d, scale))))
+    assert float(full.max()) == pytest.approx(1 / scale, rel=1e-9)
