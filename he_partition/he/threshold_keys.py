@@ -146,3 +146,27 @@ def collective_public_key(ctx: ts.Context, seed: bytes, commitments: dict[int, b
 def key_fingerprint(public_key: bytes) -> bytes:
     """32-byte fingerprint of a collective public key (its canonical uncompressed SEAL bytes)."""
     return hashlib.sha256(b"dpagg/collective-key/v1" + public_key).digest()
+
+
+def encrypt_sum(ctx: ts.Context, public_key: bytes, rows: list[list[int]]) -> bytes:
+    """SEAL bytes of the sum of one fresh encryption per row (batched slots) under `public_key`.
+
+    What owners (each encrypting its row) and the CS (summing) produce, in one call; the
+    TenSEAL Python API cannot take a foreign public key, so this goes through SEAL directly.
+    """
+    if not rows:
+        raise InvalidInputError("encrypt_sum needs at least one row")
+    sealctx = ctx.seal_context().data
+    encryptor = seal.Encryptor(sealctx, load_seal(seal.PublicKey, ctx, public_key, "collective public key"))
+    encoder, evaluator = seal.BatchEncoder(sealctx), seal.Evaluator(sealctx)
+    total = seal.Ciphertext()
+    for i, row in enumerate(rows):
+        plain, ct = seal.Plaintext(), seal.Ciphertext()
+        encoder.encode(list(row), plain)
+        encryptor.encrypt(plain, ct if i else total)
+        if i:
+            evaluator.add_inplace(total, ct)
+    with tempfile.TemporaryDirectory(prefix="dpagg-thr-") as d:
+        path = os.path.join(d, "ct")
+        total.save(path)
+        return Path(path).read_bytes()
