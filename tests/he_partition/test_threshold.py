@@ -148,3 +148,18 @@ def test_a_share_alone_is_uniform_whatever_the_data_and_fewer_shares_do_not_decr
                           fp)
         assert int(np.count_nonzero(partial == np.array(x))) < 10
     assert stats.ks_2samp(views[0], views[1]).pvalue > 1e-9
+
+
+def test_threshold_decryption_equals_single_key_decryption_of_the_same_plaintexts(setup: dict[str, Any]) -> None:
+    """The K = 3 path and today's single-key TenSEAL path give the same slots for the same owners' rows."""
+    import tenseal as ts
+
+    rows = _rows(3, 5)
+    ct = _encrypted_sum(setup, rows)
+    shares = [decryption_share(setup["ctx"], setup["secrets"][h], setup["fp"], ct) for h in HOLDERS]
+    threshold = combine(setup["ctx"], ct, shares, HOLDERS, setup["fp"]).tolist()
+    single_ctx = generate_secret_context()
+    total = ts.bfv_vector(single_ctx, rows[0])
+    for row in rows[1:]:
+        total = total + ts.bfv_vector(single_ctx, row)
+    assert threshold == total.decrypt()
