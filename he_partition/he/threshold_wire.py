@@ -6,7 +6,7 @@ step of collective key generation, the exact smudging sampler of decryption shar
 binding of each decryption share to hash(ciphertext) and its holder id, with the checks a combiner
 runs before it adds any share. Everything is bytes in, bytes out; a malformed byte string raises
 `InvalidInputError` naming what is wrong. The RLWE arithmetic (p_i = -(a s_i) + e_i, h_i = c1 s_i + e)
-on SEAL objects is NOT in this module (not done yet, see the issue-29a report).
+on SEAL objects is in `threshold_keys` and `threshold_decrypt`.
 """
 from __future__ import annotations
 
