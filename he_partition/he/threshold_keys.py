@@ -151,8 +151,8 @@ def key_fingerprint(public_key: bytes) -> bytes:
 def encrypt_sum(ctx: ts.Context, public_key: bytes, rows: list[list[int]]) -> bytes:
     """SEAL bytes of the sum of one fresh encryption per row (batched slots) under `public_key`.
 
-    What owners (each encrypting its row) and the CS (summing) produce, in one call; the
-    TenSEAL Python API cannot take a foreign public key, so this goes through SEAL directly.
+    What owners (each encrypting its row) and the CS (summing) produce, in one call, through SEAL
+    directly (owners using TenSEAL take `threshold_context.collective_context` instead).
     """
     if not rows:
         raise InvalidInputError("encrypt_sum needs at least one row")

@@ -163,3 +163,23 @@ def test_threshold_decryption_equals_single_key_decryption_of_the_same_plaintext
     for row in rows[1:]:
         total = total + ts.bfv_vector(single_ctx, row)
     assert threshold == total.decrypt()
+
+
+def test_owners_encrypt_through_unmodified_tenseal_under_the_collective_key(setup: dict[str, Any]) -> None:
+    """A public TenSEAL context carrying the collective key: ts.bfv_vector encrypts, the K = 3 combine decrypts."""
+    import tenseal as ts
+
+    from he_partition.he.threshold_context import collective_context, vector_ciphertext
+
+    public = collective_context(setup["ctx"], setup["pk"])
+    assert public.is_public() and not public.has_relin_keys()
+    rows = _rows(10, 6)
+    total = ts.bfv_vector(public, rows[0])
+    for row in rows[1:]:
+        total = total + ts.bfv_vector(public, row)
+    ct = vector_ciphertext(bytes(total.serialize()))
+    shares = [decryption_share(setup["ctx"], setup["secrets"][h], setup["fp"], ct) for h in HOLDERS]
+    got = combine(setup["ctx"], ct, shares, HOLDERS, setup["fp"])
+    assert got.tolist() == np.sum(np.array(rows, dtype=np.int64), axis=0).tolist()
+    with pytest.raises(InvalidInputError, match="exactly one ciphertext"):
+        vector_ciphertext(b"\x0a\x02\x80\x40")
