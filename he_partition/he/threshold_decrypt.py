@@ -14,7 +14,7 @@ K 2^B + 2^61 (the project's flood) + |v| < Q / 2t (K = 3: up to B = 108).
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,7 @@ from he_partition.he.threshold_wire import (SMUDGING_BITS, DecryptionShare, chec
                                             smudging_noise)
 
 
-def _ciphertext(ctx: ts.Context, data: bytes) -> tuple[object, list[int], int]:
+def _ciphertext(ctx: ts.Context, data: bytes) -> tuple[Any, list[int], int]:
     ct = load_seal(seal.Ciphertext, ctx, bytes(data), "ciphertext")
     if ct.size() != 2 or ct.is_ntt_form():
         raise InvalidInputError(f"threshold decryption needs a 2-part coefficient-form ciphertext, got {ct.size()} "

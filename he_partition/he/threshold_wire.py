@@ -45,7 +45,8 @@ def common_polynomial(seed: bytes, moduli: Sequence[int], degree: int, *, tag: b
         width = (bits + 7) // 8
         mask = (1 << bits) - 1
         xof = hashlib.shake_256(_A_DOMAIN + struct.pack(">HI", len(tag), j) + tag + seed)
-        need, row, chunk = degree, [], width * degree * 2
+        row: list[int] = []
+        need, chunk = degree, width * degree * 2
         stream, pos = xof.digest(chunk), 0
         while len(row) < need:
             if pos + width > len(stream):
