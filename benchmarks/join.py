@@ -103,7 +103,7 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         uploads.append([[owner_scheme.serialize(owner_scheme.encrypt(p)) for p in g] for g in planes])
     t = step("owners_encrypt", t)
     terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=release, order=_order(bins))
-    with JoinEvaluator(public_bytes, uploads[0], uploads[1], bin_cells(terms), SecureRandom(), workers=1) as ev:
+    with JoinEvaluator(public_bytes, uploads[0], uploads[1], bin_cells(terms), SecureRandom()) as ev:
         t = step("cs_products_and_sums", t)
         summary, sent = release_table(ev.measure, ds, terms, epsilon, SecureRandom())
         t = step("release_noise_flood_decrypt", t)

@@ -22,6 +22,7 @@ import numpy as np
 from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, encode_indicators, groups_for,
                                place, pseudonyms)
 from he_partition.he.join_scheme import JoinScheme
+from he_partition.execution import make_executor
 from he_partition.join.parallel import JoinEvaluator
 from he_partition.join.release import bin_cells, cell_table, release_table
 from he_partition.core.noise import SecureRandom
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     releases: dict[str, dict[str, float]] = {}
     order = JoinTerms(AGE_BINS, EDU_BINS, capacity, 1.0, 0, order="hilbert")
     with JoinEvaluator(scheme.public_bytes(), up_a, up_b, bin_cells(order), SecureRandom(),
-                       workers=args.workers) as ev:
+                       executor=make_executor("processes", workers=args.workers) if args.workers > 1 else None) as ev:
         setup = time.perf_counter() - t0
         for name in args.release or JOIN_RELEASES:
             terms = JoinTerms(AGE_BINS, EDU_BINS, capacity, 1.0, 0, release=name, order="hilbert")

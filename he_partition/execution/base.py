@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -14,9 +14,11 @@ from ..core.backend import VectorBackend
 from ..core.errors import InvalidInputError
 
 __all__ = ["ChunkSource", "ChunkFiles", "ChunkBytes", "ChunkWorker", "ChunkExecutor", "make_executor",
-           "split_noise", "EXECUTOR_KINDS"]
+           "split_noise", "EXECUTOR_KINDS", "MakeHeld"]
 
 IntArray = npt.NDArray[np.int64]
+#: Worker w's held object, as (module-level build function, its arguments); called again for a replacement.
+MakeHeld = Callable[[int], tuple[Callable[..., Any], tuple[Any, ...]]]
 
 EXECUTOR_KINDS = ("inprocess", "processes", "ray")
 
@@ -69,6 +71,7 @@ class ChunkWorker:
         self._backend = backend
         self._fingerprint = ""
         self._parts: dict[str, dict[int, Any]] = {}
+        self._held: dict[str, Any] = {}
 
     def backend(self, context: bytes) -> VectorBackend:
         if self._backend is not None and not context:
@@ -109,8 +112,22 @@ class ChunkWorker:
         (_, noised), = backend.noised_chunks(_single(backend, chunk), noise, keep=[0])
         return backend.serialize_chunk(noised)
 
+    def hold(self, key: str, build: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        """Keep `build(*args)` under `key` (other chunk work, e.g. a join block's cell totals, built once per release).
+
+        `build` is a module-level function (it travels by name) and `args` plain bytes and integers.
+        """
+        self._held[key] = build(*args)
+
+    def call(self, key: str, method: str, args: tuple[Any, ...]) -> Any:
+        """`method(*args)` of the object held under `key`."""
+        if key not in self._held:
+            raise InvalidInputError(f"nothing is held under {key!r}; hold it before calling it")
+        return getattr(self._held[key], method)(*args)
+
     def drop(self, key: str) -> None:
         self._parts.pop(key, None)
+        self._held.pop(key, None)
 
 
 def _single(backend: VectorBackend, chunk: Any) -> Any:
@@ -128,6 +145,13 @@ class ChunkExecutor(Protocol):
     before fan-out: see `split_noise`), in increasing index order, each being the
     aggregate + its noise under fresh encryption and flooding. A worker that dies is
     replaced, re-loaded and re-sent the same noise.
+
+    `hold` and `call` run other stateful chunk work (the join's cell totals): worker w
+    keeps `build(*args)` for `(build, args) = make(w)` (make runs here, so a worker gets
+    only the bytes its share needs), and `call(key, method, args)` runs
+    `method(*args[w])` on worker w's object, all workers in parallel, returning the
+    results in worker order. Every value that decides privacy is in `args`, fixed by the
+    caller; a worker that dies is replaced, given `make(w)` again and re-sent the same args.
     """
 
     workers: int
@@ -135,6 +159,10 @@ class ChunkExecutor(Protocol):
     def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None: ...
 
     def noised(self, key: str, noise: Mapping[int, IntArray]) -> Iterator[tuple[int, bytes]]: ...
+
+    def hold(self, key: str, make: "MakeHeld") -> None: ...
+
+    def call(self, key: str, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]: ...
 
     def drop(self, key: str) -> None: ...
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.backend import VectorBackend
-from .base import ChunkSource, ChunkWorker, IntArray
+from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld
 
 __all__ = ["InProcessExecutor"]
 
@@ -26,6 +26,12 @@ class InProcessExecutor:
         """Each chunk of `noise`, in index order, computed only when the consumer asks for it."""
         for i in sorted(noise):
             yield i, self._worker.noised(key, i, noise[i])
+
+    def hold(self, key: str, make: MakeHeld) -> None:
+        self._worker.hold(key, *make(0))
+
+    def call(self, key: str, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return [self._worker.call(key, method, a) for a in args]
 
     def drop(self, key: str) -> None:
         self._worker.drop(key)

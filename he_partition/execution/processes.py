@@ -13,10 +13,10 @@ import multiprocessing as mp
 import os
 import threading
 from multiprocessing.connection import Connection
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import InvalidInputError
-from .base import ChunkSource, ChunkWorker, IntArray, owner_of
+from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of
 
 __all__ = ["ProcessExecutor", "MAX_RESTARTS"]
 
@@ -45,6 +45,10 @@ def _serve(conn: Connection) -> None:
             elif op == "noised":
                 for i, noise in msg[2]:
                     conn.send(("chunk", i, worker.noised(msg[1], i, noise)))
+            elif op == "hold":
+                conn.send(("ok", worker.hold(msg[1], msg[2], msg[3])))
+            elif op == "call":
+                conn.send(("ok", worker.call(msg[1], msg[2], msg[3])))
             elif op == "drop":
                 worker.drop(msg[1])
             else:
@@ -85,6 +89,7 @@ class ProcessExecutor:
         self._ctx = mp.get_context("spawn")
         self._procs: list[_Proc | None] = [None] * self.workers
         self._loaded: dict[str, tuple[bytes, ChunkSource, int]] = {}
+        self._held: dict[str, MakeHeld] = {}
         self._lock = threading.Lock()
 
     def worker_pids(self) -> list[int | None]:
@@ -103,6 +108,14 @@ class ProcessExecutor:
         if reply[0] == "error":
             raise WorkerError(f"worker {w} could not load the aggregate: {reply[1]}")
 
+    def _hold_one(self, w: int, key: str) -> None:
+        p = self._procs[w]
+        assert p is not None
+        p.conn.send(("hold", key, *self._held[key](w)))
+        reply = p.conn.recv()
+        if reply[0] == "error":
+            raise WorkerError(f"worker {w} could not build {key!r}: {reply[1]}")
+
     def _proc(self, w: int) -> _Proc:
         """Worker `w`, started (and given every loaded aggregate) if it is not running."""
         p = self._procs[w]
@@ -113,6 +126,8 @@ class ProcessExecutor:
             try:
                 for key in self._loaded:
                     self._load_one(w, key)
+                for key in self._held:
+                    self._hold_one(w, key)
                 return p
             except (EOFError, OSError):
                 log.warning("chunk worker %d died while loading (attempt %d); starting another", w, attempt + 1)
@@ -206,9 +221,67 @@ class ProcessExecutor:
             raise RuntimeError(f"chunk worker {w} died {restarts[w]} times in one measurement; giving up")
         self._replace(w)
 
+    def hold(self, key: str, make: MakeHeld) -> None:
+        """Worker w builds and keeps `make(w)` (all workers in parallel); a replacement worker gets it again."""
+        with self._lock:
+            self._held[key] = make
+            started = []
+            for w in range(self.workers):
+                if self._procs[w] is None:
+                    self._proc(w)  # a fresh worker holds every key, this one included
+                    continue
+                try:
+                    self._procs[w].conn.send(("hold", key, *make(w)))  # type: ignore[union-attr]
+                    started.append(w)
+                except OSError:
+                    self._replace(w)
+            for w in started:
+                p = self._procs[w]
+                assert p is not None
+                try:
+                    reply = p.conn.recv()
+                except (EOFError, OSError):
+                    self._replace(w)
+                    continue
+                if reply[0] == "error":
+                    raise WorkerError(f"worker {w} could not build {key!r}: {reply[1]}")
+
+    def call(self, key: str, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """`method(*args[w])` on each worker's held object, in parallel; a dead worker is replaced and re-sent args[w]."""
+        if len(args) != self.workers:
+            raise InvalidInputError(f"{len(args)} argument tuples for {self.workers} workers")
+        with self._lock:
+            if key not in self._held:
+                raise InvalidInputError(f"nothing is held under {key!r}; hold it before calling it")
+            restarts = [0] * self.workers
+            for w in range(self.workers):
+                self._send_call(w, key, method, args[w], restarts)
+            out = []
+            for w in range(self.workers):
+                while True:
+                    try:
+                        reply = self._proc(w).conn.recv()
+                        break
+                    except (EOFError, OSError):
+                        self._retry(w, restarts)
+                        self._send_call(w, key, method, args[w], restarts)
+                if reply[0] == "error":
+                    raise WorkerError(f"worker {w} refused {method}: {reply[1]}")
+                out.append(reply[1])
+            return out
+
+    def _send_call(self, w: int, key: str, method: str, args: tuple[Any, ...], restarts: list[int]) -> None:
+        while True:
+            try:
+                self._proc(w).conn.send(("call", key, method, args))
+                return
+            except OSError:
+                self._retry(w, restarts)
+
     def drop(self, key: str) -> None:
         with self._lock:
             self._loaded.pop(key, None)
+            self._held.pop(key, None)
             for p in self._procs:
                 if p is not None:
                     try:
@@ -223,3 +296,4 @@ class ProcessExecutor:
                     p.stop()
                     self._procs[w] = None
             self._loaded.clear()
+            self._held.clear()

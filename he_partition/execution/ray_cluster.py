@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import InvalidInputError
-from .base import ChunkSource, ChunkWorker, IntArray, owner_of
+from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of
 
 __all__ = ["RayExecutor", "MAX_RESTARTS"]
 
@@ -62,6 +62,7 @@ class RayExecutor:
         self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(ChunkWorker)
         self._actors: list[Any] = [None] * self.workers
         self._loaded: dict[str, tuple[bytes, ChunkSource, int]] = {}
+        self._held: dict[str, MakeHeld] = {}
         self._lock = threading.Lock()
 
     def actors(self) -> list[Any]:
@@ -83,6 +84,7 @@ class RayExecutor:
             self._actors[w] = self._actor_class.options(resources=self._resources[w] or None).remote()
             try:
                 ray.get(self._load_refs(w, list(self._loaded)))
+                ray.get([self._actors[w].hold.remote(key, *make(w)) for key, make in self._held.items()])
                 return
             except ray.exceptions.RayActorError:
                 log.warning("chunk actor %d died while loading (attempt %d); starting another", w, attempt + 1)
@@ -131,9 +133,50 @@ class RayExecutor:
                                 refs[j] = self._actors[w].noised.remote(key, j, noise[j])
                 yield i, data
 
+    def hold(self, key: str, make: MakeHeld) -> None:
+        """Actor w builds and keeps `make(w)` (all in parallel); a replacement actor gets it again."""
+        ray = _ray()
+        with self._lock:
+            self._held[key] = make
+            refs: dict[int, Any] = {}
+            for w in range(self.workers):
+                if self._actors[w] is None:
+                    self._start(w)  # a fresh actor holds every key, this one included
+                else:
+                    refs[w] = self._actors[w].hold.remote(key, *make(w))
+            for w, ref in refs.items():
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    self._start(w)
+
+    def call(self, key: str, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """`method(*args[w])` on each actor's held object, in parallel; a dead actor is replaced and re-sent args[w]."""
+        ray = _ray()
+        if len(args) != self.workers:
+            raise InvalidInputError(f"{len(args)} argument tuples for {self.workers} workers")
+        with self._lock:
+            if key not in self._held:
+                raise InvalidInputError(f"nothing is held under {key!r}; hold it before calling it")
+            refs = [self._actors[w].call.remote(key, method, args[w]) for w in range(self.workers)]
+            out = []
+            for w in range(self.workers):
+                for attempt in range(MAX_RESTARTS + 1):
+                    try:
+                        out.append(ray.get(refs[w]))
+                        break
+                    except ray.exceptions.RayActorError:
+                        log.warning("chunk actor %d died; starting another and re-sending the same values", w)
+                        self._start(w)
+                        refs[w] = self._actors[w].call.remote(key, method, args[w])
+                else:
+                    raise RuntimeError(f"chunk actor {w} died {MAX_RESTARTS + 1} times in one call")
+            return out
+
     def drop(self, key: str) -> None:
         with self._lock:
             self._loaded.pop(key, None)
+            self._held.pop(key, None)
             for a in self._actors:
                 if a is not None:
                     a.drop.remote(key)
@@ -146,5 +189,6 @@ class RayExecutor:
                     ray.kill(a)
             self._actors = [None] * self.workers
             self._loaded.clear()
+            self._held.clear()
             if self._owns_ray and ray.is_initialized():
                 ray.shutdown()

@@ -1,43 +1,51 @@
-"""The computation server's join evaluation spread over worker processes (one per core).
+"""The computation server's join evaluation on the project's chunk executor (he_partition.execution).
 
-`JoinEvaluator` keeps the cell totals for a whole release: each worker owns a contiguous
-block of bins of the flattened table, computes their totals once (products, rotation-sum:
-the expensive part) and keeps them; for each measurement of the release's strategy it
-computes the values whose bin ranges lie in its block, adds their noise, pads and flood,
-and returns the serialized ciphertexts. A value spanning blocks (a partition across a block
-boundary, a Haar node above the blocks) comes back as un-noised partial sums, which the
-evaluator adds and noises itself; partials never leave this server.
+`JoinEvaluator` keeps the cell totals for a whole release: each of the executor's workers
+holds a contiguous block of bins of the flattened table, computes their totals once
+(products, rotation-sum: the expensive part) and keeps them; for each measurement of the
+release's strategy it computes the values whose bin ranges lie in its block, adds the noise
+and pads it is given, floods, and returns the serialized ciphertexts. A value spanning
+blocks (a partition across a block boundary, a Haar node above the blocks) comes back as
+un-noised partial sums, which the evaluator adds and noises itself; partials never leave
+this server.
 
-The discrete Laplace draws come from the server's own random source in the calling process
-(so seeded tests stay reproducible); pads and floods from the OS CSPRNG where the ciphertext
-is finished. SEAL's bindings hold the GIL, so threads would not help; workers are spawned
-processes (never forked: the caller may be a gRPC server with live threads). With one
-worker everything runs in the calling process.
+Every worker receives only its block's ciphertexts (bytes: SEAL objects do not pickle).
+The discrete Laplace draws (from the server's random source, so seeded tests stay
+reproducible) and the pads (OS CSPRNG) are fixed here before fan-out; workers add exactly
+those and flood with fresh OS randomness, so every executor (in-process, local processes,
+Ray) releases the same values under a seed, and a worker that dies is rebuilt and re-sent
+the same values.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
-import os
-import resource
-from typing import Any, Sequence
+import secrets
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from ..core.errors import InvalidInputError
+from ..execution.base import ChunkExecutor
+from ..execution.inprocess import InProcessExecutor
 from ..he.join_scheme import JoinScheme
-from .release import Terms, measurement_terms, noised_value
+from .release import Terms, measurement_terms
 from ..core.measurements import Measurement
-from ..core.noise import RandomSource, discrete_laplace
+from ..core.noise import RandomSource, SecureRandom, discrete_laplace
 
 __all__ = ["JoinEvaluator"]
 
 log = logging.getLogger("dpagg.join")
 
-#: A job for a block: (value's terms, its draw or None for an un-noised partial sum).
-_Job = tuple[Terms, int | None]
+IntArray = npt.NDArray[np.int64]
+#: A job for a block: (value's terms, (its draw, its pads) or None for an un-noised partial sum).
+_Job = tuple[Terms, "tuple[int, IntArray] | None"]
+
+
+def _noised(scheme: JoinScheme, value: Any, draw: int, pads: IntArray) -> bytes:
+    """`value` + Enc(draw in slot 0, the given pads elsewhere) + a fresh flood, serialized (he_partition.join.release)."""
+    return scheme.serialize(scheme.noised(value, [draw], 1, lambda k: pads[:k]))
 
 
 class _Block:
@@ -68,29 +76,15 @@ class _Block:
 
     def run(self, jobs: Sequence[_Job]) -> list[bytes]:
         out = []
-        for terms, draw in jobs:
+        for terms, draw in jobs:  # draw: (discrete Laplace draw, pads), fixed by the evaluator
             value = self.partial(terms)
             if value is None:
                 out.append(b"")
             elif draw is None:
                 out.append(self.scheme.serialize(value))
             else:
-                out.append(self.scheme.serialize(noised_value(self.scheme, value, draw)))
+                out.append(_noised(self.scheme, value, *draw))
         return out
-
-
-def _serve(conn: Any, public: bytes, a: list[list[bytes]], b: list[list[bytes]], cells: list[int], lo: int) -> None:
-    """A worker process: build the block, then answer job lists until told to stop (None)."""
-    try:
-        block = _Block(public, a, b, cells, lo)
-        del a, b
-        conn.send(("ok", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
-        while (jobs := conn.recv()) is not None:
-            conn.send(("ok", block.run(jobs)))
-    except EOFError:
-        return
-    except Exception as exc:  # reported to the evaluator, which raises it there
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
 class JoinEvaluator:
@@ -98,11 +92,13 @@ class JoinEvaluator:
 
     `a` and `b` are the owners' serialized uploads (groups x values), `bins[k]` the
     row-major cell of bin k (he_partition.join.release.bin_cells), `rng` the source of the
-    discrete Laplace draws. `measure(m)` returns the ciphertexts for the key holder.
+    discrete Laplace draws, `executor` where the blocks run (None: in this process).
+    `measure(m)` returns the ciphertexts for the key holder.
     """
 
     def __init__(self, public: bytes, a: Sequence[Sequence[bytes]], b: Sequence[Sequence[bytes]],
-                 bins: npt.ArrayLike, rng: RandomSource, *, workers: int | None = None) -> None:
+                 bins: npt.ArrayLike, rng: RandomSource, *, executor: ChunkExecutor | None = None,
+                 pads: RandomSource | None = None) -> None:
         if len(a) != len(b) or not a or any(len(g) != len(a[0]) for g in a) or any(len(g) != len(b[0]) for g in b):
             raise InvalidInputError("the two owners' uploads must have equal group counts and one ciphertext per "
                                     "value")
@@ -111,13 +107,13 @@ class JoinEvaluator:
         if sorted(self._bins) != list(range(self.n)):
             raise InvalidInputError(f"bins must order the {self.n} cells of the table")
         self._public, self._a, self._b, self.rng = public, a, b, rng
-        self._workers = max(1, min(workers or os.cpu_count() or 1, self.n))
+        self._pads = pads or SecureRandom()
+        self._executor = executor or InProcessExecutor()
+        self._owns_executor = executor is None
         self.scheme = JoinScheme.from_public(public)
-        bounds = np.linspace(0, self.n, self._workers + 1).round().astype(int)
+        bounds = np.linspace(0, self.n, self._executor.workers + 1).round().astype(int)
         self._bounds = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
-        self._local: _Block | None = None
-        self._conns: list[Any] = []
-        self._procs: list[Any] = []
+        self._key = ""
 
     def _planes_for(self, cells: Sequence[int]) -> tuple[list[list[bytes]], list[list[bytes]]]:
         """The uploads a block needs: the ciphertexts of its cells' rows (A) and columns (B); b"" elsewhere.
@@ -130,53 +126,28 @@ class JoinEvaluator:
         b = [[bytes(g[j]) if j in cols else b"" for j in range(len(g))] for g in self._b]
         return a, b
 
+    def _make(self, w: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """Worker w's block: its bins and only the ciphertexts they need (read again for a replacement worker)."""
+        lo, hi = self._bounds[w]
+        cells = self._bins[lo:hi]
+        return _Block, (self._public, *self._planes_for(cells), cells, lo)
+
     def __enter__(self) -> "JoinEvaluator":
-        if self._workers == 1:
-            self._local = _Block(self._public, *self._planes_for(self._bins), self._bins, 0)
-            return self
-        ctx = mp.get_context("spawn")
+        self._key = f"join-{secrets.token_hex(8)}"
         try:
-            for lo, hi in self._bounds:
-                parent, child = ctx.Pipe()
-                a, b = self._planes_for(self._bins[lo:hi])
-                p = ctx.Process(target=_serve, args=(child, self._public, a, b, self._bins[lo:hi], lo), daemon=True)
-                p.start()
-                del a, b  # the child has its copy once started (spawn pickles the arguments)
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(p)
-            rss = [self._receive(c) for c in self._conns]
+            self._executor.hold(self._key, self._make)
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        log.info("join totals: %d cells over %d worker processes, peak RSS per worker %s MB", self.n,
-                 len(self._procs), ", ".join(f"{r:.0f}" for r in rss))
+        log.info("join totals: %d cells over %d workers", self.n, len(self._bounds))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for c in self._conns:
-            try:
-                c.send(None)
-            except (OSError, ValueError):
-                pass
-        for p in self._procs:
-            p.join(10)
-            if p.is_alive():
-                p.terminate()
-                p.join()
-        for c in self._conns:
-            c.close()
-        self._conns, self._procs, self._local = [], [], None
-
-    @staticmethod
-    def _receive(conn: Any) -> Any:
-        try:
-            status, payload = conn.recv()
-        except EOFError:
-            raise RuntimeError("a join worker process died (out of memory?); the release was not computed") from None
-        if status != "ok":
-            raise RuntimeError(f"a join worker failed: {payload}")
-        return payload
+        if self._key:
+            self._executor.drop(self._key)
+            self._key = ""
+        if self._owns_executor:
+            self._executor.close()
 
     def _blocks_of(self, terms: Terms) -> list[int]:
         return [w for w, (lo, hi) in enumerate(self._bounds) if any(a < hi and lo < b for _, a, b in terms)]
@@ -187,31 +158,31 @@ class JoinEvaluator:
         Privacy: as he_partition.join.release.noised_values (one discrete Laplace draw of
         scale m.sensitivity / m.epsilon per value from `rng`: only this server knows it;
         m.epsilon-DP, sensitivity m.sensitivity, neighbouring relation add/remove of one
-        shared customer).
+        shared customer). Draws and pads (uniform mod t, OS CSPRNG) are fixed here before
+        the workers get them; the workers only flood.
         """
         if m.domain_size != self.n:
             raise InvalidInputError(f"a {m.domain_size}-bin measurement of a {self.n}-cell table")
+        if not self._key:
+            raise InvalidInputError("enter the evaluator (with JoinEvaluator(...) as ev) before measuring")
         all_terms = measurement_terms(m)
         draws = [int(d) for d in discrete_laplace(m.scale, m.count, self.rng)]
-        if self._local is not None:
-            return self._local.run(list(zip(all_terms, draws)))
+        pads = [self._pads.integers(self.scheme.plain_modulus, self.scheme.slots - 1) for _ in draws]
         jobs: list[list[_Job]] = [[] for _ in self._bounds]
         where: list[list[tuple[int, int]]] = []  # per value: (block, index in its job list)
-        for terms, draw in zip(all_terms, draws):
+        for terms, draw, pad in zip(all_terms, draws, pads):
             blocks = self._blocks_of(terms)
             single = len(blocks) == 1
             where.append([(w, len(jobs[w])) for w in blocks])
             for w in blocks:
-                jobs[w].append((terms, draw if single else None))
-        for c, j in zip(self._conns, jobs):
-            c.send(j)
-        results = [self._receive(c) for c in self._conns]
+                jobs[w].append((terms, (draw, pad) if single else None))
+        results = self._executor.call(self._key, "run", [(j,) for j in jobs])
         out = []
-        for spots, draw in zip(where, draws):
+        for spots, draw, pad in zip(where, draws, pads):
             if len(spots) == 1:
                 w, k = spots[0]
                 out.append(results[w][k])
                 continue
             parts = [(1, self.scheme.deserialize(results[w][k])) for w, k in spots]
-            out.append(self.scheme.serialize(noised_value(self.scheme, self.scheme.signed_sum(parts), draw)))
+            out.append(_noised(self.scheme, self.scheme.signed_sum(parts), draw, pad))
         return out

@@ -644,7 +644,7 @@ class ComputationHandler:
         self.joins.forget(contract)  # both uploads are committed: keys and pseudonym lists are no longer needed
         sent = [0]
         with self.joins.evaluator(contract, self.public_context,
-                                  lambda o, i: self.store.read_chunk(by_owner[o], i)) as evaluator:
+                                  lambda o, i: self.store.read_chunk(by_owner[o], i), self.executor) as evaluator:
 
             def measure(m: Measurement) -> IntArray:
                 cts = evaluator.measure(m)

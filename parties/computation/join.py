@@ -19,6 +19,7 @@ import numpy as np
 
 from he_partition.he.bfv import context_fingerprint
 from he_partition.core.errors import InvalidInputError
+from he_partition.execution import ChunkExecutor
 from he_partition.join.protocol import PSEUDONYM_BYTES, JoinTerms, place
 from he_partition.he.join_scheme import JoinScheme
 from he_partition.join.parallel import JoinEvaluator
@@ -63,8 +64,6 @@ class JoinCoordinator:
         self._mem: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._schemes: dict[str, tuple[bytes, JoinScheme]] = {}
-        #: Worker processes for the product (None: one per core; 1: in this process).
-        self.workers: int | None = None
 
     # -- storage -----------------------------------------------------------------------
     def _get(self, study_id: str, name: str) -> bytes | None:
@@ -253,11 +252,12 @@ class JoinCoordinator:
         terms = contract.join_terms()
         return terms.groups(slots) * terms.values_of(contract.expected_owners.index(owner_id))
 
-    def evaluator(self, contract: StudyContract, fetch: Any, chunks_of: Any) -> JoinEvaluator:
+    def evaluator(self, contract: StudyContract, fetch: Any, chunks_of: Any,
+                  executor: ChunkExecutor | None = None) -> JoinEvaluator:
         """The release's evaluator over the committed uploads (a context manager; he_partition.join.parallel).
 
         `chunks_of(owner_id, index)` reads a committed chunk; the cell totals are spread over
-        one worker process per core. Privacy: each measurement gets this server's discrete
+        the workers of `executor` (the server's chunk executor; None: this process). Privacy: each measurement gets this server's discrete
         Laplace draws (scale sensitivity/epsilon per value, known only here), pads and
         flooding before it leaves (he_partition.join.release.noised_values).
         """
@@ -266,7 +266,7 @@ class JoinCoordinator:
         groups = terms.groups(scheme.slots)
         planes = [[_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
                   for side, owner in enumerate(contract.expected_owners)]
-        return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, workers=self.workers)
+        return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, executor=executor)
 
 
 def _refuse_too_long(contract: StudyContract, owner_id: str, terms: JoinTerms, data: bytes) -> None:

@@ -14,6 +14,7 @@ from he_partition.core.errors import InvalidInputError, PrecisionError
 from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count,
                                encode_indicators, joint_totals, place, pseudonyms, shared_dummies)
 from he_partition.he.join_scheme import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme
+from he_partition.execution import ChunkExecutor, ProcessExecutor
 from he_partition.join.parallel import JoinEvaluator
 from he_partition.join.release import (apply_terms, bin_cells, cell_table, decrypt_values, measurement_terms,
                                        noised_values, release_table)
@@ -30,6 +31,14 @@ def schemes() -> tuple[JoinScheme, JoinScheme]:
     """(key holder's scheme, the public scheme owners and the computation server rebuild from its bytes)."""
     ds = JoinScheme.generate()
     return ds, JoinScheme.from_public(ds.public_bytes())
+
+
+@pytest.fixture(scope="module")
+def two_workers() -> Any:
+    """Two local worker processes, shared by the module's releases (each release holds its blocks under its own key)."""
+    executor = ProcessExecutor(2)
+    yield executor
+    executor.close()
 
 
 def _keys(study: str = "j1") -> tuple[bytes, bytes]:
@@ -162,10 +171,11 @@ class _Cells:
 
 
 def _release(schemes: tuple[JoinScheme, JoinScheme], terms: JoinTerms, up: tuple[Any, Any], epsilon: float,
-             seed: int, workers: int) -> Summary:
+             seed: int, executor: ChunkExecutor | None) -> Summary:
     """A whole release of the table through JoinEvaluator and the study's strategy (library path)."""
     ds, pub = schemes
-    with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(terms), SeededRandom(seed), workers=workers) as ev:
+    with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(terms), SeededRandom(seed),
+                       executor=executor) as ev:
         return release_table(ev.measure, ds, terms, epsilon, SeededRandom(seed + 100))[0]
 
 
@@ -229,7 +239,7 @@ def test_the_key_holder_sees_flooded_noise_and_refuses_foreign_ciphertexts(
 @pytest.mark.parametrize("release,order", [(r, "row") for r in JOIN_RELEASES] + [("hier", "hilbert"),
                                                                                      ("gap", "hilbert")])
 def test_every_strategy_releases_the_encrypted_table_exactly_in_one_process_and_in_workers(
-        schemes: tuple[JoinScheme, JoinScheme], release: str, order: str) -> None:
+        schemes: tuple[JoinScheme, JoinScheme], release: str, order: str, two_workers: ProcessExecutor) -> None:
     """At a huge epsilon the noise rounds to 0: each partition sum equals the plaintext join's sum over its bins
     (whatever partition the strategy chose), in one process and with two workers whose blocks split partitions."""
     shape = (4, 4)
@@ -238,8 +248,8 @@ def test_every_strategy_releases_the_encrypted_table_exactly_in_one_process_and_
     terms = JoinTerms(4, 4, SLOTS, 1.0, 0, release=release, order=order)
     up = _uploads(schemes[1], a, b, shape, SLOTS, seed=2)
     flat = truth[bin_cells(terms)]
-    for workers in (1, 2):
-        s = _release(schemes, terms, up, 1e9, seed=3, workers=workers)
+    for workers, executor in ((1, None), (2, two_workers)):
+        s = _release(schemes, terms, up, 1e9, seed=3, executor=executor)
         ends = [*s.starts[1:], 16]
         assert list(s.sums) == [int(flat[lo:hi].sum()) for lo, hi in zip(s.starts, ends)], (release, workers)
         assert s.params["join"]["release"] == release and s.params["join"]["order"] == order
@@ -250,7 +260,7 @@ def test_every_strategy_releases_the_encrypted_table_exactly_in_one_process_and_
 
 
 def test_measured_values_match_the_plaintext_layout_and_stay_narrow_for_the_key_holder(
-        schemes: tuple[JoinScheme, JoinScheme]) -> None:
+        schemes: tuple[JoinScheme, JoinScheme], two_workers: ProcessExecutor) -> None:
     """The +-1 terms of each measurement equal its decode map on prefix sums (the ordinary studies' layout), and
     the widest value (the total of every cell) keeps its unflooded noise far below the flood."""
     from he_partition.core.measurements import HaarCoefficients, PrefixDifferences, owner_encoding
@@ -282,7 +292,8 @@ def test_measured_values_match_the_plaintext_layout_and_stay_narrow_for_the_key_
     assert ds.noise_budget(arrived) >= MIN_NOISE_BUDGET_BITS
     # What the evaluator sends for the same value (over two workers, so it is summed from partials): flooded.
     terms = JoinTerms(4, 4, SLOTS, 1.0, 0, release="hier")
-    with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(terms), SeededRandom(1), workers=2) as ev:
+    with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(terms), SeededRandom(1),
+                       executor=two_workers) as ev:
         sent = ds.deserialize(ev.measure(m)[0])
     width = 2.0 ** (FLOOD_BITS + 1)
     view = np.array(residual_view(ds, sent), dtype=object).astype(float)
@@ -316,8 +327,8 @@ def test_each_worker_receives_only_the_ciphertexts_of_its_cells(schemes: tuple[J
     _, pub = schemes
     a = [[f"a{g}{i}".encode() for i in range(4)] for g in range(3)]
     b = [[f"b{g}{j}".encode() for j in range(3)] for g in range(3)]
-    ev = JoinEvaluator(pub.public_bytes(), a, b, list(range(12)), SeededRandom(1), workers=2)
-    first, second = (ev._planes_for(list(range(lo, hi))) for lo, hi in ev._bounds)
+    ev = JoinEvaluator(pub.public_bytes(), a, b, list(range(12)), SeededRandom(1), executor=ProcessExecutor(2))
+    first, second = (ev._make(w)[1][1:3] for w in range(2))  # what each worker is sent: (A's planes, B's)
     assert first[0] == [[f"a{g}{i}".encode() if i < 2 else b"" for i in range(4)] for g in range(3)]
     assert second[0] == [[f"a{g}{i}".encode() if i >= 2 else b"" for i in range(4)] for g in range(3)]
     assert first[1] == second[1] == b
