@@ -18,7 +18,7 @@ ALLOWED = {
     "strategies": {"core"},
     "execution": {"core", "he"},
     "protocol": {"core", "strategies", "he", "execution"},  # release(backend="bfv") builds the in-process keys
-    "join": {"core", "he", "strategies", "protocol"},
+    "join": {"core", "he", "strategies", "protocol", "execution"},  # the cell totals run on the chunk executor
     "methods": {"core", "strategies", "protocol"},
 }
 #: Top-level distributions the pure core never imports: parties, the network, storage.

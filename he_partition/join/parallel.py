@@ -44,7 +44,13 @@ _Job = tuple[Terms, "tuple[int, IntArray] | None"]
 
 
 def _noised(scheme: JoinScheme, value: Any, draw: int, pads: IntArray) -> bytes:
-    """`value` + Enc(draw in slot 0, the given pads elsewhere) + a fresh flood, serialized (he_partition.join.release)."""
+    """`value` + Enc(draw in slot 0, the given pads elsewhere) + a fresh flood, serialized (he_partition.join.release).
+
+    Privacy: adds exactly the evaluator's draw (discrete Laplace of scale sensitivity/epsilon
+    for the measurement's epsilon; neighbouring relation add/remove of one shared customer,
+    who changes one cell by 1) and pads (uniform mod t); only the computation server knows
+    them. Draws nothing itself but the flood (OS CSPRNG); spends nothing (the key holder charges).
+    """
     return scheme.serialize(scheme.noised(value, [draw], 1, lambda k: pads[:k]))
 
 
