@@ -20,6 +20,7 @@ the same values.
 from __future__ import annotations
 
 import logging
+import resource
 import secrets
 from typing import Any, Callable, Sequence
 
@@ -73,6 +74,11 @@ class _Block:
             for ga, gb in zip(pa, pb):
                 acc = self.scheme.multiply_accumulate(acc, ga[i], gb[j])
             self.totals.append(self.scheme.total(acc))
+
+    @staticmethod
+    def peak_rss() -> float:
+        """This worker's peak resident set in MB (benchmarks read it from the server's log)."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     def partial(self, terms: Terms) -> Any | None:
         """sum of coef * totals over the part of each range inside this block (None if none is)."""
@@ -145,7 +151,9 @@ class JoinEvaluator:
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        log.info("join totals: %d cells over %d workers", self.n, len(self._bounds))
+        rss = self._executor.call(self._key, "peak_rss", [()] * len(self._bounds))
+        log.info("join totals: %d cells over %d workers, peak RSS per worker %s MB", self.n, len(self._bounds),
+                 ", ".join(f"{r:.0f}" for r in rss))
         return self
 
     def __exit__(self, *exc: Any) -> None:
