@@ -235,16 +235,22 @@ class ProcessExecutor:
                     started.append(w)
                 except OSError:
                     self._replace(w)
-            for w in started:
-                p = self._procs[w]
-                assert p is not None
-                try:
-                    reply = p.conn.recv()
-                except (EOFError, OSError):
-                    self._replace(w)
-                    continue
-                if reply[0] == "error":
-                    raise WorkerError(f"worker {w} could not build {key!r}: {reply[1]}")
+            try:
+                while started:
+                    w = started[0]
+                    p = self._procs[w]
+                    assert p is not None
+                    try:
+                        reply = p.conn.recv()
+                    except (EOFError, OSError):
+                        started.pop(0)
+                        self._replace(w)
+                        continue
+                    started.pop(0)
+                    if reply[0] == "error":
+                        raise WorkerError(f"worker {w} could not build {key!r}: {reply[1]}")
+            finally:
+                self._abandon(started)
 
     def call(self, key: str, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """`method(*args[w])` on each worker's held object, in parallel; a dead worker is replaced and re-sent args[w]."""
@@ -254,21 +260,35 @@ class ProcessExecutor:
             if key not in self._held:
                 raise InvalidInputError(f"nothing is held under {key!r}; hold it before calling it")
             restarts = [0] * self.workers
-            for w in range(self.workers):
-                self._send_call(w, key, method, args[w], restarts)
-            out = []
-            for w in range(self.workers):
-                while True:
+            out: list[Any] = []
+            waiting: list[int] = []
+            try:
+                for w in range(self.workers):
+                    self._send_call(w, key, method, args[w], restarts)
+                    waiting.append(w)
+                while waiting:
+                    w = waiting[0]
                     try:
                         reply = self._proc(w).conn.recv()
-                        break
                     except (EOFError, OSError):
                         self._retry(w, restarts)
                         self._send_call(w, key, method, args[w], restarts)
-                if reply[0] == "error":
-                    raise WorkerError(f"worker {w} refused {method}: {reply[1]}")
-                out.append(reply[1])
+                        continue
+                    waiting.pop(0)
+                    if reply[0] == "error":
+                        raise WorkerError(f"worker {w} refused {method}: {reply[1]}")
+                    out.append(reply[1])
+            finally:
+                self._abandon(waiting)
             return out
+
+    def _abandon(self, workers: list[int]) -> None:
+        """Stop the workers whose replies are still due (after a failure): they start afresh when next used."""
+        for w in workers:
+            p = self._procs[w]
+            if p is not None:
+                p.stop(kill=True)
+                self._procs[w] = None
 
     def _send_call(self, w: int, key: str, method: str, args: tuple[Any, ...], restarts: list[int]) -> None:
         while True:

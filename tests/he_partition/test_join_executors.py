@@ -109,3 +109,16 @@ def test_ray_releases_the_same_table_and_retries_a_dead_actor(setup: Any) -> Non
         assert killed and executor.actors()[1] is not killed[0]
     finally:
         executor.close()
+
+
+def test_a_refused_call_leaves_the_workers_in_step() -> None:
+    """Worker 0 refuses (unknown key) while worker 1's answer is still due: the next call gets fresh answers from
+    both, not worker 1's stale one."""
+    executor = ProcessExecutor(2)
+    try:
+        executor.hold("k", lambda w: (dict, ({"x": 10 + w, "y": 20 + w},)))
+        with pytest.raises(Exception, match="worker 0 refused __getitem__: KeyError"):
+            executor.call("k", "__getitem__", [("missing",), ("x",)])
+        assert executor.call("k", "__getitem__", [("y",), ("y",)]) == [20, 21]
+    finally:
+        executor.close()
