@@ -12,6 +12,7 @@ needed to join the cluster. Keys are ECDSA P-256, written 0600, never printed.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -21,10 +22,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from he_partition.core.errors import InvalidInputError
+
 from .tls import (CA_NAME, URI_SCHEME, CaFiles, _check_party_id, _hostname_sans, _key_pem, _now,
                   _write_public_file, write_private_file)
 
-__all__ = ["RAY_NODE_KIND", "RayNodeFiles", "issue_ray_node_certificate", "ray_tls_env"]
+__all__ = ["RAY_NODE_KIND", "RayNodeFiles", "issue_ray_node_certificate", "ray_tls_env", "apply_ray_tls"]
 
 #: The SAN URI's authority in a Ray node certificate (``dpagg://ray-node/<node_id>``); not a party role.
 RAY_NODE_KIND = "ray-node"
@@ -108,3 +111,21 @@ def ray_tls_env(files: RayNodeFiles) -> dict[str, str]:
     """The environment every Ray process of this node (and the driver) needs for TLS; set it before Ray starts."""
     return {"RAY_USE_TLS": "1", "RAY_TLS_SERVER_CERT": str(files.cert_path),
             "RAY_TLS_SERVER_KEY": str(files.key_path), "RAY_TLS_CA_CERT": str(files.ca_cert_path)}
+
+
+def apply_ray_tls(spec: str) -> dict[str, str]:
+    """`DIR:NODE_ID` -> Ray's TLS environment for that node's files, set in this process (Ray reads it at start).
+
+    Refuses (InvalidInputError naming the file) when the certificate, key or CA certificate is missing,
+    so a typo never silently runs Ray in the clear.
+    """
+    directory, sep, node_id = spec.rpartition(":")
+    if not sep or not directory or not node_id:
+        raise InvalidInputError(f"--ray-tls is DIR:NODE_ID (the files of `dpagg certs --ray-node NODE_ID`), got {spec!r}")
+    files = RayNodeFiles.in_directory(directory, node_id)
+    for path in (files.cert_path, files.key_path, files.ca_cert_path):
+        if not path.is_file():
+            raise InvalidInputError(f"Ray TLS file {path} does not exist; issue it with `dpagg certs --ray-node {node_id}`")
+    env = ray_tls_env(files)
+    os.environ.update(env)
+    return env

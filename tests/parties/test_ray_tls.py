@@ -38,6 +38,30 @@ local = _release(keys, InProcessExecutor(), 17)
 print("RESULT " + json.dumps({"ray": [a.tolist() for a in on_ray], "inprocess": [a.tolist() for a in local]}))
 """
 
+# The computation server's own private Ray (no address) started under TLS, a release through it, and a
+# plain client pointed at that Ray's GCS (it must not connect).
+PRIVATE = """
+import json, os, subprocess, sys, tempfile
+from pathlib import Path
+import ray
+from he_partition.execution import InProcessExecutor, make_executor
+from tests.he_partition.test_execution import Keys, _release
+keys = Keys(Path(tempfile.mkdtemp(dir=sys.argv[1])))
+executor = make_executor("ray", workers=2, node_ip="127.0.0.1")
+on_ray = _release(keys, executor, 29)
+gcs = ray.get_runtime_context().gcs_address
+plain_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_TLS") and k != "RAY_USE_TLS"}
+try:
+    plain = subprocess.run([sys.executable, "-c", sys.argv[2], gcs], env=plain_env, capture_output=True, text=True,
+                           timeout=45).stdout
+except subprocess.TimeoutExpired as exc:
+    plain = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+executor.close()
+local = _release(keys, InProcessExecutor(), 29)
+print("RESULT " + json.dumps({"equal": [a.tolist() for a in on_ray] == [a.tolist() for a in local],
+                              "plain_connected": "CONNECTED" in plain, "gcs": gcs}))
+"""
+
 CLIENT = """
 import sys, ray
 ray.init(address=sys.argv[1], _node_ip_address="127.0.0.1", log_to_driver=False)
@@ -132,3 +156,32 @@ def test_a_client_without_the_deployments_tls_cannot_connect(cluster: dict, who:
     except subprocess.TimeoutExpired as exc:  # Ray keeps retrying a GCS it cannot handshake with
         stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
     assert "CONNECTED" not in stdout
+
+
+def test_the_private_ray_the_server_starts_uses_tls(tmp_path: Path) -> None:
+    ca = tls.create_ca(tmp_path / "ca")
+    node = issue_ray_node_certificate(ca, tmp_path / "node", "computation-ray", ("localhost", "127.0.0.1", _host_ip()))
+    out = subprocess.run([sys.executable, "-c", PRIVATE, str(tmp_path), CLIENT], cwd=ROOT, env=_env(ray_tls_env(node)),
+                         capture_output=True, text=True, timeout=300)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["equal"] is True
+    assert result["plain_connected"] is False, f"a plain client joined the private Ray at {result['gcs']}"
+
+
+def test_apply_ray_tls_sets_the_environment_or_names_the_missing_file(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from he_partition.core.errors import InvalidInputError
+    from parties.common.ray_tls import apply_ray_tls
+
+    for k in ("RAY_USE_TLS", "RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY", "RAY_TLS_CA_CERT"):
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(InvalidInputError, match="n1.crt does not exist"):
+        apply_ray_tls(f"{tmp_path}:n1")
+    assert "RAY_USE_TLS" not in os.environ
+    files = issue_ray_node_certificate(tls.create_ca(tmp_path / "ca"), tmp_path, "n1")
+    assert apply_ray_tls(f"{tmp_path}:n1") == ray_tls_env(files)
+    assert os.environ["RAY_USE_TLS"] == "1" and os.environ["RAY_TLS_SERVER_KEY"] == str(files.key_path)
+    with pytest.raises(InvalidInputError, match="DIR:NODE_ID"):
+        apply_ray_tls("n1")
