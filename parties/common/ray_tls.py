@@ -11,20 +11,18 @@ needed to join the cluster. Keys are ECDSA P-256, written 0600, never printed.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from he_partition.core.errors import InvalidInputError
 
-from .tls import (CA_NAME, URI_SCHEME, CaFiles, _check_party_id, _hostname_sans, _key_pem, _now,
+from .tls import (CA_NAME, URI_SCHEME, CaFiles, _check_party_id, _hostname_sans, _issue_leaf, _key_pem,
                   _write_public_file, write_private_file)
 
 __all__ = ["RAY_NODE_KIND", "RayNodeFiles", "issue_ray_node_certificate", "ray_tls_env", "apply_ray_tls"]
@@ -69,36 +67,9 @@ def issue_ray_node_certificate(ca: CaFiles, directory: Path | str, node_id: str,
         hostnames = (hostnames,)
     d = Path(directory)
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ca_cert = ca.certificate()
-    ca_key = ca._private_key()
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = _now()
     sans = [x509.UniformResourceIdentifier(f"{URI_SCHEME}://{RAY_NODE_KIND}/{node_id}"), *_hostname_sans(hostnames)]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "dpagg"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, RAY_NODE_KIND),
-            x509.NameAttribute(NameOID.COMMON_NAME, node_id),
-        ]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _dt.timedelta(minutes=5))
-        .not_valid_after(min(now + _dt.timedelta(days=valid_days), ca_cert.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                          data_encipherment=False, key_agreement=True, key_cert_sign=False, crl_sign=False,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                       critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    key, cert = _issue_leaf(ca, RAY_NODE_KIND, node_id, sans,
+                            [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], valid_days)
     files = RayNodeFiles.in_directory(d, node_id, ca_name=ca.cert_path.stem)
     write_private_file(files.key_path, _key_pem(key))
     _write_public_file(files.cert_path, cert.public_bytes(serialization.Encoding.PEM))
