@@ -14,32 +14,9 @@ export DPAGG_PORT="${DPAGG_PORT:-$(python3 -c 'import socket; s = socket.socket(
 unset DPAGG_STUDY
 D=(docker compose -f "$here/docker-compose.yml" -f "$here/ray.yml" -p "$project" --profile demo --profile ray)
 
-step() { printf '\n== %s\n' "$*"; }
-fail() { printf 'SMOKE FAILED: %s\n' "$*"; printf 'SMOKE FAILED: %s\n' "$*" >&2; exit 1; }
-trap 'rc=$?; printf "SMOKE FAILED: exit %s at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND"' ERR
-ok() { printf '   ok: %s\n' "$*"; }
-
-cleanup() {
-  local rc=$?
-  if [ "$rc" -ne 0 ]; then
-    printf '\n== logs (failure)\n' >&2
-    "${D[@]}" logs --no-color --tail 40 >&2 2>&1 || true
-    "${D[@]}" exec -T ray-head sh -c 'tail -n 20 /tmp/ray/session_latest/logs/ray_client_server*.err' >&2 2>&1 || true
-  fi
-  printf '\n== tear down\n'
-  "${D[@]}" down --volumes --remove-orphans >/dev/null 2>&1 || true
-  local left i
-  for i in $(seq 60); do
-    [ -z "$(docker ps -aq --filter "label=com.docker.compose.project=$project")" ] && break
-    sleep 1
-  done
-  left="$(docker ps -aq --filter "label=com.docker.compose.project=$project"
-          docker volume ls -q --filter "label=com.docker.compose.project=$project"
-          docker network ls -q --filter "label=com.docker.compose.project=$project")"
-  [ -z "$left" ] || { echo "left behind: $left" >&2; rc=1; }
-  [ "$rc" -eq 0 ] && echo "SMOKE PASSED" || echo "SMOKE FAILED (exit $rc)" >&2
-  exit "$rc"
-}
+# shellcheck source=compose/smoke-lib.sh
+source "$here/smoke-lib.sh"
+extra_failure_logs() { "${D[@]}" exec -T ray-head sh -c 'tail -n 20 /tmp/ray/session_latest/logs/ray_client_server*.err'; }
 
 step "preflight"
 docker info >/dev/null 2>&1 || fail "no Docker daemon reachable (docker info failed)"
@@ -86,12 +63,6 @@ if "${D[@]}" exec -T -e RAY_USE_TLS=0 ray-worker timeout 60 python -c "$plain" 2
   fail "a plain (non-TLS) Ray client joined the cluster"
 fi
 ok "plain Ray client refused by the head (no TLS)"
-probe='import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), 3).close()
-except OSError as e:
-    print(f"cannot reach: {e}"); sys.exit(3)
-print("reached")'
 if "${D[@]}" exec -T ray-head python -c "$probe" decryption 50051 >/dev/null 2>&1; then
   fail "a Ray node reaches the decryption server"
 fi
