@@ -176,7 +176,8 @@ def test_apply_ray_tls_sets_the_environment_or_names_the_missing_file(tmp_path: 
     from parties.common.ray_tls import apply_ray_tls
 
     for k in ("RAY_USE_TLS", "RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY", "RAY_TLS_CA_CERT"):
-        monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv(k, "")  # recorded, so the environment apply_ray_tls sets is undone after the test
+        monkeypatch.delenv(k)
     with pytest.raises(InvalidInputError, match="n1.crt does not exist"):
         apply_ray_tls(f"{tmp_path}:n1")
     assert "RAY_USE_TLS" not in os.environ
