@@ -36,6 +36,7 @@ from ..common.util import new_id
 from .client import JoinCellsResult
 from .arrivals import ArrivalLog
 from .keys import KeyMaterial, load_or_create_join_keys
+from .workers import DecryptPool, PooledDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
 __all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
@@ -169,8 +170,11 @@ class DecryptionHandler:
 
     def __init__(self, ledger: LedgerStore, keys: KeyMaterial, rng: RandomSource, *,
                  require_signed: bool = False, join_keys_dir: Path | None = None,
-                 noise_key: bytes | None = None, arrivals: ArrivalLog | None = None) -> None:
+                 noise_key: bytes | None = None, arrivals: ArrivalLog | None = None,
+                 decrypt_pool: DecryptPool | None = None) -> None:
         self.ledger = ledger
+        # Local worker processes for a measurement's per-chunk decryption (parties.decryption.workers).
+        self.decrypt_pool = decrypt_pool
         self.require_signed = require_signed
         self.keys = keys
         self.rng = rng
@@ -444,7 +448,10 @@ class DecryptionHandler:
             else:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
-            side = DecryptionSide(self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
+            pool = self.decrypt_pool
+            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)  # type: ignore[arg-type]
+                                  if pool is not None and pool.active and len(chunks) >= pool.min_chunks
+                                  else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest),
                                   budget, contract.noise_parties)
             with self._decrypt_lock:
