@@ -11,6 +11,7 @@ import hashlib
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -455,7 +456,9 @@ class DecryptionHandler:
                                                                     measurement, digest),
                                   budget, contract.noise_parties)
             with self._decrypt_lock:
+                started = time.monotonic()
                 values = side.decrypt_measurement(measurement, vector, verified=checked is not None)
+                took = time.monotonic() - started
         except Exception as exc:
             charged = budget.last.epsilon if isinstance(budget, _LedgerBudget) and budget.last is not None else 0.0
             self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest, charged=charged)
@@ -469,9 +472,9 @@ class DecryptionHandler:
         self.arrivals.record(study_id=study_id, release_id=release_id, kind=measurement.kind, chunks=len(chunks),
                              ciphertext_digest=digest, outcome="answered",
                              epsilon_charged=paid.epsilon if isinstance(budget, _LedgerBudget) and paid else 0.0)
-        log.info("study %s, %s %s: decrypted %s (%d chunks, %d values)%s", study_id,
+        log.info("study %s, %s %s: decrypted %s (%d chunks, %d values) in %.3f s%s", study_id,
                  "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
-                 measurement.kind, len(chunks), len(values),
+                 measurement.kind, len(chunks), len(values), took,
                  f", charged epsilon {paid.epsilon:.6g}" if paid is not None else "")
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
