@@ -69,9 +69,9 @@ def add_parser(sub: Subparsers) -> None:
     dec = decryption_target()
     p = add("serve-decryption", cmd_serve_decryption, "run the decryption server (key holder and budget ledger)")
     server_args(p, 50051)
-    p.add_argument("--decrypt-workers", type=int, default=None, metavar="N",
-                   help="local processes decrypting a measurement's chunks on this host (default: one per core; "
-                        "0 or 1: in the server process). They read the key file here; see docs/scaling.md")
+    p.add_argument("--decrypt-workers", type=int, default=0, metavar="N",
+                   help="local processes decrypting a measurement's chunks on this host (default 0: in the server "
+                        "process; on 2 cores the pool was slower). They read the key file here; see docs/scaling.md")
     p.add_argument("--computation-id", action="append", metavar="ID",
                    help="party id of a computation server allowed to open studies and request decryptions "
                         "(repeatable; default: any certificate with role computation)")

@@ -15,7 +15,7 @@ from ..common.util import lock_data_dir, noise_source
 from .handler import DecryptionHandler
 from .arrivals import ARRIVALS_FILE, ArrivalLog
 from .keys import KeyStore, load_or_create_noise_key
-from .workers import DecryptPool, default_decrypt_workers
+from .workers import DecryptPool
 from .ledger import LedgerStore, SqliteLedgerStore
 from .receipts import ReceiptSigner
 from .servicer import SERVICE_NAME, DecryptionServicer
@@ -53,8 +53,7 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     # Workers start at the first large measurement and read the key file on this host themselves.
-    pool = DecryptPool(default_decrypt_workers() if config.decrypt_workers is None else config.decrypt_workers,
-                       secret_path=KeyStore(config.data_dir / KEYS_DIR).secret_path)
+    pool = DecryptPool(config.decrypt_workers, secret_path=KeyStore(config.data_dir / KEYS_DIR).secret_path)
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None,
                                 join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals,
                                 decrypt_pool=pool)

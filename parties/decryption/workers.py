@@ -30,7 +30,7 @@ from he_partition.core.backend import ChunkedVector
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import BfvBackend, load_context
 
-__all__ = ["DecryptPool", "PooledDecryption", "default_decrypt_workers"]
+__all__ = ["DecryptPool", "PooledDecryption"]
 
 log = logging.getLogger("dpagg.decryption")
 
@@ -44,11 +44,6 @@ _BACKEND: BfvBackend | None = None
 _DIE_MARKER: Path | None = None
 
 
-def default_decrypt_workers() -> int:
-    """One worker per core of this host."""
-    return os.cpu_count() or 1
-
-
 def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker: str | None) -> None:
     """Load the secret context in this worker (from the local key file, or bytes from the spawn pipe)."""
     global _BACKEND, _DIE_MARKER
@@ -56,6 +51,10 @@ def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker
     assert data is not None
     _BACKEND = BfvBackend(load_context(data))
     _DIE_MARKER = Path(die_marker) if die_marker is not None else None
+
+
+def _ready() -> None:
+    """A no-op: submitting it spawns every worker of a new pool."""
 
 
 def _decrypt_chunk(data: bytes) -> IntArray:
@@ -107,6 +106,18 @@ class DecryptPool:
                 initargs=(self._secret_path, self._secret_bytes, self._die_marker))
         return self._executor
 
+    def warm(self, chunk_count: int) -> None:
+        """Start the workers (without waiting) if a measurement of `chunk_count` chunks will use them.
+
+        Called when a request's header arrives, so the workers load the key while its chunks
+        stream in; depends only on the public chunk count.
+        """
+        if not self.active or chunk_count < self.min_chunks:
+            return
+        with self._lock:
+            if self._executor is None:
+                self._pool().submit(_ready)
+
     def decrypt_chunks(self, chunks: Sequence[bytes]) -> list[IntArray]:
         """Each chunk's slot values, in order; a dead worker: a fresh pool decrypts them all again."""
         with self._lock:
@@ -117,7 +128,12 @@ class DecryptPool:
                     return list(pool.map(_decrypt_chunk, chunks, chunksize=size))
                 except BrokenProcessPool:
                     self._executor = None
-                    pool.shutdown(wait=True, cancel_futures=True)
+                    # A broken pool's shutdown(wait=True) can wait forever on a surviving worker: end ours.
+                    survivors = list((getattr(pool, "_processes", None) or {}).values())
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    for proc in survivors:
+                        proc.kill()
+                        proc.join(10)
                     self.restarts += 1
                     log.warning("a decrypt worker died (attempt %d); decrypting the measurement again", attempt + 1)
             raise BrokenProcessPool(f"decrypt workers died {self._retries + 1} times; nothing was released")
