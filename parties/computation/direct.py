@@ -77,17 +77,19 @@ class DirectQueries:
         paid = h.decryption.charge_direct_queries(study_id=study_id, request_id=request_id,
                                                   contract_hash=contract.contract_hash, ranges=rs, epsilon=eps_dp)
         backend = h.backend_for(contract)
-        aggregate = h.aggregate(contract, subs, backend)
         cs = ComputationSide(backend, h.rng)
         se = math.sqrt(contract.noise_parties * ms[0].noise_variance)  # one scale for the whole batch
         counts = []
-        for m in ms:
-            result = h.decryption.decrypt_measurement(
-                study_id=study_id, release_id=request_id, release_epsilon=eps_dp, measurement=m,
-                chunks=(backend.serialize_chunk(c) for _, c in cs.measure_chunks(aggregate, m)),
-                chunk_count=len(m.measured_chunks(backend.slots)),
-                contract_hash=contract.contract_hash)
-            counts.append(RangeCount(m.lo, m.hi, float(result.values[0]), se))
+        # The same chunk work as a release: the executor's workers load the running aggregate (plus owners not
+        # yet folded into it) once for the batch; every draw is made here, before fan-out (`measure_on`).
+        with h.chunk_source(subs) as source:
+            try:
+                h.load_aggregate(request_id, contract, source)
+                for m in ms:
+                    values, _ = h.decrypt_on_executor(cs, contract, request_id, eps_dp, m)
+                    counts.append(RangeCount(m.lo, m.hi, float(values[0]), se))
+            finally:
+                h.executor.drop(request_id)
         answers = DirectAnswers(request_id, study_id, eps, tuple(counts), paid.epsilon_charged, eps * len(rs),
                                 paid.epsilon_remaining, owners)
         if request_key:

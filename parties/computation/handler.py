@@ -10,15 +10,17 @@ import logging
 import math
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any, Generator, Iterator
 
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.core.backend import ChunkedVector, n_chunks
+from he_partition.core.backend import n_chunks
 from he_partition.execution import ChunkExecutor, InProcessExecutor
+from he_partition.execution.base import ChunkFiles, ChunkSource
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.join.release import join_strategy, summary_params
@@ -34,6 +36,7 @@ from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submi
 from ..common.util import new_id, utc_now, write_file_atomic
 from ..decryption.client import DecryptionClient
 from .join import JoinCoordinator, JoinUploadBackend
+from .running import RunningAggregates
 from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta, owner_conflict
 
 __all__ = ["ComputationHandler", "UploadSession", "UploadOutcome", "UploadState", "StudyState"]
@@ -156,6 +159,7 @@ class UploadSession:
         if not self.duplicate and len(held) == self.meta.chunk_count:
             ciphertext_digest = self._verify()
             self._h.store.commit_upload(self.meta, self.signature if ciphertext_digest else b"", ciphertext_digest)
+            self._h.fold_committed(self.meta.study_id, self._backend)
             log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id, self.meta.owner_id,
                      len(held), sum(held.values()))
         state = UploadState.COMMITTED if self.duplicate or len(held) == self.meta.chunk_count else UploadState.PARTIAL
@@ -225,6 +229,9 @@ class ComputationHandler:
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        root = store.aggregates_root()
+        #: Running encrypted aggregates (one per study), folded at each commit; None for in-memory stores.
+        self.running = RunningAggregates(root, durable=getattr(store, "durable", True)) if root else None
         self._recover_interrupted_releases()
 
     # -- keys and studies -----------------------------------------------------------------
@@ -479,16 +486,72 @@ class ComputationHandler:
         with self._running_lock:
             self._running.discard(study_id)
 
-    def aggregate(self, contract: StudyContract, subs: list[Submission], backend: BfvBackend) -> ChunkedVector:
-        """Sum the owners' encrypted, prefix-encoded histograms chunk by chunk (memory: one aggregate)."""
-        cs = ComputationSide(backend, self.rng)
-        k = n_chunks(contract.domain_size, backend.slots)
-        chunks = []
-        for i in range(k):
-            parts = [ChunkedVector(backend.slots, (backend.deserialize_chunk(self.store.read_chunk(s, i)),))
-                     for s in subs]
-            chunks.append(cs.aggregate(parts).chunks[0])
-        return ChunkedVector(contract.domain_size, tuple(chunks))
+    def fold_committed(self, study_id: str, backend: Any) -> None:
+        """Add the study's committed submissions not yet in its running aggregate to it (called at each commit).
+
+        A fold that fails leaves the previous aggregate in place (the commit stands): a
+        release then adds the owners missing from it itself, so nothing is lost.
+        """
+        contract = self.store.get_study(study_id)
+        if self.running is None or contract is None or contract.is_join:
+            return
+        store = self.store
+
+        def read(template: str, i: int) -> bytes:
+            return Path(template.format(index=i)).read_bytes()
+
+        try:
+            self.running.fold(store.submissions(study_id), read, backend.deserialize_chunk, backend.serialize_chunk,
+                              store.chunk_template)
+        except (OSError, InvalidInputError) as exc:
+            log.warning("study %s: the running aggregate was not updated (%s); releases sum the owners missing "
+                        "from it themselves", study_id, exc)
+
+    @contextmanager
+    def chunk_source(self, subs: list[Submission]) -> Iterator[ChunkSource]:
+        """Where the executor reads the aggregate of `subs`: the running aggregate plus owners not yet folded."""
+        if self.running is None:
+            yield self.store.chunk_source(subs)
+            return
+        with self.running.reading(subs, self.store.chunk_template) as templates:
+            yield ChunkFiles(templates)
+
+    def load_aggregate(self, key: str, contract: StudyContract, source: ChunkSource) -> None:
+        """Have the executor's workers sum their chunk ranges of `source` and keep the sums under `key`."""
+        backend = self.backend_for(contract)
+        self.executor.load(key, self._keys.context, source, n_chunks(contract.domain_size, backend.slots))
+
+    def decrypt_on_executor(self, cs: ComputationSide, contract: StudyContract, key: str, release_epsilon: float,
+                            m: Measurement) -> tuple[IntArray, int]:
+        """Measure `m` on the aggregate loaded under `key` and have the decryption server decrypt it.
+
+        Privacy: as `ComputationSide.measure_on` (this server's discrete Laplace draw of
+        scale m.sensitivity / m.epsilon per measured value, m.epsilon-DP under add/remove of
+        one person with at most c records, and pads; only this server knows them, all drawn
+        before the first chunk leaves); the decryption server charges `release_epsilon`'s
+        share and adds its own draw. Returns (decrypted values, bytes sent). Only chunks with
+        a measured slot travel; the executor's workers encrypt the next chunks while one is sent.
+        """
+        slots = cs.backend.slots
+        stream = cs.measure_on(self.executor, key, m)
+        sent = [0]
+
+        def chunks() -> Generator[bytes, None, None]:
+            try:
+                for _, data in stream:
+                    sent[0] += len(data)
+                    yield data
+            finally:
+                stream.close()  # type: ignore[attr-defined]
+
+        sending = chunks()
+        try:
+            values = self.decryption.decrypt_measurement(
+                study_id=contract.study_id, release_id=key, release_epsilon=release_epsilon, measurement=m,
+                chunks=sending, chunk_count=len(m.measured_chunks(slots)), contract_hash=contract.contract_hash).values
+        finally:
+            _close_when_idle(sending)  # a refused stream frees the executor now, not at garbage collection
+        return values, sent[0]
 
     def _execute(self, record: ReleaseRecord, contract: StudyContract, subs: list[Submission], *,
                  raise_errors: bool) -> ReleaseRecord:
@@ -545,34 +608,17 @@ class ComputationHandler:
         sent = [0]
 
         def measure(m: Measurement) -> IntArray:
-            # Only chunks with a measured slot travel; the executor's workers encrypt the next chunks while
-            # one is sent. Every draw is made (in today's order) before the first chunk leaves.
-            stream = cs.measure_on(self.executor, record.release_id, m)
+            values, n = self.decrypt_on_executor(cs, contract, record.release_id, record.epsilon, m)
+            sent[0] += n
+            return values
 
-            def chunks() -> Generator[bytes, None, None]:
-                try:
-                    for _, data in stream:
-                        sent[0] += len(data)
-                        yield data
-                finally:
-                    stream.close()  # type: ignore[attr-defined]
-
-            sending = chunks()
+        with self.chunk_source(subs) as source:
             try:
-                return self.decryption.decrypt_measurement(
-                    study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
-                    measurement=m, chunks=sending, chunk_count=len(m.measured_chunks(backend.slots)),
-                    contract_hash=contract.contract_hash).values
+                # The executor's workers sum their chunk ranges and keep the sums for the whole release.
+                self.load_aggregate(record.release_id, contract, source)
+                summary: Summary = run_strategy(strategy, measure)
             finally:
-                _close_when_idle(sending)  # a refused stream frees the executor now, not at garbage collection
-
-        try:
-            # The executor's workers sum their chunk ranges and keep the sums for the whole release.
-            self.executor.load(record.release_id, self._keys.context, self.store.chunk_source(subs),
-                               n_chunks(contract.domain_size, backend.slots))
-            summary: Summary = run_strategy(strategy, measure)
-        finally:
-            self.executor.drop(record.release_id)
+                self.executor.drop(record.release_id)
         # Every summary states how many organizations one person may appear in (its noise assumes it).
         summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
         if contract.correlated or contract.correlation_source:

@@ -185,6 +185,14 @@ class ComputationStore(abc.ABC):
         """One ciphertext chunk of a committed submission."""
         return self.read_upload_chunk(submission.meta, index)
 
+    def aggregates_root(self) -> Path | None:
+        """Where running aggregates live (parties.computation.running); None: this store keeps none."""
+        return None
+
+    def chunk_template(self, submission: Submission) -> str:
+        """The path template (`{index}`) of a submission's chunk files; only stores with `aggregates_root`."""
+        raise NotImplementedError("this store keeps chunks in memory, not in files")
+
     def chunk_source(self, submissions: list[Submission]) -> ChunkSource:
         """The submissions' chunks as the release's executor reads them (here: copied into memory)."""
         return ChunkBytes(tuple(tuple(self.read_chunk(s, i) for i in range(s.meta.chunk_count)) for s in submissions))
@@ -480,6 +488,7 @@ class SqliteComputationStore(ComputationStore):
     def __init__(self, data_dir: Path | str, *, durable: bool = True, read_only: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.durable = durable
+        self.read_only = read_only
         self._lock = threading.RLock()
         db_path = self.data_dir / self.DB_FILE
         if read_only:
@@ -623,9 +632,15 @@ class SqliteComputationStore(ComputationStore):
                                     "FROM submissions WHERE study_id = ? ORDER BY owner_id", (study_id,)).fetchall()
         return [_submission_row(r) for r in rows]
 
+    def aggregates_root(self) -> Path | None:
+        return None if self.read_only else self.data_dir / "aggregates"
+
+    def chunk_template(self, submission: Submission) -> str:
+        return str(self._dir(submission.meta) / CHUNK_FILE)
+
     def chunk_source(self, submissions: list[Submission]) -> ChunkSource:
         """The submissions' chunk files, read by path where the executor's workers run."""
-        return ChunkFiles(tuple(str(self._dir(s.meta) / CHUNK_FILE) for s in submissions))
+        return ChunkFiles(tuple(self.chunk_template(s) for s in submissions))
 
     def read_upload_chunk(self, meta: UploadMeta, index: int) -> bytes:
         _check_index(meta, index)

@@ -51,6 +51,25 @@ class KillsAWorker(ProcessExecutor):
                 self.killed.append(pid)
 
 
+def assert_cs_view_is_the_oracle(secret: Any, sent: list[tuple[Measurement, list[bytes]]], hs: list[np.ndarray],
+                                 seed: int) -> None:
+    """Every measurement the CS sent decrypts (DS secret key) to the numpy oracle's aggregate + the seeded draws."""
+    assert sent, "nothing was sent: the comparison would be empty"
+    n = int(hs[0].size)
+    plain = PlainBackend()
+    oracle = ComputationSide(plain, SeededRandom(seed))
+    aggregate = sum_vectors(plain, (plain.encrypt(owner_encoding(h)) for h in hs))
+    k = n_chunks(n, secret.slots)
+    for m, chunks in sent:
+        want = m.decode(plain.decrypt(oracle.measure(aggregate, m)), plain.plain_modulus)
+        measured = sorted(m.measured_chunks(secret.slots))
+        assert len(chunks) == len(measured)
+        by_index = dict(zip(measured, (secret.deserialize_chunk(c) for c in chunks)))
+        got = m.decode(secret.decrypt(ChunkedVector(n, tuple(by_index.get(i) for i in range(k)))),
+                       secret.plain_modulus)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_worker_killed_mid_release_sends_the_same_values_and_is_charged_once(tmp_path: Path) -> None:
     ds = create_decryption_server(Cluster._ds_config(tmp_path, None, 0, 11)).start()
     config = dataclasses.replace(Cluster._cs_config(tmp_path, None, ds.target, 0, CS_SEED), executor="processes",
@@ -92,19 +111,7 @@ def test_a_worker_killed_mid_release_sends_the_same_values_and_is_charged_once(t
     assert charges == [m.epsilon for m, _ in sent] and sum(charges) == 1.0  # each measurement charged once
     # The CS's view of every measurement equals the numpy oracle's under the same seed: the retried chunks
     # carried the very draws the first attempt had.
-    plain = PlainBackend()
-    oracle = ComputationSide(plain, SeededRandom(CS_SEED))
-    aggregate = sum_vectors(plain, (plain.encrypt(owner_encoding(h)) for h in hs))
-    k = n_chunks(N, secret.slots)
-    for m, chunks in sent:
-        want = m.decode(plain.decrypt(oracle.measure(aggregate, m)), plain.plain_modulus)
-        measured = sorted(m.measured_chunks(secret.slots))
-        assert len(chunks) == len(measured)
-        by_index = dict(zip(measured, (secret.deserialize_chunk(c) for c in chunks)))
-        got = m.decode(secret.decrypt(ChunkedVector(N, tuple(by_index.get(i) for i in range(k)))),
-                       secret.plain_modulus)
-        np.testing.assert_array_equal(got, want)
-
+    assert_cs_view_is_the_oracle(secret, sent, hs, CS_SEED)
 
 def test_the_executor_settings_are_checked_when_the_config_is_built(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="executor must be one of processes, inprocess, ray, got 'dask'"):

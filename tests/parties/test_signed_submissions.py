@@ -114,12 +114,16 @@ def test_unsigned_wrongly_signed_tampered_and_replayed_uploads_are_refused_and_n
     assert err.code == grpc.StatusCode.UNAUTHENTICATED
     _nothing_stored(cluster, "a")
     assert cluster.computation().study_status("s1").submitted_owners == ()
+    running = cluster.cs.handler.running
+    assert running is not None and running.current("s1") is None and running.current("s2") is None  # nothing summed
 
     # the genuine upload goes through, exactly once
     res = _raw(cluster, "a", contract, enc.chunks, key="k1", signature=good)
     assert res.committed  # type: ignore[attr-defined]
     assert cluster.cs.handler.store.get_submission("s1", "a").signature == good  # type: ignore[union-attr]
     assert cluster.computation().study_status("s1").submitted_owners == ("a",)
+    folded = running.current("s1")
+    assert folded is not None and folded.uploads == {("a", "k1")}  # only the verified upload is in the running sum
 
 
 def test_client_side_signing_checks(secure_cluster: Cluster) -> None:

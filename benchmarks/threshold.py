@@ -1,0 +1,56 @@
+"""Micro-benchmark of n-of-n threshold BFV (issue 29): key generation, per-ciphertext share and combine times.
+
+Run: python benchmarks/threshold.py [--holders 3] [--repeats 5]. Prints and writes
+benchmarks/results/threshold.json. Ciphertexts: sums of 10 owners' encryptions under the collective key.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from benchmarks.common import write_result
+from he_partition.he.bfv import generate_secret_context
+from he_partition.he.threshold_decrypt import combine, decryption_share
+from he_partition.he.threshold_keys import collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.threshold_wire import key_share_commitment
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--holders", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    ctx = generate_secret_context()
+    holders = list(range(args.holders))
+    seed = b"benchmark-common-seed-0123456789"
+    t0 = time.perf_counter()
+    keys = {h: holder_keygen(ctx, seed, h) for h in holders}
+    commits = {h: key_share_commitment(h, seed, keys[h][1]) for h in holders}
+    pk = collective_public_key(ctx, seed, commits, {h: keys[h][1] for h in holders})
+    keygen_s = time.perf_counter() - t0
+    fp = key_fingerprint(pk)
+    rng = np.random.default_rng(0)
+    share_s, combine_s = [], []
+    for _ in range(args.repeats):
+        rows = [[int(v) for v in rng.integers(0, 1 << 20, 8192)] for _ in range(10)]
+        ct = encrypt_sum(ctx, pk, rows)
+        t0 = time.perf_counter()
+        shares = [decryption_share(ctx, keys[h][0], fp, ct) for h in holders]
+        share_s.append((time.perf_counter() - t0) / len(holders))
+        t0 = time.perf_counter()
+        got = combine(ctx, ct, shares, holders, fp)
+        combine_s.append(time.perf_counter() - t0)
+        assert got.tolist() == np.sum(np.array(rows, dtype=np.int64), axis=0).tolist()
+    result = {"holders": args.holders, "repeats": args.repeats, "slots": 8192,
+              "keygen_seconds_all_holders": round(keygen_s, 4),
+              "share_seconds_per_ciphertext_median": round(statistics.median(share_s), 4),
+              "combine_seconds_per_ciphertext_median": round(statistics.median(combine_s), 4)}
+    print(result)
+    print(write_result("threshold", result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""n-of-n threshold BFV decryption: each holder's share h_i = c1 s_i + e_smudge, and the combine.
+
+Input ciphertexts are SEAL ciphertext bytes (2 parts, coefficient form, any level) encrypted
+under the collective key of `threshold_keys`. A share is `threshold_wire.DecryptionShare` bytes,
+bound to hash(ciphertext), the holder id and the collective key's fingerprint; its payload is
+c1 s_i + e_smudge in coefficient form, residues modulo each prime of the ciphertext's level.
+
+Smudging: e_smudge is exactly uniform on [-2^B, 2^B) (B = 70 default, OS CSPRNG), known only to
+the holder. With the data-dependent noise v of a sum of 10 owners' encryptions bounded by
+2^17.6 per coefficient, one honest holder's smudge keeps the combiner's view of one ciphertext
+within statistical distance N |v| / 2^(B+1) = 2^(13 + 17.6 - 71) ~ 2^-40.4 of a view that
+depends on the data only through the plaintext. Decryption stays exact while
+K 2^B + 2^61 (the project's flood) + |v| < Q / 2t (K = 3: up to B = 108).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import tenseal as ts
+import tenseal.sealapi as seal
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.he.bfv import seal_ciphertext_bytes
+from he_partition.he.threshold_keys import HolderSecret, _read, load_seal, seal_version
+from he_partition.he.threshold_wire import (SMUDGING_BITS, DecryptionShare, check_shares, ciphertext_digest,
+                                            smudging_noise)
+
+
+def _ciphertext(ctx: ts.Context, data: bytes) -> tuple[Any, list[int], int]:
+    ct = load_seal(seal.Ciphertext, ctx, bytes(data), "ciphertext")
+    if ct.size() != 2 or ct.is_ntt_form():
+        raise InvalidInputError(f"threshold decryption needs a 2-part coefficient-form ciphertext, got {ct.size()} "
+                                f"parts{' in NTT form' if ct.is_ntt_form() else ''}")
+    level = ctx.seal_context().data.get_context_data(ct.parms_id())
+    return ct, [int(m.value()) for m in level.parms().coeff_modulus()], int(ct.poly_modulus_degree())
+
+
+def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphertext: bytes,
+                     bits: int = SMUDGING_BITS) -> bytes:
+    """Holder `secret.holder`'s share of `ciphertext`: c1 s_i + e_smudge, bound to the ciphertext and key."""
+    ct, moduli, n = _ciphertext(ctx, ciphertext)
+    k = len(moduli)
+    evaluator = seal.Evaluator(ctx.seal_context().data)
+    evaluator.transform_to_ntt_inplace(ct)
+    c1 = _read(ct.dyn_array(), 2 * k * n).reshape(2, k, n)[1]
+    q = np.array(moduli, dtype=object)[:, None]
+    prod = (c1 * secret.s_ntt[:k].astype(object)) % q  # the key level's first k NTT tables are the level's
+    raw = seal_ciphertext_bytes(seal_version(ctx), list(ct.parms_id()), np.stack([prod, prod]).astype(np.uint64),
+                                ntt=True)  # both parts: SEAL refuses to transform a transparent ciphertext
+    tmp = load_seal(seal.Ciphertext, ctx, raw, "share polynomial")
+    evaluator.transform_from_ntt_inplace(tmp)
+    h = _read(tmp.dyn_array(), k * n).reshape(k, n)
+    e = np.array(smudging_noise(n, bits), dtype=object)
+    share = ((h + e[None, :]) % q).astype(np.uint64)
+    return DecryptionShare(secret.holder, key_fp, ciphertext_digest(bytes(ciphertext)),
+                           share.astype("<u8").tobytes()).to_bytes()
+
+
+def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders: Sequence[int],
+            key_fp: bytes) -> npt.NDArray[np.int64]:
+    """The BFV plaintext slots of `ciphertext` from every holder's share (n-of-n), as integers mod t.
+
+    Refuses (InvalidInputError, naming the holder) a missing, duplicate, foreign, other-key or
+    other-ciphertext share, and a share payload of the wrong size or not reduced mod its prime.
+    """
+    checked = check_shares([DecryptionShare.from_bytes(s) for s in shares], holders, key_fp, bytes(ciphertext))
+    ct, moduli, n = _ciphertext(ctx, ciphertext)
+    k = len(moduli)
+    q = np.array(moduli, dtype=object)[:, None]
+    phase = _read(ct.dyn_array(), 2 * k * n).reshape(2, k, n)[0]
+    for share in checked:
+        if len(share.payload) != 8 * k * n:
+            raise InvalidInputError(f"decryption share of holder {share.holder} has {len(share.payload)} bytes, "
+                                    f"expected {8 * k * n}")
+        h = np.frombuffer(share.payload, dtype="<u8").reshape(k, n)
+        if any(int(h[j].max()) >= m for j, m in enumerate(moduli)):
+            raise InvalidInputError(f"decryption share of holder {share.holder} is not reduced modulo its primes")
+        phase = (phase + h.astype(object)) % q
+    # (phase, 0) decrypts to round(t phase / Q) under any key: decode it with SEAL's own decoder.
+    raw = seal_ciphertext_bytes(seal_version(ctx), list(ct.parms_id()),
+                                np.stack([phase, np.zeros_like(phase)]).astype(np.uint64), ntt=False)
+    trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
+    sealctx = ctx.seal_context().data
+    plain = seal.Plaintext()
+    seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key()).decrypt(trivial, plain)
+    return np.array(seal.BatchEncoder(sealctx).decode_uint64(plain), dtype=np.int64)
