@@ -224,12 +224,12 @@ class ProcessExecutor:
     def hold(self, key: str, make: MakeHeld) -> None:
         """Worker w builds and keeps `make(w)` (all workers in parallel); a replacement worker gets it again."""
         with self._lock:
+            self._held.pop(key, None)
+            for w in range(self.workers):
+                self._proc(w)  # started first (with the other keys), so every worker builds this one in parallel
             self._held[key] = make
             started = []
             for w in range(self.workers):
-                if self._procs[w] is None:
-                    self._proc(w)  # a fresh worker holds every key, this one included
-                    continue
                 try:
                     self._procs[w].conn.send(("hold", key, *make(w)))  # type: ignore[union-attr]
                     started.append(w)

@@ -141,13 +141,12 @@ class RayExecutor:
         """Actor w builds and keeps `make(w)` (all in parallel); a replacement actor gets it again."""
         ray = _ray()
         with self._lock:
-            self._held[key] = make
-            refs: dict[int, Any] = {}
+            self._held.pop(key, None)
             for w in range(self.workers):
                 if self._actors[w] is None:
-                    self._start(w)  # a fresh actor holds every key, this one included
-                else:
-                    refs[w] = self._actors[w].hold.remote(key, *make(w))
+                    self._start(w)  # started first (with the other keys), so every actor builds this one in parallel
+            self._held[key] = make
+            refs = {w: self._actors[w].hold.remote(key, *make(w)) for w in range(self.workers)}
             for w, ref in refs.items():
                 try:
                     ray.get(ref)
