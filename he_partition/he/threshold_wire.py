@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from he_partition.core.errors import InvalidInputError
+from he_partition.core.noise import RandomSource
 
 #: Default smudging width: e_smudge uniform on [-2^B, 2^B) per coefficient.
 SMUDGING_BITS = 70
@@ -109,6 +110,30 @@ def smudging_noise(count: int, bits: int = SMUDGING_BITS) -> list[int]:
         raise InvalidInputError(f"smudging needs count >= 0 and bits in [1, 200], got {count}, {bits}")
     half = 1 << bits
     return [secrets.randbits(bits + 1) - half for _ in range(count)]
+
+
+def keyed_smudging_noise(count: int, bits: int, rng: RandomSource) -> list[int]:
+    """`count` integers, each exactly uniform on [-2^bits, 2^bits), from a `RandomSource` (e.g. a holder's keyed one).
+
+    Not DP noise: the smudging term of a decryption share, as `smudging_noise`, but reproducible by
+    the holder that owns the source's key (so a repeated request gets the identical share and a
+    rolled-back share table cannot make the holder issue a second, independent smudge for the same
+    ciphertext). Each value takes ceil((bits + 1) / 62) 62-bit words, concatenated and cut to
+    bits + 1 bits: exactly uniform on [0, 2^(bits+1)), shifted by -2^bits. Same statistical-distance
+    bound as `smudging_noise` (2^-40.4 per ciphertext at bits = 70), against anyone without the key.
+    """
+    if count < 0 or not 1 <= bits <= 200:
+        raise InvalidInputError(f"smudging needs count >= 0 and bits in [1, 200], got {count}, {bits}")
+    per = -(-(bits + 1) // 62)
+    words = rng.integers(1 << 62, per * count).reshape(count, per).tolist()
+    mask, half = (1 << (bits + 1)) - 1, 1 << bits
+    out = []
+    for row in words:
+        v = 0
+        for w in row:
+            v = v << 62 | int(w)
+        out.append((v & mask) - half)
+    return out
 
 
 def ciphertext_digest(ciphertext: bytes) -> bytes:
