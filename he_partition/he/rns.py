@@ -24,7 +24,8 @@ def mulmod(a: U64, b: U64 | int, q: int) -> U64:
     a = np.asarray(a, dtype=np.uint64)
     bb = np.asarray(b, dtype=np.uint64)
     if not _EXTENDED or q >= 1 << 62:
-        return np.asarray((a.astype(object) * bb.astype(object)) % q, dtype=np.uint64)
+        out: U64 = np.asarray((a.astype(object) * bb.astype(object)) % q, dtype=np.uint64)
+        return out
     est = np.floor(a.astype(np.longdouble) * bb.astype(np.longdouble) / np.longdouble(q)).astype(np.uint64)
     with np.errstate(over="ignore"):
         r = (a * bb - est * np.uint64(q)).view(np.int64)  # wraps mod 2^64: exact, |r| < 4 q
@@ -32,7 +33,8 @@ def mulmod(a: U64, b: U64 | int, q: int) -> U64:
     r = np.where(r < 0, r + np.int64(q), r)
     r = np.where(r >= np.int64(q), r - np.int64(q), r)
     r = np.where(r >= np.int64(q), r - np.int64(q), r)
-    return r.astype(np.uint64)
+    res: U64 = r.astype(np.uint64)
+    return res
 
 
 def residues(hi: U64, lo: U64, shift: int, offset: int, moduli: Sequence[int]) -> U64:

@@ -103,14 +103,18 @@ def smudging_noise(count: int, bits: int = SMUDGING_BITS) -> list[int]:
     """`count` integers, each exactly uniform on [-2^bits, 2^bits), from the OS CSPRNG.
 
     Not DP noise: this is the smudging term e_smudge of a decryption share h_i = c1 s_i + e_smudge,
-    known only to the holder that draws it. Exact: bits + 1 bits cut from ceil((bits + 1) / 8)
-    CSPRNG bytes are uniform on [0, 2^(bits+1)), shifted by -2^bits. Statistical-distance bound per ciphertext: if the
+    known only to the holder that draws it. Exact: `smudging_words` (bits <= 123), or bits + 1 bits
+    cut from ceil((bits + 1) / 8) CSPRNG bytes, are uniform on [0, 2^(bits+1)), shifted by -2^bits.
+    Statistical-distance bound per ciphertext: if the
     data-dependent part of a share's phase has |v| <= 2^b per coefficient, the share with and
     without v differ by at most N * 2^b / 2^(bits+1) in total variation (N coefficients); with
     N = 8192, b = 17.6 (10 owners, issue 29) and bits = 70 that is 2^(13 + 17.6 - 71) ~ 2^-40.4.
     """
     if count < 0 or not 1 <= bits <= 200:
         raise InvalidInputError(f"smudging needs count >= 0 and bits in [1, 200], got {count}, {bits}")
+    if bits <= MAX_WORD_SMUDGING_BITS:  # the decryption share's own sampler, as integers
+        hi, lo = smudging_words(count, bits)
+        return [(int(h) << 62) + int(x) - (1 << bits) for h, x in zip(hi.tolist(), lo.tolist())]
     half, width = 1 << bits, (bits + 8) // 8  # whole bytes holding bits + 1 bits
     mask = (1 << (bits + 1)) - 1
     pool = secrets.token_bytes(width * count)  # one CSPRNG call, not one per value (issue 29, item 4)

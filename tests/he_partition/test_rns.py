@@ -16,6 +16,9 @@ def test_mulmod_equals_python_integers_including_the_edges() -> None:
         got = mulmod(a, b, q)
         assert got.tolist() == [(int(x) * int(y)) % q for x, y in zip(a, b)]
         assert mulmod(a, q - 1, q).tolist() == [(int(x) * (q - 1)) % q for x in a]
+    big = (1 << 63) - 25  # past the long-double path's range: the Python-integer fallback
+    a = rng.integers(0, 1 << 62, 1000, dtype=np.uint64) * np.uint64(2)
+    assert mulmod(a, a, big).tolist() == [(int(x) * int(x)) % big for x in a]
 
 
 def test_residues_of_wide_signed_integers() -> None:

@@ -15,11 +15,16 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.threshold_decrypt import combine, decryption_share
 from he_partition.he.threshold_wire import keyed_smudging_noise
-from tests.he_partition.test_threshold import HOLDERS, _encrypted_sum, _rows, setup  # noqa: F401
+from tests.he_partition.test_threshold import HOLDERS, _encrypted_sum, _rows, make_setup
 
 SCALE = Fraction(20)
 T = 562949952847873
 LABEL = b"study-1/release-1/eps=0.5/measurement-0"
+
+
+@pytest.fixture(scope="module")
+def setup() -> dict[str, Any]:
+    return make_setup()
 
 
 def _noise_key(holder: int) -> bytes:
@@ -81,3 +86,18 @@ def test_a_noise_vector_longer_than_the_slots_is_refused(setup: dict[str, Any]) 
     ct = _encrypted_sum(setup, _rows(1, 13), flood=False)
     with pytest.raises(InvalidInputError, match="8193 slots, a ciphertext holds 8192"):
         decryption_share(setup["ctx"], setup["secrets"][0], setup["fp"], ct, dp_noise=[1] * 8193)
+
+
+@pytest.mark.statistical
+def test_keyed_smudging_words_are_uniform_across_the_word_boundary() -> None:
+    """bits = 64: 65 bits split as hi (3 bits) 2^62 + lo; the top bits and the low bits must each be uniform."""
+    from he_partition.core.noise import KeyedRandom
+
+    x = keyed_smudging_noise(16000, 64, KeyedRandom(b"s" * 32, b"words"))
+    assert all(-(1 << 64) <= v < 1 << 64 for v in x)
+    for part in ([(v + (1 << 64)) >> 61 for v in x], [(v + (1 << 64)) & 15 for v in x]):  # top 4 / low 4 bits
+        counts = [part.count(b) for b in range(16)]
+        chi2 = sum((c - 1000) ** 2 / 1000 for c in counts)
+        assert chi2 < 56  # 15 degrees of freedom: p < 1e-6 above this (seeded: deterministic)
+    small = keyed_smudging_noise(16000, 3, KeyedRandom(b"s" * 32, b"small"))
+    assert sorted(set(small)) == list(range(-8, 8))

@@ -16,10 +16,15 @@ from parties.common.contract import StudyContract
 from parties.common.errors import FailedPreconditionError
 from parties.decryption.keyshare import ShareRequest, ThresholdHolder
 from parties.decryption.ledger import backup_ledger
-from tests.he_partition.test_threshold import HOLDERS, _encrypted_sum, _rows, setup  # noqa: F401
+from tests.he_partition.test_threshold import HOLDERS, _encrypted_sum, _rows, make_setup
 
 T = 562949952847873
 SLOTS = 500
+
+
+@pytest.fixture(scope="module")
+def setup() -> dict[str, Any]:
+    return make_setup()
 
 
 def _contract(fp: bytes, epsilon: float = 1.0) -> StudyContract:
