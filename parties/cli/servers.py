@@ -26,7 +26,8 @@ def cmd_serve_decryption(args: argparse.Namespace) -> int:
     tls = tls_config(args)
     serve_decryption(DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
                                       noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
-                                      computation_ids=tuple(args.computation_id or ())), port_file=args.port_file)
+                                      computation_ids=tuple(args.computation_id or ()),
+                                      decrypt_workers=args.decrypt_workers), port_file=args.port_file)
     return 0
 
 
@@ -35,10 +36,15 @@ def cmd_serve_computation(args: argparse.Namespace) -> int:
 
     refuse_seed_without_insecure(args)
     tls = tls_config(args)
+    if args.ray_tls:
+        from ..common.ray_tls import apply_ray_tls
+
+        apply_ray_tls(args.ray_tls)
     serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
                                         noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
                                         tls=tls, insecure=tls is None, chunk_workers=args.chunk_workers,
-                                        executor="ray" if args.cluster else args.executor, cluster=args.cluster),
+                                        executor="ray" if args.cluster else args.executor, cluster=args.cluster,
+                                        ray_node_ip=args.ray_node_ip),
                       port_file=args.port_file)
     return 0
 
@@ -68,6 +74,9 @@ def add_parser(sub: Subparsers) -> None:
     dec = decryption_target()
     p = add("serve-decryption", cmd_serve_decryption, "run the decryption server (key holder and budget ledger)")
     server_args(p, 50051)
+    p.add_argument("--decrypt-workers", type=int, default=0, metavar="N",
+                   help="local processes decrypting a measurement's chunks on this host (default 0: in the server "
+                        "process; on 2 cores the pool was slower). They read the key file here; see docs/scaling.md")
     p.add_argument("--computation-id", action="append", metavar="ID",
                    help="party id of a computation server allowed to open studies and request decryptions "
                         "(repeatable; default: any certificate with role computation)")
@@ -85,6 +94,11 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--cluster", default="", metavar="HOST:PORT",
                    help="run the chunk work on this Ray cluster (HOST:PORT or ray://HOST:PORT; needs "
                         "pip install 'dpagg[ray]'); see docs/scaling.md for TLS and bind addresses")
+    p.add_argument("--ray-tls", default="", metavar="DIR:NODE_ID",
+                   help="run Ray under mutual TLS with the node certificate NODE_ID in DIR (made by `dpagg certs "
+                        "--ray-node NODE_ID`): sets RAY_USE_TLS and RAY_TLS_* for the Ray this server starts or joins")
+    p.add_argument("--ray-node-ip", default="127.0.0.1", metavar="ADDR",
+                   help="the address this server's Ray processes bind to and advertise (default 127.0.0.1)")
     seed_arg(p)
     tls_args(p)
 

@@ -115,11 +115,16 @@ class DecryptionConfig:
     tls: TlsConfig | None = None
     insecure: bool = False
     computation_ids: tuple[str, ...] = ()
+    #: Local processes decrypting a measurement's chunks on this host (0 or 1: in-process, the default:
+    #: on 2 cores the pool was slower, docs/scaling.md).
+    decrypt_workers: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         _check_port(self.port)
         _check_workers(self.max_workers)
+        if self.decrypt_workers < 0:
+            raise InvalidInputError(f"decrypt_workers must be >= 0 (0 or 1: in-process), got {self.decrypt_workers}")
         _check_transport("decryption server", self.tls, self.insecure, ("decryption",))
         object.__setattr__(self, "computation_ids", tuple(self.computation_ids))
         for cid in self.computation_ids:
@@ -137,7 +142,8 @@ class ComputationConfig:
     `noise_seed`: tests only, as in DecryptionConfig.
     `executor`: where the release's chunk work runs (he_partition.execution): "processes"
     (local workers, `chunk_workers` of them, 0 = one per core), "inprocess", or "ray" on the
-    cluster at `cluster` (HOST:PORT or ray://HOST:PORT; empty: a private local Ray).
+    cluster at `cluster` (HOST:PORT or ray://HOST:PORT; empty: a private local Ray);
+    `ray_node_ip`: the address this server's Ray processes bind to and advertise.
     """
 
     data_dir: Path
@@ -152,6 +158,7 @@ class ComputationConfig:
     executor: str = "processes"
     chunk_workers: int = 0
     cluster: str = ""
+    ray_node_ip: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
