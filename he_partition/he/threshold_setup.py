@@ -114,15 +114,19 @@ class HolderSetup:
         self.state = "seed committed"
         return seed_commitment(self.session, self.holder, self._contribution)
 
+    def _reveal(self, at: str, what: str, commitments: dict[int, bytes], own: bytes, to: str) -> dict[int, bytes]:
+        """Move from `at` to `to` once every holder's `what` is in and the relay kept this holder's own as sent."""
+        self._at(at)
+        _complete(what, commitments, self.holders)
+        if not hmac.compare_digest(commitments[self.holder], own):
+            raise InvalidInputError(f"the relayed {what} of holder {self.holder} is not the one it sent")
+        self.state = to
+        return dict(commitments)
+
     def reveal_seed(self, commitments: dict[int, bytes]) -> bytes:
         """Round 2: this holder's seed contribution, once every holder's commitment is in (its own unchanged)."""
-        self._at("seed committed")
-        _complete("seed commitment", commitments, self.holders)
-        if not hmac.compare_digest(commitments[self.holder], seed_commitment(self.session, self.holder,
-                                                                             self._contribution)):
-            raise InvalidInputError(f"the relayed seed commitment of holder {self.holder} is not the one it sent")
-        self.state = "seed revealed"
-        self._seed_commits = dict(commitments)
+        own = seed_commitment(self.session, self.holder, self._contribution)
+        self._seed_commits = self._reveal("seed committed", "seed commitment", commitments, own, "seed revealed")
         return self._contribution
 
     def commit_key(self, contributions: dict[int, bytes]) -> bytes:
@@ -139,13 +143,8 @@ class HolderSetup:
 
     def reveal_key(self, commitments: dict[int, bytes]) -> bytes:
         """Round 4: p_i, once every holder's key-share commitment is in (its own unchanged)."""
-        self._at("key committed")
-        _complete("key-share commitment", commitments, self.holders)
-        if not hmac.compare_digest(commitments[self.holder], key_share_commitment(self.holder, self.seed,
-                                                                                  self._key_share)):
-            raise InvalidInputError(f"the relayed key-share commitment of holder {self.holder} is not the one it sent")
-        self.state = "key revealed"
-        self._key_commits = dict(commitments)
+        own = key_share_commitment(self.holder, self.seed, self._key_share) if self._key_share else b""
+        self._key_commits = self._reveal("key committed", "key-share commitment", commitments, own, "key revealed")
         return self._key_share
 
     def build_key(self, reveals: dict[int, bytes]) -> bytes:
