@@ -257,9 +257,9 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
 
     conn = ["--computation", cluster.cs.target, "--insecure"]
     too_many = ["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4", "--cols",
-                "spend:categories:low,mid,high", "--max-records", "300000,300000", "--epsilon", "2", *conn]
+                "spend:categories:low,mid,high", "--max-records", "2100000,2100000", "--epsilon", "2", *conn]
     assert main(too_many) != 0  # sized and refused before the study opens: nothing is booked
-    assert "above the 507904 whose counts still decode" in capsys.readouterr().err
+    assert "above the 4128768 whose counts still decode (join scheme version 2" in capsys.readouterr().err
     with pytest.raises(ServiceError):
         cluster.computation().study_status("jc")
     assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
@@ -269,6 +269,7 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
     stated = cluster.computation().study_status("jc").contract.strategy_params  # delta is in the signed contract
     assert stated["padding_offset"] == 214 and 0 < stated["padding_delta"] <= 1e-6
+    assert stated["join_version"] == 2  # new studies get the current join scheme (23-bit plain modulus)
     rng = np.random.default_rng(6)
     emails = [f"Person{i}@Example.org" for i in range(600)]
     bank = tmp_path / "bank.csv"
@@ -309,3 +310,32 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     assert main(["status", "jc", "--computation", cluster.cs.target, "--insecure"]) == 0
     assert "join table 4 x 3: rows age:0:100:4, columns spend:categories:low,mid,high; capacity 8192" in \
         capsys.readouterr().out
+
+
+def test_a_version_1_study_keeps_its_key_and_releases_next_to_a_version_2_study(cluster: Cluster,
+                                                                                tmp_path: Path) -> None:
+    """A contract that names no join_version (one opened before versions existed) stays on version 1: the key
+    holder's join_secret.bin / join_public.bin, loaded again after a restart; a version 2 study gets its own
+    key pair (join_v2_*.bin). Both release their tables, and neither key serves the other's study."""
+    from he_partition.he.bfv import context_fingerprint
+    from parties.data_owner.join import _scheme
+
+    c = cluster
+    old = _open(c, "jv1")
+    new = c.open_study(study_id="jv2", domain_size=SHAPE[0] * SHAPE[1], epsilon=3.0, owners=("a", "b"),
+                       strategy="join", strategy_params_json=json.dumps({**TERMS, "join_version": 2}))
+    assert (old.join_terms().version, new.join_terms().version) == (1, 2)
+    keys = c.root / "ds" / "keys"
+    assert old.context_fingerprint == context_fingerprint((keys / "join_public.bin").read_bytes())
+    assert new.context_fingerprint == context_fingerprint((keys / "join_v2_public.bin").read_bytes())
+    assert (keys / "join_v2_secret.bin").stat().st_mode & 0o077 == 0
+    c.restart_ds()  # the keys come back from the files
+    a, b, truth = _records(5)
+    for study in ("jv1", "jv2"):
+        out = _both(c, study, a, b, tmp_path / study)
+        assert all(getattr(r, "committed", False) for r in out.values()), out
+        assert _scheme(c.owner("a"), c.computation().study_status(study).contract).params.version == int(study[-1])
+        release = c.computation().run_release(study, epsilon=2.5)
+        summary = c.analyst().get_release(release.release_id).summary
+        table = np.array(summary.sums).reshape(SHAPE)
+        assert np.all(np.abs(table - truth) <= 8 * np.sqrt(summary.sum_variance[0])), (study, table, truth)
