@@ -137,12 +137,13 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
     }
 
 
-def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any) -> None:
+def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any,
+                   signing_key: bytes) -> None:
     from parties.data_owner.client import DataOwnerClient
     from parties.data_owner.join import submit_join
 
     t0 = time.perf_counter()
-    with DataOwnerClient(owner, computation=cs, insecure=True, progress=False) as client:
+    with DataOwnerClient(owner, computation=cs, insecure=True, progress=False, signing_key=signing_key) as client:
         res = submit_join(client, study, records, idempotency_key=f"bench-{owner}", state_dir=state)
     out.put((owner, res.bytes_sent, time.perf_counter() - t0,
              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
@@ -156,6 +157,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     from pathlib import Path
 
     from parties.analyst.client import AnalystClient
+    from parties.common.signing import generate_signing_key
     from parties.computation.client import ComputationClient
 
     from .services import _start_server, _vm_hwm_mb
@@ -170,14 +172,16 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         terms = {"shape": [bins, bins], "capacity": capacity, "padding_epsilon": pad_epsilon,
                  "padding_offset": pad_offset, "release": release, "order": _order(bins),
                  "join_version": CURRENT_JOIN_VERSION}
+        keys = {o: generate_signing_key() for o in ("a", "b")}  # a join study is signed (docs/join.md)
         start = time.perf_counter()
         with ComputationClient(cs_target, insecure=True) as op:
             op.open_study(study_id="bench", domain_size=bins * bins, epsilon=epsilon + pad_epsilon,
-                          expected_owners=["a", "b"], strategy="join", strategy_params_json=json.dumps(terms))
+                          expected_owners=["a", "b"], strategy="join", strategy_params_json=json.dumps(terms),
+                          owner_keys={o: public for o, (_, public) in keys.items()})
             opened = time.perf_counter()
             out: Any = mp.get_context("spawn").Queue()
             procs = [mp.get_context("spawn").Process(target=_owner_process, args=(o, "bench", cs_target, r,
-                                                                                 str(work / o), out))
+                                                                                 str(work / o), out, keys[o][0]))
                      for o, r in (("a", a), ("b", b))]
             for p in procs:
                 p.start()

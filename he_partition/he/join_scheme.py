@@ -3,9 +3,10 @@
 The join multiplies ciphertexts (owner A's attribute indicators times owner B's) and sums
 every slot of the products with rotations, which TenSEAL's vector API cannot express; so
 this module drives SEAL directly. Parameters: N = 8192 (8,192 slots), coefficient primes
-[60, 50, 50, 58] (the last is SEAL's special prime), plain modulus a 20-bit batching prime
-(a product of two fresh ciphertexts keeps ~100 of its 132 bits of noise budget; the
-release's 49-bit modulus would leave too little for the flooding below).
+[60, 50, 50, 58] (the last is SEAL's special prime), plain modulus a batching prime of
+`JOIN_VERSIONS[version]` bits: 20 for version 1, 23 for version 2 (a product of two fresh
+ciphertexts keeps ~100 of its 132 bits of noise budget at 20 bits; the release's 49-bit
+modulus would leave too little for the flooding below). A study's contract names its version.
 
 What the decryption server sees: products of ciphertexts carry data-dependent noise
 (terms like m_a * e_b). Before any ciphertext leaves the computation server it adds an
@@ -14,7 +15,8 @@ floods: the transparent ciphertext (r, 0) with r uniform on [-2^FLOOD_BITS, 2^FL
 per coefficient from the OS CSPRNG. The measured noise of a folded product is below
 2^56 (`tests/he_partition/test_join.py`), so the decryptor's residual view is
 data-independent up to statistical distance N * 2^56 / 2^(FLOOD_BITS+1) = 2^-42 per
-ciphertext, and the budget left (>= 20 bits) still decrypts exactly. A released value that
+ciphertext, and the budget left (29 bits at version 1, 26 at version 2's capacity edge;
+>= 20 required) still decrypts exactly. A released value that
 sums k cells (`signed_sum`: a partition, a Haar node) has at most k times that noise:
 distance at most k * 2^-42 (2^-30 for the total of a 64 x 64 table).
 """

@@ -234,6 +234,13 @@ class DecryptionHandler:
                 "a server run with --insecure accepts unsigned studies"
             )
         join = strategy == JOIN_STRATEGY
+        if join and not owner_keys:
+            # Also on an --insecure server: without the owners' keys their X25519 join keys travel unauthenticated
+            # through the computation server, which could substitute its own and learn the pseudonym key.
+            raise InvalidInputError(
+                "a join study must be signed: owner_keys is empty, so the owners could not tell each other's X25519 "
+                "join key from one the computation server made up. Pass both owners' Ed25519 public keys "
+                "(dpagg open-join --owner-keys-dir DIR or --owner-key ID=HEX), also on an --insecure server")
         fingerprint = (context_fingerprint(self.join_scheme(_join_version(strategy_params_json)).public_bytes())
                        if join else self.fingerprint)
         contract = StudyContract.create(
