@@ -17,32 +17,8 @@ unset DPAGG_STUDY
 C=(docker compose -f "$here/docker-compose.yml" -p "$project")
 D=("${C[@]}" --profile demo)
 
-step() { printf '\n== %s\n' "$*"; }
-fail() { printf 'SMOKE FAILED: %s\n' "$*"; printf 'SMOKE FAILED: %s\n' "$*" >&2; exit 1; }
-# A command that fails outside a check names itself (stdout: the pytest wrapper shows stdout's tail).
-trap 'rc=$?; printf "SMOKE FAILED: exit %s at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND"' ERR
-ok() { printf '   ok: %s\n' "$*"; }
-
-cleanup() {
-  local rc=$?
-  if [ "$rc" -ne 0 ]; then
-    printf '\n== logs (failure)\n' >&2
-    "${D[@]}" logs --no-color --tail 40 >&2 2>&1 || true
-  fi
-  printf '\n== tear down\n'
-  "${D[@]}" down --volumes --remove-orphans >/dev/null 2>&1 || true
-  local left i
-  for i in $(seq 60); do  # the daemon may still be removing containers when `down` returns
-    [ -z "$(docker ps -aq --filter "label=com.docker.compose.project=$project")" ] && break
-    sleep 1
-  done
-  left="$(docker ps -aq --filter "label=com.docker.compose.project=$project"
-          docker volume ls -q --filter "label=com.docker.compose.project=$project"
-          docker network ls -q --filter "label=com.docker.compose.project=$project")"
-  [ -z "$left" ] || { echo "left behind: $left" >&2; rc=1; }
-  [ "$rc" -eq 0 ] && echo "SMOKE PASSED" || echo "SMOKE FAILED (exit $rc)" >&2
-  exit "$rc"
-}
+# shellcheck source=compose/smoke-lib.sh
+source "$here/smoke-lib.sh"
 
 step "preflight"
 docker info >/dev/null 2>&1 || fail "no Docker daemon reachable (docker info failed)"
@@ -104,12 +80,6 @@ release1="${release1%%$'\n'*}"  # the first, should there be several
 [ -n "$release1" ] || fail "no release id in the query output"
 
 step "network separation"
-probe='import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), 3).close()
-except OSError as e:
-    print(f"cannot reach {sys.argv[1]}:{sys.argv[2]}: {e}"); sys.exit(3)
-print(f"reached {sys.argv[1]}:{sys.argv[2]}")'
 "${D[@]}" exec -T computation python -c "$probe" decryption 50051 >/dev/null || fail "computation cannot reach decryption"
 ok "computation -> decryption:50051 reachable"
 for svc in owner-1 query release; do

@@ -142,8 +142,9 @@ class ChunkExecutor(Protocol):
 
 
 def make_executor(kind: str, *, workers: int = 0, cluster: str = "",
-                  backend: VectorBackend | None = None) -> ChunkExecutor:
-    """An executor by name: "inprocess", "processes" (`workers`, 0 = one per core) or "ray" (`cluster` address)."""
+                  backend: VectorBackend | None = None, node_ip: str = "127.0.0.1") -> ChunkExecutor:
+    """An executor by name: "inprocess", "processes" (`workers`, 0 = one per core) or "ray" (`cluster` address;
+    `node_ip`: the address the driver's Ray processes bind to and advertise)."""
     if kind == "inprocess":
         from .inprocess import InProcessExecutor
 
@@ -155,7 +156,7 @@ def make_executor(kind: str, *, workers: int = 0, cluster: str = "",
     if kind == "ray":
         from .ray_cluster import RayExecutor
 
-        return RayExecutor(workers, address=cluster)
+        return RayExecutor(workers, address=cluster, node_ip=node_ip)
     raise InvalidInputError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTOR_KINDS)}")
 
 

@@ -12,6 +12,7 @@ deployment's CA (docs/scaling.md).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Iterator, Mapping
 
@@ -47,6 +48,9 @@ class RayExecutor:
         ray = _ray()
         if workers < 0:
             raise InvalidInputError(f"workers must be >= 0 (0: one per cluster CPU), got {workers}")
+        if os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+            log.warning("Ray runs WITHOUT TLS (RAY_USE_TLS is not set): the noise sent to the chunk actors crosses "
+                        "the network in the clear; see docs/scaling.md, 'Security of the cluster'")
         if not ray.is_initialized():
             if address.startswith("ray://"):  # Ray Client: the driver runs on the cluster's head
                 ray.init(address=address, log_to_driver=False)

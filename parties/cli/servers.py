@@ -35,10 +35,15 @@ def cmd_serve_computation(args: argparse.Namespace) -> int:
 
     refuse_seed_without_insecure(args)
     tls = tls_config(args)
+    if args.ray_tls:
+        from ..common.ray_tls import apply_ray_tls
+
+        apply_ray_tls(args.ray_tls)
     serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
                                         noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
                                         tls=tls, insecure=tls is None, chunk_workers=args.chunk_workers,
-                                        executor="ray" if args.cluster else args.executor, cluster=args.cluster),
+                                        executor="ray" if args.cluster else args.executor, cluster=args.cluster,
+                                        ray_node_ip=args.ray_node_ip),
                       port_file=args.port_file)
     return 0
 
@@ -85,6 +90,11 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--cluster", default="", metavar="HOST:PORT",
                    help="run the chunk work on this Ray cluster (HOST:PORT or ray://HOST:PORT; needs "
                         "pip install 'dpagg[ray]'); see docs/scaling.md for TLS and bind addresses")
+    p.add_argument("--ray-tls", default="", metavar="DIR:NODE_ID",
+                   help="run Ray under mutual TLS with the node certificate NODE_ID in DIR (made by `dpagg certs "
+                        "--ray-node NODE_ID`): sets RAY_USE_TLS and RAY_TLS_* for the Ray this server starts or joins")
+    p.add_argument("--ray-node-ip", default="127.0.0.1", metavar="ADDR",
+                   help="the address this server's Ray processes bind to and advertise (default 127.0.0.1)")
     seed_arg(p)
     tls_args(p)
 

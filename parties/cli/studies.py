@@ -31,6 +31,8 @@ def cmd_certs(args: argparse.Namespace) -> int:
     from ..common import tls
     from ..common.signing import generate_signing_key, save_private_key
 
+    if not args.party and not args.ray_node:
+        raise DPAggError("nothing to issue: pass --party ID:ROLE (and/or --ray-node ID) at least once")
     out = Path(args.out)
     ca_dir = Path(args.ca) if args.ca else out
     ca = tls.CaFiles.in_directory(ca_dir)
@@ -72,6 +74,8 @@ def cmd_certs(args: argparse.Namespace) -> int:
             pub_path.write_text(public.hex() + "\n")
             entry.update(signing_key=str(key_path), signing_public_key=public.hex())
         written.append(entry)
+    for node_id, hosts in args.ray_node or ():
+        written += _issue_ray_node(ca, out / node_id if args.per_party_dirs else out, node_id, hosts, args, kept)
     if args.json:
         print_json({"ca_cert": str(out / ca.cert_path.name), "ca_key": str(ca.key_path), "created_ca": created_ca,
                      "parties": written, "kept": kept})
@@ -84,6 +88,31 @@ def cmd_certs(args: argparse.Namespace) -> int:
             extra = f", signing key {e['signing_key']} (public {e['signing_public_key']})" if "signing_key" in e else ""
             print(f"  {e['role']:<11} {e['party_id']}: {e['cert']}, key {e['key']}{extra}")
     return 0
+
+
+def _ray_node(text: str) -> tuple[str, tuple[str, ...]]:
+    node_id, _, hosts = text.partition(":")
+    if not node_id:
+        raise argparse.ArgumentTypeError(f"a Ray node is ID or ID:HOST,HOST..., got {text!r}")
+    return node_id, tuple(h for h in hosts.split(",") if h)
+
+
+def _issue_ray_node(ca: Any, where: Path, node_id: str, hosts: tuple[str, ...], args: argparse.Namespace,
+                    kept: list[str]) -> list[dict[str, Any]]:
+    """A Ray node's TLS certificate from the deployment's CA (parties/common/ray_tls.py); kept like a party's."""
+    from ..common.ray_tls import RayNodeFiles, issue_ray_node_certificate
+
+    files = RayNodeFiles.in_directory(where, node_id)
+    if files.key_path.exists() and files.cert_path.exists() and args.keep_existing and not args.force:
+        kept.append(node_id)
+        return []
+    if files.key_path.exists() and not args.force:
+        raise DPAggError(f"{files.key_path} exists; pass --force to issue a new key and certificate for Ray node "
+                         f"{node_id!r}, or --keep-existing to keep it")
+    names = hosts or (node_id, "localhost", "127.0.0.1")
+    files = issue_ray_node_certificate(ca, where, node_id, names)
+    return [{"party_id": node_id, "role": "ray-node", "cert": str(files.cert_path), "key": str(files.key_path),
+             "hostnames": list(names)}]
 
 
 def _check_kept(files: Any, ca: Any, role: str) -> None:
@@ -421,10 +450,14 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--out", required=True, help="directory for the party certificates and keys")
     p.add_argument("--ca", help="directory of the CA (dpagg-ca.crt/.key): reused if present, else created "
                                 "(default: --out)")
-    p.add_argument("--party", type=_party, action="append", required=True, metavar="ID:ROLE[:HOSTS]",
+    p.add_argument("--party", type=_party, action="append", default=[], metavar="ID:ROLE[:HOSTS]",
                    help="a party and its role (data_owner, computation, decryption, analyst, operator), optionally "
                         "the comma-separated host names it serves under (default: ID, localhost, 127.0.0.1); "
                         "repeatable")
+    p.add_argument("--ray-node", type=_ray_node, action="append", metavar="ID[:HOSTS]",
+                   help="also issue a TLS certificate for a Ray node (or the computation server as a Ray driver) "
+                        "with the host names / IPs it is reached at; set RAY_USE_TLS and RAY_TLS_* from it "
+                        "(docs/scaling.md); repeatable")
     p.add_argument("--signing-keys", action="store_true",
                    help="also create an Ed25519 submission-signing key for every data_owner (ID.signing.key, 0600, "
                         "and ID.signing.pub); in a real deployment each owner runs `dpagg keygen` itself")

@@ -137,7 +137,8 @@ class ComputationConfig:
     `noise_seed`: tests only, as in DecryptionConfig.
     `executor`: where the release's chunk work runs (he_partition.execution): "processes"
     (local workers, `chunk_workers` of them, 0 = one per core), "inprocess", or "ray" on the
-    cluster at `cluster` (HOST:PORT or ray://HOST:PORT; empty: a private local Ray).
+    cluster at `cluster` (HOST:PORT or ray://HOST:PORT; empty: a private local Ray);
+    `ray_node_ip`: the address this server's Ray processes bind to and advertise.
     """
 
     data_dir: Path
@@ -152,6 +153,7 @@ class ComputationConfig:
     executor: str = "processes"
     chunk_workers: int = 0
     cluster: str = ""
+    ray_node_ip: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))

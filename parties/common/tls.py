@@ -381,6 +381,40 @@ def _hostname_sans(hostnames: Iterable[str]) -> list[x509.GeneralName]:
     return out
 
 
+def _issue_leaf(ca: CaFiles, unit: str, common_name: str, sans: list[x509.GeneralName],
+                usages: list[x509.ObjectIdentifier], valid_days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A fresh P-256 key and its end-entity certificate (O=dpagg, OU=`unit`, CN=`common_name`) signed by `ca`."""
+    ca_cert = ca.certificate()
+    ca_key = ca._private_key()
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "dpagg"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(min(now + _dt.timedelta(days=valid_days), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                          data_encipherment=False, key_agreement=True, key_cert_sign=False, crl_sign=False,
+                          encipher_only=False, decipher_only=False),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
 def issue_party_certificate(
     ca: CaFiles,
     directory: Path | str,
@@ -405,40 +439,13 @@ def issue_party_certificate(
         hostnames = (hostnames,)
     d = Path(directory)
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ca_cert = ca.certificate()
-    ca_key = ca._private_key()
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = _now()
     sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(f"{URI_SCHEME}://{role}/{party_id}")]
     server = role in SERVER_ROLES
     if server:
         sans += [x509.DNSName(server_role_name(role)), *_hostname_sans(hostnames)]
     usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if server \
         else [ExtendedKeyUsageOID.CLIENT_AUTH]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "dpagg"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
-            x509.NameAttribute(NameOID.COMMON_NAME, party_id),
-        ]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _dt.timedelta(minutes=5))
-        .not_valid_after(min(now + _dt.timedelta(days=valid_days), ca_cert.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                          data_encipherment=False, key_agreement=True, key_cert_sign=False, crl_sign=False,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    key, cert = _issue_leaf(ca, role, party_id, sans, usages, valid_days)
     files = PartyFiles.in_directory(d, party_id, role)
     write_private_file(files.key_path, _key_pem(key))
     _write_public_file(files.cert_path, cert.public_bytes(serialization.Encoding.PEM))

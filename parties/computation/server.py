@@ -57,7 +57,8 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     try:
-        executor = make_executor(config.executor, workers=config.chunk_workers, cluster=config.cluster)
+        executor = make_executor(config.executor, workers=config.chunk_workers, cluster=config.cluster,
+                                 node_ip=config.ray_node_ip)
     except BaseException:
         st.close()
         ds.close()

@@ -31,3 +31,12 @@ def test_smoke_script_passes() -> None:
         pytest.skip(f"compose smoke test needs Docker with Compose v2: {why}")
     proc = subprocess.run(["bash", str(SMOKE)], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0 and "SMOKE PASSED" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_ray_profile_smoke_script_passes() -> None:
+    """compose/smoke-ray.sh: the demo study with the CS's chunk work on a TLS Ray head + worker container."""
+    why = _compose_v2()
+    if why:
+        pytest.skip(f"compose ray smoke test needs Docker with Compose v2: {why}")
+    proc = subprocess.run(["bash", str(SMOKE.with_name("smoke-ray.sh"))], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0 and "SMOKE PASSED" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-4000:]
