@@ -263,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = run_services(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon,
                               args.padding_offset, args.seed, args.release, args.skew)
+    sized = (args.records, args.shared) != (p.get_default("records"), p.get_default("shared"))
     suffix = (("_library" if args.library else "") + ("" if args.release == "cells" else f"_{args.release}")
+              + (f"_records{args.records}_shared{args.shared}" if sized else "")
               + (f"_skew{args.skew:g}" if args.skew else "")
               + (f"_compare_eps{args.epsilon:g}" if args.compare else ""))
     write_result(f"join_{args.bins}x{args.bins}{suffix}", result)
