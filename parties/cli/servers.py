@@ -26,7 +26,8 @@ def cmd_serve_decryption(args: argparse.Namespace) -> int:
     tls = tls_config(args)
     serve_decryption(DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
                                       noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
-                                      computation_ids=tuple(args.computation_id or ())), port_file=args.port_file)
+                                      computation_ids=tuple(args.computation_id or ()),
+                                      decrypt_workers=args.decrypt_workers), port_file=args.port_file)
     return 0
 
 
@@ -73,6 +74,9 @@ def add_parser(sub: Subparsers) -> None:
     dec = decryption_target()
     p = add("serve-decryption", cmd_serve_decryption, "run the decryption server (key holder and budget ledger)")
     server_args(p, 50051)
+    p.add_argument("--decrypt-workers", type=int, default=0, metavar="N",
+                   help="local processes decrypting a measurement's chunks on this host (default 0: in the server "
+                        "process; on 2 cores the pool was slower). They read the key file here; see docs/scaling.md")
     p.add_argument("--computation-id", action="append", metavar="ID",
                    help="party id of a computation server allowed to open studies and request decryptions "
                         "(repeatable; default: any certificate with role computation)")

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -37,6 +38,7 @@ from ..common.util import new_id
 from .client import JoinCellsResult
 from .arrivals import ArrivalLog
 from .keys import KeyMaterial, load_or_create_join_keys
+from .workers import DecryptPool, PooledDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
 __all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
@@ -170,8 +172,11 @@ class DecryptionHandler:
 
     def __init__(self, ledger: LedgerStore, keys: KeyMaterial, rng: RandomSource, *,
                  require_signed: bool = False, join_keys_dir: Path | None = None,
-                 noise_key: bytes | None = None, arrivals: ArrivalLog | None = None) -> None:
+                 noise_key: bytes | None = None, arrivals: ArrivalLog | None = None,
+                 decrypt_pool: DecryptPool | None = None) -> None:
         self.ledger = ledger
+        # Local worker processes for a measurement's per-chunk decryption (parties.decryption.workers).
+        self.decrypt_pool = decrypt_pool
         self.require_signed = require_signed
         self.keys = keys
         self.rng = rng
@@ -455,11 +460,16 @@ class DecryptionHandler:
             else:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
-            side = DecryptionSide(self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
+            pool = self.decrypt_pool
+            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)  # type: ignore[arg-type]
+                                  if pool is not None and pool.active and len(chunks) >= pool.min_chunks
+                                  else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest),
                                   budget, contract.noise_parties)
             with self._decrypt_lock:
+                started = time.monotonic()
                 values = side.decrypt_measurement(measurement, vector, verified=checked is not None)
+                took = time.monotonic() - started
         except Exception as exc:
             charged = budget.last.epsilon if isinstance(budget, _LedgerBudget) and budget.last is not None else 0.0
             self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest, charged=charged)
@@ -473,9 +483,9 @@ class DecryptionHandler:
         self.arrivals.record(study_id=study_id, release_id=release_id, kind=measurement.kind, chunks=len(chunks),
                              ciphertext_digest=digest, outcome="answered",
                              epsilon_charged=paid.epsilon if isinstance(budget, _LedgerBudget) and paid else 0.0)
-        log.info("study %s, %s %s: decrypted %s (%d chunks, %d values)%s", study_id,
+        log.info("study %s, %s %s: decrypted %s (%d chunks, %d values) in %.3f s%s", study_id,
                  "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
-                 measurement.kind, len(chunks), len(values),
+                 measurement.kind, len(chunks), len(values), took,
                  f", charged epsilon {paid.epsilon:.6g}" if paid is not None else "")
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))

@@ -15,6 +15,7 @@ from ..common.util import lock_data_dir, noise_source
 from .handler import DecryptionHandler
 from .arrivals import ARRIVALS_FILE, ArrivalLog
 from .keys import KeyStore, load_or_create_noise_key
+from .workers import DecryptPool
 from .ledger import LedgerStore, SqliteLedgerStore
 from .receipts import ReceiptSigner
 from .servicer import SERVICE_NAME, DecryptionServicer
@@ -51,8 +52,11 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
             log.error("%s", exc)
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
+    # Workers start at the first large measurement and read the key file on this host themselves.
+    pool = DecryptPool(config.decrypt_workers, secret_path=KeyStore(config.data_dir / KEYS_DIR).secret_path)
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None,
-                                join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals)
+                                join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals,
+                                decrypt_pool=pool)
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids,
                                   ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))
@@ -64,11 +68,12 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
             options=server_options(DECRYPTION_MAX_RECEIVE),
         )
     except BaseException:
+        pool.close()
         store.close()
         arrivals.close()
         unlock()
         raise
-    return ServerHandle(server, port, config.host, handler, [store.close, arrivals.close, unlock])
+    return ServerHandle(server, port, config.host, handler, [pool.close, store.close, arrivals.close, unlock])
 
 
 def _identity(config: DecryptionConfig) -> str:

@@ -85,6 +85,8 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         self.handler.check_measurement(contract, measurement, int(header.chunk_count),
                                        contract_hash=header.contract_hash, release_id=header.release_id,
                                        release_epsilon=float(header.release_epsilon))
+        if self.handler.decrypt_pool is not None:  # local decrypt workers load the key while the chunks arrive
+            self.handler.decrypt_pool.warm(int(header.chunk_count))
         chunks: list[bytes] = []
         checked: list[object] = []
         try:

@@ -1,0 +1,96 @@
+"""The key holder's local worker pool (issue 26): same released values as in-process, one charge when a worker dies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from he_partition.core.backend import n_chunks
+from he_partition.core.measurements import PartitionSums
+from parties.common.util import noise_source
+from he_partition.he.bfv import BfvBackend, load_context
+from parties.decryption.handler import DecryptedMeasurement, DecryptionHandler
+from parties.decryption.keys import KeyMaterial, KeyStore
+from parties.decryption.ledger import SqliteLedgerStore
+from parties.decryption.workers import DecryptPool
+
+DOMAIN = 5 * 8192 + 100  # six chunks; the measurement reads five
+NOISE_KEY = b"k" * 32
+
+
+M = PartitionSums(DOMAIN, 0.5, 1, starts=tuple(range(0, 4 * 8192, 512)))  # chunk 4 unmeasured
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyStore, KeyMaterial, list[bytes]]:
+    """The key store, its key, and one encrypted histogram's measured chunks (the same bytes for every run)."""
+    store = KeyStore(tmp_path_factory.mktemp("keys"))
+    material = store.load_or_create()
+    public = BfvBackend(load_context(material.public_bytes))
+    wanted = M.measured_chunks(public.slots)
+    assert len(wanted) >= 4 and len(wanted) < n_chunks(DOMAIN, public.slots)
+    encrypted = public.encrypt(np.random.default_rng(5).integers(0, 50, DOMAIN)).chunks
+    return store, material, [public.serialize_chunk(encrypted[i]) for i in wanted]
+
+
+def _release(root: Path, keys: KeyMaterial, chunks: list[bytes],
+             pool: DecryptPool | None) -> tuple[DecryptedMeasurement, DecryptionHandler]:
+    """One measurement through a real handler (real SQLite ledger, real BFV ciphertexts)."""
+    root.mkdir()
+    handler = DecryptionHandler(SqliteLedgerStore(root / "ledger.sqlite"), keys, noise_source(7),
+                                noise_key=NOISE_KEY, decrypt_pool=pool)
+    contract, _ = handler.open_study(study_id="s1", domain_size=DOMAIN, epsilon=1.0, expected_owners=("a",),
+                                     strategy="hier")
+    checked = [handler.checked_chunk(c, i) for i, c in enumerate(chunks)]
+    out = handler.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=0.5, measurement=M,
+                                      chunks=chunks, contract_hash=contract.contract_hash, checked=checked)
+    return out, handler
+
+
+def test_pooled_decryption_releases_the_in_process_values(tmp_path: Path, keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """Same noise key, same request: workers loading the key file release byte-identical values."""
+    store, material, chunks = keys
+    plain, h1 = _release(tmp_path / "a", material, chunks, None)
+    pool = DecryptPool(2, secret_path=store.secret_path)
+    try:
+        pooled, h2 = _release(tmp_path / "b", material, chunks, pool)
+        assert pool._executor is not None  # the workers did the decryption
+    finally:
+        pool.close()
+    assert pooled.values.tobytes() == plain.values.tobytes()
+    rows = [[(c.kind, c.epsilon, c.detail) for c in h.ledger.charges("s1")] for h in (h1, h2)]
+    assert rows[0] == rows[1] and len(rows[0]) == 1
+
+
+def test_a_worker_dying_mid_measurement_is_retried_with_one_charge(tmp_path: Path,
+                                                                     keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """A worker exits while decrypting (after the charge): a fresh pool decrypts the same chunks, the values
+    equal the in-process path's, and the ledger holds one row. The secret reaches workers only through the pipe."""
+    _, material, chunks = keys
+    plain, _ = _release(tmp_path / "a", material, chunks, None)
+    marker = tmp_path / "die-once"
+    marker.touch()
+    pool = DecryptPool(2, secret_bytes=bytes(material.secret_context.serialize(save_secret_key=True)),
+                       die_marker=marker)
+    try:
+        pooled, handler = _release(tmp_path / "b", material, chunks, pool)
+    finally:
+        pool.close()
+    assert not marker.exists() and pool.restarts == 1
+    assert pooled.values.tobytes() == plain.values.tobytes()
+    charges = handler.ledger.charges("s1")
+    assert len(charges) == 1 and charges[0].epsilon == pytest.approx(0.5)
+    assert [r.outcome for r in handler.arrivals.rows("s1")] == ["answered"]
+
+
+def test_pool_sizes(keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """0 or 1 worker: in-process (no processes); a negative count or a pool without a key is refused."""
+    store, _, _ = keys
+    assert not DecryptPool(0).active and not DecryptPool(1).active
+    assert DecryptPool(2, secret_path=store.secret_path).active
+    with pytest.raises(Exception, match="must be >= 0"):
+        DecryptPool(-1)
+    with pytest.raises(Exception, match="exactly one of secret_path or secret_bytes"):
+        DecryptPool(2)
