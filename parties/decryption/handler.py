@@ -461,7 +461,7 @@ class DecryptionHandler:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
             pool = self.decrypt_pool
-            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)  # type: ignore[arg-type]
+            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)
                                   if pool is not None and pool.active and len(chunks) >= pool.min_chunks
                                   else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest),
