@@ -28,8 +28,8 @@ import numpy as np
 
 from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, encode_indicators,
                                         groups_for, min_padding_offset, place, posted_pseudonyms)
-from he_partition.join.protocol import JOIN_PLAIN_MODULUS, MAX_JOIN_CAPACITY
-from he_partition.he.join_scheme import JoinScheme
+from he_partition.join.protocol import CURRENT_JOIN_VERSION, MAX_JOIN_CAPACITY
+from he_partition.he.join_scheme import JoinParams, JoinScheme, join_plain_modulus
 from he_partition.join.parallel import JoinEvaluator
 from he_partition.join.release import bin_cells, cell_table, release_table
 from he_partition.core.noise import SecureRandom
@@ -78,7 +78,7 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         return now
 
     start = t = time.perf_counter()
-    ds = JoinScheme.generate()
+    ds = JoinScheme.generate(JoinParams.for_version(CURRENT_JOIN_VERSION))
     public_bytes = ds.public_bytes()
     t = step("keygen", t)
     owner_scheme = JoinScheme.from_public(public_bytes)
@@ -88,7 +88,7 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
     ids_a, ids_b = list(a), list(b)
     slots = owner_scheme.slots
     capacity = _capacity(records, shared, pad_offset)  # public in a real study (the contract's join capacity)
-    pad_terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset)
+    pad_terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, version=CURRENT_JOIN_VERSION)
     ps_a, real_a = posted_pseudonyms(ka, key_a, ids_a, pad_terms, study_id="bench")
     ps_b, real_b = posted_pseudonyms(kb, key_b, ids_b, pad_terms, study_id="bench")
     t = step("pseudonyms", t)
@@ -102,7 +102,8 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         planes = encode_indicators(placement, value_of, bins, capacity, slots)
         uploads.append([[owner_scheme.serialize(owner_scheme.encrypt(p)) for p in g] for g in planes])
     t = step("owners_encrypt", t)
-    terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=release, order=_order(bins))
+    terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=release, order=_order(bins),
+                      version=CURRENT_JOIN_VERSION)
     with JoinEvaluator(public_bytes, uploads[0], uploads[1], bin_cells(terms), SecureRandom()) as ev:
         t = step("cs_products_and_sums", t)
         summary, sent = release_table(ev.measure, ds, terms, epsilon, SecureRandom())
@@ -113,7 +114,8 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
             truth[a[ident], b[ident]] += 1
         compared = {}
         for name in JOIN_RELEASES if compare else ():
-            other = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=name, order=_order(bins))
+            other = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=name, order=_order(bins),
+                              version=CURRENT_JOIN_VERSION)
             runs = [_errors(release_table(ev.measure, ds, other, epsilon, SecureRandom())[0], truth)
                     for _ in range(compare)]
             compared[name] = {"rmse": round(float(np.mean([r["rmse"] for r in runs])), 3),
@@ -135,12 +137,13 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
     }
 
 
-def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any) -> None:
+def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any,
+                   signing_key: bytes) -> None:
     from parties.data_owner.client import DataOwnerClient
     from parties.data_owner.join import submit_join
 
     t0 = time.perf_counter()
-    with DataOwnerClient(owner, computation=cs, insecure=True, progress=False) as client:
+    with DataOwnerClient(owner, computation=cs, insecure=True, progress=False, signing_key=signing_key) as client:
         res = submit_join(client, study, records, idempotency_key=f"bench-{owner}", state_dir=state)
     out.put((owner, res.bytes_sent, time.perf_counter() - t0,
              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
@@ -154,6 +157,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     from pathlib import Path
 
     from parties.analyst.client import AnalystClient
+    from parties.common.signing import generate_signing_key
     from parties.computation.client import ComputationClient
 
     from .services import _start_server, _vm_hwm_mb
@@ -166,15 +170,18 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     try:
         capacity = _capacity(records, shared, pad_offset)
         terms = {"shape": [bins, bins], "capacity": capacity, "padding_epsilon": pad_epsilon,
-                 "padding_offset": pad_offset, "release": release, "order": _order(bins)}
+                 "padding_offset": pad_offset, "release": release, "order": _order(bins),
+                 "join_version": CURRENT_JOIN_VERSION}
+        keys = {o: generate_signing_key() for o in ("a", "b")}  # a join study is signed (docs/join.md)
         start = time.perf_counter()
         with ComputationClient(cs_target, insecure=True) as op:
             op.open_study(study_id="bench", domain_size=bins * bins, epsilon=epsilon + pad_epsilon,
-                          expected_owners=["a", "b"], strategy="join", strategy_params_json=json.dumps(terms))
+                          expected_owners=["a", "b"], strategy="join", strategy_params_json=json.dumps(terms),
+                          owner_keys={o: public for o, (_, public) in keys.items()})
             opened = time.perf_counter()
             out: Any = mp.get_context("spawn").Queue()
             procs = [mp.get_context("spawn").Process(target=_owner_process, args=(o, "bench", cs_target, r,
-                                                                                 str(work / o), out))
+                                                                                 str(work / o), out, keys[o][0]))
                      for o, r in (("a", a), ("b", b))]
             for p in procs:
                 p.start()
@@ -220,7 +227,7 @@ def _capacity(records: int, shared: int, pad_offset: int) -> int:
     capacity = groups_for(2 * records - shared + pad_offset * 4, 8192) * 8192
     if capacity > MAX_JOIN_CAPACITY:
         raise SystemExit(f"{2 * records - shared} customers need capacity {capacity}, above {MAX_JOIN_CAPACITY}: "
-                         f"counts mod t = {JOIN_PLAIN_MODULUS} could wrap (docs/join.md, Scale)")
+                         f"counts mod t = {join_plain_modulus(CURRENT_JOIN_VERSION)} could wrap (docs/join.md, Scale)")
     return capacity
 
 
@@ -256,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = run_services(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon,
                               args.padding_offset, args.seed, args.release, args.skew)
+    sized = (args.records, args.shared) != (p.get_default("records"), p.get_default("shared"))
     suffix = (("_library" if args.library else "") + ("" if args.release == "cells" else f"_{args.release}")
+              + (f"_records{args.records}_shared{args.shared}" if sized else "")
               + (f"_skew{args.skew:g}" if args.skew else "")
               + (f"_compare_eps{args.epsilon:g}" if args.compare else ""))
     write_result(f"join_{args.bins}x{args.bins}{suffix}", result)

@@ -3,9 +3,10 @@
 The join multiplies ciphertexts (owner A's attribute indicators times owner B's) and sums
 every slot of the products with rotations, which TenSEAL's vector API cannot express; so
 this module drives SEAL directly. Parameters: N = 8192 (8,192 slots), coefficient primes
-[60, 50, 50, 58] (the last is SEAL's special prime), plain modulus a 20-bit batching prime
-(a product of two fresh ciphertexts keeps ~100 of its 132 bits of noise budget; the
-release's 49-bit modulus would leave too little for the flooding below).
+[60, 50, 50, 58] (the last is SEAL's special prime), plain modulus a batching prime of
+`JOIN_VERSIONS[version]` bits: 20 for version 1, 23 for version 2 (a product of two fresh
+ciphertexts keeps ~100 of its 132 bits of noise budget at 20 bits; the release's 49-bit
+modulus would leave too little for the flooding below). A study's contract names its version.
 
 What the decryption server sees: products of ciphertexts carry data-dependent noise
 (terms like m_a * e_b). Before any ciphertext leaves the computation server it adds an
@@ -14,7 +15,8 @@ floods: the transparent ciphertext (r, 0) with r uniform on [-2^FLOOD_BITS, 2^FL
 per coefficient from the OS CSPRNG. The measured noise of a folded product is below
 2^56 (`tests/he_partition/test_join.py`), so the decryptor's residual view is
 data-independent up to statistical distance N * 2^56 / 2^(FLOOD_BITS+1) = 2^-42 per
-ciphertext, and the budget left (>= 20 bits) still decrypts exactly. A released value that
+ciphertext, and the budget left (29 bits at version 1, 26 at version 2's capacity edge;
+>= 20 required) still decrypts exactly. A released value that
 sums k cells (`signed_sum`: a partition, a Haar node) has at most k times that noise:
 distance at most k * 2^-42 (2^-30 for the total of a 64 x 64 table).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -34,12 +37,23 @@ import tenseal.sealapi as seal
 from .bfv import seal_ciphertext_bytes, seal_phase_and_plaintext
 from ..core.errors import InvalidInputError, PrecisionError
 
-__all__ = ["JoinParams", "JoinScheme", "FLOOD_BITS", "MIN_NOISE_BUDGET_BITS"]
+__all__ = ["JoinParams", "JoinScheme", "FLOOD_BITS", "MIN_NOISE_BUDGET_BITS", "JOIN_VERSIONS", "CURRENT_JOIN_VERSION",
+           "join_plain_modulus"]
 
 #: Half-width (bits) of the flooding noise added to every outgoing join ciphertext.
 FLOOD_BITS = 110
 #: Decryption refuses a ciphertext with less noise budget (another key, corruption, or too many operations).
 MIN_NOISE_BUDGET_BITS = 20
+#: Join scheme versions and their plain modulus bits. A join study's contract names its version
+#: (JoinTerms.version); the key holder keeps one key pair per version. Version 1 (20-bit t) caps
+#: the capacity at 507,904 positions, version 2 (23-bit t) at 4,128,768; version 2 leaves about 3
+#: bits less noise budget after the release's evaluation (docs/join.md, Scale).
+JOIN_VERSIONS: dict[int, int] = {1: 20, 2: 23}
+#: The version new join studies get (`dpagg open-join`, the benchmark).
+CURRENT_JOIN_VERSION = 2
+# Public key material of a version above 1 starts with this and the version byte; version 1's has no
+# header (its key files and the fingerprints in its contracts predate versions).
+_PUBLIC_MAGIC = b"dpagg-join-key-v"
 
 
 @dataclass(frozen=True)
@@ -48,11 +62,36 @@ class JoinParams:
     coeff_modulus_bits: tuple[int, ...] = (60, 50, 50, 58)
     plain_modulus_bits: int = 20
 
+    @classmethod
+    def for_version(cls, version: int) -> "JoinParams":
+        """The parameters of join scheme `version` (InvalidInputError for an unknown one)."""
+        if isinstance(version, bool) or version not in JOIN_VERSIONS:
+            raise InvalidInputError(f"join scheme version {version!r} is unknown (known: "
+                                    f"{', '.join(map(str, sorted(JOIN_VERSIONS)))})")
+        return cls(plain_modulus_bits=JOIN_VERSIONS[version])
+
     @property
     def slots(self) -> int:
         return self.poly_modulus_degree
 
+    @property
+    def version(self) -> int:
+        """The join scheme version of these parameters (0 for parameters no version names, e.g. a test's)."""
+        if self != JoinParams(plain_modulus_bits=self.plain_modulus_bits):
+            return 0
+        return next((v for v, bits in JOIN_VERSIONS.items() if bits == self.plain_modulus_bits), 0)
 
+    def describe(self) -> str:
+        return f"join scheme version {self.version} ({self.plain_modulus_bits}-bit plain modulus)"
+
+
+def join_plain_modulus(version: int) -> int:
+    """The plain modulus t of join scheme `version` (the batching prime SEAL picks for its bits and N)."""
+    params = JoinParams.for_version(version)
+    return int(seal.PlainModulus.Batching(params.poly_modulus_degree, params.plain_modulus_bits).value())
+
+
+@lru_cache(maxsize=8)
 def _context(params: JoinParams) -> Any:
     parms = seal.EncryptionParameters(seal.SCHEME_TYPE.BFV)
     parms.set_poly_modulus_degree(params.poly_modulus_degree)
@@ -69,7 +108,7 @@ def _dump(obj: Any) -> bytes:
         return Path(path).read_bytes()
 
 
-def _load(factory: Callable[[], Any], context: Any, data: bytes, what: str) -> Any:
+def _load(factory: Callable[[], Any], context: Any, data: bytes, what: str, params: JoinParams | None = None) -> Any:
     obj = factory()
     with tempfile.TemporaryDirectory(prefix="dpagg-join-") as d:
         path = os.path.join(d, "obj")
@@ -77,8 +116,24 @@ def _load(factory: Callable[[], Any], context: Any, data: bytes, what: str) -> A
         try:
             obj.load(context, path)
         except (RuntimeError, ValueError) as exc:
-            raise InvalidInputError(f"not a valid {what} for this join scheme: {exc}") from exc
+            scheme = params.describe() if params is not None else "this join scheme"
+            raise InvalidInputError(f"not a valid {what} for {scheme}: {exc}") from exc
     return obj
+
+
+def _version_of(factory: Callable[[], Any], data: bytes, what: str, params: JoinParams) -> str:
+    """Why `data` did not load under `params`: a message naming the version it belongs to, if it is one's."""
+    for version in sorted(JOIN_VERSIONS):
+        other = JoinParams.for_version(version)
+        if other == params:
+            continue
+        try:
+            _load(factory, _context(other), data, what, other)
+        except InvalidInputError:
+            continue
+        return (f"a {what} of {other.describe()}, but this study uses {params.describe()} (its contract names "
+                f"the version): refusing it")
+    return f"not a valid {what} for {params.describe()}"
 
 
 class JoinScheme:
@@ -119,10 +174,26 @@ class JoinScheme:
     def public_bytes(self) -> bytes:
         """Public key, relinearization and rotation keys (length-prefixed); never the secret key."""
         parts = [_dump(self._public_key), _dump(self._relin), _dump(self._galois)]
-        return b"".join(len(p).to_bytes(8, "big") + p for p in parts)
+        body = b"".join(len(p).to_bytes(8, "big") + p for p in parts)
+        version = self.params.version
+        return body if version == 1 else _PUBLIC_MAGIC + bytes([version]) + body
 
     @classmethod
-    def from_public(cls, data: bytes, params: JoinParams = JoinParams()) -> "JoinScheme":
+    def from_public(cls, data: bytes, params: JoinParams | None = None) -> "JoinScheme":
+        """The scheme of public key material: of the version it records (`params` None), or of `params`,
+        refusing another version's key with an error naming both versions."""
+        data = bytes(data)
+        if data.startswith(_PUBLIC_MAGIC) and len(data) > len(_PUBLIC_MAGIC):
+            stated, data = data[len(_PUBLIC_MAGIC)], data[len(_PUBLIC_MAGIC) + 1:]
+        else:
+            stated = 1
+        if params is None:
+            params = JoinParams.for_version(stated)
+        if stated != params.version:
+            known = JoinParams.for_version(stated).describe() if stated in JOIN_VERSIONS else (
+                f"unknown join scheme version {stated}")
+            raise InvalidInputError(f"this join public key is for {known}, but {params.describe()} is expected "
+                                    "(the study's contract names the version)")
         ctx = _context(params)
         parts: list[bytes] = []
         at = 0
@@ -132,9 +203,9 @@ class JoinScheme:
             at += 8 + n
         if len(parts) != 3 or at != len(data):
             raise InvalidInputError("join public key material is malformed (expected public, relin and galois keys)")
-        return cls(params, ctx, _load(seal.PublicKey, ctx, parts[0], "public key"),
-                   _load(seal.RelinKeys, ctx, parts[1], "relinearization key"),
-                   _load(seal.GaloisKeys, ctx, parts[2], "rotation key"))
+        return cls(params, ctx, _load(seal.PublicKey, ctx, parts[0], "public key", params),
+                   _load(seal.RelinKeys, ctx, parts[1], "relinearization key", params),
+                   _load(seal.GaloisKeys, ctx, parts[2], "rotation key", params))
 
     def secret_bytes(self) -> bytes:
         """The secret key, for the key holder's 0600 key file only (never sent anywhere)."""
@@ -143,11 +214,11 @@ class JoinScheme:
         return _dump(self._secret)
 
     @classmethod
-    def from_secret(cls, public: bytes, secret: bytes, params: JoinParams = JoinParams()) -> "JoinScheme":
+    def from_secret(cls, public: bytes, secret: bytes, params: JoinParams | None = None) -> "JoinScheme":
         """The key holder's scheme from its key files; refuses a secret key that does not match the public key."""
         pub = cls.from_public(public, params)
-        sk = _load(seal.SecretKey, pub.context, secret, "secret key")
-        scheme = cls(params, pub.context, pub._public_key, pub._relin, pub._galois, sk)
+        sk = _load(seal.SecretKey, pub.context, secret, "secret key", pub.params)
+        scheme = cls(pub.params, pub.context, pub._public_key, pub._relin, pub._galois, sk)
         if scheme.decrypt(pub.encrypt([7]))[0] != 7:
             raise InvalidInputError("the join secret key does not belong to the join public key")
         return scheme
@@ -177,7 +248,10 @@ class JoinScheme:
         """A ciphertext of this scheme's parameters (InvalidInputError for anything else)."""
         if not isinstance(data, (bytes, bytearray)) or not data:
             raise InvalidInputError("a join ciphertext must be non-empty bytes")
-        ct = _load(seal.Ciphertext, self.context, bytes(data), "ciphertext")
+        try:
+            ct = _load(seal.Ciphertext, self.context, bytes(data), "ciphertext", self.params)
+        except InvalidInputError as exc:
+            raise InvalidInputError(_version_of(seal.Ciphertext, bytes(data), "ciphertext", self.params)) from exc
         if ct.size() != 2 or ct.poly_modulus_degree() != self.slots:
             raise InvalidInputError(f"a join upload must be a fresh 2-part ciphertext, got {ct.size()} parts")
         if list(ct.parms_id()) != list(self.context.first_parms_id()):

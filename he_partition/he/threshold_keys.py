@@ -32,11 +32,20 @@ _SECRET_MAGIC = b"DPTK1"
 _SHARE_MAGIC = b"DPTP1"
 
 
+_VERSION: list[bytes] = []
+
+
 def seal_version(ctx: ts.Context) -> bytes:
-    """SEAL's header bytes (header size, major, minor) as this TenSEAL build writes them."""
-    probe = bytes(ts.bfv_vector(ctx, [0]).serialize())
-    at = probe.index(b"\x5e\xa1")
-    return probe[at + 2:at + 5]
+    """SEAL's header bytes (header size, major, minor) as this TenSEAL build writes them.
+
+    A property of the linked SEAL library, not of the context: probed once per process (an
+    encryption, ~3 ms) and cached.
+    """
+    if not _VERSION:
+        probe = bytes(ts.bfv_vector(ctx, [0]).serialize())
+        at = probe.index(b"\x5e\xa1")
+        _VERSION.append(probe[at + 2:at + 5])
+    return _VERSION[0]
 
 
 def key_moduli(ctx: ts.Context) -> list[int]:
@@ -48,16 +57,48 @@ def _degree(ctx: ts.Context) -> int:
 
 
 def load_seal(factory: Any, ctx: ts.Context, data: bytes, what: str) -> Any:
-    """A SEAL object loaded from bytes (these bindings load only from files: a private temp file)."""
+    """A SEAL object loaded from bytes (these bindings load only from paths).
+
+    The bytes go through an anonymous in-memory file (`memfd_create`, read back through
+    /proc/self/fd), which no other process can open by name and which costs no directory
+    create/remove per call; a private temporary directory where memfd is unavailable.
+    """
     obj = factory()
-    with tempfile.TemporaryDirectory(prefix="dpagg-thr-") as d:
-        path = os.path.join(d, "obj")
-        Path(path).write_bytes(data)
-        try:
+    try:
+        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+            fd = os.memfd_create("dpagg-thr", getattr(os, "MFD_CLOEXEC", 0))
+            try:
+                os.write(fd, data) if len(data) < (1 << 20) else Path(f"/proc/self/fd/{fd}").write_bytes(data)
+                obj.load(ctx.seal_context().data, f"/proc/self/fd/{fd}")
+            finally:
+                os.close(fd)
+            return obj
+        with tempfile.TemporaryDirectory(prefix="dpagg-thr-") as d:
+            path = os.path.join(d, "obj")
+            Path(path).write_bytes(data)
             obj.load(ctx.seal_context().data, path)
-        except (RuntimeError, ValueError) as exc:
-            raise InvalidInputError(f"not a valid {what} for these BFV parameters: {exc}") from exc
+    except (RuntimeError, ValueError) as exc:
+        raise InvalidInputError(f"not a valid {what} for these BFV parameters: {exc}") from exc
     return obj
+
+
+def secret_plaintext(ctx: ts.Context, secret: "HolderSecret", parms_id: list[int], k: int) -> Any:
+    """s_i as a SEAL NTT-form Plaintext at a level with k primes (the key level's first k NTT tables).
+
+    SEAL's Plaintext serialization: header, parms_id, coefficient count, scale, then the
+    coefficient DynArray (its own header, size, uncompressed uint64 values). `multiply_plain`
+    by it gives c s_i mod q exactly (issue 29), inside SEAL, so the share reads one polynomial.
+    """
+    version = seal_version(ctx)
+
+    def header(size: int) -> bytes:
+        return b"\x5e\xa1" + version + b"\x00\x00\x00" + struct.pack("<Q", size)
+
+    arr = np.ascontiguousarray(secret.s_ntt[:k], dtype="<u8")
+    data = arr.tobytes()
+    dyn = header(16 + 8 + len(data)) + struct.pack("<Q", arr.size) + data
+    body = struct.pack("<4Q", *parms_id) + struct.pack("<Qd", arr.size, 1.0) + dyn
+    return load_seal(seal.Plaintext, ctx, header(16 + len(body)) + body, "holder secret plaintext")
 
 
 def _pack(magic: bytes, holder: int, arr: npt.NDArray[np.uint64]) -> bytes:
@@ -96,6 +137,12 @@ class HolderSecret:
 
 def _read(dyn: Any, count: int) -> npt.NDArray[np.object_]:
     return np.array([dyn[i] for i in range(count)], dtype=object)
+
+
+def read_u64(dyn: Any, count: int, start: int = 0) -> npt.NDArray[np.uint64]:
+    """`count` values of a SEAL DynArray from index `start`, as uint64 (the bindings read one element per call)."""
+    get = dyn.__getitem__
+    return np.fromiter(map(get, range(start, start + count)), dtype=np.uint64, count=count)
 
 
 def holder_keygen(ctx: ts.Context, seed: bytes, holder: int) -> tuple[HolderSecret, bytes]:

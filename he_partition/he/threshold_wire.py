@@ -17,7 +17,11 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from he_partition.core.errors import InvalidInputError
+from he_partition.core.noise import RandomSource
 
 #: Default smudging width: e_smudge uniform on [-2^B, 2^B) per coefficient.
 SMUDGING_BITS = 70
@@ -99,16 +103,63 @@ def smudging_noise(count: int, bits: int = SMUDGING_BITS) -> list[int]:
     """`count` integers, each exactly uniform on [-2^bits, 2^bits), from the OS CSPRNG.
 
     Not DP noise: this is the smudging term e_smudge of a decryption share h_i = c1 s_i + e_smudge,
-    known only to the holder that draws it. Exact: secrets.randbits(bits + 1) is uniform on
-    [0, 2^(bits+1)), shifted by -2^bits. Statistical-distance bound per ciphertext: if the
+    known only to the holder that draws it. Exact: `smudging_words` (bits <= 123), or bits + 1 bits
+    cut from ceil((bits + 1) / 8) CSPRNG bytes, are uniform on [0, 2^(bits+1)), shifted by -2^bits.
+    Statistical-distance bound per ciphertext: if the
     data-dependent part of a share's phase has |v| <= 2^b per coefficient, the share with and
     without v differ by at most N * 2^b / 2^(bits+1) in total variation (N coefficients); with
     N = 8192, b = 17.6 (10 owners, issue 29) and bits = 70 that is 2^(13 + 17.6 - 71) ~ 2^-40.4.
     """
     if count < 0 or not 1 <= bits <= 200:
         raise InvalidInputError(f"smudging needs count >= 0 and bits in [1, 200], got {count}, {bits}")
+    if bits <= MAX_WORD_SMUDGING_BITS:  # the decryption share's own sampler, as integers
+        hi, lo = smudging_words(count, bits)
+        return [(int(h) << 62) + int(x) - (1 << bits) for h, x in zip(hi.tolist(), lo.tolist())]
+    half, width = 1 << bits, (bits + 8) // 8  # whole bytes holding bits + 1 bits
+    mask = (1 << (bits + 1)) - 1
+    pool = secrets.token_bytes(width * count)  # one CSPRNG call, not one per value (issue 29, item 4)
+    return [(int.from_bytes(pool[i:i + width], "little") & mask) - half for i in range(0, width * count, width)]
+
+
+#: Widest smudging the word form carries: hi 2^62 + lo with hi, lo < 2^62.
+MAX_WORD_SMUDGING_BITS = 123
+
+
+def smudging_words(count: int, bits: int = SMUDGING_BITS,
+                   rng: RandomSource | None = None) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """`count` smudging values e, exactly uniform on [-2^bits, 2^bits), as words: e + 2^bits = hi 2^62 + lo.
+
+    Not DP noise: the smudging term of a decryption share (see `smudging_noise`), in a form
+    the share's RNS arithmetic takes without Python integers (`he.rns.residues`). Each value
+    takes two 62-bit words: lo = the first (all 62 bits, or the top bits + 1 of it when
+    bits + 1 <= 62) and hi = the low bits + 1 - 62 bits of the second, so hi 2^62 + lo is exactly
+    uniform on [0, 2^(bits+1)). From `rng` (a holder's keyed source: the holder alone can
+    reproduce it, so a repeated request gets the identical share) or, without one, from the OS
+    CSPRNG (one call for all values); either way known only to the holder that draws it. Same
+    statistical-distance bound as `smudging_noise` (2^-40.4 per ciphertext at bits = 70).
+    """
+    if count < 0 or not 1 <= bits <= MAX_WORD_SMUDGING_BITS:
+        raise InvalidInputError(f"smudging words need count >= 0 and bits in [1, {MAX_WORD_SMUDGING_BITS}], "
+                                f"got {count}, {bits}")
+    if rng is None:
+        words = (np.frombuffer(secrets.token_bytes(16 * count), dtype="<u8").reshape(count, 2)
+                 >> np.uint64(2)).astype(np.uint64)
+    else:
+        words = np.asarray(rng.integers(1 << 62, 2 * count), dtype=np.int64).reshape(count, 2).astype(np.uint64)
+    if bits + 1 <= 62:
+        return np.zeros(count, dtype=np.uint64), words[:, 0] >> np.uint64(62 - (bits + 1))
+    return words[:, 1] & np.uint64((1 << (bits + 1 - 62)) - 1), words[:, 0]
+
+
+def keyed_smudging_noise(count: int, bits: int, rng: RandomSource) -> list[int]:
+    """`smudging_words(count, bits, rng)` as Python integers on [-2^bits, 2^bits) (for tests and audits).
+
+    Not DP noise: a decryption share's smudging, reproducible only by the holder that owns
+    `rng`'s key; see `smudging_words` for exactness and the statistical-distance bound.
+    """
+    hi, lo = smudging_words(count, bits, rng)
     half = 1 << bits
-    return [secrets.randbits(bits + 1) - half for _ in range(count)]
+    return [(int(h) << 62) + int(x) - half for h, x in zip(hi.tolist(), lo.tolist())]
 
 
 def ciphertext_digest(ciphertext: bytes) -> bytes:

@@ -49,11 +49,12 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..core.errors import InvalidInputError
-from ..he.join_scheme import JoinScheme
+from ..he.join_scheme import CURRENT_JOIN_VERSION, JOIN_VERSIONS, JoinParams, JoinScheme, join_plain_modulus
 from ..core.noise import RandomSource, SeededRandom, discrete_laplace, laplace_scale
 
 __all__ = ["JOIN_STRATEGY", "JOIN_RELEASES", "DEFAULT_JOIN_RELEASE", "JOIN_ORDERS", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES",
            "MAX_PADDING_DELTA", "JOIN_PLAIN_MODULUS", "padding_delta", "min_padding_offset", "max_join_capacity", "capacity_for",
+           "join_capacity_limit", "CURRENT_JOIN_VERSION",
            "pseudonyms", "shared_dummies", "private_dummies", "dummy_count", "posted_pseudonyms", "place",
            "check_placement", "encode_indicators", "joint_totals", "groups_for"]
 
@@ -72,8 +73,9 @@ DEFAULT_JOIN_RELEASE = "cells"
 JOIN_ORDERS = ("row", "hilbert")
 #: Largest joint table (cells); each cell costs one rotation-sum and one ciphertext to the key holder.
 MAX_JOIN_CELLS = 4096
-#: The join scheme's plain modulus t (he_partition.he.join_scheme: the 20-bit batching prime for N = 8192).
-#: Counts are decoded centred, so only values of absolute value at most (t - 1) / 2 come back right.
+#: Join scheme version 1's plain modulus t (he_partition.he.join_scheme: the 20-bit batching prime for
+#: N = 8192; `join_plain_modulus(version)` gives every version's). Counts are decoded centred, so only
+#: values of absolute value at most (t - 1) / 2 come back right.
 JOIN_PLAIN_MODULUS = 1_032_193
 #: The largest delta a join's padding may have (`padding_delta`); terms above it are refused.
 MAX_PADDING_DELTA = 1e-6
@@ -94,11 +96,18 @@ def max_join_capacity(plain_modulus: int = JOIN_PLAIN_MODULUS, slots: int = 8192
     return ((plain_modulus - 1) // 2 - slots) // slots * slots
 
 
-#: Largest capacity (positions) a join study may declare (507,904 for t = 1,032,193).
-MAX_JOIN_CAPACITY = max_join_capacity()
+def join_capacity_limit(version: int = CURRENT_JOIN_VERSION, slots: int = 8192) -> int:
+    """The largest capacity a study of join scheme `version` may declare (`max_join_capacity` of its t)."""
+    return max_join_capacity(join_plain_modulus(version), slots)
 
 
-def capacity_for(records: Sequence[int], padding_epsilon: float, padding_offset: int, slots: int = 8192) -> int:
+#: Largest capacity (positions) a new join study may declare: 4,128,768 for version 2's t = 8,314,881
+#: (version 1, t = 1,032,193: 507,904).
+MAX_JOIN_CAPACITY = join_capacity_limit()
+
+
+def capacity_for(records: Sequence[int], padding_epsilon: float, padding_offset: int, slots: int = 8192,
+                 version: int = CURRENT_JOIN_VERSION) -> int:
     """The capacity for two owners of at most `records` = (n_a, n_b) records: room for both and the three
     paddings (each at most 2 x offset, except with probability below the padding's delta), rounded up to
     whole groups. Refuses (before anything is booked) when that exceeds what the plain modulus decodes."""
@@ -109,11 +118,12 @@ def capacity_for(records: Sequence[int], padding_epsilon: float, padding_offset:
         raise InvalidInputError(f"padding_offset must be >= 1, got {padding_offset}")
     need = int(records[0]) + int(records[1]) + _PADDING_DRAWS * 2 * padding_offset
     capacity = groups_for(need, slots) * slots
-    top = max_join_capacity(JOIN_PLAIN_MODULUS, slots)
+    top = join_capacity_limit(version, slots)
     if capacity > top:
         raise InvalidInputError(f"{records[0]} + {records[1]} records and the padding need a join capacity of "
-                                f"{capacity}, above the {top} whose counts still decode (mod t = "
-                                f"{JOIN_PLAIN_MODULUS}): split the study or bound the records")
+                                f"{capacity}, above the {top} whose counts still decode (join scheme version "
+                                f"{version}, mod t = {join_plain_modulus(version)}): split the study or bound "
+                                "the records")
     return capacity
 
 
@@ -158,6 +168,7 @@ class JoinTerms:
     identifier: str = "id"
     release: str = "cells"
     order: str = "row"
+    version: int = 1
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], *, domain_size: int, slots: int = 8192) -> "JoinTerms":
@@ -166,21 +177,26 @@ class JoinTerms:
             terms = cls(int(shape[0]), int(shape[1]), int(params["capacity"]), float(params["padding_epsilon"]),
                         int(params["padding_offset"]), str(params.get("row_spec", "")),
                         str(params.get("col_spec", "")), str(params.get("identifier", "id")),
-                        str(params.get("release", "cells")), str(params.get("order", "row")))
+                        str(params.get("release", "cells")), str(params.get("order", "row")),
+                        _version(params.get("join_version", 1)))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise InvalidInputError(
                 'a join study needs strategy_params {"shape": [rows, cols], "capacity": N, "padding_epsilon": e, '
-                '"padding_offset": k} (optional "row_spec", "col_spec", "identifier", "release", "order"): '
-                + str(exc)) from exc
+                '"padding_offset": k} (optional "row_spec", "col_spec", "identifier", "release", "order", '
+                '"join_version"): ' + str(exc)) from exc
+        if terms.version not in JOIN_VERSIONS:
+            raise InvalidInputError(f"join_version {terms.version} is unknown (known: "
+                                    f"{', '.join(map(str, sorted(JOIN_VERSIONS)))}; new studies use "
+                                    f"{CURRENT_JOIN_VERSION})")
         if terms.rows < 1 or terms.cols < 1 or terms.rows * terms.cols != domain_size:
             raise InvalidInputError(f"join shape {terms.rows} x {terms.cols} must have domain_size {domain_size} cells")
         if terms.rows * terms.cols > MAX_JOIN_CELLS:
             raise InvalidInputError(f"a join table has at most {MAX_JOIN_CELLS} cells, got {domain_size}")
-        top = max_join_capacity(JOIN_PLAIN_MODULUS, slots)
+        top = join_capacity_limit(terms.version, slots)
         if not 0 < terms.capacity <= top or terms.capacity % slots:
-            raise InvalidInputError(f"join capacity must be a positive multiple of {slots} up to {top} (counts are "
-                                    f"mod t = {JOIN_PLAIN_MODULUS}: a larger capacity could wrap), got "
-                                    f"{terms.capacity}")
+            raise InvalidInputError(f"join capacity must be a positive multiple of {slots} up to {top} (join scheme "
+                                    f"version {terms.version}: counts are mod t = {join_plain_modulus(terms.version)}, "
+                                    f"a larger capacity could wrap), got {terms.capacity}")
         if not (0 < terms.padding_epsilon < float("inf")) or terms.padding_offset < 1:
             raise InvalidInputError(f"join padding needs padding_epsilon > 0 and padding_offset >= 1, got "
                                     f"{terms.padding_epsilon:g} and {terms.padding_offset}")
@@ -209,6 +225,11 @@ class JoinTerms:
         return self.rows, self.cols
 
     @property
+    def scheme_params(self) -> JoinParams:
+        """The parameters of the join scheme version the contract names (the key holder keeps a key per version)."""
+        return JoinParams.for_version(self.version)
+
+    @property
     def delta(self) -> float:
         """The padding's delta (`padding_delta`): at most MAX_PADDING_DELTA for accepted terms."""
         return padding_delta(self.padding_epsilon, self.padding_offset)
@@ -222,6 +243,13 @@ class JoinTerms:
 
     def spec_of(self, side: int) -> str:
         return self.row_spec if side == 0 else self.col_spec
+
+
+def _version(value: Any) -> int:
+    """strategy_params' "join_version": an integer (absent: 1, the version of contracts that predate versions)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"join_version must be an integer, got {value!r}")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- pseudonyms

@@ -209,13 +209,14 @@ def cmd_open_join(args: argparse.Namespace) -> int:
     order = args.order
     if order == "auto":
         order = "hilbert" if rows == cols and not rows & (rows - 1) else "row"
-    from he_partition.join.protocol import min_padding_offset, padding_delta
+    from he_partition.join.protocol import CURRENT_JOIN_VERSION, min_padding_offset, padding_delta
 
     offset = args.padding_offset if args.padding_offset is not None else min_padding_offset(args.padding_epsilon)
     args.capacity = _join_capacity(args.capacity, args.max_records, args.padding_epsilon, offset)
     terms = {"shape": [rows, cols], "capacity": args.capacity, "padding_epsilon": args.padding_epsilon,
              "padding_offset": offset, "padding_delta": padding_delta(args.padding_epsilon, offset), "row_spec": args.rows, "col_spec": args.cols,
-             "identifier": args.id_column, "release": args.release, "order": order}
+             "identifier": args.id_column, "release": args.release, "order": order,
+             "join_version": CURRENT_JOIN_VERSION}
     with ComputationClient(args.computation, **conn(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=rows * cols, epsilon=args.epsilon, expected_owners=args.owners,

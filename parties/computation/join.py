@@ -242,7 +242,7 @@ class JoinCoordinator:
         if context_fingerprint(data) != contract.context_fingerprint:
             raise FailedPreconditionError(f"the decryption server's join key does not match study "
                                           f"{contract.study_id}'s contract; the study cannot continue")
-        entry = (data, JoinScheme.from_public(data))
+        entry = (data, JoinScheme.from_public(data, contract.join_terms().scheme_params))
         with self._lock:
             self._schemes[contract.context_fingerprint] = entry
         return entry

@@ -134,7 +134,7 @@ def _scheme(owner: DataOwnerClient, contract: StudyContract) -> JoinScheme:
     if context_fingerprint(data) != contract.context_fingerprint:
         raise InvalidInputError(f"the join key served for study {contract.study_id} is not the one its contract "
                                 "names; refusing to encrypt under it")
-    return JoinScheme.from_public(data)
+    return JoinScheme.from_public(data, contract.join_terms().scheme_params)
 
 
 def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int], *, idempotency_key: str,

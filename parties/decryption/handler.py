@@ -8,6 +8,7 @@ keyed draw before any data-dependent check), so a reviewer reads the whole bound
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import threading
@@ -24,7 +25,7 @@ from he_partition.he.bfv import BfvBackend, context_fingerprint
 from he_partition.join.protocol import JOIN_STRATEGY
 from he_partition.join.release import decrypt_values
 from he_partition.he.join_scheme import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
-from he_partition.he.join_scheme import JoinScheme
+from he_partition.he.join_scheme import JoinParams, JoinScheme
 from he_partition.core.errors import InvalidInputError, PrecisionError
 from he_partition.core.measurements import Measurement, PartitionSums, RangeCount, range_count_batch
 from he_partition.core.noise import KeyedRandom, RandomSource
@@ -187,24 +188,26 @@ class DecryptionHandler:
         self.backend = BfvBackend(keys.secret_context)
         self._decrypt_lock = threading.Lock()
         self._join_dir = join_keys_dir
-        self._join: JoinScheme | None = None
+        self._join: dict[int, JoinScheme] = {}
         self._join_lock = threading.Lock()
 
     # -- join key -----------------------------------------------------------------
-    def join_scheme(self) -> JoinScheme:
-        """The join key pair (docs/join.md), created with the first join study and kept next to the release key."""
+    def join_scheme(self, version: int = 1) -> JoinScheme:
+        """The join key pair of scheme `version` (docs/join.md), created with the first join study of that version
+        and kept next to the release key (one pair per version: a study keeps the version its contract names)."""
         with self._join_lock:
-            if self._join is None:
-                if self._join_dir is None:
-                    self._join = JoinScheme.generate()  # an in-memory server (tests): the key lives as long as it
+            if version not in self._join:
+                if self._join_dir is None:  # an in-memory server (tests): the key lives as long as it
+                    self._join[version] = JoinScheme.generate(JoinParams.for_version(version))
                 else:
-                    self._join = load_or_create_join_keys(self._join_dir)
-            return self._join
+                    self._join[version] = load_or_create_join_keys(self._join_dir, version)
+            return self._join[version]
 
     def public_key_for(self, study_id: str = "") -> tuple[bytes, str]:
         """(public key bytes, fingerprint): the release context, or a join study's join key."""
-        if study_id and self.get_study(study_id).is_join:
-            data = self.join_scheme().public_bytes()
+        contract = self.get_study(study_id) if study_id else None
+        if contract is not None and contract.is_join:
+            data = self.join_scheme(contract.join_terms().version).public_bytes()
             return data, context_fingerprint(data)
         return self.public_context, self.fingerprint
 
@@ -236,7 +239,15 @@ class DecryptionHandler:
                 "a server run with --insecure accepts unsigned studies"
             )
         join = strategy == JOIN_STRATEGY
-        fingerprint = context_fingerprint(self.join_scheme().public_bytes()) if join else self.fingerprint
+        if join and not owner_keys:
+            # Also on an --insecure server: without the owners' keys their X25519 join keys travel unauthenticated
+            # through the computation server, which could substitute its own and learn the pseudonym key.
+            raise InvalidInputError(
+                "a join study must be signed: owner_keys is empty, so the owners could not tell each other's X25519 "
+                "join key from one the computation server made up. Pass both owners' Ed25519 public keys "
+                "(dpagg open-join --owner-keys-dir DIR or --owner-key ID=HEX), also on an --insecure server")
+        fingerprint = (context_fingerprint(self.join_scheme(_join_version(strategy_params_json)).public_bytes())
+                       if join else self.fingerprint)
         contract = StudyContract.create(
             study_id=study_id or new_id("study"),
             domain_size=domain_size,
@@ -318,7 +329,7 @@ class DecryptionHandler:
         if len(cells) != m.count:
             raise InvalidInputError(f"this {m.kind} measurement has {m.count} values, {len(cells)} ciphertexts arrived")
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
-        scheme = self.join_scheme()
+        scheme = self.join_scheme(terms.version)
         parsed = [scheme.deserialize(c) for c in cells]
         with self._decrypt_lock:
             for i, ct in enumerate(parsed):
@@ -450,7 +461,7 @@ class DecryptionHandler:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
             pool = self.decrypt_pool
-            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)  # type: ignore[arg-type]
+            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)
                                   if pool is not None and pool.active and len(chunks) >= pool.min_chunks
                                   else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest),
@@ -541,6 +552,16 @@ class DecryptionHandler:
                 problem = str(exc)
         return BudgetReport(study_id, contract.epsilon, spent, charges,
                             max(spent, float(exact_reserved(charges))), problem, available(contract.epsilon, charges))
+
+
+def _join_version(strategy_params_json: str) -> int:
+    """The join scheme version a join study's params name (JoinTerms.version: absent means 1); malformed
+    params give 1 here and are refused with the contract's own message when it is built."""
+    try:
+        params = json.loads(strategy_params_json or "{}")
+        return int(params.get("join_version", 1)) if isinstance(params, dict) else 1
+    except (ValueError, TypeError):
+        return 1
 
 
 def _check_contract_hash(contract: StudyContract, contract_hash: str, consequence: str) -> None:

@@ -97,24 +97,35 @@ JOIN_SECRET_FILE = "join_secret.bin"
 JOIN_PUBLIC_FILE = "join_public.bin"
 
 
-def load_or_create_join_keys(directory: Path | str) -> "JoinScheme":
-    """The key holder's join key (he_partition.he.join_scheme): join_secret.bin (0600) and join_public.bin in
-    `directory`, generated on first use (the first join study) and loaded on every later one."""
-    from he_partition.he.join_scheme import JoinScheme
+def join_key_files(version: int) -> tuple[str, str]:
+    """(secret, public) file names of join scheme `version`'s key pair: version 1 keeps the names it had
+    before versions existed, later ones are join_v<N>_secret.bin and join_v<N>_public.bin."""
+    if version == 1:
+        return JOIN_SECRET_FILE, JOIN_PUBLIC_FILE
+    return f"join_v{version}_secret.bin", f"join_v{version}_public.bin"
 
+
+def load_or_create_join_keys(directory: Path | str, version: int = 1) -> "JoinScheme":
+    """The key holder's join key of `version` (he_partition.he.join_scheme): its secret (0600) and public files
+    (`join_key_files`) in `directory`, generated on first use (the first join study of that version) and
+    loaded on every later one."""
+    from he_partition.he.join_scheme import JoinParams, JoinScheme
+
+    params = JoinParams.for_version(version)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    secret_path, public_path = d / JOIN_SECRET_FILE, d / JOIN_PUBLIC_FILE
+    secret_name, public_name = join_key_files(version)
+    secret_path, public_path = d / secret_name, d / public_name
     if secret_path.exists():
         mode = stat.S_IMODE(os.stat(secret_path).st_mode)
         if mode & 0o077:
             raise InvalidInputError(f"{secret_path} has mode {mode:04o}: other users could read the secret key. "
                                     f"Run: chmod 600 {secret_path}")
-        return JoinScheme.from_secret(public_path.read_bytes(), secret_path.read_bytes())
-    scheme = JoinScheme.generate()
+        return JoinScheme.from_secret(public_path.read_bytes(), secret_path.read_bytes(), params)
+    scheme = JoinScheme.generate(params)
     write_file_atomic(public_path, scheme.public_bytes())
     write_private_file(secret_path, scheme.secret_bytes())
-    log.info("generated the join key pair in %s", d)
+    log.info("generated the join key pair of version %d in %s", version, d)
     return scheme
 
 

@@ -118,7 +118,7 @@ def test_padding_delta_is_stated_and_terms_above_the_bound_are_refused() -> None
 
 
 def test_a_capacity_whose_counts_could_wrap_is_refused_at_the_edge() -> None:
-    top = max_join_capacity()
+    top = max_join_capacity(JOIN_PLAIN_MODULUS)  # version 1, the version of contracts that name none
     assert top == 507_904 and top + SLOTS > (JOIN_PLAIN_MODULUS - 1) // 2 - SLOTS
     assert _terms(1.0, 44, top).capacity == top
     for capacity in (top + SLOTS, 1 << 22):  # 4.19M was accepted and wrapped past 516,096 shared customers
@@ -141,8 +141,9 @@ def test_the_capacity_is_sized_from_the_record_counts_and_refused_before_anythin
     assert capacity_for([400, 400], 0.2, 214) == SLOTS
     assert capacity_for([4000, 2907], 0.5, 86) == SLOTS  # 6,907 + 516 = 7,423
     assert capacity_for([4000, 3677], 0.5, 86) == 2 * SLOTS  # 8,193
-    assert capacity_for([250_000, 250_000], 0.1, 428) == max_join_capacity() == 62 * SLOTS
+    assert capacity_for([250_000, 250_000], 0.1, 428, version=1) == max_join_capacity() == 62 * SLOTS
     with pytest.raises(InvalidInputError, match="need a join capacity of 516096, above the 507904"):
-        capacity_for([256_000, 250_000], 0.1, 428)
+        capacity_for([256_000, 250_000], 0.1, 428, version=1)
+    assert capacity_for([256_000, 250_000], 0.1, 428) == 516_096  # version 2, what new studies get
     with pytest.raises(InvalidInputError, match="two numbers >= 1"):
         capacity_for([10], 0.1, 428)

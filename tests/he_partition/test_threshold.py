@@ -22,8 +22,8 @@ SEED = b"threshold-test-seed-0123456789ab"
 HOLDERS = [0, 1, 2]
 
 
-@pytest.fixture(scope="module")
-def setup() -> dict[str, Any]:
+def make_setup() -> dict[str, Any]:
+    """K = 3 holders' secrets and key shares, the collective key and its fingerprint (also used by other tests)."""
     ctx = generate_secret_context()
     secrets_, reveals = {}, {}
     for h in HOLDERS:
@@ -32,6 +32,11 @@ def setup() -> dict[str, Any]:
     pk_bytes = collective_public_key(ctx, SEED, commits, reveals)
     return {"ctx": ctx, "secrets": secrets_, "reveals": reveals, "commits": commits, "pk": pk_bytes,
             "fp": key_fingerprint(pk_bytes)}
+
+
+@pytest.fixture(scope="module")
+def setup() -> dict[str, Any]:
+    return make_setup()
 
 
 def _encrypted_sum(s: dict[str, Any], rows: list[list[int]], flood: bool = True) -> bytes:

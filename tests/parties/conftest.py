@@ -131,13 +131,14 @@ class Cluster:
     def open_study(self, *, study_id: str = "s1", domain_size: int = 64, epsilon: float = 1.0,
                    owners: Sequence[str] = ("a", "b", "c"), signed: bool | None = None,
                    **kw: object) -> StudyContract:
-        """Open a study as the operator; signed (every owner's key in the contract) by default when secure.
+        """Open a study as the operator; signed (every owner's key in the contract) by default when secure, and
+        always by default for a join study (the key holder refuses unsigned ones).
 
         The strategy defaults to "gap" here (not the product default "auto"): many service tests check
         the gap strategy's exact charges (0.2 eps on gaps, 0.8 eps on sums).
         """
         kw.setdefault("strategy", "gap")
-        if signed if signed is not None else self.secure:
+        if signed if signed is not None else (self.secure or kw["strategy"] == "join"):
             kw.setdefault("owner_keys", {o: self.signing_key(o)[1] for o in owners})
         contract, _ = self.computation().open_study(study_id=study_id, domain_size=domain_size, epsilon=epsilon,
                                                     expected_owners=list(owners), **kw)  # type: ignore[arg-type]

@@ -254,21 +254,27 @@ def _fake_upload(contract: Any) -> Any:
 
 def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from parties.cli import main
+    from parties.common.signing import save_private_key
 
     conn = ["--computation", cluster.cs.target, "--insecure"]
+    keys = {o: cluster.signing_key(o) for o in ("bank", "shop")}
+    for o, (private, _) in keys.items():
+        save_private_key(tmp_path / f"{o}.signing.key", private)
+    signed = [arg for o, (_, public) in keys.items() for arg in ("--owner-key", f"{o}={public.hex()}")]
     too_many = ["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4", "--cols",
-                "spend:categories:low,mid,high", "--max-records", "300000,300000", "--epsilon", "2", *conn]
+                "spend:categories:low,mid,high", "--max-records", "2100000,2100000", "--epsilon", "2", *signed, *conn]
     assert main(too_many) != 0  # sized and refused before the study opens: nothing is booked
-    assert "above the 507904 whose counts still decode" in capsys.readouterr().err
+    assert "above the 4128768 whose counts still decode (join scheme version 2" in capsys.readouterr().err
     with pytest.raises(ServiceError):
         cluster.computation().study_status("jc")
     assert main(["open-join", "--study-id", "jc", "--owners", "bank,shop", "--rows", "age:0:100:4",
                  "--cols", "spend:categories:low,mid,high", "--id-column", "email", "--max-records", "400,400",
-                 "--epsilon", "2", "--padding-epsilon", "0.2", "--release", "dawa", *conn]) == 0
+                 "--epsilon", "2", "--padding-epsilon", "0.2", "--release", "dawa", *signed, *conn]) == 0
     assert "4 x 3 table" in capsys.readouterr().out
     assert cluster.computation().study_status("jc").contract.join_terms().order == "row"  # 4 x 3: no Hilbert curve
     stated = cluster.computation().study_status("jc").contract.strategy_params  # delta is in the signed contract
     assert stated["padding_offset"] == 214 and 0 < stated["padding_delta"] <= 1e-6
+    assert stated["join_version"] == 2  # new studies get the current join scheme (23-bit plain modulus)
     rng = np.random.default_rng(6)
     emails = [f"Person{i}@Example.org" for i in range(600)]
     bank = tmp_path / "bank.csv"
@@ -280,7 +286,8 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
 
     def submit(owner: str, csv: Path) -> None:
         codes[owner] = main(["join-submit", "--study", "jc", "--owner", owner, "--csv", str(csv), "--state-dir",
-                             str(tmp_path / owner), "--wait", "120", *conn])
+                             str(tmp_path / owner), "--wait", "120", "--signing-key",
+                             str(tmp_path / f"{owner}.signing.key"), *conn])
 
     threads = [threading.Thread(target=submit, args=("bank", bank)), threading.Thread(target=submit,
                                                                                         args=("shop", shop))]
@@ -309,3 +316,49 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     assert main(["status", "jc", "--computation", cluster.cs.target, "--insecure"]) == 0
     assert "join table 4 x 3: rows age:0:100:4, columns spend:categories:low,mid,high; capacity 8192" in \
         capsys.readouterr().out
+
+
+def test_a_version_1_study_keeps_its_key_and_releases_next_to_a_version_2_study(cluster: Cluster,
+                                                                                tmp_path: Path) -> None:
+    """A contract that names no join_version (one opened before versions existed) stays on version 1: the key
+    holder's join_secret.bin / join_public.bin, loaded again after a restart; a version 2 study gets its own
+    key pair (join_v2_*.bin). Both release their tables, and neither key serves the other's study."""
+    from he_partition.he.bfv import context_fingerprint
+    from parties.data_owner.join import _scheme
+
+    c = cluster
+    old = _open(c, "jv1")
+    new = c.open_study(study_id="jv2", domain_size=SHAPE[0] * SHAPE[1], epsilon=3.0, owners=("a", "b"),
+                       strategy="join", strategy_params_json=json.dumps({**TERMS, "join_version": 2}))
+    assert (old.join_terms().version, new.join_terms().version) == (1, 2)
+    keys = c.root / "ds" / "keys"
+    assert old.context_fingerprint == context_fingerprint((keys / "join_public.bin").read_bytes())
+    assert new.context_fingerprint == context_fingerprint((keys / "join_v2_public.bin").read_bytes())
+    assert (keys / "join_v2_secret.bin").stat().st_mode & 0o077 == 0
+    c.restart_ds()  # the keys come back from the files
+    a, b, truth = _records(5)
+    for study in ("jv1", "jv2"):
+        out = _both(c, study, a, b, tmp_path / study)
+        assert all(getattr(r, "committed", False) for r in out.values()), out
+        assert _scheme(c.owner("a"), c.computation().study_status(study).contract).params.version == int(study[-1])
+        release = c.computation().run_release(study, epsilon=2.5)
+        summary = c.analyst().get_release(release.release_id).summary
+        table = np.array(summary.sums).reshape(SHAPE)
+        assert np.all(np.abs(table - truth) <= 8 * np.sqrt(summary.sum_variance[0])), (study, table, truth)
+
+
+def test_an_unsigned_join_study_is_refused_even_on_an_insecure_server(cluster: Cluster,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Without the owners' signing keys the X25519 join keys would be exchanged unauthenticated (the computation
+    server could substitute its own): the key holder refuses to open such a study, and nothing is booked."""
+    from parties.cli import main
+
+    before = cluster.snapshot()
+    with pytest.raises(ServiceError) as err:
+        cluster.open_study(study_id="ju", domain_size=12, epsilon=3.0, owners=("a", "b"), strategy="join",
+                           strategy_params_json=json.dumps(TERMS), signed=False)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "a join study must be signed" in str(err.value)
+    assert main(["open-join", "--study-id", "ju", "--owners", "a,b", "--rows", "x:0:4:4", "--cols", "y:0:3:3",
+                 "--capacity", "8192", "--epsilon", "2", "--computation", cluster.cs.target, "--insecure"]) != 0
+    assert "a join study must be signed" in capsys.readouterr().err
+    assert cluster.snapshot() == before

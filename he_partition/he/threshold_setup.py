@@ -1,0 +1,217 @@
+"""Collective key generation as a protocol state machine (issue 29): holder side and relay side.
+
+The arithmetic is `threshold_keys` (p_i, the collective key) and `threshold_decrypt` (shares,
+combine); this module orders it into rounds so no party chooses the key and the setup stops
+when any holder is missing or cheats. No network: each message is bytes, the relay (the
+computation server in the deployment) carries them, and every holder checks them itself.
+
+Rounds (K holders, `session` a unique id of this setup, e.g. 16 random bytes from the CS):
+
+1. **commit seed**: holder i draws a 32-byte seed contribution r_i (OS CSPRNG) and sends
+   c_i = SHA-256(domain || session || i || r_i).
+2. **reveal seed**: once it holds all K commitments, holder i reveals r_i. Every holder checks
+   every r_j against c_j and derives the common seed SHA-256(domain || session || r_1 || ... || r_K):
+   no party, the relay included, can choose the common polynomial `a` (the last revealer is bound
+   by its commitment).
+3. **commit key share**: holder i computes p_i = -(a s_i) + e_i on the common seed and sends
+   `key_share_commitment(i, seed, p_i)`. (The brief asked for hash(p_i) in round 1; p_i depends on
+   the common seed, which exists only after round 2, so the key-share commitment is its own round.)
+4. **reveal key share**: once it holds all K key-share commitments, holder i reveals p_i. Every
+   holder checks every p_j against its commitment and builds the collective key p = sum p_j and
+   its fingerprint (`key_fingerprint`) itself: the rogue-key defence (no holder can choose p_K as
+   a function of the others' shares).
+5. **test decryption**: the relay encrypts the test vector (derived from the common seed, so
+   every holder knows it) under p; each holder issues one share for it (smudged, no DP noise:
+   the plaintext is public), once per session; the relay combines and sends the result; each
+   holder compares it with the test vector itself and only then marks the key active.
+
+A holder refuses (InvalidInputError naming the holder and the round) a step out of order, a
+message set missing a holder or naming a foreign one, a reveal not matching its commitment, and a
+second test share. The test share is the one share a holder issues without a study contract: it
+happens before the key's fingerprint can be in any contract (owners encrypt only under a
+contract's fingerprint), and only once.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from typing import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import tenseal as ts
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.he.threshold_decrypt import combine, decryption_share
+from he_partition.he.threshold_keys import HolderSecret, collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.threshold_wire import key_share_commitment
+
+_SEED_COMMIT = b"dpagg/keygen/seed-commit/v1"
+_SEED = b"dpagg/keygen/common-seed/v1"
+_TEST = b"dpagg/keygen/test-vector/v1"
+#: The rounds in order; a holder is in the state named by the last round it completed.
+ROUNDS = ("new", "seed committed", "seed revealed", "key committed", "key revealed", "test share issued", "active")
+
+
+def seed_commitment(session: bytes, holder: int, contribution: bytes) -> bytes:
+    """SHA-256 commitment to holder `holder`'s seed contribution in setup `session`."""
+    return hashlib.sha256(_SEED_COMMIT + len(session).to_bytes(2, "big") + session + holder.to_bytes(2, "big")
+                          + contribution).digest()
+
+
+def common_seed(session: bytes, contributions: dict[int, bytes]) -> bytes:
+    """The common seed from every holder's contribution, in holder order."""
+    return hashlib.sha256(_SEED + len(session).to_bytes(2, "big") + session
+                          + b"".join(contributions[h] for h in sorted(contributions))).digest()
+
+
+def test_vector(seed: bytes, slots: int, plain_modulus: int) -> list[int]:
+    """The setup's test plaintext: `slots` values below `plain_modulus`, from SHAKE-256(seed) (every holder knows it)."""
+    stream = hashlib.shake_256(_TEST + seed).digest(8 * slots)
+    return [int(v) % plain_modulus for v in np.frombuffer(stream, dtype="<u8").tolist()]
+
+
+test_vector.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def _complete(what: str, messages: dict[int, bytes], holders: Sequence[int]) -> None:
+    """Refuse a round's message set that misses a holder or names a foreign one: the setup stops."""
+    foreign = sorted(set(messages) - set(holders))
+    if foreign:
+        raise InvalidInputError(f"{what} from holder {foreign[0]}, which is not in this setup: setup stopped")
+    missing = [h for h in holders if h not in messages]
+    if missing:
+        raise InvalidInputError(f"holder {missing[0]} has not sent its {what}: setup stopped")
+
+
+class HolderSetup:
+    """One holder's side of the key setup: its secret s_i, its messages, and its own checks of everyone's."""
+
+    def __init__(self, ctx: ts.Context, session: bytes, holder: int, holders: Sequence[int]) -> None:
+        if len(session) < 16:
+            raise InvalidInputError(f"a setup session id needs at least 16 bytes, got {len(session)}")
+        if holder not in holders or len(set(holders)) != len(holders) or len(holders) < 2:
+            raise InvalidInputError(f"holder {holder} must be one of >= 2 distinct holders, got {list(holders)}")
+        self.ctx, self.session, self.holder, self.holders = ctx, bytes(session), holder, list(holders)
+        self.state = "new"
+        self._contribution = secrets.token_bytes(32)
+        self._seed_commits: dict[int, bytes] = {}
+        self._key_commits: dict[int, bytes] = {}
+        self.seed = b""
+        self.secret: HolderSecret | None = None
+        self._key_share = b""
+        self.public_key = b""
+        self.fingerprint = b""
+
+    def _at(self, expected: str) -> None:
+        if self.state != expected:
+            raise InvalidInputError(f"holder {self.holder} is at '{self.state}'; this step needs '{expected}'")
+
+    def commit_seed(self) -> bytes:
+        """Round 1: the commitment to this holder's seed contribution."""
+        self._at("new")
+        self.state = "seed committed"
+        return seed_commitment(self.session, self.holder, self._contribution)
+
+    def _reveal(self, at: str, what: str, commitments: dict[int, bytes], own: bytes, to: str) -> dict[int, bytes]:
+        """Move from `at` to `to` once every holder's `what` is in and the relay kept this holder's own as sent."""
+        self._at(at)
+        _complete(what, commitments, self.holders)
+        if not hmac.compare_digest(commitments[self.holder], own):
+            raise InvalidInputError(f"the relayed {what} of holder {self.holder} is not the one it sent")
+        self.state = to
+        return dict(commitments)
+
+    def reveal_seed(self, commitments: dict[int, bytes]) -> bytes:
+        """Round 2: this holder's seed contribution, once every holder's commitment is in (its own unchanged)."""
+        own = seed_commitment(self.session, self.holder, self._contribution)
+        self._seed_commits = self._reveal("seed committed", "seed commitment", commitments, own, "seed revealed")
+        return self._contribution
+
+    def commit_key(self, contributions: dict[int, bytes]) -> bytes:
+        """Round 3: check every seed contribution, derive the common seed, compute p_i and commit to it."""
+        self._at("seed revealed")
+        _complete("seed contribution", contributions, self.holders)
+        for h in self.holders:
+            if not hmac.compare_digest(seed_commitment(self.session, h, contributions[h]), self._seed_commits[h]):
+                raise InvalidInputError(f"seed contribution of holder {h} does not match its commitment: setup stopped")
+        self.state = "key committed"
+        self.seed = common_seed(self.session, contributions)
+        self.secret, self._key_share = holder_keygen(self.ctx, self.seed, self.holder)
+        return key_share_commitment(self.holder, self.seed, self._key_share)
+
+    def reveal_key(self, commitments: dict[int, bytes]) -> bytes:
+        """Round 4: p_i, once every holder's key-share commitment is in (its own unchanged)."""
+        own = key_share_commitment(self.holder, self.seed, self._key_share) if self._key_share else b""
+        self._key_commits = self._reveal("key committed", "key-share commitment", commitments, own, "key revealed")
+        return self._key_share
+
+    def build_key(self, reveals: dict[int, bytes]) -> bytes:
+        """Check every p_j against its commitment and build the collective key; returns its fingerprint."""
+        self._at("key revealed")
+        if self.fingerprint:
+            raise InvalidInputError(f"holder {self.holder} has built its collective key already")
+        _complete("key share", reveals, self.holders)
+        self.public_key = collective_public_key(self.ctx, self.seed, self._key_commits, reveals)
+        self.fingerprint = key_fingerprint(self.public_key)
+        return self.fingerprint
+
+    def test_share(self, ciphertext: bytes) -> bytes:
+        """Step 5: this holder's share of the setup's test ciphertext, once (smudged, no DP noise: the plaintext is public)."""
+        if not self.fingerprint:
+            raise InvalidInputError(f"holder {self.holder} has no collective key yet: no test share")
+        self._at("key revealed")
+        assert self.secret is not None
+        self.state = "test share issued"  # before the share exists: a failure never allows a second try
+        return decryption_share(self.ctx, self.secret, self.fingerprint, ciphertext)
+
+    def confirm(self, decrypted: Sequence[int]) -> None:
+        """Mark the key active if the combined test decryption equals the test vector; else refuse (setup stopped)."""
+        self._at("test share issued")
+        expected = test_vector(self.seed, _slots(self.ctx), _plain_modulus(self.ctx))
+        if [int(v) for v in decrypted] != expected:
+            self.state = "failed"
+            raise InvalidInputError(f"holder {self.holder}: the test decryption does not equal the test vector: "
+                                    "setup stopped, the key is not activated")
+        self.state = "active"
+
+
+def _slots(ctx: ts.Context) -> int:
+    return int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
+
+
+def _plain_modulus(ctx: ts.Context) -> int:
+    return int(ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
+
+
+class SetupRelay:
+    """The relay's (computation server's) side: collects each round's messages, refuses to advance with one missing."""
+
+    def __init__(self, ctx: ts.Context, session: bytes, holders: Sequence[int]) -> None:
+        self.ctx, self.session, self.holders = ctx, bytes(session), list(holders)
+        self.rounds: dict[str, dict[int, bytes]] = {}
+
+    def submit(self, what: str, holder: int, message: bytes) -> None:
+        """Record holder `holder`'s message of round `what`; a second, different one is refused."""
+        if holder not in self.holders:
+            raise InvalidInputError(f"{what} from holder {holder}, which is not in this setup")
+        got = self.rounds.setdefault(what, {})
+        if holder in got and got[holder] != message:
+            raise InvalidInputError(f"holder {holder} sent a second, different {what}")
+        got[holder] = bytes(message)
+
+    def collected(self, what: str) -> dict[int, bytes]:
+        """Every holder's message of round `what`, or InvalidInputError naming the first missing holder."""
+        got = self.rounds.get(what, {})
+        _complete(what, got, self.holders)
+        return dict(got)
+
+    def test_ciphertext(self, public_key: bytes, seed: bytes) -> bytes:
+        """The test vector encrypted under the collective key."""
+        return encrypt_sum(self.ctx, public_key, [test_vector(seed, _slots(self.ctx), _plain_modulus(self.ctx))])
+
+    def combine_test(self, ciphertext: bytes, shares: dict[int, bytes], fingerprint: bytes) -> npt.NDArray[np.int64]:
+        """The combined test decryption (n-of-n: refuses a missing or misbound share)."""
+        _complete("test share", shares, self.holders)
+        return combine(self.ctx, ciphertext, [shares[h] for h in self.holders], self.holders, fingerprint)

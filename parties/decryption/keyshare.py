@@ -1,0 +1,192 @@
+"""One key-share holder's decision (issue 29, n-of-n threshold decryption): contract, own ledger, one share.
+
+A `ThresholdHolder` replaces the single decryption server's decision for one of K holders. It
+holds its secret s_i (`he_partition.he.threshold_setup`), its own noise key and its own SQLite
+ledger (the decryption server's `SqliteLedgerStore`, one file per holder, with a table of the
+shares it issued in the same file). It decides alone, in this order, from its own state only:
+
+1. the contract: the study is registered at this holder, the request's contract hash is the
+   study's, the study's `context_fingerprint` is the collective key's fingerprint this holder
+   built (a relay that swapped in its own key gets nothing), the measurement's kind is one the
+   study's strategy uses, its sensitivity is at least the person bound, its epsilon within the
+   release's and the release's within the study's;
+2. one share per ciphertext: a request for a ciphertext digest it already answered gets the
+   stored answer if it is the same request, a refusal if it is another (see `request_share`);
+3. its own ledger, charged first (atomic check-and-charge, refused when the study's budget
+   is spent: BudgetExhaustedError, nothing issued);
+4. the share: h_i = c1 s_i + smudging + Delta * (its discrete Laplace share on the measured
+   slots), both noises from its noise key and the request, stored, then returned.
+
+No network here: the gRPC wiring is not built (docs/threshold.md).
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.noise import KeyedRandom, laplace_scale
+from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+from he_partition.he.threshold_decrypt import decryption_share
+from he_partition.he.threshold_keys import HolderSecret
+from he_partition.he.threshold_wire import ciphertext_digest
+from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
+
+from ..common.contract import StudyContract, canonical_json, check_id
+from ..common.errors import FailedPreconditionError
+from ..common.util import utc_now
+from .ledger import SqliteLedgerStore
+
+__all__ = ["ShareRequest", "ThresholdHolder"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS threshold_shares (
+    ciphertext_digest TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    share BLOB NOT NULL,
+    created_at TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class ShareRequest:
+    """What a holder is asked to decrypt: one ciphertext of one measurement of one release.
+
+    `slots`: how many leading slots of the ciphertext hold measured values (they get the DP
+    share; the rest, pads, get none). `key_fingerprint`: the collective key the requester says
+    the ciphertext is under (32 bytes), checked against the contract and the holder's own key.
+    """
+
+    study_id: str
+    contract_hash: str
+    release_id: str
+    release_epsilon: float
+    kind: str
+    epsilon: float
+    sensitivity: int
+    slots: int
+    key_fingerprint: bytes
+    ciphertext: bytes
+
+    def label(self, digest: bytes) -> bytes:
+        """Canonical bytes of the request (everything but the ciphertext, which enters as its digest)."""
+        return canonical_json({"study_id": self.study_id, "release_id": self.release_id,
+                               "release_epsilon": self.release_epsilon, "kind": self.kind, "epsilon": self.epsilon,
+                               "sensitivity": self.sensitivity, "slots": self.slots,
+                               "ciphertext_digest": digest.hex()}).encode("utf-8")
+
+
+class ThresholdHolder:
+    """Holder `secret.holder` of `holders` key-share holders: decides alone whether to issue its share."""
+
+    def __init__(self, ctx: Any, secret: HolderSecret, holders: int, key_fingerprint: bytes,
+                 noise_key: bytes, ledger_path: Path | str) -> None:
+        if len(noise_key) < 16:
+            raise InvalidInputError(f"a holder's noise key needs at least 16 bytes, got {len(noise_key)}")
+        if len(key_fingerprint) != 32:
+            raise InvalidInputError(f"a collective key fingerprint has 32 bytes, got {len(key_fingerprint)}")
+        self.ctx, self.secret, self.holders = ctx, secret, int(holders)
+        self.key_fingerprint = bytes(key_fingerprint)
+        self._noise_key = bytes(noise_key)
+        self.ledger = SqliteLedgerStore(ledger_path)
+        self._db = sqlite3.connect(Path(ledger_path), isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.ledger.close()
+        self._db.close()
+
+    def register_study(self, contract: StudyContract) -> None:
+        """Accept a study whose contract names this holder's collective key (by fingerprint)."""
+        if not hmac.compare_digest(contract.context_fingerprint, self.key_fingerprint.hex()):
+            raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}..., "
+                                          "not this holder's collective key: not registered")
+        self.ledger.create_study(contract)
+
+    def check_request(self, contract: StudyContract, req: ShareRequest) -> None:
+        """Refuse a request that does not fit the study's contract, before the ledger or the ciphertext is touched."""
+        check_id("release_id", req.release_id)
+        if not hmac.compare_digest(req.contract_hash, contract.contract_hash):
+            raise FailedPreconditionError(f"the request's contract hash differs from study {contract.study_id}'s: "
+                                          "nothing was decrypted")
+        if not hmac.compare_digest(bytes(req.key_fingerprint), self.key_fingerprint) or \
+                not hmac.compare_digest(contract.context_fingerprint, self.key_fingerprint.hex()):
+            raise FailedPreconditionError("the request is not under this holder's collective key: nothing was decrypted")
+        if contract.correlation_leakage:
+            raise FailedPreconditionError(f"study {contract.study_id} has correlated records (L > 0): threshold holders "
+                                          "do not decrypt such studies yet")
+        kinds = STRATEGY_MEASUREMENT_KINDS.get(contract.strategy, frozenset())
+        if req.kind not in kinds:
+            raise FailedPreconditionError(f"measurement kind {req.kind!r} is not used by study {contract.study_id}'s "
+                                          f"strategy {contract.strategy!r}: nothing was decrypted")
+        if isinstance(req.sensitivity, bool) or not isinstance(req.sensitivity, int) or \
+                req.sensitivity < contract.person_bound:
+            raise InvalidInputError(f"measurement sensitivity must be an integer >= the study's person bound "
+                                    f"{contract.person_bound}, got {req.sensitivity!r}")
+        if not 0 < req.epsilon <= req.release_epsilon <= contract.epsilon:
+            raise InvalidInputError(f"need 0 < measurement epsilon {req.epsilon} <= release epsilon "
+                                    f"{req.release_epsilon} <= study epsilon {contract.epsilon}")
+        if isinstance(req.slots, bool) or not isinstance(req.slots, int) or not 1 <= req.slots <= self._slot_count():
+            raise InvalidInputError(f"measured slots must be in [1, {self._slot_count()}], got {req.slots!r}")
+
+    def _slot_count(self) -> int:
+        return int(self.ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
+
+    def request_share(self, req: ShareRequest) -> bytes:
+        """This holder's decryption share of `req.ciphertext` with its DP share, after its contract and ledger checks.
+
+        Privacy: charges `req.epsilon` to this holder's own ledger before anything else is
+        computed (BudgetExhaustedError, nothing issued, when it does not fit). The share adds
+        this holder's `discrete_laplace_share` at scale laplace_scale(sensitivity, epsilon) on
+        the measured slots: the K holders' shares sum to one discrete Laplace draw, so the
+        combined values are epsilon-DP for L1 sensitivity `req.sensitivity` under add/remove
+        of one person with at most c records (the neighbouring relation; c the contract's person bound), against everyone
+        but the K holders together. Who knows the noise: only this holder knows its DP share and
+        its smudging (both drawn from its own noise key, keyed by the request); the combiner sees
+        only the sum of all K holders' and its own draw.
+
+        One share per ciphertext. A request for a ciphertext digest this holder already
+        answered is answered with the stored share bytes when it is the same request (the
+        retry after a lost reply), and refused (FailedPreconditionError) when it is any other
+        request. Why not a fresh share: two shares of one ciphertext with independent smudging
+        and DP shares let the combiner average (or difference) them, shrinking this holder's
+        noise -- the averaging attack; the identical bytes give it nothing it does not have,
+        and a refusal of a different request for the same digest stops it from buying a
+        second, independent DP share under another release id. Both noises are keyed by the
+        request, so even a holder whose share table was rolled back with its ledger reissues
+        the identical bytes, never a second independent share. A new ciphertext (a
+        re-randomized one included) is a new request and is charged again: averaging across
+        ciphertexts costs budget.
+        """
+        check_id("study_id", req.study_id)
+        digest = ciphertext_digest(bytes(req.ciphertext))
+        label = req.label(digest)
+        with self._lock:
+            contract = self.ledger.get_study(req.study_id)
+            self.check_request(contract, req)
+            stored = self._db.execute("SELECT request, share FROM threshold_shares WHERE ciphertext_digest = ?",
+                                      (digest.hex(),)).fetchone()
+            if stored is not None:
+                if stored[0] != label.decode("utf-8"):
+                    raise FailedPreconditionError("a share was already issued for this ciphertext under another "
+                                                  "request: one share per ciphertext, nothing was decrypted")
+                return bytes(stored[1])
+            self.ledger.charge(req.study_id, req.release_id, req.kind, float(req.epsilon), float(req.release_epsilon),
+                               json.dumps({"holder": self.secret.holder, "ciphertext_digest": digest.hex()}))
+            scale = laplace_scale(req.sensitivity, req.epsilon)
+            noise = discrete_laplace_share(scale, self.holders, req.slots,
+                                           holder_noise_source(self._noise_key, self.secret.holder, self.holders,
+                                                               b"dp/" + label))
+            smudge = KeyedRandom(self._noise_key, b"dpagg/threshold/smudge/v1" + label)
+            share = decryption_share(self.ctx, self.secret, self.key_fingerprint, bytes(req.ciphertext),
+                                     dp_noise=noise, rng=smudge)
+            self._db.execute("INSERT INTO threshold_shares (ciphertext_digest, request, share, created_at) "
+                             "VALUES (?, ?, ?, ?)", (digest.hex(), label.decode("utf-8"), share, utc_now()))
+            return share

@@ -1,0 +1,137 @@
+"""Collective key setup as a protocol (issue 29): honest run with real SEAL, K = 3; cheats and a missing holder stop it."""
+from __future__ import annotations
+
+import secrets
+
+import pytest
+import tenseal as ts
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.he.bfv import generate_secret_context
+from he_partition.he.threshold_context import collective_context
+from he_partition.he.threshold_decrypt import combine, decryption_share
+from he_partition.he.threshold_keys import holder_keygen
+from he_partition.he.threshold_setup import HolderSetup, SetupRelay, common_seed, test_vector
+from he_partition.he.threshold_wire import key_share_commitment
+
+HOLDERS = [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def ctx() -> ts.Context:
+    return generate_secret_context()
+
+
+def _start(ctx: ts.Context) -> tuple[bytes, dict[int, HolderSetup], SetupRelay]:
+    session = secrets.token_bytes(16)
+    return session, {h: HolderSetup(ctx, session, h, HOLDERS) for h in HOLDERS}, SetupRelay(ctx, session, HOLDERS)
+
+
+def _through_round_3(ctx: ts.Context) -> tuple[bytes, dict[int, HolderSetup], SetupRelay]:
+    session, holders, relay = _start(ctx)
+    for h, hs in holders.items():
+        relay.submit("seed commitment", h, hs.commit_seed())
+    for h, hs in holders.items():
+        relay.submit("seed contribution", h, hs.reveal_seed(relay.collected("seed commitment")))
+    for h, hs in holders.items():
+        relay.submit("key-share commitment", h, hs.commit_key(relay.collected("seed contribution")))
+    return session, holders, relay
+
+
+def test_honest_setup_builds_one_key_every_holder_agrees_on_and_decrypts_the_test_vector(ctx: ts.Context) -> None:
+    session, holders, relay = _through_round_3(ctx)
+    for h, hs in holders.items():
+        relay.submit("key share", h, hs.reveal_key(relay.collected("key-share commitment")))
+    fps = {h: hs.build_key(relay.collected("key share")) for h, hs in holders.items()}
+    assert len(set(fps.values())) == 1 and len(fps[0]) == 32
+    seed = common_seed(session, relay.collected("seed contribution"))
+    assert all(hs.seed == seed for hs in holders.values())
+    ct = relay.test_ciphertext(holders[0].public_key, seed)
+    shares = {h: hs.test_share(ct) for h, hs in holders.items()}
+    got = relay.combine_test(ct, shares, fps[0])
+    for hs in holders.values():
+        hs.confirm(got.tolist())
+        assert hs.state == "active"
+    with pytest.raises(InvalidInputError, match="is at 'active'; this step needs 'key revealed'"):
+        holders[0].test_share(ct)  # one test share per session
+    # the collective key works for owners through TenSEAL
+    vec = ts.bfv_vector(collective_context(ctx, holders[0].public_key), [7, 8, 9])
+    from he_partition.he.threshold_context import vector_ciphertext
+
+    raw = vector_ciphertext(vec.serialize())
+    out = combine(ctx, raw, [decryption_share(ctx, holders[h].secret, fps[0], raw) for h in HOLDERS], HOLDERS, fps[0])
+    assert out[:3].tolist() == [7, 8, 9]
+
+
+def test_a_wrong_test_decryption_does_not_activate_the_key(ctx: ts.Context) -> None:
+    session, holders, relay = _through_round_3(ctx)
+    for h, hs in holders.items():
+        relay.submit("key share", h, hs.reveal_key(relay.collected("key-share commitment")))
+    fp = holders[0].build_key(relay.collected("key share"))
+    ct = relay.test_ciphertext(holders[0].public_key, holders[0].seed)
+    holders[0].test_share(ct)
+    wrong = test_vector(holders[0].seed, 8192, 562949952847873)
+    wrong[5] += 1
+    with pytest.raises(InvalidInputError, match="does not equal the test vector"):
+        holders[0].confirm(wrong)
+    assert holders[0].state == "failed" and len(fp) == 32
+
+
+def test_a_holder_revealing_a_different_key_share_is_refused(ctx: ts.Context) -> None:
+    _, holders, relay = _through_round_3(ctx)
+    for h, hs in holders.items():
+        relay.submit("key share", h, hs.reveal_key(relay.collected("key-share commitment")))
+    reveals = relay.collected("key share")
+    reveals[2] = holder_keygen(ctx, holders[2].seed, 2)[1]  # chosen after seeing the others' p_i
+    for h in (0, 1):
+        with pytest.raises(InvalidInputError, match="holder 2 does not match its commitment"):
+            holders[h].build_key(reveals)
+    assert not holders[0].public_key
+
+
+def test_a_holder_revealing_a_different_seed_contribution_is_refused(ctx: ts.Context) -> None:
+    _, holders, relay = _start(ctx)
+    for h, hs in holders.items():
+        relay.submit("seed commitment", h, hs.commit_seed())
+    contributions = {h: hs.reveal_seed(relay.collected("seed commitment")) for h, hs in holders.items()}
+    contributions[1] = secrets.token_bytes(32)  # the last revealer tries to choose the common seed
+    with pytest.raises(InvalidInputError, match="seed contribution of holder 1 does not match its commitment"):
+        holders[0].commit_key(contributions)
+    assert holders[0].state == "seed revealed" and holders[0].secret is None
+
+
+def test_a_relay_that_changes_a_holders_own_commitment_is_caught(ctx: ts.Context) -> None:
+    _, holders, relay = _start(ctx)
+    commits = {h: hs.commit_seed() for h, hs in holders.items()}
+    commits[0] = bytes(32)
+    with pytest.raises(InvalidInputError, match="relayed seed commitment of holder 0 is not the one it sent"):
+        holders[0].reveal_seed(commits)
+
+
+def test_a_missing_holder_stops_the_setup(ctx: ts.Context) -> None:
+    _, holders, relay = _start(ctx)
+    for h in (0, 1):
+        relay.submit("seed commitment", h, holders[h].commit_seed())
+    with pytest.raises(InvalidInputError, match="holder 2 has not sent its seed commitment: setup stopped"):
+        relay.collected("seed commitment")
+    partial = dict(relay.rounds["seed commitment"])
+    with pytest.raises(InvalidInputError, match="holder 2 has not sent its seed commitment: setup stopped"):
+        holders[0].reveal_seed(partial)  # a holder refuses a partial set whatever the relay does
+    assert holders[0].state == "seed committed"
+    # a holder missing later (round 4) stops it as well: no key is built from two shares
+    _, holders, relay = _through_round_3(ctx)
+    for h in (0, 1):
+        relay.submit("key share", h, holders[h].reveal_key(relay.collected("key-share commitment")))
+    with pytest.raises(InvalidInputError, match="holder 2 has not sent its key share"):
+        holders[0].build_key(dict(relay.rounds["key share"]))
+    with pytest.raises(InvalidInputError, match="key share from holder 7, which is not in this setup"):
+        holders[0].build_key({**relay.rounds["key share"], 2: b"x", 7: b"y"})
+
+
+def test_steps_out_of_order_are_refused(ctx: ts.Context) -> None:
+    _, holders, _ = _start(ctx)
+    with pytest.raises(InvalidInputError, match="holder 0 is at 'new'; this step needs 'key committed'"):
+        holders[0].reveal_key({h: bytes(32) for h in HOLDERS})
+    with pytest.raises(InvalidInputError, match="no collective key yet"):
+        holders[0].test_share(b"")
+    assert key_share_commitment(0, b"s" * 16, b"p") != key_share_commitment(1, b"s" * 16, b"p")
