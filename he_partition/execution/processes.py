@@ -46,7 +46,8 @@ def _serve(conn: Connection) -> None:
                 for i, noise in msg[2]:
                     conn.send(("chunk", i, worker.noised(msg[1], i, noise)))
             elif op == "hold":
-                conn.send(("ok", worker.hold(msg[1], msg[2], msg[3])))
+                worker.hold(msg[1], msg[2], msg[3])
+                conn.send(("ok", None))
             elif op == "call":
                 conn.send(("ok", worker.call(msg[1], msg[2], msg[3])))
             elif op == "drop":

@@ -164,7 +164,7 @@ class RayExecutor:
             refs = [self._actors[w].call.remote(key, method, args[w]) for w in range(self.workers)]
             out = []
             for w in range(self.workers):
-                for attempt in range(MAX_RESTARTS + 1):
+                for _attempt in range(MAX_RESTARTS + 1):
                     try:
                         out.append(ray.get(refs[w]))
                         break
