@@ -95,6 +95,11 @@ def _canonical_params(params: Mapping[str, Any] | str | None) -> str:
         raise InvalidInputError(f"strategy_params must hold finite JSON values: {exc}") from exc
 
 
+def join_terms_of(strategy_params: str, domain_size: int) -> JoinTerms:
+    """A join study's terms from its strategy_params JSON, checked as the contract checks them (InvalidInputError)."""
+    return JoinTerms.from_params(json.loads(_canonical_params(strategy_params)), domain_size=domain_size)
+
+
 #: The largest study epsilon accepted: a Laplace guarantee at 1e3 already says nothing.
 MAX_STUDY_EPSILON = 1000.0
 

@@ -8,7 +8,6 @@ keyed draw before any data-dependent check), so a reviewer reads the whole bound
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import threading
@@ -31,7 +30,7 @@ from he_partition.core.measurements import Measurement, PartitionSums, RangeCoun
 from he_partition.core.noise import KeyedRandom, RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
-from ..common.contract import StudyContract, canonical_json, check_id
+from ..common.contract import StudyContract, canonical_json, check_id, join_terms_of
 from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
@@ -246,8 +245,9 @@ class DecryptionHandler:
                 "a join study must be signed: owner_keys is empty, so the owners could not tell each other's X25519 "
                 "join key from one the computation server made up. Pass both owners' Ed25519 public keys "
                 "(dpagg open-join --owner-keys-dir DIR or --owner-key ID=HEX), also on an --insecure server")
-        fingerprint = (context_fingerprint(self.join_scheme(_join_version(strategy_params_json)).public_bytes())
-                       if join else self.fingerprint)
+        # A join's terms are checked before its key version is looked up, so bad terms never create a key.
+        fingerprint = (context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
+                                           .public_bytes()) if join else self.fingerprint)
         contract = StudyContract.create(
             study_id=study_id or new_id("study"),
             domain_size=domain_size,
@@ -552,16 +552,6 @@ class DecryptionHandler:
                 problem = str(exc)
         return BudgetReport(study_id, contract.epsilon, spent, charges,
                             max(spent, float(exact_reserved(charges))), problem, available(contract.epsilon, charges))
-
-
-def _join_version(strategy_params_json: str) -> int:
-    """The join scheme version a join study's params name (JoinTerms.version: absent means 1); malformed
-    params give 1 here and are refused with the contract's own message when it is built."""
-    try:
-        params = json.loads(strategy_params_json or "{}")
-        return int(params.get("join_version", 1)) if isinstance(params, dict) else 1
-    except (ValueError, TypeError):
-        return 1
 
 
 def _check_contract_hash(contract: StudyContract, contract_hash: str, consequence: str) -> None:
