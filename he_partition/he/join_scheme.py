@@ -24,10 +24,8 @@ distance at most k * 2^-42 (2^-30 for the total of a 64 x 64 table).
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -35,6 +33,7 @@ import numpy.typing as npt
 import tenseal.sealapi as seal
 
 from .bfv import seal_ciphertext_bytes, seal_phase_and_plaintext
+from .seal_io import load_seal_bytes, seal_bytes
 from ..core.errors import InvalidInputError, PrecisionError
 
 __all__ = ["JoinParams", "JoinScheme", "FLOOD_BITS", "MIN_NOISE_BUDGET_BITS", "JOIN_VERSIONS", "CURRENT_JOIN_VERSION",
@@ -100,25 +99,15 @@ def _context(params: JoinParams) -> Any:
     return seal.SEALContext(parms, True, seal.SEC_LEVEL_TYPE.TC128)
 
 
-def _dump(obj: Any) -> bytes:
-    """SEAL objects serialize to files only in these bindings: go through a private temporary file."""
-    with tempfile.TemporaryDirectory(prefix="dpagg-join-") as d:
-        path = os.path.join(d, "obj")
-        obj.save(path)
-        return Path(path).read_bytes()
+_dump = seal_bytes
 
 
 def _load(factory: Callable[[], Any], context: Any, data: bytes, what: str, params: JoinParams | None = None) -> Any:
-    obj = factory()
-    with tempfile.TemporaryDirectory(prefix="dpagg-join-") as d:
-        path = os.path.join(d, "obj")
-        Path(path).write_bytes(data)
-        try:
-            obj.load(context, path)
-        except (RuntimeError, ValueError) as exc:
-            scheme = params.describe() if params is not None else "this join scheme"
-            raise InvalidInputError(f"not a valid {what} for {scheme}: {exc}") from exc
-    return obj
+    try:
+        return load_seal_bytes(factory(), context, data)
+    except (RuntimeError, ValueError) as exc:
+        scheme = params.describe() if params is not None else "this join scheme"
+        raise InvalidInputError(f"not a valid {what} for {scheme}: {exc}") from exc
 
 
 def _version_of(factory: Callable[[], Any], data: bytes, what: str, params: JoinParams) -> str:

@@ -12,11 +12,8 @@ for K = 3). Galois keys are not built (see the issue-29a report).
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +23,7 @@ import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import seal_ciphertext_bytes
+from he_partition.he.seal_io import load_seal_bytes, seal_bytes
 from he_partition.he.threshold_wire import common_polynomial, verify_reveals
 
 _SECRET_MAGIC = b"DPTK1"
@@ -57,29 +55,11 @@ def _degree(ctx: ts.Context) -> int:
 
 
 def load_seal(factory: Any, ctx: ts.Context, data: bytes, what: str) -> Any:
-    """A SEAL object loaded from bytes (these bindings load only from paths).
-
-    The bytes go through an anonymous in-memory file (`memfd_create`, read back through
-    /proc/self/fd), which no other process can open by name and which costs no directory
-    create/remove per call; a private temporary directory where memfd is unavailable.
-    """
-    obj = factory()
+    """A SEAL object loaded from bytes under `ctx`'s parameters (he_partition.he.seal_io)."""
     try:
-        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-            fd = os.memfd_create("dpagg-thr", getattr(os, "MFD_CLOEXEC", 0))
-            try:
-                os.write(fd, data) if len(data) < (1 << 20) else Path(f"/proc/self/fd/{fd}").write_bytes(data)
-                obj.load(ctx.seal_context().data, f"/proc/self/fd/{fd}")
-            finally:
-                os.close(fd)
-            return obj
-        with tempfile.TemporaryDirectory(prefix="dpagg-thr-") as d:
-            path = os.path.join(d, "obj")
-            Path(path).write_bytes(data)
-            obj.load(ctx.seal_context().data, path)
+        return load_seal_bytes(factory(), ctx.seal_context().data, data)
     except (RuntimeError, ValueError) as exc:
         raise InvalidInputError(f"not a valid {what} for these BFV parameters: {exc}") from exc
-    return obj
 
 
 def secret_plaintext(ctx: ts.Context, secret: "HolderSecret", parms_id: list[int], k: int) -> Any:
@@ -213,7 +193,4 @@ def encrypt_sum(ctx: ts.Context, public_key: bytes, rows: list[list[int]]) -> by
         encryptor.encrypt(plain, ct if i else total)
         if i:
             evaluator.add_inplace(total, ct)
-    with tempfile.TemporaryDirectory(prefix="dpagg-thr-") as d:
-        path = os.path.join(d, "ct")
-        total.save(path)
-        return Path(path).read_bytes()
+    return seal_bytes(total)
