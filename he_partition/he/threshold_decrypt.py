@@ -21,9 +21,9 @@ import numpy.typing as npt
 import tenseal as ts
 import tenseal.sealapi as seal
 
-from he_partition.core.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.core.noise import RandomSource
-from he_partition.he.bfv import seal_ciphertext_bytes
+from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS, seal_ciphertext_bytes
 from he_partition.he.rns import mulmod, residues
 from he_partition.he.threshold_keys import HolderSecret, load_seal, read_u64, seal_version, secret_plaintext
 from he_partition.he.threshold_wire import (SMUDGING_BITS, DecryptionShare, check_shares, ciphertext_digest,
@@ -111,30 +111,55 @@ def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphe
 
 
 def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders: Sequence[int],
-            key_fp: bytes) -> npt.NDArray[np.int64]:
+            key_fp: bytes, *, min_budget: int = MIN_NOISE_BUDGET_BITS) -> npt.NDArray[np.int64]:
     """The BFV plaintext slots of `ciphertext` from every holder's share (n-of-n), as integers mod t.
 
-    Refuses (InvalidInputError, naming the holder) a missing, duplicate, foreign, other-key or
-    other-ciphertext share, and a share payload of the wrong size or not reduced mod its prime.
+    Refuses (`ShareCombineError`, an InvalidInputError, naming the holder or the problem) a
+    missing, duplicate, foreign, other-key or other-ciphertext share, a share payload of the wrong
+    size or level or not reduced mod its prime, and -- the integrity check the single key holder
+    makes before it charges (docs/threshold.md section 3 step 3), made here because no holder can
+    measure a noise budget alone -- a combined value whose invariant noise budget is below
+    `min_budget` bits (default `bfv.MIN_NOISE_BUDGET_BITS` = 20; an honest K = 3 combine with
+    B = 70 smudging has ~38): a share made with another secret or relabelled as another holder's,
+    or a ciphertext not under the collective key, decodes to noise and is refused, never returned.
     """
-    checked = check_shares([DecryptionShare.from_bytes(s) for s in shares], holders, key_fp, bytes(ciphertext))
     ct, moduli, n = _ciphertext(ctx, ciphertext)
-    k = len(moduli)
-    qs = np.array(moduli, dtype=np.uint64)[:, None]
-    phase = read_u64(ct.dyn_array(), k * n).reshape(k, n)  # part 0
-    for share in checked:
-        if len(share.payload) != 8 * k * n:
-            raise InvalidInputError(f"decryption share of holder {share.holder} has {len(share.payload)} bytes, "
-                                    f"expected {8 * k * n}")
-        h = np.frombuffer(share.payload, dtype="<u8").reshape(k, n).astype(np.uint64)
-        if any(int(h[j].max()) >= m for j, m in enumerate(moduli)):
-            raise InvalidInputError(f"decryption share of holder {share.holder} is not reduced modulo its primes")
-        phase = (phase + h) % qs  # both < q < 2^61
+    checked = check_shares([DecryptionShare.from_bytes(s) for s in shares], holders, key_fp, bytes(ciphertext))
+    phase = combined_phase(ct, checked, moduli, n)
     # (phase, 0) decrypts to round(t phase / Q) under any key: decode it with SEAL's own decoder.
     raw = seal_ciphertext_bytes(seal_version(ctx), list(ct.parms_id()),
                                 np.stack([phase, np.zeros_like(phase)]), ntt=False)
     trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
     sealctx = ctx.seal_context().data
+    decryptor = seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key())
+    budget = int(decryptor.invariant_noise_budget(trivial))  # of (phase, 0): independent of the key
+    if budget < min_budget:
+        raise ShareCombineError(f"the combined decryption has {budget} bits of noise budget (< {min_budget}): a share "
+                                "was made with another secret or for another holder, or the ciphertext is not under "
+                                "the collective key or is corrupt; nothing is returned")
     plain = seal.Plaintext()
-    seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key()).decrypt(trivial, plain)
+    decryptor.decrypt(trivial, plain)
     return np.array(seal.BatchEncoder(sealctx).decode_uint64(plain), dtype=np.int64)
+
+
+def combined_phase(ct: Any, shares: Sequence[DecryptionShare], moduli: Sequence[int],
+                   n: int) -> npt.NDArray[np.uint64]:
+    """c0 + sum_i h_i mod each prime (shape (k, N)): the combiner's whole view of one ciphertext.
+
+    Checks each payload's size (naming the share's level when it has another prime count) and
+    reduction; holds no secret and adds no noise.
+    """
+    k = len(moduli)
+    qs = np.array(moduli, dtype=np.uint64)[:, None]
+    phase = read_u64(ct.dyn_array(), k * n).reshape(k, n)  # part 0
+    for share in shares:
+        if len(share.payload) != 8 * k * n:
+            levels = f" (a share at a level with {len(share.payload) // (8 * n)} primes)" \
+                if len(share.payload) % (8 * n) == 0 else ""
+            raise ShareCombineError(f"decryption share of holder {share.holder} has {len(share.payload)} bytes"
+                                    f"{levels}, expected {8 * k * n} for a ciphertext at a level with {k} primes")
+        h = np.frombuffer(share.payload, dtype="<u8").reshape(k, n).astype(np.uint64)
+        if any(int(h[j].max()) >= m for j, m in enumerate(moduli)):
+            raise ShareCombineError(f"decryption share of holder {share.holder} is not reduced modulo its primes")
+        phase = (phase + h) % qs  # both < q < 2^61
+    return phase
