@@ -74,6 +74,31 @@ def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[n
     return np.stack([mulmod(m % np.uint64(q), delta % int(q), int(q)) for q in moduli])
 
 
+def padded_noise(dp_slots: Sequence[int] | npt.NDArray[np.int64], measured: Sequence[bool] | npt.NDArray[np.bool_],
+                 rng: RandomSource, plain_modulus: int) -> npt.NDArray[np.int64]:
+    """A holder's slot noise: its DP share on the `measured` slots, a uniform pad mod t on every other slot.
+
+    Why the pads: the CS pads the slots a measurement does not use so that a single key holder sees
+    nothing there, but the CS knows its own pads, so as the combiner of a threshold decryption it
+    would read those slots in the clear -- and they carry data (the owners' prefix sums, for a
+    partition-sums measurement: tests/he_partition/test_threshold_view.py). Each holder adds its own
+    uniform pad there, so the combined unmeasured slots are uniform to the CS and to any coalition
+    missing one holder. `dp_slots` (len(measured) values, any sign; the holder's DP share already
+    in the measurement's slot encoding, e.g. `Measurement.noise_slots(discrete_laplace_share(...))`,
+    or on the leading slots) is kept on the measured slots and ignored elsewhere.
+    Privacy: adds no DP noise itself (the caller's share is epsilon = sensitivity / scale for L1
+    sensitivity `sensitivity` under add/remove of one person with at most c records, charged by the
+    holder); the pads are one-time pads, exactly uniform mod t, one `rng.integers` call for every
+    slot whatever the layout. Who knows the noise: only the holder that owns `rng` knows its pads.
+    """
+    measured_mask = np.asarray(measured, dtype=bool)
+    values = np.asarray(dp_slots, dtype=np.int64).reshape(-1)
+    if len(values) != len(measured_mask):
+        raise InvalidInputError(f"a holder's slot noise has {len(values)} values for {len(measured_mask)} slots")
+    pads = np.asarray(rng.integers(plain_modulus, len(measured_mask)), dtype=np.int64)
+    return np.where(measured_mask, values % plain_modulus, pads)
+
+
 def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphertext: bytes,
                      bits: int = SMUDGING_BITS, *, dp_noise: Sequence[int] | npt.NDArray[np.int64] | None = None,
                      rng: RandomSource | None = None) -> bytes:
@@ -126,20 +151,27 @@ def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders
     ct, moduli, n = _ciphertext(ctx, ciphertext)
     checked = check_shares([DecryptionShare.from_bytes(s) for s in shares], holders, key_fp, bytes(ciphertext))
     phase = combined_phase(ct, checked, moduli, n)
-    # (phase, 0) decrypts to round(t phase / Q) under any key: decode it with SEAL's own decoder.
-    raw = seal_ciphertext_bytes(seal_version(ctx), list(ct.parms_id()),
-                                np.stack([phase, np.zeros_like(phase)]), ntt=False)
-    trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
-    sealctx = ctx.seal_context().data
-    decryptor = seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key())
-    budget = int(decryptor.invariant_noise_budget(trivial))  # of (phase, 0): independent of the key
+    plain, budget = decode_phase(ctx, list(ct.parms_id()), phase)
     if budget < min_budget:
         raise ShareCombineError(f"the combined decryption has {budget} bits of noise budget (< {min_budget}): a share "
                                 "was made with another secret or for another holder, or the ciphertext is not under "
                                 "the collective key or is corrupt; nothing is returned")
+    return np.array(seal.BatchEncoder(ctx.seal_context().data).decode_uint64(plain), dtype=np.int64)
+
+
+def decode_phase(ctx: ts.Context, parms_id: Sequence[int], phase: npt.NDArray[np.uint64]) -> tuple[Any, int]:
+    """(SEAL Plaintext round(t phase / Q), invariant noise budget in bits) of a phase at level `parms_id`.
+
+    The trivial ciphertext (phase, 0) decrypts to the same plaintext under any key, so SEAL's own
+    decryptor (with a throw-away key) decodes it and measures its budget. Holds no secret.
+    """
+    raw = seal_ciphertext_bytes(seal_version(ctx), list(parms_id), np.stack([phase, np.zeros_like(phase)]), ntt=False)
+    trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
+    sealctx = ctx.seal_context().data
+    decryptor = seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key())
     plain = seal.Plaintext()
     decryptor.decrypt(trivial, plain)
-    return np.array(seal.BatchEncoder(sealctx).decode_uint64(plain), dtype=np.int64)
+    return plain, int(decryptor.invariant_noise_budget(trivial))
 
 
 def combined_phase(ct: Any, shares: Sequence[DecryptionShare], moduli: Sequence[int],
