@@ -41,18 +41,20 @@ def _ciphertext(ctx: ts.Context, data: bytes) -> tuple[Any, list[int], int]:
 
 def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[np.int64],
                            moduli: Sequence[int]) -> npt.NDArray[np.uint64]:
-    """Delta * m_i mod each prime of a level: m_i the batch-encoded plaintext of per-slot `noise`.
+    """round(Q m_i / t) mod each prime of a level: m_i the batch-encoded plaintext of per-slot `noise`.
 
     `noise` (at most N integers, any sign, the rest of the slots 0) is reduced mod t, batch-encoded
-    by SEAL (slot values -> plaintext coefficients in [0, t)) and scaled by Delta = floor(Q / t),
-    Q the product of `moduli` (the ciphertext's level), as SEAL's encryption scales a plaintext.
-    Rounding: SEAL encrypts m_d as round(Q m_d / t) = Delta m_d + round((Q mod t) m_d / t), the
-    holders add Delta m_i with no correction term, so the combined phase is
-    Delta (m_d + sum m_i) + err with |err| <= K t (the missing correction terms, each < t, and the
-    Q mod t < t lost on a wrap of the sum past t) ~ 2^50.6 for K = 3, far below the Q / 2t ~ 2^109
-    decryption margin: the combined value decodes to (m_d + sum_i noise_i) mod t exactly
-    (tests/he_partition/test_threshold_noise.py). Adds no noise itself: the caller's `noise` is the
-    holder's DP share (see `decryption_share`).
+    by SEAL (slot values -> plaintext coefficients in [0, t)) and scaled exactly as SEAL's encryption
+    scales a plaintext: Delta m_i + floor(((Q mod t) m_i + floor((t + 1) / 2)) / t), Delta = floor(Q / t),
+    Q the product of `moduli` (the ciphertext's level).
+    Why the rounding term matters (privacy, not only correctness): with Delta m_i alone, the combined
+    phase's noise polynomial carries -(Q mod t) sum_i m_i / t, up to 2^47.6 per coefficient at these
+    parameters (Q mod t ~ 2^46.1), a function of the holders' secret DP shares and pads that only the
+    2^70 smudging would hide (statistical distance ~2^-10 per ciphertext). With SEAL's rounding the
+    terms cancel against the decoder's round(Q m / t) up to one carry in {-1, 0, 1} per summand (tested
+    in tests/he_partition/test_threshold_view.py). The combined value decodes to (m_d + sum_i noise_i)
+    mod t exactly (tests/he_partition/test_threshold_noise.py). Adds no noise itself: the caller's
+    `noise` is the holder's DP share (see `decryption_share`).
     """
     sealctx = ctx.seal_context().data
     n = int(sealctx.first_context_data().parms().poly_modulus_degree())
@@ -71,7 +73,10 @@ def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[n
     for q in moduli:
         big_q *= int(q)
     delta = big_q // t
-    return np.stack([mulmod(m % np.uint64(q), delta % int(q), int(q)) for q in moduli])
+    # SEAL's rounding term: < Q mod t < t < 2^50 (exact in Python integers: the product reaches 2^99)
+    fix = np.array(((m.astype(object) * (big_q % t) + (t + 1) // 2) // t).tolist(), dtype=np.uint64)
+    return np.stack([(mulmod(m % np.uint64(q), delta % int(q), int(q)) + fix % np.uint64(q)) % np.uint64(q)
+                     for q in moduli])
 
 
 def padded_noise(dp_slots: Sequence[int] | npt.NDArray[np.int64], measured: Sequence[bool] | npt.NDArray[np.bool_],

@@ -91,3 +91,23 @@ def test_combine_refusals_are_value_errors_with_the_holder_named(setup: dict[str
         combine(setup["ctx"], ct, shares[:2], HOLDERS, setup["fp"])
     with pytest.raises(ShareCombineError, match="under another collective key"):
         combine(setup["ctx"], ct, shares, HOLDERS, bytes(32))
+
+
+def test_the_combined_noise_polynomial_does_not_carry_the_holders_noise_plaintexts(setup: dict[str, Any]) -> None:
+    """Without smudging (B = 1), the combined view's noise polynomial is the encryptions' small noise, with or
+    without the holders' DP shares and pads: each holder scales its noise plaintext as SEAL does, round(Q m / t),
+    so nothing of the size of (Q mod t) m / t (2^47.6 here, a function of the holders' secret noise that only
+    the smudging would hide) is left in it."""
+    from he_partition.core.measurements import PartitionSums
+
+    from .threshold_attacker import ThresholdScenario, decode, residual
+
+    x = np.random.default_rng(3).poisson(20, 8192).astype(np.int64)
+    m = PartitionSums(8192, 0.05, 1, tuple(range(0, 8192, 128)))
+    sizes = {}
+    for dp in (False, True):
+        scenario = ThresholdScenario(setup, m, bits=1, dp=dp)
+        view = scenario.combined_view(x, 0)
+        _, coeffs = decode(scenario.ctx, view)
+        sizes[dp] = float(np.max(np.abs(residual(view, coeffs, scenario.t))))
+    assert sizes[False] < 2**12 and sizes[True] < 2**12, sizes
