@@ -181,3 +181,63 @@ def chance_limit(trials: int, p: float, false_alarm: float = 1e-6) -> int:
     from scipy import stats
 
     return int(stats.binom.isf(false_alarm, trials, p))
+
+
+def crafted_ciphertext(ctx: Any, seed: int = 1) -> tuple[bytes, int]:
+    """(a ciphertext a deviating CS builds, c1 = floor(Delta / 3) as a constant polynomial; Delta = floor(Q / t)).
+
+    c0 is uniform; nothing about it is a measurement. A holder that issues a share of it gives
+    h = floor(Delta / 3) s_i + E_i + round(Q m_i / t): reduced mod Delta, the DP share and pads
+    (multiples of Delta up to a rounding term < 2^47) vanish and floor(Delta / 3) s_i (about 2^109
+    per unit of s_i) stands far above the 2^70 smudging.
+    """
+    from he_partition.he.bfv import seal_ciphertext_bytes
+    from he_partition.he.threshold_keys import seal_version
+
+    sealctx = ctx.seal_context().data
+    data = sealctx.first_context_data()
+    moduli = [int(q.value()) for q in data.parms().coeff_modulus()]
+    big_q = int(np.prod(np.array(moduli, dtype=object)))
+    t = int(data.parms().plain_modulus().value())
+    c1 = (big_q // t) // 3
+    polys = np.zeros((2, len(moduli), N), dtype=np.uint64)
+    rng = np.random.default_rng(seed)
+    for j, q in enumerate(moduli):
+        polys[0, j] = rng.integers(0, q, N, dtype=np.uint64)
+        polys[1, j, 0] = c1 % q
+    return seal_ciphertext_bytes(seal_version(ctx), list(data.parms_id()), polys, ntt=False), c1
+
+
+def secret_from_crafted_share(ctx: Any, payload: npt.NDArray[np.uint64], c1: int) -> list[int]:
+    """The attacker's estimate of s_i (coefficients in {-1, 0, 1}) from a share of `crafted_ciphertext`."""
+    data = ctx.seal_context().data.first_context_data()
+    moduli = [int(q.value()) for q in data.parms().coeff_modulus()]
+    big_q = int(np.prod(np.array(moduli, dtype=object)))
+    delta = big_q // int(data.parms().plain_modulus().value())
+    composed = [0] * N
+    for j, q in enumerate(moduli):
+        basis = (big_q // q) * pow(big_q // q, -1, q)
+        for i, v in enumerate(payload[j].tolist()):
+            composed[i] += v * basis
+    out = []
+    for v in composed:
+        r = (v % big_q) % delta
+        out.append(min((abs((r - k * c1 + delta // 2) % delta - delta // 2), k) for k in (-1, 0, 1))[1])
+    return out
+
+
+def secret_coefficients(ctx: Any, secret: Any) -> list[int]:
+    """A holder's s_i in coefficient form, centred (what the attacker is after; for checking its estimate)."""
+    from he_partition.he.bfv import seal_ciphertext_bytes
+    from he_partition.he.threshold_keys import seal_version
+
+    sealctx = ctx.seal_context().data
+    data = sealctx.first_context_data()
+    k = len(data.parms().coeff_modulus())
+    q0 = int(data.parms().coeff_modulus()[0].value())
+    polys = np.stack([secret.s_ntt[:k], secret.s_ntt[:k]]).astype(np.uint64)
+    ct = load_seal(seal.Ciphertext, ctx, seal_ciphertext_bytes(seal_version(ctx), list(data.parms_id()), polys,
+                                                               ntt=True), "secret")
+    seal.Evaluator(sealctx).transform_from_ntt_inplace(ct)
+    row = read_u64(ct.dyn_array(), N).tolist()
+    return [int(x) if x < q0 // 2 else int(x) - q0 for x in row]
