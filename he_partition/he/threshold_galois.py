@@ -30,7 +30,8 @@ import tenseal.sealapi as seal
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import seal_ciphertext_bytes
 from he_partition.he.rns import mulmod
-from he_partition.he.threshold_keys import HolderSecret, key_moduli, load_seal, read_u64, seal_version
+from he_partition.he.threshold_keys import (HolderSecret, key_moduli, load_seal, read_u64, seal_version,
+                                            secret_plaintext_bytes)
 from he_partition.he.threshold_wire import common_polynomial, verify_reveals
 
 __all__ = ["galois_elements", "galois_tag", "holder_galois_share", "collective_galois_keys", "GaloisKeyShare"]
@@ -64,17 +65,9 @@ def _check_elements(ctx: ts.Context, elements: Sequence[int]) -> list[int]:
 
 def _secret_key(ctx: ts.Context, secret: HolderSecret) -> Any:
     """s_i as a SEAL SecretKey (a SecretKey saves as its NTT-form key-level Plaintext)."""
-    version = seal_version(ctx)
-
-    def header(size: int) -> bytes:
-        return b"\x5e\xa1" + version + b"\x00\x00\x00" + struct.pack("<Q", size)
-
-    arr = np.ascontiguousarray(secret.s_ntt, dtype="<u8")
-    data = arr.tobytes()
-    dyn = header(16 + 8 + len(data)) + struct.pack("<Q", arr.size) + data
     parms_id = list(ctx.seal_context().data.key_parms_id())
-    body = struct.pack("<4Q", *parms_id) + struct.pack("<Qd", arr.size, 1.0) + dyn
-    return load_seal(seal.SecretKey, ctx, header(16 + len(body)) + body, "holder secret key")
+    raw = secret_plaintext_bytes(ctx, secret, parms_id, len(key_moduli(ctx)))
+    return load_seal(seal.SecretKey, ctx, raw, "holder secret key")
 
 
 class GaloisKeyShare:
