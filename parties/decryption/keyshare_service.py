@@ -227,6 +227,8 @@ class KeyShareService:
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
             d = discrete_laplace_share(measurement.scale, k, measurement.count,
                                        holder_noise_source(self.noise_key, self.index, k, b"dp/" + label))
+            if isinstance(measurement, RangeCount) and measurement.lo > 0:  # no share on the CS's prefix mask
+                d = np.concatenate([np.zeros(1, dtype=np.int64), d])
             noise = np.asarray(measurement.noise_slots(d, DEFAULT_PLAIN_MODULUS), dtype=np.int64)
         detail = decryption_detail(contract, measurement, digest)
         paid: list[Charge] = []

@@ -140,3 +140,91 @@ def test_a_release_through_three_holders_is_done(threshold: Threshold) -> None:
     assert rel.state == "DONE", rel.error_message
     for i in range(3):
         assert sum(c.epsilon for c in threshold.ledger(i).charges("s1")) == pytest.approx(1.0)
+
+
+class _Spy:
+    """Records every measurement the computation server sends for decryption and the values it gets back.
+
+    Wraps the real call (no stand-in): the chunks are materialized so their digest (the noise label) is known.
+    """
+
+    def __init__(self, decryption: Any) -> None:
+        self.calls: list[tuple[dict[str, Any], np.ndarray]] = []
+        self._real: Callable[..., Any] = decryption.decrypt_measurement
+        decryption.decrypt_measurement = self
+
+    def __call__(self, **kw: Any) -> Any:
+        kw["chunks"] = list(kw["chunks"])
+        result = self._real(**kw)
+        self.calls.append((kw, np.asarray(result.values, dtype=np.int64)))
+        return result
+
+
+def _label(kw: dict[str, Any]) -> bytes:
+    m: Measurement = kw["measurement"]
+    return measurement_label(kw["study_id"], kw["release_id"], float(kw["release_epsilon"]), m.to_dict(),
+                             stream_digest(kw["chunks"]).hex())
+
+
+def _noise_key(data_dir: Path) -> bytes:
+    return (data_dir / "keys" / "noise_key.bin").read_bytes()
+
+
+def _single_holder_draw(root: Path, kw: dict[str, Any]) -> np.ndarray:
+    """The single decryption server's keyed draw for one request (its noise key, the request label)."""
+    m: Measurement = kw["measurement"]
+    return discrete_laplace(m.scale, m.count, KeyedRandom(_noise_key(root / "ds"), _label(kw)))
+
+
+def _holders_draws(root: Path, kw: dict[str, Any]) -> np.ndarray:
+    """The sum of the three holders' keyed shares for one request (each holder's noise key, the request label)."""
+    m: Measurement = kw["measurement"]
+    return sum(discrete_laplace_share(m.scale, 3, m.count, holder_noise_source(
+        _noise_key(root / name), i, 3, b"dp/" + _label(kw))) for i, name in enumerate(HOLDERS))  # type: ignore
+
+
+def _run_study(open_and_submit: Callable[[], Any], client: ComputationClient) -> None:
+    open_and_submit()
+    rel = client.run_release("s-eq", epsilon=0.5)
+    assert rel.state == "DONE", rel.error_message
+    client.direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
+
+
+def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_draws_are_accounted_for(
+        tmp_path: Path) -> None:
+    """Same data, same computation-server seed, K = 1 (one decryption server) and K = 3 (three holders).
+
+    Compared, value for value, for every measurement the computation server sends (the release's
+    hierarchical partition sums, then three direct range counts): the decrypted values minus the
+    holder-side DP noise, i.e. data + the computation server's draw. K = 1's holder-side noise is the
+    decryption server's keyed draw; K = 3's is the sum of the three holders' keyed shares, each
+    recomputed here from the holder's noise key and the request label. Also compared: the
+    measurements themselves (kind, partitions, epsilon, sensitivity) and their order.
+    """
+    single = Cluster.start(tmp_path / "k1", cs_seed=12, secure=True)
+    try:
+        spy1 = _Spy(single.cs.handler.decryption)
+
+        def open1() -> None:
+            single.open_study(study_id="s-eq", domain_size=DOMAIN, epsilon=1.0, owners=OWNERS, strategy="hier")
+            for o, h in zip(OWNERS, _histograms()):
+                single.owner(o).submit("s-eq", h)
+
+        _run_study(open1, single.computation())
+    finally:
+        single.stop()
+    k3 = Threshold.start(tmp_path / "k3", cs_seed=12)
+    try:
+        k3.computation().setup_key()
+        spy3 = _Spy(k3.combiner)
+        _run_study(lambda: k3.open_and_submit("s-eq"), k3.computation())
+    finally:
+        k3.stop()
+    assert len(spy1.calls) == len(spy3.calls) >= 4
+    for (kw1, v1), (kw3, v3) in zip(spy1.calls, spy3.calls):
+        assert kw1["measurement"].to_dict() == kw3["measurement"].to_dict()
+        if hasattr(kw1["measurement"], "starts"):
+            assert kw1["measurement"].starts == kw3["measurement"].starts
+        own1, own3 = _single_holder_draw(tmp_path / "k1", kw1), _holders_draws(tmp_path / "k3", kw3)
+        assert (v1 - own1).tolist() == (v3 - own3).tolist()
+        assert np.count_nonzero(own3) > 0 or len(own3) < 3  # the holders' noise is really there
