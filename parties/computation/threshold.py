@@ -30,7 +30,7 @@ from he_partition.he.threshold_keys import collective_public_key, key_fingerprin
 from he_partition.he.threshold_setup import SetupRelay, common_seed
 
 from ..common.contract import StudyContract
-from ..common.errors import FailedPreconditionError, ServiceError
+from ..common.errors import FailedPreconditionError, ServiceError, status_for
 from ..common.receipts import ReceiptBook
 from ..common.tls import TlsConfig
 from ..common.util import new_id
@@ -107,11 +107,9 @@ class ThresholdDecryption:
                 failures.append((c.name, exc))
         if failures:
             name, exc = failures[0]
-            code = exc.code if isinstance(exc, ServiceError) else None
-            reason = exc.details if isinstance(exc, ServiceError) else str(exc)
+            code, reason = (exc.code, exc.details) if isinstance(exc, ServiceError) else status_for(exc)
             others = f" (also failed: {', '.join(n for n, _ in failures[1:])})" if len(failures) > 1 else ""
-            from grpc import StatusCode
-            raise HolderFailedError(code or StatusCode.UNKNOWN, f"key-share holder {name} {what}: {reason}{others}")
+            raise HolderFailedError(code, f"key-share holder {name} {what}: {reason}{others}")
         return results
 
     # -- key setup -------------------------------------------------------------------------

@@ -228,3 +228,134 @@ def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_d
         own1, own3 = _single_holder_draw(tmp_path / "k1", kw1), _holders_draws(tmp_path / "k3", kw3)
         assert (v1 - own1).tolist() == (v3 - own3).tolist()
         assert np.count_nonzero(own3) > 0 or len(own3) < 3  # the holders' noise is really there
+
+
+class _Combines:
+    """Counts the combiner's calls of `combine` (the only step that decrypts anything)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import parties.computation.threshold as mod
+        self.calls = 0
+        real = mod.combine
+
+        def counted(*a: Any, **kw: Any) -> Any:
+            self.calls += 1
+            return real(*a, **kw)
+
+        monkeypatch.setattr(mod, "combine", counted)
+
+
+def _fast(t: Threshold, outage: float = 0.0) -> None:
+    for c in t.combiner.clients:
+        c.retry = FAST_RETRY
+        c.outage_seconds = outage
+
+
+def _refused(t: Threshold, study: str, epsilon: float) -> tuple[str, str]:
+    """(status code name, message) of a release that must not happen: refused up front or FAILED."""
+    try:
+        rel = t.computation().run_release(study, epsilon=epsilon)
+    except ServiceError as exc:
+        return exc.code.name, exc.details
+    assert rel.state == "FAILED", rel.state
+    return rel.error_code, rel.error_message
+
+
+def _spent(t: Threshold, i: int, study: str) -> float:
+    return sum(c.epsilon for c in t.ledger(i).charges(study))
+
+
+def test_a_holder_down_before_the_release_stops_it_before_anything_is_charged_or_decrypted(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-down")
+    _fast(threshold)
+    combines = _Combines(monkeypatch)
+    threshold.stop_holder(2)
+    code, message = _refused(threshold, "s-down", 0.5)
+    assert code == "UNAVAILABLE" and "key-share holder h3" in message
+    assert combines.calls == 0 and _spent(threshold, 0, "s-down") == 0 and _spent(threshold, 1, "s-down") == 0
+    threshold.start_holder(2)  # back: the retry charges every holder once
+    threshold.combiner.clients[2].wait_ready(timeout=15)  # the CS's channel reconnects (gRPC backoff)
+    rel = threshold.computation().run_release("s-down", epsilon=0.5)
+    assert rel.state == "DONE" and combines.calls > 0
+    assert [_spent(threshold, i, "s-down") for i in range(3)] == [pytest.approx(0.5)] * 3
+
+
+def test_a_holder_down_during_the_release_is_waited_for_and_nothing_is_charged_twice(
+        threshold: Threshold) -> None:
+    threshold.open_and_submit("s-mid")
+    _fast(threshold, outage=20.0)
+    combiner = threshold.combiner
+    real = combiner.decrypt_measurement
+    state = {"calls": 0}
+
+    def outage_on_first_measurement(**kw: Any) -> Any:
+        state["calls"] += 1
+        if state["calls"] == 1:
+            threshold.stop_holder(2)
+            threading.Timer(1.0, threshold.start_holder, args=(2,)).start()
+        return real(**kw)
+
+    combiner.decrypt_measurement = outage_on_first_measurement
+    rel = threshold.computation().run_release("s-mid", epsilon=0.5)
+    assert rel.state == "DONE", rel.error_message
+    rows = [[(c.release_id, c.kind, c.epsilon) for c in threshold.ledger(i).charges("s-mid")] for i in range(3)]
+    assert rows[0] == rows[1] == rows[2] and len(rows[0]) == state["calls"]  # one charge per measurement each
+
+
+def test_a_holder_down_past_the_outage_window_fails_the_release_naming_it_and_nothing_is_decrypted(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-gone")
+    _fast(threshold)
+    combines = _Combines(monkeypatch)
+    real = threshold.combiner.decrypt_measurement
+
+    def down_after_the_budget_check(**kw: Any) -> Any:
+        threshold.stop_holder(1)
+        return real(**kw)
+
+    threshold.combiner.decrypt_measurement = down_after_the_budget_check
+    code, message = _refused(threshold, "s-gone", 0.5)
+    assert code == "UNAVAILABLE" and "key-share holder h2" in message
+    assert combines.calls == 0
+
+
+def test_a_holder_refusing_with_an_exhausted_ledger_stops_the_release_before_anything_is_decrypted(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-refuse")
+    threshold.ledger(2).charge("s-refuse", "elsewhere", "partition_sums", 1.0, 1.0)  # holder h3's view: all spent
+    combines = _Combines(monkeypatch)
+    code, _ = _refused(threshold, "s-refuse", 0.5)  # the honest CS reads every holder's budget first
+    assert code == "RESOURCE_EXHAUSTED"
+    assert _spent(threshold, 0, "s-refuse") == 0 and combines.calls == 0
+    # a CS that skips the budget check (reads holder h1 only) still gets nothing: h3 refuses its shares
+    monkeypatch.setattr(threshold.combiner, "budget", lambda study_id, **kw: threshold.combiner.clients[0].budget(
+        study_id))
+    code, message = _refused(threshold, "s-refuse", 0.5)
+    assert code == "RESOURCE_EXHAUSTED" and "key-share holder h3" in message
+    assert combines.calls == 0
+
+
+def test_a_holder_with_a_rolled_back_ledger_cannot_make_the_study_overspend(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-roll")
+    old = threshold.root / "h1-ledger-before.sqlite3"
+    backup_ledger(threshold.root / "h1" / "ledger.sqlite3", old)
+    assert threshold.computation().run_release("s-roll", epsilon=1.0).state == "DONE"
+    threshold.stop_holder(0)
+    for suffix in ("", "-wal", "-shm"):
+        (threshold.root / "h1" / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
+    shutil.copy(old, threshold.root / "h1" / "ledger.sqlite3")
+    threshold.start_holder(0)
+    assert _spent(threshold, 0, "s-roll") == 0  # h1 believes the budget is unspent
+    combines = _Combines(monkeypatch)
+    code, message = _refused(threshold, "s-roll", 1.0)  # the honest CS: h1 reports less spend than its receipts
+    assert code == "FAILED_PRECONDITION" and "h1" in message, message
+    # a CS without receipts that trusts h1's view: h2 and h3 refuse, nothing is decrypted
+    threshold.combiner.clients[0].receipts = None
+    monkeypatch.setattr(threshold.combiner, "budget", lambda study_id, **kw: threshold.combiner.clients[0].budget(
+        study_id))
+    code, message = _refused(threshold, "s-roll", 1.0)
+    assert code == "RESOURCE_EXHAUSTED" and "key-share holder h2" in message
+    assert combines.calls == 0
+    assert _spent(threshold, 1, "s-roll") == pytest.approx(1.0) and _spent(threshold, 2, "s-roll") == pytest.approx(1.0)
