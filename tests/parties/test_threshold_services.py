@@ -359,3 +359,96 @@ def test_a_holder_with_a_rolled_back_ledger_cannot_make_the_study_overspend(
     assert code == "RESOURCE_EXHAUSTED" and "key-share holder h2" in message
     assert combines.calls == 0
     assert _spent(threshold, 1, "s-roll") == pytest.approx(1.0) and _spent(threshold, 2, "s-roll") == pytest.approx(1.0)
+
+
+def _as_computation_server(t: Threshold, i: int) -> Any:
+    """A client of holder i with the computation server's certificate (a deviating CS, played by the test)."""
+    from parties.decryption.keyshare_client import KeyShareClient
+    c = KeyShareClient(HOLDERS[i], t.holders[i].target, retry=FAST_RETRY, tls=t.pki.tls(CS_ID, "computation"))
+    t.clients.append(c)
+    return c
+
+
+def test_one_share_per_ciphertext_and_wrong_shares_are_refused_through_the_services(threshold: Threshold) -> None:
+    threshold.open_and_submit("s-share")
+    spy = _Spy(threshold.combiner)
+    assert threshold.computation().run_release("s-share", epsilon=0.5).state == "DONE"
+    kw, values = spy.calls[0]
+    h1 = _as_computation_server(threshold, 0)
+    ask = {k: kw[k] for k in ("study_id", "release_id", "release_epsilon", "measurement", "chunks")}
+    ask["contract_hash"] = kw["contract_hash"]
+    again = h1.issue_shares(**ask)  # the very same request: the stored bytes, charged once
+    assert again.repeated and _spent(threshold, 0, "s-share") == pytest.approx(0.5)
+    with pytest.raises(ServiceError) as err:  # the same ciphertexts under another release: a second share refused
+        h1.issue_shares(**{**ask, "release_id": "rel-other"})
+    assert err.value.code.name == "FAILED_PRECONDITION" and "already issued" in err.value.details
+    # a combiner handed holder h1's share in holder h2's place refuses to combine
+    from he_partition.core.errors import InvalidInputError
+    from he_partition.he.threshold_context import vector_ciphertext
+    from he_partition.he.threshold_decrypt import combine
+    shares = [_as_computation_server(threshold, i).issue_shares(**ask).shares[0] for i in range(3)]
+    ct = vector_ciphertext(kw["chunks"][0])
+    fp = bytes.fromhex(threshold.holders[0].handler.active.fingerprint)
+    with pytest.raises(InvalidInputError):
+        combine(threshold.combiner._template, ct, [shares[0], shares[0], shares[2]], [0, 1, 2], fp)
+    with pytest.raises(InvalidInputError):
+        combine(threshold.combiner._template, vector_ciphertext(spy.calls[1][0]["chunks"][0]), shares, [0, 1, 2], fp)
+
+
+def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Threshold) -> None:
+    from he_partition.core.errors import InvalidInputError
+    from he_partition.he.bfv import context_fingerprint, generate_secret_context, public_context_bytes
+    from parties.common.contract import StudyContract
+    from parties.common.signing import generate_signing_key
+
+    rogue = public_context_bytes(generate_secret_context())  # the CS's own key pair: it could decrypt alone
+    contract = threshold.open_and_submit("s-rogue-ok")
+    # owners check the context against the contract's fingerprint: a CS serving its own key gets no upload
+    threshold.combiner._context = rogue
+    keys = {o: generate_signing_key() for o in OWNERS}
+    threshold.signing.update(keys)
+    contract2, _ = threshold.computation().open_study(
+        study_id="s-rogue", domain_size=DOMAIN, epsilon=1.0, expected_owners=list(OWNERS), strategy="hier",
+        owner_keys={o: keys[o][1] for o in OWNERS})
+    assert contract2.context_fingerprint == contract.context_fingerprint != context_fingerprint(rogue)
+    with pytest.raises(InvalidInputError, match="is not the key of study"):
+        threshold.owner("a").submit("s-rogue", _histograms()[0])
+    # a contract naming another key (written into a holder's ledger) gets no share from that holder
+    foreign = StudyContract.create(study_id="s-foreign", domain_size=DOMAIN, epsilon=1.0,
+                                   expected_owners=list(OWNERS), context_fingerprint=context_fingerprint(rogue),
+                                   strategy="hier")
+    threshold.ledger(0).create_study(foreign)
+    threshold.combiner._context = None
+    threshold.open_and_submit("s-real")
+    spy = _Spy(threshold.combiner)
+    assert threshold.computation().run_release("s-real", epsilon=0.5).state == "DONE"
+    spy_kw = spy.calls[0][0]
+    with pytest.raises(ServiceError) as err:
+        _as_computation_server(threshold, 0).issue_shares(
+            study_id="s-foreign", release_id="rel-x", release_epsilon=0.5, measurement=spy_kw["measurement"],
+            chunks=spy_kw["chunks"], contract_hash=foreign.contract_hash)
+    assert err.value.code.name == "FAILED_PRECONDITION" and "not holder h1's collective key" in err.value.details
+    assert _spent(threshold, 0, "s-foreign") == 0
+
+
+def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(threshold: Threshold) -> None:
+    from parties.common.signing import generate_signing_key
+
+    contract = threshold.open_and_submit("s-full")
+    h1 = _as_computation_server(threshold, 0)
+    with pytest.raises(ServiceError) as err:
+        h1.decrypt_measurement(study_id="s-full", release_id="r", release_epsilon=0.5,
+                               measurement=_partition_sums(), chunks=[b"x"], chunk_count=1,
+                               contract_hash=contract.contract_hash)
+    assert err.value.code.name == "FAILED_PRECONDITION" and "key-share holder 'h1'" in err.value.details
+    keys = {o: generate_signing_key() for o in ("a", "b")}
+    with pytest.raises(ServiceError) as err:
+        threshold.computation().open_study(study_id="s-join", domain_size=DOMAIN, epsilon=1.0,
+                                           expected_owners=["a", "b"], strategy="join",
+                                           owner_keys={o: k[1] for o, k in keys.items()})
+    assert err.value.code.name == "FAILED_PRECONDITION" and "joins use a single key holder" in err.value.details
+
+
+def _partition_sums() -> Measurement:
+    from he_partition.core.measurements import PartitionSums
+    return PartitionSums(domain_size=DOMAIN, epsilon=0.5, sensitivity=1, starts=(0, 32))
