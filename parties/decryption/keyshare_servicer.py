@@ -57,11 +57,13 @@ class KeyShareServicer(DecryptionServicer):
         return super().OpenStudy(request, context)
 
     def DecryptMeasurement(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        self._computation_only(context, "ask for a decryption")
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r} of "
                                       f"{len(self.service.holders)}: it holds no whole key and decrypts nothing; the "
                                       "computation server asks every holder for shares (IssueShares)")
 
     def DecryptJoinCells(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        self._computation_only(context, "ask for a join decryption")
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
 
     def KeySetup(self, request: decryption_pb2.KeySetupRequest,

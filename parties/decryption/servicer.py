@@ -176,10 +176,12 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
 
     def KeySetup(self, request: decryption_pb2.KeySetupRequest,
                  context: grpc.ServicerContext) -> decryption_pb2.KeySetupResponse:
+        self._computation_only(context, "run a collective key setup")
         raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it runs no collective "
                                       "key setup; start key-share holders with --key-share NAME --holders ...")
 
     def IssueShares(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
                     context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:
+        self._computation_only(context, "ask for decryption shares")
         raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it decrypts with "
                                       "DecryptMeasurement and issues no key shares")
