@@ -452,3 +452,59 @@ def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(t
 def _partition_sums() -> Measurement:
     from he_partition.core.measurements import PartitionSums
     return PartitionSums(domain_size=DOMAIN, epsilon=0.5, sensitivity=1, starts=(0, 32))
+
+
+@pytest.mark.slow
+def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> None:
+    """Three `dpagg serve-decryption --key-share` processes, `serve-computation --holder ...`, `dpagg setup-key`, a
+    signed study, two uploads and a release, all as real processes with mutual TLS."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.parties.test_cli import _creds, _env, _wait_port, dpagg
+
+    dpagg(tmp_path, "certs", "--out", "pki", "--party", "h1:decryption", "--party", "h2:decryption", "--party",
+          "h3:decryption", "--party", "cs:computation", "--party", "op:operator", "--party", "o1:data_owner",
+          "--party", "o2:data_owner", "--signing-keys")
+    env = _env(tmp_path)
+    procs: list[subprocess.Popen[str]] = []
+
+    def serve(*args: str) -> str:
+        name = args[args.index("--port-file") + 1]
+        procs.append(subprocess.Popen([sys.executable, "-m", "parties.cli", *args], cwd=tmp_path, env=env,
+                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        return f"127.0.0.1:{_wait_port(tmp_path / name, procs[-1])}"
+
+    try:
+        targets = [serve("serve-decryption", "--key-share", h, "--holders", ",".join(HOLDERS), "--data-dir", h,
+                         "--port", "0", "--port-file", f"{h}.port", "--computation-id", "cs", *_creds(h))
+                   for h in HOLDERS]
+        cs = serve("serve-computation", "--data-dir", "cs", "--port", "0", "--port-file", "cs.port",
+                   "--executor", "inprocess", *[a for h, t in zip(HOLDERS, targets) for a in ("--holder", f"{h}={t}")],
+                   *_creds("cs"))
+        first = dpagg(tmp_path, "setup-key", "--computation", cs, *_creds("op")).stdout
+        fp = first.split()[2]
+        assert len(fp) == 64 and "set up" in first and "h1, h2, h3" in first
+        assert "already active" in dpagg(tmp_path, "setup-key", "--computation", cs, *_creds("op")).stdout
+        opened = json.loads(dpagg(tmp_path, "open-study", "--computation", cs, "--study-id", "thr", "--domain",
+                                  "age:0:100:20", "--epsilon", "1", "--owners", "o1,o2", "--strategy", "hier",
+                                  "--owner-keys-dir", "pki", "--json", *_creds("op")).stdout)
+        assert opened["context_fingerprint"] == fp
+        from parties.data_owner.dataset import write_sample_csv
+        for i, owner in enumerate(("o1", "o2")):
+            write_sample_csv(tmp_path / f"{owner}.csv", seed=3, n_records=300, owner_index=i)
+            dpagg(tmp_path, "submit", "--computation", cs, "--study", "thr", "--owner", owner, "--csv",
+                  f"{owner}.csv", "--person-column", "person_id", "--signing-key", f"pki/{owner}.signing.key",
+                  *_creds(owner))
+        rel = json.loads(dpagg(tmp_path, "release", "run", "thr", "--epsilon", "rest", "--computation", cs, "--json",
+                               *_creds("op")).stdout)
+        assert rel["state"] == "DONE" and rel["summary"]["domain_size"] == 20
+        for h, t in zip(HOLDERS, targets):  # every holder charged its own ledger for the whole release
+            budget = json.loads(dpagg(tmp_path, "budget", "thr", "--decryption", t, "--json", *_creds("op")).stdout)
+            assert budget["spent"] == pytest.approx(1.0), h
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
