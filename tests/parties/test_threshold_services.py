@@ -508,3 +508,37 @@ def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> Non
             p.terminate()
         for p in procs:
             p.wait(timeout=30)
+
+
+def test_a_rogue_key_share_in_the_setup_is_refused_by_every_holder_and_activates_nothing(tmp_path: Path) -> None:
+    """A relay (the test, with the computation server's certificate) swaps holder h3's revealed key share for one
+    it made itself on the same common seed: every holder checks it against h3's commitment and stops the setup."""
+    import secrets as pysecrets
+
+    from he_partition.he.bfv import generate_secret_context
+    from he_partition.he.threshold_keys import holder_keygen
+    from he_partition.he.threshold_setup import common_seed
+
+    t = Threshold.start(tmp_path)
+    try:
+        hs = [_as_computation_server(t, i) for i in range(3)]
+        session = pysecrets.token_bytes(16)
+
+        def step(name: str, messages: dict[int, bytes] | None = None) -> dict[int, bytes]:
+            return {i: h.key_setup(name, session, HOLDERS, messages).message for i, h in enumerate(hs)}
+
+        seeds = step("reveal_seed", step("commit_seed"))
+        reveals = step("reveal_key", step("commit_key", seeds))
+        _, rogue = holder_keygen(generate_secret_context(), common_seed(session, seeds), 2)
+        for h in hs:
+            with pytest.raises(ServiceError) as err:
+                h.key_setup("build_key", session, HOLDERS, {**reveals, 2: rogue})
+            assert err.value.code.name == "INVALID_ARGUMENT" and "holder 2" in err.value.details
+        with pytest.raises(ServiceError) as err:  # a holder list other than the holder's own configuration
+            hs[0].key_setup("commit_seed", session, ("h1", "h2", "evil"))
+        assert err.value.code.name == "INVALID_ARGUMENT" and "configured" in err.value.details
+        assert all(h.handler.active is None for h in t.holders)
+        fp, _, already = t.computation().setup_key()  # an honest setup afterwards: a new session
+        assert not already and [h.handler.active.fingerprint for h in t.holders] == [fp] * 3
+    finally:
+        t.stop()
