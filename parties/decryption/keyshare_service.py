@@ -36,6 +36,7 @@ from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
 from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold_decrypt import check_ciphertext
 from he_partition.he.threshold_keys import HolderSecret
 from he_partition.he.threshold_setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
@@ -219,7 +220,11 @@ class KeyShareService:
         assert self.holder is not None and self.active is not None
         contract = handler.get_study(study_id)
         self.check_contract(contract)
-        ciphertexts = [vector_ciphertext(c) for c in chunks]
+        try:
+            ciphertexts = [vector_ciphertext(c) for c in chunks]
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"a chunk is not a TenSEAL BFV vector: {exc}; nothing was charged or decrypted") \
+                from None
         digest = stream_digest(chunks).hex()
         label = measurement_label(study_id, release_id, float(release_epsilon), measurement.to_dict(), digest)
         with self.holder._lock:  # an identical request answered before: its stored shares (checked and charged then)
@@ -228,6 +233,11 @@ class KeyShareService:
             return stored, None
         handler.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                   release_id=release_id, release_epsilon=float(release_epsilon))
+        for i, ct in enumerate(ciphertexts):  # every chunk parses as a ciphertext before anything is charged
+            try:
+                check_ciphertext(self.template, ct)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"chunk {i}: {exc}; nothing was charged or decrypted") from None
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")

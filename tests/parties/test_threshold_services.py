@@ -542,3 +542,29 @@ def test_a_rogue_key_share_in_the_setup_is_refused_by_every_holder_and_activates
         assert not already and [h.handler.active.fingerprint for h in t.holders] == [fp] * 3
     finally:
         t.stop()
+
+
+def test_malformed_setup_steps_and_chunks_are_refused_with_the_problem_named_and_nothing_charged(
+        threshold: Threshold) -> None:
+    from he_partition.he.bfv import _varint
+
+    threshold.open_and_submit("s-bad")
+    spy = _Spy(threshold.combiner)
+    assert threshold.computation().run_release("s-bad", epsilon=0.5).state == "DONE"
+    kw = spy.calls[0][0]
+    h1 = _as_computation_server(threshold, 0)
+    before = _spent(threshold, 0, "s-bad")
+    framed_junk = bytes([2 << 3 | 2]) + _varint(5) + b"junk!"  # a TenSEAL vector frame around non-SEAL bytes
+    for junk in (b"x", framed_junk):
+        with pytest.raises(ServiceError) as err:
+            h1.issue_shares(study_id="s-bad", release_id="rel-junk", release_epsilon=0.5,
+                            measurement=kw["measurement"], chunks=[junk] * len(kw["chunks"]),
+                            contract_hash=kw["contract_hash"])
+        assert err.value.code.name == "INVALID_ARGUMENT" and "nothing was charged" in err.value.details
+    assert _spent(threshold, 0, "s-bad") == before
+    for step, session, messages in (("commit_seed", b"short", None), ("reveal_seed", b"s" * 16, {7: b"x"}),
+                                    ("nonsense", b"s" * 16, None)):
+        with pytest.raises(ServiceError) as err:
+            h1.key_setup(step, session, HOLDERS, messages)
+        assert err.value.code.name in ("INVALID_ARGUMENT", "FAILED_PRECONDITION"), err.value
+    assert threshold.holders[0].handler.active is not None  # an active key is never replaced
