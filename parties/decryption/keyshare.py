@@ -228,15 +228,16 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, ciphertexts: list[
 
     Privacy: `charge()` books the measurement's epsilon in this holder's own ledger (the
     caller, `KeyShareService.issue_shares`, computed it as the single key holder does:
-    sensitivity m.sensitivity, add/remove of one person with at most c records) and raises
-    when it does not fit: no share is then computed. `noise` (None: no DP share) is the slot-domain
-    image (the measurement's public map, `Measurement.noise_slots`) of this holder's
-    `discrete_laplace_share` of the measurement's scale on its values, so the K holders'
-    draws add one discrete Laplace per released value, as the single key holder's draw
-    does; it is drawn from the holder's noise key keyed by `label`, known only to this
-    holder. Each chunk's share carries its slice of that noise and keyed smudging. One share per ciphertext: an identical
-    repeat gets the stored bytes (`stored_measurement_shares`), any other request for one of
-    the ciphertexts is refused, as in `ThresholdHolder.request_share`.
+    sensitivity m.sensitivity, neighbouring relation add/remove of one person with at most c
+    records) and raises when it does not fit: no share is then computed. `noise` (None: no DP
+    share) is the slot-domain image (the measurement's public map, `Measurement.noise_slots`)
+    of this holder's `discrete_laplace_share` of the measurement's scale on its values, so the
+    K holders' draws add one discrete Laplace per released value, as the single key holder's
+    draw does; it is drawn from the holder's noise key keyed by `label`, so only this holder
+    knows it. Each chunk's share carries its slice of that noise and keyed smudging. One share
+    per ciphertext: an identical repeat gets the stored bytes (`stored_measurement_shares`),
+    any other request for one of the ciphertexts is refused, as in
+    `ThresholdHolder.request_share`.
     """
     digests = [ciphertext_digest(c) for c in ciphertexts]
     with holder._lock:

@@ -36,7 +36,7 @@ log = logging.getLogger("dpagg.decryption.keyshare")
 
 
 class KeyShareServicer(DecryptionServicer):
-    """A key-share holder's Decryption service: the single server's study RPCs, setup and shares instead of decryption."""
+    """A key-share holder's Decryption service: the single server's study RPCs; setup and shares, no decryption."""
 
     def __init__(self, service: KeyShareService, policy: AccessPolicy | None = None,
                  computation_ids: tuple[str, ...] = (), receipts: ReceiptSigner | None = None) -> None:
