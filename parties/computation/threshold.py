@@ -83,7 +83,8 @@ class ThresholdDecryption:
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=len(self.clients), thread_name_prefix="holders")
+        # several calls at once (a release and another study's reads) do not queue behind each other
+        self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
 
     @property
     def k(self) -> int:
