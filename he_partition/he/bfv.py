@@ -202,6 +202,10 @@ class BfvBackend(ChunkwiseArithmetic):
         #: Tests switch this off to show the attack flooding stops (tests/he_partition/test_keyholder.py);
         #: nothing in the services or the CLI can.
         self.flooding = True
+        #: Threshold mode (issue 29): add the slot noise to c0 only, as a plaintext, so every
+        #: measurement chunk keeps the owners' aggregate c1, which the key-share holders check
+        #: (he_partition.he.threshold_c1). False (the single key holder): a fresh encryption.
+        self.noise_in_c0 = False
 
     @property
     def can_decrypt(self) -> bool:
@@ -214,7 +218,7 @@ class BfvBackend(ChunkwiseArithmetic):
         return ChunkedVector(arr.size, chunks)
 
     def _noised_chunk(self, chunk: Any, noise: IntArray) -> Any:
-        """chunk + a fresh encryption of `noise`, then flooded (see the module docstring).
+        """chunk + a fresh encryption of `noise` (or, with `noise_in_c0`, `noise` as a plaintext on c0), then flooded.
 
         Flooding adds the transparent ciphertext (r, 0), r uniform on [-2^61, 2^61) per
         coefficient from the OS CSPRNG (never a seeded source: it changes no slot value, so
@@ -222,7 +226,10 @@ class BfvBackend(ChunkwiseArithmetic):
         knows r; the decryption side sees the phase noise + r, whose data-dependent part
         (|.| <= B) is hidden up to statistical distance N * B / 2^62 per ciphertext.
         """
-        noised = chunk + self.encrypt(noise).chunks[0]
+        if self.noise_in_c0:  # plaintext addition: c0 += round(Q m / t), c1 unchanged
+            noised = chunk + np.mod(np.asarray(noise, dtype=np.int64), self.plain_modulus).tolist()
+        else:
+            noised = chunk + self.encrypt(noise).chunks[0]
         return noised + self._flood() if self.flooding else noised
 
     def _flood(self) -> Any:

@@ -47,6 +47,7 @@ from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
 from ..common.contract import StudyContract, canonical_json, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.util import utc_now
+from .keyshare_uploads import UploadC1Book
 from .ledger import SqliteLedgerStore
 
 __all__ = ["MeasurementShares", "ShareRequest", "ThresholdHolder"]
@@ -80,6 +81,8 @@ class ShareRequest:
     slots: int
     key_fingerprint: bytes
     ciphertext: bytes
+    #: The chunk of the owners' uploads this ciphertext measures (its expected c1, `UploadC1Book`).
+    chunk: int = 0
 
     def label(self, digest: bytes) -> bytes:
         """Canonical bytes of the request (everything but the ciphertext, which enters as its digest)."""
@@ -93,7 +96,7 @@ class ThresholdHolder:
     """Holder `secret.holder` of `holders` key-share holders: decides alone whether to issue its share."""
 
     def __init__(self, ctx: Any, secret: HolderSecret, holders: int, key_fingerprint: bytes,
-                 noise_key: bytes, ledger_path: Path | str) -> None:
+                 noise_key: bytes, ledger_path: Path | str, *, uploads: UploadC1Book | None = None) -> None:
         if len(noise_key) < 16:
             raise InvalidInputError(f"a holder's noise key needs at least 16 bytes, got {len(noise_key)}")
         if len(key_fingerprint) != 32:
@@ -105,6 +108,9 @@ class ThresholdHolder:
         self._db = sqlite3.connect(Path(ledger_path), isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
+        #: The owners' signed c1 parts (issue 29's defence against a chosen ciphertext): with a
+        #: book, every ciphertext must carry its chunk's aggregate c1 before anything is charged.
+        self.uploads = uploads
 
     def close(self) -> None:
         self.ledger.close()
@@ -178,6 +184,8 @@ class ThresholdHolder:
         with self._lock:
             contract = self.ledger.get_study(req.study_id)
             self.check_request(contract, req)
+            if self.uploads is not None:  # before the ledger and before any share: a chosen c1 gets nothing
+                self.uploads.check(req.study_id, [bytes(req.ciphertext)], [req.chunk])
             stored = self._db.execute("SELECT request, share FROM threshold_shares WHERE ciphertext_digest = ?",
                                       (digest.hex(),)).fetchone()
             if stored is not None:

@@ -238,6 +238,8 @@ class KeyShareService:
                 check_ciphertext(self.template, ct)
             except InvalidInputError as exc:
                 raise InvalidInputError(f"chunk {i}: {exc}; nothing was charged or decrypted") from None
+        if self.holder.uploads is not None:  # issue 29: every chunk carries its chunk's aggregate of the owners' c1
+            self.holder.uploads.check(study_id, ciphertexts, list(measurement.measured_chunks(handler.backend.slots)))
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")

@@ -1,0 +1,106 @@
+"""The c1 part of BFV ciphertexts, for the key-share holders' check against a chosen ciphertext (issue 29).
+
+A holder's share is c1 s_i + noise: whoever picks c1 picks what the share reveals about s_i
+(with c1 = floor(Delta / 3) one share gives the whole s_i: tests/he_partition/threshold_attacker.py).
+An honest measurement ciphertext has the c1 of the owners' aggregate, chunk by chunk: the
+computation server adds its DP noise, pads and flood to c0 only (`BfvBackend.noise_in_c0`), and
+no measurement applies any other map to the ciphertext (the maps are on the slot noise, and the
+decode runs after decryption). So a holder that knows the owners' signed c1 parts can recompute
+the expected c1 of every chunk it is asked to decrypt and refuse any other (`check_c1`).
+
+The parts are residues mod each prime of the ciphertext's level, coefficient form, as SEAL
+stores them: `c1_bytes` is a canonical encoding (little-endian u64, prime-major) so that an
+owner's signature over them (`c1_stream_digest`) and the holder's sum agree bit for bit.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import tenseal as ts
+import tenseal.sealapi as seal
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.he.threshold_context import vector_ciphertext
+from he_partition.he.threshold_keys import load_seal, read_u64
+
+__all__ = ["C1_MISMATCH", "C1Part", "c1_of_vector", "c1_bytes", "c1_from_bytes", "c1_stream_digest",
+           "aggregate_c1", "ciphertext_c1", "check_c1"]
+
+#: The words every refusal of a chosen c1 carries (a holder's error text names them).
+C1_MISMATCH = "c1 does not match the owners' signed uploads"
+
+C1Part = npt.NDArray[np.uint64]  # shape (k, N): residues of c1 mod each prime of the ciphertext's level
+
+_TAG = b"dpagg/c1-stream/v1"
+
+
+def _moduli(ctx: ts.Context, ct: seal.Ciphertext) -> list[int]:
+    level = ctx.seal_context().data.get_context_data(ct.parms_id())
+    if level is None:
+        raise InvalidInputError("the ciphertext is at no level of these BFV parameters")
+    return [int(m.value()) for m in level.parms().coeff_modulus()]
+
+
+def ciphertext_c1(ctx: ts.Context, raw: bytes) -> C1Part:
+    """c1 of a 2-part coefficient-form SEAL ciphertext (bytes), shape (k, N); InvalidInputError otherwise."""
+    ct = load_seal(seal.Ciphertext, ctx, bytes(raw), "ciphertext")
+    if ct.size() != 2 or ct.is_ntt_form():
+        raise InvalidInputError(f"expected a 2-part coefficient-form ciphertext, got {ct.size()} parts"
+                                f"{' in NTT form' if ct.is_ntt_form() else ''}")
+    k, n = len(_moduli(ctx, ct)), int(ct.poly_modulus_degree())
+    return read_u64(ct.dyn_array(), k * n, start=k * n).reshape(k, n)
+
+
+def c1_of_vector(ctx: ts.Context, vector_bytes: bytes) -> C1Part:
+    """c1 of one serialized TenSEAL BFV vector (an owner's upload chunk or a measurement chunk)."""
+    return ciphertext_c1(ctx, vector_ciphertext(vector_bytes))
+
+
+def c1_bytes(part: C1Part) -> bytes:
+    """Canonical bytes of one c1 part: little-endian u64 residues, prime-major."""
+    return np.ascontiguousarray(part, dtype="<u8").tobytes()
+
+
+def c1_from_bytes(data: bytes, moduli: Sequence[int], n: int) -> C1Part:
+    """Parse `c1_bytes` output for a level with `moduli` and degree `n`; refuse wrong sizes or unreduced residues."""
+    k = len(moduli)
+    if len(data) != 8 * k * n:
+        raise InvalidInputError(f"a c1 part has {len(data)} bytes, expected {8 * k * n} ({k} primes x {n} "
+                                "coefficients x 8 bytes)")
+    part = np.frombuffer(data, dtype="<u8").reshape(k, n).astype(np.uint64)
+    if any(int(part[j].max()) >= q for j, q in enumerate(moduli)):
+        raise InvalidInputError("a c1 part is not reduced modulo its primes")
+    return part
+
+
+def c1_stream_digest(parts: Iterable[bytes]) -> bytes:
+    """SHA-256 over an owner's c1 parts in chunk order (each length-prefixed; count and total at the end)."""
+    h = hashlib.sha256(len(_TAG).to_bytes(8, "big") + _TAG)
+    count = total = 0
+    for p in parts:
+        h.update(len(p).to_bytes(8, "big") + bytes(p))
+        count, total = count + 1, total + len(p)
+    h.update(b"end" + count.to_bytes(8, "big") + total.to_bytes(8, "big"))
+    return h.digest()
+
+
+def aggregate_c1(parts: Iterable[C1Part], moduli: Sequence[int]) -> C1Part:
+    """The sum of c1 parts mod each prime: the c1 of the owners' aggregate (ciphertext addition adds c1)."""
+    qs = np.array(moduli, dtype=np.uint64)[:, None]
+    total: C1Part | None = None
+    for p in parts:
+        total = p.copy() if total is None else (total + p) % qs  # both < q < 2^61: no overflow
+    if total is None:
+        raise InvalidInputError("no c1 parts to aggregate")
+    return total
+
+
+def check_c1(ctx: ts.Context, raw: bytes, expected: C1Part, *, chunk: int) -> None:
+    """Refuse (InvalidInputError naming C1_MISMATCH) a ciphertext whose c1 is not `expected`, bit for bit."""
+    got = ciphertext_c1(ctx, raw)
+    if got.shape != expected.shape or not np.array_equal(got, expected):
+        raise InvalidInputError(f"chunk {chunk}: {C1_MISMATCH} (a ciphertext the owners did not make, or noise "
+                                "added outside c0): nothing was charged or decrypted")

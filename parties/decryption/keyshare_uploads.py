@@ -1,0 +1,126 @@
+"""A key-share holder's record of the owners' signed c1 parts (issue 29): the expected c1 of every chunk.
+
+The computation server forwards, once per study, each owner's c1 parts (one per upload chunk,
+`he_partition.he.threshold_c1.c1_bytes`) with the owner's Ed25519 signature over them
+(`c1_statement`, domain-separated from the submission signature). `UploadC1Book.accept`
+verifies every signature against the owner keys in the holder's own copy of the contract,
+requires exactly the contract's owners (one dropped, a duplicate or a stranger is refused) and
+keeps, per chunk, the sum of their parts: the c1 every honest measurement chunk carries
+(the CS adds its noise to c0 only). `check` refuses any other c1, before the holder charges
+its ledger or computes a share. A holder that was forwarded nothing refuses too.
+
+What it cannot check: an owner that encrypts false data, or a c1 the owner itself chose
+(an owner signs what it sends; a chosen c1 from an owner only harms the release it is in,
+since the CS adds the other owners' c1 parts and only the aggregate is decrypted).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.he.threshold_c1 import C1_MISMATCH, C1Part, aggregate_c1, c1_from_bytes, c1_stream_digest, check_c1
+
+from ..common.contract import StudyContract
+from ..common.errors import FailedPreconditionError
+from ..common.signing import sign_submission, verify_submission
+
+__all__ = ["OwnerC1Parts", "UploadC1Book", "c1_statement", "sign_c1_parts"]
+
+_TAG = b"dpagg/c1-parts-digest/v1"
+
+
+def _frame(data: bytes) -> bytes:
+    return len(data).to_bytes(8, "big") + data
+
+
+def c1_statement(study_id: str, owner_id: str, idempotency_key: str, contract_hash: str, parts_digest: bytes) -> bytes:
+    """The 32-byte digest an owner signs over its c1 parts (study, owner, upload key, contract, `c1_stream_digest`)."""
+    h = hashlib.sha256(_frame(_TAG))
+    for name, value in ((b"study_id", study_id.encode()), (b"owner_id", owner_id.encode()),
+                        (b"idempotency_key", idempotency_key.encode()), (b"contract_hash", contract_hash.encode()),
+                        (b"c1_parts_digest", bytes(parts_digest))):
+        h.update(_frame(name) + _frame(value))
+    return h.digest()
+
+
+@dataclass(frozen=True)
+class OwnerC1Parts:
+    """One owner's c1 parts (chunk order) and its signature over them, as the CS forwards them."""
+
+    owner_id: str
+    idempotency_key: str
+    parts: tuple[bytes, ...]
+    signature: bytes
+
+
+def sign_c1_parts(private: bytes, *, study_id: str, owner_id: str, idempotency_key: str, contract_hash: str,
+                  parts: Sequence[bytes]) -> OwnerC1Parts:
+    """Data-owner side: sign the c1 parts of its upload chunks (`threshold_c1.c1_bytes` of each, in order)."""
+    digest = c1_statement(study_id, owner_id, idempotency_key, contract_hash, c1_stream_digest(parts))
+    return OwnerC1Parts(owner_id, idempotency_key, tuple(bytes(p) for p in parts), sign_submission(private, digest))
+
+
+class UploadC1Book:
+    """Per study: the expected aggregate c1 of every chunk, from the contract's owners' verified parts."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        data = ctx.seal_context().data.first_context_data()
+        self.moduli = [int(m.value()) for m in data.parms().coeff_modulus()]
+        self.n = int(data.parms().poly_modulus_degree())
+        self._expected: dict[str, list[C1Part]] = {}
+        self._lock = threading.Lock()
+
+    def accept(self, contract: StudyContract, uploads: Iterable[OwnerC1Parts]) -> int:
+        """Verify every owner's parts and keep their per-chunk sum; returns the chunk count.
+
+        Refuses (FailedPreconditionError) an unsigned study, a missing, duplicate or unknown
+        owner; (SignatureError) a signature that does not verify under the contract's key for
+        that owner; (InvalidInputError) parts of the wrong count, size or range.
+        """
+        if not contract.signed:
+            raise FailedPreconditionError(f"study {contract.study_id} lists no owner keys: a key-share holder cannot "
+                                          "check c1 against signed uploads, so it decrypts signed studies only")
+        keys = dict(contract.owner_keys)
+        got = list(uploads)
+        names = [u.owner_id for u in got]
+        if sorted(names) != sorted(contract.expected_owners) or len(set(names)) != len(names):
+            missing = sorted(set(contract.expected_owners) - set(names))
+            extra = sorted(set(names) - set(contract.expected_owners))
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise FailedPreconditionError(f"study {contract.study_id}: the forwarded c1 parts must come from every "
+                                          f"owner of the contract once (missing {missing}, unknown {extra}, "
+                                          f"duplicated {dup}): {C1_MISMATCH} cannot be checked, refused")
+        chunks = -(-contract.domain_size // self.n)
+        per_owner = []
+        for u in got:
+            if len(u.parts) != chunks:
+                raise InvalidInputError(f"owner {u.owner_id!r} forwarded {len(u.parts)} c1 parts, the study has "
+                                        f"{chunks} chunks")
+            digest = c1_statement(contract.study_id, u.owner_id, u.idempotency_key, contract.contract_hash,
+                                  c1_stream_digest(u.parts))
+            verify_submission(bytes.fromhex(keys[u.owner_id]), digest, u.signature, owner_id=u.owner_id)
+            per_owner.append([c1_from_bytes(p, self.moduli, self.n) for p in u.parts])
+        expected = [aggregate_c1((o[i] for o in per_owner), self.moduli) for i in range(chunks)]
+        with self._lock:
+            self._expected[contract.study_id] = expected
+        return chunks
+
+    def check(self, study_id: str, ciphertexts: Sequence[bytes], chunk_index: Sequence[int]) -> None:
+        """Refuse (FailedPrecondition: nothing forwarded; InvalidInput naming C1_MISMATCH) unless every
+        ciphertext (SEAL bytes) carries the expected aggregate c1 of its chunk."""
+        with self._lock:
+            expected = self._expected.get(study_id)
+        if expected is None:
+            raise FailedPreconditionError(f"study {study_id}: no owners' signed c1 parts were forwarded to this "
+                                          f"holder, so {C1_MISMATCH} cannot be ruled out: nothing was charged or "
+                                          "decrypted")
+        if len(ciphertexts) != len(chunk_index):
+            raise InvalidInputError(f"{len(ciphertexts)} ciphertexts for {len(chunk_index)} chunk positions")
+        for raw, i in zip(ciphertexts, chunk_index):
+            if not 0 <= int(i) < len(expected):
+                raise InvalidInputError(f"chunk {i} is outside the study's {len(expected)} chunks")
+            check_c1(self.ctx, raw, expected[int(i)], chunk=int(i))
