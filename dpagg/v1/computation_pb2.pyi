@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitHeader(_message.Message):
-    __slots__ = ("study_id", "owner_id", "idempotency_key", "domain_length", "context_fingerprint", "chunk_count", "contract_hash", "signature")
+    __slots__ = ("study_id", "owner_id", "idempotency_key", "domain_length", "context_fingerprint", "chunk_count", "contract_hash", "signature", "c1_signature")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class SubmitHeader(_message.Message):
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    C1_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     owner_id: str
     idempotency_key: str
@@ -27,7 +28,8 @@ class SubmitHeader(_message.Message):
     chunk_count: int
     contract_hash: str
     signature: bytes
-    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., domain_length: _Optional[int] = ..., context_fingerprint: _Optional[str] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    c1_signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., domain_length: _Optional[int] = ..., context_fingerprint: _Optional[str] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., signature: _Optional[bytes] = ..., c1_signature: _Optional[bytes] = ...) -> None: ...
 
 class CiphertextChunk(_message.Message):
     __slots__ = ("index", "data")

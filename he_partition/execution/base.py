@@ -51,13 +51,27 @@ class ChunkBytes:
         return [o[index] for o in self.owners]
 
 
+#: Prefix of the context bytes a threshold-mode computation server sends its workers (issue 29): the
+#: workers then add the noise to c0 only (`BfvBackend.noise_in_c0`), keeping the owners' aggregate c1
+#: that the key-share holders check. Travels with the context, so every executor honours it unchanged.
+NOISE_IN_C0 = b"dpagg/noise-in-c0/v1\n"
+
+
+def noise_in_c0_context(context: bytes) -> bytes:
+    """`context` marked for workers that add the noise to c0 only (threshold mode)."""
+    return NOISE_IN_C0 + context
+
+
 def _bfv_backend(context: bytes) -> VectorBackend:
     from ..he.bfv import BfvBackend, load_context  # a worker loads TenSEAL only when it gets a context
 
-    ctx = load_context(context)
+    c0_only = context.startswith(NOISE_IN_C0)
+    ctx = load_context(context[len(NOISE_IN_C0):] if c0_only else context)
     if ctx.is_private():
         raise InvalidInputError("a chunk worker was sent a context holding a secret key; it takes public ones only")
-    return BfvBackend(ctx)
+    backend = BfvBackend(ctx)
+    backend.noise_in_c0 = c0_only
+    return backend
 
 
 class ChunkWorker:

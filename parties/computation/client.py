@@ -229,7 +229,8 @@ class ComputationClient(BaseClient):
 
     def submit_chunks(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                       context_fingerprint: str, chunk_count: int, chunks: Iterable[tuple[int, bytes]],
-                      contract_hash: str, signature: bytes = b"", timeout: float | None = None) -> SubmitResponse:
+                      contract_hash: str, signature: bytes = b"", c1_signature: bytes = b"",
+                      timeout: float | None = None) -> SubmitResponse:
         """One upload stream: the header, then (index, ciphertext bytes) pairs. Not retried here.
 
         `contract_hash`: the study's contract hash; `signature`: the owner's signature of the
@@ -239,7 +240,7 @@ class ComputationClient(BaseClient):
         header = computation_pb2.SubmitHeader(study_id=study_id, owner_id=owner_id, idempotency_key=idempotency_key,
                                               domain_length=domain_length, context_fingerprint=context_fingerprint,
                                               chunk_count=chunk_count, contract_hash=contract_hash,
-                                              signature=signature)
+                                              signature=signature, c1_signature=c1_signature)
 
         def requests() -> Iterator[computation_pb2.SubmitHistogramRequest]:
             yield computation_pb2.SubmitHistogramRequest(header=header)

@@ -84,7 +84,7 @@ class DirectQueries:
         # yet folded into it) once for the batch; every draw is made here, before fan-out (`measure_on`).
         with h.chunk_source(subs) as source:
             try:
-                h.load_aggregate(request_id, contract, source)
+                h.load_aggregate(request_id, contract, source, subs)
                 for m in ms:
                     values, _ = h.decrypt_on_executor(cs, contract, request_id, eps_dp, m)
                     counts.append(RangeCount(m.lo, m.hi, float(values[0]), se))

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from he_partition.core.backend import n_chunks
 from he_partition.execution import ChunkExecutor, InProcessExecutor
-from he_partition.execution.base import ChunkFiles, ChunkSource
+from he_partition.execution.base import ChunkFiles, ChunkSource, noise_in_c0_context
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.join.release import join_strategy, summary_params
@@ -35,6 +35,7 @@ from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDe
 from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
 from ..common.util import new_id, utc_now, write_file_atomic
 from ..decryption.client import DecryptionClient
+from .c1_forward import C1Signatures, owner_c1_parts
 from .join import JoinCoordinator, JoinUploadBackend
 from .running import RunningAggregates
 from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta, owner_conflict
@@ -225,6 +226,7 @@ class ComputationHandler:
         self.rng = rng
         self.data_dir = data_dir
         self._keys = _KeyCache()
+        self.c1_signatures = C1Signatures(data_dir / "c1_signatures" if data_dir is not None else None)
         self.joins = JoinCoordinator(data_dir / "join" if data_dir is not None else None, rng)
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
@@ -262,6 +264,7 @@ class ComputationHandler:
             if ctx.is_private():
                 raise InvalidInputError("the decryption server served a context holding a secret key; refusing it")
             self._keys.backend = BfvBackend(ctx)
+            self._keys.backend.noise_in_c0 = bool(getattr(self.decryption, "noise_in_c0", False))
             self._keys.fingerprint = got
             self._keys.context = data
             if self.data_dir is not None:
@@ -323,7 +326,7 @@ class ComputationHandler:
     # -- uploads -------------------------------------------------------------------------
     def open_upload(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                     context_fingerprint: str, chunk_count: int, contract_hash: str = "",
-                    signature: bytes = b"") -> UploadSession:
+                    signature: bytes = b"", c1_signature: bytes = b"") -> UploadSession:
         """Check an upload header against the study; nothing is stored unless every check passes.
 
         `contract_hash` must be the study's (the owner encrypted for these terms). In a
@@ -386,6 +389,8 @@ class ComputationHandler:
         if existing is not None:
             raise owner_conflict(existing)  # one submission per owner, ever
         sig = bytes(signature) if contract.signed else b""
+        if contract.signed and c1_signature:  # threshold mode forwards it to the key-share holders (issue 29)
+            self.c1_signatures.keep(study_id, owner_id, idempotency_key, c1_signature)
         # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
         return UploadSession(self, meta, backend, duplicate=False, contract=contract, signature=sig)
 
@@ -516,10 +521,23 @@ class ComputationHandler:
         with self.running.reading(subs, self.store.chunk_template) as templates:
             yield ChunkFiles(templates)
 
-    def load_aggregate(self, key: str, contract: StudyContract, source: ChunkSource) -> None:
-        """Have the executor's workers sum their chunk ranges of `source` and keep the sums under `key`."""
+    def load_aggregate(self, key: str, contract: StudyContract, source: ChunkSource,
+                       subs: list[Submission] | None = None) -> None:
+        """Have the executor's workers sum their chunk ranges of `source` and keep the sums under `key`.
+
+        Threshold mode: first the included owners' signed c1 parts go to every key-share holder
+        (once per study), and the workers add the noise to c0 only (`noise_in_c0_context`).
+        """
         backend = self.backend_for(contract)
-        self.executor.load(key, self._keys.context, source, n_chunks(contract.domain_size, backend.slots))
+        context = self._keys.context
+        if getattr(self.decryption, "noise_in_c0", False):
+            included = list(subs or [])
+            self.decryption.forward_uploads(
+                contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
+                    contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in included],
+                [(s.meta.owner_id, s.meta.idempotency_key) for s in included])
+            context = noise_in_c0_context(context)
+        self.executor.load(key, context, source, n_chunks(contract.domain_size, backend.slots))
 
     def decrypt_on_executor(self, cs: ComputationSide, contract: StudyContract, key: str, release_epsilon: float,
                             m: Measurement) -> tuple[IntArray, int]:
@@ -615,7 +633,7 @@ class ComputationHandler:
         with self.chunk_source(subs) as source:
             try:
                 # The executor's workers sum their chunk ranges and keep the sums for the whole release.
-                self.load_aggregate(record.release_id, contract, source)
+                self.load_aggregate(record.release_id, contract, source, subs)
                 summary: Summary = run_strategy(strategy, measure)
             finally:
                 self.executor.drop(record.release_id)

@@ -97,7 +97,8 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         session = self.handler.open_upload(study_id=h.study_id, owner_id=h.owner_id,
                                            idempotency_key=h.idempotency_key, domain_length=int(h.domain_length),
                                            context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count),
-                                           contract_hash=h.contract_hash, signature=bytes(h.signature))
+                                           contract_hash=h.contract_hash, signature=bytes(h.signature),
+                                           c1_signature=bytes(h.c1_signature))
         for msg in request_iterator:
             if msg.WhichOneof("part") != "chunk":
                 session.abort()

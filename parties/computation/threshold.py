@@ -36,6 +36,7 @@ from ..common.tls import TlsConfig
 from ..common.util import new_id
 from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
 from ..decryption.keyshare_client import KeyShareClient
+from ..decryption.keyshare_uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
 
@@ -82,6 +83,7 @@ class ThresholdDecryption:
         self._template = generate_secret_context()  # parameters only; its own keys are never used
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
+        self._forwarded: dict[str, tuple[tuple[str, str], ...]] = {}  # study -> the (owner, upload key)s forwarded
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
         self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
@@ -233,6 +235,28 @@ class ThresholdDecryption:
         refuse_implausible(values)
         return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,
                              min(g.epsilon_remaining for g in got))
+
+    #: The CS adds its noise to c0 only (`BfvBackend.noise_in_c0`): the holders check c1.
+    noise_in_c0 = True
+
+    def forward_uploads(self, contract: StudyContract, uploads: Callable[[], list[OwnerC1Parts]],
+                        included: Sequence[tuple[str, str]]) -> None:
+        """Send the included owners' signed c1 parts to every holder, once per study and set of uploads.
+
+        `uploads()` builds them only when they must travel. A holder that refuses (a signature
+        that does not verify, an owner missing) stops the release before anything is measured.
+        """
+        key = tuple(sorted(included))
+        with self._lock:
+            if self._forwarded.get(contract.study_id) == key:
+                return
+        parts = uploads()
+        self._all("refused the owners' c1 parts", lambda c: c.forward_uploads(contract.study_id,
+                                                                              contract.contract_hash, parts))
+        log.info("study %s: c1 parts of %d owners forwarded to %d holders (%d bytes each)", contract.study_id,
+                 len(parts), self.k, sum(len(p) for u in parts for p in u.parts))
+        with self._lock:
+            self._forwarded[contract.study_id] = key
 
     def _fingerprint(self, study_id: str) -> str:
         """The collective key fingerprint of a study's contract (fetched once per study)."""

@@ -25,6 +25,7 @@ from ..common.contract import StudyContract, check_id
 from ..common.errors import PermissionDeniedError, ServiceError
 from ..common.progress import Progress
 from ..common.signing import key_fingerprint, public_key_of, sign_upload
+from ..decryption.keyshare_uploads import sign_c1_upload
 from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient
 from ..decryption.client import DecryptionClient
@@ -188,6 +189,13 @@ class DataOwnerClient:
         self._context = (fp, backend)
         return backend
 
+    def _parameters(self, enc: EncryptedHistogram) -> Any:
+        """A context with the study's BFV parameters (to read the c1 parts of `enc`'s chunks)."""
+        if self._context is not None and self._context[0] == enc.context_fingerprint:
+            return self._context[1].context
+        source = self.decryption if self.decryption is not None else self.computation
+        return load_context(source.public_context())
+
     def encrypt(self, study_id: str, histogram: Any, *, progress: bool | None = None) -> EncryptedHistogram:
         """Validate the counts and encrypt them for the study (nothing is sent).
 
@@ -312,7 +320,7 @@ class DataOwnerClient:
         to some chunk indices (it simulates an interrupted upload in tests and demos)."""
         t0 = time.monotonic() if started is None else started
         k = len(enc.chunks)
-        signature = b""
+        signature = c1_signature = b""
         if enc.signed:
             if self._signing_key is None:
                 raise InvalidInputError(f"study {enc.study_id} requires signed uploads: pass signing_key=")
@@ -321,6 +329,9 @@ class DataOwnerClient:
             signature = sign_upload(self._signing_key, study_id=enc.study_id, owner_id=self.owner_id,
                                     idempotency_key=idempotency_key, contract_hash=enc.contract_hash,
                                     chunks=enc.chunks)
+            c1_signature = sign_c1_upload(self._signing_key, self._parameters(enc), study_id=enc.study_id,
+                                          owner_id=self.owner_id, idempotency_key=idempotency_key,
+                                          contract_hash=enc.contract_hash, chunks=enc.chunks)
         sent_chunks = 0
         sent_bytes = 0
         delay = self.retry.initial_delay
@@ -360,7 +371,8 @@ class DataOwnerClient:
                         resp = self.computation.submit_chunks(
                             study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
                             domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
-                            chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature)
+                            chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature,
+                            c1_signature=c1_signature)
                     except ServiceError as err:
                         if err.code not in RESUMABLE_CODES or attempt == max_attempts:
                             raise

@@ -51,6 +51,7 @@ from he_partition.he.threshold_wire import ciphertext_digest
 
 from .keyshare import (MeasurementShares, ThresholdHolder, measurement_label, measurement_shares,
                        stored_measurement_shares)
+from .keyshare_uploads import OwnerC1Parts, UploadC1Book
 from .ledger import Charge
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
@@ -97,6 +98,7 @@ class KeyShareService:
         self.index = holder_index(name, self.holders)
         self.keys_dir = Path(data_dir) / "keys"
         self.ledger_path = Path(data_dir) / "ledger.sqlite3"
+        self.c1_dir = Path(data_dir) / "c1"  # the owners' expected aggregate c1 per study (keyshare_uploads)
         self.noise_key = noise_key
         self.require_signed = require_signed
         self.template = generate_secret_context()  # BFV parameters only; its own keys are never used
@@ -128,7 +130,7 @@ class KeyShareService:
         fp = context_fingerprint(data)
         self.active = ActiveKey(self.holders, self.index, public_key, data, fp, secret)
         self.holder = ThresholdHolder(self.template, secret, len(self.holders), bytes.fromhex(fp), self.noise_key,
-                                      self.ledger_path)
+                                      self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir))
         self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), SecureRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key)
 
@@ -203,6 +205,19 @@ class KeyShareService:
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}, "
                                           f"not holder {self.name}'s collective key {self.active.fingerprint[:16]}: "
                                           "nothing was decrypted")
+
+    def accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
+        """Keep the expected c1 of every chunk of `study_id` from the owners' signed c1 parts (`UploadC1Book.accept`)."""
+        handler = self.require_active()
+        assert self.holder is not None and self.holder.uploads is not None
+        contract = handler.get_study(study_id)
+        self.check_contract(contract)
+        if not hmac.compare_digest(contract_hash, contract.contract_hash):
+            raise FailedPreconditionError(f"the forwarded uploads name another contract than study {study_id}'s")
+        chunks = self.holder.uploads.accept(contract, uploads)
+        log.info("holder %s, study %s: the signed c1 parts of %d owners (%d chunks) verified and kept", self.name,
+                 study_id, len(uploads), chunks)
+        return chunks
 
     def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                      contract_hash: str, chunks: list[bytes]) -> tuple[MeasurementShares, Charge | None]:

@@ -27,6 +27,7 @@ from ..common.util import lock_data_dir
 from .handler import DecryptionHandler
 from .keys import load_or_create_noise_key
 from .keyshare_service import JOINS_SINGLE_HOLDER, KeyShareService
+from .keyshare_uploads import OwnerC1Parts
 from .receipts import ReceiptSigner
 from .servicer import SERVICE_NAME, DecryptionServicer
 
@@ -109,6 +110,27 @@ class KeyShareServicer(DecryptionServicer):
         yield decryption_pb2.IssueSharesResponse(done=decryption_pb2.IssueSharesDone(
             charge_id=charge.charge_id if charge else 0, epsilon_remaining=remaining, receipt=self._receipt(charge),
             repeated=result.repeated))
+
+    def ForwardUploads(self, request_iterator: Iterator[decryption_pb2.ForwardUploadsRequest],
+                       context: grpc.ServicerContext) -> decryption_pb2.ForwardUploadsResponse:
+        self._computation_only(context, "forward the owners' c1 parts")
+        study = contract_hash = ""
+        owners: dict[str, tuple[str, bytes, list[bytes]]] = {}
+        for msg in request_iterator:
+            study = study or msg.study_id
+            contract_hash = contract_hash or msg.contract_hash
+            if (msg.study_id, msg.contract_hash) != (study, contract_hash):
+                raise InvalidInputError("ForwardUploads carries parts of one study under one contract")
+            key, sig, parts = owners.setdefault(msg.owner_id, (msg.idempotency_key, bytes(msg.signature), []))
+            if (msg.idempotency_key, bytes(msg.signature)) != (key, sig) or int(msg.index) != len(parts):
+                raise InvalidInputError(f"owner {msg.owner_id!r}'s c1 parts must come in chunk order under one "
+                                        "upload key and signature")
+            parts.append(bytes(msg.c1))
+        if not study:
+            raise InvalidInputError("ForwardUploads needs at least one c1 part")
+        chunks = self.service.accept_uploads(study, contract_hash, [
+            OwnerC1Parts(o, key, tuple(parts), sig) for o, (key, sig, parts) in owners.items()])
+        return decryption_pb2.ForwardUploadsResponse(chunks=chunks)
 
 
 def create_keyshare_server(config: DecryptionConfig, name: str, holders: tuple[str, ...]) -> ServerHandle:

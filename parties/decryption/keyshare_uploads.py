@@ -16,18 +16,24 @@ since the CS adds the other owners' c1 parts and only the aggregate is decrypted
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.threshold_c1 import C1_MISMATCH, C1Part, aggregate_c1, c1_from_bytes, c1_stream_digest, check_c1
+from he_partition.he.threshold_c1 import (C1_MISMATCH, C1Part, aggregate_c1, c1_bytes, c1_from_bytes, c1_of_vector,
+                                          c1_stream_digest, check_c1)
 
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError
-from ..common.signing import sign_submission, verify_submission
+from ..common.signing import SignatureError, sign_submission, verify_submission
+from ..common.util import write_file_atomic
 
-__all__ = ["OwnerC1Parts", "UploadC1Book", "c1_statement", "sign_c1_parts"]
+__all__ = ["OwnerC1Parts", "UploadC1Book", "c1_statement", "sign_c1_parts", "sign_c1_upload"]
 
 _TAG = b"dpagg/c1-parts-digest/v1"
 
@@ -63,11 +69,21 @@ def sign_c1_parts(private: bytes, *, study_id: str, owner_id: str, idempotency_k
     return OwnerC1Parts(owner_id, idempotency_key, tuple(bytes(p) for p in parts), sign_submission(private, digest))
 
 
+def sign_c1_upload(private: bytes, ctx: Any, *, study_id: str, owner_id: str, idempotency_key: str,
+                   contract_hash: str, chunks: Sequence[bytes]) -> bytes:
+    """Data-owner side: the signature over the c1 parts of its serialized upload chunks (SubmitHeader.c1_signature)."""
+    parts = [c1_bytes(c1_of_vector(ctx, c)) for c in chunks]
+    return sign_c1_parts(private, study_id=study_id, owner_id=owner_id, idempotency_key=idempotency_key,
+                         contract_hash=contract_hash, parts=parts).signature
+
+
 class UploadC1Book:
     """Per study: the expected aggregate c1 of every chunk, from the contract's owners' verified parts."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, directory: Path | None = None) -> None:
         self.ctx = ctx
+        #: Where the expected aggregates are kept across restarts (one .npy per study); None: memory only.
+        self.directory = Path(directory) if directory is not None else None
         data = ctx.seal_context().data.first_context_data()
         self.moduli = [int(m.value()) for m in data.parms().coeff_modulus()]
         self.n = int(data.parms().poly_modulus_degree())
@@ -102,18 +118,39 @@ class UploadC1Book:
                                         f"{chunks} chunks")
             digest = c1_statement(contract.study_id, u.owner_id, u.idempotency_key, contract.contract_hash,
                                   c1_stream_digest(u.parts))
-            verify_submission(bytes.fromhex(keys[u.owner_id]), digest, u.signature, owner_id=u.owner_id)
+            try:
+                verify_submission(bytes.fromhex(keys[u.owner_id]), digest, u.signature, owner_id=u.owner_id)
+            except SignatureError:
+                raise SignatureError(f"owner {u.owner_id!r}'s signature over its c1 parts does not verify under the "
+                                     f"contract's key for that owner (forged, or another owner's parts): the "
+                                     "forwarded parts are refused; nothing was charged or decrypted") from None
             per_owner.append([c1_from_bytes(p, self.moduli, self.n) for p in u.parts])
         expected = [aggregate_c1((o[i] for o in per_owner), self.moduli) for i in range(chunks)]
         with self._lock:
             self._expected[contract.study_id] = expected
+            if self.directory is not None:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                buf = io.BytesIO()
+                np.save(buf, np.stack(expected))
+                write_file_atomic(self.directory / f"{contract.study_id}.npy", buf.getvalue())
         return chunks
+
+    def _load(self, study_id: str) -> list[C1Part] | None:
+        with self._lock:
+            expected = self._expected.get(study_id)
+            if expected is None and self.directory is not None and (self.directory / f"{study_id}.npy").exists():
+                expected = list(np.load(self.directory / f"{study_id}.npy").astype(np.uint64))
+                self._expected[study_id] = expected
+        return expected
+
+    def has(self, study_id: str) -> bool:
+        """True when this holder keeps the expected c1 of `study_id` (forwarded before, here or before a restart)."""
+        return self._load(study_id) is not None
 
     def check(self, study_id: str, ciphertexts: Sequence[bytes], chunk_index: Sequence[int]) -> None:
         """Refuse (FailedPrecondition: nothing forwarded; InvalidInput naming C1_MISMATCH) unless every
         ciphertext (SEAL bytes) carries the expected aggregate c1 of its chunk."""
-        with self._lock:
-            expected = self._expected.get(study_id)
+        expected = self._load(study_id)
         if expected is None:
             raise FailedPreconditionError(f"study {study_id}: no owners' signed c1 parts were forwarded to this "
                                           f"holder, so {C1_MISMATCH} cannot be ruled out: nothing was charged or "

@@ -1,0 +1,136 @@
+"""The key-share holders' check of c1 against the owners' signed uploads (issue 29), through the real services.
+
+K = 3 holders and a computation server in threshold mode over mutual TLS (the fixture of
+test_threshold_services.py): real gRPC servers on port 0, real TenSEAL owner uploads, real SQLite
+ledgers. A deviating computation server is played by a client holding the CS's certificate.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from he_partition.he.bfv import BfvBackend, _CiphertextCodec, load_context
+from he_partition.he.threshold_c1 import C1_MISMATCH
+from parties.common.errors import ServiceError
+from parties.computation.c1_forward import owner_c1_parts
+from parties.decryption.keyshare_uploads import OwnerC1Parts
+
+from .test_threshold_services import HOLDERS, OWNERS, Threshold, _as_computation_server, _spent, _Spy, threshold
+
+__all__ = ["threshold"]  # the fixture, imported for these tests
+
+
+def _honest_request(t: Threshold, study: str) -> dict[str, Any]:
+    t.open_and_submit(study)
+    spy = _Spy(t.combiner)
+    assert t.computation().run_release(study, epsilon=0.5).state == "DONE"
+    kw = spy.calls[0][0]
+    return {k: kw[k] for k in ("study_id", "release_id", "release_epsilon", "measurement", "chunks",
+                               "contract_hash")}
+
+
+def _public(t: Threshold) -> BfvBackend:
+    return BfvBackend(load_context(t.combiner.public_context()))
+
+
+def _crafted_chunk(t: Threshold) -> bytes:
+    """The chosen ciphertext of tests/he_partition/threshold_attacker.py as a TenSEAL vector: c1 = floor(Delta / 3)."""
+    ctx = _public(t).context
+    codec = _CiphertextCodec(ctx, 8192)
+    big_q = int(np.prod(np.array(codec.moduli, dtype=object)))
+    t_mod = int(ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
+    polys = np.zeros((2, len(codec.moduli), 8192), dtype=np.uint64)
+    rng = np.random.default_rng(7)
+    for j, q in enumerate(codec.moduli):
+        polys[0, j] = rng.integers(0, q, 8192, dtype=np.uint64)
+        polys[1, j, 0] = ((big_q // t_mod) // 3) % q
+    return codec.vector_bytes(polys)
+
+
+def _refused(t: Threshold, ask: dict[str, Any], chunks: list[bytes], release: str) -> list[tuple[str, str]]:
+    out = []
+    for i in range(len(HOLDERS)):
+        with pytest.raises(ServiceError) as err:
+            _as_computation_server(t, i).issue_shares(**{**ask, "chunks": chunks, "release_id": release})
+        out.append((err.value.code.name, err.value.details))
+    return out
+
+
+def test_the_chosen_ciphertext_attack_is_refused_by_every_holder_and_nothing_is_charged(threshold: Threshold) -> None:
+    ask = _honest_request(threshold, "s-cc")
+    spent = [_spent(threshold, i, "s-cc") for i in range(3)]
+    assert all(h.handler.holder.uploads.has("s-cc") for h in threshold.holders)  # forwarded before the release
+    for code, message in _refused(threshold, ask, [_crafted_chunk(threshold)], "rel-crafted"):
+        assert code == "INVALID_ARGUMENT" and C1_MISMATCH in message
+    # the K = 1 form (the noise under a fresh encryption) re-randomizes c1: refused as well
+    be = _public(threshold)
+    fresh = be.serialize_chunk(be.deserialize_chunk(ask["chunks"][0]) + be.encrypt(np.zeros(8192, np.int64)).chunks[0])
+    for code, message in _refused(threshold, ask, [fresh], "rel-fresh"):
+        assert code == "INVALID_ARGUMENT" and C1_MISMATCH in message
+    assert [_spent(threshold, i, "s-cc") for i in range(3)] == spent
+
+
+def test_a_study_whose_uploads_were_never_forwarded_gets_no_share(threshold: Threshold) -> None:
+    ask = _honest_request(threshold, "s-cc0")
+    contract = threshold.open_and_submit("s-cc1")  # submitted, never released: nothing forwarded
+    for code, message in _refused(threshold, {**ask, "study_id": "s-cc1", "contract_hash": contract.contract_hash},
+                                  [_crafted_chunk(threshold)], "rel-unforwarded"):
+        assert code == "FAILED_PRECONDITION" and "no owners' signed c1 parts" in message
+    assert all(_spent(threshold, i, "s-cc1") == 0 for i in range(3))
+
+
+def _parts(t: Threshold, study: str) -> dict[str, OwnerC1Parts]:
+    h = t.cs.handler
+    out = {}
+    for s in h.store.submissions(study):
+        sig = h.c1_signatures.get(study, s.meta.owner_id, s.meta.idempotency_key)
+        out[s.meta.owner_id] = owner_c1_parts(_public(t).context, s, h.store.read_chunk, sig)
+    return out
+
+
+def test_forged_swapped_or_dropped_owner_parts_are_refused_through_the_services(threshold: Threshold) -> None:
+    contract = threshold.open_and_submit("s-fw")
+    p = _parts(threshold, "s-fw")
+    h1 = _as_computation_server(threshold, 0)
+
+    def forward(uploads: list[OwnerC1Parts]) -> tuple[str, str]:
+        with pytest.raises(ServiceError) as err:
+            h1.forward_uploads("s-fw", contract.contract_hash, uploads)
+        return err.value.code.name, err.value.details
+
+    forged = OwnerC1Parts("a", p["a"].idempotency_key, p["a"].parts, bytes(64))
+    code, message = forward([forged, p["b"], p["c"]])
+    assert code == "UNAUTHENTICATED" and "owner 'a'" in message
+    swapped = OwnerC1Parts("a", p["b"].idempotency_key, p["b"].parts, p["b"].signature)
+    assert forward([swapped, p["b"], p["c"]])[0] == "UNAUTHENTICATED"
+    code, message = forward([p["a"], p["b"]])
+    assert code == "FAILED_PRECONDITION" and "missing ['c']" in message
+    assert not threshold.holders[0].handler.holder.uploads.has("s-fw")
+    assert h1.forward_uploads("s-fw", contract.contract_hash, [p[o] for o in OWNERS]) == 1  # the honest parts
+
+
+def test_a_cs_holding_a_forged_c1_signature_cannot_release_and_nothing_is_charged(threshold: Threshold) -> None:
+    threshold.open_and_submit("s-forged")
+    sub = next(s for s in threshold.cs.handler.store.submissions("s-forged") if s.meta.owner_id == "b")
+    threshold.cs.handler.c1_signatures.keep("s-forged", "b", sub.meta.idempotency_key, bytes(64))
+    with pytest.raises(ServiceError) as err:
+        threshold.computation().run_release("s-forged", epsilon=0.5)
+    assert err.value.code.name == "UNAUTHENTICATED" and "owner 'b'" in err.value.details
+    assert "signature over its c1 parts does not verify" in err.value.details
+    assert all(_spent(threshold, i, "s-forged") == 0 for i in range(3))
+
+
+def test_a_cs_that_drops_an_owner_from_the_aggregate_is_refused(threshold: Threshold) -> None:
+    ask = _honest_request(threshold, "s-drop")
+    spent = [_spent(threshold, i, "s-drop") for i in range(3)]
+    h = threshold.cs.handler
+    be = _public(threshold)
+    be.noise_in_c0 = True
+    two = [be.deserialize_chunk(h.store.read_chunk(s, 0)) for s in h.store.submissions("s-drop")
+           if s.meta.owner_id != "c"]
+    chunk = be.serialize_chunk(two[0] + two[1] + np.arange(8192).tolist())  # noise on c0, owner c left out
+    for code, message in _refused(threshold, ask, [chunk], "rel-drop"):
+        assert code == "INVALID_ARGUMENT" and C1_MISMATCH in message
+    assert [_spent(threshold, i, "s-drop") for i in range(3)] == spent
