@@ -26,7 +26,7 @@ from dpagg.v1 import common_pb2 as dpagg_dot_v1_dot_common__pb2
 from dpagg.v1 import decryption_pb2 as dpagg_dot_v1_dot_decryption__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64pagg/v1/computation.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\x1a\x19\x64pagg/v1/decryption.proto\"\xd4\x01\n\x0cSubmitHeader\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x15\n\rdomain_length\x18\x04 \x01(\x03\x12\x1b\n\x13\x63ontext_fingerprint\x18\x05 \x01(\t\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x03\x12\x15\n\rcontract_hash\x18\x07 \x01(\t\x12\x11\n\tsignature\x18\x08 \x01(\x0c\x12\x14\n\x0c\x63\x31_signature\x18\t \x01(\x0c\".\n\x0f\x43iphertextChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"v\n\x16SubmitHistogramRequest\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.dpagg.v1.SubmitHeaderH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.dpagg.v1.CiphertextChunkH\x00\x42\x06\n\x04part\"\x85\x01\n\x17SubmitHistogramResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x17\n\x0freceived_chunks\x18\x03 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x05 \x01(\x03\"R\n\x13UploadStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"\xcd\x01\n\x14UploadStatusResponse\x12\x33\n\x05state\x18\x01 \x01(\x0e\x32$.dpagg.v1.UploadStatusResponse.State\x12\x17\n\x0freceived_chunks\x18\x02 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x03\"R\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04NONE\x10\x01\x12\x0b\n\x07PARTIAL\x10\x02\x12\r\n\tCOMMITTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\"&\n\x12StudyStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\x87\x01\n\x13StudyStatusResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\x12\x18\n\x10submitted_owners\x18\x02 \x03(\t\x12\x16\n\x0emissing_owners\x18\x03 \x03(\t\x12\x13\n\x0brelease_ids\x18\x04 \x03(\t\"|\n\x11RunReleaseRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x0c\n\x04wait\x18\x04 \x01(\x08\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\x12\x12\n\nspend_rest\x18\x06 \x01(\x08\"*\n\x14ReleaseStatusRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"\xdb\x02\n\x15ReleaseStatusResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x34\n\x05state\x18\x03 \x01(\x0e\x32%.dpagg.v1.ReleaseStatusResponse.State\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\x0e\n\x06owners\x18\x05 \x03(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12)\n\x07summary\x18\x08 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\x12\x0f\n\x07seconds\x18\t \x01(\x01\x12\x1b\n\x13\x62ytes_to_decryption\x18\n \x01(\x03\"A\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\"\x82\x01\n\x18\x44irectRangeCountsRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x1f\n\x06ranges\x18\x02 \x03(\x0b\x32\x0f.dpagg.v1.Range\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\r\n\x05\x66orce\x18\x04 \x01(\x08\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\"\xb5\x01\n\x19\x44irectRangeCountsResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12$\n\x06\x63ounts\x18\x02 \x03(\x0b\x32\x14.dpagg.v1.RangeCount\x12\x17\n\x0f\x65psilon_charged\x18\x03 \x01(\x01\x12\x1a\n\x12\x65psilon_sequential\x18\x04 \x01(\x01\x12\x19\n\x11\x65psilon_remaining\x18\x05 \x01(\x01\x12\x0e\n\x06owners\x18\x06 \x03(\t\"`\n\x13JoinExchangeRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\x11\n\tsignature\x18\x04 \x01(\x0c\"G\n\x14JoinExchangeResponse\x12\x17\n\x0fpeer_public_key\x18\x01 \x01(\x0c\x12\x16\n\x0epeer_signature\x18\x02 \x01(\x0c\"k\n\x14JoinPlacementRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x12\n\npseudonyms\x18\x03 \x01(\x0c\x12\x0c\n\x04part\x18\x04 \x01(\x05\x12\r\n\x05parts\x18\x05 \x01(\x05\"K\n\x15JoinPlacementResponse\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x11\n\tpositions\x18\x02 \x03(\x03\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x03\"\x11\n\x0fSetupKeyRequest\"P\n\x10SetupKeyResponse\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x0f\n\x07holders\x18\x02 \x03(\t\x12\x16\n\x0e\x61lready_active\x18\x03 \x01(\x08\x32\xff\x06\n\x0b\x43omputation\x12\x44\n\tOpenStudy\x12\x1a.dpagg.v1.OpenStudyRequest\x1a\x1b.dpagg.v1.OpenStudyResponse\x12X\n\x0fSubmitHistogram\x12 .dpagg.v1.SubmitHistogramRequest\x1a!.dpagg.v1.SubmitHistogramResponse(\x01\x12U\n\x10GetPublicContext\x12!.dpagg.v1.GetPublicContextRequest\x1a\x1c.dpagg.v1.PublicContextChunk0\x01\x12M\n\x0cJoinExchange\x12\x1d.dpagg.v1.JoinExchangeRequest\x1a\x1e.dpagg.v1.JoinExchangeResponse\x12P\n\rJoinPlacement\x12\x1e.dpagg.v1.JoinPlacementRequest\x1a\x1f.dpagg.v1.JoinPlacementResponse\x12M\n\x0cUploadStatus\x12\x1d.dpagg.v1.UploadStatusRequest\x1a\x1e.dpagg.v1.UploadStatusResponse\x12J\n\x0bStudyStatus\x12\x1c.dpagg.v1.StudyStatusRequest\x1a\x1d.dpagg.v1.StudyStatusResponse\x12J\n\nRunRelease\x12\x1b.dpagg.v1.RunReleaseRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponse\x12\x41\n\x08SetupKey\x12\x19.dpagg.v1.SetupKeyRequest\x1a\x1a.dpagg.v1.SetupKeyResponse\x12P\n\rReleaseStatus\x12\x1e.dpagg.v1.ReleaseStatusRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponse\x12\\\n\x11\x44irectRangeCounts\x12\".dpagg.v1.DirectRangeCountsRequest\x1a#.dpagg.v1.DirectRangeCountsResponseB/\n\x0corg.dpagg.v1P\x01Z\x1d\x64pagg/gen/go/dpagg/v1;dpaggv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64pagg/v1/computation.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\x1a\x19\x64pagg/v1/decryption.proto\"\xd4\x01\n\x0cSubmitHeader\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x15\n\rdomain_length\x18\x04 \x01(\x03\x12\x1b\n\x13\x63ontext_fingerprint\x18\x05 \x01(\t\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x03\x12\x15\n\rcontract_hash\x18\x07 \x01(\t\x12\x11\n\tsignature\x18\x08 \x01(\x0c\x12\x14\n\x0c\x63\x31_signature\x18\t \x01(\x0c\".\n\x0f\x43iphertextChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"v\n\x16SubmitHistogramRequest\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.dpagg.v1.SubmitHeaderH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.dpagg.v1.CiphertextChunkH\x00\x42\x06\n\x04part\"\x85\x01\n\x17SubmitHistogramResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x17\n\x0freceived_chunks\x18\x03 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x05 \x01(\x03\"R\n\x13UploadStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"\xea\x01\n\x14UploadStatusResponse\x12\x33\n\x05state\x18\x01 \x01(\x0e\x32$.dpagg.v1.UploadStatusResponse.State\x12\x17\n\x0freceived_chunks\x18\x02 \x03(\x03\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x03\x12\x1b\n\x13\x63\x31_signature_wanted\x18\x04 \x01(\x08\"R\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04NONE\x10\x01\x12\x0b\n\x07PARTIAL\x10\x02\x12\r\n\tCOMMITTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\"&\n\x12StudyStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\x87\x01\n\x13StudyStatusResponse\x12)\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x17.dpagg.v1.StudyContract\x12\x18\n\x10submitted_owners\x18\x02 \x03(\t\x12\x16\n\x0emissing_owners\x18\x03 \x03(\t\x12\x13\n\x0brelease_ids\x18\x04 \x03(\t\"|\n\x11RunReleaseRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x0c\n\x04wait\x18\x04 \x01(\x08\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\x12\x12\n\nspend_rest\x18\x06 \x01(\x08\"*\n\x14ReleaseStatusRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"\xdb\x02\n\x15ReleaseStatusResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x34\n\x05state\x18\x03 \x01(\x0e\x32%.dpagg.v1.ReleaseStatusResponse.State\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\x0e\n\x06owners\x18\x05 \x03(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12)\n\x07summary\x18\x08 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\x12\x0f\n\x07seconds\x18\t \x01(\x01\x12\x1b\n\x13\x62ytes_to_decryption\x18\n \x01(\x03\"A\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\"\x82\x01\n\x18\x44irectRangeCountsRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x1f\n\x06ranges\x18\x02 \x03(\x0b\x32\x0f.dpagg.v1.Range\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\r\n\x05\x66orce\x18\x04 \x01(\x08\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\"\xb5\x01\n\x19\x44irectRangeCountsResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12$\n\x06\x63ounts\x18\x02 \x03(\x0b\x32\x14.dpagg.v1.RangeCount\x12\x17\n\x0f\x65psilon_charged\x18\x03 \x01(\x01\x12\x1a\n\x12\x65psilon_sequential\x18\x04 \x01(\x01\x12\x19\n\x11\x65psilon_remaining\x18\x05 \x01(\x01\x12\x0e\n\x06owners\x18\x06 \x03(\t\"`\n\x13JoinExchangeRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\x11\n\tsignature\x18\x04 \x01(\x0c\"G\n\x14JoinExchangeResponse\x12\x17\n\x0fpeer_public_key\x18\x01 \x01(\x0c\x12\x16\n\x0epeer_signature\x18\x02 \x01(\x0c\"k\n\x14JoinPlacementRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x12\n\npseudonyms\x18\x03 \x01(\x0c\x12\x0c\n\x04part\x18\x04 \x01(\x05\x12\r\n\x05parts\x18\x05 \x01(\x05\"K\n\x15JoinPlacementResponse\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x11\n\tpositions\x18\x02 \x03(\x03\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x03\"\x11\n\x0fSetupKeyRequest\"P\n\x10SetupKeyResponse\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x0f\n\x07holders\x18\x02 \x03(\t\x12\x16\n\x0e\x61lready_active\x18\x03 \x01(\x08\x32\xff\x06\n\x0b\x43omputation\x12\x44\n\tOpenStudy\x12\x1a.dpagg.v1.OpenStudyRequest\x1a\x1b.dpagg.v1.OpenStudyResponse\x12X\n\x0fSubmitHistogram\x12 .dpagg.v1.SubmitHistogramRequest\x1a!.dpagg.v1.SubmitHistogramResponse(\x01\x12U\n\x10GetPublicContext\x12!.dpagg.v1.GetPublicContextRequest\x1a\x1c.dpagg.v1.PublicContextChunk0\x01\x12M\n\x0cJoinExchange\x12\x1d.dpagg.v1.JoinExchangeRequest\x1a\x1e.dpagg.v1.JoinExchangeResponse\x12P\n\rJoinPlacement\x12\x1e.dpagg.v1.JoinPlacementRequest\x1a\x1f.dpagg.v1.JoinPlacementResponse\x12M\n\x0cUploadStatus\x12\x1d.dpagg.v1.UploadStatusRequest\x1a\x1e.dpagg.v1.UploadStatusResponse\x12J\n\x0bStudyStatus\x12\x1c.dpagg.v1.StudyStatusRequest\x1a\x1d.dpagg.v1.StudyStatusResponse\x12J\n\nRunRelease\x12\x1b.dpagg.v1.RunReleaseRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponse\x12\x41\n\x08SetupKey\x12\x19.dpagg.v1.SetupKeyRequest\x1a\x1a.dpagg.v1.SetupKeyResponse\x12P\n\rReleaseStatus\x12\x1e.dpagg.v1.ReleaseStatusRequest\x1a\x1f.dpagg.v1.ReleaseStatusResponse\x12\\\n\x11\x44irectRangeCounts\x12\".dpagg.v1.DirectRangeCountsRequest\x1a#.dpagg.v1.DirectRangeCountsResponseB/\n\x0corg.dpagg.v1P\x01Z\x1d\x64pagg/gen/go/dpagg/v1;dpaggv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,37 +45,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UPLOADSTATUSREQUEST']._serialized_start=609
   _globals['_UPLOADSTATUSREQUEST']._serialized_end=691
   _globals['_UPLOADSTATUSRESPONSE']._serialized_start=694
-  _globals['_UPLOADSTATUSRESPONSE']._serialized_end=899
-  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_start=817
-  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_end=899
-  _globals['_STUDYSTATUSREQUEST']._serialized_start=901
-  _globals['_STUDYSTATUSREQUEST']._serialized_end=939
-  _globals['_STUDYSTATUSRESPONSE']._serialized_start=942
-  _globals['_STUDYSTATUSRESPONSE']._serialized_end=1077
-  _globals['_RUNRELEASEREQUEST']._serialized_start=1079
-  _globals['_RUNRELEASEREQUEST']._serialized_end=1203
-  _globals['_RELEASESTATUSREQUEST']._serialized_start=1205
-  _globals['_RELEASESTATUSREQUEST']._serialized_end=1247
-  _globals['_RELEASESTATUSRESPONSE']._serialized_start=1250
-  _globals['_RELEASESTATUSRESPONSE']._serialized_end=1597
-  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_start=1532
-  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_end=1597
-  _globals['_DIRECTRANGECOUNTSREQUEST']._serialized_start=1600
-  _globals['_DIRECTRANGECOUNTSREQUEST']._serialized_end=1730
-  _globals['_DIRECTRANGECOUNTSRESPONSE']._serialized_start=1733
-  _globals['_DIRECTRANGECOUNTSRESPONSE']._serialized_end=1914
-  _globals['_JOINEXCHANGEREQUEST']._serialized_start=1916
-  _globals['_JOINEXCHANGEREQUEST']._serialized_end=2012
-  _globals['_JOINEXCHANGERESPONSE']._serialized_start=2014
-  _globals['_JOINEXCHANGERESPONSE']._serialized_end=2085
-  _globals['_JOINPLACEMENTREQUEST']._serialized_start=2087
-  _globals['_JOINPLACEMENTREQUEST']._serialized_end=2194
-  _globals['_JOINPLACEMENTRESPONSE']._serialized_start=2196
-  _globals['_JOINPLACEMENTRESPONSE']._serialized_end=2271
-  _globals['_SETUPKEYREQUEST']._serialized_start=2273
-  _globals['_SETUPKEYREQUEST']._serialized_end=2290
-  _globals['_SETUPKEYRESPONSE']._serialized_start=2292
-  _globals['_SETUPKEYRESPONSE']._serialized_end=2372
-  _globals['_COMPUTATION']._serialized_start=2375
-  _globals['_COMPUTATION']._serialized_end=3270
+  _globals['_UPLOADSTATUSRESPONSE']._serialized_end=928
+  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_start=846
+  _globals['_UPLOADSTATUSRESPONSE_STATE']._serialized_end=928
+  _globals['_STUDYSTATUSREQUEST']._serialized_start=930
+  _globals['_STUDYSTATUSREQUEST']._serialized_end=968
+  _globals['_STUDYSTATUSRESPONSE']._serialized_start=971
+  _globals['_STUDYSTATUSRESPONSE']._serialized_end=1106
+  _globals['_RUNRELEASEREQUEST']._serialized_start=1108
+  _globals['_RUNRELEASEREQUEST']._serialized_end=1232
+  _globals['_RELEASESTATUSREQUEST']._serialized_start=1234
+  _globals['_RELEASESTATUSREQUEST']._serialized_end=1276
+  _globals['_RELEASESTATUSRESPONSE']._serialized_start=1279
+  _globals['_RELEASESTATUSRESPONSE']._serialized_end=1626
+  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_start=1561
+  _globals['_RELEASESTATUSRESPONSE_STATE']._serialized_end=1626
+  _globals['_DIRECTRANGECOUNTSREQUEST']._serialized_start=1629
+  _globals['_DIRECTRANGECOUNTSREQUEST']._serialized_end=1759
+  _globals['_DIRECTRANGECOUNTSRESPONSE']._serialized_start=1762
+  _globals['_DIRECTRANGECOUNTSRESPONSE']._serialized_end=1943
+  _globals['_JOINEXCHANGEREQUEST']._serialized_start=1945
+  _globals['_JOINEXCHANGEREQUEST']._serialized_end=2041
+  _globals['_JOINEXCHANGERESPONSE']._serialized_start=2043
+  _globals['_JOINEXCHANGERESPONSE']._serialized_end=2114
+  _globals['_JOINPLACEMENTREQUEST']._serialized_start=2116
+  _globals['_JOINPLACEMENTREQUEST']._serialized_end=2223
+  _globals['_JOINPLACEMENTRESPONSE']._serialized_start=2225
+  _globals['_JOINPLACEMENTRESPONSE']._serialized_end=2300
+  _globals['_SETUPKEYREQUEST']._serialized_start=2302
+  _globals['_SETUPKEYREQUEST']._serialized_end=2319
+  _globals['_SETUPKEYRESPONSE']._serialized_start=2321
+  _globals['_SETUPKEYRESPONSE']._serialized_end=2401
+  _globals['_COMPUTATION']._serialized_start=2404
+  _globals['_COMPUTATION']._serialized_end=3299
 # @@protoc_insertion_point(module_scope)

@@ -72,7 +72,7 @@ class UploadStatusRequest(_message.Message):
     def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class UploadStatusResponse(_message.Message):
-    __slots__ = ("state", "received_chunks", "chunk_count")
+    __slots__ = ("state", "received_chunks", "chunk_count", "c1_signature_wanted")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[UploadStatusResponse.State]
@@ -88,10 +88,12 @@ class UploadStatusResponse(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    C1_SIGNATURE_WANTED_FIELD_NUMBER: _ClassVar[int]
     state: UploadStatusResponse.State
     received_chunks: _containers.RepeatedScalarFieldContainer[int]
     chunk_count: int
-    def __init__(self, state: _Optional[_Union[UploadStatusResponse.State, str]] = ..., received_chunks: _Optional[_Iterable[int]] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+    c1_signature_wanted: bool
+    def __init__(self, state: _Optional[_Union[UploadStatusResponse.State, str]] = ..., received_chunks: _Optional[_Iterable[int]] = ..., chunk_count: _Optional[int] = ..., c1_signature_wanted: _Optional[bool] = ...) -> None: ...
 
 class StudyStatusRequest(_message.Message):
     __slots__ = ("study_id",)

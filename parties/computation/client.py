@@ -45,6 +45,8 @@ class UploadStatus:
     state: str
     received: tuple[int, ...]
     chunk_count: int
+    #: The server forwards c1 parts to key-share holders: send `c1_signature` with a signed upload.
+    c1_signature_wanted: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,8 @@ class ComputationClient(BaseClient):
                            computation_pb2.UploadStatusRequest(study_id=study_id, owner_id=owner_id,
                                                                idempotency_key=idempotency_key),
                            method="Computation/UploadStatus", timeout=timeout)
-        return UploadStatus(_UPLOAD_STATES.Name(resp.state), tuple(resp.received_chunks), resp.chunk_count)
+        return UploadStatus(_UPLOAD_STATES.Name(resp.state), tuple(resp.received_chunks), resp.chunk_count,
+                            bool(resp.c1_signature_wanted))
 
     def submit_chunks(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                       context_fingerprint: str, chunk_count: int, chunks: Iterable[tuple[int, bytes]],

@@ -112,8 +112,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         if caller is not None and caller.role == "data_owner":
             self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
         o = self.handler.upload_status(request.study_id, request.owner_id, request.idempotency_key)
-        return computation_pb2.UploadStatusResponse(state=o.state,
-                                                    received_chunks=list(o.received), chunk_count=o.chunk_count)
+        return computation_pb2.UploadStatusResponse(
+            state=o.state, received_chunks=list(o.received), chunk_count=o.chunk_count,
+            c1_signature_wanted=bool(getattr(self.handler.decryption, "noise_in_c0", False)))
 
     def StudyStatus(self, request: computation_pb2.StudyStatusRequest,
                     context: grpc.ServicerContext) -> computation_pb2.StudyStatusResponse:

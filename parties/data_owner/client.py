@@ -329,9 +329,6 @@ class DataOwnerClient:
             signature = sign_upload(self._signing_key, study_id=enc.study_id, owner_id=self.owner_id,
                                     idempotency_key=idempotency_key, contract_hash=enc.contract_hash,
                                     chunks=enc.chunks)
-            c1_signature = sign_c1_upload(self._signing_key, self._parameters(enc), study_id=enc.study_id,
-                                          owner_id=self.owner_id, idempotency_key=idempotency_key,
-                                          contract_hash=enc.contract_hash, chunks=enc.chunks)
         sent_chunks = 0
         sent_bytes = 0
         delay = self.retry.initial_delay
@@ -349,6 +346,11 @@ class DataOwnerClient:
                         raise ServiceError(grpc.StatusCode.ALREADY_EXISTS,
                                            f"owner {self.owner_id} already submitted to study {enc.study_id} under "
                                            "another idempotency key", method="Computation/UploadStatus")
+                    if enc.signed and status.c1_signature_wanted and not c1_signature:  # threshold mode (issue 29)
+                        assert self._signing_key is not None
+                        c1_signature = sign_c1_upload(self._signing_key, self._parameters(enc), study_id=enc.study_id,
+                                                      owner_id=self.owner_id, idempotency_key=idempotency_key,
+                                                      contract_hash=enc.contract_hash, chunks=enc.chunks)
                     held = set(status.received) if status.state == "PARTIAL" else set()
                     todo = [i for i in range(k) if i not in held]
                     if only is not None and attempt == 1:
