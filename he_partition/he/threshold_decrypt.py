@@ -138,12 +138,3 @@ def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders
     plain = seal.Plaintext()
     seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key()).decrypt(trivial, plain)
     return np.array(seal.BatchEncoder(sealctx).decode_uint64(plain), dtype=np.int64)
-
-
-def check_ciphertext(ctx: ts.Context, ciphertext: bytes) -> None:
-    """Refuse (InvalidInputError) bytes that are not a 2-part coefficient-form ciphertext for these parameters.
-
-    What a holder can check alone before it charges its ledger (it cannot measure the noise
-    budget without the whole key).
-    """
-    _ciphertext(ctx, ciphertext)

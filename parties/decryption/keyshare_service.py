@@ -36,7 +36,6 @@ from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
 from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
-from he_partition.he.threshold_decrypt import check_ciphertext
 from he_partition.he.threshold_keys import HolderSecret
 from he_partition.he.threshold_setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
@@ -233,11 +232,6 @@ class KeyShareService:
             return stored, None
         handler.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                   release_id=release_id, release_epsilon=float(release_epsilon))
-        for i, ct in enumerate(ciphertexts):  # every chunk parses as a ciphertext before anything is charged
-            try:
-                check_ciphertext(self.template, ct)
-            except InvalidInputError as exc:
-                raise InvalidInputError(f"chunk {i}: {exc}; nothing was charged or decrypted") from None
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
