@@ -200,12 +200,3 @@ def combined_phase(ct: Any, shares: Sequence[DecryptionShare], moduli: Sequence[
             raise ShareCombineError(f"decryption share of holder {share.holder} is not reduced modulo its primes")
         phase = (phase + h) % qs  # both < q < 2^61
     return phase
-
-
-def check_ciphertext(ctx: ts.Context, ciphertext: bytes) -> None:
-    """Refuse (InvalidInputError) bytes that are not a 2-part coefficient-form ciphertext for these parameters.
-
-    What a holder can check alone before it charges its ledger (it cannot measure the noise
-    budget without the whole key).
-    """
-    _ciphertext(ctx, ciphertext)

@@ -36,7 +36,6 @@ from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
 from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
-from he_partition.he.threshold_decrypt import check_ciphertext
 from he_partition.he.threshold_keys import HolderSecret
 from he_partition.he.threshold_setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
@@ -248,18 +247,13 @@ class KeyShareService:
             return stored, None
         handler.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                   release_id=release_id, release_epsilon=float(release_epsilon))
-        for i, ct in enumerate(ciphertexts):  # every chunk parses as a ciphertext before anything is charged
-            try:
-                check_ciphertext(self.template, ct)
-            except InvalidInputError as exc:
-                raise InvalidInputError(f"chunk {i}: {exc}; nothing was charged or decrypted") from None
         if self.holder.uploads is not None:  # issue 29: every chunk carries its chunk's aggregate of the owners' c1
             self.holder.uploads.check(study_id, ciphertexts, list(measurement.measured_chunks(handler.backend.slots)))
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
         k = len(self.holders)
-        noise = None
+        noise = np.zeros(measurement.domain_size, dtype=np.int64)
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
             d = discrete_laplace_share(measurement.scale, k, measurement.count,
                                        holder_noise_source(self.noise_key, self.index, k, b"dp/" + label))
@@ -286,7 +280,9 @@ class KeyShareService:
                                                   float(release_epsilon), detail))
 
         slots = handler.backend.slots
-        result = measurement_shares(self.holder, label, ciphertexts, noise,
+        used = measurement.measured_slots()
+        measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
+        result = measurement_shares(self.holder, label, ciphertexts, noise, measured,
                                     list(measurement.measured_chunks(slots)), slots, charge)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
                  "re-sent stored" if result.repeated else "issued", len(result.shares), measurement.kind, len(chunks))
