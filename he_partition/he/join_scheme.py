@@ -33,11 +33,12 @@ import numpy.typing as npt
 import tenseal.sealapi as seal
 
 from .bfv import seal_ciphertext_bytes, seal_phase_and_plaintext
+from .rns import residues
 from .seal_io import load_seal_bytes, seal_bytes
 from ..core.errors import InvalidInputError, PrecisionError
 
-__all__ = ["JoinParams", "JoinScheme", "FLOOD_BITS", "MIN_NOISE_BUDGET_BITS", "JOIN_VERSIONS", "CURRENT_JOIN_VERSION",
-           "join_plain_modulus"]
+__all__ = ["JoinParams", "JoinScheme", "FLOOD_BITS", "flood_residues", "MIN_NOISE_BUDGET_BITS", "JOIN_VERSIONS",
+           "CURRENT_JOIN_VERSION", "join_plain_modulus"]
 
 #: Half-width (bits) of the flooding noise added to every outgoing join ciphertext.
 FLOOD_BITS = 110
@@ -123,6 +124,21 @@ def _version_of(factory: Callable[[], Any], data: bytes, what: str, params: Join
         return (f"a {what} of {other.describe()}, but this study uses {params.describe()} (its contract names "
                 f"the version): refusing it")
     return f"not a valid {what} for {params.describe()}"
+
+
+def flood_residues(words: npt.NDArray[np.uint64], moduli: Sequence[int]) -> npt.NDArray[np.uint64]:
+    """The flood's coefficients r mod each prime, shape (len(moduli), n), from n pairs of random 64-bit words.
+
+    Each pair (lo, hi) is one integer r = ((hi mod 2^(FLOOD_BITS + 1 - 64)) 2^64 + lo) - 2^FLOOD_BITS:
+    uniform on [-2^FLOOD_BITS, 2^FLOOD_BITS) when the words are uniform (the 111 low bits of a
+    uniform 128-bit integer), and every prime's residue is of that same integer, computed in
+    uint64 RNS arithmetic (`rns.residues`) instead of Python integers: the values of
+    `int(words) % 2^(FLOOD_BITS + 1) - 2^FLOOD_BITS` reduced mod q, exactly (tests compare them).
+    Draws nothing itself: the caller passes OS CSPRNG words.
+    """
+    words = np.asarray(words, dtype=np.uint64)
+    hi = words[:, 1] & np.uint64((1 << (FLOOD_BITS + 1 - 64)) - 1)
+    return residues(hi, words[:, 0], 64, 1 << FLOOD_BITS, moduli)
 
 
 class JoinScheme:
@@ -339,14 +355,10 @@ class JoinScheme:
 
     def _flood(self, like: Any) -> Any:
         """The transparent ciphertext (r, 0) at `like`'s level, r uniform on [-2^FLOOD_BITS, 2^FLOOD_BITS)."""
-        n = self.slots
-        words = np.frombuffer(os.urandom(16 * n), dtype="<u8").reshape(n, 2)
-        width = 1 << (FLOOD_BITS + 1)
-        r = [((int(hi) << 64) | int(lo)) % width - (width >> 1) for lo, hi in words]
+        words = np.frombuffer(os.urandom(16 * self.slots), dtype="<u8").reshape(self.slots, 2)
         moduli = self._level_moduli(like)
-        coeffs = np.zeros((2, len(moduli), n), dtype=np.uint64)
-        for j, q in enumerate(moduli):
-            coeffs[0, j] = np.fromiter((x % q for x in r), dtype=np.uint64, count=n)
+        coeffs = np.zeros((2, len(moduli), self.slots), dtype=np.uint64)
+        coeffs[0] = flood_residues(words, moduli)
         raw = seal_ciphertext_bytes(self._version, list(like.parms_id()), coeffs, ntt=False)
         return _load(seal.Ciphertext, self.context, raw, "flooding ciphertext")
 

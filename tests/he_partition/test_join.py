@@ -13,7 +13,7 @@ from scipy import stats
 from he_partition.core.errors import InvalidInputError, PrecisionError
 from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count,
                                encode_indicators, joint_totals, place, pseudonyms, shared_dummies)
-from he_partition.he.join_scheme import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme
+from he_partition.he.join_scheme import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme, flood_residues
 from he_partition.execution import ChunkExecutor, ProcessExecutor
 from he_partition.join.parallel import JoinEvaluator
 from he_partition.join.release import (apply_terms, bin_cells, cell_table, decrypt_values, measurement_terms,
@@ -197,6 +197,23 @@ def test_the_encrypted_join_equals_the_plaintext_join(schemes: tuple[JoinScheme,
     assert noisy.variance == pytest.approx(2 * 2 * np.exp(-1) / (1 - np.exp(-1)) ** 2)
     assert np.all(np.abs(noisy.counts - truth) <= 8 * np.sqrt(noisy.variance))
     assert not np.array_equal(noisy.counts, truth)
+
+
+def test_the_flood_residues_are_those_of_one_wide_integer_per_coefficient(
+        schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    """The vectorized flood reduces the same integer mod every prime as Python's big integers would."""
+    moduli = schemes[1].moduli
+    rng = np.random.default_rng(11)
+    words = rng.integers(0, 2 ** 64, (4000, 2), dtype=np.uint64, endpoint=False)
+    edges = np.array([[0, 0], [2 ** 64 - 1, 2 ** 64 - 1], [0, 2 ** 64 - 1], [2 ** 64 - 1, 0],
+                      [0, 1 << (FLOOD_BITS - 64)], [2 ** 64 - 1, (1 << (FLOOD_BITS - 64)) - 1]], dtype=np.uint64)
+    words = np.concatenate([words, edges])
+    width = 1 << (FLOOD_BITS + 1)
+    wide = [((int(hi) << 64) | int(lo)) % width - (width >> 1) for lo, hi in words]
+    assert min(wide) == -(width >> 1) and max(wide) == (width >> 1) - 1  # the edges reach both ends
+    got = flood_residues(words, moduli)
+    for j, q in enumerate(moduli):
+        assert got[j].tolist() == [x % q for x in wide]
 
 
 def test_the_key_holder_sees_flooded_noise_and_refuses_foreign_ciphertexts(
