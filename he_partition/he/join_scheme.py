@@ -274,14 +274,18 @@ class JoinScheme:
     def serialize(self, ct: Any) -> bytes:
         return _dump(ct)
 
-    def deserialize(self, data: bytes) -> Any:
-        """A ciphertext of this scheme's parameters (InvalidInputError for anything else)."""
+    def _parse(self, data: bytes) -> Any:
+        """A SEAL ciphertext of this scheme's parameters, any level and size (InvalidInputError otherwise)."""
         if not isinstance(data, (bytes, bytearray)) or not data:
             raise InvalidInputError("a join ciphertext must be non-empty bytes")
         try:
-            ct = _load(seal.Ciphertext, self.context, bytes(data), "ciphertext", self.params)
+            return _load(seal.Ciphertext, self.context, bytes(data), "ciphertext", self.params)
         except InvalidInputError as exc:
             raise InvalidInputError(_version_of(seal.Ciphertext, bytes(data), "ciphertext", self.params)) from exc
+
+    def deserialize(self, data: bytes) -> Any:
+        """A ciphertext of this scheme's parameters (InvalidInputError for anything else)."""
+        ct = self._parse(data)
         if ct.size() != 2 or ct.poly_modulus_degree() != self.slots:
             raise InvalidInputError(f"a join upload must be a fresh 2-part ciphertext, got {ct.size()} parts")
         if list(ct.parms_id()) != list(self.context.first_parms_id()):
@@ -294,12 +298,7 @@ class JoinScheme:
         """A ciphertext the computation server released to the key holder (`noised`): 2 parts, at the last data
         level (flooded, then modulus-switched) or at the full level (a computation server from before the switch).
         InvalidInputError for anything else."""
-        if not isinstance(data, (bytes, bytearray)) or not data:
-            raise InvalidInputError("a join ciphertext must be non-empty bytes")
-        try:
-            ct = _load(seal.Ciphertext, self.context, bytes(data), "ciphertext", self.params)
-        except InvalidInputError as exc:
-            raise InvalidInputError(_version_of(seal.Ciphertext, bytes(data), "ciphertext", self.params)) from exc
+        ct = self._parse(data)
         levels = (list(self.context.first_parms_id()), list(self.context.last_parms_id()))
         if ct.size() != 2 or ct.poly_modulus_degree() != self.slots or list(ct.parms_id()) not in levels:
             raise InvalidInputError(f"a released join value must be a 2-part ciphertext at the full or the last data "
