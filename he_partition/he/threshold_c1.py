@@ -100,7 +100,10 @@ def aggregate_c1(parts: Iterable[C1Part], moduli: Sequence[int]) -> C1Part:
 
 def check_c1(ctx: ts.Context, raw: bytes, expected: C1Part, *, chunk: int) -> None:
     """Refuse (InvalidInputError naming C1_MISMATCH) a ciphertext whose c1 is not `expected`, bit for bit."""
-    got = ciphertext_c1(ctx, raw)
+    try:
+        got = ciphertext_c1(ctx, raw)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"chunk {chunk}: {exc}; nothing was charged or decrypted") from None
     if got.shape != expected.shape or not np.array_equal(got, expected):
         raise InvalidInputError(f"chunk {chunk}: {C1_MISMATCH} (a ciphertext the owners did not make, or noise "
                                 "added outside c0): nothing was charged or decrypted")
