@@ -530,9 +530,10 @@ class ComputationHandler:
         """
         backend = self.backend_for(contract)
         context = self._keys.context
-        if getattr(self.decryption, "noise_in_c0", False):
+        forward = getattr(self.decryption, "forward_uploads", None)  # threshold mode only
+        if forward is not None and getattr(self.decryption, "noise_in_c0", False):
             included = list(subs or [])
-            self.decryption.forward_uploads(
+            forward(
                 contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
                     contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in included],
                 [(s.meta.owner_id, s.meta.idempotency_key) for s in included])
