@@ -185,3 +185,9 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         self._computation_only(context, "ask for decryption shares")
         raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it decrypts with "
                                       "DecryptMeasurement and issues no key shares")
+
+    def ForwardUploads(self, request_iterator: Iterator[decryption_pb2.ForwardUploadsRequest],
+                       context: grpc.ServicerContext) -> decryption_pb2.ForwardUploadsResponse:
+        self._computation_only(context, "forward the owners' c1 parts")
+        raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it checks no c1 parts; "
+                                      "only key-share holders take ForwardUploads")

@@ -97,6 +97,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
         "Decryption/IssueShares": lambda ch: list(d(ch).IssueShares(iter([
             decryption_pb2.DecryptMeasurementRequest(header=header),
             decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t)),
+        "Decryption/ForwardUploads": lambda ch: d(ch).ForwardUploads(iter([decryption_pb2.ForwardUploadsRequest(
+            study_id="s1", owner_id="a", index=0, c1=b"\0" * 8)]), timeout=t),
         "Computation/SetupKey": lambda ch: c(ch).SetupKey(computation_pb2.SetupKeyRequest(), timeout=t),
         "Decryption/BudgetStatus": lambda ch: d(ch).BudgetStatus(
             decryption_pb2.BudgetStatusRequest(study_id="s1"), timeout=t),
@@ -142,6 +144,7 @@ ALLOWED = {
     "Decryption/DecryptMeasurement": {"cs"},
     "Decryption/KeySetup": {"cs"},
     "Decryption/IssueShares": {"cs"},
+    "Decryption/ForwardUploads": {"cs"},
     "Computation/SetupKey": {"operator"},
     "Decryption/BudgetStatus": {"cs", "rogue_cs", "operator", "analyst"},
     "Decryption/ChargeDirectQueries": {"cs"},

@@ -134,3 +134,13 @@ def test_a_cs_that_drops_an_owner_from_the_aggregate_is_refused(threshold: Thres
     for code, message in _refused(threshold, ask, [chunk], "rel-drop"):
         assert code == "INVALID_ARGUMENT" and C1_MISMATCH in message
     assert [_spent(threshold, i, "s-drop") for i in range(3)] == spent
+
+
+def test_a_restarted_holder_keeps_the_expected_c1_and_the_next_release_is_done(threshold: Threshold) -> None:
+    threshold.open_and_submit("s-restart")
+    assert threshold.computation().run_release("s-restart", epsilon=0.25).state == "DONE"
+    threshold.stop_holder(1)
+    threshold.start_holder(1)
+    assert threshold.holders[1].handler.holder.uploads.has("s-restart")  # from its data directory
+    threshold.combiner.clients[1].wait_ready(timeout=15)
+    assert threshold.computation().run_release("s-restart", epsilon=0.25).state == "DONE"  # not forwarded again
