@@ -330,7 +330,7 @@ class DecryptionHandler:
             raise InvalidInputError(f"this {m.kind} measurement has {m.count} values, {len(cells)} ciphertexts arrived")
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
         scheme = self.join_scheme(terms.version)
-        parsed = [scheme.deserialize(c) for c in cells]
+        parsed = [scheme.deserialize_released(c) for c in cells]
         with self._decrypt_lock:
             for i, ct in enumerate(parsed):
                 budget = scheme.noise_budget(ct)
