@@ -17,7 +17,8 @@ from parties.common.errors import ServiceError
 from parties.computation.c1_forward import owner_c1_parts
 from parties.decryption.keyshare_uploads import OwnerC1Parts
 
-from .test_threshold_services import HOLDERS, OWNERS, Threshold, _as_computation_server, _spent, _Spy, threshold
+from .test_threshold_refusals import _as_computation_server
+from .test_threshold_services import HOLDERS, OWNERS, Threshold, _spent, _Spy, threshold
 
 __all__ = ["threshold"]  # the fixture, imported for these tests
 
