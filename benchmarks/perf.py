@@ -18,7 +18,9 @@ what the data owners must do anyway, one after another), then a seeded
   do the computation side's noise encryptions and flooding; the draws, the decryption side and the
   strategy stay in this process.
 
-Every run uses the same data and seed, so all executors must release the same summary: the
+Each run also records the calling process's CPU time in the release (`release_cpu_s`), the workers'
+CPU time (`workers_cpu_s`, their start included) and the load average before and after: on a shared
+machine a ratio means little without them. Every run uses the same data and seed, so all executors must release the same summary: the
 runs' `summary_sha256` are compared and the benchmark fails if they differ.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -63,16 +66,20 @@ def _one(n: int, owners: int, strategy: str, seed: int, executor: str, workers: 
         start = time.perf_counter() - t0
     elif executor == "inprocess":
         ex = InProcessExecutor()
+    load_before = os.getloadavg()[0]
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         summary = release(hists, 1.0, strategy=strategy, backend="bfv", rng=seed, executor=ex)
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         if ex is not None:
             ex.close()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"n": n, "owners": owners, "strategy": strategy, "executor": executor,
             "workers": ex.workers if ex is not None else 0, "keygen_s": keygen,
             "encryption_pass_s": encryption, "executor_start_s": start, "release_s": total,
+            "release_cpu_s": cpu, "workers_cpu_s": children.ru_utime + children.ru_stime,
+            "load_average": [load_before, os.getloadavg()[0]],
             "ratio": total / encryption, "ratio_with_start": (total + start) / encryption,
             "partitions": summary.n_partitions, "measurements": len(summary.epsilon_spent),
             "summary_sha256": hashlib.sha256(summary.to_json().encode()).hexdigest(),
