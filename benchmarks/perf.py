@@ -1,7 +1,7 @@
 """Performance benchmark: a BFV release against one encryption pass of its inputs, per executor, with peak RSS.
 
-`python -m benchmarks.perf [--sizes 4096,1048576] [--owners 10] [--strategy auto] [--executors none,processes]
-[--workers 0]` runs, per size and executor, in a fresh process (so peak RSS is that run's): key
+`python -m benchmarks.perf [--sizes 4096,1048576] [--owners 10] [--strategy auto]
+[--executors none,inprocess,processes] [--workers 0]` runs, per size and executor, in a fresh process (so peak RSS is that run's): key
 generation, one encryption pass of every owner's histogram in this one process (the unit of time:
 what the data owners must do anyway, one after another), then a seeded
 `release(..., backend="bfv", executor=...)` end to end. What the release (the ratio's numerator) contains:
@@ -20,8 +20,9 @@ what the data owners must do anyway, one after another), then a seeded
 
 Each run also records the calling process's CPU time in the release (`release_cpu_s`), the workers'
 CPU time (`workers_cpu_s`, their start included) and the load average before and after: on a shared
-machine a ratio means little without them. Every run uses the same data and seed, so all executors must release the same summary: the
-runs' `summary_sha256` are compared and the benchmark fails if they differ.
+machine a ratio means little without them. Every run uses the same data and seed, so all executors
+must release the same summary: the runs' `summary_sha256` are compared and the benchmark fails if
+they differ.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default="4096,1048576", help="comma-separated domain sizes (bins)")
     ap.add_argument("--owners", type=int, default=10, help="data owners (default 10)")
     ap.add_argument("--strategy", default="auto", help="release strategy (default auto, the library default)")
-    ap.add_argument("--executors", default="none,processes",
-                    help=f"comma-separated, of {', '.join(EXECUTORS)} (default none,processes)")
+    ap.add_argument("--executors", default="none,inprocess,processes",
+                    help=f"comma-separated, of {', '.join(EXECUTORS)} (default all three)")
     ap.add_argument("--workers", type=int, default=0, help="worker processes of `processes` (default 0: one per core)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results/perf.json alone")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one size in this process
