@@ -4,7 +4,8 @@
 [--executors none,inprocess,processes] [--workers 0]` runs, per size and executor, in a fresh
 process (so peak RSS is that run's): key generation, one encryption pass of every owner's
 histogram in this one process (the unit of time: what the data owners must do anyway, one after
-another), then a seeded `release(..., backend="bfv", executor=...)` end to end. What the release (the ratio's numerator) contains:
+another), then a seeded `release(..., backend="bfv", executor=...)` end to end. What the release
+(the ratio's numerator) contains:
 
 - `none`: everything in this one process, serially: its own key generation, every owner's
   encryption, every measurement (the computation side's draws, fresh noise encryption, flooding),
