@@ -82,3 +82,15 @@ def test_simulated_owners_encrypt_each_owners_encoded_chunk_and_ship_only_a_work
 def test_an_executor_needs_the_bfv_backend(hists: list[np.ndarray]) -> None:
     with pytest.raises(InvalidInputError, match="backend 'plain'"):
         release(hists, 1.0, backend="plain", rng=1, executor=InProcessExecutor())
+
+
+def test_a_ray_cluster_releases_the_serial_summary_under_a_seed(hists: list[np.ndarray]) -> None:
+    pytest.importorskip("ray")
+    from he_partition.execution.ray_cluster import RayExecutor
+
+    executor = RayExecutor(2)
+    try:
+        got = release(hists, 1.0, backend="bfv", rng=41, executor=executor)  # each actor gets only its own rows
+    finally:
+        executor.close()
+    assert got == release(hists, 1.0, backend="bfv", rng=41)
