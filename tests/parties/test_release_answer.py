@@ -1,0 +1,97 @@
+"""The services' release answer and the running aggregate's generation sync (issue 26, services 1M bins).
+
+The release is answered from the Summary the server computed (its stored JSON is not parsed
+again), the stored JSON is exactly what `json.dumps` writes, the proto conversion keeps every
+value, and a fold's generation is synced before the manifest names it, by syncfs or by one
+fsync per file where syncfs is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from he_partition.core.summary import Summary
+from parties.common import util
+from parties.common.convert import summary_from_proto, summary_to_proto
+from parties.computation.store import ReleaseRecord
+
+
+def _summary(variances: list[float], *, params: dict[str, object] | None = None) -> Summary:
+    k = len(variances)
+    rng = np.random.default_rng(k)
+    return Summary(domain_size=4 * k, epsilon=0.5, strategy="gap", noise_parties=2,
+                   starts=tuple(range(0, 4 * k, 4)), sums=tuple(int(v) for v in rng.integers(-90, 90, k)),
+                   sum_variance=tuple(variances), contribution_bound=2, epsilon_spent=(("prefix_differences", 0.1),),
+                   params=params or {"nested": [1, 2.5, "sum_variance"]})
+
+
+@pytest.mark.parametrize("variances", [
+    [2.0 / 3.0, 1e-05, 3.25e20, 7.0] * 600,  # few distinct values, long and short reprs: the formatted-once path
+    [float(v) for v in np.random.default_rng(3).random(3000)],  # all distinct: the plain encoder
+    [1.5, math.inf, 0.1] * 700,  # a non-finite value is written as json.dumps writes it
+    [math.nan] * 1500,
+    [0.25, 4.0],  # short lists
+])
+def test_summary_json_is_exactly_what_json_dumps_writes(variances: list[float]) -> None:
+    s = _summary(variances)
+    text = s.to_json()
+    assert text == json.dumps(s.to_dict(), separators=(",", ":"))
+    back = Summary.from_json(text)
+    assert back.sums == s.sums and back.starts == s.starts
+    assert [repr(v) for v in back.sum_variance] == [repr(v) for v in s.sum_variance]
+
+
+def test_a_param_naming_sum_variance_is_not_replaced() -> None:
+    s = _summary([1.0, 2.0] * 700, params={"note": "sum_variance", "sum_variance": "kept"})
+    assert json.loads(s.to_json())["params"] == {"note": "sum_variance", "sum_variance": "kept"}
+
+
+def test_a_record_answers_with_its_own_summary_and_parses_any_other_text() -> None:
+    s = _summary([1.0, 2.0, 3.0])
+    text = s.to_json()
+    rec = ReleaseRecord("rel-1", "s1", "DONE", 0.5, ("a",), "h", "now", summary_json=text, summary_cache=(text, s))
+    assert rec.summary is s
+    other = _summary([4.0, 5.0, 6.0])
+    changed = replace(rec, summary_json=other.to_json())  # the cache belongs to the old text: never served for this
+    assert changed.summary == other
+    # the cache is not part of the record's identity (the stored record reads back equal)
+    assert rec == replace(rec, summary_cache=None)
+    assert replace(rec, summary_cache=None).summary == s
+
+
+def test_summary_proto_round_trip_keeps_every_value() -> None:
+    s = _summary([2.0 / 3.0, 1e-05, 3.25e20] * 400)
+    back = summary_from_proto(summary_to_proto(s, release_id="rel-1", study_id="s1"))
+    assert back == s
+    assert all(type(v) is int for v in back.sums) and all(type(v) is float for v in back.sum_variance)
+
+
+@pytest.mark.parametrize("syncfs", ["os", "missing", "failing"])
+def test_sync_written_files_takes_every_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncfs: str) -> None:
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"{i}.ct"
+        p.write_bytes(bytes([i]) * 100)
+        paths.append(p)
+    synced: list[int] = []
+    real_fsync = util.os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(util.os, "fsync", fsync)
+    if syncfs == "missing":
+        monkeypatch.setattr(util, "_syncfs", None)
+    elif syncfs == "failing":
+        monkeypatch.setattr(util, "_syncfs", lambda fd: -1)
+    elif util._syncfs is None:
+        pytest.skip("no syncfs(2) on this platform")
+    util.sync_written_files(paths, tmp_path)
+    assert len(synced) == (0 if syncfs == "os" else len(paths) + 1)  # every file and the directory
