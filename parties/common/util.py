@@ -99,7 +99,7 @@ def _load_syncfs() -> Callable[[int], int] | None:
     except (OSError, AttributeError):
         return None
     fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _syncfs = _load_syncfs()

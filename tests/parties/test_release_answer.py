@@ -21,6 +21,8 @@ from parties.common import util
 from parties.common.convert import summary_from_proto, summary_to_proto
 from parties.computation.store import ReleaseRecord
 
+from .conftest import Cluster
+
 
 def _summary(variances: list[float], *, params: dict[str, object] | None = None) -> Summary:
     k = len(variances)
@@ -95,3 +97,36 @@ def test_sync_written_files_takes_every_path(tmp_path: Path, monkeypatch: pytest
         pytest.skip("no syncfs(2) on this platform")
     util.sync_written_files(paths, tmp_path)
     assert len(synced) == (0 if syncfs == "os" else len(paths) + 1)  # every file and the directory
+
+
+def test_the_key_holder_draws_new_requests_from_stream_2_and_replays_old_ones_on_stream_1(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request answered by an older server (stream 1, its ledger row names no stream) gets the same draw when
+    replayed after the upgrade; a new request is drawn from stream 2, recorded in its row, and repeats too."""
+    from he_partition.core.measurements import PrefixDifferences, owner_encoding
+    from he_partition.he.bfv import BfvBackend, load_context
+    from parties.decryption import handler as ds_handler
+
+    contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=3.0)
+    ds = cluster.decryption("cs-1", "computation")
+    be = BfvBackend(load_context(ds.public_context()))
+    chunks = [be.serialize_chunk(c) for c in be.encrypt(owner_encoding(np.arange(64) % 5)).chunks]
+    m = PrefixDifferences(64, 0.1, 2)
+
+    def ask(release_id: str) -> np.ndarray:
+        return ds.decrypt_measurement(study_id="s1", release_id=release_id, release_epsilon=0.5, measurement=m,
+                                      chunks=chunks, chunk_count=len(chunks),
+                                      contract_hash=contract.contract_hash).values
+
+    def streams() -> list[int]:
+        return [json.loads(c.detail).get("noise_stream", 1) for c in cluster.ds.handler.ledger.charges("s1")]
+
+    monkeypatch.setattr(ds_handler, "NOISE_STREAM", 1)  # the server before the upgrade
+    old = ask("r1")
+    monkeypatch.setattr(ds_handler, "NOISE_STREAM", 2)
+    assert np.array_equal(ask("r1"), old)  # the replay keeps stream 1's draw
+    new = ask("r2")
+    assert np.array_equal(ask("r2"), new)
+    assert streams() == [1, 1, 2, 2]
+    truth = np.diff(np.arange(64) % 5, prepend=0)
+    assert not np.array_equal(new, truth) and not np.array_equal(old, truth)  # both carry the key holder's draw
