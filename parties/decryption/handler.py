@@ -13,6 +13,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -461,7 +462,8 @@ class DecryptionHandler:
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
             stream = self._noise_stream(study_id, release_id, digest)
-            detail = decryption_detail(contract, measurement, digest, noise_stream=stream)
+            spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
+            detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
             if isinstance(measurement, RangeCount):
                 budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
             else:
@@ -471,7 +473,8 @@ class DecryptionHandler:
             side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)
                                   if pool is not None and pool.active and len(chunks) >= pool.min_chunks
                                   else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
-                                                                    measurement, digest, stream=stream),
+                                                                    measurement, digest, stream=stream,
+                                                                    spec_json=spec),
                                   budget, contract.noise_parties)
             with self._decrypt_lock:
                 started = time.monotonic()
@@ -520,7 +523,7 @@ class DecryptionHandler:
         return NOISE_STREAM
 
     def _request_noise(self, study_id: str, release_id: str, release_epsilon: float, m: Measurement,
-                       digest: str, *, stream: int = 1) -> KeyedRandom:
+                       digest: str, *, stream: int = 1, spec_json: str | None = None) -> KeyedRandom:
         """The source of this server's draw for one request, fixed before anything data-dependent is read.
 
         Keyed by the noise key and (study, release, release epsilon, measurement, ciphertext
@@ -528,10 +531,15 @@ class DecryptionHandler:
         average fresh draws; any other ciphertext or measurement gets an independent draw,
         so two answers never share this server's noise (a difference of two answers cannot
         cancel it). `stream` picks KeyedRandom's stream (`NOISE_STREAM` for measurements,
-        `_noise_stream`; the join's cells keep stream 1). Draws no noise itself.
+        `_noise_stream`; the join's cells keep stream 1). `spec_json`: canonical_json(m.to_dict())
+        if the caller has it (the label is the same text either way). Draws no noise itself.
         """
+        marker = f"measurement:{uuid.uuid4().hex}"
         label = canonical_json({"study_id": study_id, "release_id": release_id, "release_epsilon": release_epsilon,
-                                "measurement": m.to_dict(), "ciphertext_digest": digest})
+                                "measurement": marker if spec_json is not None else m.to_dict(),
+                                "ciphertext_digest": digest})
+        if spec_json is not None:
+            label = label.replace(f'"{marker}"', spec_json, 1)
         return KeyedRandom(self._noise_key, label.encode("utf-8"), stream=stream)
 
     def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
@@ -588,17 +596,19 @@ def _check_contract_hash(contract: StudyContract, contract_hash: str, consequenc
         )
 
 
-def decryption_detail(contract: StudyContract, m: Measurement, ciphertext_digest: str, *, noise_stream: int = 1) -> str:
+def decryption_detail(contract: StudyContract, m: Measurement, ciphertext_digest: str, *, noise_stream: int = 1,
+                      spec_json: str | None = None) -> str:
     """What one ledger row pays for: contract hash, SHA-256 of the measurement spec, the ciphertext stream's digest.
 
     `ciphertext_digest`: `stream_digest(chunks).hex()`, computed once per request by the caller
     (it also keys this server's draw and the arrivals record). `noise_stream`: the KeyedRandom
-    stream of that draw, written when it is not 1 (rows of older ledgers name none).
+    stream of that draw, written when it is not 1 (rows of older ledgers name none). `spec_json`:
+    canonical_json(m.to_dict()) when the caller has it already.
 
     Kept small (hashes, not the ciphertexts or partition starts), so every decryption is
     recorded and can later be matched with the computation server's records.
     """
-    spec = hashlib.sha256(canonical_json(m.to_dict()).encode("utf-8")).hexdigest()
+    spec = hashlib.sha256((spec_json if spec_json is not None else canonical_json(m.to_dict())).encode("utf-8")).hexdigest()
     return canonical_json({"contract_hash": contract.contract_hash, "measurement_sha256": spec,
                            "ciphertext_digest": ciphertext_digest, "values": int(m.count),
                            "sensitivity": int(m.sensitivity),

@@ -130,3 +130,19 @@ def test_the_key_holder_draws_new_requests_from_stream_2_and_replays_old_ones_on
     assert streams() == [1, 1, 2, 2]
     truth = np.diff(np.arange(64) % 5, prepend=0)
     assert not np.array_equal(new, truth) and not np.array_equal(old, truth)  # both carry the key holder's draw
+
+
+def test_a_precomputed_measurement_spec_gives_the_same_label_and_detail(cluster: Cluster) -> None:
+    from he_partition.core.measurements import PartitionSums
+    from parties.common.contract import canonical_json
+    from parties.decryption.handler import decryption_detail
+
+    contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    h = cluster.ds.handler
+    m = PartitionSums(64, 0.25, 1, starts=(0, 3, 40))
+    spec = canonical_json(m.to_dict())
+    for stream in (1, 2):
+        plain = h._request_noise("s1", "r1", 0.5, m, "ab" * 32, stream=stream).integers(1 << 62, 64)
+        given = h._request_noise("s1", "r1", 0.5, m, "ab" * 32, stream=stream, spec_json=spec).integers(1 << 62, 64)
+        assert np.array_equal(plain, given)
+    assert decryption_detail(contract, m, "cd" * 32, spec_json=spec) == decryption_detail(contract, m, "cd" * 32)
