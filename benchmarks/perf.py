@@ -1,16 +1,37 @@
-"""Performance benchmark: an in-process BFV release against one encryption pass of its inputs, with peak RSS.
+"""Performance benchmark: a BFV release against one encryption pass of its inputs, per executor, with peak RSS.
 
-`python -m benchmarks.perf [--sizes 4096,1048576] [--owners 10] [--strategy auto]` runs, per size and in a
-fresh process (so peak RSS is that run's): key generation, one encryption pass of every owner's histogram
-(what the data owners must do anyway), then `release(..., backend="bfv")` end to end (its own key
-generation, the owners' encryption, every measurement with pads and flooding, decryption, strategy).
-The figure the issue asks for is the ratio release / encryption pass, measured in the same run.
+`python -m benchmarks.perf [--sizes 4096,1048576] [--owners 10] [--strategy auto]
+[--executors none,inprocess,processes] [--workers 0]` runs, per size and executor, in a fresh
+process (so peak RSS is that run's): key generation, one encryption pass of every owner's
+histogram in this one process (the unit of time: what the data owners must do anyway, one after
+another), then a seeded `release(..., backend="bfv", executor=...)` end to end. What the release
+(the ratio's numerator) contains:
+
+- `none`: everything in this one process, serially: its own key generation, every owner's
+  encryption, every measurement (the computation side's draws, fresh noise encryption, flooding),
+  the decryption side's checks and decryptions, the strategy (today's in-process path);
+- `inprocess`: the same through the in-process executor (serializing each measured chunk, as the
+  servers do);
+- `processes`: the servers' default executor, one worker process per core (`--workers`), started
+  before the timed release as a server's workers are (`executor_start_s`, reported apart; the
+  ratio with it is `ratio_with_start`). The owners' encryptions (each owner an organization with
+  its own machine) run in those workers, each encrypting every owner's chunks of its share, and so
+  do the computation side's noise encryptions and flooding; the draws, the decryption side and the
+  strategy stay in this process.
+
+Each run also records the calling process's CPU time in the release (`release_cpu_s`), the workers'
+CPU time (`workers_cpu_s`, their start included) and the load average before and after: on a shared
+machine a ratio means little without them. Every run uses the same data and seed, so all executors
+must release the same summary: the runs' `summary_sha256` are compared and the benchmark fails if
+they differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -19,13 +40,16 @@ from typing import Any
 
 import numpy as np
 
+from he_partition.execution import ChunkExecutor, InProcessExecutor, ProcessExecutor
 from he_partition.he.keyholder import generate_backends
 from he_partition.protocol import encrypt_histogram, release
 
 from .common import write_result
 
+EXECUTORS = ("none", "inprocess", "processes")
 
-def _one(n: int, owners: int, strategy: str, seed: int) -> dict[str, Any]:
+
+def _one(n: int, owners: int, strategy: str, seed: int, executor: str, workers: int) -> dict[str, Any]:
     data_rng = np.random.default_rng(seed)
     hists = [data_rng.poisson(np.where((np.arange(n) // 512) % 4 == 0, 30.0, 1.0)) for _ in range(owners)]
     t0 = time.perf_counter()
@@ -35,13 +59,34 @@ def _one(n: int, owners: int, strategy: str, seed: int) -> dict[str, Any]:
     for h in hists:
         encrypt_histogram(public, h)
     encryption = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    summary = release(hists, 1.0, strategy=strategy, backend="bfv", rng=seed)
-    total = time.perf_counter() - t0
-    return {"n": n, "owners": owners, "strategy": strategy, "keygen_s": keygen, "encryption_pass_s": encryption,
-            "release_s": total, "ratio": total / encryption, "partitions": summary.n_partitions,
-            "measurements": len(summary.epsilon_spent),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    ex: ChunkExecutor | None = None
+    start = 0.0
+    if executor == "processes":
+        t0 = time.perf_counter()
+        ex = ProcessExecutor(workers)
+        ex.start()
+        start = time.perf_counter() - t0
+    elif executor == "inprocess":
+        ex = InProcessExecutor()
+    load_before = os.getloadavg()[0]
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        summary = release(hists, 1.0, strategy=strategy, backend="bfv", rng=seed, executor=ex)
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        if ex is not None:
+            ex.close()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"n": n, "owners": owners, "strategy": strategy, "executor": executor,
+            "workers": ex.workers if ex is not None else 0, "keygen_s": keygen,
+            "encryption_pass_s": encryption, "executor_start_s": start, "release_s": total,
+            "release_cpu_s": cpu, "workers_cpu_s": children.ru_utime + children.ru_stime,
+            "load_average": [load_before, os.getloadavg()[0]],
+            "ratio": total / encryption, "ratio_with_start": (total + start) / encryption,
+            "partitions": summary.n_partitions, "measurements": len(summary.epsilon_spent),
+            "summary_sha256": hashlib.sha256(summary.to_json().encode()).hexdigest(),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,21 +94,41 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default="4096,1048576", help="comma-separated domain sizes (bins)")
     ap.add_argument("--owners", type=int, default=10, help="data owners (default 10)")
     ap.add_argument("--strategy", default="auto", help="release strategy (default auto, the library default)")
+    ap.add_argument("--executors", default="none,inprocess,processes",
+                    help=f"comma-separated, of {', '.join(EXECUTORS)} (default all three)")
+    ap.add_argument("--workers", type=int, default=0, help="worker processes of `processes` (default 0: one per core)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results/perf.json alone")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one size in this process
+    ap.add_argument("--executor", default="none", choices=EXECUTORS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(_one(args.one, args.owners, args.strategy, seed=1)))
+        print(json.dumps(_one(args.one, args.owners, args.strategy, 1, args.executor, args.workers)))
         return
+    executors = [e for e in args.executors.split(",") if e]
+    unknown = sorted(set(executors) - set(EXECUTORS))
+    if unknown:
+        ap.error(f"unknown executor(s) {', '.join(unknown)}; choose from {', '.join(EXECUTORS)}")
     runs = []
     for n in [int(s) for s in args.sizes.split(",")]:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.perf", "--one", str(n), "--owners", str(args.owners),
-                              "--strategy", args.strategy], capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        runs.append(r)
-        print(f"n={n:>8}: encryption pass {r['encryption_pass_s']:.3f} s, release {r['release_s']:.3f} s "
-              f"({r['measurements']} measurements), ratio {r['ratio']:.2f}x, keygen {r['keygen_s']:.3f} s, "
-              f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
-    path = write_result("perf", {"owners": args.owners, "strategy": args.strategy, "runs": runs})
+        digests = set()
+        for executor in executors:
+            out = subprocess.run([sys.executable, "-m", "benchmarks.perf", "--one", str(n), "--owners", str(args.owners),
+                                  "--strategy", args.strategy, "--executor", executor, "--workers", str(args.workers)],
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            runs.append(r)
+            digests.add(r["summary_sha256"])
+            print(f"n={n:>8} {executor:>9}: encryption pass {r['encryption_pass_s']:.3f} s, release "
+                  f"{r['release_s']:.3f} s ({r['measurements']} measurements), ratio {r['ratio']:.2f}x "
+                  f"(with worker start {r['ratio_with_start']:.2f}x), peak RSS {r['peak_rss_mb']:.0f} MB "
+                  f"(workers {r['worker_peak_rss_mb']:.0f} MB)", flush=True)
+        if len(digests) != 1:
+            sys.exit(f"n={n}: the executors released different summaries under the same seed")
+    result = {"owners": args.owners, "strategy": args.strategy, "executors": executors,
+              "equal_across_executors": True, "runs": runs}
+    if args.no_write:
+        return
+    path = write_result("perf", result)
     print(f"wrote {path}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import secrets
 from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
@@ -12,7 +13,7 @@ import numpy.typing as npt
 
 from .core.backend import ChunkedVector, PlainBackend, VectorBackend, sum_vectors, DEFAULT_SLOTS
 from .core.errors import BudgetExhaustedError, InvalidInputError
-from .execution.base import ChunkExecutor, split_noise
+from .execution.base import ChunkExecutor, SimulatedOwners, split_noise
 from .strategies.gap import GapParams, gap_strategy
 from .strategies.hier import HierParams, hier_strategy
 from .strategies.dawa import DawaParams, dawa_strategy
@@ -348,6 +349,7 @@ def release(
     rng: RandomSource | int | None = None,
     contribution_bound: int = 1,
     params: Any = None,
+    executor: ChunkExecutor | None = None,
 ) -> Summary:
     """Run the whole protocol in one process: owners -> computation -> decryption.
 
@@ -366,6 +368,14 @@ def release(
     every draw come from it in a fixed order (computation side, then decryption side, per
     measurement), so the plain and BFV backends release the same summary (flooding draws from the OS
     CSPRNG always, but changes no slot value).
+
+    `executor` (BFV only): run the owners' encryption and the computation side's chunk work
+    on it (`he_partition.execution`: in-process, local worker processes, Ray), as the
+    servers do: each worker encrypts every owner's chunks of its share (the owners are
+    simulated there, `SimulatedOwners`: in a deployment each encrypts on its own machine)
+    and keeps their sum; per measurement every draw is made here before fan-out and the
+    workers add it under a fresh encryption and flood. The decryption side checks each
+    chunk as it arrives. The same seed releases the same summary as without an executor.
     """
     hs = validate_histograms(histograms)
     eps = validate_epsilon(epsilon)
@@ -396,7 +406,44 @@ def release(
 
     cs = ComputationSide(owner_be, source)
     ds = DecryptionSide(ds_be, source, Budget(eps), noise_parties)
-    aggregate = cs.aggregate(encrypt_histogram(owner_be, h) for h in hs)
     strat = make_strategy(strategy, n, eps, noise_parties=noise_parties,
                           contribution_bound=int(contribution_bound), params=params)
+    if executor is not None:
+        if backend != "bfv":
+            raise InvalidInputError(f"an executor runs BFV chunk work; backend {backend!r} has none (use backend='bfv')")
+        return _release_on(executor, hs, cs, ds, strat)
+    aggregate = cs.aggregate(encrypt_histogram(owner_be, h) for h in hs)
     return run_strategy(strat, lambda m: ds.decrypt_measurement(m, cs.measure(aggregate, m)))
+
+
+def _release_on(executor: ChunkExecutor, hs: Sequence[IntArray], cs: ComputationSide, ds: DecryptionSide,
+                strat: Strategy) -> Summary:
+    """`release`'s owners, computation side and decryption side with the chunk work on `executor`.
+
+    Privacy: as `release` (the computation side's draws through `ComputationSide.measure_on`,
+    the decryption side's through `DecryptionSide.decrypt_measurement`, in the same order as
+    without an executor); spends exactly what `release` spends.
+    """
+    from .he.bfv import BfvBackend, public_context_bytes
+
+    public = cs.backend
+    ds_be = ds.backend
+    assert isinstance(ds_be, BfvBackend)  # `release` builds the BFV pair before it calls this
+    context = public_context_bytes(ds_be.context)
+    n = int(hs[0].size)
+    owners = SimulatedOwners.of(context, [owner_encoding(h) for h in hs], public.slots)
+    key = f"release-{secrets.token_hex(8)}"
+    executor.load(key, context, owners, len(owners.indices))
+
+    def measure(m: Measurement) -> IntArray:
+        chunks: list[Any] = [None] * len(owners.indices)
+        for i, data in cs.measure_on(executor, key, m):
+            one: list[Any] = [None] * len(chunks)
+            one[i] = chunks[i] = ds_be.deserialize_chunk(data)
+            ds_be.verify(ChunkedVector(n, tuple(one)))  # as the DS does: each chunk as it arrives
+        return ds.decrypt_measurement(m, ChunkedVector(n, tuple(chunks)), verified=True)
+
+    try:
+        return run_strategy(strat, measure)
+    finally:
+        executor.drop(key)

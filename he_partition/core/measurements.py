@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -245,11 +246,13 @@ class PartitionSums(Measurement):
                 f"partition starts must be strictly increasing and < domain_size {self.domain_size}"
             )
 
-    @property
+    @cached_property
     def ends(self) -> IntArray:
-        """Index of each partition's last bin."""
+        """Index of each partition's last bin (read-only; computed once: both sides use it several times)."""
         s = np.asarray(self.starts, dtype=np.int64)
-        return np.append(s[1:], self.domain_size) - 1
+        ends = np.append(s[1:], self.domain_size) - 1
+        ends.setflags(write=False)
+        return ends
 
     @property
     def count(self) -> int:

@@ -13,9 +13,9 @@ re-sends the same values.
 May import `he_partition.core` and `he_partition.he`; nothing above them.
 """
 
-from .base import ChunkBytes, ChunkExecutor, ChunkFiles, ChunkSource, ChunkWorker, make_executor
+from .base import ChunkBytes, ChunkExecutor, ChunkFiles, ChunkSource, ChunkWorker, SimulatedOwners, make_executor
 from .inprocess import InProcessExecutor
 from .processes import ProcessExecutor
 
 __all__ = ["ChunkBytes", "ChunkExecutor", "ChunkFiles", "ChunkSource", "ChunkWorker", "InProcessExecutor",
-           "ProcessExecutor", "make_executor"]
+           "ProcessExecutor", "SimulatedOwners", "make_executor"]

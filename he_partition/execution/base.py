@@ -13,8 +13,8 @@ import numpy.typing as npt
 from ..core.backend import VectorBackend
 from ..core.errors import InvalidInputError
 
-__all__ = ["ChunkSource", "ChunkFiles", "ChunkBytes", "ChunkWorker", "ChunkExecutor", "make_executor",
-           "split_noise", "EXECUTOR_KINDS", "MakeHeld"]
+__all__ = ["ChunkSource", "ChunkFiles", "ChunkBytes", "SimulatedOwners", "ChunkWorker", "ChunkExecutor",
+           "make_executor", "split_noise", "share_of", "EXECUTOR_KINDS", "MakeHeld"]
 
 IntArray = npt.NDArray[np.int64]
 #: Worker w's held object, as (module-level build function, its arguments); called again for a replacement.
@@ -62,6 +62,68 @@ def noise_in_c0_context(context: bytes) -> bytes:
     return NOISE_IN_C0 + context
 
 
+@dataclass(frozen=True)
+class SimulatedOwners:
+    """Data owners played where the chunk work runs: the library's `release(..., executor=...)` and its benchmark.
+
+    One process plays every party there and holds the histograms anyway; the services never
+    use this source (an owner encrypts on its own machine and uploads ciphertexts). Row r of
+    `encoded[o]` is owner o's encoded histogram (`owner_encoding`: prefix sums, zero-padded
+    like `split_chunks`) for chunk `indices[r]`. The worker that sums chunk i encrypts each
+    owner's row under the study's public key, as that owner's `encrypt_histogram` would
+    (same plaintext, a fresh encryption), so the owners' encryptions run on every worker at
+    once, as they would on the owners' own machines. `context` is the public context
+    (`read` needs it; a worker uses its own loaded backend). Holds no noise.
+    """
+
+    context: bytes
+    indices: tuple[int, ...]
+    encoded: tuple[IntArray, ...]
+
+    @classmethod
+    def of(cls, context: bytes, encoded: Sequence[IntArray], slots: int) -> "SimulatedOwners":
+        """Every chunk of the owners' encoded histograms (each a 1-D vector of the domain's length)."""
+        from ..core.backend import n_chunks
+
+        k = n_chunks(int(encoded[0].size), slots)
+        rows = []
+        for e in encoded:
+            padded = np.zeros(k * slots, dtype=np.int64)
+            padded[: e.size] = e
+            rows.append(padded.reshape(k, slots))
+        return cls(context, tuple(range(k)), tuple(rows))
+
+    def only(self, indices: Sequence[int]) -> "SimulatedOwners":
+        """The rows of chunks `indices` only (what one worker needs; the others never cross its pipe)."""
+        pos = self._positions()
+        at = np.asarray([pos[int(i)] for i in indices], dtype=np.int64)
+        return SimulatedOwners(self.context, tuple(int(i) for i in indices), tuple(e[at] for e in self.encoded))
+
+    def _positions(self) -> dict[int, int]:
+        return {i: r for r, i in enumerate(self.indices)}
+
+    def ciphertexts(self, index: int, backend: VectorBackend) -> list[Any]:
+        """Chunk `index` of every owner, freshly encrypted under `backend` (a public BFV backend)."""
+        row = self._positions()[int(index)]
+        return [backend.encrypt(e[row]).chunks[0] for e in self.encoded]
+
+    def read(self, index: int) -> list[bytes]:
+        backend = _bfv_backend(self.context)
+        return [backend.serialize_chunk(c) for c in self.ciphertexts(index, backend)]
+
+
+def share_of(source: ChunkSource, indices: Sequence[int]) -> ChunkSource:
+    """What one worker needs of `source` to sum chunks `indices` (stored chunks travel as paths or bytes)."""
+    return source.only(indices) if isinstance(source, SimulatedOwners) else source
+
+
+def _owner_chunks(source: ChunkSource, backend: VectorBackend, index: int) -> list[Any]:
+    """Chunk `index` of every owner as ciphertexts: read and parsed, or (simulated owners) encrypted here."""
+    if isinstance(source, SimulatedOwners):
+        return source.ciphertexts(index, backend)
+    return [backend.deserialize_chunk(data) for data in source.read(index)]
+
+
 def _bfv_backend(context: bytes) -> VectorBackend:
     from ..he.bfv import BfvBackend, load_context  # a worker loads TenSEAL only when it gets a context
 
@@ -101,8 +163,7 @@ class ChunkWorker:
         parts: dict[int, Any] = {}
         for i in indices:
             total = None
-            for data in source.read(i):
-                c = backend.deserialize_chunk(data)
+            for c in _owner_chunks(source, backend, i):
                 total = c if total is None else total + c
             if total is None:
                 raise InvalidInputError("at least one owner's chunks are needed to aggregate")

@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import InvalidInputError
-from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of
+from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of, share_of
 
 __all__ = ["ProcessExecutor", "MAX_RESTARTS"]
 
@@ -52,6 +52,10 @@ def _serve(conn: Connection) -> None:
                 conn.send(("ok", worker.call(msg[1], msg[2], msg[3])))
             elif op == "drop":
                 worker.drop(msg[1])
+            elif op == "ping":  # ready: the HE library loaded, as for a first chunk
+                from ..he import bfv  # noqa: F401
+
+                conn.send(("ok", None))
             else:
                 return
         except Exception as exc:  # reported to the coordinator, which raises it there
@@ -91,7 +95,18 @@ class ProcessExecutor:
         self._procs: list[_Proc | None] = [None] * self.workers
         self._loaded: dict[str, tuple[bytes, ChunkSource, int]] = {}
         self._held: dict[str, MakeHeld] = {}
+        self._fresh: set[int] = set()  # started by `load`, not yet given the other keys
         self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start every worker now and wait until each answers (a server's workers then serve every release)."""
+        with self._lock:
+            for w in range(self.workers):
+                self._proc(w)
+            for w in range(self.workers):
+                self._procs[w].conn.send(("ping",))  # type: ignore[union-attr]
+            for w in range(self.workers):
+                self._procs[w].conn.recv()  # type: ignore[union-attr]
 
     def worker_pids(self) -> list[int | None]:
         """The live workers' process ids (tests kill one to show the retry)."""
@@ -101,10 +116,18 @@ class ProcessExecutor:
         return [i for i in range(n_chunks) if owner_of(i, self.workers) == w]
 
     def _load_one(self, w: int, key: str) -> None:
-        context, source, n = self._loaded[key]
         p = self._procs[w]
         assert p is not None
-        p.conn.send(("load", key, context, source, self._indices(w, n)))
+        self._send_load(p, w, key)
+        self._load_reply(p, w)
+
+    def _send_load(self, p: _Proc, w: int, key: str) -> None:
+        context, source, n = self._loaded[key]
+        idx = self._indices(w, n)
+        p.conn.send(("load", key, context, share_of(source, idx), idx))
+
+    @staticmethod
+    def _load_reply(p: _Proc, w: int) -> None:
         reply = p.conn.recv()
         if reply[0] == "error":
             raise WorkerError(f"worker {w} could not load the aggregate: {reply[1]}")
@@ -137,6 +160,7 @@ class ProcessExecutor:
         raise RuntimeError(f"chunk worker {w} died {MAX_RESTARTS + 1} times while loading its chunks")
 
     def _replace(self, w: int) -> _Proc:
+        self._fresh.discard(w)
         p = self._procs[w]
         if p is not None:
             p.stop(kill=True)
@@ -149,12 +173,35 @@ class ProcessExecutor:
             self._loaded[key] = (context, source, n_chunks)
             for w in range(self.workers):
                 if self._procs[w] is None:
-                    self._proc(w)  # a fresh worker loads every key, this one included
-                    continue
-                try:
-                    self._load_one(w, key)
-                except (EOFError, OSError):
-                    self._replace(w)  # the replacement loads every key, this one included
+                    self._procs[w] = _Proc(self._ctx)  # every fresh worker starts (imports) at once
+                    self._fresh.add(w)
+            # Every worker sums its share at the same time: send every load, then collect the replies.
+            sent: list[int] = []
+            try:
+                for w in range(self.workers):
+                    keys = list(self._loaded) if w in self._fresh else [key]
+                    try:
+                        for k in keys:
+                            self._send_load(self._procs[w], w, k)  # type: ignore[arg-type]
+                        sent.append(w)
+                    except OSError:
+                        self._replace(w)  # the replacement loads every key, this one included
+                while sent:
+                    w = sent[0]
+                    try:
+                        for _ in (list(self._loaded) if w in self._fresh else [key]):
+                            self._load_reply(self._procs[w], w)  # type: ignore[arg-type]
+                    except (EOFError, OSError):
+                        sent.pop(0)
+                        self._replace(w)
+                        continue
+                    sent.pop(0)
+                    if w in self._fresh:
+                        self._fresh.discard(w)
+                        for k in self._held:
+                            self._hold_one(w, k)
+            finally:
+                self._abandon(sent)
 
     def noised(self, key: str, noise: Mapping[int, IntArray]) -> Iterator[tuple[int, bytes]]:
         """Chunks in index order; worker w computes its chunks of `noise` in parallel with the others.
@@ -286,6 +333,7 @@ class ProcessExecutor:
     def _abandon(self, workers: list[int]) -> None:
         """Stop the workers whose replies are still due (after a failure): they start afresh when next used."""
         for w in workers:
+            self._fresh.discard(w)
             p = self._procs[w]
             if p is not None:
                 p.stop(kill=True)
@@ -318,3 +366,4 @@ class ProcessExecutor:
                     self._procs[w] = None
             self._loaded.clear()
             self._held.clear()
+            self._fresh.clear()

@@ -17,7 +17,7 @@ import threading
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import InvalidInputError
-from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of
+from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of, share_of
 
 __all__ = ["RayExecutor", "MAX_RESTARTS"]
 
@@ -78,7 +78,8 @@ class RayExecutor:
         refs = []
         for key in keys:
             context, source, n = self._loaded[key]
-            refs.append(actor.load.remote(key, context, source, [i for i in range(n) if owner_of(i, self.workers) == w]))
+            idx = [i for i in range(n) if owner_of(i, self.workers) == w]
+            refs.append(actor.load.remote(key, context, share_of(source, idx), idx))
         return refs
 
     def _start(self, w: int) -> None:

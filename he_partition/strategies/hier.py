@@ -127,9 +127,9 @@ def measure_levels(
     """
     out = []
     for starts, eps in zip(level_starts, epsilons):
-        m = PartitionSums(domain_size, eps, contribution_bound, starts=tuple(int(s) for s in starts))
+        m = PartitionSums(domain_size, eps, contribution_bound, starts=tuple(np.asarray(starts, dtype=np.int64).tolist()))
         values = yield m
-        out.append(ReleasedValues(kind=m.kind, values=tuple(int(v) for v in values),
+        out.append(ReleasedValues(kind=m.kind, values=tuple(np.asarray(values, dtype=np.int64).tolist()),
                                   variance=noise_parties * m.noise_variance, epsilon=eps, starts=m.starts))
     return out
 
