@@ -7,6 +7,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ForwardUploadsRequest(_message.Message):
+    __slots__ = ("study_id", "contract_hash", "owner_id", "idempotency_key", "signature", "index", "c1")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    C1_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    contract_hash: str
+    owner_id: str
+    idempotency_key: str
+    signature: bytes
+    index: int
+    c1: bytes
+    def __init__(self, study_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., signature: _Optional[bytes] = ..., index: _Optional[int] = ..., c1: _Optional[bytes] = ...) -> None: ...
+
+class ForwardUploadsResponse(_message.Message):
+    __slots__ = ("chunks",)
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    chunks: int
+    def __init__(self, chunks: _Optional[int] = ...) -> None: ...
+
 class GetPublicContextRequest(_message.Message):
     __slots__ = ("study_id",)
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]

@@ -81,6 +81,11 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.FromString,
                 _registered_method=True)
+        self.ForwardUploads = channel.stream_unary(
+                '/dpagg.v1.Decryption/ForwardUploads',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsResponse.FromString,
+                _registered_method=True)
 
 
 class DecryptionServicer:
@@ -190,6 +195,21 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForwardUploads(self, request_iterator, context):
+        """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+        c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
+        little-endian residues) with the owner's Ed25519 signature over them
+        (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+        against its own contract's owner keys, requires every owner of the contract exactly once,
+        and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
+        (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+        UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
+        unknown owner or an unsigned study. Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecryptionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -237,6 +257,11 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.IssueShares,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.SerializeToString,
+            ),
+            'ForwardUploads': grpc.stream_unary_rpc_method_handler(
+                    servicer.ForwardUploads,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -484,6 +509,33 @@ class Decryption:
             '/dpagg.v1.Decryption/IssueShares',
             dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForwardUploads(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/dpagg.v1.Decryption/ForwardUploads',
+            dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsResponse.FromString,
             options,
             channel_credentials,
             insecure,

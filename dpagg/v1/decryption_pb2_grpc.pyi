@@ -103,6 +103,17 @@ class DecryptionStub:
     repeat of the same request gets the same share bytes, charged once. Only the
     computation server may call it.
     """
+    ForwardUploads: _grpc.StreamUnaryMultiCallable[_decryption_pb2.ForwardUploadsRequest, _decryption_pb2.ForwardUploadsResponse]
+    """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+    c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
+    little-endian residues) with the owner's Ed25519 signature over them
+    (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+    against its own contract's owner keys, requires every owner of the contract exactly once,
+    and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
+    (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+    UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
+    unknown owner or an unsigned study. Only the computation server may call it.
+    """
 
 @_typing.type_check_only
 class DecryptionAsyncStub(DecryptionStub):
@@ -174,6 +185,17 @@ class DecryptionAsyncStub(DecryptionStub):
     its share of the DP noise), then a final message with the charge and receipt. A
     repeat of the same request gets the same share bytes, charged once. Only the
     computation server may call it.
+    """
+    ForwardUploads: _aio.StreamUnaryMultiCallable[_decryption_pb2.ForwardUploadsRequest, _decryption_pb2.ForwardUploadsResponse]  # type: ignore[assignment]
+    """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+    c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
+    little-endian residues) with the owner's Ed25519 signature over them
+    (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+    against its own contract's owner keys, requires every owner of the contract exactly once,
+    and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
+    (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+    UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
+    unknown owner or an unsigned study. Only the computation server may call it.
     """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
@@ -297,6 +319,23 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         its share of the DP noise), then a final message with the charge and receipt. A
         repeat of the same request gets the same share bytes, charged once. Only the
         computation server may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def ForwardUploads(
+        self,
+        request_iterator: _MaybeAsyncIterator[_decryption_pb2.ForwardUploadsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.ForwardUploadsResponse, _abc.Awaitable[_decryption_pb2.ForwardUploadsResponse]]:
+        """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+        c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
+        little-endian residues) with the owner's Ed25519 signature over them
+        (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+        against its own contract's owner keys, requires every owner of the contract exactly once,
+        and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
+        (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+        UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
+        unknown owner or an unsigned study. Only the computation server may call it.
         """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
