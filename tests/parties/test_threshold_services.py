@@ -173,7 +173,8 @@ def _noise_key(data_dir: Path) -> bytes:
 def _single_holder_draw(root: Path, kw: dict[str, Any]) -> np.ndarray:
     """The single decryption server's keyed draw for one request (its noise key, the request label)."""
     m: Measurement = kw["measurement"]
-    return discrete_laplace(m.scale, m.count, KeyedRandom(_noise_key(root / "ds"), _label(kw)))
+    from parties.decryption.handler import NOISE_STREAM  # the DS's stream for a new request (issue 26e)
+    return discrete_laplace(m.scale, m.count, KeyedRandom(_noise_key(root / "ds"), _label(kw), stream=NOISE_STREAM))
 
 
 def _holders_draws(root: Path, kw: dict[str, Any]) -> np.ndarray:
