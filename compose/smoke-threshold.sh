@@ -26,19 +26,7 @@ docker info >/dev/null 2>&1 || fail "no Docker daemon reachable (docker info fai
 "${D[@]}" config --quiet || fail "docker-compose.yml + threshold.yml do not validate"
 trap cleanup EXIT
 
-run_in() { local svc=$1; shift; "${D[@]}" run --rm --no-deps -T --entrypoint "$1" "$svc" "${@:2}"; }
-exit_code() { docker inspect --format '{{.State.ExitCode}}' "$("${D[@]}" ps -a -q "$1")"; }
 log_of() { "${D[@]}" logs --no-color --no-log-prefix "$1"; }  # read whole, then grep (see smoke.sh)
-wait_healthy() {  # $1 service: poll its health check for up to 120 s
-  local id state i
-  id="$("${D[@]}" ps -q "$1")"
-  for i in $(seq 240); do
-    state="$(docker inspect --format '{{.State.Health.Status}}' "$id" 2>/dev/null || echo gone)"
-    [ "$state" = healthy ] && return 0
-    sleep 0.5
-  done
-  fail "$1 is not healthy 120 s after its start (state: $state)"
-}
 # `dpagg budget STUDY` across the three holders, asked by the computation server (the only party on
 # their networks; role computation may read a budget). Extra arguments go to the command.
 budget() {
