@@ -77,6 +77,11 @@ class ComputationStub:
                 request_serializer=dpagg_dot_v1_dot_computation__pb2.RunReleaseRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_computation__pb2.ReleaseStatusResponse.FromString,
                 _registered_method=True)
+        self.SetupKey = channel.unary_unary(
+                '/dpagg.v1.Computation/SetupKey',
+                request_serializer=dpagg_dot_v1_dot_computation__pb2.SetupKeyRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_computation__pb2.SetupKeyResponse.FromString,
+                _registered_method=True)
         self.ReleaseStatus = channel.unary_unary(
                 '/dpagg.v1.Computation/ReleaseStatus',
                 request_serializer=dpagg_dot_v1_dot_computation__pb2.ReleaseStatusRequest.SerializeToString,
@@ -176,6 +181,16 @@ class ComputationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetupKey(self, request, context):
+        """Threshold mode only (K >= 2 key-share holders): run the collective key setup
+        through the holders (commit-then-reveal rounds, then a test decryption) and return
+        the collective key's fingerprint. Idempotent: an active key is reported, not
+        replaced. Operators only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReleaseStatus(self, request, context):
         """The state of a release.
         """
@@ -238,6 +253,11 @@ def add_ComputationServicer_to_server(servicer, server):
                     servicer.RunRelease,
                     request_deserializer=dpagg_dot_v1_dot_computation__pb2.RunReleaseRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_computation__pb2.ReleaseStatusResponse.SerializeToString,
+            ),
+            'SetupKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetupKey,
+                    request_deserializer=dpagg_dot_v1_dot_computation__pb2.SetupKeyRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_computation__pb2.SetupKeyResponse.SerializeToString,
             ),
             'ReleaseStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseStatus,
@@ -468,6 +488,33 @@ class Computation:
             '/dpagg.v1.Computation/RunRelease',
             dpagg_dot_v1_dot_computation__pb2.RunReleaseRequest.SerializeToString,
             dpagg_dot_v1_dot_computation__pb2.ReleaseStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetupKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Computation/SetupKey',
+            dpagg_dot_v1_dot_computation__pb2.SetupKeyRequest.SerializeToString,
+            dpagg_dot_v1_dot_computation__pb2.SetupKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

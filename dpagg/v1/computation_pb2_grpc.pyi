@@ -89,6 +89,12 @@ class ComputationStub:
     submitted (or force is set); RESOURCE_EXHAUSTED if the budget left is
     smaller than the release's epsilon (then nothing is decrypted).
     """
+    SetupKey: _grpc.UnaryUnaryMultiCallable[_computation_pb2.SetupKeyRequest, _computation_pb2.SetupKeyResponse]
+    """Threshold mode only (K >= 2 key-share holders): run the collective key setup
+    through the holders (commit-then-reveal rounds, then a test decryption) and return
+    the collective key's fingerprint. Idempotent: an active key is reported, not
+    replaced. Operators only.
+    """
     ReleaseStatus: _grpc.UnaryUnaryMultiCallable[_computation_pb2.ReleaseStatusRequest, _computation_pb2.ReleaseStatusResponse]
     """The state of a release."""
     DirectRangeCounts: _grpc.UnaryUnaryMultiCallable[_computation_pb2.DirectRangeCountsRequest, _computation_pb2.DirectRangeCountsResponse]
@@ -155,6 +161,12 @@ class ComputationAsyncStub(ComputationStub):
     store the summary. FAILED_PRECONDITION unless every expected owner has
     submitted (or force is set); RESOURCE_EXHAUSTED if the budget left is
     smaller than the release's epsilon (then nothing is decrypted).
+    """
+    SetupKey: _aio.UnaryUnaryMultiCallable[_computation_pb2.SetupKeyRequest, _computation_pb2.SetupKeyResponse]  # type: ignore[assignment]
+    """Threshold mode only (K >= 2 key-share holders): run the collective key setup
+    through the holders (commit-then-reveal rounds, then a test decryption) and return
+    the collective key's fingerprint. Idempotent: an active key is reported, not
+    replaced. Operators only.
     """
     ReleaseStatus: _aio.UnaryUnaryMultiCallable[_computation_pb2.ReleaseStatusRequest, _computation_pb2.ReleaseStatusResponse]  # type: ignore[assignment]
     """The state of a release."""
@@ -267,6 +279,18 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
         store the summary. FAILED_PRECONDITION unless every expected owner has
         submitted (or force is set); RESOURCE_EXHAUSTED if the budget left is
         smaller than the release's epsilon (then nothing is decrypted).
+        """
+
+    @_abc_1.abstractmethod
+    def SetupKey(
+        self,
+        request: _computation_pb2.SetupKeyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_computation_pb2.SetupKeyResponse, _abc.Awaitable[_computation_pb2.SetupKeyResponse]]:
+        """Threshold mode only (K >= 2 key-share holders): run the collective key setup
+        through the holders (commit-then-reveal rounds, then a test decryption) and return
+        the collective key's fingerprint. Idempotent: an active key is reported, not
+        replaced. Operators only.
         """
 
     @_abc_1.abstractmethod

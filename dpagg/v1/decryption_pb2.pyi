@@ -237,3 +237,58 @@ class ChargeDirectQueriesResponse(_message.Message):
     already_charged: bool
     receipt: LedgerReceipt
     def __init__(self, epsilon_charged: _Optional[float] = ..., epsilon_direct_total: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charge_id: _Optional[int] = ..., already_charged: _Optional[bool] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...
+
+class KeySetupRequest(_message.Message):
+    __slots__ = ("step", "session", "holders", "messages", "ciphertext", "values")
+    class MessagesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: bytes
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    session: bytes
+    holders: _containers.RepeatedScalarFieldContainer[str]
+    messages: _containers.ScalarMap[int, bytes]
+    ciphertext: bytes
+    values: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, step: _Optional[str] = ..., session: _Optional[bytes] = ..., holders: _Optional[_Iterable[str]] = ..., messages: _Optional[_Mapping[int, bytes]] = ..., ciphertext: _Optional[bytes] = ..., values: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class KeySetupResponse(_message.Message):
+    __slots__ = ("message", "fingerprint", "state", "holder")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    message: bytes
+    fingerprint: str
+    state: str
+    holder: int
+    def __init__(self, message: _Optional[bytes] = ..., fingerprint: _Optional[str] = ..., state: _Optional[str] = ..., holder: _Optional[int] = ...) -> None: ...
+
+class IssueSharesResponse(_message.Message):
+    __slots__ = ("share", "done")
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    share: bytes
+    done: IssueSharesDone
+    def __init__(self, share: _Optional[bytes] = ..., done: _Optional[_Union[IssueSharesDone, _Mapping]] = ...) -> None: ...
+
+class IssueSharesDone(_message.Message):
+    __slots__ = ("charge_id", "epsilon_remaining", "receipt", "repeated")
+    CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_FIELD_NUMBER: _ClassVar[int]
+    charge_id: int
+    epsilon_remaining: float
+    receipt: LedgerReceipt
+    repeated: bool
+    def __init__(self, charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ..., repeated: _Optional[bool] = ...) -> None: ...

@@ -71,6 +71,16 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.FromString,
                 _registered_method=True)
+        self.KeySetup = channel.unary_unary(
+                '/dpagg.v1.Decryption/KeySetup',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupResponse.FromString,
+                _registered_method=True)
+        self.IssueShares = channel.stream_stream(
+                '/dpagg.v1.Decryption/IssueShares',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.FromString,
+                _registered_method=True)
 
 
 class DecryptionServicer:
@@ -154,6 +164,32 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KeySetup(self, request, context):
+        """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+        step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+        computation server. `step` names it: "status", "commit_seed", "reveal_seed",
+        "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
+        the holder list against its own configuration and every message itself; a step out
+        of order or a message that does not match its commitment stops the setup
+        (INVALID_ARGUMENT). Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IssueShares(self, request_iterator, context):
+        """Key-share holders only: this holder's decryption share of every ciphertext of one
+        noised measurement. The request stream is DecryptMeasurement's (a header, then the
+        chunks); the holder checks it as DecryptMeasurement is checked, charges its own
+        ledger first, and streams back one share per chunk (each holding its smudging and
+        its share of the DP noise), then a final message with the charge and receipt. A
+        repeat of the same request gets the same share bytes, charged once. Only the
+        computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecryptionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -191,6 +227,16 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.DecryptJoinCells,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.SerializeToString,
+            ),
+            'KeySetup': grpc.unary_unary_rpc_method_handler(
+                    servicer.KeySetup,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupResponse.SerializeToString,
+            ),
+            'IssueShares': grpc.stream_stream_rpc_method_handler(
+                    servicer.IssueShares,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -384,6 +430,60 @@ class Decryption:
             '/dpagg.v1.Decryption/DecryptJoinCells',
             dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeySetup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/KeySetup',
+            dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.KeySetupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IssueShares(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dpagg.v1.Decryption/IssueShares',
+            dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.FromString,
             options,
             channel_credentials,
             insecure,

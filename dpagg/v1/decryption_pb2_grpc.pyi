@@ -85,6 +85,24 @@ class DecryptionStub:
     draw of scale sensitivity/epsilon to each value. Only the computation server may
     call it.
     """
+    KeySetup: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]
+    """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+    step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+    computation server. `step` names it: "status", "commit_seed", "reveal_seed",
+    "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
+    the holder list against its own configuration and every message itself; a step out
+    of order or a message that does not match its commitment stops the setup
+    (INVALID_ARGUMENT). Only the computation server may call it.
+    """
+    IssueShares: _grpc.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.IssueSharesResponse]
+    """Key-share holders only: this holder's decryption share of every ciphertext of one
+    noised measurement. The request stream is DecryptMeasurement's (a header, then the
+    chunks); the holder checks it as DecryptMeasurement is checked, charges its own
+    ledger first, and streams back one share per chunk (each holding its smudging and
+    its share of the DP noise), then a final message with the charge and receipt. A
+    repeat of the same request gets the same share bytes, charged once. Only the
+    computation server may call it.
+    """
 
 @_typing.type_check_only
 class DecryptionAsyncStub(DecryptionStub):
@@ -138,6 +156,24 @@ class DecryptionAsyncStub(DecryptionStub):
     then the ledger is charged measurement.epsilon; then this server adds its own
     draw of scale sensitivity/epsilon to each value. Only the computation server may
     call it.
+    """
+    KeySetup: _aio.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]  # type: ignore[assignment]
+    """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+    step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+    computation server. `step` names it: "status", "commit_seed", "reveal_seed",
+    "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
+    the holder list against its own configuration and every message itself; a step out
+    of order or a message that does not match its commitment stops the setup
+    (INVALID_ARGUMENT). Only the computation server may call it.
+    """
+    IssueShares: _aio.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.IssueSharesResponse]  # type: ignore[assignment]
+    """Key-share holders only: this holder's decryption share of every ciphertext of one
+    noised measurement. The request stream is DecryptMeasurement's (a header, then the
+    chunks); the holder checks it as DecryptMeasurement is checked, charges its own
+    ledger first, and streams back one share per chunk (each holding its smudging and
+    its share of the DP noise), then a final message with the charge and receipt. A
+    repeat of the same request gets the same share bytes, charged once. Only the
+    computation server may call it.
     """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
@@ -231,6 +267,36 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         then the ledger is charged measurement.epsilon; then this server adds its own
         draw of scale sensitivity/epsilon to each value. Only the computation server may
         call it.
+        """
+
+    @_abc_1.abstractmethod
+    def KeySetup(
+        self,
+        request: _decryption_pb2.KeySetupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.KeySetupResponse, _abc.Awaitable[_decryption_pb2.KeySetupResponse]]:
+        """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+        step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+        computation server. `step` names it: "status", "commit_seed", "reveal_seed",
+        "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
+        the holder list against its own configuration and every message itself; a step out
+        of order or a message that does not match its commitment stops the setup
+        (INVALID_ARGUMENT). Only the computation server may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def IssueShares(
+        self,
+        request_iterator: _MaybeAsyncIterator[_decryption_pb2.DecryptMeasurementRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_decryption_pb2.IssueSharesResponse], _abc.AsyncIterator[_decryption_pb2.IssueSharesResponse]]:
+        """Key-share holders only: this holder's decryption share of every ciphertext of one
+        noised measurement. The request stream is DecryptMeasurement's (a header, then the
+        chunks); the holder checks it as DecryptMeasurement is checked, charges its own
+        ledger first, and streams back one share per chunk (each holding its smudging and
+        its share of the DP noise), then a final message with the charge and receipt. A
+        repeat of the same request gets the same share bytes, charged once. Only the
+        computation server may call it.
         """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

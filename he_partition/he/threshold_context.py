@@ -83,3 +83,15 @@ def vector_ciphertext(vector_bytes: bytes) -> bytes:
     if len(parts) != 1:
         raise InvalidInputError(f"a TenSEAL BFV vector must hold exactly one ciphertext, found {len(parts)}")
     return parts[0]
+
+
+def collective_context_bytes(public_key: bytes) -> bytes:
+    """The canonical serialized public context around `public_key`: every holder and the CS get the same bytes.
+
+    Built on a fresh project context as template, because a context's auto flags change with
+    use (a used template serializes other flag bytes); the SHA-256 of these bytes is the
+    collective key fingerprint studies carry (`bfv.context_fingerprint`, what owners check).
+    """
+    from he_partition.he.bfv import generate_secret_context
+
+    return bytes(collective_context(generate_secret_context(), public_key).serialize())

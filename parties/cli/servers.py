@@ -6,9 +6,11 @@ import argparse
 from pathlib import Path
 
 from ..common.config import AnalystConfig, ComputationConfig, DecryptionConfig
+from he_partition.core.errors import DPAggError
 from .options import (
     Subparsers,
     command_adder,
+    computation_target,
     conn,
     decryption_target,
     refuse_seed_without_insecure,
@@ -24,10 +26,18 @@ def cmd_serve_decryption(args: argparse.Namespace) -> int:
 
     refuse_seed_without_insecure(args)
     tls = tls_config(args)
-    serve_decryption(DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
-                                      noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
-                                      computation_ids=tuple(args.computation_id or ()),
-                                      decrypt_workers=args.decrypt_workers), port_file=args.port_file)
+    config = DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
+                              noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
+                              computation_ids=tuple(args.computation_id or ()), decrypt_workers=args.decrypt_workers)
+    if args.key_share or args.holders:
+        from ..decryption.keyshare_servicer import serve_keyshare
+
+        if not (args.key_share and args.holders):
+            raise DPAggError("a key-share holder needs both --key-share NAME and --holders NAME1,NAME2,...")
+        serve_keyshare(config, args.key_share, tuple(h for h in args.holders.split(",") if h),
+                       port_file=args.port_file)
+        return 0
+    serve_decryption(config, port_file=args.port_file)
     return 0
 
 
@@ -40,7 +50,9 @@ def cmd_serve_computation(args: argparse.Namespace) -> int:
         from ..common.ray_tls import apply_ray_tls
 
         apply_ray_tls(args.ray_tls)
-    serve_computation(ComputationConfig(Path(args.data_dir), args.decryption, host=args.host, port=args.port,
+    holders = tuple(args.holder or ())
+    serve_computation(ComputationConfig(Path(args.data_dir), "" if holders else args.decryption, holders=holders,
+                                        host=args.host, port=args.port,
                                         noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
                                         tls=tls, insecure=tls is None, chunk_workers=args.chunk_workers,
                                         executor="ray" if args.cluster else args.executor, cluster=args.cluster,
@@ -55,6 +67,15 @@ def cmd_serve_analyst(args: argparse.Namespace) -> int:
     tls = tls_config(args)
     serve_analyst(AnalystConfig(Path(args.data_dir), host=args.host, port=args.port, tls=tls, insecure=tls is None),
                   port_file=args.port_file)
+    return 0
+
+
+def cmd_setup_key(args: argparse.Namespace) -> int:
+    from ..computation.client import ComputationClient
+
+    with ComputationClient(args.computation, **conn(args)) as c:
+        fingerprint, holders, already = c.setup_key()
+    print(f"collective key {fingerprint} ({'already active' if already else 'set up'}; holders {', '.join(holders)})")
     return 0
 
 
@@ -77,6 +98,11 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--decrypt-workers", type=int, default=0, metavar="N",
                    help="local processes decrypting a measurement's chunks on this host (default 0: in the server "
                         "process; on 2 cores the pool was slower). They read the key file here; see docs/scaling.md")
+    p.add_argument("--key-share", default="", metavar="NAME",
+                   help="run as key-share holder NAME (threshold mode, docs/threshold.md): holds a share of the "
+                        "collective key, its own ledger, and issues decryption shares only")
+    p.add_argument("--holders", default="", metavar="NAME1,NAME2,...",
+                   help="with --key-share: every holder's name in order (K = their number, K >= 2)")
     p.add_argument("--computation-id", action="append", metavar="ID",
                    help="party id of a computation server allowed to open studies and request decryptions "
                         "(repeatable; default: any certificate with role computation)")
@@ -87,6 +113,8 @@ def add_parser(sub: Subparsers) -> None:
             "run the computation server (uploads, aggregation, releases; hosts the analyst service)")
     server_args(p, 50052)
     p.add_argument("--decryption", **dec)
+    p.add_argument("--holder", action="append", metavar="NAME=HOST:PORT",
+                   help="threshold mode: a key-share holder (repeat for each, K >= 2; replaces --decryption)")
     p.add_argument("--no-analyst", action="store_true", help="do not host the analyst service in this process")
     p.add_argument("--executor", choices=("processes", "inprocess", "ray"), default="processes",
                    help="where a release's chunk work runs (default: local worker processes, one per core)")
@@ -105,6 +133,11 @@ def add_parser(sub: Subparsers) -> None:
     p = add("serve-analyst", cmd_serve_analyst,
             "serve the analyst queries from a computation server's data directory (read-only)")
     server_args(p, 50053)
+    tls_args(p)
+
+    p = add("setup-key", cmd_setup_key, "threshold mode: set up the collective key through the key-share holders "
+                                        "(idempotent) and print its fingerprint")
+    p.add_argument("--computation", **computation_target())
     tls_args(p)
 
     p = add("health", cmd_health, "check a server's gRPC health (exit 0 when SERVING); for container probes")

@@ -159,9 +159,12 @@ class ComputationConfig:
     chunk_workers: int = 0
     cluster: str = ""
     ray_node_ip: str = "127.0.0.1"
+    #: Threshold mode (issue 29): the key-share holders as NAME=HOST:PORT (K >= 2); then no decryption_target.
+    holders: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        object.__setattr__(self, "holders", tuple(self.holders))
         _check_port(self.port)
         _check_workers(self.max_workers)
         if self.executor not in ("processes", "inprocess", "ray"):
@@ -172,8 +175,12 @@ class ComputationConfig:
             raise InvalidInputError(f"cluster {self.cluster!r} is a Ray address; it needs executor 'ray', "
                                     f"got {self.executor!r}")
         _check_transport("computation server", self.tls, self.insecure, ("computation",))
-        if not self.decryption_target:
-            raise InvalidInputError("decryption_target must be host:port of the decryption server")
+        if self.holders and self.decryption_target:
+            raise InvalidInputError("give either one decryption server (--decryption) or key-share holders "
+                                    "(--holder NAME=HOST:PORT, K >= 2), not both")
+        if not self.decryption_target and len(self.holders) < 2:
+            raise InvalidInputError("decryption_target must be host:port of the decryption server (or give K >= 2 "
+                                    "key-share holders)")
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,10 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Decryption/ChargeDirectQueries": 2 * MiB,
     # a header with up to 1M partition starts, or one ciphertext chunk
     "/dpagg.v1.Decryption/DecryptMeasurement": 16 * MiB,
+    # key-share holders (issue 29): the same stream as DecryptMeasurement; a setup round with K key shares
+    "/dpagg.v1.Decryption/IssueShares": 16 * MiB,
+    "/dpagg.v1.Decryption/KeySetup": 8 * MiB,
+    "/dpagg.v1.Computation/SetupKey": 64 * 1024,
 }
 
 #: The most any one request message of the key holder's service may be (a DecryptMeasurement header

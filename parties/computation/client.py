@@ -253,6 +253,16 @@ class ComputationClient(BaseClient):
         return SubmitResponse(resp.committed, resp.duplicate, tuple(resp.received_chunks), resp.chunk_count,
                               resp.bytes_received)
 
+    def setup_key(self, *, timeout: float | None = None) -> tuple[str, tuple[str, ...], bool]:
+        """Threshold mode: have the computation server run the collective key setup through the key-share holders.
+
+        Returns (collective key fingerprint, holder names, already_active). Idempotent: an
+        active key is reported, not replaced. Needs an operator certificate.
+        """
+        resp = self._unary(self._stub.SetupKey, computation_pb2.SetupKeyRequest(), method="Computation/SetupKey",
+                           timeout=timeout or 300.0, retry=True)
+        return resp.fingerprint, tuple(resp.holders), bool(resp.already_active)
+
     def run_release(self, study_id: str, *, epsilon: float | str = "rest", force: bool = False, wait: bool = True,
                     request_key: str = "", timeout: float | None = None) -> ReleaseStatus:
         """Run a release of the study, spending `epsilon` (> 0), or "rest": exactly what is left of its budget.

@@ -10,6 +10,7 @@ process (read-only) when analysts must be isolated from the upload endpoint.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from dpagg.v1 import analyst_pb2_grpc, computation_pb2_grpc
 from he_partition.execution import make_executor
@@ -51,9 +52,16 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     except BaseException:
         unlock()
         raise
-    ds = DecryptionClient(config.decryption_target, tls=config.tls, insecure=config.insecure)
-    ds.receipts = ReceiptBook(config.data_dir / RECEIPTS_FILE)  # the second record of spend (ledger rollback)
-    ds.outage_seconds = OUTAGE_SECONDS  # a release rides out a short restart of the key holder
+    ds: Any
+    if config.holders:  # threshold mode (issue 29): K key-share holders, each charged and asked for shares
+        from .threshold import ThresholdDecryption, parse_holders
+
+        ds = ThresholdDecryption(parse_holders(config.holders), tls=config.tls, insecure=config.insecure,
+                                 data_dir=config.data_dir, outage_seconds=OUTAGE_SECONDS)
+    else:
+        ds = DecryptionClient(config.decryption_target, tls=config.tls, insecure=config.insecure)
+        ds.receipts = ReceiptBook(config.data_dir / RECEIPTS_FILE)  # the second record of spend (ledger rollback)
+        ds.outage_seconds = OUTAGE_SECONDS  # a release rides out a short restart of the key holder
     if config.noise_seed is not None:
         log.warning("computation server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
     try:
@@ -88,7 +96,7 @@ def serve_computation(config: ComputationConfig, *, port_file: str | None = None
     handle = create_computation_server(config)
     log.info("computation server listening on %s as %s; data dir %s; decryption server %s; analyst service %s",
              handle.target, f"{config.tls.identity.role} {config.tls.identity.party_id!r} (mutual TLS)"
-             if config.tls else "INSECURE: no TLS, no identities", config.data_dir, config.decryption_target,
+             if config.tls else "INSECURE: no TLS, no identities", config.data_dir, config.decryption_target or "key-share holders " + ", ".join(config.holders),
              "on" if config.serve_analyst else "off")
     handle.serve(port_file=port_file)
 

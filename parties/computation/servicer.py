@@ -143,3 +143,18 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         return computation_pb2.DirectRangeCountsResponse(
             request_id=a.request_id, counts=range_counts_to_proto(a.counts), epsilon_charged=a.epsilon_charged,
             epsilon_sequential=a.epsilon_sequential, epsilon_remaining=a.epsilon_remaining, owners=list(a.owners))
+
+    def SetupKey(self, request: computation_pb2.SetupKeyRequest,
+                 context: grpc.ServicerContext) -> computation_pb2.SetupKeyResponse:
+        """Threshold mode: run the collective key setup through the holders (operators only; idempotent)."""
+        self.policy.require(context, ["operator"], action="set up the collective key")
+        from ..common.errors import FailedPreconditionError
+        from .threshold import ThresholdDecryption
+
+        holders = self.handler.decryption
+        if not isinstance(holders, ThresholdDecryption):
+            raise FailedPreconditionError("this computation server has one decryption server (--decryption), which "
+                                          "makes its own key; setup-key is for key-share holders (--holder)")
+        fingerprint, already = holders.setup_key()
+        return computation_pb2.SetupKeyResponse(fingerprint=fingerprint, holders=holders.names,
+                                                already_active=already)

@@ -17,7 +17,10 @@ shares it issued in the same file). It decides alone, in this order, from its ow
 4. the share: h_i = c1 s_i + smudging + Delta * (its discrete Laplace share on the measured
    slots), both noises from its noise key and the request, stored, then returned.
 
-No network here: the gRPC wiring is not built (docs/threshold.md).
+`request_share` decides for one ciphertext with its DP share on its leading slots (the library
+form); `measurement_shares` for a whole measurement of a release or a direct query (the service
+form, `parties.decryption.keyshare_servicer`): one charge per measurement, the DP share drawn on
+the measured values and mapped to slots by the measurement's public map, one share per chunk.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from ..common.errors import FailedPreconditionError
 from ..common.util import utc_now
 from .ledger import SqliteLedgerStore
 
-__all__ = ["ShareRequest", "ThresholdHolder"]
+__all__ = ["MeasurementShares", "ShareRequest", "ThresholdHolder"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS threshold_shares (
@@ -190,3 +193,63 @@ class ThresholdHolder:
             self._db.execute("INSERT INTO threshold_shares (ciphertext_digest, request, share, created_at) "
                              "VALUES (?, ?, ?, ?)", (digest.hex(), label.decode("utf-8"), share, utc_now()))
             return share
+
+
+@dataclass(frozen=True)
+class MeasurementShares:
+    """A holder's shares of one measurement's chunks (in order) and whether they repeat a stored answer."""
+
+    shares: tuple[bytes, ...]
+    repeated: bool
+
+
+def measurement_label(study_id: str, release_id: str, release_epsilon: float, measurement: dict[str, Any],
+                      digest: str) -> bytes:
+    """The request label of one measurement (the single key holder's `_request_noise` label, same fields)."""
+    return canonical_json({"study_id": study_id, "release_id": release_id, "release_epsilon": release_epsilon,
+                           "measurement": measurement, "ciphertext_digest": digest}).encode("utf-8")
+
+
+def stored_measurement_shares(holder: ThresholdHolder, digests: list[bytes], label: bytes) -> MeasurementShares | None:
+    """The stored answer when every chunk was answered under `label`; None when none was; else a refusal."""
+    rows = [holder._db.execute("SELECT request, share FROM threshold_shares WHERE ciphertext_digest = ?",
+                               (d.hex(),)).fetchone() for d in digests]
+    if all(r is None for r in rows):
+        return None
+    if any(r is None or r[0] != label.decode("utf-8") for r in rows):
+        raise FailedPreconditionError("a share was already issued for one of these ciphertexts under another "
+                                      "request: one share per ciphertext, nothing was decrypted")
+    return MeasurementShares(tuple(bytes(r[1]) for r in rows), True)
+
+
+def measurement_shares(holder: ThresholdHolder, label: bytes, ciphertexts: list[bytes], noise: Any,
+                       chunk_index: list[int], slots: int, charge: Any) -> MeasurementShares:
+    """This holder's shares of one measurement's chunks, charging `charge()` once before any share exists.
+
+    Privacy: `charge()` books the measurement's epsilon in this holder's own ledger (the
+    caller, `KeyShareService.issue_shares`, computed it as the single key holder does:
+    sensitivity m.sensitivity, add/remove of one person with at most c records) and raises
+    when it does not fit: no share is then computed. `noise` (None: no DP share) is the slot-domain
+    image (the measurement's public map, `Measurement.noise_slots`) of this holder's
+    `discrete_laplace_share` of the measurement's scale on its values, so the K holders'
+    draws add one discrete Laplace per released value, as the single key holder's draw
+    does; it is drawn from the holder's noise key keyed by `label`, known only to this
+    holder. Each chunk's share carries its slice of that noise and keyed smudging. One share per ciphertext: an identical
+    repeat gets the stored bytes (`stored_measurement_shares`), any other request for one of
+    the ciphertexts is refused, as in `ThresholdHolder.request_share`.
+    """
+    digests = [ciphertext_digest(c) for c in ciphertexts]
+    with holder._lock:
+        stored = stored_measurement_shares(holder, digests, label)
+        if stored is not None:
+            return stored
+        charge()
+        out = []
+        for ct, digest, index in zip(ciphertexts, digests, chunk_index):
+            smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v1" + label + index.to_bytes(4, "big"))
+            dp = None if noise is None else noise[index * slots:(index + 1) * slots]
+            share = decryption_share(holder.ctx, holder.secret, holder.key_fingerprint, ct, dp_noise=dp, rng=smudge)
+            holder._db.execute("INSERT INTO threshold_shares (ciphertext_digest, request, share, created_at) "
+                               "VALUES (?, ?, ?, ?)", (digest.hex(), label.decode("utf-8"), share, utc_now()))
+            out.append(share)
+        return MeasurementShares(tuple(out), False)

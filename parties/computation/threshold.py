@@ -1,0 +1,258 @@
+"""The computation server in threshold mode (issue 29): K key-share holders in place of one decryption server.
+
+`ThresholdDecryption` has the decryption client's interface (`ComputationHandler.decryption`),
+so releases and direct queries run unchanged: for each measurement it sends the noised and
+flooded chunks to every holder, collects every holder's shares, and combines them only when
+all K are in (n-of-n: the combine needs every share; a holder down or refusing stops the
+measurement before anything is combined, with an error naming the holder and its reason).
+Studies open at every holder (each keeps its own copy of the contract and its own ledger; the
+copies must be identical); budgets are read from every holder and the most spent one counts.
+It also relays the collective key setup (`setup_key`) and serves the collective public context.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+from he_partition.core.backend import n_chunks
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import DEFAULT_PLAIN_MODULUS, Measurement, refuse_implausible
+from he_partition.he.bfv import context_fingerprint, generate_secret_context
+from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold_decrypt import combine
+from he_partition.he.threshold_keys import collective_public_key, key_fingerprint
+from he_partition.he.threshold_setup import SetupRelay, common_seed
+
+from ..common.contract import StudyContract
+from ..common.errors import FailedPreconditionError, ServiceError, status_for
+from ..common.receipts import ReceiptBook
+from ..common.tls import TlsConfig
+from ..common.util import new_id
+from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
+from ..decryption.keyshare_client import KeyShareClient
+
+__all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
+
+log = logging.getLogger("dpagg.computation.threshold")
+
+T = TypeVar("T")
+
+JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs relinearization keys, whose "
+                       "collective protocol is not built (docs/threshold.md, section 8); run join studies "
+                       "against a single decryption server (--decryption)")
+
+
+class HolderFailedError(ServiceError):
+    """A key-share holder did not answer or refused: keeps the holder's status code, names it and its reason."""
+
+
+def parse_holders(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """NAME=HOST:PORT specs (K >= 2 distinct names) as (name, target) pairs, in order."""
+    out = []
+    for spec in specs:
+        name, sep, target = spec.partition("=")
+        if not sep or not name or not target:
+            raise InvalidInputError(f"--holder must be NAME=HOST:PORT, got {spec!r}")
+        out.append((name, target))
+    names = [n for n, _ in out]
+    if len(out) < 2 or len(set(names)) != len(names):
+        raise InvalidInputError(f"threshold mode needs at least 2 distinct holders, got {names}")
+    return out
+
+
+class ThresholdDecryption:
+    """K key-share holders behind the decryption client's interface (see the module docstring)."""
+
+    def __init__(self, holders: Sequence[tuple[str, str]], *, tls: TlsConfig | None = None, insecure: bool = False,
+                 data_dir: Path | None = None, outage_seconds: float = 0.0) -> None:
+        self.names = [n for n, _ in holders]
+        self.clients: list[KeyShareClient] = []
+        for name, target in holders:
+            c = KeyShareClient(name, target, tls=tls, insecure=insecure)
+            c.outage_seconds = outage_seconds
+            if data_dir is not None:
+                c.receipts = ReceiptBook(Path(data_dir) / f"ledger_receipts.{name}.jsonl")
+            self.clients.append(c)
+        self._template = generate_secret_context()  # parameters only; its own keys are never used
+        self._context: bytes | None = None
+        self._fps: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=len(self.clients), thread_name_prefix="holders")
+
+    @property
+    def k(self) -> int:
+        return len(self.clients)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        for c in self.clients:
+            c.close()
+
+    # -- fan-out ---------------------------------------------------------------------------
+    def _all(self, what: str, call: Callable[[KeyShareClient], T]) -> list[T]:
+        """`call` at every holder in parallel; the first failure (in holder order) as HolderFailedError."""
+        futures = [self._pool.submit(call, c) for c in self.clients]
+        results: list[Any] = []
+        failures: list[tuple[str, Exception]] = []
+        for c, f in zip(self.clients, futures):
+            try:
+                results.append(f.result())
+            except Exception as exc:  # every holder's outcome is collected before anything is decided
+                failures.append((c.name, exc))
+        if failures:
+            name, exc = failures[0]
+            code, reason = (exc.code, exc.details) if isinstance(exc, ServiceError) else status_for(exc)
+            others = f" (also failed: {', '.join(n for n, _ in failures[1:])})" if len(failures) > 1 else ""
+            raise HolderFailedError(code, f"key-share holder {name} {what}: {reason}{others}")
+        return results
+
+    # -- key setup -------------------------------------------------------------------------
+    def setup_key(self) -> tuple[str, bool]:
+        """Run the collective key setup through every holder; (fingerprint, already_active)."""
+        names = self.names
+        status = self._all("did not report its key state", lambda c: c.key_setup("status", b"", names))
+        active = {s.fingerprint for s in status if s.state == "active"}
+        if len(active) == 1 and all(s.state == "active" for s in status):
+            return active.pop(), True
+        if active:
+            raise FailedPreconditionError("the holders disagree on the collective key: "
+                                          + ", ".join(f"{n}: {s.fingerprint[:16] or s.state}"
+                                                      for n, s in zip(names, status)))
+        session = secrets.token_bytes(16)
+        relay = SetupRelay(self._template, session, list(range(self.k)))
+
+        def step(name: str, messages: Mapping[int, bytes] | None = None, **kw: Any) -> dict[int, bytes]:
+            replies = self._all(f"refused setup step {name}", lambda c: c.key_setup(name, session, names, messages,
+                                                                                  **kw))
+            for i, r in enumerate(replies):
+                relay.submit(name, i, r.message)
+            return relay.collected(name)
+
+        seed_commits = step("commit_seed")
+        contributions = step("reveal_seed", seed_commits)
+        key_commits = step("commit_key", contributions)
+        reveals = step("reveal_key", key_commits)
+        seed = common_seed(session, contributions)
+        public_key = collective_public_key(self._template, seed, key_commits, reveals)
+        fingerprint = context_fingerprint(collective_context_bytes(public_key))
+        built = self._all("refused to build the key", lambda c: c.key_setup("build_key", session, names, reveals))
+        if any(r.fingerprint != fingerprint for r in built):
+            raise FailedPreconditionError("the holders built different collective keys: setup stopped (relay "
+                                          f"{fingerprint[:16]}, holders {[r.fingerprint[:16] for r in built]})")
+        ct = relay.test_ciphertext(public_key, seed)
+        shares = step("test_share", ciphertext=ct)
+        values = relay.combine_test(ct, shares, key_fingerprint(public_key))
+        confirmed = self._all("refused the test decryption",
+                              lambda c: c.key_setup("confirm", session, names, values=values.tolist()))
+        if any(r.fingerprint != fingerprint for r in confirmed):
+            raise FailedPreconditionError("a holder activated another collective key: setup stopped")
+        log.info("collective key %s set up by holders %s", fingerprint[:16], ", ".join(names))
+        return fingerprint, False
+
+    # -- the decryption client's interface -------------------------------------------------
+    def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
+        """The collective public context; every holder must serve the same one."""
+        if study_id:
+            contract = self.get_study(study_id)
+            if contract.is_join:
+                raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        with self._lock:
+            if self._context is not None:
+                return self._context
+        contexts = self._all("did not serve the collective public context",
+                             lambda c: c.public_context(timeout=timeout))
+        fps = {context_fingerprint(d) for d in contexts}
+        if len(fps) != 1:
+            raise FailedPreconditionError(f"the key-share holders serve {len(fps)} different public contexts")
+        with self._lock:
+            self._context = contexts[0]
+        return contexts[0]
+
+    def open_study(self, **terms: Any) -> tuple[StudyContract, bool]:
+        """Open the study at every holder under one id; their contracts must be identical."""
+        if terms.get("strategy") == "join":
+            raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        terms = dict(terms)
+        terms["study_id"] = terms.get("study_id") or new_id("study")
+        opened = self._all("refused the study", lambda c: c.open_study(**terms))
+        hashes = {c.contract_hash for c, _ in opened}
+        if len(hashes) != 1:
+            raise FailedPreconditionError(f"the key-share holders hold different contracts for study "
+                                          f"{terms['study_id']}")
+        return opened[0][0], all(existed for _, existed in opened)
+
+    def get_study(self, study_id: str, *, timeout: float | None = None) -> StudyContract:
+        contracts = self._all("did not return the study", lambda c: c.get_study(study_id, timeout=timeout))
+        if len({c.contract_hash for c in contracts}) != 1:
+            raise FailedPreconditionError(f"the key-share holders hold different contracts for study {study_id}")
+        return contracts[0]
+
+    def budget(self, study_id: str, *, timeout: float | None = None) -> BudgetInfo:
+        """Every holder's view (each checked against its receipts); the most spent one counts."""
+        views = self._all("did not report the budget", lambda c: c.budget(study_id, timeout=timeout))
+        spent = {n: v.spent for n, v in zip(self.names, views)}
+        if len(set(spent.values())) > 1:
+            log.warning("study %s: the holders' ledgers disagree on spend: %s", study_id, spent)
+        return min(views, key=lambda v: (v.available, -v.spent))
+
+    def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
+                            chunks: Iterable[bytes], chunk_count: int, contract_hash: str,
+                            timeout: float | None = None) -> DecryptResult:
+        """Every holder's shares of the measurement, combined only when all K are in; then decoded.
+
+        Privacy: each holder charges its own ledger `measurement.epsilon` (times 1 + L) and
+        adds its share of one discrete Laplace draw of scale sensitivity / epsilon per
+        measured value (sensitivity `measurement.sensitivity`, add/remove of one person with
+        at most c records); only it knows its share. The combined values carry this server's
+        draw and the sum of the holders' shares, as the single key holder's answer carries
+        its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
+        naming it, nothing combined. Draws no noise itself.
+        """
+        sent = list(chunks)
+        if len(sent) != chunk_count:
+            raise InvalidInputError(f"{len(sent)} chunks for a measurement announced with {chunk_count}")
+        got = self._all("issued no shares", lambda c: c.issue_shares(
+            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, measurement=measurement,
+            chunks=sent, contract_hash=contract_hash, timeout=timeout))
+        ctx = self._template
+        slots = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
+        fp = bytes.fromhex(self._fingerprint(study_id))
+        full = np.zeros(n_chunks(measurement.domain_size, slots) * slots, dtype=np.int64)
+        for j, index in enumerate(measurement.measured_chunks(slots)):
+            ct = vector_ciphertext(sent[j])
+            full[index * slots:(index + 1) * slots] = combine(ctx, ct, [g.shares[j] for g in got],
+                                                              list(range(self.k)), fp)
+        values = measurement.decode(full[:measurement.domain_size], DEFAULT_PLAIN_MODULUS, check=False)
+        refuse_implausible(values)
+        return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,
+                             min(g.epsilon_remaining for g in got))
+
+    def _fingerprint(self, study_id: str) -> str:
+        """The collective key fingerprint of a study's contract (fetched once per study)."""
+        with self._lock:
+            fp = self._fps.get(study_id)
+        if fp is None:
+            fp = self.get_study(study_id).context_fingerprint
+            with self._lock:
+                self._fps[study_id] = fp
+        return fp
+
+    def charge_direct_queries(self, **kwargs: Any) -> DirectChargeInfo:
+        """Pay for a batch of direct range counts at every holder (each charges its own ledger).
+
+        Privacy: each holder charges as `DecryptionHandler.charge_direct_queries` (epsilon per
+        range, sensitivity c, neighbouring relation add/remove of one person with at most c
+        records, max-overlap accounting); draws no noise, so nobody knows noise from it.
+        Returns the most expensive holder's answer.
+        """
+        paid = self._all("refused the direct-query charge", lambda c: c.charge_direct_queries(**kwargs))
+        return max(paid, key=lambda p: (p.epsilon_charged, -p.epsilon_remaining))
+
+    def decrypt_join_cells(self, **kwargs: Any) -> JoinCellsResult:
+        raise FailedPreconditionError(JOINS_SINGLE_HOLDER)

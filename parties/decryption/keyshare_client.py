@@ -1,0 +1,111 @@
+"""Client of one key-share holder (issue 29): the decryption client plus the key setup and share RPCs."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import grpc
+
+from dpagg.v1 import decryption_pb2
+from he_partition.core.measurements import Measurement
+
+from ..common.config import RELEASE_TIMEOUT
+from ..common.convert import measurement_to_proto
+from ..common.errors import ServiceError
+from .client import OUTAGE_FIRST_DELAY, OUTAGE_MAX_DELAY, DecryptionClient
+
+__all__ = ["HolderShares", "KeyShareClient", "SetupReply"]
+
+log = logging.getLogger("dpagg.decryption.keyshare_client")
+
+
+@dataclass(frozen=True)
+class SetupReply:
+    """A holder's answer to one setup step."""
+
+    message: bytes
+    fingerprint: str
+    state: str
+    holder: int
+
+
+@dataclass(frozen=True)
+class HolderShares:
+    """One holder's shares of one measurement's chunks, what it charged and what it has left."""
+
+    shares: tuple[bytes, ...]
+    charge_id: int
+    epsilon_remaining: float
+    repeated: bool
+
+
+class KeyShareClient(DecryptionClient):
+    """Client of a key-share holder (`dpagg serve-decryption --key-share NAME`); `name` is the holder's name."""
+
+    def __init__(self, name: str, target: str, **kwargs: object) -> None:
+        super().__init__(target, **kwargs)  # type: ignore[arg-type]
+        self.name = name
+
+    def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: Mapping[int, bytes] | None = None,
+                  *, ciphertext: bytes = b"", values: Sequence[int] = (), timeout: float | None = None) -> SetupReply:
+        """One step of the collective key setup at this holder (not retried: every step moves its state)."""
+        req = decryption_pb2.KeySetupRequest(step=step, session=session, holders=list(holders),
+                                             messages=dict(messages or {}), ciphertext=ciphertext,
+                                             values=[int(v) for v in values])
+        resp = self._unary(self._stub.KeySetup, req, method="Decryption/KeySetup", timeout=timeout or 120.0,
+                           retry=step == "status")
+        return SetupReply(bytes(resp.message), resp.fingerprint, resp.state, int(resp.holder))
+
+    def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
+                     chunks: Sequence[bytes], contract_hash: str, timeout: float | None = None) -> HolderShares:
+        """Send one noised measurement's chunks and get this holder's share of each.
+
+        Spends `measurement.epsilon` (times 1 + L) of this holder's ledger for the study, as
+        DecryptMeasurement does at a single key holder; the holder adds its share of the DP
+        noise inside its shares. An unreachable holder is retried for up to `outage_seconds`
+        with the very same chunks (an identical request: a holder that answered before
+        returns its stored shares, charged once).
+        """
+        header = decryption_pb2.DecryptMeasurementHeader(
+            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
+            measurement=measurement_to_proto(measurement), chunk_count=len(chunks), contract_hash=contract_hash,
+            newest_receipt=self._shown(study_id))
+
+        def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
+            yield decryption_pb2.DecryptMeasurementRequest(header=header)
+            for c in chunks:
+                yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
+
+        deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.5 * len(chunks)
+
+        def call() -> HolderShares:
+            shares: list[bytes] = []
+            done = None
+            try:
+                for msg in self._stub.IssueShares(requests(), timeout=deadline):
+                    if msg.WhichOneof("part") == "share":
+                        shares.append(bytes(msg.share))
+                    else:
+                        done = msg.done
+            except grpc.RpcError as err:
+                raise ServiceError.from_rpc_error(err, "Decryption/IssueShares") from None
+            if done is None or len(shares) != len(chunks):
+                raise ServiceError(grpc.StatusCode.DATA_LOSS, f"holder {self.name} sent {len(shares)} shares for "
+                                   f"{len(chunks)} chunks and {'no' if done is None else 'a'} final message")
+            self._keep(done.receipt)
+            return HolderShares(tuple(shares), int(done.charge_id), float(done.epsilon_remaining), bool(done.repeated))
+
+        waited, delay = 0.0, OUTAGE_FIRST_DELAY
+        while True:
+            try:
+                return call()
+            except ServiceError as exc:
+                if exc.code != grpc.StatusCode.UNAVAILABLE or waited + delay > self.outage_seconds:
+                    raise
+                log.warning("key-share holder %s unreachable during %s (%s); retrying in %.1f s with the same "
+                            "ciphertexts", self.name, release_id, exc.details, delay)
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, OUTAGE_MAX_DELAY)

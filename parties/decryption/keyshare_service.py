@@ -1,0 +1,257 @@
+"""A key-share holder's state (issue 29): its key store, its side of the key setup, its share decisions.
+
+A holder is a decryption server in key-share mode (`dpagg serve-decryption --key-share NAME
+--holders N1,N2,...`). It keeps, in its own data directory:
+
+- `keys/threshold_secret.bin` (mode 0600): its secret share s_i, written only once the setup's
+  test decryption succeeded; never served;
+- `keys/collective_key.bin` and `keys/collective.json`: the collective public key, the holder
+  list, this holder's index and the collective key fingerprint (found again after a restart);
+- its own noise key and its own SQLite ledger, as the single decryption server does.
+
+The collective key fingerprint every contract carries is the SHA-256 of the public TenSEAL
+context built around the collective key (`threshold_context.collective_context`, deterministic
+bytes): what owners already check (`context_fingerprint` of the context they download), and it
+binds the key. Once the key is active, studies, budgets and direct-query charges go through the
+single decryption server's `DecryptionHandler` over this holder's ledger (its public "key
+material" is the collective context); decryption goes through `issue_shares` only.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.core.measurements import DEFAULT_PLAIN_MODULUS, Measurement, RangeCount
+from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+from he_partition.he.bfv import context_fingerprint, generate_secret_context
+from he_partition.he.bfv import load_context
+from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold_keys import HolderSecret
+from he_partition.he.threshold_setup import HolderSetup
+from he_partition.protocol import MAX_NOISE_SCALE
+
+from ..common.contract import StudyContract
+from ..common.errors import FailedPreconditionError
+from ..common.signing import stream_digest
+from ..common.util import write_file_atomic, write_private_file
+from .handler import DecryptionHandler, charged_epsilon, decryption_detail
+from .keys import KeyMaterial
+from .keyshare import MeasurementShares, ThresholdHolder, measurement_label, measurement_shares
+from .ledger import Charge
+
+__all__ = ["ActiveKey", "KeyShareService", "holder_index"]
+
+log = logging.getLogger("dpagg.decryption.keyshare")
+
+SECRET_FILE = "threshold_secret.bin"
+PUBLIC_FILE = "collective_key.bin"
+META_FILE = "collective.json"
+#: The refusal of the full-key RPCs on a holder, and of joins in threshold mode.
+JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs relinearization keys, whose "
+                       "collective (two-round) protocol is not built (docs/threshold.md, section 8); run join "
+                       "studies against a single decryption server")
+
+
+def holder_index(name: str, holders: Sequence[str]) -> int:
+    """This holder's index in the configured list (K >= 2 distinct names, `name` one of them)."""
+    names = list(holders)
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise InvalidInputError(f"--holders needs at least 2 distinct names, got {names}")
+    if name not in names:
+        raise InvalidInputError(f"--key-share {name!r} is not in --holders {','.join(names)}")
+    return names.index(name)
+
+
+@dataclass(frozen=True)
+class ActiveKey:
+    """An active collective key as one holder keeps it."""
+
+    holders: tuple[str, ...]
+    index: int
+    public_key: bytes
+    context: bytes
+    fingerprint: str
+    secret: HolderSecret
+
+
+class KeyShareService:
+    """One holder: setup state, the active key (from disk after a restart), the share decisions."""
+
+    def __init__(self, name: str, holders: Sequence[str], data_dir: Path, noise_key: bytes, *,
+                 require_signed: bool = False) -> None:
+        self.name, self.holders = name, tuple(holders)
+        self.index = holder_index(name, self.holders)
+        self.keys_dir = Path(data_dir) / "keys"
+        self.ledger_path = Path(data_dir) / "ledger.sqlite3"
+        self.noise_key = noise_key
+        self.require_signed = require_signed
+        self.template = generate_secret_context()  # BFV parameters only; its own keys are never used
+        self.setup: HolderSetup | None = None
+        self.active: ActiveKey | None = None
+        self.holder: ThresholdHolder | None = None
+        self.handler: DecryptionHandler | None = None
+        self._lock = threading.Lock()
+        self._load()
+
+    # -- key store ------------------------------------------------------------------------
+    def _load(self) -> None:
+        meta_path = self.keys_dir / META_FILE
+        if not meta_path.exists():
+            return
+        meta = json.loads(meta_path.read_text())
+        if tuple(meta["holders"]) != self.holders or int(meta["index"]) != self.index:
+            raise InvalidInputError(f"the collective key in {self.keys_dir} is for holders {meta['holders']} "
+                                    f"(this one index {meta['index']}), not the configured {list(self.holders)}")
+        secret = HolderSecret.from_bytes(self.template, (self.keys_dir / SECRET_FILE).read_bytes())
+        public = (self.keys_dir / PUBLIC_FILE).read_bytes()
+        self._activate(public, secret)
+        if self.active is None or self.active.fingerprint != meta["fingerprint"]:
+            raise InvalidInputError(f"the collective key in {self.keys_dir} does not match its recorded fingerprint")
+
+    def _activate(self, public_key: bytes, secret: HolderSecret) -> None:
+        data = collective_context_bytes(public_key)
+        ctx = load_context(data)
+        fp = context_fingerprint(data)
+        self.active = ActiveKey(self.holders, self.index, public_key, data, fp, secret)
+        self.holder = ThresholdHolder(self.template, secret, len(self.holders), bytes.fromhex(fp), self.noise_key,
+                                      self.ledger_path)
+        self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), _NoRandom(),
+                                         require_signed=self.require_signed, noise_key=self.noise_key)
+
+    def _persist(self, setup: HolderSetup) -> None:
+        assert setup.secret is not None
+        self.keys_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private_file(self.keys_dir / SECRET_FILE, setup.secret.to_bytes())
+        write_file_atomic(self.keys_dir / PUBLIC_FILE, setup.public_key)
+        self._activate(setup.public_key, setup.secret)
+        assert self.active is not None
+        write_file_atomic(self.keys_dir / META_FILE, json.dumps(
+            {"holders": list(self.holders), "index": self.index, "fingerprint": self.active.fingerprint}).encode())
+        log.info("holder %s: collective key %s active", self.name, self.active.fingerprint[:16])
+
+    def close(self) -> None:
+        if self.holder is not None:
+            self.holder.close()
+
+    def require_active(self) -> DecryptionHandler:
+        """The study/budget handler over this holder's ledger; FAILED_PRECONDITION before the key setup."""
+        if self.handler is None:
+            raise FailedPreconditionError(f"key-share holder {self.name} has no collective key yet: run "
+                                          "`dpagg setup-key --computation HOST:PORT` first")
+        return self.handler
+
+    # -- key setup ------------------------------------------------------------------------
+    def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: dict[int, bytes],
+                  ciphertext: bytes, values: Sequence[int]) -> tuple[bytes, str, str]:
+        """One setup step: (this holder's message, fingerprint, state). See `HolderSetup` for the rounds."""
+        with self._lock:
+            if step == "status":
+                return b"", self.active.fingerprint if self.active else "", "active" if self.active else (
+                    self.setup.state if self.setup else "none")
+            if tuple(holders) != self.holders:
+                raise InvalidInputError(f"the setup names holders {list(holders)}; holder {self.name} is configured "
+                                        f"with {list(self.holders)}: setup refused")
+            if self.active is not None:
+                raise FailedPreconditionError(f"holder {self.name} already has an active collective key "
+                                              f"{self.active.fingerprint[:16]}: it is not replaced")
+            if step == "commit_seed":
+                self.setup = HolderSetup(self.template, session, self.index, list(range(len(self.holders))))
+                return self.setup.commit_seed(), "", self.setup.state
+            s = self.setup
+            if s is None or not hmac.compare_digest(s.session, session):
+                raise InvalidInputError(f"holder {self.name} has no setup session {session.hex()[:16]}: setup stopped")
+            if step == "reveal_seed":
+                return s.reveal_seed(messages), "", s.state
+            if step == "commit_key":
+                return s.commit_key(messages), "", s.state
+            if step == "reveal_key":
+                return s.reveal_key(messages), "", s.state
+            if step == "build_key":
+                s.build_key(messages)
+                return s.fingerprint, context_fingerprint(collective_context_bytes(s.public_key)), s.state
+            if step == "test_share":
+                return s.test_share(ciphertext), "", s.state
+            if step == "confirm":
+                s.confirm([int(v) for v in values])
+                self._persist(s)
+                self.setup = None
+                assert self.active is not None
+                return b"", self.active.fingerprint, "active"
+            raise InvalidInputError(f"unknown key setup step {step!r}")
+
+    # -- studies and shares ---------------------------------------------------------------
+    def check_contract(self, contract: StudyContract) -> None:
+        """Refuse a contract that names another key than this holder's collective key (or a join)."""
+        assert self.active is not None
+        if contract.is_join:
+            raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        if not hmac.compare_digest(contract.context_fingerprint, self.active.fingerprint):
+            raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}, "
+                                          f"not holder {self.name}'s collective key {self.active.fingerprint[:16]}: "
+                                          "nothing was decrypted")
+
+    def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
+                     contract_hash: str, chunks: list[bytes]) -> tuple[MeasurementShares, Charge | None]:
+        """Check the measurement as the single key holder does, charge this holder's ledger, issue one share per chunk.
+
+        Privacy: charges `charged_epsilon(contract, measurement)` (epsilon of a measurement of L1
+        sensitivity `measurement.sensitivity` under add/remove of one person with at most c
+        records, times 1 + L) to this holder's own ledger before any share exists, or claims
+        a paid direct range; the DP noise is this holder's `discrete_laplace_share` of the
+        measurement's scale on each measured value (the K holders' shares sum to one discrete
+        Laplace draw: the single key holder's draw), drawn first from its own noise key keyed
+        by the request, so only this holder knows it; the combiner sees only the sum.
+        """
+        handler = self.require_active()
+        assert self.holder is not None and self.active is not None
+        contract = handler.get_study(study_id)
+        self.check_contract(contract)
+        handler.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
+                                  release_id=release_id, release_epsilon=float(release_epsilon))
+        if measurement.scale > MAX_NOISE_SCALE:
+            raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
+                                    f"{measurement.sensitivity}: nothing was charged or decrypted")
+        ciphertexts = [vector_ciphertext(c) for c in chunks]
+        digest = stream_digest(chunks).hex()
+        label = measurement_label(study_id, release_id, float(release_epsilon), measurement.to_dict(), digest)
+        k = len(self.holders)
+        noise = None
+        if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
+            d = discrete_laplace_share(measurement.scale, k, measurement.count,
+                                       holder_noise_source(self.noise_key, self.index, k, b"dp/" + label))
+            if isinstance(measurement, RangeCount) and measurement.lo > 0:  # no share on the CS's prefix mask
+                d = np.concatenate([np.zeros(1, dtype=np.int64), d])
+            noise = np.asarray(measurement.noise_slots(d, DEFAULT_PLAIN_MODULUS), dtype=np.int64)
+        detail = decryption_detail(contract, measurement, digest)
+        paid: list[Charge] = []
+
+        def charge() -> None:
+            if isinstance(measurement, RangeCount):
+                handler.ledger.claim_direct_decryption(study_id, release_id, measurement.lo, measurement.hi,
+                                                       measurement.epsilon, detail)
+            else:
+                paid.append(handler.ledger.charge(study_id, release_id, measurement.kind,
+                                                  charged_epsilon(contract, measurement, float(release_epsilon)),
+                                                  float(release_epsilon), detail))
+
+        slots = handler.backend.slots
+        result = measurement_shares(self.holder, label, ciphertexts, noise,
+                                    list(measurement.measured_chunks(slots)), slots, charge)
+        log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
+                 "re-sent stored" if result.repeated else "issued", len(result.shares), measurement.kind, len(chunks))
+        return result, (paid[0] if paid else None)
+
+
+class _NoRandom:
+    """The handler's rng on a holder: never drawn from (holders draw from their keyed sources only)."""
+
+    def integers(self, high: int, size: int) -> Any:
+        raise AssertionError("a key-share holder draws no noise from an unkeyed source")

@@ -1,0 +1,144 @@
+"""The Decryption service of a key-share holder (issue 29) and the server that runs it.
+
+Same service as the single decryption server (`dpagg.v1.Decryption`): GetPublicContext (the
+collective public context), OpenStudy / GetStudy / BudgetStatus / ChargeDirectQueries over this
+holder's own ledger, with receipts signed by this holder's own key. DecryptMeasurement and
+DecryptJoinCells need the whole key and answer FAILED_PRECONDITION; KeySetup runs this holder's
+side of the collective key setup and IssueShares its decryption shares of one measurement.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+import grpc
+
+from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
+from he_partition.core.errors import InvalidInputError
+
+from ..common.access import AccessPolicy
+from ..common.config import DecryptionConfig
+from ..common.contract import check_id
+from ..common.convert import measurement_from_proto
+from ..common.errors import FailedPreconditionError
+from ..common.limits import DECRYPTION_MAX_RECEIVE, server_options
+from ..common.server import ServerHandle, create_server
+from ..common.util import lock_data_dir
+from .handler import DecryptionHandler
+from .keys import load_or_create_noise_key
+from .keyshare_service import JOINS_SINGLE_HOLDER, KeyShareService
+from .receipts import ReceiptSigner
+from .servicer import SERVICE_NAME, DecryptionServicer
+
+__all__ = ["KeyShareServicer", "create_keyshare_server"]
+
+log = logging.getLogger("dpagg.decryption.keyshare")
+
+
+class KeyShareServicer(DecryptionServicer):
+    """A key-share holder's Decryption service: the single server's study RPCs, setup and shares instead of decryption."""
+
+    def __init__(self, service: KeyShareService, policy: AccessPolicy | None = None,
+                 computation_ids: tuple[str, ...] = (), receipts: ReceiptSigner | None = None) -> None:
+        self.service = service
+        self.receipts = receipts if receipts is not None else ReceiptSigner.load_or_create(None)
+        self.policy = policy if policy is not None else AccessPolicy()
+        self.computation_ids = tuple(computation_ids) or None
+
+    @property  # type: ignore[override]
+    def handler(self) -> DecryptionHandler:
+        return self.service.require_active()
+
+    def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
+                  context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
+        self._computation_only(context, "open a study at a key-share holder")
+        if request.strategy == "join":
+            raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        return super().OpenStudy(request, context)
+
+    def DecryptMeasurement(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r} of "
+                                      f"{len(self.service.holders)}: it holds no whole key and decrypts nothing; the "
+                                      "computation server asks every holder for shares (IssueShares)")
+
+    def DecryptJoinCells(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
+
+    def KeySetup(self, request: decryption_pb2.KeySetupRequest,
+                 context: grpc.ServicerContext) -> decryption_pb2.KeySetupResponse:
+        self._computation_only(context, "run the collective key setup")
+        message, fingerprint, state = self.service.key_setup(
+            request.step, bytes(request.session), list(request.holders),
+            {int(k): bytes(v) for k, v in request.messages.items()}, bytes(request.ciphertext), list(request.values))
+        return decryption_pb2.KeySetupResponse(message=message, fingerprint=fingerprint, state=state,
+                                               holder=self.service.index)
+
+    def IssueShares(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
+                    context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:
+        self._computation_only(context, "ask for decryption shares")
+        handler = self.handler
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidInputError("IssueShares must start with a header message")
+        header = first.header
+        measurement = measurement_from_proto(header.measurement)
+        contract = handler.get_study(header.study_id)
+        check_id("release_id", header.release_id)
+        self.service.check_contract(contract)
+        self._check_receipt(header.study_id, header.newest_receipt)
+        handler.check_measurement(contract, measurement, int(header.chunk_count), contract_hash=header.contract_hash,
+                                  release_id=header.release_id, release_epsilon=float(header.release_epsilon))
+        chunks: list[bytes] = []
+        for msg in request_iterator:
+            if msg.WhichOneof("part") != "chunk" or len(chunks) >= header.chunk_count:
+                raise InvalidInputError(f"only the announced {header.chunk_count} ciphertext chunks may follow "
+                                        "the IssueShares header")
+            chunks.append(msg.chunk)
+        result, charge = self.service.issue_shares(
+            study_id=header.study_id, release_id=header.release_id, release_epsilon=float(header.release_epsilon),
+            measurement=measurement, contract_hash=header.contract_hash, chunks=chunks)
+        for share in result.shares:
+            yield decryption_pb2.IssueSharesResponse(share=share)
+        remaining = handler.budget(header.study_id).remaining
+        yield decryption_pb2.IssueSharesResponse(done=decryption_pb2.IssueSharesDone(
+            charge_id=charge.charge_id if charge else 0, epsilon_remaining=remaining, receipt=self._receipt(charge),
+            repeated=result.repeated))
+
+
+def create_keyshare_server(config: DecryptionConfig, name: str, holders: tuple[str, ...]) -> ServerHandle:
+    """A key-share holder on `config.data_dir` (its key share, noise key, ledger and receipt key), not started.
+
+    Restarting on the same directory finds the active collective key, every study and charge.
+    """
+    unlock = lock_data_dir(config.data_dir, f"key-share holder {name}")
+    try:
+        noise_key = load_or_create_noise_key(config.data_dir / "keys", seed=config.noise_seed)
+        service = KeyShareService(name, holders, config.data_dir, noise_key, require_signed=config.tls is not None)
+    except BaseException:
+        unlock()
+        raise
+    policy = AccessPolicy(config.tls is not None, server=f"key-share holder {name} ({config.data_dir})")
+    servicer = KeyShareServicer(service, policy, config.computation_ids,
+                                ReceiptSigner.load_or_create(config.data_dir / "keys"))
+    try:
+        server, port = create_server(
+            [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],
+            host=config.host, port=config.port, max_workers=config.max_workers,
+            credentials=config.tls.server_credentials() if config.tls is not None else None,
+            options=server_options(DECRYPTION_MAX_RECEIVE))
+    except BaseException:
+        service.close()
+        unlock()
+        raise
+    return ServerHandle(server, port, config.host, service, [service.close, unlock])
+
+
+def serve_keyshare(config: DecryptionConfig, name: str, holders: tuple[str, ...], *,
+                   port_file: str | None = None) -> None:
+    """Run a key-share holder until SIGINT/SIGTERM."""
+    handle = create_keyshare_server(config, name, holders)
+    service: KeyShareService = handle.handler
+    log.info("key-share holder %s (%d of %d: %s) listening on %s; data dir %s; collective key %s", name,
+             service.index + 1, len(holders), ",".join(holders), handle.target, config.data_dir,
+             service.active.fingerprint if service.active else "not set up yet (dpagg setup-key)")
+    handle.serve(port_file=port_file)

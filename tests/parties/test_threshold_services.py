@@ -1,0 +1,361 @@
+"""K = 3 key-share holders through real services (issue 29): mutual TLS, real gRPC servers on port 0, real
+TenSEAL ciphertexts under the collective key, real SQLite ledgers (one per holder)."""
+from __future__ import annotations
+
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+
+from he_partition.core.measurements import Measurement
+from he_partition.core.noise import KeyedRandom, discrete_laplace
+from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+from parties.common.config import ComputationConfig, DecryptionConfig
+from parties.common.errors import ServiceError
+from parties.common.server import ServerHandle
+from parties.common.signing import stream_digest
+from parties.computation.server import create_computation_server
+from parties.decryption.keyshare import measurement_label
+from parties.decryption.keyshare_servicer import create_keyshare_server
+from parties.decryption.ledger import backup_ledger
+from tests.parties.conftest import CS_ID, FAST_RETRY, Cluster, Pki
+
+from parties.computation.client import ComputationClient
+from parties.data_owner.client import DataOwnerClient
+
+HOLDERS = ("h1", "h2", "h3")
+DOMAIN = 64
+OWNERS = ("a", "b", "c")
+
+
+def _histograms() -> list[np.ndarray]:
+    rng = np.random.default_rng(29)
+    return [rng.integers(0, 40, size=DOMAIN).astype(np.int64) for _ in OWNERS]
+
+
+@dataclass
+class Threshold:
+    """Three key-share holders and a computation server in threshold mode, mutual TLS."""
+
+    root: Path
+    pki: Pki
+    holders: list[ServerHandle]
+    cs: ServerHandle
+    cs_seed: int
+    clients: list[Any] = field(default_factory=list)
+    signing: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, root: Path, cs_seed: int = 12) -> "Threshold":
+        pki = Pki(root / "pki")
+        holders = [create_keyshare_server(cls._holder_config(root, pki, name, 0), name, HOLDERS).start()
+                   for name in HOLDERS]
+        specs = tuple(f"{n}={h.target}" for n, h in zip(HOLDERS, holders))
+        cs = create_computation_server(ComputationConfig(root / "cs", "", holders=specs, port=0, noise_seed=cs_seed,
+                                                         tls=pki.tls(CS_ID, "computation"), executor="inprocess"))
+        return cls(root, pki, holders, cs.start(), cs_seed)
+
+    @staticmethod
+    def _holder_config(root: Path, pki: Pki, name: str, port: int) -> DecryptionConfig:
+        seed = 100 + HOLDERS.index(name)
+        return DecryptionConfig(root / name, port=port, noise_seed=seed, tls=pki.tls(name, "decryption"),
+                                computation_ids=(CS_ID,))
+
+    def stop_holder(self, i: int) -> None:
+        self.holders[i].stop()
+
+    def start_holder(self, i: int) -> None:
+        port = self.holders[i].port
+        self.holders[i] = create_keyshare_server(self._holder_config(self.root, self.pki, HOLDERS[i], port),
+                                                 HOLDERS[i], HOLDERS).start()
+
+    @property
+    def combiner(self) -> Any:
+        return self.cs.handler.decryption
+
+    def computation(self) -> ComputationClient:
+        c = ComputationClient(self.cs.target, retry=FAST_RETRY, tls=self.pki.tls("op", "operator"))
+        self.clients.append(c)
+        return c
+
+    def owner(self, owner_id: str) -> DataOwnerClient:
+        from parties.common.signing import generate_signing_key
+        if owner_id not in self.signing:
+            self.signing[owner_id] = generate_signing_key()
+        c = DataOwnerClient(owner_id, computation=self.cs.target, retry=FAST_RETRY, progress=False,
+                            tls=self.pki.tls(owner_id, "data_owner"), signing_key=self.signing[owner_id][0])
+        self.clients.append(c)
+        return c
+
+    def open_and_submit(self, study_id: str, epsilon: float = 1.0, strategy: str = "hier") -> Any:
+        from parties.common.signing import generate_signing_key
+        for o in OWNERS:
+            self.signing.setdefault(o, generate_signing_key())
+        contract, _ = self.computation().open_study(
+            study_id=study_id, domain_size=DOMAIN, epsilon=epsilon, expected_owners=list(OWNERS), strategy=strategy,
+            owner_keys={o: self.signing[o][1] for o in OWNERS})
+        for o, h in zip(OWNERS, _histograms()):
+            self.owner(o).submit(study_id, h)
+        return contract
+
+    def ledger(self, i: int) -> Any:
+        return self.holders[i].handler.require_active().ledger
+
+    def stop(self) -> None:
+        for c in self.clients:
+            c.close()
+        self.cs.stop()
+        for h in self.holders:
+            h.stop()
+
+
+@pytest.fixture
+def threshold(tmp_path: Path) -> Iterator[Threshold]:
+    t = Threshold.start(tmp_path)
+    try:
+        t.computation().setup_key()
+        yield t
+    finally:
+        t.stop()
+
+
+def test_setup_gives_one_fingerprint_every_holder_agrees_on_and_a_restart_keeps_it(threshold: Threshold) -> None:
+    fp, names, already = threshold.computation().setup_key()
+    assert already and names == HOLDERS
+    assert [h.handler.active.fingerprint for h in threshold.holders] == [fp] * 3
+    threshold.stop_holder(1)
+    threshold.start_holder(1)
+    assert threshold.holders[1].handler.active.fingerprint == fp
+    contract = threshold.open_and_submit("s-fp")
+    assert contract.context_fingerprint == fp
+
+
+def test_a_release_through_three_holders_is_done(threshold: Threshold) -> None:
+    threshold.open_and_submit("s1")
+    rel = threshold.computation().run_release("s1", epsilon=1.0)
+    assert rel.state == "DONE", rel.error_message
+    for i in range(3):
+        assert sum(c.epsilon for c in threshold.ledger(i).charges("s1")) == pytest.approx(1.0)
+
+
+class _Spy:
+    """Records every measurement the computation server sends for decryption and the values it gets back.
+
+    Wraps the real call (no stand-in): the chunks are materialized so their digest (the noise label) is known.
+    """
+
+    def __init__(self, decryption: Any) -> None:
+        self.calls: list[tuple[dict[str, Any], np.ndarray]] = []
+        self._real: Callable[..., Any] = decryption.decrypt_measurement
+        decryption.decrypt_measurement = self
+
+    def __call__(self, **kw: Any) -> Any:
+        kw["chunks"] = list(kw["chunks"])
+        result = self._real(**kw)
+        self.calls.append((kw, np.asarray(result.values, dtype=np.int64)))
+        return result
+
+
+def _label(kw: dict[str, Any]) -> bytes:
+    m: Measurement = kw["measurement"]
+    return measurement_label(kw["study_id"], kw["release_id"], float(kw["release_epsilon"]), m.to_dict(),
+                             stream_digest(kw["chunks"]).hex())
+
+
+def _noise_key(data_dir: Path) -> bytes:
+    return (data_dir / "keys" / "noise_key.bin").read_bytes()
+
+
+def _single_holder_draw(root: Path, kw: dict[str, Any]) -> np.ndarray:
+    """The single decryption server's keyed draw for one request (its noise key, the request label)."""
+    m: Measurement = kw["measurement"]
+    return discrete_laplace(m.scale, m.count, KeyedRandom(_noise_key(root / "ds"), _label(kw)))
+
+
+def _holders_draws(root: Path, kw: dict[str, Any]) -> np.ndarray:
+    """The sum of the three holders' keyed shares for one request (each holder's noise key, the request label)."""
+    m: Measurement = kw["measurement"]
+    return sum(discrete_laplace_share(m.scale, 3, m.count, holder_noise_source(
+        _noise_key(root / name), i, 3, b"dp/" + _label(kw))) for i, name in enumerate(HOLDERS))  # type: ignore
+
+
+def _run_study(open_and_submit: Callable[[], Any], client: ComputationClient) -> None:
+    open_and_submit()
+    rel = client.run_release("s-eq", epsilon=0.5)
+    assert rel.state == "DONE", rel.error_message
+    client.direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
+
+
+def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_draws_are_accounted_for(
+        tmp_path: Path) -> None:
+    """Same data, same computation-server seed, K = 1 (one decryption server) and K = 3 (three holders).
+
+    Compared, value for value, for every measurement the computation server sends (the release's
+    hierarchical partition sums, then three direct range counts): the decrypted values minus the
+    holder-side DP noise, i.e. data + the computation server's draw. K = 1's holder-side noise is the
+    decryption server's keyed draw; K = 3's is the sum of the three holders' keyed shares, each
+    recomputed here from the holder's noise key and the request label. Also compared: the
+    measurements themselves (kind, partitions, epsilon, sensitivity) and their order.
+    """
+    single = Cluster.start(tmp_path / "k1", cs_seed=12, secure=True)
+    try:
+        spy1 = _Spy(single.cs.handler.decryption)
+
+        def open1() -> None:
+            single.open_study(study_id="s-eq", domain_size=DOMAIN, epsilon=1.0, owners=OWNERS, strategy="hier")
+            for o, h in zip(OWNERS, _histograms()):
+                single.owner(o).submit("s-eq", h)
+
+        _run_study(open1, single.computation())
+    finally:
+        single.stop()
+    k3 = Threshold.start(tmp_path / "k3", cs_seed=12)
+    try:
+        k3.computation().setup_key()
+        spy3 = _Spy(k3.combiner)
+        _run_study(lambda: k3.open_and_submit("s-eq"), k3.computation())
+    finally:
+        k3.stop()
+    assert len(spy1.calls) == len(spy3.calls) >= 4
+    for (kw1, v1), (kw3, v3) in zip(spy1.calls, spy3.calls):
+        assert kw1["measurement"].to_dict() == kw3["measurement"].to_dict()
+        if hasattr(kw1["measurement"], "starts"):
+            assert kw1["measurement"].starts == kw3["measurement"].starts
+        own1, own3 = _single_holder_draw(tmp_path / "k1", kw1), _holders_draws(tmp_path / "k3", kw3)
+        assert (v1 - own1).tolist() == (v3 - own3).tolist()
+        assert np.count_nonzero(own3) > 0 or len(own3) < 3  # the holders' noise is really there
+
+
+class _Combines:
+    """Counts the combiner's calls of `combine` (the only step that decrypts anything)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import parties.computation.threshold as mod
+        self.calls = 0
+        real = mod.combine
+
+        def counted(*a: Any, **kw: Any) -> Any:
+            self.calls += 1
+            return real(*a, **kw)
+
+        monkeypatch.setattr(mod, "combine", counted)
+
+
+def _fast(t: Threshold, outage: float = 0.0) -> None:
+    for c in t.combiner.clients:
+        c.retry = FAST_RETRY
+        c.outage_seconds = outage
+
+
+def _refused(t: Threshold, study: str, epsilon: float) -> tuple[str, str]:
+    """(status code name, message) of a release that must not happen: refused up front or FAILED."""
+    try:
+        rel = t.computation().run_release(study, epsilon=epsilon)
+    except ServiceError as exc:
+        return exc.code.name, exc.details
+    assert rel.state == "FAILED", rel.state
+    return rel.error_code, rel.error_message
+
+
+def _spent(t: Threshold, i: int, study: str) -> float:
+    return sum(c.epsilon for c in t.ledger(i).charges(study))
+
+
+def test_a_holder_down_before_the_release_stops_it_before_anything_is_charged_or_decrypted(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-down")
+    _fast(threshold)
+    combines = _Combines(monkeypatch)
+    threshold.stop_holder(2)
+    code, message = _refused(threshold, "s-down", 0.5)
+    assert code == "UNAVAILABLE" and "key-share holder h3" in message
+    assert combines.calls == 0 and _spent(threshold, 0, "s-down") == 0 and _spent(threshold, 1, "s-down") == 0
+    threshold.start_holder(2)  # back: the retry charges every holder once
+    threshold.combiner.clients[2].wait_ready(timeout=15)  # the CS's channel reconnects (gRPC backoff)
+    rel = threshold.computation().run_release("s-down", epsilon=0.5)
+    assert rel.state == "DONE" and combines.calls > 0
+    assert [_spent(threshold, i, "s-down") for i in range(3)] == [pytest.approx(0.5)] * 3
+
+
+def test_a_holder_down_during_the_release_is_waited_for_and_nothing_is_charged_twice(
+        threshold: Threshold) -> None:
+    threshold.open_and_submit("s-mid")
+    _fast(threshold, outage=20.0)
+    combiner = threshold.combiner
+    real = combiner.decrypt_measurement
+    state = {"calls": 0}
+
+    def outage_on_first_measurement(**kw: Any) -> Any:
+        state["calls"] += 1
+        if state["calls"] == 1:
+            threshold.stop_holder(2)
+            threading.Timer(1.0, threshold.start_holder, args=(2,)).start()
+        return real(**kw)
+
+    combiner.decrypt_measurement = outage_on_first_measurement
+    rel = threshold.computation().run_release("s-mid", epsilon=0.5)
+    assert rel.state == "DONE", rel.error_message
+    rows = [[(c.release_id, c.kind, c.epsilon) for c in threshold.ledger(i).charges("s-mid")] for i in range(3)]
+    assert rows[0] == rows[1] == rows[2] and len(rows[0]) == state["calls"]  # one charge per measurement each
+
+
+def test_a_holder_down_past_the_outage_window_fails_the_release_naming_it_and_nothing_is_decrypted(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-gone")
+    _fast(threshold)
+    combines = _Combines(monkeypatch)
+    real = threshold.combiner.decrypt_measurement
+
+    def down_after_the_budget_check(**kw: Any) -> Any:
+        threshold.stop_holder(1)
+        return real(**kw)
+
+    threshold.combiner.decrypt_measurement = down_after_the_budget_check
+    code, message = _refused(threshold, "s-gone", 0.5)
+    assert code == "UNAVAILABLE" and "key-share holder h2" in message
+    assert combines.calls == 0
+
+
+def test_a_holder_refusing_with_an_exhausted_ledger_stops_the_release_before_anything_is_decrypted(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-refuse")
+    threshold.ledger(2).charge("s-refuse", "elsewhere", "partition_sums", 1.0, 1.0)  # holder h3's view: all spent
+    combines = _Combines(monkeypatch)
+    code, _ = _refused(threshold, "s-refuse", 0.5)  # the honest CS reads every holder's budget first
+    assert code == "RESOURCE_EXHAUSTED"
+    assert _spent(threshold, 0, "s-refuse") == 0 and combines.calls == 0
+    # a CS that skips the budget check (reads holder h1 only) still gets nothing: h3 refuses its shares
+    monkeypatch.setattr(threshold.combiner, "budget", lambda study_id, **kw: threshold.combiner.clients[0].budget(
+        study_id))
+    code, message = _refused(threshold, "s-refuse", 0.5)
+    assert code == "RESOURCE_EXHAUSTED" and "key-share holder h3" in message
+    assert combines.calls == 0
+
+
+def test_a_holder_with_a_rolled_back_ledger_cannot_make_the_study_overspend(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    threshold.open_and_submit("s-roll")
+    old = threshold.root / "h1-ledger-before.sqlite3"
+    backup_ledger(threshold.root / "h1" / "ledger.sqlite3", old)
+    assert threshold.computation().run_release("s-roll", epsilon=1.0).state == "DONE"
+    threshold.stop_holder(0)
+    for suffix in ("", "-wal", "-shm"):
+        (threshold.root / "h1" / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
+    shutil.copy(old, threshold.root / "h1" / "ledger.sqlite3")
+    threshold.start_holder(0)
+    assert _spent(threshold, 0, "s-roll") == 0  # h1 believes the budget is unspent
+    combines = _Combines(monkeypatch)
+    code, message = _refused(threshold, "s-roll", 1.0)  # the honest CS: h1 reports less spend than its receipts
+    assert code == "FAILED_PRECONDITION" and "h1" in message, message
+    # a CS without receipts that trusts h1's view: h2 and h3 refuse, nothing is decrypted
+    threshold.combiner.clients[0].receipts = None
+    monkeypatch.setattr(threshold.combiner, "budget", lambda study_id, **kw: threshold.combiner.clients[0].budget(
+        study_id))
+    code, message = _refused(threshold, "s-roll", 1.0)
+    assert code == "RESOURCE_EXHAUSTED" and "key-share holder h2" in message
+    assert combines.calls == 0
+    assert _spent(threshold, 1, "s-roll") == pytest.approx(1.0) and _spent(threshold, 2, "s-roll") == pytest.approx(1.0)
