@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import re
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +133,7 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
                 proc.wait(10)
     first = min(r["upload_start"] for r in results)
     last = max(r["upload_end"] for r in results)
-    return {
+    return {**_key_holder_work(k, workdir),
         "bins": n, "holders": k, "owners": owners,
         "wall_first_upload_to_summary_s": round(done - first, 3),
         "upload_phase_s": round(last - first, 3),
@@ -147,6 +149,30 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
         "true_total": sum(r["hist_sum"] for r in results),
         "released_total": float(sum(rel.summary.sums)),
     }
+
+
+def _key_holder_work(k: int, workdir: Path) -> dict[str, Any]:
+    """What the key holder(s) did in the release, from their logs.
+
+    K = 1: the decryption server's own time per measurement (charge + decrypt + decode). K = 3: per
+    holder, the ciphertexts it issued shares for, and per measurement the spread between the first and
+    the last holder's "issued" log line (how long the combiner waits for the slowest holder).
+    """
+    if k == 1:
+        lines = re.findall(r", release \S+: decrypted \S+ \((\d+) chunks, \d+ values\) in ([0-9.]+) s",
+                           (workdir / "ds.log").read_text())
+        return {"ds_measurements": len(lines), "ds_chunks_decrypted": sum(int(c) for c, _ in lines),
+                "ds_decrypt_s": round(sum(float(t) for _, t in lines), 3)}
+    issued: dict[str, dict[str, float]] = {}
+    shares: dict[str, int] = {}
+    pattern = re.compile(r"^(\S+ \S+) INFO .*: issued (\d+) shares of (\S+) \(", re.M)
+    for name in HOLDERS[:k]:
+        for i, (stamp, n, kind) in enumerate(pattern.findall((workdir / f"{name}.log").read_text())):
+            when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            issued.setdefault(f"{i}:{kind}", {})[name] = when  # the i-th measurement, as every holder logs it
+            shares[name] = shares.get(name, 0) + int(n)
+    spread = {kind: round(max(ts.values()) - min(ts.values()), 3) for kind, ts in issued.items()}
+    return {"holder_shares_issued": shares, "holder_spread_s_per_measurement": spread}
 
 
 def _ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
