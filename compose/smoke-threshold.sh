@@ -54,13 +54,13 @@ ok "no single-key decryption server"
 step "key setup printed the collective key's fingerprint"
 setup="$(log_of setup-key)"
 echo "$setup" | sed 's/^/   /'
-fp="$(grep -io 'fingerprint[^0-9a-f]*[0-9a-f]\{16,\}' <<<"$setup" | grep -o '[0-9a-f]\{16,\}$' | head -1)" || true
-[ -n "$fp" ] || fail "setup-key printed no key fingerprint"
+fp="$(sed -n 's/^collective key \([0-9a-f]\{64\}\) (set up; holders holder-1, holder-2, holder-3)$/\1/p' <<<"$setup")"
+[ -n "$fp" ] || fail "setup-key printed no collective key fingerprint for holder-1..3"
 ok "collective key fingerprint $fp"
-"${D[@]}" run --rm --no-deps -T setup-key >/dev/null 2>&1 || fail "setup-key is not idempotent (a second run failed)"
-again="$("${D[@]}" run --rm --no-deps -T setup-key 2>&1)"
-grep -q "$fp" <<<"$again" || { echo "$again" >&2; fail "a second setup-key did not report the same key $fp"; }
-ok "a second setup-key reports the same key"
+again="$("${D[@]}" run --rm --no-deps -T setup-key 2>&1)" || { echo "$again" >&2; fail "a second setup-key failed"; }
+grep -q "^collective key $fp (already active;" <<<"$again" || { echo "$again" >&2
+  fail "a second setup-key did not report the same key $fp as already active"; }
+ok "a second setup-key reports the same key, already active (not replaced)"
 
 step "the demo study released through the three holders; the analyst's query answered"
 out="$(log_of query)"
@@ -132,5 +132,8 @@ q="$("${D[@]}" run --rm --no-deps -T query dpagg query latest --study demo2 --an
 ok "study demo2 released after the restart: $(grep -m1 '^bins \[' <<<"$q")"
 view="$(budget demo2 || true)"
 echo "$view" | grep -v '^  #' | sed 's/^/   /'
-grep -q "^holder holder-2 (.*): spent 0.5 of 1," <<<"$view" || fail "holder-2 did not charge the release"
-ok "holder-2 charged after its restart (its ledger and share survived it)"
+for h in "${HOLDERS[@]}"; do
+  grep -q "^holder $h (.*): spent 0.5 of 1," <<<"$view" || fail "$h was not charged exactly the one release"
+done
+grep -q "all 3 holders agree" <<<"$view" || fail "the holders' views of study demo2 disagree"
+ok "each holder charged 0.5 once (the refused release charged nobody); holder-2's share and ledger survived"
