@@ -158,3 +158,38 @@ def test_one_endpoint_prints_todays_report_and_a_name_given_twice_is_refused(
     with pytest.raises(SystemExit) as stop:
         main(["budget", "s1", "--decryption", f"={h}", "--insecure"])
     assert stop.value.code == 2 and "NAME=HOST:PORT" in capsys.readouterr().err
+
+
+def test_three_key_share_holders_after_a_release_then_one_rolled_back(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Real key-share holders (mutual TLS, collective key): a K = 3 release charges all three alike; a holder
+    whose ledger file is replaced by an older copy is named behind."""
+    from .test_threshold_services import HOLDERS as KEY_SHARE_HOLDERS, Threshold
+
+    t = Threshold.start(tmp_path)
+    try:
+        t.computation().setup_key()
+        t.open_and_submit("s-budget")
+        old = tmp_path / "h2-before.sqlite3"
+        backup_ledger(tmp_path / "h2" / LEDGER_FILE, old)
+        assert t.computation().run_release("s-budget", epsilon=0.5).state == "DONE"
+        tls = t.pki.tls("op", "operator")
+        base = ["budget", "s-budget", "--ca-cert", str(tls.ca_cert), "--cert", str(tls.cert), "--key", str(tls.key),
+                *[a for name, h in zip(KEY_SHARE_HOLDERS, t.holders) for a in ("--decryption", f"{name}={h.target}")]]
+        assert main([*base, "--verify"]) == 0
+        out = capsys.readouterr().out
+        assert "all 3 holders agree" in out and "DISAGREE" not in out
+        assert all(f"holder {name} (" in out for name in KEY_SHARE_HOLDERS) and out.count("spent 0.5 of 1,") == 3
+
+        t.stop_holder(1)
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / "h2" / (LEDGER_FILE + suffix)).unlink(missing_ok=True)
+        shutil.copyfile(old, tmp_path / "h2" / LEDGER_FILE)
+        t.start_holder(1)
+        assert main([*base, "--verify", "--json"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert report["agree"] is False
+        assert [h["spent"] for h in report["holders"].values()] == [0.5, 0.0, 0.5]
+        assert "DISAGREE: spent: h1 0.5, h2 0, h3 0.5 (behind: h2)" in report["disagreements"]
+    finally:
+        t.stop()
