@@ -8,6 +8,7 @@ __all__ = [
     "PrecisionError",
     "MeasurementShapeError",
     "BudgetExhaustedError",
+    "ShareCombineError",
 ]
 
 
@@ -29,3 +30,9 @@ class MeasurementShapeError(DPAggError):
 
 class BudgetExhaustedError(DPAggError):
     """A charge would take the privacy budget past its total (RESOURCE_EXHAUSTED)."""
+
+
+class ShareCombineError(InvalidInputError):
+    """Threshold decryption shares that must not be combined (INVALID_ARGUMENT): a share missing, duplicate,
+    foreign, for another ciphertext or key, of the wrong shape or level, or a combined value with too little
+    noise budget (a share made with the wrong secret, or a corrupt or rogue ciphertext)."""

@@ -21,9 +21,9 @@ import numpy.typing as npt
 import tenseal as ts
 import tenseal.sealapi as seal
 
-from he_partition.core.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.core.noise import RandomSource
-from he_partition.he.bfv import seal_ciphertext_bytes
+from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS, seal_ciphertext_bytes
 from he_partition.he.rns import mulmod, residues
 from he_partition.he.threshold_keys import HolderSecret, load_seal, read_u64, seal_version, secret_plaintext
 from he_partition.he.threshold_wire import (SMUDGING_BITS, DecryptionShare, check_shares, ciphertext_digest,
@@ -41,18 +41,20 @@ def _ciphertext(ctx: ts.Context, data: bytes) -> tuple[Any, list[int], int]:
 
 def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[np.int64],
                            moduli: Sequence[int]) -> npt.NDArray[np.uint64]:
-    """Delta * m_i mod each prime of a level: m_i the batch-encoded plaintext of per-slot `noise`.
+    """round(Q m_i / t) mod each prime of a level: m_i the batch-encoded plaintext of per-slot `noise`.
 
     `noise` (at most N integers, any sign, the rest of the slots 0) is reduced mod t, batch-encoded
-    by SEAL (slot values -> plaintext coefficients in [0, t)) and scaled by Delta = floor(Q / t),
-    Q the product of `moduli` (the ciphertext's level), as SEAL's encryption scales a plaintext.
-    Rounding: SEAL encrypts m_d as round(Q m_d / t) = Delta m_d + round((Q mod t) m_d / t), the
-    holders add Delta m_i with no correction term, so the combined phase is
-    Delta (m_d + sum m_i) + err with |err| <= K t (the missing correction terms, each < t, and the
-    Q mod t < t lost on a wrap of the sum past t) ~ 2^50.6 for K = 3, far below the Q / 2t ~ 2^109
-    decryption margin: the combined value decodes to (m_d + sum_i noise_i) mod t exactly
-    (tests/he_partition/test_threshold_noise.py). Adds no noise itself: the caller's `noise` is the
-    holder's DP share (see `decryption_share`).
+    by SEAL (slot values -> plaintext coefficients in [0, t)) and scaled exactly as SEAL's encryption
+    scales a plaintext: Delta m_i + floor(((Q mod t) m_i + floor((t + 1) / 2)) / t), Delta = floor(Q / t),
+    Q the product of `moduli` (the ciphertext's level).
+    Why the rounding term matters (privacy, not only correctness): with Delta m_i alone, the combined
+    phase's noise polynomial carries -(Q mod t) sum_i m_i / t, up to 2^47.6 per coefficient at these
+    parameters (Q mod t ~ 2^46.1), a function of the holders' secret DP shares and pads that only the
+    2^70 smudging would hide (statistical distance ~2^-10 per ciphertext). With SEAL's rounding the
+    terms cancel against the decoder's round(Q m / t) up to one carry in {-1, 0, 1} per summand (tested
+    in tests/he_partition/test_threshold_view.py). The combined value decodes to (m_d + sum_i noise_i)
+    mod t exactly (tests/he_partition/test_threshold_noise.py). Adds no noise itself: the caller's
+    `noise` is the holder's DP share (see `decryption_share`).
     """
     sealctx = ctx.seal_context().data
     n = int(sealctx.first_context_data().parms().poly_modulus_degree())
@@ -71,7 +73,35 @@ def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[n
     for q in moduli:
         big_q *= int(q)
     delta = big_q // t
-    return np.stack([mulmod(m % np.uint64(q), delta % int(q), int(q)) for q in moduli])
+    # SEAL's rounding term: < Q mod t < t < 2^50 (exact in Python integers: the product reaches 2^99)
+    fix = np.array(((m.astype(object) * (big_q % t) + (t + 1) // 2) // t).tolist(), dtype=np.uint64)
+    return np.stack([(mulmod(m % np.uint64(q), delta % int(q), int(q)) + fix % np.uint64(q)) % np.uint64(q)
+                     for q in moduli])
+
+
+def padded_noise(dp_slots: Sequence[int] | npt.NDArray[np.int64], measured: Sequence[bool] | npt.NDArray[np.bool_],
+                 rng: RandomSource, plain_modulus: int) -> npt.NDArray[np.int64]:
+    """A holder's slot noise: its DP share on the `measured` slots, a uniform pad mod t on every other slot.
+
+    Why the pads: the CS pads the slots a measurement does not use so that a single key holder sees
+    nothing there, but the CS knows its own pads, so as the combiner of a threshold decryption it
+    would read those slots in the clear -- and they carry data (the owners' prefix sums, for a
+    partition-sums measurement: tests/he_partition/test_threshold_view.py). Each holder adds its own
+    uniform pad there, so the combined unmeasured slots are uniform to the CS and to any coalition
+    missing one holder. `dp_slots` (len(measured) values, any sign; the holder's DP share already
+    in the measurement's slot encoding, e.g. `Measurement.noise_slots(discrete_laplace_share(...))`,
+    or on the leading slots) is kept on the measured slots and ignored elsewhere.
+    Privacy: adds no DP noise itself (the caller's share is epsilon = sensitivity / scale for L1
+    sensitivity `sensitivity` under add/remove of one person with at most c records, charged by the
+    holder); the pads are one-time pads, exactly uniform mod t, one `rng.integers` call for every
+    slot whatever the layout. Who knows the noise: only the holder that owns `rng` knows its pads.
+    """
+    measured_mask = np.asarray(measured, dtype=bool)
+    values = np.asarray(dp_slots, dtype=np.int64).reshape(-1)
+    if len(values) != len(measured_mask):
+        raise InvalidInputError(f"a holder's slot noise has {len(values)} values for {len(measured_mask)} slots")
+    pads = np.asarray(rng.integers(plain_modulus, len(measured_mask)), dtype=np.int64)
+    return np.where(measured_mask, values % plain_modulus, pads)
 
 
 def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphertext: bytes,
@@ -111,30 +141,62 @@ def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphe
 
 
 def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders: Sequence[int],
-            key_fp: bytes) -> npt.NDArray[np.int64]:
+            key_fp: bytes, *, min_budget: int = MIN_NOISE_BUDGET_BITS) -> npt.NDArray[np.int64]:
     """The BFV plaintext slots of `ciphertext` from every holder's share (n-of-n), as integers mod t.
 
-    Refuses (InvalidInputError, naming the holder) a missing, duplicate, foreign, other-key or
-    other-ciphertext share, and a share payload of the wrong size or not reduced mod its prime.
+    Refuses (`ShareCombineError`, an InvalidInputError, naming the holder or the problem) a
+    missing, duplicate, foreign, other-key or other-ciphertext share, a share payload of the wrong
+    size or level or not reduced mod its prime, and -- the integrity check the single key holder
+    makes before it charges (docs/threshold.md section 3 step 3), made here because no holder can
+    measure a noise budget alone -- a combined value whose invariant noise budget is below
+    `min_budget` bits (default `bfv.MIN_NOISE_BUDGET_BITS` = 20; an honest K = 3 combine with
+    B = 70 smudging has ~38): a share made with another secret or relabelled as another holder's,
+    or a ciphertext not under the collective key, decodes to noise and is refused, never returned.
     """
-    checked = check_shares([DecryptionShare.from_bytes(s) for s in shares], holders, key_fp, bytes(ciphertext))
     ct, moduli, n = _ciphertext(ctx, ciphertext)
+    checked = check_shares([DecryptionShare.from_bytes(s) for s in shares], holders, key_fp, bytes(ciphertext))
+    phase = combined_phase(ct, checked, moduli, n)
+    plain, budget = decode_phase(ctx, list(ct.parms_id()), phase)
+    if budget < min_budget:
+        raise ShareCombineError(f"the combined decryption has {budget} bits of noise budget (< {min_budget}): a share "
+                                "was made with another secret or for another holder, or the ciphertext is not under "
+                                "the collective key or is corrupt; nothing is returned")
+    return np.array(seal.BatchEncoder(ctx.seal_context().data).decode_uint64(plain), dtype=np.int64)
+
+
+def decode_phase(ctx: ts.Context, parms_id: Sequence[int], phase: npt.NDArray[np.uint64]) -> tuple[Any, int]:
+    """(SEAL Plaintext round(t phase / Q), invariant noise budget in bits) of a phase at level `parms_id`.
+
+    The trivial ciphertext (phase, 0) decrypts to the same plaintext under any key, so SEAL's own
+    decryptor (with a throw-away key) decodes it and measures its budget. Holds no secret.
+    """
+    raw = seal_ciphertext_bytes(seal_version(ctx), list(parms_id), np.stack([phase, np.zeros_like(phase)]), ntt=False)
+    trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
+    sealctx = ctx.seal_context().data
+    decryptor = seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key())
+    plain = seal.Plaintext()
+    decryptor.decrypt(trivial, plain)
+    return plain, int(decryptor.invariant_noise_budget(trivial))
+
+
+def combined_phase(ct: Any, shares: Sequence[DecryptionShare], moduli: Sequence[int],
+                   n: int) -> npt.NDArray[np.uint64]:
+    """c0 + sum_i h_i mod each prime (shape (k, N)): the combiner's whole view of one ciphertext.
+
+    Checks each payload's size (naming the share's level when it has another prime count) and
+    reduction; holds no secret and adds no noise.
+    """
     k = len(moduli)
     qs = np.array(moduli, dtype=np.uint64)[:, None]
     phase = read_u64(ct.dyn_array(), k * n).reshape(k, n)  # part 0
-    for share in checked:
+    for share in shares:
         if len(share.payload) != 8 * k * n:
-            raise InvalidInputError(f"decryption share of holder {share.holder} has {len(share.payload)} bytes, "
-                                    f"expected {8 * k * n}")
+            levels = f" (a share at a level with {len(share.payload) // (8 * n)} primes)" \
+                if len(share.payload) % (8 * n) == 0 else ""
+            raise ShareCombineError(f"decryption share of holder {share.holder} has {len(share.payload)} bytes"
+                                    f"{levels}, expected {8 * k * n} for a ciphertext at a level with {k} primes")
         h = np.frombuffer(share.payload, dtype="<u8").reshape(k, n).astype(np.uint64)
         if any(int(h[j].max()) >= m for j, m in enumerate(moduli)):
-            raise InvalidInputError(f"decryption share of holder {share.holder} is not reduced modulo its primes")
+            raise ShareCombineError(f"decryption share of holder {share.holder} is not reduced modulo its primes")
         phase = (phase + h) % qs  # both < q < 2^61
-    # (phase, 0) decrypts to round(t phase / Q) under any key: decode it with SEAL's own decoder.
-    raw = seal_ciphertext_bytes(seal_version(ctx), list(ct.parms_id()),
-                                np.stack([phase, np.zeros_like(phase)]), ntt=False)
-    trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
-    sealctx = ctx.seal_context().data
-    plain = seal.Plaintext()
-    seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key()).decrypt(trivial, plain)
-    return np.array(seal.BatchEncoder(sealctx).decode_uint64(plain), dtype=np.int64)
+    return phase

@@ -7,7 +7,7 @@ re-randomizes it to the common a (issue 29's measured route: a key-level ciphert
 loaded, a key-level PublicKey can). The holders commit to their p_i before revealing
 (`threshold_wire.key_share_commitment` / `verify_reveals`); sum p_i with `a` is the collective
 SEAL PublicKey, under which ciphertexts decrypt with sum s_i (in [-K, K]: fresh budget ~102 bits
-for K = 3). Galois keys are not built (see the issue-29a report).
+for K = 3). Collective Galois keys: `threshold_galois`.
 """
 from __future__ import annotations
 
@@ -69,6 +69,11 @@ def secret_plaintext(ctx: ts.Context, secret: "HolderSecret", parms_id: list[int
     coefficient DynArray (its own header, size, uncompressed uint64 values). `multiply_plain`
     by it gives c s_i mod q exactly (issue 29), inside SEAL, so the share reads one polynomial.
     """
+    return load_seal(seal.Plaintext, ctx, secret_plaintext_bytes(ctx, secret, parms_id, k), "holder secret plaintext")
+
+
+def secret_plaintext_bytes(ctx: ts.Context, secret: "HolderSecret", parms_id: list[int], k: int) -> bytes:
+    """SEAL bytes of s_i as an NTT-form Plaintext with k primes (also the bytes of a SEAL SecretKey at the key level)."""
     version = seal_version(ctx)
 
     def header(size: int) -> bytes:
@@ -78,7 +83,7 @@ def secret_plaintext(ctx: ts.Context, secret: "HolderSecret", parms_id: list[int
     data = arr.tobytes()
     dyn = header(16 + 8 + len(data)) + struct.pack("<Q", arr.size) + data
     body = struct.pack("<4Q", *parms_id) + struct.pack("<Qd", arr.size, 1.0) + dyn
-    return load_seal(seal.Plaintext, ctx, header(16 + len(body)) + body, "holder secret plaintext")
+    return header(16 + len(body)) + body
 
 
 def _pack(magic: bytes, holder: int, arr: npt.NDArray[np.uint64]) -> bytes:

@@ -24,6 +24,11 @@ Rounds (K holders, `session` a unique id of this setup, e.g. 16 random bytes fro
    every holder knows it) under p; each holder issues one share for it (smudged, no DP noise:
    the plaintext is public), once per session; the relay combines and sends the result; each
    holder compares it with the test vector itself and only then marks the key active.
+6. **Galois keys (optional, once)**: the relay names the Galois elements; holder i commits to its
+   Galois key share (`threshold_galois.holder_galois_share`, over a common a per element and
+   decomposition index from the same seed under its own domain tag), reveals it once every
+   commitment is in, and every holder builds the collective GaloisKeys itself (two message rounds,
+   one round of key material: Galois keys are linear in s).
 
 A holder refuses (InvalidInputError naming the holder and the round) a step out of order, a
 message set missing a holder or naming a foreign one, a reveal not matching its commitment, and a
@@ -44,6 +49,7 @@ import tenseal as ts
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.threshold_decrypt import combine, decryption_share
+from he_partition.he.threshold_galois import collective_galois_keys, holder_galois_share
 from he_partition.he.threshold_keys import HolderSecret, collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
 from he_partition.he.threshold_wire import key_share_commitment
 
@@ -103,6 +109,11 @@ class HolderSetup:
         self._key_share = b""
         self.public_key = b""
         self.fingerprint = b""
+        self.galois_state = "none"
+        self.galois_elements: list[int] = []
+        self._galois_share = b""
+        self._galois_commits: dict[int, bytes] = {}
+        self.galois_keys = b""
 
     def _at(self, expected: str) -> None:
         if self.state != expected:
@@ -175,6 +186,43 @@ class HolderSetup:
             raise InvalidInputError(f"holder {self.holder}: the test decryption does not equal the test vector: "
                                     "setup stopped, the key is not activated")
         self.state = "active"
+
+    # Optional Galois rounds (joins, rotations), after the key is active; their own state, once per setup.
+
+    def commit_galois(self, elements: Sequence[int]) -> bytes:
+        """Galois round 1: commit to this holder's Galois key share for `elements` (`threshold_galois`), once."""
+        self._at("active")
+        if self.galois_state != "none":
+            raise InvalidInputError(f"holder {self.holder} made its Galois key share already: one per setup")
+        assert self.secret is not None
+        self._galois_share = holder_galois_share(self.ctx, self.secret, self.seed, elements)
+        self.galois_elements = sorted(int(e) for e in elements)
+        self.galois_state = "galois committed"
+        return key_share_commitment(self.holder, self.seed, self._galois_share)
+
+    def reveal_galois(self, commitments: dict[int, bytes]) -> bytes:
+        """Galois round 2: the share, once every holder's Galois commitment is in (its own unchanged)."""
+        if self.galois_state != "galois committed":
+            raise InvalidInputError(f"holder {self.holder} is at '{self.galois_state}'; this step needs "
+                                    "'galois committed'")
+        _complete("Galois key commitment", commitments, self.holders)
+        if not hmac.compare_digest(commitments[self.holder],
+                                   key_share_commitment(self.holder, self.seed, self._galois_share)):
+            raise InvalidInputError(f"the relayed Galois key commitment of holder {self.holder} is not the one it sent")
+        self._galois_commits = dict(commitments)
+        self.galois_state = "galois revealed"
+        return self._galois_share
+
+    def build_galois(self, reveals: dict[int, bytes]) -> bytes:
+        """Check every Galois share against its commitment and build the collective GaloisKeys; returns their SHA-256."""
+        if self.galois_state != "galois revealed":
+            raise InvalidInputError(f"holder {self.holder} is at '{self.galois_state}'; this step needs "
+                                    "'galois revealed'")
+        _complete("Galois key share", reveals, self.holders)
+        self.galois_keys = collective_galois_keys(self.ctx, self.seed, self.galois_elements, self._galois_commits,
+                                                  reveals)
+        self.galois_state = "galois built"
+        return hashlib.sha256(b"dpagg/collective-galois/v1" + self.fingerprint + self.galois_keys).digest()
 
 
 def _slots(ctx: ts.Context) -> int:

@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.core.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.core.noise import RandomSource
 
 #: Default smudging width: e_smudge uniform on [-2^B, 2^B) per coefficient.
@@ -203,7 +203,7 @@ class DecryptionShare:
 
 def check_shares(shares: Iterable[DecryptionShare], holders: Sequence[int], key_fingerprint: bytes,
                  ciphertext: bytes) -> list[DecryptionShare]:
-    """The shares to combine, one per holder in `holders` order, or `InvalidInputError` naming why not.
+    """The shares to combine, one per holder in `holders` order, or `ShareCombineError` (an InvalidInputError) naming why not.
 
     Refused: a share for another ciphertext, under another collective key, from a holder outside
     the set (foreign), a second share from one holder (duplicate), or a holder without a share
@@ -212,19 +212,19 @@ def check_shares(shares: Iterable[DecryptionShare], holders: Sequence[int], key_
     digest = ciphertext_digest(ciphertext)
     expected = set(holders)
     if len(expected) != len(holders) or len(expected) < 2:
-        raise InvalidInputError(f"holders must be >= 2 distinct ids, got {list(holders)}")
+        raise ShareCombineError(f"holders must be >= 2 distinct ids, got {list(holders)}")
     seen: dict[int, DecryptionShare] = {}
     for share in shares:
         if share.holder not in expected:
-            raise InvalidInputError(f"decryption share from foreign holder {share.holder}")
+            raise ShareCombineError(f"decryption share from foreign holder {share.holder}")
         if share.holder in seen:
-            raise InvalidInputError(f"duplicate decryption share from holder {share.holder}")
+            raise ShareCombineError(f"duplicate decryption share from holder {share.holder}")
         if not hmac.compare_digest(share.key_fingerprint, key_fingerprint):
-            raise InvalidInputError(f"decryption share of holder {share.holder} is under another collective key")
+            raise ShareCombineError(f"decryption share of holder {share.holder} is under another collective key")
         if not hmac.compare_digest(share.ciphertext_digest, digest):
-            raise InvalidInputError(f"decryption share of holder {share.holder} is for another ciphertext")
+            raise ShareCombineError(f"decryption share of holder {share.holder} is for another ciphertext")
         seen[share.holder] = share
     missing = [h for h in holders if h not in seen]
     if missing:
-        raise InvalidInputError(f"missing decryption share from holder {missing[0]}")
+        raise ShareCombineError(f"missing decryption share from holder {missing[0]}")
     return [seen[h] for h in holders]

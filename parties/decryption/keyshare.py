@@ -15,7 +15,9 @@ shares it issued in the same file). It decides alone, in this order, from its ow
 3. its own ledger, charged first (atomic check-and-charge, refused when the study's budget
    is spent: BudgetExhaustedError, nothing issued);
 4. the share: h_i = c1 s_i + smudging + Delta * (its discrete Laplace share on the measured
-   slots), both noises from its noise key and the request, stored, then returned.
+   slots, its own uniform pad on every other slot: the combiner knows the CS's pads, so without
+   the holders' pads it would read the unmeasured slots, which carry data), all from its noise
+   key and the request, stored, then returned.
 
 `request_share` decides for one ciphertext with its DP share on its leading slots (the library
 form); `measurement_shares` for a whole measurement of a release or a direct query (the service
@@ -32,10 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import KeyedRandom, laplace_scale
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
-from he_partition.he.threshold_decrypt import decryption_share
+from he_partition.he.threshold_decrypt import decryption_share, padded_noise
 from he_partition.he.threshold_keys import HolderSecret
 from he_partition.he.threshold_wire import ciphertext_digest
 from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
@@ -187,9 +191,15 @@ class ThresholdHolder:
             noise = discrete_laplace_share(scale, self.holders, req.slots,
                                            holder_noise_source(self._noise_key, self.secret.holder, self.holders,
                                                                b"dp/" + label))
+            # the slots past the measured ones get this holder's own pads: the combiner knows the CS's pads
+            n = self._slot_count()
+            plain_modulus = int(self.ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
+            slot_noise = padded_noise(np.concatenate([noise, np.zeros(n - req.slots, dtype=np.int64)]),
+                                      np.arange(n) < req.slots,
+                                      KeyedRandom(self._noise_key, b"dpagg/threshold/pads/v1" + label), plain_modulus)
             smudge = KeyedRandom(self._noise_key, b"dpagg/threshold/smudge/v1" + label)
             share = decryption_share(self.ctx, self.secret, self.key_fingerprint, bytes(req.ciphertext),
-                                     dp_noise=noise, rng=smudge)
+                                     dp_noise=slot_noise, rng=smudge)
             self._db.execute("INSERT INTO threshold_shares (ciphertext_digest, request, share, created_at) "
                              "VALUES (?, ?, ?, ?)", (digest.hex(), label.decode("utf-8"), share, utc_now()))
             return share

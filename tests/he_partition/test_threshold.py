@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tenseal.sealapi as seal
 
-from he_partition.core.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.he.bfv import FLOOD_BITS, generate_secret_context, seal_ciphertext_bytes
 from he_partition.he.threshold_decrypt import combine, decryption_share
 from he_partition.he.threshold_keys import (HolderSecret, collective_public_key, encrypt_sum, holder_keygen,
@@ -83,7 +83,9 @@ def test_missing_or_wrong_holder_secret_does_not_decrypt(setup: dict[str, Any]) 
     other, _ = holder_keygen(setup["ctx"], SEED, 2)  # a fresh s_2' not in the collective key
     shares = [decryption_share(setup["ctx"], setup["secrets"][h], setup["fp"], ct) for h in (0, 1)]
     shares.append(decryption_share(setup["ctx"], other, setup["fp"], ct))
-    assert combine(setup["ctx"], ct, shares, HOLDERS, setup["fp"]).tolist() != expected
+    with pytest.raises(ShareCombineError, match="0 bits of noise budget"):
+        combine(setup["ctx"], ct, shares, HOLDERS, setup["fp"])  # refused at combine, not decoded to garbage
+    assert combine(setup["ctx"], ct, shares, HOLDERS, setup["fp"], min_budget=0).tolist() != expected
 
 
 def test_holder_secret_round_trips_and_refuses_malformed_bytes(setup: dict[str, Any]) -> None:
@@ -150,7 +152,7 @@ def test_a_share_alone_is_uniform_whatever_the_data_and_fewer_shares_do_not_decr
         for v in views[-1:]:
             assert stats.kstest(v, stats.uniform(loc=0, scale=1).cdf).pvalue > 1e-9
         partial = combine(ctx, ct, [decryption_share(ctx, setup["secrets"][h_], fp, ct) for h_ in (0, 1)], [0, 1],
-                          fp)
+                          fp, min_budget=0)
         assert int(np.count_nonzero(partial == np.array(x))) < 10
     assert stats.ks_2samp(views[0], views[1]).pvalue > 1e-9
 

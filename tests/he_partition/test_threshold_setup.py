@@ -135,3 +135,51 @@ def test_steps_out_of_order_are_refused(ctx: ts.Context) -> None:
     with pytest.raises(InvalidInputError, match="no collective key yet"):
         holders[0].test_share(b"")
     assert key_share_commitment(0, b"s" * 16, b"p") != key_share_commitment(1, b"s" * 16, b"p")
+
+
+def _active(ctx: ts.Context) -> tuple[dict[int, HolderSetup], SetupRelay]:
+    session, holders, relay = _through_round_3(ctx)
+    for h, hs in holders.items():
+        relay.submit("key share", h, hs.reveal_key(relay.collected("key-share commitment")))
+    fps = {h: hs.build_key(relay.collected("key share")) for h, hs in holders.items()}
+    ct = relay.test_ciphertext(holders[0].public_key, holders[0].seed)
+    got = relay.combine_test(ct, {h: hs.test_share(ct) for h, hs in holders.items()}, fps[0])
+    for hs in holders.values():
+        hs.confirm(got.tolist())
+    return holders, relay
+
+
+def test_the_optional_galois_rounds_build_one_set_of_keys_every_holder_agrees_on(ctx: ts.Context) -> None:
+    import tenseal.sealapi as seal
+
+    from he_partition.he.seal_io import seal_bytes
+    from he_partition.he.threshold_galois import galois_elements
+    from he_partition.he.threshold_keys import encrypt_sum, load_seal
+
+    holders, relay = _active(ctx)
+    elements = galois_elements(ctx, [1])
+    with pytest.raises(InvalidInputError, match="this step needs 'galois committed'"):
+        holders[0].reveal_galois({})
+    for h, hs in holders.items():
+        relay.submit("Galois key commitment", h, hs.commit_galois(elements))
+    with pytest.raises(InvalidInputError, match="one per setup"):
+        holders[0].commit_galois(elements)
+    commits = relay.collected("Galois key commitment")
+    with pytest.raises(InvalidInputError, match="relayed Galois key commitment of holder 1 is not the one it sent"):
+        holders[1].reveal_galois({**commits, 1: bytes(32)})
+    for h, hs in holders.items():
+        relay.submit("Galois key share", h, hs.reveal_galois(commits))
+    reveals = relay.collected("Galois key share")
+    rogue = {**reveals, 2: reveals[0]}
+    with pytest.raises(InvalidInputError, match="holder 2 does not match its commitment"):
+        holders[1].build_galois(rogue)
+    digests = {h: hs.build_galois(reveals) for h, hs in holders.items()}
+    assert len(set(digests.values())) == 1 and holders[0].state == "active"
+    row = list(range(8192))
+    ct = load_seal(seal.Ciphertext, ctx, encrypt_sum(ctx, holders[0].public_key, [row]), "ciphertext")
+    seal.Evaluator(ctx.seal_context().data).rotate_rows_inplace(
+        ct, 1, load_seal(seal.GaloisKeys, ctx, holders[2].galois_keys, "Galois keys"))
+    raw = seal_bytes(ct)
+    fp = holders[0].fingerprint
+    out = combine(ctx, raw, [decryption_share(ctx, holders[h].secret, fp, raw) for h in HOLDERS], HOLDERS, fp)
+    assert out.tolist() == row[1:4096] + row[:1] + row[4097:] + row[4096:4097]
