@@ -96,7 +96,8 @@ def serve_computation(config: ComputationConfig, *, port_file: str | None = None
     handle = create_computation_server(config)
     log.info("computation server listening on %s as %s; data dir %s; decryption server %s; analyst service %s",
              handle.target, f"{config.tls.identity.role} {config.tls.identity.party_id!r} (mutual TLS)"
-             if config.tls else "INSECURE: no TLS, no identities", config.data_dir, config.decryption_target or "key-share holders " + ", ".join(config.holders),
+             if config.tls else "INSECURE: no TLS, no identities", config.data_dir,
+             config.decryption_target or "key-share holders " + ", ".join(config.holders),
              "on" if config.serve_analyst else "off")
     handle.serve(port_file=port_file)
 

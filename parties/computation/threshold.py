@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from he_partition.core.backend import n_chunks
 from he_partition.core.errors import InvalidInputError
-from he_partition.core.measurements import DEFAULT_PLAIN_MODULUS, Measurement, refuse_implausible
+from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, n_chunks
+from he_partition.core.measurements import Measurement, refuse_implausible
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
 from he_partition.he.threshold_decrypt import combine
@@ -83,7 +83,8 @@ class ThresholdDecryption:
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=len(self.clients), thread_name_prefix="holders")
+        # several calls at once (a release and another study's reads) do not queue behind each other
+        self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
 
     @property
     def k(self) -> int:
@@ -103,11 +104,11 @@ class ThresholdDecryption:
         for c, f in zip(self.clients, futures):
             try:
                 results.append(f.result())
-            except Exception as exc:  # every holder's outcome is collected before anything is decided
-                failures.append((c.name, exc))
+            except Exception as failed:  # every holder's outcome is collected before anything is decided
+                failures.append((c.name, failed))
         if failures:
-            name, exc = failures[0]
-            code, reason = (exc.code, exc.details) if isinstance(exc, ServiceError) else status_for(exc)
+            name, first = failures[0]
+            code, reason = (first.code, first.details) if isinstance(first, ServiceError) else status_for(first)
             others = f" (also failed: {', '.join(n for n, _ in failures[1:])})" if len(failures) > 1 else ""
             raise HolderFailedError(code, f"key-share holder {name} {what}: {reason}{others}")
         return results

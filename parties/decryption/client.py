@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 import numpy as np
@@ -28,6 +28,8 @@ log = logging.getLogger("dpagg.decryption.client")
 OUTAGE_SECONDS = 20.0
 OUTAGE_FIRST_DELAY = 0.25
 OUTAGE_MAX_DELAY = 4.0
+
+T = TypeVar("T")
 
 __all__ = ["DecryptionClient", "BudgetInfo", "ChargeInfo", "DecryptResult", "DirectChargeInfo"]
 
@@ -228,24 +230,34 @@ class DecryptionClient(BaseClient):
                 yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
 
         deadline = (self.timeout if timeout is None else timeout) + 0.5 * chunk_count
-        waited, delay = 0.0, OUTAGE_FIRST_DELAY
-        while True:
-            try:
-                resp = self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout),
-                                   requests(), method="Decryption/DecryptMeasurement", timeout=deadline, retry=False)
-                break
-            except ServiceError as exc:
-                if exc.code != grpc.StatusCode.UNAVAILABLE or waited + delay > self.outage_seconds:
-                    raise
-                log.warning("decryption server unreachable during release %s (%s); retrying %s in %.1f s "
-                            "(%.0f of %.0f s of outage tolerated), re-sending the same ciphertexts", release_id,
-                            exc.details, measurement.kind, delay, waited, self.outage_seconds)
-                time.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, OUTAGE_MAX_DELAY)
+        resp = self.ride_out_outage(
+            lambda: self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout),
+                                requests(), method="Decryption/DecryptMeasurement", timeout=deadline, retry=False),
+            release_id, measurement.kind)
         self._keep(resp.receipt)
         return DecryptResult(np.asarray(resp.values, dtype=np.int64), int(resp.charge_id),
                              float(resp.epsilon_remaining))
+
+    def ride_out_outage(self, call: Callable[[], T], release_id: str, what: str,
+                        server: str = "decryption server") -> T:
+        """`call()`, retried while the server is UNAVAILABLE for up to `outage_seconds` (backoff, each retry logged).
+
+        The caller's `call` must re-send the very same request (same chunks), so a retry never
+        makes the server draw noise for anything it may have seen with other bytes.
+        """
+        waited, delay = 0.0, OUTAGE_FIRST_DELAY
+        while True:
+            try:
+                return call()
+            except ServiceError as exc:
+                if exc.code != grpc.StatusCode.UNAVAILABLE or waited + delay > self.outage_seconds:
+                    raise
+                log.warning("%s unreachable during release %s (%s); retrying %s in %.1f s (%.0f of %.0f s of "
+                            "outage tolerated), re-sending the same ciphertexts", server, release_id, exc.details,
+                            what, delay, waited, self.outage_seconds)
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, OUTAGE_MAX_DELAY)
 
     def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
                               ranges: Sequence[tuple[int, int]], epsilon: float,

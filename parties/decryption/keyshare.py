@@ -238,28 +238,39 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, ciphertexts: list[
 
     Privacy: `charge()` books the measurement's epsilon in this holder's own ledger (the
     caller, `KeyShareService.issue_shares`, computed it as the single key holder does:
-    sensitivity m.sensitivity, add/remove of one person with at most c records) and raises
-    when it does not fit: no share is then computed. `noise` (None: no DP share) is the slot-domain
-    image (the measurement's public map, `Measurement.noise_slots`) of this holder's
-    `discrete_laplace_share` of the measurement's scale on its values, so the K holders'
-    draws add one discrete Laplace per released value, as the single key holder's draw
-    does; it is drawn from the holder's noise key keyed by `label`, known only to this
-    holder. Each chunk's share carries its slice of that noise and keyed smudging. One share per ciphertext: an identical
-    repeat gets the stored bytes (`stored_measurement_shares`), any other request for one of
-    the ciphertexts is refused, as in `ThresholdHolder.request_share`.
+    sensitivity m.sensitivity, neighbouring relation add/remove of one person with at most c
+    records) and raises when it does not fit: no share is then computed. `noise` (None: no DP
+    share) is the slot-domain image (the measurement's public map, `Measurement.noise_slots`)
+    of this holder's `discrete_laplace_share` of the measurement's scale on its values, so the
+    K holders' draws add one discrete Laplace per released value, as the single key holder's
+    draw does; it is drawn from the holder's noise key keyed by `label`, so only this holder
+    knows it. Each chunk's share carries its slice of that noise and keyed smudging. One share
+    per ciphertext: an identical repeat gets the stored bytes (`stored_measurement_shares`),
+    any other request for one of the ciphertexts is refused, as in
+    `ThresholdHolder.request_share`.
     """
     digests = [ciphertext_digest(c) for c in ciphertexts]
     with holder._lock:
         stored = stored_measurement_shares(holder, digests, label)
+    if stored is not None:
+        return stored
+    # The shares are computed first (so a chunk that is no ciphertext is refused before anything is charged) and
+    # leave this function only after the charge below.
+    out = []
+    for i, (ct, index) in enumerate(zip(ciphertexts, chunk_index)):
+        smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v1" + label + index.to_bytes(4, "big"))
+        dp = None if noise is None else noise[index * slots:(index + 1) * slots]
+        try:
+            out.append(decryption_share(holder.ctx, holder.secret, holder.key_fingerprint, ct, dp_noise=dp,
+                                        rng=smudge))
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"chunk {i}: {exc}; nothing was charged or decrypted") from None
+    with holder._lock:
+        stored = stored_measurement_shares(holder, digests, label)  # an identical request answered meanwhile
         if stored is not None:
             return stored
         charge()
-        out = []
-        for ct, digest, index in zip(ciphertexts, digests, chunk_index):
-            smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v1" + label + index.to_bytes(4, "big"))
-            dp = None if noise is None else noise[index * slots:(index + 1) * slots]
-            share = decryption_share(holder.ctx, holder.secret, holder.key_fingerprint, ct, dp_noise=dp, rng=smudge)
+        for digest, share in zip(digests, out):
             holder._db.execute("INSERT INTO threshold_shares (ciphertext_digest, request, share, created_at) "
                                "VALUES (?, ?, ?, ?)", (digest.hex(), label.decode("utf-8"), share, utc_now()))
-            out.append(share)
         return MeasurementShares(tuple(out), False)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
@@ -14,7 +13,7 @@ from he_partition.core.measurements import Measurement
 from ..common.config import RELEASE_TIMEOUT
 from ..common.convert import measurement_to_proto
 from ..common.errors import ServiceError
-from .client import OUTAGE_FIRST_DELAY, OUTAGE_MAX_DELAY, DecryptionClient
+from .client import DecryptionClient
 
 __all__ = ["HolderShares", "KeyShareClient", "SetupReply"]
 
@@ -97,15 +96,4 @@ class KeyShareClient(DecryptionClient):
             self._keep(done.receipt)
             return HolderShares(tuple(shares), int(done.charge_id), float(done.epsilon_remaining), bool(done.repeated))
 
-        waited, delay = 0.0, OUTAGE_FIRST_DELAY
-        while True:
-            try:
-                return call()
-            except ServiceError as exc:
-                if exc.code != grpc.StatusCode.UNAVAILABLE or waited + delay > self.outage_seconds:
-                    raise
-                log.warning("key-share holder %s unreachable during %s (%s); retrying in %.1f s with the same "
-                            "ciphertexts", self.name, release_id, exc.details, delay)
-                time.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, OUTAGE_MAX_DELAY)
+        return self.ride_out_outage(call, release_id, measurement.kind, f"key-share holder {self.name}")

@@ -24,12 +24,14 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.core.measurements import DEFAULT_PLAIN_MODULUS, Measurement, RangeCount
+from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
+from he_partition.core.measurements import Measurement, RangeCount
+from he_partition.core.noise import SecureRandom
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
@@ -44,7 +46,10 @@ from ..common.signing import stream_digest
 from ..common.util import write_file_atomic, write_private_file
 from .handler import DecryptionHandler, charged_epsilon, decryption_detail
 from .keys import KeyMaterial
-from .keyshare import MeasurementShares, ThresholdHolder, measurement_label, measurement_shares
+from he_partition.he.threshold_wire import ciphertext_digest
+
+from .keyshare import (MeasurementShares, ThresholdHolder, measurement_label, measurement_shares,
+                       stored_measurement_shares)
 from .ledger import Charge
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
@@ -123,7 +128,7 @@ class KeyShareService:
         self.active = ActiveKey(self.holders, self.index, public_key, data, fp, secret)
         self.holder = ThresholdHolder(self.template, secret, len(self.holders), bytes.fromhex(fp), self.noise_key,
                                       self.ledger_path)
-        self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), _NoRandom(),
+        self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), SecureRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key)
 
     def _persist(self, setup: HolderSetup) -> None:
@@ -203,8 +208,8 @@ class KeyShareService:
         """Check the measurement as the single key holder does, charge this holder's ledger, issue one share per chunk.
 
         Privacy: charges `charged_epsilon(contract, measurement)` (epsilon of a measurement of L1
-        sensitivity `measurement.sensitivity` under add/remove of one person with at most c
-        records, times 1 + L) to this holder's own ledger before any share exists, or claims
+        sensitivity `measurement.sensitivity` under the neighbouring relation add/remove of one
+        person with at most c records, times 1 + L) to this holder's own ledger before any share exists, or claims
         a paid direct range; the DP noise is this holder's `discrete_laplace_share` of the
         measurement's scale on each measured value (the K holders' shares sum to one discrete
         Laplace draw: the single key holder's draw), drawn first from its own noise key keyed
@@ -214,14 +219,22 @@ class KeyShareService:
         assert self.holder is not None and self.active is not None
         contract = handler.get_study(study_id)
         self.check_contract(contract)
+        try:
+            ciphertexts = [vector_ciphertext(c) for c in chunks]
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"a chunk is not a TenSEAL BFV vector: {exc}; nothing was charged or decrypted") \
+                from None
+        digest = stream_digest(chunks).hex()
+        label = measurement_label(study_id, release_id, float(release_epsilon), measurement.to_dict(), digest)
+        with self.holder._lock:  # an identical request answered before: its stored shares (checked and charged then)
+            stored = stored_measurement_shares(self.holder, [ciphertext_digest(c) for c in ciphertexts], label)
+        if stored is not None:
+            return stored, None
         handler.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                   release_id=release_id, release_epsilon=float(release_epsilon))
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
-        ciphertexts = [vector_ciphertext(c) for c in chunks]
-        digest = stream_digest(chunks).hex()
-        label = measurement_label(study_id, release_id, float(release_epsilon), measurement.to_dict(), digest)
         k = len(self.holders)
         noise = None
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
@@ -234,6 +247,13 @@ class KeyShareService:
         paid: list[Charge] = []
 
         def charge() -> None:
+            """Book this measurement in this holder's ledger (or claim its paid direct range).
+
+            Privacy: spends charged_epsilon (epsilon x (1 + L)) for sensitivity
+            `measurement.sensitivity`, neighbouring relation add/remove of one person with at
+            most c records; a direct range was paid by ChargeDirectQueries. Draws no noise, so
+            nobody knows noise from it.
+            """
             if isinstance(measurement, RangeCount):
                 handler.ledger.claim_direct_decryption(study_id, release_id, measurement.lo, measurement.hi,
                                                        measurement.epsilon, detail)
@@ -249,9 +269,3 @@ class KeyShareService:
                  "re-sent stored" if result.repeated else "issued", len(result.shares), measurement.kind, len(chunks))
         return result, (paid[0] if paid else None)
 
-
-class _NoRandom:
-    """The handler's rng on a holder: never drawn from (holders draw from their keyed sources only)."""
-
-    def integers(self, high: int, size: int) -> Any:
-        raise AssertionError("a key-share holder draws no noise from an unkeyed source")

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import grpc
 
 from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
-from he_partition.core.errors import InvalidInputError
+from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 
 from ..common.access import AccessPolicy
 from ..common.config import DecryptionConfig
@@ -36,7 +36,7 @@ log = logging.getLogger("dpagg.decryption.keyshare")
 
 
 class KeyShareServicer(DecryptionServicer):
-    """A key-share holder's Decryption service: the single server's study RPCs, setup and shares instead of decryption."""
+    """A key-share holder's Decryption service: the single server's study RPCs; setup and shares, no decryption."""
 
     def __init__(self, service: KeyShareService, policy: AccessPolicy | None = None,
                  computation_ids: tuple[str, ...] = (), receipts: ReceiptSigner | None = None) -> None:
@@ -45,8 +45,8 @@ class KeyShareServicer(DecryptionServicer):
         self.policy = policy if policy is not None else AccessPolicy()
         self.computation_ids = tuple(computation_ids) or None
 
-    @property  # type: ignore[override]
-    def handler(self) -> DecryptionHandler:
+    @property
+    def handler(self) -> DecryptionHandler:  # type: ignore[override]
         return self.service.require_active()
 
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
@@ -57,11 +57,13 @@ class KeyShareServicer(DecryptionServicer):
         return super().OpenStudy(request, context)
 
     def DecryptMeasurement(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        self._computation_only(context, "ask for a decryption")
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r} of "
                                       f"{len(self.service.holders)}: it holds no whole key and decrypts nothing; the "
                                       "computation server asks every holder for shares (IssueShares)")
 
     def DecryptJoinCells(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        self._computation_only(context, "ask for a join decryption")
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
 
     def KeySetup(self, request: decryption_pb2.KeySetupRequest,
@@ -86,8 +88,12 @@ class KeyShareServicer(DecryptionServicer):
         check_id("release_id", header.release_id)
         self.service.check_contract(contract)
         self._check_receipt(header.study_id, header.newest_receipt)
-        handler.check_measurement(contract, measurement, int(header.chunk_count), contract_hash=header.contract_hash,
-                                  release_id=header.release_id, release_epsilon=float(header.release_epsilon))
+        try:  # the header against the contract before any chunk is read
+            handler.check_measurement(contract, measurement, int(header.chunk_count),
+                                      contract_hash=header.contract_hash, release_id=header.release_id,
+                                      release_epsilon=float(header.release_epsilon))
+        except BudgetExhaustedError:
+            pass  # unless it repeats an answered request (its stored shares): `issue_shares` decides
         chunks: list[bytes] = []
         for msg in request_iterator:
             if msg.WhichOneof("part") != "chunk" or len(chunks) >= header.chunk_count:

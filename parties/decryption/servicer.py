@@ -9,6 +9,8 @@ import grpc
 from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.errors import InvalidInputError
 
+from ..common.errors import FailedPreconditionError
+
 from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.contract import check_id
 from ..common.convert import (context_to_chunks, contract_to_proto, measurement_from_proto, open_study_kwargs,
@@ -172,3 +174,14 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                      for c in report.charges],
         )
 
+    def KeySetup(self, request: decryption_pb2.KeySetupRequest,
+                 context: grpc.ServicerContext) -> decryption_pb2.KeySetupResponse:
+        self._computation_only(context, "run a collective key setup")
+        raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it runs no collective "
+                                      "key setup; start key-share holders with --key-share NAME --holders ...")
+
+    def IssueShares(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
+                    context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:
+        self._computation_only(context, "ask for decryption shares")
+        raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it decrypts with "
+                                      "DecryptMeasurement and issues no key shares")

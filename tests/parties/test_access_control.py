@@ -93,6 +93,11 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
         "Decryption/DecryptMeasurement": lambda ch: d(ch).DecryptMeasurement(iter([
             decryption_pb2.DecryptMeasurementRequest(header=header),
             decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t),
+        "Decryption/KeySetup": lambda ch: d(ch).KeySetup(decryption_pb2.KeySetupRequest(step="status"), timeout=t),
+        "Decryption/IssueShares": lambda ch: list(d(ch).IssueShares(iter([
+            decryption_pb2.DecryptMeasurementRequest(header=header),
+            decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t)),
+        "Computation/SetupKey": lambda ch: c(ch).SetupKey(computation_pb2.SetupKeyRequest(), timeout=t),
         "Decryption/BudgetStatus": lambda ch: d(ch).BudgetStatus(
             decryption_pb2.BudgetStatusRequest(study_id="s1"), timeout=t),
         "Decryption/ChargeDirectQueries": lambda ch: d(ch).ChargeDirectQueries(
@@ -135,6 +140,9 @@ ALLOWED = {
     "Decryption/GetStudy": set(CALLERS),
     "Decryption/OpenStudy": {"cs"},
     "Decryption/DecryptMeasurement": {"cs"},
+    "Decryption/KeySetup": {"cs"},
+    "Decryption/IssueShares": {"cs"},
+    "Computation/SetupKey": {"operator"},
     "Decryption/BudgetStatus": {"cs", "rogue_cs", "operator", "analyst"},
     "Decryption/ChargeDirectQueries": {"cs"},
     "Decryption/DecryptJoinCells": {"cs"},

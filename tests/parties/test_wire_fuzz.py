@@ -113,7 +113,10 @@ def _invoke(ch: grpc.Channel, service: str, name: str, requests: list[bytes]) ->
     m = _method(service, name)
     path = f"/dpagg.v1.{service}/{name}"
     try:
-        if m.client_streaming:
+        if m.client_streaming and m.server_streaming:  # IssueShares (key-share holders; refused here, K = 1)
+            for _ in ch.stream_stream(path)(iter(requests), timeout=20):
+                pass
+        elif m.client_streaming:
             ch.stream_unary(path)(iter(requests), timeout=20)
         elif m.server_streaming:
             for _ in ch.unary_stream(path)(requests[0] if requests else b"", timeout=20):
@@ -235,7 +238,7 @@ def _mutated(base: Any, strings: st.SearchStrategy[str]) -> st.SearchStrategy[An
 
 def _typed_requests(world: _World, service: str, name: str) -> st.SearchStrategy[list[bytes]]:
     m = _method(service, name)
-    deep = name in ("SubmitHistogram", "DecryptMeasurement")
+    deep = name in ("SubmitHistogram", "DecryptMeasurement", "IssueShares")
     strings = _strings(world, deep)
     msgs = _message(m.input_type, strings)
     if name == "SubmitHistogram":  # a near-valid header, then chunks (genuine ciphertexts among them)
@@ -244,7 +247,7 @@ def _typed_requests(world: _World, service: str, name: str) -> st.SearchStrategy
             st.sampled_from([0, 0, 1, -1, 2**40]), st.one_of(st.just(world.ciphertext), st.binary(max_size=80)))
         header = _mutated(world.submit_header, strings).map(lambda h: computation_pb2.SubmitHistogramRequest(header=h))
         proper = st.tuples(header, st.lists(chunk, max_size=2)).map(lambda t: [t[0], *t[1]])
-    elif name == "DecryptMeasurement":  # a near-valid header, then random chunk bytes (never a decryption)
+    elif name in ("DecryptMeasurement", "IssueShares"):  # a near-valid header, then random chunk bytes (never a decryption)
         chunk = st.binary(max_size=80).map(lambda d: decryption_pb2.DecryptMeasurementRequest(chunk=d))
         header = _mutated(world.decrypt_header, strings).map(
             lambda h: decryption_pb2.DecryptMeasurementRequest(header=h))
@@ -271,7 +274,7 @@ def test_well_typed_messages_with_random_fields_at_every_rpc(world: _World, serv
 
 
 def test_the_fuzz_covers_every_rpc_the_protos_define() -> None:
-    assert len(METHODS) == 20 and len(set(METHODS)) == 20
+    assert len(METHODS) == 23 and len(set(METHODS)) == 23
     described: Callable[[str], set[str]] = lambda svc: {m.name for m in SERVICES[svc].DESCRIPTOR.services_by_name[
         svc].methods}
     assert {f"{s}/{n}" for s, n in METHODS} == {f"{s}/{n}" for s in SERVICES for n in described(s)}
