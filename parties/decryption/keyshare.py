@@ -232,19 +232,21 @@ def stored_measurement_shares(holder: ThresholdHolder, digests: list[bytes], lab
     return MeasurementShares(tuple(bytes(r[1]) for r in rows), True)
 
 
-def measurement_shares(holder: ThresholdHolder, label: bytes, ciphertexts: list[bytes], noise: Any,
+def measurement_shares(holder: ThresholdHolder, label: bytes, ciphertexts: list[bytes], noise: Any, measured: Any,
                        chunk_index: list[int], slots: int, charge: Any) -> MeasurementShares:
     """This holder's shares of one measurement's chunks, charging `charge()` once before any share exists.
 
     Privacy: `charge()` books the measurement's epsilon in this holder's own ledger (the
     caller, `KeyShareService.issue_shares`, computed it as the single key holder does:
     sensitivity m.sensitivity, neighbouring relation add/remove of one person with at most c
-    records) and raises when it does not fit: no share is then computed. `noise` (None: no DP
+    records) and raises when it does not fit: no share is then computed. `noise` (zeros: no DP
     share) is the slot-domain image (the measurement's public map, `Measurement.noise_slots`)
     of this holder's `discrete_laplace_share` of the measurement's scale on its values, so the
     K holders' draws add one discrete Laplace per released value, as the single key holder's
     draw does; it is drawn from the holder's noise key keyed by `label`, so only this holder
-    knows it. Each chunk's share carries its slice of that noise and keyed smudging. One share
+    knows it. Each chunk's share carries its slice of that noise on the `measured` slots, this
+    holder's own uniform pad mod t on every other slot (`padded_noise`: the combiner knows the
+    CS's pads, so without the holders' it would read the data there) and keyed smudging. One share
     per ciphertext: an identical repeat gets the stored bytes (`stored_measurement_shares`),
     any other request for one of the ciphertexts is refused, as in
     `ThresholdHolder.request_share`.
@@ -257,9 +259,15 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, ciphertexts: list[
     # The shares are computed first (so a chunk that is no ciphertext is refused before anything is charged) and
     # leave this function only after the charge below.
     out = []
+    plain_modulus = int(holder.ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
     for i, (ct, index) in enumerate(zip(ciphertexts, chunk_index)):
-        smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v1" + label + index.to_bytes(4, "big"))
-        dp = None if noise is None else noise[index * slots:(index + 1) * slots]
+        at = index.to_bytes(4, "big")
+        smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v1" + label + at)
+        chunk_noise, chunk_mask = np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=bool)
+        part = noise[index * slots:(index + 1) * slots]
+        chunk_noise[:len(part)], chunk_mask[:len(part)] = part, measured[index * slots:(index + 1) * slots]
+        pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v1" + label + at)
+        dp = padded_noise(chunk_noise, chunk_mask, pads, plain_modulus)
         try:
             out.append(decryption_share(holder.ctx, holder.secret, holder.key_fingerprint, ct, dp_noise=dp,
                                         rng=smudge))

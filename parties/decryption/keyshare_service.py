@@ -236,7 +236,7 @@ class KeyShareService:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
         k = len(self.holders)
-        noise = None
+        noise = np.zeros(measurement.domain_size, dtype=np.int64)
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
             d = discrete_laplace_share(measurement.scale, k, measurement.count,
                                        holder_noise_source(self.noise_key, self.index, k, b"dp/" + label))
@@ -263,7 +263,9 @@ class KeyShareService:
                                                   float(release_epsilon), detail))
 
         slots = handler.backend.slots
-        result = measurement_shares(self.holder, label, ciphertexts, noise,
+        used = measurement.measured_slots()
+        measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
+        result = measurement_shares(self.holder, label, ciphertexts, noise, measured,
                                     list(measurement.measured_chunks(slots)), slots, charge)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
                  "re-sent stored" if result.repeated else "issued", len(result.shares), measurement.kind, len(chunks))

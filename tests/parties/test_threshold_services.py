@@ -568,3 +568,34 @@ def test_malformed_setup_steps_and_chunks_are_refused_with_the_problem_named_and
             h1.key_setup(step, session, HOLDERS, messages)
         assert err.value.code.name in ("INVALID_ARGUMENT", "FAILED_PRECONDITION"), err.value
     assert threshold.holders[0].handler.active is not None  # an active key is never replaced
+
+
+def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold) -> None:
+    """The CS knows its own pads, so the holders pad every slot a measurement does not use: a combiner (the test,
+    with the CS's certificate) that sends an unpadded ciphertext of known values reads the measured slots (plus the
+    holders' DP noise) and nothing else."""
+    import tenseal as ts
+
+    from he_partition.core.measurements import PartitionSums
+    from he_partition.he.bfv import load_context
+    from he_partition.he.threshold_context import vector_ciphertext
+    from he_partition.he.threshold_decrypt import combine
+
+    contract = threshold.open_and_submit("s-pads")
+    ctx = load_context(threshold.combiner.public_context())
+    slots = 8192
+    values = (np.arange(slots) * 7 + 1000).tolist()
+    chunk = bytes(ts.bfv_vector(ctx, values).serialize())
+    m = PartitionSums(domain_size=DOMAIN, epsilon=0.5, sensitivity=1, starts=(0, 16, 32, 48))
+    shares = [_as_computation_server(threshold, i).issue_shares(
+        study_id="s-pads", release_id="rel-pads", release_epsilon=0.5, measurement=m, chunks=[chunk],
+        contract_hash=contract.contract_hash).shares[0] for i in range(3)]
+    fp = bytes.fromhex(contract.context_fingerprint)
+    got = combine(threshold.combiner._template, vector_ciphertext(chunk), shares, [0, 1, 2], fp)
+    t = 562949952847873
+    offset = (got - np.array(values)) % t
+    offset = np.where(offset > t // 2, offset - t, offset)
+    ends = [15, 31, 47, 63]
+    assert np.all(np.abs(offset[ends]) < 10_000)  # the values there, plus the holders' (cumulative) DP noise
+    others = np.setdiff1d(np.arange(slots), ends)
+    assert np.all(np.abs(offset[others]) > 10_000)  # everywhere else: uniform pads mod t (P[|x| < 10^4] ~ 2^-35)
