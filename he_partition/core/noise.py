@@ -20,6 +20,7 @@ __all__ = [
     "SecureRandom",
     "SeededRandom",
     "KeyedRandom",
+    "KEYED_STREAMS",
     "as_random_source",
     "laplace_scale",
     "discrete_laplace",
@@ -94,24 +95,47 @@ class SeededRandom:
         return self._gen.integers(0, np.asarray(high, dtype=np.int64), size=size, dtype=np.int64)
 
 
-class KeyedRandom:
-    """Deterministic CSPRNG: exactly uniform integers from SHAKE-256(key, label, call number).
+#: KeyedRandom's streams: 1 = SHAKE-256 output per call; 2 = AES-256-CTR keystream per call, under
+#: an AES key derived by SHAKE-256 from (key, label). Both are exactly reproducible from (key, label);
+#: a party that switches stream keeps stream 1 for requests it answered under it (see its callers).
+KEYED_STREAMS = (1, 2)
+_AES_STREAM_LABEL = b"dpagg/keyed-random/aes-256-ctr/v2"
 
-    The same (key, label) gives the same draws in the same order, so a party can fix its
-    noise for a request before it looks at anything data-dependent and give the same
-    answer when the request is repeated. Without `key` nobody can predict or reproduce
-    the draws. `key` must be a secret of at least 16 bytes.
+
+class KeyedRandom:
+    """Deterministic CSPRNG: exactly uniform integers from (key, label, call number).
+
+    The same (key, label, stream) gives the same draws in the same order, so a party can
+    fix its noise for a request before it looks at anything data-dependent and give the
+    same answer when the request is repeated. Without `key` nobody can predict or
+    reproduce the draws. `key` must be a secret of at least 16 bytes.
+
+    `stream` 1 (the default) takes SHAKE-256(key, label, call number) as each call's words;
+    `stream` 2 takes the AES-256-CTR keystream of call number c (counter blocks c * 2^64,
+    c * 2^64 + 1, ...) under the key SHAKE-256(stream label, key, label)[:32]: a keyed
+    stream cipher, about twice as fast on this machine (the decryption server's draw of
+    a 1M-value measurement takes 302 MB of words). The two streams give different draws.
     """
 
-    def __init__(self, key: bytes, label: bytes) -> None:
+    def __init__(self, key: bytes, label: bytes, *, stream: int = 1) -> None:
         if len(key) < 16:
             raise InvalidInputError(f"the key of a KeyedRandom must have at least 16 bytes, got {len(key)}")
+        if stream not in KEYED_STREAMS:
+            raise InvalidInputError(f"unknown KeyedRandom stream {stream!r}; known: {KEYED_STREAMS}")
         self._prefix = len(key).to_bytes(4, "big") + key + len(label).to_bytes(8, "big") + label
         self._calls = 0
+        self.stream = stream
+        self._aes_key = hashlib.shake_256(_AES_STREAM_LABEL + self._prefix).digest(32) if stream == 2 else b""
 
     def _words(self, n: int) -> npt.NDArray[np.uint64]:
         self._calls += 1
-        data = hashlib.shake_256(self._prefix + self._calls.to_bytes(8, "big")).digest(8 * n)
+        if self.stream == 2:
+            from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+            counter = self._calls.to_bytes(8, "big") + bytes(8)
+            data = Cipher(algorithms.AES(self._aes_key), modes.CTR(counter)).encryptor().update(bytes(8 * n))
+        else:
+            data = hashlib.shake_256(self._prefix + self._calls.to_bytes(8, "big")).digest(8 * n)
         return np.frombuffer(data, dtype=np.uint64)
 
     def integers(self, high: IntArray | int, size: int) -> IntArray:

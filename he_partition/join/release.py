@@ -148,7 +148,7 @@ def release_table(measure: Callable[[Measurement], list[bytes]], key_holder: Joi
     def both(m: Measurement) -> IntArray:
         cts = measure(m)
         sent[0] += sum(len(c) for c in cts)
-        return decrypt_values(key_holder, [key_holder.deserialize(c) for c in cts], m, rng,
+        return decrypt_values(key_holder, [key_holder.deserialize_released(c) for c in cts], m, rng,
                               noise_parties=noise_parties)
 
     summary = run_strategy(join_strategy(terms, epsilon, noise_parties=noise_parties), both)

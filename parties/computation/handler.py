@@ -560,8 +560,9 @@ class ComputationHandler:
         compute = self._join_summary if contract.is_join else self._strategy_summary
         try:
             summary, sent = compute(record, contract, subs)
-            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=summary.to_json(),
-                           seconds=time.monotonic() - started, bytes_to_decryption=sent)
+            text = summary.to_json()
+            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=text,
+                           seconds=time.monotonic() - started, bytes_to_decryption=sent, summary_cache=(text, summary))
             self.store.save_release(done)
             log.info("release %s of study %s done in %.2f s (%d partitions)", record.release_id, record.study_id,
                      done.seconds, summary.n_partitions)

@@ -10,6 +10,7 @@ release starts (`forget`; both uploads are committed then), and later posts are 
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,8 @@ _MAX_PARTS = 64
 #: Marks a study whose per-owner join state was deleted.
 _RELEASED = "released"
 
+log = logging.getLogger("dpagg.join")
+
 
 @dataclass
 class JoinUploadBackend:
@@ -64,6 +67,7 @@ class JoinCoordinator:
         self._mem: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._schemes: dict[str, tuple[bytes, JoinScheme]] = {}
+        self._fetching: dict[str, threading.Lock] = {}
 
     # -- storage -----------------------------------------------------------------------
     def _get(self, study_id: str, name: str) -> bytes | None:
@@ -233,19 +237,43 @@ class JoinCoordinator:
         """The study's join key (public), fetched once with `fetch(study_id)` and checked against the contract."""
         return self._key(contract, fetch)[1]
 
-    def _key(self, contract: StudyContract, fetch: Any) -> tuple[bytes, JoinScheme]:
+    def prefetch(self, contract: StudyContract, fetch: Any) -> None:
+        """Fetch and check the study's join key in the background (both owners' uploads need it soon; fetched at
+        the key exchange, it is no longer on their critical path). A failure is left to the call that needs it."""
         with self._lock:
-            cached = self._schemes.get(contract.context_fingerprint)
+            if contract.context_fingerprint in self._schemes:
+                return
+
+        def run() -> None:
+            try:
+                self._key(contract, fetch)
+            except Exception as exc:  # noqa: BLE001 - the upload that needs the key fetches again and reports it
+                log.info("prefetching study %s's join key failed (%s); it is fetched when needed", contract.study_id,
+                         type(exc).__name__)
+
+        threading.Thread(target=run, daemon=True, name="dpagg-join-key").start()
+
+    def _key(self, contract: StudyContract, fetch: Any) -> tuple[bytes, JoinScheme]:
+        """(key bytes, scheme), fetched once per key: concurrent callers wait for one fetch (single flight)."""
+        fp = contract.context_fingerprint
+        with self._lock:
+            cached = self._schemes.get(fp)
             if cached is not None:
                 return cached
-        data = fetch(contract.study_id)
-        if context_fingerprint(data) != contract.context_fingerprint:
-            raise FailedPreconditionError(f"the decryption server's join key does not match study "
-                                          f"{contract.study_id}'s contract; the study cannot continue")
-        entry = (data, JoinScheme.from_public(data, contract.join_terms().scheme_params))
-        with self._lock:
-            self._schemes[contract.context_fingerprint] = entry
-        return entry
+            flight = self._fetching.setdefault(fp, threading.Lock())
+        with flight:
+            with self._lock:
+                cached = self._schemes.get(fp)
+            if cached is not None:
+                return cached
+            data = fetch(contract.study_id)
+            if context_fingerprint(data) != fp:
+                raise FailedPreconditionError(f"the decryption server's join key does not match study "
+                                              f"{contract.study_id}'s contract; the study cannot continue")
+            entry = (data, JoinScheme.from_public(data, contract.join_terms().scheme_params))
+            with self._lock:
+                self._schemes[fp] = entry
+            return entry
 
     @staticmethod
     def expected_chunks(contract: StudyContract, owner_id: str, slots: int) -> int:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..common.util import write_file_atomic
+from ..common.util import sync_written_files, write_file_atomic
 from .store import CHUNK_FILE, Submission
 
 __all__ = ["RunningAggregates", "Folded"]
@@ -142,12 +142,18 @@ class RunningAggregates:
             gen = f"gen-{secrets.token_hex(8)}"
             out = study_dir / gen
             out.mkdir(parents=True)
+            written = []
             for i in range(meta.chunk_count):
                 total = None
                 for t in templates:
                     c = deserialize(read(t, i))
                     total = c if total is None else total + c
-                write_file_atomic(out / CHUNK_FILE.format(index=i), serialize(total), fsync=self.durable)
+                # No manifest names the new generation yet: plain writes, made durable together below.
+                path = out / CHUNK_FILE.format(index=i)
+                path.write_bytes(serialize(total))
+                written.append(path)
+            if self.durable:  # the whole generation is on disk before the manifest names it
+                sync_written_files(written, out)
             uploads = sorted((f.uploads if f is not None else frozenset()) | {_key(s) for s in todo})
             manifest = {"generation": gen, "uploads": [list(u) for u in uploads], "chunk_count": meta.chunk_count,
                         "context_fingerprint": meta.context_fingerprint}

@@ -68,6 +68,7 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         contract = self.handler.study(request.study_id)
         peer, signature = self.handler.joins.exchange(contract, request.owner_id, bytes(request.public_key),
                                                       bytes(request.signature))
+        self.handler.joins.prefetch(contract, self.handler.public_context)  # the uploads will need the join key
         return computation_pb2.JoinExchangeResponse(peer_public_key=peer, peer_signature=signature)
 
     def JoinPlacement(self, request: computation_pb2.JoinPlacementRequest,

@@ -17,7 +17,7 @@ import json
 import shutil
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from he_partition.core.errors import InvalidInputError
@@ -118,9 +118,15 @@ class ReleaseRecord:
     bytes_to_decryption: int = 0
     #: The signature of every owner whose submission is in the release (signed studies).
     signatures: tuple[OwnerSignature, ...] = ()
+    #: (summary_json, its Summary) when the record was made from the Summary itself: answering the
+    #: release then does not parse the stored text again (a 1M-bin summary is ~30 MB of JSON).
+    summary_cache: tuple[str, Summary] | None = field(default=None, compare=False, repr=False)
 
     @property
     def summary(self) -> Summary | None:
+        cache = self.summary_cache
+        if cache is not None and cache[0] is self.summary_json:
+            return cache[1]
         return Summary.from_json(self.summary_json) if self.summary_json else None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -42,6 +43,8 @@ __all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS"]
 
 #: Pseudonyms per JoinPlacement message (16 MB; gRPC's message cap is 64 MB); longer lists go in parts.
 PART_PSEUDONYMS = 500_000
+#: The first pause between polls for the other owner's key or pseudonyms (it doubles up to `poll_interval`).
+FIRST_POLL_PAUSE = 0.05
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,10 @@ def _key_pair(state_dir: Path | None, study_id: str, owner_id: str) -> JoinKeyPa
 
 
 def _wait(what: str, poll: Callable[[], Any], ready: Callable[[Any], bool], timeout: float, interval: float) -> Any:
+    """Poll until `ready`: first after 50 ms, the pause doubling up to `interval` (the other owner is usually a
+    moment behind, so a fixed half-second pause mostly waited for nothing)."""
     end = time.monotonic() + timeout
+    pause = min(FIRST_POLL_PAUSE, interval)
     while True:
         out = poll()
         if ready(out):
@@ -125,7 +131,8 @@ def _wait(what: str, poll: Callable[[], Any], ready: Callable[[Any], bool], time
         if time.monotonic() >= end:
             raise DPAggError(f"{what} within {timeout:g} s; run the same command again later (nothing is lost: "
                              "what you posted is kept)")
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(2 * pause, interval)
 
 
 def _scheme(owner: DataOwnerClient, contract: StudyContract) -> JoinScheme:
@@ -168,6 +175,11 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
         _forget_key(state, study_id, owner.owner_id)
         return SubmitResult(study_id, owner.owner_id, idempotency_key, True, True, status.chunk_count, 0, 0, 1, 0.0)
     pair = _key_pair(state, study_id, owner.owner_id)
+    # The study's public join key (tens of MB with the rotation keys) is fetched while this owner waits for the
+    # other one; it is public, and nothing below depends on when it arrived.
+    fetcher = ThreadPoolExecutor(1, thread_name_prefix="dpagg-join-key")
+    scheme_of = fetcher.submit(_scheme, owner, contract)
+    fetcher.shutdown(wait=False)
     signature = (sign_join_key(owner._signing_key, contract, owner.owner_id, pair.public_bytes)
                  if contract.signed and owner._signing_key is not None else b"")
     peer, peer_signature = _wait("the other owner has not posted its join key",
@@ -192,7 +204,7 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
                                 f"{len(positions)} positions for {len(mine)} pseudonyms): refusing it")
     placement = dict(zip(mine, positions))
     check_placement(mine, placement, capacity)
-    scheme = _scheme(owner, contract)
+    scheme = scheme_of.result()
     value_of = {p: int(records[i]) for p, i in zip(real, ids)}
     planes = encode_indicators(placement, value_of, n_values, capacity, scheme.slots)
     chunks = tuple(scheme.serialize(scheme.encrypt(plane)) for group in planes for plane in group)

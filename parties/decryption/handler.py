@@ -8,10 +8,12 @@ keyed draw before any data-dependent check), so a reviewer reads the whole bound
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -46,6 +48,11 @@ log = logging.getLogger("dpagg.decryption")
 
 #: The ledger row (release id) that books a join study's padding epsilon.
 JOIN_PADDING_CHARGE = "join-padding"
+#: The KeyedRandom stream of this server's draw for a measurement it has not answered before
+#: (2: AES-256-CTR, `he_partition.core.noise.KeyedRandom`). Its ledger row records the stream
+#: ("noise_stream"); a repeat of a request answered before under stream 1 (a row without the
+#: field, from an older ledger) keeps stream 1, so a replay still gets that answer's draw.
+NOISE_STREAM = 2
 
 
 IntArray = npt.NDArray[np.int64]
@@ -330,7 +337,7 @@ class DecryptionHandler:
             raise InvalidInputError(f"this {m.kind} measurement has {m.count} values, {len(cells)} ciphertexts arrived")
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
         scheme = self.join_scheme(terms.version)
-        parsed = [scheme.deserialize(c) for c in cells]
+        parsed = [scheme.deserialize_released(c) for c in cells]
         with self._decrypt_lock:
             for i, ct in enumerate(parsed):
                 budget = scheme.noise_budget(ct)
@@ -454,7 +461,9 @@ class DecryptionHandler:
             wanted = set(measurement.measured_chunks(self.backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
-            detail = decryption_detail(contract, measurement, digest)
+            stream = self._noise_stream(study_id, release_id, digest)
+            spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
+            detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
             if isinstance(measurement, RangeCount):
                 budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
             else:
@@ -464,7 +473,8 @@ class DecryptionHandler:
             side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)
                                   if pool is not None and pool.active and len(chunks) >= pool.min_chunks
                                   else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
-                                                                    measurement, digest),
+                                                                    measurement, digest, stream=stream,
+                                                                    spec_json=spec),
                                   budget, contract.noise_parties)
             with self._decrypt_lock:
                 started = time.monotonic()
@@ -499,19 +509,38 @@ class DecryptionHandler:
         log.warning("study %s, release %s: refused %s after %d chunk(s) arrived (epsilon charged %.6g): %s",
                     study_id, release_id, kind, len(chunks), charged, exc)
 
+    def _noise_stream(self, study_id: str, release_id: str, digest: str) -> int:
+        """The KeyedRandom stream for a request: the one its earlier answer used (1 if its row names none), else NOISE_STREAM."""
+        for c in self.ledger.charges(study_id):
+            if c.release_id != release_id or digest not in c.detail:
+                continue
+            try:
+                d = json.loads(c.detail)
+            except ValueError:
+                continue
+            if isinstance(d, dict) and d.get("ciphertext_digest") == digest:
+                return int(d.get("noise_stream", 1))
+        return NOISE_STREAM
+
     def _request_noise(self, study_id: str, release_id: str, release_epsilon: float, m: Measurement,
-                       digest: str) -> KeyedRandom:
+                       digest: str, *, stream: int = 1, spec_json: str | None = None) -> KeyedRandom:
         """The source of this server's draw for one request, fixed before anything data-dependent is read.
 
         Keyed by the noise key and (study, release, release epsilon, measurement, ciphertext
         digest): a repeated request (same bytes) gets the same draw, so repeating cannot
         average fresh draws; any other ciphertext or measurement gets an independent draw,
         so two answers never share this server's noise (a difference of two answers cannot
-        cancel it). Draws no noise itself.
+        cancel it). `stream` picks KeyedRandom's stream (`NOISE_STREAM` for measurements,
+        `_noise_stream`; the join's cells keep stream 1). `spec_json`: canonical_json(m.to_dict())
+        if the caller has it (the label is the same text either way). Draws no noise itself.
         """
+        marker = f"measurement:{uuid.uuid4().hex}"
         label = canonical_json({"study_id": study_id, "release_id": release_id, "release_epsilon": release_epsilon,
-                                "measurement": m.to_dict(), "ciphertext_digest": digest})
-        return KeyedRandom(self._noise_key, label.encode("utf-8"))
+                                "measurement": marker if spec_json is not None else m.to_dict(),
+                                "ciphertext_digest": digest})
+        if spec_json is not None:
+            label = label.replace(f'"{marker}"', spec_json, 1)
+        return KeyedRandom(self._noise_key, label.encode("utf-8"), stream=stream)
 
     def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
                               ranges: Sequence[tuple[int, int]], epsilon: float) -> DirectCharge:
@@ -567,16 +596,21 @@ def _check_contract_hash(contract: StudyContract, contract_hash: str, consequenc
         )
 
 
-def decryption_detail(contract: StudyContract, m: Measurement, ciphertext_digest: str) -> str:
+def decryption_detail(contract: StudyContract, m: Measurement, ciphertext_digest: str, *, noise_stream: int = 1,
+                      spec_json: str | None = None) -> str:
     """What one ledger row pays for: contract hash, SHA-256 of the measurement spec, the ciphertext stream's digest.
 
     `ciphertext_digest`: `stream_digest(chunks).hex()`, computed once per request by the caller
-    (it also keys this server's draw and the arrivals record).
+    (it also keys this server's draw and the arrivals record). `noise_stream`: the KeyedRandom
+    stream of that draw, written when it is not 1 (rows of older ledgers name none). `spec_json`:
+    canonical_json(m.to_dict()) when the caller has it already.
 
     Kept small (hashes, not the ciphertexts or partition starts), so every decryption is
     recorded and can later be matched with the computation server's records.
     """
-    spec = hashlib.sha256(canonical_json(m.to_dict()).encode("utf-8")).hexdigest()
+    spec = hashlib.sha256((spec_json if spec_json is not None else canonical_json(m.to_dict())).encode("utf-8")).hexdigest()
     return canonical_json({"contract_hash": contract.contract_hash, "measurement_sha256": spec,
                            "ciphertext_digest": ciphertext_digest, "values": int(m.count),
-                           "sensitivity": int(m.sensitivity)})
+                           "sensitivity": int(m.sensitivity),
+                           # which KeyedRandom stream drew this server's noise (rows without it: stream 1)
+                           **({"noise_stream": noise_stream} if noise_stream != 1 else {})})

@@ -13,7 +13,7 @@ from scipy import stats
 from he_partition.core.errors import InvalidInputError, PrecisionError
 from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, dummy_count,
                                encode_indicators, joint_totals, place, pseudonyms, shared_dummies)
-from he_partition.he.join_scheme import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme
+from he_partition.he.join_scheme import FLOOD_BITS, MIN_NOISE_BUDGET_BITS, JoinScheme, flood_residues
 from he_partition.execution import ChunkExecutor, ProcessExecutor
 from he_partition.join.parallel import JoinEvaluator
 from he_partition.join.release import (apply_terms, bin_cells, cell_table, decrypt_values, measurement_terms,
@@ -160,7 +160,7 @@ def _run(schemes: tuple[JoinScheme, JoinScheme], a: dict[str, int], b: dict[str,
     cts_b = [[pub.deserialize(x) for x in g] for g in up_b]
     m = PartitionSums(shape[0] * shape[1], epsilon, 1, starts=tuple(range(shape[0] * shape[1])))
     sent = noised_values(pub, joint_totals(pub, cts_a, cts_b), m, SeededRandom(seed + 1))
-    arrived = [ds.deserialize(pub.serialize(c)) for c in sent]
+    arrived = [ds.deserialize_released(pub.serialize(c)) for c in sent]
     counts = decrypt_values(ds, arrived, m, SeededRandom(seed + 2)).reshape(shape)
     return _Cells(counts, 2 * m.noise_variance), arrived
 
@@ -199,6 +199,48 @@ def test_the_encrypted_join_equals_the_plaintext_join(schemes: tuple[JoinScheme,
     assert not np.array_equal(noisy.counts, truth)
 
 
+def test_the_flood_residues_are_those_of_one_wide_integer_per_coefficient(
+        schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    """The vectorized flood reduces the same integer mod every prime as Python's big integers would."""
+    moduli = schemes[1].moduli
+    rng = np.random.default_rng(11)
+    words = rng.integers(0, 2 ** 64, (4000, 2), dtype=np.uint64, endpoint=False)
+    edges = np.array([[0, 0], [2 ** 64 - 1, 2 ** 64 - 1], [0, 2 ** 64 - 1], [2 ** 64 - 1, 0],
+                      [0, 1 << (FLOOD_BITS - 64)], [2 ** 64 - 1, (1 << (FLOOD_BITS - 64)) - 1]], dtype=np.uint64)
+    words = np.concatenate([words, edges])
+    width = 1 << (FLOOD_BITS + 1)
+    wide = [((int(hi) << 64) | int(lo)) % width - (width >> 1) for lo, hi in words]
+    assert min(wide) == -(width >> 1) and max(wide) == (width >> 1) - 1  # the edges reach both ends
+    got = flood_residues(words, moduli)
+    for j, q in enumerate(moduli):
+        assert got[j].tolist() == [x % q for x in wide]
+
+
+def test_the_key_holder_takes_released_values_at_the_full_or_the_last_level_only(
+        schemes: tuple[JoinScheme, JoinScheme]) -> None:
+    """What `noised` sends is at the last data level (a third of the bytes); the key holder's parser accepts that
+    level and the full one, and refuses a middle level, a 3-part product and garbage with InvalidInputError."""
+    import tenseal.sealapi as seal
+
+    ds, pub = schemes
+    fresh = pub.encrypt([5])
+    sent = pub.serialize(pub.noised(fresh, [2], 1, lambda k: np.zeros(k, dtype=np.int64)))
+    assert len(sent) < len(pub.serialize(fresh)) / 2
+    assert ds.decrypt(ds.deserialize_released(sent))[0] == 7
+    assert ds.noise_budget(ds.deserialize_released(sent)) >= MIN_NOISE_BUDGET_BITS
+    assert ds.decrypt(ds.deserialize_released(pub.serialize(fresh)))[0] == 5  # the full level still parses
+    middle = seal.Ciphertext()
+    seal.Evaluator(pub.context).mod_switch_to_next(fresh, middle)
+    with pytest.raises(InvalidInputError, match="full or the last data level"):
+        ds.deserialize_released(pub.serialize(middle))
+    with pytest.raises(InvalidInputError, match="full or the last data level"):
+        ds.deserialize_released(pub.serialize(pub.multiply_accumulate(None, fresh, fresh)))
+    with pytest.raises(InvalidInputError):
+        ds.deserialize_released(b"garbage")
+    with pytest.raises(InvalidInputError, match="full modulus level"):
+        pub.deserialize(sent)  # an owner's upload is still refused below the full level
+
+
 def test_the_key_holder_sees_flooded_noise_and_refuses_foreign_ciphertexts(
         schemes: tuple[JoinScheme, JoinScheme]) -> None:
     ds, pub = schemes
@@ -207,8 +249,10 @@ def test_the_key_holder_sees_flooded_noise_and_refuses_foreign_ciphertexts(
     _, arrived = _run(schemes, a, b, shape, capacity=SLOTS, epsilon=1.0, seed=9)
     budget = ds.noise_budget(arrived[0])
     assert budget >= MIN_NOISE_BUDGET_BITS
+    assert list(arrived[0].parms_id()) == list(ds.context.last_parms_id())  # flooded, then switched down
     residual = np.array(residual_view(ds, arrived[0]), dtype=object).astype(float)
-    width = 2.0 ** (FLOOD_BITS + 1)
+    width = ds.flood_width(arrived[0])
+    assert 2.0 ** 10 < width < 2.0 ** 12  # 2^111 scaled by the last prime (60 bits) over q (160 bits)
     assert stats.kstest(residual / width + 0.5, "uniform").pvalue > 1e-9  # the flood, whatever the data
     slots = ds.decrypt(arrived[0])
     pads = slots[1:] % ds.plain_modulus
@@ -294,8 +338,8 @@ def test_measured_values_match_the_plaintext_layout_and_stay_narrow_for_the_key_
     terms = JoinTerms(4, 4, SLOTS, 1.0, 0, release="hier")
     with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(terms), SeededRandom(1),
                        executor=two_workers) as ev:
-        sent = ds.deserialize(ev.measure(m)[0])
-    width = 2.0 ** (FLOOD_BITS + 1)
+        sent = ds.deserialize_released(ev.measure(m)[0])
+    width = ds.flood_width(sent)
     view = np.array(residual_view(ds, sent), dtype=object).astype(float)
     assert stats.kstest(view / width + 0.5, "uniform").pvalue > 1e-9
     assert ds.noise_budget(sent) >= MIN_NOISE_BUDGET_BITS
@@ -317,7 +361,7 @@ def test_datasets_with_the_same_table_look_alike_to_the_key_holder(schemes: tupl
         _, arrived = _run(schemes, a, b, shape, capacity=SLOTS, epsilon=1.0, seed=seed)
         views.append(np.array(residual_view(ds, arrived[0]), dtype=object).astype(float))
     assert stats.ks_2samp(views[0], views[1]).pvalue > 1e-9
-    width = 2.0 ** (FLOOD_BITS + 1)
+    width = ds.flood_width(arrived[0])
     assert all(stats.kstest(v / width + 0.5, "uniform").pvalue > 1e-9 for v in views)
 
 

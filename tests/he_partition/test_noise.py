@@ -48,13 +48,16 @@ def _pmf(k: np.ndarray, scale: float) -> np.ndarray:
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("source", ["seeded", "secure"])
+@pytest.mark.parametrize("source", ["seeded", "secure", "keyed-1", "keyed-2"])
 @pytest.mark.parametrize("scale", [Fraction(1), Fraction(7, 3), Fraction(20)])
 def test_distribution_matches_pmf(source: str, scale: Fraction) -> None:
-    rng = SeededRandom(12345) if source == "seeded" else SecureRandom()
-    # The seeded draws are fixed (chosen once), so their test is deterministic; the secure source
+    from he_partition.core.noise import KeyedRandom
+
+    rng = (SeededRandom(12345) if source == "seeded" else SecureRandom() if source == "secure"
+           else KeyedRandom(b"pmf-test-key-0123456789", b"pmf", stream=int(source[-1])))
+    # The seeded and keyed draws are fixed (chosen once), so their test is deterministic; the secure source
     # cannot be seeded, so its thresholds give a false alarm below 1e-9 per assertion.
-    alpha, sigmas, rel = (1e-3, 5, 0.05) if source == "seeded" else (1e-9, 7, 0.08)
+    alpha, sigmas, rel = (1e-9, 7, 0.08) if source == "secure" else (1e-3, 5, 0.05)
     n = 60_000
     x = discrete_laplace(scale, n, rng)
     assert x.dtype == np.int64
@@ -123,3 +126,36 @@ def test_a_numpy_generator_is_refused_as_a_noise_source() -> None:
 
     with pytest.raises(InvalidInputError, match="numpy Generator"):
         as_random_source(np.random.default_rng(0))
+
+
+def test_keyed_streams_repeat_per_key_and_label_and_differ_between_streams() -> None:
+    """Stream 2 (AES-256-CTR) is as reproducible as stream 1 (SHAKE-256), and a different stream."""
+    from he_partition.core.noise import KeyedRandom
+
+    def draw(key: bytes, label: bytes, stream: int) -> np.ndarray:
+        rng = KeyedRandom(key, label, stream=stream)
+        return np.concatenate([discrete_laplace(Fraction(5), 3000, rng), rng.integers(1 << 62, 100), rng.integers(7, 50)])
+
+    k = b"k" * 32
+    for stream in (1, 2):
+        assert np.array_equal(draw(k, b"l", stream), draw(k, b"l", stream))
+        assert not np.array_equal(draw(k, b"l", stream), draw(k, b"m", stream))
+        assert not np.array_equal(draw(k, b"l", stream), draw(b"j" * 32, b"l", stream))
+    assert not np.array_equal(draw(k, b"l", 1), draw(k, b"l", 2))
+    # successive calls of one source never repeat a counter range
+    rng = KeyedRandom(k, b"l", stream=2)
+    a, b = rng.integers(1 << 62, 4096), rng.integers(1 << 62, 4096)
+    assert len(np.intersect1d(a, b)) == 0
+    with pytest.raises(InvalidInputError, match="stream"):
+        KeyedRandom(k, b"l", stream=3)
+
+
+@pytest.mark.statistical
+def test_keyed_stream_2_words_are_uniform() -> None:
+    from he_partition.core.noise import KeyedRandom
+
+    x = KeyedRandom(b"uniform-key-0123456789", b"u", stream=2).integers(1000, 200_000)
+    assert x.min() >= 0 and x.max() < 1000
+    counts = np.bincount(x, minlength=1000)
+    assert stats.chisquare(counts).pvalue > 1e-3
+    assert stats.kstest((x + 0.5) / 1000, "uniform").pvalue > 1e-3

@@ -97,7 +97,8 @@ def test_every_decryption_is_recorded_in_the_ledger_with_what_it_paid_for(secure
     detail = json.loads(charge.detail)
     assert detail == {"contract_hash": contract.contract_hash,
                       "measurement_sha256": hashlib.sha256(canonical_json(m.to_dict()).encode()).hexdigest(),
-                      "ciphertext_digest": stream_digest(chunks).hex(), "values": 64, "sensitivity": 2}
+                      "ciphertext_digest": stream_digest(chunks).hex(), "values": 64, "sensitivity": 2,
+                      "noise_stream": 2}
     # a whole release: one row per decryption, each naming the contract
     cluster.owner("a").submit("s1", np.arange(64) % 4)
     rel = cluster.computation().run_release("s1", epsilon=0.5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -362,3 +363,24 @@ def test_an_unsigned_join_study_is_refused_even_on_an_insecure_server(cluster: C
                  "--capacity", "8192", "--epsilon", "2", "--computation", cluster.cs.target, "--insecure"]) != 0
     assert "a join study must be signed" in capsys.readouterr().err
     assert cluster.snapshot() == before
+
+
+def test_the_computation_server_fetches_the_join_key_at_the_key_exchange(secure_cluster: Cluster) -> None:
+    """The first key exchange starts the CS's fetch of the study's join key (checked against the contract), so the
+    owners' uploads do not wait for it; later needs take the fetched key (one fetch, not one per upload)."""
+    c = secure_cluster
+    contract = _open(c)
+    joins = c.cs.handler.joins
+    fp = contract.context_fingerprint
+    assert fp not in joins._schemes
+    key = JoinKeyPair().public_bytes
+    c.owner("a").computation.join_exchange("j1", "a", key, sign_join_key(c.signing_key("a")[0], contract, "a", key))
+    deadline = time.monotonic() + 60
+    while fp not in joins._schemes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fp in joins._schemes  # fetched before any upload asked for it
+
+    def refetch(study_id: str) -> bytes:
+        raise AssertionError(f"the join key of {study_id} was fetched again")
+
+    assert joins.scheme(contract, refetch) is joins._schemes[fp][1]
