@@ -1,0 +1,257 @@
+"""K = 3 key-share holders through real services (issue 29): what a deviating computation server, a rogue key or
+malformed input gets (nothing), the refusals of the full-key RPCs and of joins, and the CLI processes."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from he_partition.core.measurements import Measurement
+from parties.common.errors import ServiceError
+from tests.parties.conftest import CS_ID, FAST_RETRY
+from tests.parties.test_threshold_services import (DOMAIN, HOLDERS, OWNERS, Threshold, _histograms, _spent, _Spy,
+                                                   threshold)
+
+__all__ = ["threshold"]  # the fixture, imported for the tests here
+
+
+def _as_computation_server(t: Threshold, i: int) -> Any:
+    """A client of holder i with the computation server's certificate (a deviating CS, played by the test)."""
+    from parties.decryption.keyshare_client import KeyShareClient
+    c = KeyShareClient(HOLDERS[i], t.holders[i].target, retry=FAST_RETRY, tls=t.pki.tls(CS_ID, "computation"))
+    t.clients.append(c)
+    return c
+
+
+def test_one_share_per_ciphertext_and_wrong_shares_are_refused_through_the_services(threshold: Threshold) -> None:
+    threshold.open_and_submit("s-share")
+    spy = _Spy(threshold.combiner)
+    assert threshold.computation().run_release("s-share", epsilon=0.5).state == "DONE"
+    kw, values = spy.calls[0]
+    h1 = _as_computation_server(threshold, 0)
+    ask = {k: kw[k] for k in ("study_id", "release_id", "release_epsilon", "measurement", "chunks")}
+    ask["contract_hash"] = kw["contract_hash"]
+    again = h1.issue_shares(**ask)  # the very same request: the stored bytes, charged once
+    assert again.repeated and _spent(threshold, 0, "s-share") == pytest.approx(0.5)
+    with pytest.raises(ServiceError) as err:  # the same ciphertexts under another release: a second share refused
+        h1.issue_shares(**{**ask, "release_id": "rel-other"})
+    assert err.value.code.name == "FAILED_PRECONDITION" and "already issued" in err.value.details
+    # a combiner handed holder h1's share in holder h2's place refuses to combine
+    from he_partition.core.errors import InvalidInputError
+    from he_partition.he.threshold_context import vector_ciphertext
+    from he_partition.he.threshold_decrypt import combine
+    shares = [_as_computation_server(threshold, i).issue_shares(**ask).shares[0] for i in range(3)]
+    ct = vector_ciphertext(kw["chunks"][0])
+    fp = bytes.fromhex(threshold.holders[0].handler.active.fingerprint)
+    with pytest.raises(InvalidInputError):
+        combine(threshold.combiner._template, ct, [shares[0], shares[0], shares[2]], [0, 1, 2], fp)
+    with pytest.raises(InvalidInputError):
+        combine(threshold.combiner._template, vector_ciphertext(spy.calls[1][0]["chunks"][0]), shares, [0, 1, 2], fp)
+
+
+def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Threshold) -> None:
+    from he_partition.core.errors import InvalidInputError
+    from he_partition.he.bfv import context_fingerprint, generate_secret_context, public_context_bytes
+    from parties.common.contract import StudyContract
+    from parties.common.signing import generate_signing_key
+
+    rogue = public_context_bytes(generate_secret_context())  # the CS's own key pair: it could decrypt alone
+    contract = threshold.open_and_submit("s-rogue-ok")
+    # owners check the context against the contract's fingerprint: a CS serving its own key gets no upload
+    threshold.combiner._context = rogue
+    keys = {o: generate_signing_key() for o in OWNERS}
+    threshold.signing.update(keys)
+    contract2, _ = threshold.computation().open_study(
+        study_id="s-rogue", domain_size=DOMAIN, epsilon=1.0, expected_owners=list(OWNERS), strategy="hier",
+        owner_keys={o: keys[o][1] for o in OWNERS})
+    assert contract2.context_fingerprint == contract.context_fingerprint != context_fingerprint(rogue)
+    with pytest.raises(InvalidInputError, match="is not the key of study"):
+        threshold.owner("a").submit("s-rogue", _histograms()[0])
+    # a contract naming another key (written into a holder's ledger) gets no share from that holder
+    foreign = StudyContract.create(study_id="s-foreign", domain_size=DOMAIN, epsilon=1.0,
+                                   expected_owners=list(OWNERS), context_fingerprint=context_fingerprint(rogue),
+                                   strategy="hier")
+    threshold.ledger(0).create_study(foreign)
+    threshold.combiner._context = None
+    threshold.open_and_submit("s-real")
+    spy = _Spy(threshold.combiner)
+    assert threshold.computation().run_release("s-real", epsilon=0.5).state == "DONE"
+    spy_kw = spy.calls[0][0]
+    with pytest.raises(ServiceError) as err:
+        _as_computation_server(threshold, 0).issue_shares(
+            study_id="s-foreign", release_id="rel-x", release_epsilon=0.5, measurement=spy_kw["measurement"],
+            chunks=spy_kw["chunks"], contract_hash=foreign.contract_hash)
+    assert err.value.code.name == "FAILED_PRECONDITION" and "not holder h1's collective key" in err.value.details
+    assert _spent(threshold, 0, "s-foreign") == 0
+
+
+def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(threshold: Threshold) -> None:
+    from parties.common.signing import generate_signing_key
+
+    contract = threshold.open_and_submit("s-full")
+    h1 = _as_computation_server(threshold, 0)
+    with pytest.raises(ServiceError) as err:
+        h1.decrypt_measurement(study_id="s-full", release_id="r", release_epsilon=0.5,
+                               measurement=_partition_sums(), chunks=[b"x"], chunk_count=1,
+                               contract_hash=contract.contract_hash)
+    assert err.value.code.name == "FAILED_PRECONDITION" and "key-share holder 'h1'" in err.value.details
+    keys = {o: generate_signing_key() for o in ("a", "b")}
+    with pytest.raises(ServiceError) as err:
+        threshold.computation().open_study(study_id="s-join", domain_size=DOMAIN, epsilon=1.0,
+                                           expected_owners=["a", "b"], strategy="join",
+                                           owner_keys={o: k[1] for o, k in keys.items()})
+    assert err.value.code.name == "FAILED_PRECONDITION" and "joins use a single key holder" in err.value.details
+
+
+def _partition_sums() -> Measurement:
+    from he_partition.core.measurements import PartitionSums
+    return PartitionSums(domain_size=DOMAIN, epsilon=0.5, sensitivity=1, starts=(0, 32))
+
+
+@pytest.mark.slow
+def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> None:
+    """Three `dpagg serve-decryption --key-share` processes, `serve-computation --holder ...`, `dpagg setup-key`, a
+    signed study, two uploads and a release, all as real processes with mutual TLS."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.parties.test_cli import _creds, _env, _wait_port, dpagg
+
+    dpagg(tmp_path, "certs", "--out", "pki", "--party", "h1:decryption", "--party", "h2:decryption", "--party",
+          "h3:decryption", "--party", "cs:computation", "--party", "op:operator", "--party", "o1:data_owner",
+          "--party", "o2:data_owner", "--signing-keys")
+    env = _env(tmp_path)
+    procs: list[subprocess.Popen[str]] = []
+
+    def serve(*args: str) -> str:
+        name = args[args.index("--port-file") + 1]
+        procs.append(subprocess.Popen([sys.executable, "-m", "parties.cli", *args], cwd=tmp_path, env=env,
+                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        return f"127.0.0.1:{_wait_port(tmp_path / name, procs[-1])}"
+
+    try:
+        targets = [serve("serve-decryption", "--key-share", h, "--holders", ",".join(HOLDERS), "--data-dir", h,
+                         "--port", "0", "--port-file", f"{h}.port", "--computation-id", "cs", *_creds(h))
+                   for h in HOLDERS]
+        cs = serve("serve-computation", "--data-dir", "cs", "--port", "0", "--port-file", "cs.port",
+                   "--executor", "inprocess", *[a for h, t in zip(HOLDERS, targets) for a in ("--holder", f"{h}={t}")],
+                   *_creds("cs"))
+        first = dpagg(tmp_path, "setup-key", "--computation", cs, *_creds("op")).stdout
+        fp = first.split()[2]
+        assert len(fp) == 64 and "set up" in first and "h1, h2, h3" in first
+        assert "already active" in dpagg(tmp_path, "setup-key", "--computation", cs, *_creds("op")).stdout
+        opened = json.loads(dpagg(tmp_path, "open-study", "--computation", cs, "--study-id", "thr", "--domain",
+                                  "age:0:100:20", "--epsilon", "1", "--owners", "o1,o2", "--strategy", "hier",
+                                  "--owner-keys-dir", "pki", "--json", *_creds("op")).stdout)
+        assert opened["context_fingerprint"] == fp
+        from parties.data_owner.dataset import write_sample_csv
+        for i, owner in enumerate(("o1", "o2")):
+            write_sample_csv(tmp_path / f"{owner}.csv", seed=3, n_records=300, owner_index=i)
+            dpagg(tmp_path, "submit", "--computation", cs, "--study", "thr", "--owner", owner, "--csv",
+                  f"{owner}.csv", "--person-column", "person_id", "--signing-key", f"pki/{owner}.signing.key",
+                  *_creds(owner))
+        rel = json.loads(dpagg(tmp_path, "release", "run", "thr", "--epsilon", "rest", "--computation", cs, "--json",
+                               *_creds("op")).stdout)
+        assert rel["state"] == "DONE" and rel["summary"]["domain_size"] == 20
+        for h, t in zip(HOLDERS, targets):  # every holder charged its own ledger for the whole release
+            budget = json.loads(dpagg(tmp_path, "budget", "thr", "--decryption", t, "--json", *_creds("op")).stdout)
+            assert budget["spent"] == pytest.approx(1.0), h
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+def test_a_rogue_key_share_in_the_setup_is_refused_by_every_holder_and_activates_nothing(tmp_path: Path) -> None:
+    """A relay (the test, with the computation server's certificate) swaps holder h3's revealed key share for one
+    it made itself on the same common seed: every holder checks it against h3's commitment and stops the setup."""
+    import secrets as pysecrets
+
+    from he_partition.he.bfv import generate_secret_context
+    from he_partition.he.threshold_keys import holder_keygen
+    from he_partition.he.threshold_setup import common_seed
+
+    t = Threshold.start(tmp_path)
+    try:
+        hs = [_as_computation_server(t, i) for i in range(3)]
+        session = pysecrets.token_bytes(16)
+
+        def step(name: str, messages: dict[int, bytes] | None = None) -> dict[int, bytes]:
+            return {i: h.key_setup(name, session, HOLDERS, messages).message for i, h in enumerate(hs)}
+
+        seeds = step("reveal_seed", step("commit_seed"))
+        reveals = step("reveal_key", step("commit_key", seeds))
+        _, rogue = holder_keygen(generate_secret_context(), common_seed(session, seeds), 2)
+        for h in hs:
+            with pytest.raises(ServiceError) as err:
+                h.key_setup("build_key", session, HOLDERS, {**reveals, 2: rogue})
+            assert err.value.code.name == "INVALID_ARGUMENT" and "holder 2" in err.value.details
+        with pytest.raises(ServiceError) as err:  # a holder list other than the holder's own configuration
+            hs[0].key_setup("commit_seed", session, ("h1", "h2", "evil"))
+        assert err.value.code.name == "INVALID_ARGUMENT" and "configured" in err.value.details
+        assert all(h.handler.active is None for h in t.holders)
+        fp, _, already = t.computation().setup_key()  # an honest setup afterwards: a new session
+        assert not already and [h.handler.active.fingerprint for h in t.holders] == [fp] * 3
+    finally:
+        t.stop()
+
+
+def test_malformed_setup_steps_and_chunks_are_refused_with_the_problem_named_and_nothing_charged(
+        threshold: Threshold) -> None:
+    from he_partition.he.bfv import _varint
+
+    threshold.open_and_submit("s-bad")
+    spy = _Spy(threshold.combiner)
+    assert threshold.computation().run_release("s-bad", epsilon=0.5).state == "DONE"
+    kw = spy.calls[0][0]
+    h1 = _as_computation_server(threshold, 0)
+    before = _spent(threshold, 0, "s-bad")
+    framed_junk = bytes([2 << 3 | 2]) + _varint(5) + b"junk!"  # a TenSEAL vector frame around non-SEAL bytes
+    for junk in (b"x", framed_junk):
+        with pytest.raises(ServiceError) as err:
+            h1.issue_shares(study_id="s-bad", release_id="rel-junk", release_epsilon=0.5,
+                            measurement=kw["measurement"], chunks=[junk] * len(kw["chunks"]),
+                            contract_hash=kw["contract_hash"])
+        assert err.value.code.name == "INVALID_ARGUMENT" and "nothing was charged" in err.value.details
+    assert _spent(threshold, 0, "s-bad") == before
+    for step, session, messages in (("commit_seed", b"short", None), ("reveal_seed", b"s" * 16, {7: b"x"}),
+                                    ("nonsense", b"s" * 16, None)):
+        with pytest.raises(ServiceError) as err:
+            h1.key_setup(step, session, HOLDERS, messages)
+        assert err.value.code.name in ("INVALID_ARGUMENT", "FAILED_PRECONDITION"), err.value
+    assert threshold.holders[0].handler.active is not None  # an active key is never replaced
+
+
+def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold) -> None:
+    """The CS knows its own pads, so the holders pad every slot a measurement does not use: a combiner (the test,
+    with the CS's certificate) that sends an unpadded ciphertext of known values reads the measured slots (plus the
+    holders' DP noise) and nothing else."""
+    import tenseal as ts
+
+    from he_partition.core.measurements import PartitionSums
+    from he_partition.he.bfv import load_context
+    from he_partition.he.threshold_context import vector_ciphertext
+    from he_partition.he.threshold_decrypt import combine
+
+    contract = threshold.open_and_submit("s-pads")
+    ctx = load_context(threshold.combiner.public_context())
+    slots = 8192
+    values = (np.arange(slots) * 7 + 1000).tolist()
+    chunk = bytes(ts.bfv_vector(ctx, values).serialize())
+    m = PartitionSums(domain_size=DOMAIN, epsilon=0.5, sensitivity=1, starts=(0, 16, 32, 48))
+    shares = [_as_computation_server(threshold, i).issue_shares(
+        study_id="s-pads", release_id="rel-pads", release_epsilon=0.5, measurement=m, chunks=[chunk],
+        contract_hash=contract.contract_hash).shares[0] for i in range(3)]
+    fp = bytes.fromhex(contract.context_fingerprint)
+    got = combine(threshold.combiner._template, vector_ciphertext(chunk), shares, [0, 1, 2], fp)
+    t = 562949952847873
+    offset = (got - np.array(values)) % t
+    offset = np.where(offset > t // 2, offset - t, offset)
+    ends = [15, 31, 47, 63]
+    assert np.all(np.abs(offset[ends]) < 10_000)  # the values there, plus the holders' (cumulative) DP noise
+    others = np.setdiff1d(np.arange(slots), ends)
+    assert np.all(np.abs(offset[others]) > 10_000)  # everywhere else: uniform pads mod t (P[|x| < 10^4] ~ 2^-35)
