@@ -1,6 +1,7 @@
-# Shared by compose/smoke.sh and compose/smoke-ray.sh (sourced, not run): step/ok/fail reporting, the ERR
-# trap, and `cleanup` (the EXIT trap): logs on failure (plus `extra_failure_logs` if the script defines it),
-# `down --volumes`, and a check that nothing of project $project is left. Needs $project and the array D.
+# Shared by compose/smoke.sh, compose/smoke-ray.sh and compose/smoke-threshold.sh (sourced, not run): step/ok/fail
+# reporting, the ERR trap, `run_in`, `exit_code`, `wait_healthy`, and `cleanup` (the EXIT trap): logs on failure
+# (plus `extra_failure_logs` if the script defines it), `down --volumes`, and a check that nothing of project
+# $project is left. Needs $project and the array D.
 step() { printf '\n== %s\n' "$*"; }
 fail() { printf 'SMOKE FAILED: %s\n' "$*"; printf 'SMOKE FAILED: %s\n' "$*" >&2; exit 1; }
 # A command that fails outside a check names itself (stdout: the pytest wrapper shows stdout's tail).
@@ -37,3 +38,18 @@ try:
 except OSError as e:
     print(f"cannot reach {sys.argv[1]}:{sys.argv[2]}: {e}"); sys.exit(3)
 print(f"reached {sys.argv[1]}:{sys.argv[2]}")'
+
+# $1 service, rest: command; runs it in a fresh container of that service (its volumes, networks, user).
+run_in() { local svc=$1; shift; "${D[@]}" run --rm --no-deps -T --entrypoint "$1" "$svc" "${@:2}"; }
+exit_code() { docker inspect --format '{{.State.ExitCode}}' "$("${D[@]}" ps -a -q "$1")"; }  # a job's exit code
+# $1 service: poll its health check (after a start or restart) for up to 120 s; fail naming it if never healthy.
+wait_healthy() {
+  local id state i
+  id="$("${D[@]}" ps -q "$1")"
+  for i in $(seq 240); do
+    state="$(docker inspect --format '{{.State.Health.Status}}' "$id" 2>/dev/null || echo gone)"
+    [ "$state" = healthy ] && return 0
+    sleep 0.5
+  done
+  fail "$1 is not healthy 120 s after its (re)start (state: $state)"
+}

@@ -30,20 +30,6 @@ esac
 "${C[@]}" config --quiet || fail "docker-compose.yml does not validate"
 trap cleanup EXIT
 
-# $1 service, rest: command; runs it in a fresh container of that service (its volumes, networks, user).
-run_in() { local svc=$1; shift; "${D[@]}" run --rm --no-deps -T --entrypoint "$1" "$svc" "${@:2}"; }
-exit_code() { docker inspect --format '{{.State.ExitCode}}' "$("${D[@]}" ps -a -q "$1")"; }
-wait_healthy() {  # $1 service: poll its health check (after a restart) for up to 120 s
-  local id state i
-  id="$("${D[@]}" ps -q "$1")"
-  for i in $(seq 240); do
-    state="$(docker inspect --format '{{.State.Health.Status}}' "$id" 2>/dev/null || echo gone)"
-    [ "$state" = healthy ] && return 0
-    sleep 0.5
-  done
-  fail "$1 is not healthy 120 s after its restart (state: $state)"
-}
-
 check_jobs() {  # every one-shot job of the demo profile exited 0
   local svc
   for svc in pki sample-data owner-1-keygen owner-2-keygen owner-3-keygen open-study owner-1 owner-2 owner-3 release query; do

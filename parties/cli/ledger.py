@@ -5,16 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from he_partition.core.accounting import epsilon_left
 
+from he_partition.core.errors import DPAggError
+
+from ..common.config import ENV_DECRYPTION, default_target
+from .budgets import budget_json, budget_lines, holder_endpoint, view_of
 from .options import Subparsers, command_adder, conn, decryption_target, print_json, tls_args
+
+if TYPE_CHECKING:
+    from ..decryption.client import BudgetInfo
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
     from ..decryption.client import DecryptionClient
 
-    with DecryptionClient(args.decryption, **conn(args)) as ds:
+    endpoints = args.decryption or [holder_endpoint(default_target(ENV_DECRYPTION))]
+    if len(endpoints) > 1:
+        return _budget_across_holders(args, endpoints)
+    with DecryptionClient(endpoints[0][1], **conn(args)) as ds:
         b = ds.budget(args.study)
     if args.json:
         print_json({"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
@@ -32,6 +43,36 @@ def cmd_budget(args: argparse.Namespace) -> int:
             return 1
         if not args.json:
             print("ledger hash chain verified (every charge row commits to the previous one)")
+    return 0
+
+
+def _budget_across_holders(args: argparse.Namespace, endpoints: list[tuple[str, str]]) -> int:
+    """Every key-share holder's view of the study; exit 1 on a disagreement (or a broken chain) with --verify."""
+    from ..decryption.client import DecryptionClient
+
+    names = [name for name, _ in endpoints]
+    if len(set(names)) != len(names):
+        raise DPAggError(f"--decryption names a holder twice ({', '.join(names)}); give each holder once")
+
+    def fetch(address: str) -> BudgetInfo:
+        with DecryptionClient(address, **conn(args)) as ds:
+            return ds.budget(args.study)
+
+    views = [view_of(name, address, fetch) for name, address in endpoints]
+    report = budget_json(args.study, views)
+    if args.json:
+        print_json(report)
+    else:
+        print("\n".join(budget_lines(args.study, views)))
+    broken = [f"{v.name}: {v.budget.chain_problem}" for v in views if v.budget and v.budget.chain_problem]
+    if args.verify:
+        for b in broken:
+            print(f"dpagg: ledger hash chain BROKEN at holder {b}", file=sys.stderr)
+        if broken or not report["agree"]:
+            return 1
+        if not args.json:
+            print(f"ledger hash chains verified at all {len(views)} holders (every charge row commits to the "
+                  "previous one)")
     return 0
 
 
@@ -84,7 +125,10 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("study", help="study id")
     p.add_argument("--verify", action="store_true",
                    help="check the ledger's hash chain; exit 1 if a charge row was changed, removed or replaced")
-    p.add_argument("--decryption", **dec)
+    p.add_argument("--decryption", type=holder_endpoint, action="append", metavar="[NAME=]HOST:PORT",
+                   help=f"decryption server host:port (env {ENV_DECRYPTION}; default {dec['default']}); repeat it "
+                        "for K key-share holders (NAME names a holder in the report, default its address): every "
+                        "holder's view is shown and any disagreement flagged (DISAGREE:, exit 1 with --verify)")
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)
 

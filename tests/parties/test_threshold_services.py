@@ -19,6 +19,7 @@ from parties.common.errors import ServiceError
 from parties.common.server import ServerHandle
 from parties.common.signing import stream_digest
 from parties.computation.server import create_computation_server
+from parties.decryption.handler import NOISE_STREAM
 from parties.decryption.keyshare import measurement_label
 from parties.decryption.keyshare_servicer import create_keyshare_server
 from parties.decryption.ledger import backup_ledger
@@ -173,7 +174,6 @@ def _noise_key(data_dir: Path) -> bytes:
 def _single_holder_draw(root: Path, kw: dict[str, Any]) -> np.ndarray:
     """The single decryption server's keyed draw for one request (its noise key, the request label)."""
     m: Measurement = kw["measurement"]
-    from parties.decryption.handler import NOISE_STREAM  # the DS's stream for a new request (issue 26e)
     return discrete_laplace(m.scale, m.count, KeyedRandom(_noise_key(root / "ds"), _label(kw), stream=NOISE_STREAM))
 
 

@@ -1,0 +1,195 @@
+"""`dpagg budget` across several key holders: every holder's view, DISAGREE when one ledger was rolled back.
+
+Three real decryption servers on port 0, each with its own SQLite ledger, open the same study and are
+charged the same measurements (real TenSEAL ciphertexts, each under its own server's key), as K key-share
+holders are charged for every release. One ledger is then rolled back the crude way (an old copy of the
+file put in its place, the server restarted) and the report must name it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from he_partition.core.measurements import PrefixDifferences, owner_encoding
+from he_partition.he.bfv import BfvBackend, load_context
+from parties.cli import main
+from parties.common.config import DecryptionConfig
+from parties.common.server import ServerHandle
+from parties.decryption.client import DecryptionClient
+from parties.decryption.ledger import backup_ledger
+from parties.decryption.server import LEDGER_FILE, create_decryption_server
+
+from .conftest import FAST_RETRY
+
+HOLDERS = ("holder-1", "holder-2", "holder-3")
+
+
+@dataclass
+class Holder:
+    name: str
+    data_dir: Path
+    server: ServerHandle
+
+    def client(self) -> DecryptionClient:
+        return DecryptionClient(self.server.target, retry=FAST_RETRY, insecure=True)
+
+    def restart(self) -> None:
+        port = self.server.port
+        self.server.stop()
+        self.server = _start(self.data_dir, port)
+
+    def charge(self, release_id: str, epsilon: float) -> None:
+        """One measurement decrypted and charged at this holder (a real ciphertext under its own key)."""
+        with self.client() as ds:
+            contract = ds.get_study("s1")
+            be = BfvBackend(load_context(ds.public_context()))
+            chunks = [be.serialize_chunk(c) for c in be.encrypt(owner_encoding(np.arange(64))).chunks]
+            ds.decrypt_measurement(study_id="s1", release_id=release_id, release_epsilon=epsilon,
+                                   measurement=PrefixDifferences(64, epsilon, 2), chunks=chunks, chunk_count=1,
+                                   contract_hash=contract.contract_hash)
+
+
+def _start(data_dir: Path, port: int = 0) -> ServerHandle:
+    return create_decryption_server(DecryptionConfig(data_dir, port=port, noise_seed=3, insecure=True)).start()
+
+
+@pytest.fixture
+def holders(tmp_path: Path) -> Iterator[list[Holder]]:
+    started: list[Holder] = []
+    try:
+        for name in HOLDERS:
+            started.append(Holder(name, tmp_path / name, _start(tmp_path / name)))
+            with started[-1].client() as ds:
+                ds.open_study(study_id="s1", domain_size=64, epsilon=1.0, expected_owners=["a"], strategy="gap")
+        yield started
+    finally:
+        for h in started:
+            h.server.stop()
+
+
+def _budget(capsys: pytest.CaptureFixture[str], holders: list[Holder], *extra: str) -> tuple[int, str, str]:
+    endpoints = [a for h in holders for a in ("--decryption", f"{h.name}={h.server.target}")]
+    code = main(["budget", "s1", *endpoints, "--insecure", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_agreeing_holders_print_every_view_and_no_disagree(holders: list[Holder],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    for h in holders:
+        h.charge("r1", 0.25)
+    code, out, _ = _budget(capsys, holders, "--verify")
+    assert code == 0
+    assert "DISAGREE" not in out
+    for h in holders:
+        assert f"holder {h.name} ({h.server.target}): spent 0.25 of 1, remaining 0.75" in out
+    assert "all 3 holders agree" in out and "hash chains verified at all 3 holders" in out
+    assert out.count("release r1: prefix_differences 0.25") == 3
+
+    code, out, _ = _budget(capsys, holders, "--json", "--verify")
+    report = json.loads(out)
+    assert code == 0 and report["agree"] is True and report["disagreements"] == []
+    assert list(report["holders"]) == list(HOLDERS)
+    assert {v["spent"] for v in report["holders"].values()} == {0.25}
+    assert all(len(v["charges"]) == 1 for v in report["holders"].values())
+
+
+def test_a_rolled_back_ledger_is_named_in_disagree_lines_and_fails_verify(
+        holders: list[Holder], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for h in holders:
+        h.charge("r1", 0.25)
+    old = tmp_path / "old-ledger.sqlite3"
+    backup_ledger(holders[2].data_dir / LEDGER_FILE, old)  # holder-3's ledger after the first charge
+    for h in holders:
+        h.charge("r2", 0.5)
+    # Roll holder-3 back: its server stopped, the old file copied over the ledger, the server restarted.
+    holders[2].server.stop()
+    for suffix in ("", "-wal", "-shm"):
+        (holders[2].data_dir / (LEDGER_FILE + suffix)).unlink(missing_ok=True)
+    shutil.copyfile(old, holders[2].data_dir / LEDGER_FILE)
+    holders[2].restart()
+
+    code, out, _ = _budget(capsys, holders)
+    assert code == 0  # without --verify the report is informational
+    assert "holder holder-3" in out and "spent 0.25 of 1" in out and "spent 0.75 of 1" in out
+    disagree = [line for line in out.splitlines() if line.startswith("DISAGREE:")]
+    assert "DISAGREE: spent: holder-1 0.75, holder-2 0.75, holder-3 0.25 (behind: holder-3)" in disagree
+    assert "DISAGREE: remaining: holder-1 0.25, holder-2 0.25, holder-3 0.75" in disagree
+    assert "DISAGREE: charges: holder-3 lacks 1 of 2 (release r2 prefix_differences 0.5)" in disagree
+    assert not any("holder-1 lacks" in line or "holder-2 lacks" in line for line in disagree)
+    assert "agree" not in out.replace("DISAGREE", "")
+
+    code, out, _ = _budget(capsys, holders, "--verify")
+    assert code == 1  # the chains are each intact: the exit code comes from the disagreement
+    code, out, _ = _budget(capsys, holders, "--json", "--verify")
+    report = json.loads(out)
+    assert code == 1 and report["agree"] is False
+    assert report["holders"]["holder-3"]["spent"] == 0.25 and report["holders"]["holder-1"]["spent"] == 0.75
+    assert any(d.startswith("DISAGREE: spent:") for d in report["disagreements"])
+
+
+def test_a_holder_that_does_not_know_the_study_is_a_disagreement(
+        holders: list[Holder], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stranger = Holder("holder-4", tmp_path / "holder-4", _start(tmp_path / "holder-4"))
+    try:
+        code, out, _ = _budget(capsys, [*holders, stranger], "--verify")
+    finally:
+        stranger.server.stop()
+    assert code == 1
+    assert any(line.startswith("DISAGREE: holder-4 did not answer (NOT_FOUND") for line in out.splitlines()), out
+
+
+def test_one_endpoint_prints_todays_report_and_a_name_given_twice_is_refused(
+        holders: list[Holder], capsys: pytest.CaptureFixture[str]) -> None:
+    holders[0].charge("r1", 0.25)
+    assert main(["budget", "s1", "--decryption", holders[0].server.target, "--insecure", "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert single["spent"] == 0.25 and "holders" not in single  # one endpoint: today's JSON, unchanged
+    h = holders[0].server.target
+    assert main(["budget", "s1", "--decryption", f"a={h}", "--decryption", f"a={h}", "--insecure"]) == 1
+    assert "names a holder twice" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["budget", "s1", "--decryption", f"={h}", "--insecure"])
+    assert stop.value.code == 2 and "NAME=HOST:PORT" in capsys.readouterr().err
+
+
+def test_three_key_share_holders_after_a_release_then_one_rolled_back(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Real key-share holders (mutual TLS, collective key): a K = 3 release charges all three alike; a holder
+    whose ledger file is replaced by an older copy is named behind."""
+    from .test_threshold_services import HOLDERS as KEY_SHARE_HOLDERS, Threshold
+
+    t = Threshold.start(tmp_path)
+    try:
+        t.computation().setup_key()
+        t.open_and_submit("s-budget")
+        old = tmp_path / "h2-before.sqlite3"
+        backup_ledger(tmp_path / "h2" / LEDGER_FILE, old)
+        assert t.computation().run_release("s-budget", epsilon=0.5).state == "DONE"
+        tls = t.pki.tls("op", "operator")
+        base = ["budget", "s-budget", "--ca-cert", str(tls.ca_cert), "--cert", str(tls.cert), "--key", str(tls.key),
+                *[a for name, h in zip(KEY_SHARE_HOLDERS, t.holders) for a in ("--decryption", f"{name}={h.target}")]]
+        assert main([*base, "--verify"]) == 0
+        out = capsys.readouterr().out
+        assert "all 3 holders agree" in out and "DISAGREE" not in out
+        assert all(f"holder {name} (" in out for name in KEY_SHARE_HOLDERS) and out.count("spent 0.5 of 1,") == 3
+
+        t.stop_holder(1)
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / "h2" / (LEDGER_FILE + suffix)).unlink(missing_ok=True)
+        shutil.copyfile(old, tmp_path / "h2" / LEDGER_FILE)
+        t.start_holder(1)
+        assert main([*base, "--verify", "--json"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert report["agree"] is False
+        assert [h["spent"] for h in report["holders"].values()] == [0.5, 0.0, 0.5]
+        assert "DISAGREE: spent: h1 0.5, h2 0, h3 0.5 (behind: h2)" in report["disagreements"]
+    finally:
+        t.stop()

@@ -1,0 +1,157 @@
+"""Static checks of the compose `threshold` profile (compose/threshold.yml): three key-share holders, each alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parties.cli import build_parser
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the compose files")
+
+ROOT = Path(__file__).resolve().parents[2]
+THRESHOLD_YML = ROOT / "compose" / "threshold.yml"
+BASE_YML = ROOT / "compose" / "docker-compose.yml"
+HOLDERS = ("holder-1", "holder-2", "holder-3")
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """SafeLoader that reads Compose's merge tags (`!override`, `!reset`) as the plain value they carry."""
+
+
+def _untag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+
+for _tag in ("!override", "!reset"):
+    _ComposeLoader.add_constructor(_tag, _untag)
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    loaded = yaml.load(THRESHOLD_YML.read_text(), Loader=_ComposeLoader)  # noqa: S506 (SafeLoader subclass)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def base() -> dict[str, Any]:
+    loaded = yaml.safe_load(BASE_YML.read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    assert name in cmd, f"{name} missing from {cmd}"
+    return cmd[cmd.index(name) + 1]
+
+
+def _flags(cmd: list[str], name: str) -> list[str]:
+    return [cmd[i + 1] for i, c in enumerate(cmd) if c == name]
+
+
+def test_every_new_service_runs_a_valid_dpagg_command_and_is_hardened(doc: dict[str, Any]) -> None:
+    parser = build_parser()
+    services = doc["services"]
+    assert {"holder-pki", *HOLDERS, "setup-key", "computation"} <= set(services)
+    for name in ("holder-pki", *HOLDERS, "setup-key"):
+        svc = services[name]
+        assert svc["profiles"] == ["threshold"], name
+        assert svc["image"] == "dpagg:local" and svc["pull_policy"] == "never", name
+        assert svc["read_only"] is True and svc["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in svc["security_opt"] and svc["user"] == "10001:10001", name
+        assert svc.get("mem_limit") and "/tmp" in svc["tmpfs"], name
+        assert "ports" not in svc, f"{name} publishes no port"
+    for name in ("holder-pki", *HOLDERS, "setup-key", "computation"):
+        cmd = services[name]["command"]
+        assert cmd[0] == "dpagg", name
+        parser.parse_args(cmd[1:])  # exits (fails the test) on an unknown subcommand or flag
+    for name in HOLDERS:
+        test = services[name]["healthcheck"]["test"]
+        assert test[:2] == ["CMD", "dpagg"] and "dpagg.v1.Decryption" in test
+        parser.parse_args(test[2:])
+    assert services["holder-pki"]["network_mode"] == "none"
+
+
+def test_each_holder_is_alone_on_its_own_internal_network_with_the_computation_server(doc: dict[str, Any],
+                                                                                      base: dict[str, Any]) -> None:
+    services = doc["services"]
+    nets = {name: f"{name}-net" for name in HOLDERS}
+    for name, net in nets.items():
+        assert doc["networks"][net]["internal"] is True, f"{net} has no route out"
+        assert services[name]["networks"] == [net], f"{name} is on its own network only"
+    cs_nets = services["computation"]["networks"]
+    assert sorted(cs_nets) == sorted(["frontend", *nets.values()]), "the CS reaches the owners and every holder"
+    assert "backend" not in cs_nets
+    # Nobody else joins a holder's network: not another holder, not an owner, not the operator.
+    every = {**base["services"], **services}
+    for name, svc in every.items():
+        if name in ("computation", *HOLDERS):
+            continue
+        joined = svc.get("networks", [])
+        assert not set(joined) & set(nets.values()), f"{name} joins a holder's network"
+    # The single-key server does not run in this profile.
+    assert services["decryption"]["profiles"] == ["single-key"]
+
+
+def test_each_holder_has_its_own_certificate_volume_and_ledger(doc: dict[str, Any], base: dict[str, Any]) -> None:
+    services = doc["services"]
+    pki = services["holder-pki"]
+    issued = _flags(pki["command"], "--party")
+    assert issued == [f"{h}:decryption" for h in HOLDERS], "each holder: its own certificate, role decryption"
+    assert "ca:/ca" in pki["volumes"] and "--keep-existing" in pki["command"]
+    assert pki["depends_on"]["pki"]["condition"] == "service_completed_successfully"  # the CA exists first
+    for h in HOLDERS:
+        assert f"pki-{h}:/pki/{h}" in pki["volumes"]
+        svc = services[h]
+        assert sorted(svc["volumes"]) == sorted([f"{h}-data:/data", f"pki-{h}:/pki:ro"]), h
+        assert svc["environment"] == {"DPAGG_CA_CERT": "/pki/dpagg-ca.crt", "DPAGG_CERT": f"/pki/{h}.crt",
+                                      "DPAGG_KEY": f"/pki/{h}.key"}
+    every = {**base["services"], **services}
+    for vol in [f"{h}-data" for h in HOLDERS] + [f"pki-{h}" for h in HOLDERS]:
+        users = sorted(n for n, s in every.items() if any(v.split(":")[0] == vol for v in s.get("volumes", [])))
+        owner = vol.removesuffix("-data").removeprefix("pki-")
+        assert users == sorted({owner, *(["holder-pki"] if vol.startswith("pki-") else [])}), (vol, users)
+    assert sorted(n for n, s in every.items() if "ca:/ca" in s.get("volumes", [])) == ["holder-pki", "pki"]
+
+
+def test_holders_and_the_computation_server_name_the_same_three_holders(doc: dict[str, Any]) -> None:
+    services = doc["services"]
+    for h in HOLDERS:
+        cmd = services[h]["command"]
+        assert cmd[:2] == ["dpagg", "serve-decryption"]
+        assert _flag(cmd, "--key-share") == h, "a holder's name is its certificate's identity"
+        assert _flag(cmd, "--holders").split(",") == list(HOLDERS)
+        assert _flag(cmd, "--computation-id") == "computation"
+        assert _flag(cmd, "--port") == "50051"
+    cs = services["computation"]
+    assert "--decryption" not in cs["command"]
+    assert _flags(cs["command"], "--holder") == [f"{h}={h}:50051" for h in HOLDERS]
+    assert set(cs["depends_on"]) == set(HOLDERS)
+    assert all(d["condition"] == "service_healthy" for d in cs["depends_on"].values())
+
+
+def test_key_setup_runs_as_the_operator_before_the_study_is_opened(doc: dict[str, Any]) -> None:
+    services = doc["services"]
+    setup = services["setup-key"]
+    assert setup["command"][:2] == ["dpagg", "setup-key"]
+    assert _flag(setup["command"], "--computation") == "computation:50052"
+    assert setup["networks"] == ["frontend"]
+    assert setup["volumes"] == ["pki-operator:/pki:ro"]
+    assert setup["environment"]["DPAGG_CERT"] == "/pki/operator.crt"
+    assert setup["depends_on"]["computation"]["condition"] == "service_healthy"
+    assert services["open-study"]["depends_on"]["setup-key"]["condition"] == "service_completed_successfully"
+
+
+def test_the_dockerfile_owns_the_holders_certificate_mount_points() -> None:
+    """holder-pki mounts /pki/holder-N: a named volume takes the image directory's owner (uid 10001) only if it exists."""
+    text = (ROOT / "compose" / "Dockerfile").read_text()
+    line = text[text.index("for p in decryption"):]
+    line = line[:line.index("done")]
+    assert all(h in line.replace(";", " ").split() for h in HOLDERS), line
