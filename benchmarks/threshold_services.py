@@ -44,13 +44,20 @@ TARGET_RATIO = 1.3
 HOLDERS = ("holder-1", "holder-2", "holder-3")
 
 
+def _signing_key(index: int) -> bytes:
+    """A benchmark owner's Ed25519 key (derived from its index: the holders check c1 in signed studies only)."""
+    import hashlib
+    return hashlib.sha256(f"dpagg-benchmark-owner-{index}".encode()).digest()
+
+
 def _owner(index: int, study: str, n: int, cs: str, ready: Any, go: Any, out: Any, finish: Any) -> None:
     """One data-owner process: the study key through the CS's relay, encrypt before the signal, upload after."""
     from parties.data_owner.client import DataOwnerClient
 
     owner_id = f"owner-{index:02d}"
     hist = np.random.default_rng(1000 + index).poisson(3.0, n).astype(np.int64)
-    with DataOwnerClient(owner_id, computation=cs, progress=False, timeout=120.0, insecure=True) as client:
+    with DataOwnerClient(owner_id, computation=cs, progress=False, timeout=120.0, insecure=True,
+                         signing_key=_signing_key(index)) as client:
         t0 = time.monotonic()
         enc = client.encrypt(study, hist)
         t_enc = time.monotonic() - t0
@@ -98,7 +105,9 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
         with ComputationClient(cs, timeout=60.0, insecure=True) as op:
             op.wait_ready()
             owner_ids = [f"owner-{i:02d}" for i in range(owners)]
-            contract, _ = op.open_study(study_id=f"bench-{n}", domain_size=n, epsilon=2.0, expected_owners=owner_ids)
+            from parties.common.signing import public_key_of
+            contract, _ = op.open_study(study_id=f"bench-{n}", domain_size=n, epsilon=2.0, expected_owners=owner_ids,
+                                        owner_keys={o: public_key_of(_signing_key(i)) for i, o in enumerate(owner_ids)})
             ctx = mp.get_context("spawn")
             ready, out, go, finish = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
             workers = [ctx.Process(target=_owner, args=(i, contract.study_id, n, cs, ready, go, out, finish))
