@@ -172,7 +172,8 @@ def discrete_laplace_share(scale: Fraction, holders: int, size: int, rng: Random
     return out
 
 
-def holder_noise_source(noise_key: bytes, holder: int, holders: int, request_label: bytes) -> KeyedRandom:
+def holder_noise_source(noise_key: bytes, holder: int, holders: int, request_label: bytes, *,
+                        stream: int = 2) -> KeyedRandom:
     """The keyed source of holder `holder`'s share for one request (each holder's own noise key).
 
     Like the single key holder's `_request_noise`: the label fixes the request (study,
@@ -180,13 +181,14 @@ def holder_noise_source(noise_key: bytes, holder: int, holders: int, request_lab
     repeated request gets the same share and any other request an independent one; the
     holder index and K are bound into the label, so one key reused across holder slots or
     K values never repeats a share. Only the holder knows `noise_key`, so only it can
-    reproduce its share. Draws no noise itself.
+    reproduce its share. `stream`: the `KeyedRandom` stream (2, AES-256-CTR, the default since
+    the share path was sped up; 1 the SHAKE-256 stream). Draws no noise itself.
     """
     _check_holders(holders)
     if not 0 <= holder < holders:
         raise InvalidInputError(f"holder must be in [0, {holders}), got {holder}")
     label = b"dpagg/dl-share/v1" + holder.to_bytes(2, "big") + holders.to_bytes(2, "big") + request_label
-    return KeyedRandom(noise_key, label)
+    return KeyedRandom(noise_key, label, stream=stream)
 
 
 def share_variance(scale: Fraction | float, holders: int) -> float:

@@ -225,11 +225,13 @@ class BfvBackend(ChunkwiseArithmetic):
         seeded releases stay equal to the plain backend's). Only the computation side
         knows r; the decryption side sees the phase noise + r, whose data-dependent part
         (|.| <= B) is hidden up to statistical distance N * B / 2^62 per ciphertext.
+        With `noise_in_c0` (threshold mode) there is no flood: the key-share holders never see
+        c0 (they compute on the owners' signed c1), and the combiner is this server, which
+        would know r; there each holder's smudging (2^70) hides the owners' noise.
         """
-        if self.noise_in_c0:  # plaintext addition: c0 += round(Q m / t), c1 unchanged
-            noised = chunk + np.mod(np.asarray(noise, dtype=np.int64), self.plain_modulus).tolist()
-        else:
-            noised = chunk + self.encrypt(noise).chunks[0]
+        if self.noise_in_c0:  # plaintext addition: c0 += round(Q m / t), c1 unchanged; no flood (below)
+            return chunk + np.mod(np.asarray(noise, dtype=np.int64), self.plain_modulus).tolist()
+        noised = chunk + self.encrypt(noise).chunks[0]
         return noised + self._flood() if self.flooding else noised
 
     def _flood(self) -> Any:

@@ -20,13 +20,12 @@ from typing import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 import tenseal as ts
-import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
+from he_partition.he.seal_io import ciphertext_polys
 from he_partition.he.threshold_context import vector_ciphertext
-from he_partition.he.threshold_keys import load_seal, read_u64
 
-__all__ = ["C1_MISMATCH", "C1Part", "c1_of_vector", "c1_bytes", "c1_from_bytes", "c1_stream_digest",
+__all__ = ["C1_MISMATCH", "C1Part", "c1_of_vector", "c1_digest", "ciphertext_parts", "level_moduli", "c1_bytes", "c1_from_bytes", "c1_stream_digest",
            "aggregate_c1", "ciphertext_c1", "check_c1"]
 
 #: The words every refusal of a chosen c1 carries (a holder's error text names them).
@@ -35,23 +34,43 @@ C1_MISMATCH = "c1 does not match the owners' signed uploads"
 C1Part = npt.NDArray[np.uint64]  # shape (k, N): residues of c1 mod each prime of the ciphertext's level
 
 _TAG = b"dpagg/c1-stream/v1"
+_DIGEST_TAG = b"dpagg/c1-part/v1"
 
 
-def _moduli(ctx: ts.Context, ct: seal.Ciphertext) -> list[int]:
-    level = ctx.seal_context().data.get_context_data(ct.parms_id())
+def level_moduli(ctx: ts.Context, parms_id: Sequence[int]) -> list[int]:
+    """The primes of the level `parms_id` names; InvalidInputError when it is no level of `ctx`'s parameters."""
+    level = ctx.seal_context().data.get_context_data(list(parms_id))
     if level is None:
         raise InvalidInputError("the ciphertext is at no level of these BFV parameters")
     return [int(m.value()) for m in level.parms().coeff_modulus()]
 
 
+def ciphertext_parts(ctx: ts.Context, raw: bytes) -> tuple[list[int], list[int], npt.NDArray[np.uint64]]:
+    """(parms_id, the level's primes, (c0, c1) of shape (2, k, N)) of 2-part coefficient-form SEAL ciphertext bytes.
+
+    Parsed with numpy (`seal_io.ciphertext_polys`), then checked as SEAL's load checks: a level
+    of these parameters, its prime count and degree, every residue reduced. InvalidInputError otherwise.
+    """
+    try:
+        parms_id, ntt, polys = ciphertext_polys(raw)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"not a valid ciphertext for these BFV parameters: {exc}") from None
+    if polys.shape[0] != 2 or ntt:
+        raise InvalidInputError(f"expected a 2-part coefficient-form ciphertext, got {polys.shape[0]} parts"
+                                f"{' in NTT form' if ntt else ''}")
+    moduli = level_moduli(ctx, parms_id)
+    n = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
+    if polys.shape[1:] != (len(moduli), n):
+        raise InvalidInputError(f"the ciphertext has {polys.shape[1]} primes x {polys.shape[2]} coefficients, its "
+                                f"level has {len(moduli)} x {n}")
+    if bool((polys >= np.array(moduli, dtype=np.uint64)[None, :, None]).any()):
+        raise InvalidInputError("the ciphertext's coefficients are not reduced modulo its primes")
+    return list(parms_id), moduli, polys
+
+
 def ciphertext_c1(ctx: ts.Context, raw: bytes) -> C1Part:
     """c1 of a 2-part coefficient-form SEAL ciphertext (bytes), shape (k, N); InvalidInputError otherwise."""
-    ct = load_seal(seal.Ciphertext, ctx, bytes(raw), "ciphertext")
-    if ct.size() != 2 or ct.is_ntt_form():
-        raise InvalidInputError(f"expected a 2-part coefficient-form ciphertext, got {ct.size()} parts"
-                                f"{' in NTT form' if ct.is_ntt_form() else ''}")
-    k, n = len(_moduli(ctx, ct)), int(ct.poly_modulus_degree())
-    return read_u64(ct.dyn_array(), k * n, start=k * n).reshape(k, n)
+    return ciphertext_parts(ctx, raw)[2][1]
 
 
 def c1_of_vector(ctx: ts.Context, vector_bytes: bytes) -> C1Part:
@@ -85,6 +104,11 @@ def c1_stream_digest(parts: Iterable[bytes]) -> bytes:
         count, total = count + 1, total + len(p)
     h.update(b"end" + count.to_bytes(8, "big") + total.to_bytes(8, "big"))
     return h.digest()
+
+
+def c1_digest(part: C1Part) -> bytes:
+    """SHA-256 of one c1 part's canonical bytes: what a chunk's decryption shares are bound to (issue 29)."""
+    return hashlib.sha256(_DIGEST_TAG + c1_bytes(part)).digest()
 
 
 def aggregate_c1(parts: Iterable[C1Part], moduli: Sequence[int]) -> C1Part:

@@ -24,19 +24,39 @@ import tenseal.sealapi as seal
 from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.core.noise import RandomSource
 from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS, seal_ciphertext_bytes
-from he_partition.he.rns import mulmod, residues
-from he_partition.he.threshold_keys import HolderSecret, load_seal, read_u64, seal_version, secret_plaintext
+from he_partition.he.rns import residues
+from he_partition.he.seal_io import ciphertext_polys, plaintext_coeffs, seal_bytes
+from he_partition.he.threshold_c1 import c1_digest, ciphertext_parts
+from he_partition.he.threshold_keys import HolderSecret, load_seal, seal_version, secret_plaintext
 from he_partition.he.threshold_wire import (SMUDGING_BITS, DecryptionShare, check_shares, ciphertext_digest,
                                             smudging_words)
 
 
-def _ciphertext(ctx: ts.Context, data: bytes) -> tuple[Any, list[int], int]:
-    ct = load_seal(seal.Ciphertext, ctx, bytes(data), "ciphertext")
-    if ct.size() != 2 or ct.is_ntt_form():
-        raise InvalidInputError(f"threshold decryption needs a 2-part coefficient-form ciphertext, got {ct.size()} "
-                                f"parts{' in NTT form' if ct.is_ntt_form() else ''}")
-    level = ctx.seal_context().data.get_context_data(ct.parms_id())
-    return ct, [int(m.value()) for m in level.parms().coeff_modulus()], int(ct.poly_modulus_degree())
+def _small_mulmod(a: npt.NDArray[np.uint64], b: int, q: int) -> npt.NDArray[np.uint64]:
+    """a b mod q, element-wise, for a < 2^26 and 0 <= b < q < 2^62 (exact).
+
+    The quotient floor(a b / q) < 2^26 is estimated in float64 (absolute error below 2^-25, so
+    off by at most one), the remainder a b - est q is computed modulo 2^64 in uint64 (the true
+    remainder lies in (-q, 2q), inside int64) and corrected into [0, q): `rns.mulmod`'s trick
+    with a narrow left factor, which needs no 80-bit floats (about 5x faster here).
+    """
+    est = np.floor(a.astype(np.float64) * (float(b) / float(q))).astype(np.uint64)
+    r = (a * np.uint64(b) - est * np.uint64(q)).view(np.int64)  # wraps mod 2^64: exact
+    r = np.where(r < 0, r + np.int64(q), r)
+    r = np.where(r >= np.int64(q), r - np.int64(q), r)
+    return r.astype(np.uint64)
+
+
+_ENCODERS: dict[int, tuple[Any, Any]] = {}
+
+
+def _encoder(ctx: ts.Context) -> Any:
+    """SEAL's BatchEncoder for `ctx`'s parameters (one per context, kept with the context alive)."""
+    sealctx = ctx.seal_context().data
+    got = _ENCODERS.get(id(sealctx))
+    if got is None or got[0] is not sealctx:
+        got = _ENCODERS[id(sealctx)] = (sealctx, seal.BatchEncoder(sealctx))
+    return got[1]
 
 
 def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[np.int64],
@@ -55,6 +75,10 @@ def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[n
     in tests/he_partition/test_threshold_view.py). The combined value decodes to (m_d + sum_i noise_i)
     mod t exactly (tests/he_partition/test_threshold_noise.py). Adds no noise itself: the caller's
     `noise` is the holder's DP share (see `decryption_share`).
+
+    Arithmetic: m < t < 2^50 is split as m1 2^25 + m0, so every product has a left factor below
+    2^26 (`_small_mulmod`); the rounding quotient (< 2^50) is ((Q mod t) m + (t+1)/2 - x) / t with
+    x the remainder, computed exactly modulo 2^64 by multiplying with t^-1 mod 2^64 (t is odd).
     """
     sealctx = ctx.seal_context().data
     n = int(sealctx.first_context_data().parms().poly_modulus_degree())
@@ -65,18 +89,24 @@ def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[n
     slots = np.zeros(n, dtype=np.int64)
     slots[:len(values)] = values % t  # |noise| < 2^63 and t < 2^50: numpy's mod is exact and non-negative
     plain = seal.Plaintext()
-    seal.BatchEncoder(sealctx).encode(slots.tolist(), plain)
+    _encoder(ctx).encode(slots.tolist(), plain)
     m = np.zeros(n, dtype=np.uint64)
-    count = int(plain.coeff_count())
-    m[:count] = read_u64(plain.dyn_array(), count)
+    coeffs = plaintext_coeffs(seal_bytes(plain))
+    m[:len(coeffs)] = coeffs
     big_q = 1
     for q in moduli:
         big_q *= int(q)
-    delta = big_q // t
-    # SEAL's rounding term: < Q mod t < t < 2^50 (exact in Python integers: the product reaches 2^99)
-    fix = np.array(((m.astype(object) * (big_q % t) + (t + 1) // 2) // t).tolist(), dtype=np.uint64)
-    return np.stack([(mulmod(m % np.uint64(q), delta % int(q), int(q)) + fix % np.uint64(q)) % np.uint64(q)
-                     for q in moduli])
+    delta, rem, half = big_q // t, big_q % t, (t + 1) // 2
+    m1, m0 = m >> np.uint64(25), m & np.uint64((1 << 25) - 1)
+    x = (_small_mulmod(m1, (rem << 25) % t, t) + _small_mulmod(m0, rem, t) + np.uint64(half)) % np.uint64(t)
+    with np.errstate(over="ignore"):  # exact modulo 2^64; the true quotient is below 2^50
+        fix = (m * np.uint64(rem) + np.uint64(half) - x) * np.uint64(pow(t, -1, 1 << 64))
+    out = np.empty((len(moduli), n), dtype=np.uint64)
+    for j, q in enumerate(moduli):
+        d = delta % int(q)
+        v = _small_mulmod(m1, (d << 25) % int(q), int(q)) + _small_mulmod(m0, d, int(q))  # < 2 q < 2^63
+        out[j] = (v + fix % np.uint64(q)) % np.uint64(q)
+    return out
 
 
 def padded_noise(dp_slots: Sequence[int] | npt.NDArray[np.int64], measured: Sequence[bool] | npt.NDArray[np.bool_],
@@ -104,6 +134,46 @@ def padded_noise(dp_slots: Sequence[int] | npt.NDArray[np.int64], measured: Sequ
     return np.where(measured_mask, values % plain_modulus, pads)
 
 
+def secret_product(ctx: ts.Context, secret: HolderSecret, parms_id: Sequence[int],
+                   c1: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """c1 s_i mod each prime of the level `parms_id` (shape (k, N), coefficient form): the secret part of a share.
+
+    Computed inside SEAL (NTT, `multiply_plain` by s_i, inverse NTT: exact, issue 29) on the
+    ciphertext (c1, c1) and read back with numpy (`seal_io.ciphertext_polys`). The same for every
+    share of a chunk whose c1 is fixed (the owners' signed aggregate): a holder keeps it per chunk
+    (`ThresholdHolder.product`), never outside its own memory. Adds no noise.
+    """
+    c1 = np.asarray(c1, dtype=np.uint64)
+    k = c1.shape[0]
+    # (c1, c1): SEAL refuses a product whose second part is zero ("transparent"); part 0 is what is read
+    raw = seal_ciphertext_bytes(seal_version(ctx), list(parms_id), np.stack([c1, c1]), ntt=False)
+    ct = load_seal(seal.Ciphertext, ctx, raw, "c1 of a ciphertext")
+    evaluator = seal.Evaluator(ctx.seal_context().data)
+    evaluator.transform_to_ntt_inplace(ct)
+    evaluator.multiply_plain_inplace(ct, secret_plaintext(ctx, secret, list(parms_id), k))  # (c1 s_i, c1 s_i)
+    evaluator.transform_from_ntt_inplace(ct)
+    out: npt.NDArray[np.uint64] = ciphertext_polys(seal_bytes(ct))[2][0]
+    return out
+
+
+def chunk_share(ctx: ts.Context, holder: int, key_fp: bytes, product: npt.NDArray[np.uint64], moduli: Sequence[int],
+                bound: bytes, bits: int = SMUDGING_BITS, *, dp_noise: Sequence[int] | npt.NDArray[np.int64] | None = None,
+                rng: RandomSource | None = None) -> bytes:
+    """Holder `holder`'s share c1 s_i + e_smudge + Delta m_i from its `product` c1 s_i (`secret_product`), bound to `bound`.
+
+    `bound`: the 32-byte digest the share is bound to (`threshold_wire.ciphertext_digest` of the
+    ciphertext, or `threshold_c1.c1_digest` of the chunk's signed c1); the combiner refuses a
+    share bound to anything else. Noise, privacy and who knows it: as `decryption_share`.
+    """
+    n = int(np.asarray(product).shape[1])
+    hi, lo = smudging_words(n, bits, rng)  # drawn first: independent of everything data-dependent
+    qs = np.array(moduli, dtype=np.uint64)[:, None]
+    h = (np.asarray(product, dtype=np.uint64) + residues(hi, lo, 62, 1 << bits, moduli)) % qs  # each < q < 2^61
+    if dp_noise is not None:
+        h = (h + scaled_noise_plaintext(ctx, dp_noise, moduli)) % qs
+    return DecryptionShare(holder, key_fp, bound, h.astype("<u8").tobytes()).to_bytes()
+
+
 def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphertext: bytes,
                      bits: int = SMUDGING_BITS, *, dp_noise: Sequence[int] | npt.NDArray[np.int64] | None = None,
                      rng: RandomSource | None = None) -> bytes:
@@ -124,24 +194,14 @@ def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphe
     (`keyed_smudging_noise`: a holder's keyed source makes a repeat identical), else from the
     OS CSPRNG.
     """
-    ct, moduli, n = _ciphertext(ctx, ciphertext)
-    k = len(moduli)
-    hi, lo = smudging_words(n, bits, rng)  # drawn before anything data-dependent is read
-    evaluator = seal.Evaluator(ctx.seal_context().data)
-    evaluator.transform_to_ntt_inplace(ct)
-    evaluator.multiply_plain_inplace(ct, secret_plaintext(ctx, secret, list(ct.parms_id()), k))  # (c0 s_i, c1 s_i)
-    evaluator.transform_from_ntt_inplace(ct)
-    h = read_u64(ct.dyn_array(), k * n, start=k * n).reshape(k, n)  # c1 s_i: the only polynomial read
-    qs = np.array(moduli, dtype=np.uint64)[:, None]
-    h = (h + residues(hi, lo, 62, 1 << bits, moduli)) % qs  # each term < q < 2^61: no overflow
-    if dp_noise is not None:
-        h = (h + scaled_noise_plaintext(ctx, dp_noise, moduli)) % qs
-    return DecryptionShare(secret.holder, key_fp, ciphertext_digest(bytes(ciphertext)),
-                           h.astype("<u8").tobytes()).to_bytes()
+    parms_id, moduli, parts = ciphertext_parts(ctx, bytes(ciphertext))
+    product = secret_product(ctx, secret, parms_id, parts[1])  # c1 s_i: c0 is never read
+    return chunk_share(ctx, secret.holder, key_fp, product, moduli, ciphertext_digest(bytes(ciphertext)), bits,
+                       dp_noise=dp_noise, rng=rng)
 
 
 def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders: Sequence[int],
-            key_fp: bytes, *, min_budget: int = MIN_NOISE_BUDGET_BITS) -> npt.NDArray[np.int64]:
+            key_fp: bytes, *, min_budget: int = MIN_NOISE_BUDGET_BITS, bound_to_c1: bool = False) -> npt.NDArray[np.int64]:
     """The BFV plaintext slots of `ciphertext` from every holder's share (n-of-n), as integers mod t.
 
     Refuses (`ShareCombineError`, an InvalidInputError, naming the holder or the problem) a
@@ -152,43 +212,55 @@ def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders
     `min_budget` bits (default `bfv.MIN_NOISE_BUDGET_BITS` = 20; an honest K = 3 combine with
     B = 70 smudging has ~38): a share made with another secret or relabelled as another holder's,
     or a ciphertext not under the collective key, decodes to noise and is refused, never returned.
+    `bound_to_c1`: the shares are bound to the ciphertext's c1 (`threshold_c1.c1_digest`: the
+    holders' shares of a measurement chunk, computed on the owners' signed c1) rather than to
+    the whole ciphertext. Holds no secret, adds no noise.
     """
-    ct, moduli, n = _ciphertext(ctx, ciphertext)
-    checked = check_shares([DecryptionShare.from_bytes(s) for s in shares], holders, key_fp, bytes(ciphertext))
-    phase = combined_phase(ct, checked, moduli, n)
-    plain, budget = decode_phase(ctx, list(ct.parms_id()), phase)
+    parms_id, moduli, parts = ciphertext_parts(ctx, bytes(ciphertext))
+    got = [DecryptionShare.from_bytes(s) for s in shares]
+    checked = check_shares(got, holders, key_fp, bound=c1_digest(parts[1])) if bound_to_c1 else \
+        check_shares(got, holders, key_fp, bytes(ciphertext))
+    phase = combined_phase(parts[0], checked, moduli)
+    plain, budget = decode_phase(ctx, parms_id, phase)
     if budget < min_budget:
         raise ShareCombineError(f"the combined decryption has {budget} bits of noise budget (< {min_budget}): a share "
                                 "was made with another secret or for another holder, or the ciphertext is not under "
                                 "the collective key or is corrupt; nothing is returned")
-    return np.array(seal.BatchEncoder(ctx.seal_context().data).decode_uint64(plain), dtype=np.int64)
+    return np.array(_encoder(ctx).decode_uint64(plain), dtype=np.int64)
+
+
+_DECRYPTORS: dict[int, tuple[Any, Any]] = {}
 
 
 def decode_phase(ctx: ts.Context, parms_id: Sequence[int], phase: npt.NDArray[np.uint64]) -> tuple[Any, int]:
     """(SEAL Plaintext round(t phase / Q), invariant noise budget in bits) of a phase at level `parms_id`.
 
     The trivial ciphertext (phase, 0) decrypts to the same plaintext under any key, so SEAL's own
-    decryptor (with a throw-away key) decodes it and measures its budget. Holds no secret.
+    decryptor (with a throw-away key, made once per context) decodes it and measures its budget.
+    Holds no secret.
     """
     raw = seal_ciphertext_bytes(seal_version(ctx), list(parms_id), np.stack([phase, np.zeros_like(phase)]), ntt=False)
     trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
     sealctx = ctx.seal_context().data
-    decryptor = seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key())
+    got = _DECRYPTORS.get(id(sealctx))
+    if got is None or got[0] is not sealctx:
+        got = _DECRYPTORS[id(sealctx)] = (sealctx, seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key()))
+    decryptor = got[1]
     plain = seal.Plaintext()
     decryptor.decrypt(trivial, plain)
     return plain, int(decryptor.invariant_noise_budget(trivial))
 
 
-def combined_phase(ct: Any, shares: Sequence[DecryptionShare], moduli: Sequence[int],
-                   n: int) -> npt.NDArray[np.uint64]:
+def combined_phase(c0: npt.NDArray[np.uint64], shares: Sequence[DecryptionShare],
+                   moduli: Sequence[int]) -> npt.NDArray[np.uint64]:
     """c0 + sum_i h_i mod each prime (shape (k, N)): the combiner's whole view of one ciphertext.
 
     Checks each payload's size (naming the share's level when it has another prime count) and
     reduction; holds no secret and adds no noise.
     """
-    k = len(moduli)
+    k, n = len(moduli), int(c0.shape[1])
     qs = np.array(moduli, dtype=np.uint64)[:, None]
-    phase = read_u64(ct.dyn_array(), k * n).reshape(k, n)  # part 0
+    phase = np.asarray(c0, dtype=np.uint64)
     for share in shares:
         if len(share.payload) != 8 * k * n:
             levels = f" (a share at a level with {len(share.payload) // (8 * n)} primes)" \
@@ -196,7 +268,7 @@ def combined_phase(ct: Any, shares: Sequence[DecryptionShare], moduli: Sequence[
             raise ShareCombineError(f"decryption share of holder {share.holder} has {len(share.payload)} bytes"
                                     f"{levels}, expected {8 * k * n} for a ciphertext at a level with {k} primes")
         h = np.frombuffer(share.payload, dtype="<u8").reshape(k, n).astype(np.uint64)
-        if any(int(h[j].max()) >= m for j, m in enumerate(moduli)):
+        if bool((h >= qs).any()):
             raise ShareCombineError(f"decryption share of holder {share.holder} is not reduced modulo its primes")
         phase = (phase + h) % qs  # both < q < 2^61
     return phase

@@ -202,14 +202,17 @@ class DecryptionShare:
 
 
 def check_shares(shares: Iterable[DecryptionShare], holders: Sequence[int], key_fingerprint: bytes,
-                 ciphertext: bytes) -> list[DecryptionShare]:
+                 ciphertext: bytes | None = None, *, bound: bytes | None = None) -> list[DecryptionShare]:
     """The shares to combine, one per holder in `holders` order, or `ShareCombineError` (an InvalidInputError) naming why not.
 
-    Refused: a share for another ciphertext, under another collective key, from a holder outside
-    the set (foreign), a second share from one holder (duplicate), or a holder without a share
-    (missing). n-of-n: every holder's share is needed.
+    Refused: a share for another ciphertext (its digest is not `ciphertext_digest(ciphertext)`,
+    or not `bound` for shares bound to a chunk's c1, `threshold_c1.c1_digest`), under another
+    collective key, from a holder outside the set (foreign), a second share from one holder
+    (duplicate), or a holder without a share (missing). n-of-n: every holder's share is needed.
     """
-    digest = ciphertext_digest(ciphertext)
+    if (ciphertext is None) == (bound is None):
+        raise InvalidInputError("check_shares needs the ciphertext or the digest its shares are bound to, not both")
+    digest = ciphertext_digest(ciphertext) if ciphertext is not None else bytes(bound or b"")
     expected = set(holders)
     if len(expected) != len(holders) or len(expected) < 2:
         raise ShareCombineError(f"holders must be >= 2 distinct ids, got {list(holders)}")

@@ -222,7 +222,7 @@ class ThresholdDecryption:
             raise InvalidInputError(f"{len(sent)} chunks for a measurement announced with {chunk_count}")
         got = self._all("issued no shares", lambda c: c.issue_shares(
             study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, measurement=measurement,
-            chunks=sent, contract_hash=contract_hash, timeout=timeout))
+            chunk_count=len(sent), contract_hash=contract_hash, timeout=timeout))
         ctx = self._template
         slots = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
         fp = bytes.fromhex(self._fingerprint(study_id))
@@ -230,7 +230,7 @@ class ThresholdDecryption:
         for j, index in enumerate(measurement.measured_chunks(slots)):
             ct = vector_ciphertext(sent[j])
             full[index * slots:(index + 1) * slots] = combine(ctx, ct, [g.shares[j] for g in got],
-                                                              list(range(self.k)), fp)
+                                                              list(range(self.k)), fp, bound_to_c1=True)
         values = measurement.decode(full[:measurement.domain_size], DEFAULT_PLAIN_MODULUS, check=False)
         refuse_implausible(values)
         return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,

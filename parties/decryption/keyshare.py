@@ -26,6 +26,7 @@ the measured values and mapped to slots by the measurement's public map, one sha
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import sqlite3
@@ -35,11 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import KeyedRandom, laplace_scale
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
-from he_partition.he.threshold_decrypt import decryption_share, padded_noise
+from he_partition.he.threshold_c1 import C1Part, c1_digest
+from he_partition.he.threshold_decrypt import chunk_share, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold_keys import HolderSecret
 from he_partition.he.threshold_wire import ciphertext_digest
 from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
@@ -47,12 +50,19 @@ from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
 from ..common.contract import StudyContract, canonical_json, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.util import utc_now
+from .handler import NOISE_STREAM
 from .keyshare_uploads import UploadC1Book
 from .ledger import SqliteLedgerStore
 
 __all__ = ["MeasurementShares", "ShareRequest", "ThresholdHolder"]
 
 _SCHEMA = """
+CREATE TABLE IF NOT EXISTS threshold_requests (
+    label_digest TEXT PRIMARY KEY,
+    label TEXT NOT NULL,
+    chunks INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS threshold_shares (
     ciphertext_digest TEXT PRIMARY KEY,
     request TEXT NOT NULL,
@@ -109,8 +119,35 @@ class ThresholdHolder:
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
         #: The owners' signed c1 parts (issue 29's defence against a chosen ciphertext): with a
-        #: book, every ciphertext must carry its chunk's aggregate c1 before anything is charged.
+        #: book, every ciphertext must carry its chunk's aggregate c1 before anything is charged,
+        #: and a measurement's shares are computed on those c1 (`product`).
         self.uploads = uploads
+        #: (study, chunk) -> (c1 s_i, primes, c1 digest) of the signed aggregate c1: secret, memory only.
+        self._products: dict[tuple[str, int], tuple[npt.NDArray[np.uint64], list[int], bytes]] = {}
+
+    def product(self, study_id: str, chunk: int) -> tuple[npt.NDArray[np.uint64], list[int], bytes]:
+        """(c1 s_i, the level's primes, c1_digest) for chunk `chunk` of `study_id`: c1 the owners' signed aggregate.
+
+        The same for every measurement of the chunk (only the noise differs), so it is computed
+        once (`secret_product`) and kept in this process's memory; never stored or sent.
+        FailedPreconditionError when no c1 parts were forwarded for the study.
+        """
+        key = (study_id, int(chunk))
+        got = self._products.get(key)
+        if got is None:
+            if self.uploads is None:
+                raise FailedPreconditionError("this holder keeps no owners' c1 parts: it cannot compute shares of a "
+                                              "measurement")
+            expected: C1Part = self.uploads.expected(study_id, int(chunk))
+            parms = [int(x) for x in self.ctx.seal_context().data.first_parms_id()]
+            got = (secret_product(self.ctx, self.secret, parms, expected), self.uploads.moduli, c1_digest(expected))
+            self._products[key] = got
+        return got
+
+    def forget_products(self, study_id: str) -> None:
+        """Drop the kept c1 s_i of `study_id` (new c1 parts were forwarded)."""
+        for key in [k for k in self._products if k[0] == study_id]:
+            del self._products[key]
 
     def close(self) -> None:
         self.ledger.close()
@@ -215,7 +252,7 @@ class ThresholdHolder:
 
 @dataclass(frozen=True)
 class MeasurementShares:
-    """A holder's shares of one measurement's chunks (in order) and whether they repeat a stored answer."""
+    """A holder's shares of one measurement's chunks (in order) and whether they repeat an answered request."""
 
     shares: tuple[bytes, ...]
     repeated: bool
@@ -223,70 +260,71 @@ class MeasurementShares:
 
 def measurement_label(study_id: str, release_id: str, release_epsilon: float, measurement: dict[str, Any],
                       digest: str) -> bytes:
-    """The request label of one measurement (the single key holder's `_request_noise` label, same fields)."""
+    """The request label of one measurement (the single key holder's `_request_noise` label, same fields).
+
+    `digest`: what the shares decrypt -- for a key-share holder, `chunks_digest` of the signed
+    c1 of the measured chunks (the single key holder: the digest of the ciphertext stream).
+    """
     return canonical_json({"study_id": study_id, "release_id": release_id, "release_epsilon": release_epsilon,
                            "measurement": measurement, "ciphertext_digest": digest}).encode("utf-8")
 
 
-def stored_measurement_shares(holder: ThresholdHolder, digests: list[bytes], label: bytes) -> MeasurementShares | None:
-    """The stored answer when every chunk was answered under `label`; None when none was; else a refusal."""
-    rows = [holder._db.execute("SELECT request, share FROM threshold_shares WHERE ciphertext_digest = ?",
-                               (d.hex(),)).fetchone() for d in digests]
-    if all(r is None for r in rows):
-        return None
-    if any(r is None or r[0] != label.decode("utf-8") for r in rows):
-        raise FailedPreconditionError("a share was already issued for one of these ciphertexts under another "
-                                      "request: one share per ciphertext, nothing was decrypted")
-    return MeasurementShares(tuple(bytes(r[1]) for r in rows), True)
+def chunks_digest(c1_digests: list[bytes], chunk_index: list[int]) -> str:
+    """SHA-256 (hex) over the measured chunks' indices and c1 digests: binds a measurement label to the uploads."""
+    h = hashlib.sha256(b"dpagg/threshold/measured-chunks/v1" + len(chunk_index).to_bytes(8, "big"))
+    for i, d in zip(chunk_index, c1_digests):
+        h.update(int(i).to_bytes(8, "big") + d)
+    return h.hexdigest()
 
 
-def measurement_shares(holder: ThresholdHolder, label: bytes, ciphertexts: list[bytes], noise: Any, measured: Any,
-                       chunk_index: list[int], slots: int, charge: Any) -> MeasurementShares:
-    """This holder's shares of one measurement's chunks, charging `charge()` once before any share exists.
+def answered(holder: ThresholdHolder, label: bytes) -> bool:
+    """True when this holder answered (and charged) the measurement request `label` before."""
+    row = holder._db.execute("SELECT label FROM threshold_requests WHERE label_digest = ?",
+                             (hashlib.sha256(label).hexdigest(),)).fetchone()
+    return row is not None and row[0] == label.decode("utf-8")
 
+
+def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any,
+                       measured: Any, slots: int, charge: Any) -> MeasurementShares:
+    """This holder's shares of one measurement's chunks, charging `charge()` once before any share leaves.
+
+    Each share is computed on the chunk's c1 as the owners signed it (`ThresholdHolder.product`:
+    the sum of their forwarded c1 parts), never on a c1 the computation server sends: the
+    request carries no ciphertext, so a chosen c1 cannot reach s_i (docs/threshold.md).
     Privacy: `charge()` books the measurement's epsilon in this holder's own ledger (the
     caller, `KeyShareService.issue_shares`, computed it as the single key holder does:
     sensitivity m.sensitivity, neighbouring relation add/remove of one person with at most c
-    records) and raises when it does not fit: no share is then computed. `noise` (zeros: no DP
+    records) and raises when it does not fit: no share then leaves. `noise` (zeros: no DP
     share) is the slot-domain image (the measurement's public map, `Measurement.noise_slots`)
     of this holder's `discrete_laplace_share` of the measurement's scale on its values, so the
     K holders' draws add one discrete Laplace per released value, as the single key holder's
     draw does; it is drawn from the holder's noise key keyed by `label`, so only this holder
     knows it. Each chunk's share carries its slice of that noise on the `measured` slots, this
     holder's own uniform pad mod t on every other slot (`padded_noise`: the combiner knows the
-    CS's pads, so without the holders' it would read the data there) and keyed smudging. One share
-    per ciphertext: an identical repeat gets the stored bytes (`stored_measurement_shares`),
-    any other request for one of the ciphertexts is refused, as in
-    `ThresholdHolder.request_share`.
+    CS's pads, so without the holders' it would read the data there) and keyed smudging.
+    An identical repeat of an answered request (the retry after a lost reply) gets the
+    identical shares again -- every noise is keyed by the request -- and is not charged again.
     """
-    digests = [ciphertext_digest(c) for c in ciphertexts]
-    with holder._lock:
-        stored = stored_measurement_shares(holder, digests, label)
-    if stored is not None:
-        return stored
-    # The shares are computed first (so a chunk that is no ciphertext is refused before anything is charged) and
-    # leave this function only after the charge below.
     out = []
     plain_modulus = int(holder.ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
-    for i, (ct, index) in enumerate(zip(ciphertexts, chunk_index)):
+    # the label holds the measurement (a 1M-bin partition's starts: megabytes): each chunk's sources are keyed by
+    # its SHA-256, hashed once, not by the label itself
+    request = hashlib.sha256(label).digest()
+    for index in chunk_index:
         at = index.to_bytes(4, "big")
-        smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v1" + label + at)
+        smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v2" + request + at, stream=NOISE_STREAM)
         chunk_noise, chunk_mask = np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=bool)
         part = noise[index * slots:(index + 1) * slots]
         chunk_noise[:len(part)], chunk_mask[:len(part)] = part, measured[index * slots:(index + 1) * slots]
-        pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v1" + label + at)
+        pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v2" + request + at, stream=NOISE_STREAM)
         dp = padded_noise(chunk_noise, chunk_mask, pads, plain_modulus)
-        try:
-            out.append(decryption_share(holder.ctx, holder.secret, holder.key_fingerprint, ct, dp_noise=dp,
-                                        rng=smudge))
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"chunk {i}: {exc}; nothing was charged or decrypted") from None
+        product, moduli, bound = holder.product(study_id, index)
+        out.append(chunk_share(holder.ctx, holder.secret.holder, holder.key_fingerprint, product, moduli, bound,
+                               dp_noise=dp, rng=smudge))
     with holder._lock:
-        stored = stored_measurement_shares(holder, digests, label)  # an identical request answered meanwhile
-        if stored is not None:
-            return stored
+        if answered(holder, label):  # an identical request answered before or meanwhile: charged then
+            return MeasurementShares(tuple(out), True)
         charge()
-        for digest, share in zip(digests, out):
-            holder._db.execute("INSERT INTO threshold_shares (ciphertext_digest, request, share, created_at) "
-                               "VALUES (?, ?, ?, ?)", (digest.hex(), label.decode("utf-8"), share, utc_now()))
+        holder._db.execute("INSERT INTO threshold_requests (label_digest, label, chunks, created_at) VALUES (?, ?, ?, ?)",
+                           (hashlib.sha256(label).hexdigest(), label.decode("utf-8"), len(out), utc_now()))
         return MeasurementShares(tuple(out), False)

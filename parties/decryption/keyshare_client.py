@@ -59,8 +59,13 @@ class KeyShareClient(DecryptionClient):
         return SetupReply(bytes(resp.message), resp.fingerprint, resp.state, int(resp.holder))
 
     def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
-                     chunks: Sequence[bytes], contract_hash: str, timeout: float | None = None) -> HolderShares:
-        """Send one noised measurement's chunks and get this holder's share of each.
+                     chunk_count: int, contract_hash: str, timeout: float | None = None,
+                     chunks: Sequence[bytes] = ()) -> HolderShares:
+        """Ask for this holder's share of each of the measurement's `chunk_count` measured chunks.
+
+        The holder computes every share on the chunk's c1 as the owners signed it: the request
+        names the measurement, not its ciphertexts (`chunks` exists for tests of the refusal of
+        a request that carries ciphertexts: the holder refuses it, INVALID_ARGUMENT).
 
         Spends `measurement.epsilon` (times 1 + L) of this holder's ledger for the study, as
         DecryptMeasurement does at a single key holder; the holder adds its share of the DP
@@ -70,7 +75,7 @@ class KeyShareClient(DecryptionClient):
         """
         header = decryption_pb2.DecryptMeasurementHeader(
             study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
-            measurement=measurement_to_proto(measurement), chunk_count=len(chunks), contract_hash=contract_hash,
+            measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
             newest_receipt=self._shown(study_id))
 
         def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
@@ -78,7 +83,7 @@ class KeyShareClient(DecryptionClient):
             for c in chunks:
                 yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
 
-        deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.5 * len(chunks)
+        deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.5 * chunk_count
 
         def call() -> HolderShares:
             shares: list[bytes] = []
@@ -91,9 +96,9 @@ class KeyShareClient(DecryptionClient):
                         done = msg.done
             except grpc.RpcError as err:
                 raise ServiceError.from_rpc_error(err, "Decryption/IssueShares") from None
-            if done is None or len(shares) != len(chunks):
+            if done is None or len(shares) != chunk_count:
                 raise ServiceError(grpc.StatusCode.DATA_LOSS, f"holder {self.name} sent {len(shares)} shares for "
-                                   f"{len(chunks)} chunks and {'no' if done is None else 'a'} final message")
+                                   f"{chunk_count} chunks and {'no' if done is None else 'a'} final message")
             self._keep(done.receipt)
             return HolderShares(tuple(shares), int(done.charge_id), float(done.epsilon_remaining), bool(done.repeated))
 

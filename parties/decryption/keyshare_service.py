@@ -35,21 +35,19 @@ from he_partition.core.noise import SecureRandom
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold_context import collective_context_bytes
 from he_partition.he.threshold_keys import HolderSecret
 from he_partition.he.threshold_setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
 
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError
-from ..common.signing import stream_digest
 from ..common.util import write_file_atomic, write_private_file
 from .handler import DecryptionHandler, charged_epsilon, decryption_detail
 from .keys import KeyMaterial
-from he_partition.he.threshold_wire import ciphertext_digest
 
-from .keyshare import (MeasurementShares, ThresholdHolder, measurement_label, measurement_shares,
-                       stored_measurement_shares)
+from .keyshare import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,
+                       measurement_shares)
 from .keyshare_uploads import OwnerC1Parts, UploadC1Book
 from .ledger import Charge
 
@@ -214,41 +212,48 @@ class KeyShareService:
         if not hmac.compare_digest(contract_hash, contract.contract_hash):
             raise FailedPreconditionError(f"the forwarded uploads name another contract than study {study_id}'s")
         chunks = self.holder.uploads.accept(contract, uploads)
+        self.holder.forget_products(study_id)
         log.info("holder %s, study %s: the signed c1 parts of %d owners (%d chunks) verified and kept", self.name,
                  study_id, len(uploads), chunks)
         return chunks
 
     def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
-                     contract_hash: str, chunks: list[bytes]) -> tuple[MeasurementShares, Charge | None]:
+                     contract_hash: str, chunk_count: int) -> tuple[MeasurementShares, Charge | None]:
         """Check the measurement as the single key holder does, charge this holder's ledger, issue one share per chunk.
 
+        The request names the measurement only: each share is computed on the measured chunk's
+        c1 as the owners signed it (forwarded once per study, `accept_uploads`), so nothing the
+        computation server chooses reaches s_i; `chunk_count` must be the measurement's count
+        of measured chunks.
         Privacy: charges `charged_epsilon(contract, measurement)` (epsilon of a measurement of L1
         sensitivity `measurement.sensitivity` under the neighbouring relation add/remove of one
-        person with at most c records, times 1 + L) to this holder's own ledger before any share exists, or claims
+        person with at most c records, times 1 + L) to this holder's own ledger before any share leaves, or claims
         a paid direct range; the DP noise is this holder's `discrete_laplace_share` of the
         measurement's scale on each measured value (the K holders' shares sum to one discrete
         Laplace draw: the single key holder's draw), drawn first from its own noise key keyed
         by the request, so only this holder knows it; the combiner sees only the sum.
         """
         handler = self.require_active()
-        assert self.holder is not None and self.active is not None
+        assert self.holder is not None and self.active is not None and self.holder.uploads is not None
         contract = handler.get_study(study_id)
         self.check_contract(contract)
-        try:
-            ciphertexts = [vector_ciphertext(c) for c in chunks]
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"a chunk is not a TenSEAL BFV vector: {exc}; nothing was charged or decrypted") \
-                from None
-        digest = stream_digest(chunks).hex()
+        slots = handler.backend.slots
+        chunk_index = [int(i) for i in measurement.measured_chunks(slots)]
+        if int(chunk_count) != len(chunk_index):
+            raise InvalidInputError(f"the request announces {chunk_count} chunks; measurement {measurement.kind} "
+                                    f"measures {len(chunk_index)}: nothing was charged or decrypted")
+        if not self.holder.uploads.has(study_id):
+            raise FailedPreconditionError(f"study {study_id}: no owners' signed c1 parts were forwarded to this "
+                                          "holder, so it has no c1 to compute shares on: nothing was charged or "
+                                          "decrypted")
+        bound = [self.holder.product(study_id, i)[2] for i in chunk_index]
+        digest = chunks_digest(bound, chunk_index)
         label = measurement_label(study_id, release_id, float(release_epsilon), measurement.to_dict(), digest)
-        with self.holder._lock:  # an identical request answered before: its stored shares (checked and charged then)
-            stored = stored_measurement_shares(self.holder, [ciphertext_digest(c) for c in ciphertexts], label)
-        if stored is not None:
-            return stored, None
-        handler.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
-                                  release_id=release_id, release_epsilon=float(release_epsilon))
-        if self.holder.uploads is not None:  # issue 29: every chunk carries its chunk's aggregate of the owners' c1
-            self.holder.uploads.check(study_id, ciphertexts, list(measurement.measured_chunks(handler.backend.slots)))
+        with self.holder._lock:
+            repeat = answered(self.holder, label)
+        if not repeat:  # an identical request answered before was checked and charged then
+            handler.check_measurement(contract, measurement, len(chunk_index), contract_hash=contract_hash,
+                                      release_id=release_id, release_epsilon=float(release_epsilon))
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
@@ -279,12 +284,11 @@ class KeyShareService:
                                                   charged_epsilon(contract, measurement, float(release_epsilon)),
                                                   float(release_epsilon), detail))
 
-        slots = handler.backend.slots
         used = measurement.measured_slots()
         measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
-        result = measurement_shares(self.holder, label, ciphertexts, noise, measured,
-                                    list(measurement.measured_chunks(slots)), slots, charge)
+        result = measurement_shares(self.holder, label, study_id, chunk_index, noise, measured, slots, charge)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
-                 "re-sent stored" if result.repeated else "issued", len(result.shares), measurement.kind, len(chunks))
+                 "re-issued identical" if result.repeated else "issued", len(result.shares), measurement.kind,
+                 len(chunk_index))
         return result, (paid[0] if paid else None)
 

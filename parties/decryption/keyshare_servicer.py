@@ -95,15 +95,13 @@ class KeyShareServicer(DecryptionServicer):
                                       release_epsilon=float(header.release_epsilon))
         except BudgetExhaustedError:
             pass  # unless it repeats an answered request (its stored shares): `issue_shares` decides
-        chunks: list[bytes] = []
-        for msg in request_iterator:
-            if msg.WhichOneof("part") != "chunk" or len(chunks) >= header.chunk_count:
-                raise InvalidInputError(f"only the announced {header.chunk_count} ciphertext chunks may follow "
-                                        "the IssueShares header")
-            chunks.append(msg.chunk)
+        for _ in request_iterator:  # a holder computes on the owners' signed c1 only: it takes no ciphertext
+            raise InvalidInputError("IssueShares carries the header only: a key-share holder computes its shares on "
+                                    "the owners' signed c1 parts (forwarded with ForwardUploads), never on a "
+                                    "ciphertext the computation server sends; nothing was charged or decrypted")
         result, charge = self.service.issue_shares(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=float(header.release_epsilon),
-            measurement=measurement, contract_hash=header.contract_hash, chunks=chunks)
+            measurement=measurement, contract_hash=header.contract_hash, chunk_count=int(header.chunk_count))
         for share in result.shares:
             yield decryption_pb2.IssueSharesResponse(share=share)
         remaining = handler.budget(header.study_id).remaining

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.threshold_c1 import (C1_MISMATCH, C1Part, aggregate_c1, c1_bytes, c1_from_bytes, c1_of_vector,
+from he_partition.he.threshold_c1 import (C1_MISMATCH, C1Part, c1_bytes, c1_from_bytes, c1_of_vector,
                                           c1_stream_digest, check_c1)
 
 from ..common.contract import StudyContract
@@ -111,7 +111,8 @@ class UploadC1Book:
                                           f"owner of the contract once (missing {missing}, unknown {extra}, "
                                           f"duplicated {dup}): {C1_MISMATCH} cannot be checked, refused")
         chunks = -(-contract.domain_size // self.n)
-        per_owner = []
+        total = np.zeros((chunks, len(self.moduli), self.n), dtype=np.uint64)
+        qs = np.array(self.moduli, dtype=np.uint64)[None, :, None]
         for u in got:
             if len(u.parts) != chunks:
                 raise InvalidInputError(f"owner {u.owner_id!r} forwarded {len(u.parts)} c1 parts, the study has "
@@ -124,8 +125,9 @@ class UploadC1Book:
                 raise SignatureError(f"owner {u.owner_id!r}'s signature over its c1 parts does not verify under the "
                                      f"contract's key for that owner (forged, or another owner's parts): the "
                                      "forwarded parts are refused; nothing was charged or decrypted") from None
-            per_owner.append([c1_from_bytes(p, self.moduli, self.n) for p in u.parts])
-        expected = [aggregate_c1((o[i] for o in per_owner), self.moduli) for i in range(chunks)]
+            parts = np.stack([c1_from_bytes(p, self.moduli, self.n) for p in u.parts])
+            total = (total + parts) % qs  # both < q < 2^61: no overflow
+        expected = list(total)
         with self._lock:
             self._expected[contract.study_id] = expected
             if self.directory is not None:
@@ -142,6 +144,17 @@ class UploadC1Book:
                 expected = list(np.load(self.directory / f"{study_id}.npy").astype(np.uint64))
                 self._expected[study_id] = expected
         return expected
+
+    def expected(self, study_id: str, chunk: int) -> C1Part:
+        """The expected aggregate c1 of chunk `chunk` (FailedPrecondition when nothing was forwarded for the study)."""
+        expected = self._load(study_id)
+        if expected is None:
+            raise FailedPreconditionError(f"study {study_id}: no owners' signed c1 parts were forwarded to this "
+                                          f"holder, so it has no c1 to compute shares on: nothing was charged or "
+                                          "decrypted")
+        if not 0 <= int(chunk) < len(expected):
+            raise InvalidInputError(f"chunk {chunk} is outside the study's {len(expected)} chunks")
+        return expected[int(chunk)]
 
     def has(self, study_id: str) -> bool:
         """True when this holder keeps the expected c1 of `study_id` (forwarded before, here or before a restart)."""

@@ -25,19 +25,23 @@ def _as_computation_server(t: Threshold, i: int) -> Any:
     return c
 
 
-def test_one_share_per_ciphertext_and_wrong_shares_are_refused_through_the_services(threshold: Threshold) -> None:
+def test_an_identical_request_gets_identical_shares_charged_once_and_wrong_shares_are_refused(
+        threshold: Threshold) -> None:
     threshold.open_and_submit("s-share")
     spy = _Spy(threshold.combiner)
     assert threshold.computation().run_release("s-share", epsilon=0.5).state == "DONE"
     kw, values = spy.calls[0]
     h1 = _as_computation_server(threshold, 0)
-    ask = {k: kw[k] for k in ("study_id", "release_id", "release_epsilon", "measurement", "chunks")}
+    ask = {k: kw[k] for k in ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count")}
     ask["contract_hash"] = kw["contract_hash"]
-    again = h1.issue_shares(**ask)  # the very same request: the stored bytes, charged once
-    assert again.repeated and _spent(threshold, 0, "s-share") == pytest.approx(0.5)
-    with pytest.raises(ServiceError) as err:  # the same ciphertexts under another release: a second share refused
-        h1.issue_shares(**{**ask, "release_id": "rel-other"})
-    assert err.value.code.name == "FAILED_PRECONDITION" and "already issued" in err.value.details
+    first = h1.issue_shares(**ask)  # the very same request (a retry after a lost reply): the same shares, no charge
+    again = h1.issue_shares(**ask)
+    assert first.repeated and again.repeated and first.shares == again.shares
+    assert _spent(threshold, 0, "s-share") == pytest.approx(0.5)
+    with pytest.raises(ServiceError) as err:  # a request that carries ciphertexts: the holder takes none
+        h1.issue_shares(**ask, chunks=kw["chunks"])
+    assert err.value.code.name == "INVALID_ARGUMENT" and "header only" in err.value.details
+    assert _spent(threshold, 0, "s-share") == pytest.approx(0.5)
     # a combiner handed holder h1's share in holder h2's place refuses to combine
     from he_partition.core.errors import InvalidInputError
     from he_partition.he.threshold_context import vector_ciphertext
@@ -45,10 +49,15 @@ def test_one_share_per_ciphertext_and_wrong_shares_are_refused_through_the_servi
     shares = [_as_computation_server(threshold, i).issue_shares(**ask).shares[0] for i in range(3)]
     ct = vector_ciphertext(kw["chunks"][0])
     fp = bytes.fromhex(threshold.holders[0].handler.active.fingerprint)
-    with pytest.raises(InvalidInputError):
-        combine(threshold.combiner._template, ct, [shares[0], shares[0], shares[2]], [0, 1, 2], fp)
-    with pytest.raises(InvalidInputError):
-        combine(threshold.combiner._template, vector_ciphertext(spy.calls[1][0]["chunks"][0]), shares, [0, 1, 2], fp)
+    with pytest.raises(InvalidInputError, match="duplicate"):
+        combine(threshold.combiner._template, ct, [shares[0], shares[0], shares[2]], [0, 1, 2], fp, bound_to_c1=True)
+    # the shares are bound to the chunk's signed c1: a ciphertext with any other c1 does not combine with them
+    from he_partition.he.bfv import BfvBackend, load_context
+    be = BfvBackend(load_context(threshold.combiner.public_context()))
+    other = be.serialize_chunk(be.deserialize_chunk(kw["chunks"][0]) + be.encrypt(np.zeros(8192, np.int64)).chunks[0])
+    with pytest.raises(InvalidInputError, match="for another ciphertext"):
+        combine(threshold.combiner._template, vector_ciphertext(other), shares, [0, 1, 2], fp, bound_to_c1=True)
+    assert np.asarray(combine(threshold.combiner._template, ct, shares, [0, 1, 2], fp, bound_to_c1=True)).size == 8192
 
 
 def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Threshold) -> None:
@@ -82,7 +91,7 @@ def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Thre
     with pytest.raises(ServiceError) as err:
         _as_computation_server(threshold, 0).issue_shares(
             study_id="s-foreign", release_id="rel-x", release_epsilon=0.5, measurement=spy_kw["measurement"],
-            chunks=spy_kw["chunks"], contract_hash=foreign.contract_hash)
+            chunk_count=spy_kw["chunk_count"], contract_hash=foreign.contract_hash)
     assert err.value.code.name == "FAILED_PRECONDITION" and "not holder h1's collective key" in err.value.details
     assert _spent(threshold, 0, "s-foreign") == 0
 
@@ -211,12 +220,16 @@ def test_malformed_setup_steps_and_chunks_are_refused_with_the_problem_named_and
     h1 = _as_computation_server(threshold, 0)
     before = _spent(threshold, 0, "s-bad")
     framed_junk = bytes([2 << 3 | 2]) + _varint(5) + b"junk!"  # a TenSEAL vector frame around non-SEAL bytes
-    for junk in (b"x", framed_junk):
+    for junk in (b"x", framed_junk):  # chunks are refused whatever they hold: a holder takes no ciphertext
         with pytest.raises(ServiceError) as err:
             h1.issue_shares(study_id="s-bad", release_id="rel-junk", release_epsilon=0.5,
-                            measurement=kw["measurement"], chunks=[junk] * len(kw["chunks"]),
-                            contract_hash=kw["contract_hash"])
+                            measurement=kw["measurement"], chunk_count=kw["chunk_count"],
+                            chunks=[junk] * kw["chunk_count"], contract_hash=kw["contract_hash"])
         assert err.value.code.name == "INVALID_ARGUMENT" and "nothing was charged" in err.value.details
+    with pytest.raises(ServiceError) as err:  # a chunk count that is not the measurement's
+        h1.issue_shares(study_id="s-bad", release_id="rel-junk", release_epsilon=0.5, measurement=kw["measurement"],
+                        chunk_count=kw["chunk_count"] + 1, contract_hash=kw["contract_hash"])
+    assert err.value.code.name == "INVALID_ARGUMENT" and "chunk_count" in err.value.details
     assert _spent(threshold, 0, "s-bad") == before
     for step, session, messages in (("commit_seed", b"short", None), ("reveal_seed", b"s" * 16, {7: b"x"}),
                                     ("nonsense", b"s" * 16, None)):
@@ -243,8 +256,8 @@ def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold
     ctx = load_context(threshold.combiner.public_context())
     slots = 8192
     values = (np.arange(slots) * 7 + 1000).tolist()
-    # the holders check c1 (docs/threshold.md, section 3a): the combiner sends the owners' aggregate with its
-    # known values added on c0, after forwarding the owners' signed c1 parts
+    # the holders compute on the owners' signed c1 (docs/threshold.md, section 3a): the combiner forwards them and
+    # combines the shares with its own c0, the owners' aggregate with known values added
     h = threshold.cs.handler
     subs = h.store.submissions("s-pads")
     threshold.combiner.forward_uploads(contract, lambda: [owner_c1_parts(ctx, s, h.store.read_chunk, h.c1_signatures.get(
@@ -257,10 +270,10 @@ def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold
     known[:DOMAIN] += sum(owner_encoding(x) for x in _histograms())
     m = PartitionSums(domain_size=DOMAIN, epsilon=0.5, sensitivity=1, starts=(0, 16, 32, 48))
     shares = [_as_computation_server(threshold, i).issue_shares(
-        study_id="s-pads", release_id="rel-pads", release_epsilon=0.5, measurement=m, chunks=[chunk],
+        study_id="s-pads", release_id="rel-pads", release_epsilon=0.5, measurement=m, chunk_count=1,
         contract_hash=contract.contract_hash).shares[0] for i in range(3)]
     fp = bytes.fromhex(contract.context_fingerprint)
-    got = combine(threshold.combiner._template, vector_ciphertext(chunk), shares, [0, 1, 2], fp)
+    got = combine(threshold.combiner._template, vector_ciphertext(chunk), shares, [0, 1, 2], fp, bound_to_c1=True)
     t = 562949952847873
     offset = (got - known) % t
     offset = np.where(offset > t // 2, offset - t, offset)

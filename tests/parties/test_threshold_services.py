@@ -167,6 +167,19 @@ def _label(kw: dict[str, Any]) -> bytes:
                              stream_digest(kw["chunks"]).hex())
 
 
+def _holder_label(kw: dict[str, Any]) -> bytes:
+    """A key-share holder's label of the request: the measured chunks' signed c1 (what its shares decrypt)."""
+    from he_partition.he.bfv import generate_secret_context
+    from he_partition.he.threshold_c1 import c1_digest, c1_of_vector
+    from parties.decryption.keyshare import chunks_digest
+
+    m: Measurement = kw["measurement"]
+    ctx = generate_secret_context()
+    index = [int(i) for i in m.measured_chunks(8192)]
+    digest = chunks_digest([c1_digest(c1_of_vector(ctx, c)) for c in kw["chunks"]], index)
+    return measurement_label(kw["study_id"], kw["release_id"], float(kw["release_epsilon"]), m.to_dict(), digest)
+
+
 def _noise_key(data_dir: Path) -> bytes:
     return (data_dir / "keys" / "noise_key.bin").read_bytes()
 
@@ -181,7 +194,7 @@ def _holders_draws(root: Path, kw: dict[str, Any]) -> np.ndarray:
     """The sum of the three holders' keyed shares for one request (each holder's noise key, the request label)."""
     m: Measurement = kw["measurement"]
     return sum(discrete_laplace_share(m.scale, 3, m.count, holder_noise_source(
-        _noise_key(root / name), i, 3, b"dp/" + _label(kw))) for i, name in enumerate(HOLDERS))  # type: ignore
+        _noise_key(root / name), i, 3, b"dp/" + _holder_label(kw))) for i, name in enumerate(HOLDERS))  # type: ignore
 
 
 def _run_study(open_and_submit: Callable[[], Any], client: ComputationClient) -> None:
