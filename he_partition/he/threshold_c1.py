@@ -70,7 +70,8 @@ def ciphertext_parts(ctx: ts.Context, raw: bytes) -> tuple[list[int], list[int],
 
 def ciphertext_c1(ctx: ts.Context, raw: bytes) -> C1Part:
     """c1 of a 2-part coefficient-form SEAL ciphertext (bytes), shape (k, N); InvalidInputError otherwise."""
-    return ciphertext_parts(ctx, raw)[2][1]
+    c1: C1Part = ciphertext_parts(ctx, raw)[2][1]
+    return c1
 
 
 def c1_of_vector(ctx: ts.Context, vector_bytes: bytes) -> C1Part:
