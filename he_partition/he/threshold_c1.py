@@ -90,7 +90,7 @@ def c1_from_bytes(data: bytes, moduli: Sequence[int], n: int) -> C1Part:
     if len(data) != 8 * k * n:
         raise InvalidInputError(f"a c1 part has {len(data)} bytes, expected {8 * k * n} ({k} primes x {n} "
                                 "coefficients x 8 bytes)")
-    part = np.frombuffer(data, dtype="<u8").reshape(k, n).astype(np.uint64)
+    part = np.frombuffer(data, dtype="<u8").reshape(k, n).astype(np.uint64, copy=False)
     if any(int(part[j].max()) >= q for j, q in enumerate(moduli)):
         raise InvalidInputError("a c1 part is not reduced modulo its primes")
     return part

@@ -536,7 +536,7 @@ class ComputationHandler:
             forward(
                 contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
                     contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in included],
-                [(s.meta.owner_id, s.meta.idempotency_key) for s in included])
+                [(s.meta.owner_id, s.meta.idempotency_key) for s in included], background=True)
             context = noise_in_c0_context(context)
         self.executor.load(key, context, source, n_chunks(contract.domain_size, backend.slots))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -84,6 +84,8 @@ class ThresholdDecryption:
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
         self._forwarded: dict[str, tuple[tuple[str, str], ...]] = {}  # study -> the (owner, upload key)s forwarded
+        self._forwarding: dict[str, Future[None]] = {}  # study -> its forward under way (`forward_uploads`)
+        self._forwarder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="c1-forward")
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
         self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
@@ -93,6 +95,7 @@ class ThresholdDecryption:
         return len(self.clients)
 
     def close(self) -> None:
+        self._forwarder.shutdown(wait=False)
         self._pool.shutdown(wait=False)
         for c in self.clients:
             c.close()
@@ -100,7 +103,10 @@ class ThresholdDecryption:
     # -- fan-out ---------------------------------------------------------------------------
     def _all(self, what: str, call: Callable[[KeyShareClient], T]) -> list[T]:
         """`call` at every holder in parallel; the first failure (in holder order) as HolderFailedError."""
-        futures = [self._pool.submit(call, c) for c in self.clients]
+        return self._collect(what, [self._pool.submit(call, c) for c in self.clients])
+
+    def _collect(self, what: str, futures: list[Future[T]]) -> list[T]:
+        """Every holder's result of `futures` (one per holder, in order); the first failure as HolderFailedError."""
         results: list[Any] = []
         failures: list[tuple[str, Exception]] = []
         for c, f in zip(self.clients, futures):
@@ -217,12 +223,20 @@ class ThresholdDecryption:
         its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
         naming it, nothing combined. Draws no noise itself.
         """
-        sent = list(chunks)
+        self._await_forward(study_id)
+        # the holders compute on the owners' signed c1, so they work while this server builds its chunks
+        asked = [self._pool.submit(lambda c: c.issue_shares(
+            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, measurement=measurement,
+            chunk_count=chunk_count, contract_hash=contract_hash, timeout=timeout), c) for c in self.clients]
+        try:
+            sent = list(chunks)
+        except BaseException:
+            for f in asked:
+                f.cancel()
+            raise
+        got = self._collect("issued no shares", asked)
         if len(sent) != chunk_count:
             raise InvalidInputError(f"{len(sent)} chunks for a measurement announced with {chunk_count}")
-        got = self._all("issued no shares", lambda c: c.issue_shares(
-            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, measurement=measurement,
-            chunk_count=len(sent), contract_hash=contract_hash, timeout=timeout))
         ctx = self._template
         slots = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
         fp = bytes.fromhex(self._fingerprint(study_id))
@@ -240,23 +254,51 @@ class ThresholdDecryption:
     noise_in_c0 = True
 
     def forward_uploads(self, contract: StudyContract, uploads: Callable[[], list[OwnerC1Parts]],
-                        included: Sequence[tuple[str, str]]) -> None:
+                        included: Sequence[tuple[str, str]], *, background: bool = False) -> None:
         """Send the included owners' signed c1 parts to every holder, once per study and set of uploads.
 
-        `uploads()` builds them only when they must travel. A holder that refuses (a signature
-        that does not verify, an owner missing) stops the release before anything is measured.
+        `uploads()` builds them only when they must travel. With `background` the forward runs
+        while the caller goes on (the release loads the aggregate meanwhile); the study's next
+        `decrypt_measurement` waits for it first, so a holder that refuses (a signature that does
+        not verify, an owner missing) stops the release before any share is asked for.
         """
         key = tuple(sorted(included))
         with self._lock:
             if self._forwarded.get(contract.study_id) == key:
                 return
-        parts = uploads()
-        self._all("refused the owners' c1 parts", lambda c: c.forward_uploads(contract.study_id,
-                                                                              contract.contract_hash, parts))
-        log.info("study %s: c1 parts of %d owners forwarded to %d holders (%d bytes each)", contract.study_id,
-                 len(parts), self.k, sum(len(p) for u in parts for p in u.parts))
+            pending = self._forwarding.get(contract.study_id)
+        if pending is not None:  # an earlier forward of the study still running (or failed): settled first
+            self._await_forward(contract.study_id)
+            with self._lock:
+                if self._forwarded.get(contract.study_id) == key:
+                    return
+
+        def run() -> None:
+            parts = uploads()
+            self._all("refused the owners' c1 parts", lambda c: c.forward_uploads(contract.study_id,
+                                                                                  contract.contract_hash, parts))
+            log.info("study %s: c1 parts of %d owners forwarded to %d holders (%d bytes each)", contract.study_id,
+                     len(parts), self.k, sum(len(p) for u in parts for p in u.parts))
+            with self._lock:
+                self._forwarded[contract.study_id] = key
+
         with self._lock:
-            self._forwarded[contract.study_id] = key
+            self._forwarding[contract.study_id] = self._forwarder.submit(run)
+        if not background:
+            self._await_forward(contract.study_id)
+
+    def _await_forward(self, study_id: str) -> None:
+        """Wait for a running forward of `study_id`'s c1 parts; its failure (a holder refused them) is raised here."""
+        with self._lock:
+            pending = self._forwarding.get(study_id)
+        if pending is None:
+            return
+        try:
+            pending.result()
+        finally:
+            with self._lock:
+                if self._forwarding.get(study_id) is pending:
+                    del self._forwarding[study_id]
 
     def _fingerprint(self, study_id: str) -> str:
         """The collective key fingerprint of a study's contract (fetched once per study)."""

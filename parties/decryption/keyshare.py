@@ -258,15 +258,16 @@ class MeasurementShares:
     repeated: bool
 
 
-def measurement_label(study_id: str, release_id: str, release_epsilon: float, measurement: dict[str, Any],
-                      digest: str) -> bytes:
-    """The request label of one measurement (the single key holder's `_request_noise` label, same fields).
+def measurement_label(study_id: str, release_id: str, release_epsilon: float, spec_json: str, digest: str) -> bytes:
+    """The request label of one measurement: study, release, release epsilon, measurement, what is decrypted.
 
-    `digest`: what the shares decrypt -- for a key-share holder, `chunks_digest` of the signed
-    c1 of the measured chunks (the single key holder: the digest of the ciphertext stream).
+    `spec_json`: canonical_json(measurement.to_dict()), entering as its SHA-256 (the spec of a
+    1M-bin partition is megabytes); `digest`: what the shares decrypt, `chunks_digest` of the
+    signed c1 of the measured chunks. Keys every noise of the request (`measurement_shares`).
     """
     return canonical_json({"study_id": study_id, "release_id": release_id, "release_epsilon": release_epsilon,
-                           "measurement": measurement, "ciphertext_digest": digest}).encode("utf-8")
+                           "measurement_sha256": hashlib.sha256(spec_json.encode("utf-8")).hexdigest(),
+                           "c1_digest": digest}).encode("utf-8")
 
 
 def chunks_digest(c1_digests: list[bytes], chunk_index: list[int]) -> str:

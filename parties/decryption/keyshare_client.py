@@ -106,7 +106,9 @@ class KeyShareClient(DecryptionClient):
 
     def forward_uploads(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerC1Parts], *,
                         timeout: float | None = None) -> int:
-        """Send every owner's signed c1 parts of `study_id` to this holder; returns the chunks it now checks."""
+        """Send every owner's signed c1 parts of `study_id` to this holder; returns the chunks it now checks.
+
+        Retried while the holder is UNAVAILABLE for up to `outage_seconds` (`ride_out_outage`)."""
         def requests() -> Iterator[decryption_pb2.ForwardUploadsRequest]:
             for u in uploads:
                 for i, part in enumerate(u.parts):
@@ -115,8 +117,12 @@ class KeyShareClient(DecryptionClient):
                         idempotency_key=u.idempotency_key, signature=u.signature, index=i, c1=part)
 
         deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.1 * sum(len(u.parts) for u in uploads)
-        try:
-            resp = self._stub.ForwardUploads(requests(), timeout=deadline)
-        except grpc.RpcError as err:
-            raise ServiceError.from_rpc_error(err, "Decryption/ForwardUploads") from None
-        return int(resp.chunks)
+
+        def call() -> int:
+            try:
+                return int(self._stub.ForwardUploads(requests(), timeout=deadline).chunks)
+            except grpc.RpcError as err:
+                raise ServiceError.from_rpc_error(err, "Decryption/ForwardUploads") from None
+
+        # an unreachable holder is waited for as in a release (the same parts again: the holder keeps their sum once)
+        return self.ride_out_outage(call, study_id, "the owners' c1 parts", f"key-share holder {self.name}")

@@ -40,7 +40,7 @@ from he_partition.he.threshold_keys import HolderSecret
 from he_partition.he.threshold_setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
 
-from ..common.contract import StudyContract
+from ..common.contract import StudyContract, canonical_json
 from ..common.errors import FailedPreconditionError
 from ..common.util import write_file_atomic, write_private_file
 from .handler import DecryptionHandler, charged_epsilon, decryption_detail
@@ -248,7 +248,8 @@ class KeyShareService:
                                           "decrypted")
         bound = [self.holder.product(study_id, i)[2] for i in chunk_index]
         digest = chunks_digest(bound, chunk_index)
-        label = measurement_label(study_id, release_id, float(release_epsilon), measurement.to_dict(), digest)
+        spec_json = canonical_json(measurement.to_dict())  # once: a 1M-bin partition's spec is megabytes
+        label = measurement_label(study_id, release_id, float(release_epsilon), spec_json, digest)
         with self.holder._lock:
             repeat = answered(self.holder, label)
         if not repeat:  # an identical request answered before was checked and charged then
@@ -265,7 +266,7 @@ class KeyShareService:
             if isinstance(measurement, RangeCount) and measurement.lo > 0:  # no share on the CS's prefix mask
                 d = np.concatenate([np.zeros(1, dtype=np.int64), d])
             noise = np.asarray(measurement.noise_slots(d, DEFAULT_PLAIN_MODULUS), dtype=np.int64)
-        detail = decryption_detail(contract, measurement, digest)
+        detail = decryption_detail(contract, measurement, digest, spec_json=spec_json)
         paid: list[Charge] = []
 
         def charge() -> None:

@@ -20,7 +20,7 @@ from parties.common.server import ServerHandle
 from parties.common.signing import stream_digest
 from parties.computation.server import create_computation_server
 from parties.decryption.handler import NOISE_STREAM
-from parties.decryption.keyshare import measurement_label
+from parties.common.contract import canonical_json
 from parties.decryption.keyshare_servicer import create_keyshare_server
 from parties.decryption.ledger import backup_ledger
 from tests.parties.conftest import CS_ID, FAST_RETRY, Cluster, Pki
@@ -163,8 +163,9 @@ class _Spy:
 
 def _label(kw: dict[str, Any]) -> bytes:
     m: Measurement = kw["measurement"]
-    return measurement_label(kw["study_id"], kw["release_id"], float(kw["release_epsilon"]), m.to_dict(),
-                             stream_digest(kw["chunks"]).hex())
+    return canonical_json({"study_id": kw["study_id"], "release_id": kw["release_id"],  # the DS's request label
+                           "release_epsilon": float(kw["release_epsilon"]), "measurement": m.to_dict(),
+                           "ciphertext_digest": stream_digest(kw["chunks"]).hex()}).encode("utf-8")
 
 
 def _holder_label(kw: dict[str, Any]) -> bytes:
@@ -172,12 +173,14 @@ def _holder_label(kw: dict[str, Any]) -> bytes:
     from he_partition.he.bfv import generate_secret_context
     from he_partition.he.threshold_c1 import c1_digest, c1_of_vector
     from parties.decryption.keyshare import chunks_digest
+    from parties.decryption.keyshare import measurement_label as holder_label
 
     m: Measurement = kw["measurement"]
     ctx = generate_secret_context()
     index = [int(i) for i in m.measured_chunks(8192)]
     digest = chunks_digest([c1_digest(c1_of_vector(ctx, c)) for c in kw["chunks"]], index)
-    return measurement_label(kw["study_id"], kw["release_id"], float(kw["release_epsilon"]), m.to_dict(), digest)
+    return holder_label(kw["study_id"], kw["release_id"], float(kw["release_epsilon"]), canonical_json(m.to_dict()),
+                        digest)
 
 
 def _noise_key(data_dir: Path) -> bytes:
