@@ -24,6 +24,7 @@ import json
 import multiprocessing as mp
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--owners", type=int, default=10, help="data-owner processes (default 10)")
     ap.add_argument("--repeat", type=int, default=1, help="K = 1 / K = 3 pairs, alternating (default 1)")
     ap.add_argument("--cases", default="1,3", help="which K to run, comma-separated (default 1,3; e.g. 3 to profile)")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy every server's log to DIR/k<K>-<repeat>/")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/threshold_services.json")
     args = ap.parse_args(argv)
     rows = []
@@ -213,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{rep + 1}/{args.repeat}] {args.bins} bins, K = {k}, {args.owners} owners ...",
                       file=sys.stderr, flush=True)
                 rows.append(run_case(args.bins, k, args.owners, Path(tmp)))
+                if args.keep_logs:
+                    keep = Path(args.keep_logs) / f"k{k}-{rep + 1}"
+                    keep.mkdir(parents=True, exist_ok=True)
+                    for log in Path(tmp).glob("*.log"):
+                        shutil.copy(log, keep / log.name)
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     ratios = _ratios(rows)
     for r in rows:

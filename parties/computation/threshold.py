@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+import grpc
 import numpy as np
 
 from he_partition.core.errors import InvalidInputError
@@ -35,7 +37,7 @@ from ..common.receipts import ReceiptBook
 from ..common.tls import TlsConfig
 from ..common.util import new_id
 from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
-from ..decryption.keyshare_client import KeyShareClient
+from ..decryption.keyshare_client import HolderShares, KeyShareClient
 from ..decryption.keyshare_uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
@@ -223,30 +225,61 @@ class ThresholdDecryption:
         its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
         naming it, nothing combined. Draws no noise itself.
         """
+        t0 = time.monotonic()
         self._await_forward(study_id)
-        # the holders compute on the owners' signed c1, so they work while this server builds its chunks
-        asked = [self._pool.submit(lambda c: c.issue_shares(
-            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, measurement=measurement,
-            chunk_count=chunk_count, contract_hash=contract_hash, timeout=timeout), c) for c in self.clients]
+        t1 = time.monotonic()
+        arrived: list[list[bytes | None]] = [[None] * chunk_count for _ in self.clients]
+        ready = threading.Condition()
+
+        def on_share(i: int, j: int, share: bytes) -> None:
+            with ready:
+                if arrived[i][j] is None:
+                    arrived[i][j] = share
+                    ready.notify_all()
+
+        def ask(i: int, c: KeyShareClient) -> HolderShares:
+            try:
+                return c.issue_shares(study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
+                                      measurement=measurement, chunk_count=chunk_count, contract_hash=contract_hash,
+                                      timeout=timeout, on_share=lambda j, share: on_share(i, j, share))
+            finally:
+                with ready:
+                    ready.notify_all()
+
+        # the holders compute on the owners' signed c1, so they work while this server builds its chunks, and each
+        # chunk is combined as soon as its K shares are in (the holders charged before their first share)
+        asked = [self._pool.submit(ask, i, c) for i, c in enumerate(self.clients)]
         try:
             sent = list(chunks)
         except BaseException:
             for f in asked:
                 f.cancel()
             raise
-        got = self._collect("issued no shares", asked)
+        t2 = time.monotonic()
         if len(sent) != chunk_count:
+            self._collect("issued no shares", asked)
             raise InvalidInputError(f"{len(sent)} chunks for a measurement announced with {chunk_count}")
         ctx = self._template
         slots = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
         fp = bytes.fromhex(self._fingerprint(study_id))
         full = np.zeros(n_chunks(measurement.domain_size, slots) * slots, dtype=np.int64)
         for j, index in enumerate(measurement.measured_chunks(slots)):
-            ct = vector_ciphertext(sent[j])
-            full[index * slots:(index + 1) * slots] = combine(ctx, ct, [g.shares[j] for g in got],
+            with ready:
+                while any(a[j] is None for a in arrived) and not any(f.done() and f.exception() for f in asked):
+                    ready.wait(1.0)
+                shares = [a[j] for a in arrived]
+            if any(s is None for s in shares):  # a holder failed: its error, naming it (nothing more is combined)
+                self._collect("issued no shares", asked)
+                raise HolderFailedError(grpc.StatusCode.DATA_LOSS, f"a key-share holder stopped before chunk {j}")
+            full[index * slots:(index + 1) * slots] = combine(ctx, vector_ciphertext(sent[j]),
+                                                              [s for s in shares if s is not None],
                                                               list(range(self.k)), fp, bound_to_c1=True)
+        t3 = time.monotonic()
+        got = self._collect("issued no shares", asked)
         values = measurement.decode(full[:measurement.domain_size], DEFAULT_PLAIN_MODULUS, check=False)
         refuse_implausible(values)
+        log.info("study %s, release %s: %s of %d chunks: forward waited %.2f s, chunks built %.2f s, shares in and "
+                 "combined %.2f s", study_id, release_id, measurement.kind, chunk_count, t1 - t0, t2 - t1, t3 - t2)
         return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,
                              min(g.epsilon_remaining for g in got))
 

@@ -33,7 +33,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -252,9 +252,10 @@ class ThresholdHolder:
 
 @dataclass(frozen=True)
 class MeasurementShares:
-    """A holder's shares of one measurement's chunks (in order) and whether they repeat an answered request."""
+    """A holder's shares of one measurement's chunks (in order, computed as they are read: the charge is made)
+    and whether they answer again an identical, already charged request."""
 
-    shares: tuple[bytes, ...]
+    shares: Iterator[bytes]
     repeated: bool
 
 
@@ -287,7 +288,7 @@ def answered(holder: ThresholdHolder, label: bytes) -> bool:
 
 def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any,
                        measured: Any, slots: int, charge: Any) -> MeasurementShares:
-    """This holder's shares of one measurement's chunks, charging `charge()` once before any share leaves.
+    """This holder's shares of one measurement's chunks, charging `charge()` once before any share is computed.
 
     Each share is computed on the chunk's c1 as the owners signed it (`ThresholdHolder.product`:
     the sum of their forwarded c1 parts), never on a c1 the computation server sends: the
@@ -295,7 +296,8 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
     Privacy: `charge()` books the measurement's epsilon in this holder's own ledger (the
     caller, `KeyShareService.issue_shares`, computed it as the single key holder does:
     sensitivity m.sensitivity, neighbouring relation add/remove of one person with at most c
-    records) and raises when it does not fit: no share then leaves. `noise` (zeros: no DP
+    records) and raises when it does not fit: no share is then computed (the caller has computed
+    every chunk's c1 s_i already, so nothing data-dependent fails after the charge). `noise` (zeros: no DP
     share) is the slot-domain image (the measurement's public map, `Measurement.noise_slots`)
     of this holder's `discrete_laplace_share` of the measurement's scale on its values, so the
     K holders' draws add one discrete Laplace per released value, as the single key holder's
@@ -306,10 +308,21 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
     An identical repeat of an answered request (the retry after a lost reply) gets the
     identical shares again -- every noise is keyed by the request -- and is not charged again.
     """
-    out = []
+    with holder._lock:
+        repeated = answered(holder, label)  # an identical request answered before or meanwhile: charged then
+        if not repeated:
+            charge()
+            holder._db.execute("INSERT INTO threshold_requests (label_digest, label, chunks, created_at) "
+                               "VALUES (?, ?, ?, ?)",
+                               (hashlib.sha256(label).hexdigest(), label.decode("utf-8"), len(chunk_index), utc_now()))
+    return MeasurementShares(_shares(holder, label, study_id, chunk_index, noise, measured, slots), repeated)
+
+
+def _shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any, measured: Any,
+            slots: int) -> Iterator[bytes]:
+    """The shares of `measurement_shares`, one chunk at a time (the caller has charged; see there for the noise)."""
     plain_modulus = int(holder.ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
-    # the label holds the measurement (a 1M-bin partition's starts: megabytes): each chunk's sources are keyed by
-    # its SHA-256, hashed once, not by the label itself
+    # the label holds the measurement's spec hash; each chunk's sources are keyed by the label's SHA-256
     request = hashlib.sha256(label).digest()
     for index in chunk_index:
         at = index.to_bytes(4, "big")
@@ -320,12 +333,5 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
         pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v2" + request + at, stream=NOISE_STREAM)
         dp = padded_noise(chunk_noise, chunk_mask, pads, plain_modulus)
         product, moduli, bound = holder.product(study_id, index)
-        out.append(chunk_share(holder.ctx, holder.secret.holder, holder.key_fingerprint, product, moduli, bound,
-                               dp_noise=dp, rng=smudge))
-    with holder._lock:
-        if answered(holder, label):  # an identical request answered before or meanwhile: charged then
-            return MeasurementShares(tuple(out), True)
-        charge()
-        holder._db.execute("INSERT INTO threshold_requests (label_digest, label, chunks, created_at) VALUES (?, ?, ?, ?)",
-                           (hashlib.sha256(label).hexdigest(), label.decode("utf-8"), len(out), utc_now()))
-        return MeasurementShares(tuple(out), False)
+        yield chunk_share(holder.ctx, holder.secret.holder, holder.key_fingerprint, product, moduli, bound,
+                          dp_noise=dp, rng=smudge)

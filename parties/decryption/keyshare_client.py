@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import grpc
 
@@ -60,12 +60,15 @@ class KeyShareClient(DecryptionClient):
 
     def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                      chunk_count: int, contract_hash: str, timeout: float | None = None,
-                     chunks: Sequence[bytes] = ()) -> HolderShares:
+                     chunks: Sequence[bytes] = (), on_share: Callable[[int, bytes], None] | None = None) -> HolderShares:
         """Ask for this holder's share of each of the measurement's `chunk_count` measured chunks.
 
         The holder computes every share on the chunk's c1 as the owners signed it: the request
         names the measurement, not its ciphertexts (`chunks` exists for tests of the refusal of
         a request that carries ciphertexts: the holder refuses it, INVALID_ARGUMENT).
+        `on_share(j, share)` is called as each share arrives (the holder charged before its first
+        one), so the caller can combine chunk j while the holder computes the next; after a retry
+        it sees the same j again with identical bytes.
 
         Spends `measurement.epsilon` (times 1 + L) of this holder's ledger for the study, as
         DecryptMeasurement does at a single key holder; the holder adds its share of the DP
@@ -92,6 +95,8 @@ class KeyShareClient(DecryptionClient):
                 for msg in self._stub.IssueShares(requests(), timeout=deadline):
                     if msg.WhichOneof("part") == "share":
                         shares.append(bytes(msg.share))
+                        if on_share is not None and len(shares) <= chunk_count:
+                            on_share(len(shares) - 1, shares[-1])
                     else:
                         done = msg.done
             except grpc.RpcError as err:

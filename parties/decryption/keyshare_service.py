@@ -289,7 +289,7 @@ class KeyShareService:
         measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
         result = measurement_shares(self.holder, label, study_id, chunk_index, noise, measured, slots, charge)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
-                 "re-issued identical" if result.repeated else "issued", len(result.shares), measurement.kind,
+                 "re-issues identical" if result.repeated else "issued", len(chunk_index), measurement.kind,
                  len(chunk_index))
         return result, (paid[0] if paid else None)
 
