@@ -163,6 +163,7 @@ class UploadSession:
             self._h.fold_committed(self.meta.study_id, self._backend)
             log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id, self.meta.owner_id,
                      len(held), sum(held.values()))
+            self._h.forward_when_complete(self.meta.study_id)
         state = UploadState.COMMITTED if self.duplicate or len(held) == self.meta.chunk_count else UploadState.PARTIAL
         return UploadOutcome(state, tuple(sorted(held)), self.meta.chunk_count, sum(held.values()), self.duplicate)
 
@@ -521,6 +522,33 @@ class ComputationHandler:
         with self.running.reading(subs, self.store.chunk_template) as templates:
             yield ChunkFiles(templates)
 
+    def _forward_c1(self, contract: StudyContract, subs: list[Submission]) -> bool:
+        """Threshold mode: send `subs`' signed c1 parts to the key-share holders in the background; else False."""
+        forward = getattr(self.decryption, "forward_uploads", None)  # threshold mode only
+        if forward is None or not getattr(self.decryption, "noise_in_c0", False):
+            return False
+        backend = self.backend_for(contract)
+        forward(contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
+            contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in subs],
+            [(s.meta.owner_id, s.meta.idempotency_key) for s in subs], background=True)
+        return True
+
+    def forward_when_complete(self, study_id: str) -> None:
+        """Threshold mode: once every expected owner has committed, start sending their c1 parts to the holders.
+
+        The release that follows then finds them on their way or delivered (`load_aggregate`);
+        a failure here is only logged: the release forwards again.
+        """
+        if getattr(self.decryption, "forward_uploads", None) is None:
+            return
+        try:
+            contract = self.study(study_id)
+            subs = self.store.submissions(study_id)
+            if contract.signed and {s.owner_id for s in subs} >= set(contract.expected_owners):
+                self._forward_c1(contract, subs)
+        except Exception as failed:  # noqa: BLE001 - an early start only; the release forwards and reports
+            log.warning("study %s: the c1 parts were not sent ahead of the release: %s", study_id, failed)
+
     def load_aggregate(self, key: str, contract: StudyContract, source: ChunkSource,
                        subs: list[Submission] | None = None) -> None:
         """Have the executor's workers sum their chunk ranges of `source` and keep the sums under `key`.
@@ -530,13 +558,7 @@ class ComputationHandler:
         """
         backend = self.backend_for(contract)
         context = self._keys.context
-        forward = getattr(self.decryption, "forward_uploads", None)  # threshold mode only
-        if forward is not None and getattr(self.decryption, "noise_in_c0", False):
-            included = list(subs or [])
-            forward(
-                contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
-                    contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in included],
-                [(s.meta.owner_id, s.meta.idempotency_key) for s in included], background=True)
+        if self._forward_c1(contract, list(subs or [])):
             context = noise_in_c0_context(context)
         self.executor.load(key, context, source, n_chunks(contract.domain_size, backend.slots))
 

@@ -86,7 +86,8 @@ class ThresholdDecryption:
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
         self._forwarded: dict[str, tuple[tuple[str, str], ...]] = {}  # study -> the (owner, upload key)s forwarded
-        self._forwarding: dict[str, Future[None]] = {}  # study -> its forward under way (`forward_uploads`)
+        #: study -> (the (owner, upload key)s, their forward under way) (`forward_uploads`)
+        self._forwarding: dict[str, tuple[tuple[tuple[str, str], ...], Future[None]]] = {}
         self._forwarder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="c1-forward")
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
@@ -261,7 +262,7 @@ class ThresholdDecryption:
             raise InvalidInputError(f"{len(sent)} chunks for a measurement announced with {chunk_count}")
         ctx = self._template
         slots = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
-        fp = bytes.fromhex(self._fingerprint(study_id))
+        fp = b""
         full = np.zeros(n_chunks(measurement.domain_size, slots) * slots, dtype=np.int64)
         for j, index in enumerate(measurement.measured_chunks(slots)):
             with ready:
@@ -271,6 +272,7 @@ class ThresholdDecryption:
             if any(s is None for s in shares):  # a holder failed: its error, naming it (nothing more is combined)
                 self._collect("issued no shares", asked)
                 raise HolderFailedError(grpc.StatusCode.DATA_LOSS, f"a key-share holder stopped before chunk {j}")
+            fp = fp or bytes.fromhex(self._fingerprint(study_id))  # read once every holder has answered
             full[index * slots:(index + 1) * slots] = combine(ctx, vector_ciphertext(sent[j]),
                                                               [s for s in shares if s is not None],
                                                               list(range(self.k)), fp, bound_to_c1=True)
@@ -300,8 +302,16 @@ class ThresholdDecryption:
             if self._forwarded.get(contract.study_id) == key:
                 return
             pending = self._forwarding.get(contract.study_id)
-        if pending is not None:  # an earlier forward of the study still running (or failed): settled first
-            self._await_forward(contract.study_id)
+        if pending is not None and pending[0] == key and not (pending[1].done() and pending[1].exception()):
+            if not background:  # the same uploads already on their way (e.g. sent when the last owner committed)
+                self._await_forward(contract.study_id)
+            return
+        if pending is not None:  # another set of uploads on its way, or a failed forward: settled, then sent anew
+            try:
+                self._await_forward(contract.study_id)
+            except Exception as failed:  # sent again below; a holder that still refuses refuses again
+                log.warning("study %s: an earlier forward of c1 parts failed (%s); forwarding again",
+                            contract.study_id, failed)
             with self._lock:
                 if self._forwarded.get(contract.study_id) == key:
                     return
@@ -316,7 +326,7 @@ class ThresholdDecryption:
                 self._forwarded[contract.study_id] = key
 
         with self._lock:
-            self._forwarding[contract.study_id] = self._forwarder.submit(run)
+            self._forwarding[contract.study_id] = (key, self._forwarder.submit(run))
         if not background:
             self._await_forward(contract.study_id)
 
@@ -327,7 +337,7 @@ class ThresholdDecryption:
         if pending is None:
             return
         try:
-            pending.result()
+            pending[1].result()
         finally:
             with self._lock:
                 if self._forwarding.get(study_id) is pending:

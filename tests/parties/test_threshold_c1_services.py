@@ -83,8 +83,15 @@ def test_the_chosen_ciphertext_attack_gets_nothing_and_nothing_is_charged(thresh
                 [g.shares[0] for g in got], [0, 1, 2], fp, bound_to_c1=True)
 
 
-def test_a_study_whose_uploads_were_never_forwarded_gets_no_share(threshold: Threshold) -> None:
+def _no_early_forward(t: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CS sends the c1 parts when the last owner commits; these tests forward (or not) themselves."""
+    monkeypatch.setattr(t.cs.handler, "forward_when_complete", lambda study_id: None)
+
+
+def test_a_study_whose_uploads_were_never_forwarded_gets_no_share(threshold: Threshold,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     ask = _honest_request(threshold, "s-cc0")
+    _no_early_forward(threshold, monkeypatch)
     contract = threshold.open_and_submit("s-cc1")  # submitted, never released: nothing forwarded
     for code, message in _refused(threshold, {**ask, "study_id": "s-cc1", "contract_hash": contract.contract_hash},
                                   [], "rel-unforwarded"):
@@ -101,7 +108,9 @@ def _parts(t: Threshold, study: str) -> dict[str, OwnerC1Parts]:
     return out
 
 
-def test_forged_swapped_or_dropped_owner_parts_are_refused_through_the_services(threshold: Threshold) -> None:
+def test_forged_swapped_or_dropped_owner_parts_are_refused_through_the_services(
+        threshold: Threshold, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_early_forward(threshold, monkeypatch)
     contract = threshold.open_and_submit("s-fw")
     p = _parts(threshold, "s-fw")
     h1 = _as_computation_server(threshold, 0)
@@ -162,3 +171,14 @@ def test_a_restarted_holder_keeps_the_expected_c1_and_the_next_release_is_done(t
     assert threshold.holders[1].handler.holder.uploads.has("s-restart")  # from its data directory
     threshold.combiner.clients[1].wait_ready(timeout=15)
     assert threshold.computation().run_release("s-restart", epsilon=0.25).state == "DONE"  # not forwarded again
+
+
+def test_the_parts_travel_when_the_last_owner_commits(threshold: Threshold) -> None:
+    import time
+
+    threshold.open_and_submit("s-early")  # no release yet: the CS sends the parts once every owner is in
+    deadline = time.monotonic() + 30
+    while not all(h.handler.holder.uploads.has("s-early") for h in threshold.holders) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(h.handler.holder.uploads.has("s-early") for h in threshold.holders)
+    assert threshold.computation().run_release("s-early", epsilon=0.5).state == "DONE"
