@@ -183,13 +183,16 @@ class DecryptionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def IssueShares(self, request_iterator, context):
-        """Key-share holders only: this holder's decryption share of every ciphertext of one
-        noised measurement. The request stream is DecryptMeasurement's (a header, then the
-        chunks); the holder checks it as DecryptMeasurement is checked, charges its own
-        ledger first, and streams back one share per chunk (each holding its smudging and
-        its share of the DP noise), then a final message with the charge and receipt. A
-        repeat of the same request gets the same share bytes, charged once. Only the
-        computation server may call it.
+        """Key-share holders only: this holder's decryption share of every measured chunk of one
+        measurement. The request stream is DecryptMeasurement's header alone: no chunk may
+        follow (INVALID_ARGUMENT), since a holder computes each share on the chunk's c1 as the
+        owners signed it (ForwardUploads), never on a ciphertext the caller sends; chunk_count
+        must be the measurement's count of measured chunks. The holder checks the header as
+        DecryptMeasurement is checked, charges its own ledger first, and streams back one share
+        per measured chunk (each holding its smudging and its share of the DP noise, bound to
+        the digest of that chunk's signed c1), then a final message with the charge and
+        receipt. A repeat of the same request gets the same share bytes, charged once. Only
+        the computation server may call it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -201,8 +204,8 @@ class DecryptionServicer:
         little-endian residues) with the owner's Ed25519 signature over them
         (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
         against its own contract's owner keys, requires every owner of the contract exactly once,
-        and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
-        (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+        and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
+        on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
         UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
         unknown owner or an unsigned study. Only the computation server may call it.
         """

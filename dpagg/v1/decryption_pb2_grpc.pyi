@@ -95,13 +95,16 @@ class DecryptionStub:
     (INVALID_ARGUMENT). Only the computation server may call it.
     """
     IssueShares: _grpc.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.IssueSharesResponse]
-    """Key-share holders only: this holder's decryption share of every ciphertext of one
-    noised measurement. The request stream is DecryptMeasurement's (a header, then the
-    chunks); the holder checks it as DecryptMeasurement is checked, charges its own
-    ledger first, and streams back one share per chunk (each holding its smudging and
-    its share of the DP noise), then a final message with the charge and receipt. A
-    repeat of the same request gets the same share bytes, charged once. Only the
-    computation server may call it.
+    """Key-share holders only: this holder's decryption share of every measured chunk of one
+    measurement. The request stream is DecryptMeasurement's header alone: no chunk may
+    follow (INVALID_ARGUMENT), since a holder computes each share on the chunk's c1 as the
+    owners signed it (ForwardUploads), never on a ciphertext the caller sends; chunk_count
+    must be the measurement's count of measured chunks. The holder checks the header as
+    DecryptMeasurement is checked, charges its own ledger first, and streams back one share
+    per measured chunk (each holding its smudging and its share of the DP noise, bound to
+    the digest of that chunk's signed c1), then a final message with the charge and
+    receipt. A repeat of the same request gets the same share bytes, charged once. Only
+    the computation server may call it.
     """
     ForwardUploads: _grpc.StreamUnaryMultiCallable[_decryption_pb2.ForwardUploadsRequest, _decryption_pb2.ForwardUploadsResponse]
     """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
@@ -109,8 +112,8 @@ class DecryptionStub:
     little-endian residues) with the owner's Ed25519 signature over them
     (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
     against its own contract's owner keys, requires every owner of the contract exactly once,
-    and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
-    (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+    and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
+    on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
     UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
     unknown owner or an unsigned study. Only the computation server may call it.
     """
@@ -178,13 +181,16 @@ class DecryptionAsyncStub(DecryptionStub):
     (INVALID_ARGUMENT). Only the computation server may call it.
     """
     IssueShares: _aio.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.IssueSharesResponse]  # type: ignore[assignment]
-    """Key-share holders only: this holder's decryption share of every ciphertext of one
-    noised measurement. The request stream is DecryptMeasurement's (a header, then the
-    chunks); the holder checks it as DecryptMeasurement is checked, charges its own
-    ledger first, and streams back one share per chunk (each holding its smudging and
-    its share of the DP noise), then a final message with the charge and receipt. A
-    repeat of the same request gets the same share bytes, charged once. Only the
-    computation server may call it.
+    """Key-share holders only: this holder's decryption share of every measured chunk of one
+    measurement. The request stream is DecryptMeasurement's header alone: no chunk may
+    follow (INVALID_ARGUMENT), since a holder computes each share on the chunk's c1 as the
+    owners signed it (ForwardUploads), never on a ciphertext the caller sends; chunk_count
+    must be the measurement's count of measured chunks. The holder checks the header as
+    DecryptMeasurement is checked, charges its own ledger first, and streams back one share
+    per measured chunk (each holding its smudging and its share of the DP noise, bound to
+    the digest of that chunk's signed c1), then a final message with the charge and
+    receipt. A repeat of the same request gets the same share bytes, charged once. Only
+    the computation server may call it.
     """
     ForwardUploads: _aio.StreamUnaryMultiCallable[_decryption_pb2.ForwardUploadsRequest, _decryption_pb2.ForwardUploadsResponse]  # type: ignore[assignment]
     """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
@@ -192,8 +198,8 @@ class DecryptionAsyncStub(DecryptionStub):
     little-endian residues) with the owner's Ed25519 signature over them
     (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
     against its own contract's owner keys, requires every owner of the contract exactly once,
-    and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
-    (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+    and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
+    on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
     UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
     unknown owner or an unsigned study. Only the computation server may call it.
     """
@@ -312,13 +318,16 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_decryption_pb2.DecryptMeasurementRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_decryption_pb2.IssueSharesResponse], _abc.AsyncIterator[_decryption_pb2.IssueSharesResponse]]:
-        """Key-share holders only: this holder's decryption share of every ciphertext of one
-        noised measurement. The request stream is DecryptMeasurement's (a header, then the
-        chunks); the holder checks it as DecryptMeasurement is checked, charges its own
-        ledger first, and streams back one share per chunk (each holding its smudging and
-        its share of the DP noise), then a final message with the charge and receipt. A
-        repeat of the same request gets the same share bytes, charged once. Only the
-        computation server may call it.
+        """Key-share holders only: this holder's decryption share of every measured chunk of one
+        measurement. The request stream is DecryptMeasurement's header alone: no chunk may
+        follow (INVALID_ARGUMENT), since a holder computes each share on the chunk's c1 as the
+        owners signed it (ForwardUploads), never on a ciphertext the caller sends; chunk_count
+        must be the measurement's count of measured chunks. The holder checks the header as
+        DecryptMeasurement is checked, charges its own ledger first, and streams back one share
+        per measured chunk (each holding its smudging and its share of the DP noise, bound to
+        the digest of that chunk's signed c1), then a final message with the charge and
+        receipt. A repeat of the same request gets the same share bytes, charged once. Only
+        the computation server may call it.
         """
 
     @_abc_1.abstractmethod
@@ -332,8 +341,8 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         little-endian residues) with the owner's Ed25519 signature over them
         (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
         against its own contract's owner keys, requires every owner of the contract exactly once,
-        and keeps the per-chunk sum: afterwards IssueShares refuses any chunk whose c1 differs
-        (INVALID_ARGUMENT "c1 does not match the owners' signed uploads"), before any charge.
+        and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
+        on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
         UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
         unknown owner or an unsigned study. Only the computation server may call it.
         """

@@ -102,6 +102,10 @@ class ShareRequest:
                                "ciphertext_digest": digest.hex()}).encode("utf-8")
 
 
+#: How many chunks' c1 s_i a holder keeps in memory (about 200 MB at 3 primes); older ones are recomputed.
+MAX_KEPT_PRODUCTS = 1024
+
+
 class ThresholdHolder:
     """Holder `secret.holder` of `holders` key-share holders: decides alone whether to issue its share."""
 
@@ -141,13 +145,17 @@ class ThresholdHolder:
             expected: C1Part = self.uploads.expected(study_id, int(chunk))
             parms = [int(x) for x in self.ctx.seal_context().data.first_parms_id()]
             got = (secret_product(self.ctx, self.secret, parms, expected), self.uploads.moduli, c1_digest(expected))
-            self._products[key] = got
+            with self._lock:
+                while len(self._products) >= MAX_KEPT_PRODUCTS:  # the oldest first (196 KB each at 3 primes)
+                    del self._products[next(iter(self._products))]
+                self._products[key] = got
         return got
 
     def forget_products(self, study_id: str) -> None:
         """Drop the kept c1 s_i of `study_id` (new c1 parts were forwarded)."""
-        for key in [k for k in self._products if k[0] == study_id]:
-            del self._products[key]
+        with self._lock:
+            for key in [k for k in self._products if k[0] == study_id]:
+                del self._products[key]
 
     def close(self) -> None:
         self.ledger.close()
