@@ -63,9 +63,7 @@ def _body(data: bytes, what: str) -> bytes:
             import zstandard
 
             return zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 28)
-    except (zlib.error, ValueError, MemoryError) as exc:
-        raise InvalidInputError(f"SEAL {what}: its compressed members do not decompress: {exc}") from None
-    except Exception as exc:  # zstandard.ZstdError
+    except Exception as exc:  # zlib.error, zstandard.ZstdError, ValueError, MemoryError
         raise InvalidInputError(f"SEAL {what}: its compressed members do not decompress: {exc}") from None
     raise InvalidInputError(f"SEAL {what}: unknown compression mode {mode}")
 

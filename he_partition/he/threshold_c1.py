@@ -112,14 +112,30 @@ def c1_digest(part: C1Part) -> bytes:
     return hashlib.sha256(_DIGEST_TAG + c1_bytes(part)).digest()
 
 
+#: Parts added between two reductions: a reduced total (< q) and 6 parts (each < q < 2^61) stay below 2^64.
+_SUM_BATCH = 6
+
+
 def aggregate_c1(parts: Iterable[C1Part], moduli: Sequence[int]) -> C1Part:
-    """The sum of c1 parts mod each prime: the c1 of the owners' aggregate (ciphertext addition adds c1)."""
+    """The sum of c1 parts mod each prime: the c1 of the owners' aggregate (ciphertext addition adds c1).
+
+    Reduced every `_SUM_BATCH` parts, not after each addition (the residues are below 2^61).
+    """
     qs = np.array(moduli, dtype=np.uint64)[:, None]
     total: C1Part | None = None
+    pending = 0
     for p in parts:
-        total = p.copy() if total is None else (total + p) % qs  # both < q < 2^61: no overflow
+        if total is None:
+            total = np.array(p, dtype=np.uint64)
+        else:
+            total += p
+            pending += 1
+            if pending == _SUM_BATCH:
+                np.remainder(total, qs, out=total)
+                pending = 0
     if total is None:
         raise InvalidInputError("no c1 parts to aggregate")
+    np.remainder(total, qs, out=total)
     return total
 
 

@@ -14,7 +14,7 @@ K 2^B + 2^61 (the project's flood) + |v| < Q / 2t (K = 3: up to B = 108).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -47,16 +47,21 @@ def _small_mulmod(a: npt.NDArray[np.uint64], b: int, q: int) -> npt.NDArray[np.u
     return r.astype(np.uint64)
 
 
-_ENCODERS: dict[int, tuple[Any, Any]] = {}
+_PER_CONTEXT: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+
+def _per_context(ctx: ts.Context, what: str, make: Callable[[Any], Any]) -> Any:
+    """`make(seal_context)`, made once per SEAL context (kept with the context alive) and per `what`."""
+    sealctx = ctx.seal_context().data
+    got = _PER_CONTEXT.get((what, id(sealctx)))
+    if got is None or got[0] is not sealctx:
+        got = _PER_CONTEXT[(what, id(sealctx))] = (sealctx, make(sealctx))
+    return got[1]
 
 
 def _encoder(ctx: ts.Context) -> Any:
-    """SEAL's BatchEncoder for `ctx`'s parameters (one per context, kept with the context alive)."""
-    sealctx = ctx.seal_context().data
-    got = _ENCODERS.get(id(sealctx))
-    if got is None or got[0] is not sealctx:
-        got = _ENCODERS[id(sealctx)] = (sealctx, seal.BatchEncoder(sealctx))
-    return got[1]
+    """SEAL's BatchEncoder for `ctx`'s parameters."""
+    return _per_context(ctx, "encoder", seal.BatchEncoder)
 
 
 def scaled_noise_plaintext(ctx: ts.Context, noise: Sequence[int] | npt.NDArray[np.int64],
@@ -229,9 +234,6 @@ def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders
     return np.array(_encoder(ctx).decode_uint64(plain), dtype=np.int64)
 
 
-_DECRYPTORS: dict[int, tuple[Any, Any]] = {}
-
-
 def decode_phase(ctx: ts.Context, parms_id: Sequence[int], phase: npt.NDArray[np.uint64]) -> tuple[Any, int]:
     """(SEAL Plaintext round(t phase / Q), invariant noise budget in bits) of a phase at level `parms_id`.
 
@@ -241,11 +243,8 @@ def decode_phase(ctx: ts.Context, parms_id: Sequence[int], phase: npt.NDArray[np
     """
     raw = seal_ciphertext_bytes(seal_version(ctx), list(parms_id), np.stack([phase, np.zeros_like(phase)]), ntt=False)
     trivial = load_seal(seal.Ciphertext, ctx, raw, "combined ciphertext")
-    sealctx = ctx.seal_context().data
-    got = _DECRYPTORS.get(id(sealctx))
-    if got is None or got[0] is not sealctx:
-        got = _DECRYPTORS[id(sealctx)] = (sealctx, seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key()))
-    decryptor = got[1]
+    decryptor = _per_context(ctx, "throw-away decryptor",
+                             lambda sealctx: seal.Decryptor(sealctx, seal.KeyGenerator(sealctx).secret_key()))
     plain = seal.Plaintext()
     decryptor.decrypt(trivial, plain)
     return plain, int(decryptor.invariant_noise_budget(trivial))

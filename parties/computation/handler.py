@@ -543,9 +543,13 @@ class ComputationHandler:
             return
         try:
             contract = self.study(study_id)
-            subs = self.store.submissions(study_id)
-            if contract.signed and {s.owner_id for s in subs} >= set(contract.expected_owners):
-                self._forward_c1(contract, subs)
+            if not contract.signed:
+                return
+            try:
+                subs = self.submissions_to_include(contract, force=False, action="forward")
+            except FailedPreconditionError:  # owners still missing: the last one's commit starts it
+                return
+            self._forward_c1(contract, subs)
         except Exception as failed:  # noqa: BLE001 - an early start only; the release forwards and reports
             log.warning("study %s: the c1 parts were not sent ahead of the release: %s", study_id, failed)
 

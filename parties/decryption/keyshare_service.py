@@ -242,10 +242,7 @@ class KeyShareService:
         if int(chunk_count) != len(chunk_index):
             raise InvalidInputError(f"the request announces {chunk_count} chunks; measurement {measurement.kind} "
                                     f"measures {len(chunk_index)}: nothing was charged or decrypted")
-        if not self.holder.uploads.has(study_id):
-            raise FailedPreconditionError(f"study {study_id}: no owners' signed c1 parts were forwarded to this "
-                                          "holder, so it has no c1 to compute shares on: nothing was charged or "
-                                          "decrypted")
+        # c1 s_i of every measured chunk (FailedPrecondition when no owners' c1 parts were forwarded)
         bound = [self.holder.product(study_id, i)[2] for i in chunk_index]
         digest = chunks_digest(bound, chunk_index)
         spec_json = canonical_json(measurement.to_dict())  # once: a 1M-bin partition's spec is megabytes

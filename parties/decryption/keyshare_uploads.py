@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.threshold_c1 import (C1_MISMATCH, C1Part, c1_bytes, c1_from_bytes, c1_of_vector,
+from he_partition.he.threshold_c1 import (C1_MISMATCH, C1Part, aggregate_c1, c1_bytes, c1_from_bytes, c1_of_vector,
                                           c1_stream_digest, check_c1)
 
 from ..common.contract import StudyContract
@@ -36,7 +36,6 @@ from ..common.util import write_file_atomic
 __all__ = ["OwnerC1Parts", "UploadC1Book", "c1_statement", "sign_c1_parts", "sign_c1_upload"]
 
 _TAG = b"dpagg/c1-parts-digest/v1"
-_SUM_BATCH = 6  # 1 reduced total (< q) + 6 parts (each < q < 2^61) < 2^64
 
 
 def _frame(data: bytes) -> bytes:
@@ -112,10 +111,8 @@ class UploadC1Book:
                                           f"owner of the contract once (missing {missing}, unknown {extra}, "
                                           f"duplicated {dup}): {C1_MISMATCH} cannot be checked, refused")
         chunks = -(-contract.domain_size // self.n)
-        # the sum, reduced every SUM_BATCH owners: residues < 2^61, so 7 of them (< 2^64) add without overflow
-        total = np.zeros((chunks, len(self.moduli), self.n), dtype=np.uint64)
-        qs = np.array(self.moduli, dtype=np.uint64)[:, None]
-        for added, u in enumerate(got, start=1):
+        per_owner = []
+        for u in got:
             if len(u.parts) != chunks:
                 raise InvalidInputError(f"owner {u.owner_id!r} forwarded {len(u.parts)} c1 parts, the study has "
                                         f"{chunks} chunks")
@@ -127,11 +124,8 @@ class UploadC1Book:
                 raise SignatureError(f"owner {u.owner_id!r}'s signature over its c1 parts does not verify under the "
                                      f"contract's key for that owner (forged, or another owner's parts): the "
                                      "forwarded parts are refused; nothing was charged or decrypted") from None
-            for i, p in enumerate(u.parts):
-                total[i] += c1_from_bytes(p, self.moduli, self.n)
-            if added % _SUM_BATCH == 0 or added == len(got):
-                np.remainder(total, qs[None], out=total)
-        expected = list(total)
+            per_owner.append([c1_from_bytes(p, self.moduli, self.n) for p in u.parts])  # views, not copies
+        expected = [aggregate_c1((o[i] for o in per_owner), self.moduli) for i in range(chunks)]
         with self._lock:
             self._expected[contract.study_id] = expected
             if self.directory is not None:
