@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitHeader(_message.Message):
-    __slots__ = ("study_id", "owner_id", "idempotency_key", "domain_length", "context_fingerprint", "chunk_count", "contract_hash", "signature", "c1_signature")
+    __slots__ = ("study_id", "owner_id", "idempotency_key", "domain_length", "context_fingerprint", "chunk_count", "contract_hash", "signature", "c1_signature", "c1_parts_digest", "key_shares", "commitment_signature")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,9 @@ class SubmitHeader(_message.Message):
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     C1_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    C1_PARTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    KEY_SHARES_FIELD_NUMBER: _ClassVar[int]
+    COMMITMENT_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     owner_id: str
     idempotency_key: str
@@ -29,7 +32,10 @@ class SubmitHeader(_message.Message):
     contract_hash: str
     signature: bytes
     c1_signature: bytes
-    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., domain_length: _Optional[int] = ..., context_fingerprint: _Optional[str] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., signature: _Optional[bytes] = ..., c1_signature: _Optional[bytes] = ...) -> None: ...
+    c1_parts_digest: bytes
+    key_shares: _containers.RepeatedScalarFieldContainer[bytes]
+    commitment_signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., domain_length: _Optional[int] = ..., context_fingerprint: _Optional[str] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., signature: _Optional[bytes] = ..., c1_signature: _Optional[bytes] = ..., c1_parts_digest: _Optional[bytes] = ..., key_shares: _Optional[_Iterable[bytes]] = ..., commitment_signature: _Optional[bytes] = ...) -> None: ...
 
 class CiphertextChunk(_message.Message):
     __slots__ = ("index", "data")

@@ -7,6 +7,38 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class UploadCommitment(_message.Message):
+    __slots__ = ("owner_id", "idempotency_key", "c1_parts_digest", "key_shares", "signature")
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    C1_PARTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    KEY_SHARES_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    owner_id: str
+    idempotency_key: str
+    c1_parts_digest: bytes
+    key_shares: _containers.RepeatedScalarFieldContainer[bytes]
+    signature: bytes
+    def __init__(self, owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., c1_parts_digest: _Optional[bytes] = ..., key_shares: _Optional[_Iterable[bytes]] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class CloseUploadsRequest(_message.Message):
+    __slots__ = ("study_id", "contract_hash", "commitments")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMMITMENTS_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    contract_hash: str
+    commitments: _containers.RepeatedCompositeFieldContainer[UploadCommitment]
+    def __init__(self, study_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., commitments: _Optional[_Iterable[_Union[UploadCommitment, _Mapping]]] = ...) -> None: ...
+
+class CloseUploadsResponse(_message.Message):
+    __slots__ = ("key_shares", "holder")
+    KEY_SHARES_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    key_shares: _containers.RepeatedScalarFieldContainer[bytes]
+    holder: int
+    def __init__(self, key_shares: _Optional[_Iterable[bytes]] = ..., holder: _Optional[int] = ...) -> None: ...
+
 class ForwardUploadsRequest(_message.Message):
     __slots__ = ("study_id", "contract_hash", "owner_id", "idempotency_key", "signature", "index", "c1")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -50,7 +82,7 @@ class PublicContextChunk(_message.Message):
     def __init__(self, total_size: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class OpenStudyRequest(_message.Message):
-    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations")
+    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations", "holder_seal_keys")
     class OwnerKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +103,7 @@ class OpenStudyRequest(_message.Message):
     CORRELATION_LEAKAGE_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_SOURCE_FIELD_NUMBER: _ClassVar[int]
     MAX_ORGANIZATIONS_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_SEAL_KEYS_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     domain_size: int
     epsilon: float
@@ -84,7 +117,8 @@ class OpenStudyRequest(_message.Message):
     correlation_leakage: float
     correlation_source: str
     max_organizations: int
-    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ...) -> None: ...
+    holder_seal_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ..., holder_seal_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OpenStudyResponse(_message.Message):
     __slots__ = ("contract", "already_existed")
@@ -286,16 +320,18 @@ class KeySetupRequest(_message.Message):
     def __init__(self, step: _Optional[str] = ..., session: _Optional[bytes] = ..., holders: _Optional[_Iterable[str]] = ..., messages: _Optional[_Mapping[int, bytes]] = ..., ciphertext: _Optional[bytes] = ..., values: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class KeySetupResponse(_message.Message):
-    __slots__ = ("message", "fingerprint", "state", "holder")
+    __slots__ = ("message", "fingerprint", "state", "holder", "seal_public_key")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
+    SEAL_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     message: bytes
     fingerprint: str
     state: str
     holder: int
-    def __init__(self, message: _Optional[bytes] = ..., fingerprint: _Optional[str] = ..., state: _Optional[str] = ..., holder: _Optional[int] = ...) -> None: ...
+    seal_public_key: str
+    def __init__(self, message: _Optional[bytes] = ..., fingerprint: _Optional[str] = ..., state: _Optional[str] = ..., holder: _Optional[int] = ..., seal_public_key: _Optional[str] = ...) -> None: ...
 
 class IssueSharesResponse(_message.Message):
     __slots__ = ("share", "done")

@@ -86,6 +86,11 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsResponse.FromString,
                 _registered_method=True)
+        self.CloseUploads = channel.unary_unary(
+                '/dpagg.v1.Decryption/CloseUploads',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsResponse.FromString,
+                _registered_method=True)
 
 
 class DecryptionServicer:
@@ -213,6 +218,19 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CloseUploads(self, request, context):
+        """Close a sealed study's uploads (parties.common.sealing): every committed owner's
+        signed commitment. The key holder verifies each signature against its own contract,
+        records the set for good (the same set again is answered the same; any other set is
+        refused, FAILED_PRECONDITION) and only then returns its share of each owner's upload
+        key. Afterwards it computes only on c1 parts whose digest the closed set holds.
+        UNAUTHENTICATED for a signature that does not verify. Only the computation server
+        may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecryptionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +283,11 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.ForwardUploads,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsResponse.SerializeToString,
+            ),
+            'CloseUploads': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseUploads,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -539,6 +562,33 @@ class Decryption:
             '/dpagg.v1.Decryption/ForwardUploads',
             dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.ForwardUploadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseUploads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/CloseUploads',
+            dpagg_dot_v1_dot_decryption__pb2.CloseUploadsRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.CloseUploadsResponse.FromString,
             options,
             channel_credentials,
             insecure,

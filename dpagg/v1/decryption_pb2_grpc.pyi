@@ -117,6 +117,15 @@ class DecryptionStub:
     UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
     unknown owner or an unsigned study. Only the computation server may call it.
     """
+    CloseUploads: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.CloseUploadsRequest, _decryption_pb2.CloseUploadsResponse]
+    """Close a sealed study's uploads (parties.common.sealing): every committed owner's
+    signed commitment. The key holder verifies each signature against its own contract,
+    records the set for good (the same set again is answered the same; any other set is
+    refused, FAILED_PRECONDITION) and only then returns its share of each owner's upload
+    key. Afterwards it computes only on c1 parts whose digest the closed set holds.
+    UNAUTHENTICATED for a signature that does not verify. Only the computation server
+    may call it.
+    """
 
 @_typing.type_check_only
 class DecryptionAsyncStub(DecryptionStub):
@@ -202,6 +211,15 @@ class DecryptionAsyncStub(DecryptionStub):
     on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
     UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
     unknown owner or an unsigned study. Only the computation server may call it.
+    """
+    CloseUploads: _aio.UnaryUnaryMultiCallable[_decryption_pb2.CloseUploadsRequest, _decryption_pb2.CloseUploadsResponse]  # type: ignore[assignment]
+    """Close a sealed study's uploads (parties.common.sealing): every committed owner's
+    signed commitment. The key holder verifies each signature against its own contract,
+    records the set for good (the same set again is answered the same; any other set is
+    refused, FAILED_PRECONDITION) and only then returns its share of each owner's upload
+    key. Afterwards it computes only on c1 parts whose digest the closed set holds.
+    UNAUTHENTICATED for a signature that does not verify. Only the computation server
+    may call it.
     """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
@@ -345,6 +363,21 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
         UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
         unknown owner or an unsigned study. Only the computation server may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def CloseUploads(
+        self,
+        request: _decryption_pb2.CloseUploadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.CloseUploadsResponse, _abc.Awaitable[_decryption_pb2.CloseUploadsResponse]]:
+        """Close a sealed study's uploads (parties.common.sealing): every committed owner's
+        signed commitment. The key holder verifies each signature against its own contract,
+        records the set for good (the same set again is answered the same; any other set is
+        refused, FAILED_PRECONDITION) and only then returns its share of each owner's upload
+        key. Afterwards it computes only on c1 parts whose digest the closed set holds.
+        UNAUTHENTICATED for a signature that does not verify. Only the computation server
+        may call it.
         """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -151,6 +151,7 @@ class StudyContract:
     correlation_leakage: float = 0.0
     correlation_source: str = ""
     max_organizations: int = 1
+    holder_seal_keys: tuple[str, ...] = ()
     version: str = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -217,6 +218,7 @@ class StudyContract:
                 any(ord(ch) < 32 for ch in self.domain_spec):
             raise InvalidInputError("domain_spec must be printable text of at most 4096 characters")
         object.__setattr__(self, "owner_keys", _canonical_owner_keys(self.owner_keys, owners))
+        object.__setattr__(self, "holder_seal_keys", _check_seal_keys(self.holder_seal_keys, self.signed))
         if self.version not in CONTRACT_VERSIONS:
             raise InvalidInputError(f"unsupported contract version {self.version!r}; this build reads "
                                     f"{' and '.join(CONTRACT_VERSIONS)}")
@@ -239,6 +241,7 @@ class StudyContract:
         correlation_leakage: float = 0.0,
         correlation_source: str = "",
         max_organizations: int = 1,
+        holder_seal_keys: Iterable[str] = (),
     ) -> "StudyContract":
         """Build a contract from loosely typed inputs (e.g. a request), validating everything."""
         return cls(
@@ -256,7 +259,14 @@ class StudyContract:
             owner_keys=_owner_key_pairs(owner_keys),
             correlation_leakage=correlation_leakage,
             correlation_source=correlation_source or "",
+            holder_seal_keys=tuple(holder_seal_keys or ()),
         )
+
+    @property
+    def sealed(self) -> bool:
+        """True when owners seal their uploads to the key holders and commit before anyone reads one
+        (`parties.common.sealing`): the contract pins each key holder's X25519 seal key, in holder order."""
+        return bool(self.holder_seal_keys)
 
     @property
     def signed(self) -> bool:
@@ -365,6 +375,8 @@ class StudyContract:
             d["correlation_source"] = self.correlation_source
         if self.max_organizations != 1:
             d["max_organizations"] = self.max_organizations
+        if self.holder_seal_keys:
+            d["holder_seal_keys"] = list(self.holder_seal_keys)
         return d
 
     def canonical_json(self) -> str:
@@ -398,6 +410,7 @@ class StudyContract:
                 owner_keys=_owner_key_pairs(d.get("owner_keys")),
                 correlation_leakage=d.get("correlation_leakage", 0.0),
                 correlation_source=d.get("correlation_source", ""),
+                holder_seal_keys=tuple(d.get("holder_seal_keys", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):
@@ -433,6 +446,21 @@ def _check_source(value: Any) -> str:
             f"(where the correlation model came from), got {str(value)[:80]!r}"
         )
     return value
+
+
+def _check_seal_keys(keys: Any, signed: bool) -> tuple[str, ...]:
+    """The key holders' X25519 seal keys (64 hex digits each, distinct, holder order); they need owner keys."""
+    from .sealing import check_seal_public_key
+
+    if isinstance(keys, str):
+        raise InvalidInputError("holder_seal_keys must be a list of hex X25519 public keys, one per key holder")
+    out = tuple(check_seal_public_key(k, f"holder_seal_keys[{i}]") for i, k in enumerate(keys or ()))
+    if len(set(out)) != len(out):
+        raise InvalidInputError("holder_seal_keys names one key twice: every key holder has its own seal key")
+    if out and not signed:
+        raise InvalidInputError("holder_seal_keys needs owner_keys: the key holders accept only commitments the "
+                                "owners signed with the keys the contract pins")
+    return out
 
 
 def _owner_key_pairs(keys: Any) -> tuple[tuple[str, str], ...]:

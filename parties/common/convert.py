@@ -12,7 +12,8 @@ from he_partition.core.measurements import Measurement, measurement_from_dict
 from he_partition.core.summary import RangeCount, RangeCounts, ReleasedValues, Summary
 
 from .config import CONTEXT_CHUNK_BYTES
-from .contract import StudyContract
+from .contract import StudyContract, check_id
+from .sealing import Commitment
 from .signing import OwnerSignature
 
 __all__ = [
@@ -52,6 +53,7 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         correlation_source=c.correlation_source,
         max_organizations=c.max_organizations,
         max_records_per_owner=c.max_records_per_owner,
+        holder_seal_keys=list(c.holder_seal_keys),
     )
 
 
@@ -73,6 +75,7 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
         correlation_leakage=float(p.correlation_leakage),
         correlation_source=p.correlation_source,
         max_organizations=int(p.max_organizations) or 1,
+        holder_seal_keys=tuple(p.holder_seal_keys),
     )
     if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
         raise InvalidInputError(
@@ -191,7 +194,8 @@ def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> RangeCou
 def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expected_owners: Sequence[str],
                        strategy: str, contribution_bound: int, noise_parties: int, strategy_params_json: str,
                        domain_spec: str, owner_keys: Mapping[str, str | bytes] | None, correlation_leakage: float,
-                       correlation_source: str, max_organizations: int = 1) -> decryption_pb2.OpenStudyRequest:
+                       correlation_source: str, max_organizations: int = 1,
+                       holder_seal_keys: Sequence[str] = ()) -> decryption_pb2.OpenStudyRequest:
     """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`)."""
     return decryption_pb2.OpenStudyRequest(
         study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
@@ -199,6 +203,7 @@ def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expec
         strategy_params_json=strategy_params_json, domain_spec=domain_spec,
         owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
         correlation_source=correlation_source, max_organizations=max_organizations,
+        holder_seal_keys=list(holder_seal_keys),
     )
 
 
@@ -211,7 +216,22 @@ def open_study_kwargs(request: Any) -> dict[str, Any]:
         strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
         owner_keys=dict(request.owner_keys), correlation_leakage=request.correlation_leakage,
         correlation_source=request.correlation_source, max_organizations=request.max_organizations,
+        holder_seal_keys=tuple(getattr(request, "holder_seal_keys", ())),
     )
+
+
+def commitments_to_proto(commitments: Iterable[Commitment]) -> list[decryption_pb2.UploadCommitment]:
+    """Owners' upload commitments as `CloseUploadsRequest.commitments` carries them."""
+    return [decryption_pb2.UploadCommitment(owner_id=c.owner_id, idempotency_key=c.idempotency_key,
+                                            c1_parts_digest=c.c1_parts_digest, key_shares=list(c.key_shares),
+                                            signature=c.signature) for c in commitments]
+
+
+def commitments_from_proto(items: Iterable[Any]) -> list[Commitment]:
+    """The inverse of `commitments_to_proto` (ids checked)."""
+    return [Commitment(check_id("owner_id", c.owner_id), check_id("idempotency_key", c.idempotency_key),
+                       bytes(c.c1_parts_digest), tuple(bytes(s) for s in c.key_shares), bytes(c.signature))
+            for c in items]
 
 
 def context_to_chunks(data: bytes, fingerprint: str) -> Iterator[decryption_pb2.PublicContextChunk]:

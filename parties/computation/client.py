@@ -13,6 +13,7 @@ import grpc
 from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.core.summary import RangeCount, Summary
 
+from ..common.sealing import Commitment
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
@@ -233,17 +234,23 @@ class ComputationClient(BaseClient):
     def submit_chunks(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                       context_fingerprint: str, chunk_count: int, chunks: Iterable[tuple[int, bytes]],
                       contract_hash: str, signature: bytes = b"", c1_signature: bytes = b"",
-                      timeout: float | None = None) -> SubmitResponse:
+                      commitment: Commitment | None = None, timeout: float | None = None) -> SubmitResponse:
         """One upload stream: the header, then (index, ciphertext bytes) pairs. Not retried here.
 
         `contract_hash`: the study's contract hash; `signature`: the owner's signature of the
         whole upload (`parties.common.signing.sign_upload`), required in signed studies.
+        `commitment`: in a sealed study, the owner's commitment (the chunks are then sealed;
+        `parties.common.sealing`).
         Most callers want `DataOwnerClient.submit`, which encrypts, signs, resumes and retries.
         """
         header = computation_pb2.SubmitHeader(study_id=study_id, owner_id=owner_id, idempotency_key=idempotency_key,
                                               domain_length=domain_length, context_fingerprint=context_fingerprint,
                                               chunk_count=chunk_count, contract_hash=contract_hash,
                                               signature=signature, c1_signature=c1_signature)
+        if commitment is not None:
+            header.c1_parts_digest = commitment.c1_parts_digest
+            header.key_shares.extend(commitment.key_shares)
+            header.commitment_signature = commitment.signature
 
         def requests() -> Iterator[computation_pb2.SubmitHistogramRequest]:
             yield computation_pb2.SubmitHistogramRequest(header=header)

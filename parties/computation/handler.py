@@ -35,7 +35,9 @@ from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDe
 from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
 from ..common.util import new_id, utc_now, write_file_atomic
 from ..decryption.client import DecryptionClient
+from ..common.sealing import Commitment, is_sealed
 from .c1_forward import C1Signatures, owner_c1_parts
+from .sealed_uploads import SealedUploads, check_commitment
 from .join import JoinCoordinator, JoinUploadBackend
 from .running import RunningAggregates
 from .store import ComputationStore, ReleaseRecord, ReleaseState, Submission, UploadMeta, owner_conflict
@@ -90,8 +92,10 @@ class UploadSession:
     """
 
     def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: Any, duplicate: bool,
-                 contract: StudyContract | None = None, signature: bytes = b"") -> None:
+                 contract: StudyContract | None = None, signature: bytes = b"", sealed: bool = False) -> None:
         self._h = handler
+        #: The chunks are sealed (`parties.common.sealing`): checked for their form only, opened at the close.
+        self.sealed = sealed
         self.meta = meta
         self._backend = backend
         self.duplicate = duplicate
@@ -112,7 +116,11 @@ class UploadSession:
             self.abort()
             raise InvalidInputError(f"chunk index {index} is outside [0, {self.meta.chunk_count})")
         try:
-            self._backend.deserialize_chunk(data)
+            if self.sealed:
+                if not is_sealed(data):
+                    raise InvalidInputError("study uploads are sealed, this chunk is not")
+            else:
+                self._backend.deserialize_chunk(data)
         except InvalidInputError as exc:
             self.abort()
             raise InvalidInputError(
@@ -228,6 +236,7 @@ class ComputationHandler:
         self.data_dir = data_dir
         self._keys = _KeyCache()
         self.c1_signatures = C1Signatures(data_dir / "c1_signatures" if data_dir is not None else None)
+        self.sealed = SealedUploads(data_dir / "sealed" if data_dir is not None else None)
         self.joins = JoinCoordinator(data_dir / "join" if data_dir is not None else None, rng)
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
@@ -322,12 +331,17 @@ class ComputationHandler:
                 f"study {contract.study_id} still waits for {len(missing)} owner(s): {', '.join(missing)}; wait "
                 f"until they have submitted, or force the {action} with the owners present"
             )
+        if contract.sealed:  # the first time: the key holders close the uploads on these owners, chunks opened
+            backend = self.backend_for(contract)
+            subs = self.sealed.include(contract, subs, self.store, self.decryption.close_uploads, backend.context)
+            self.fold_committed(contract.study_id, backend)
         return subs
 
     # -- uploads -------------------------------------------------------------------------
     def open_upload(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                     context_fingerprint: str, chunk_count: int, contract_hash: str = "",
-                    signature: bytes = b"", c1_signature: bytes = b"") -> UploadSession:
+                    signature: bytes = b"", c1_signature: bytes = b"",
+                    commitment: tuple[bytes, tuple[bytes, ...], bytes] | None = None) -> UploadSession:
         """Check an upload header against the study; nothing is stored unless every check passes.
 
         `contract_hash` must be the study's (the owner encrypted for these terms). In a
@@ -390,10 +404,17 @@ class ComputationHandler:
         if existing is not None:
             raise owner_conflict(existing)  # one submission per owner, ever
         sig = bytes(signature) if contract.signed else b""
+        if contract.sealed:  # the chunks are sealed: keep the owner's commitment, checked, before any chunk
+            self.sealed.refuse_late(contract, owner_id)
+            digest, shares, commit_sig = commitment or (b"", (), b"")
+            owner_commitment = Commitment(owner_id, idempotency_key, bytes(digest), tuple(shares), bytes(commit_sig))
+            check_commitment(contract, owner_commitment)
+            self.sealed.keep(study_id, owner_commitment)
         if contract.signed and c1_signature:  # threshold mode forwards it to the key-share holders (issue 29)
             self.c1_signatures.keep(study_id, owner_id, idempotency_key, c1_signature)
         # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
-        return UploadSession(self, meta, backend, duplicate=False, contract=contract, signature=sig)
+        return UploadSession(self, meta, backend, duplicate=False, contract=contract, signature=sig,
+                             sealed=contract.sealed)
 
     def upload_status(self, study_id: str, owner_id: str, idempotency_key: str) -> UploadOutcome:
         check_id("owner_id", owner_id)
@@ -501,6 +522,8 @@ class ComputationHandler:
         contract = self.store.get_study(study_id)
         if self.running is None or contract is None or contract.is_join:
             return
+        if contract.sealed and self.sealed.closed_on(study_id) is None:
+            return  # sealed chunks are folded once the uploads close and open
         store = self.store
 
         def read(template: str, i: int) -> bytes:
@@ -539,11 +562,16 @@ class ComputationHandler:
         The release that follows then finds them on their way or delivered (`load_aggregate`);
         a failure here is only logged: the release forwards again.
         """
-        if getattr(self.decryption, "forward_uploads", None) is None:
-            return
         try:
             contract = self.study(study_id)
-            if not contract.signed:
+            if contract.sealed:  # close and open as soon as every owner is in; the release finds it done
+                if all(o in {s.owner_id for s in self.store.submissions(study_id)} for o in contract.expected_owners):
+                    t = threading.Thread(target=self._close_in_background, args=(contract,),
+                                         name=f"close-{study_id}", daemon=True)
+                    self._threads.append(t)
+                    t.start()
+                return
+            if getattr(self.decryption, "forward_uploads", None) is None or not contract.signed:
                 return
             try:
                 subs = self.submissions_to_include(contract, force=False, action="forward")
@@ -552,6 +580,14 @@ class ComputationHandler:
             self._forward_c1(contract, subs)
         except Exception as failed:  # noqa: BLE001 - an early start only; the release forwards and reports
             log.warning("study %s: the c1 parts were not sent ahead of the release: %s", study_id, failed)
+
+    def _close_in_background(self, contract: StudyContract) -> None:
+        try:
+            subs = self.submissions_to_include(contract, force=False, action="close")
+            if getattr(self.decryption, "forward_uploads", None) is not None:
+                self._forward_c1(contract, subs)
+        except Exception as failed:  # noqa: BLE001 - an early start only; the release closes again and reports
+            log.warning("study %s: the uploads were not closed ahead of the release: %s", contract.study_id, failed)
 
     def load_aggregate(self, key: str, contract: StudyContract, source: ChunkSource,
                        subs: list[Submission] | None = None) -> None:

@@ -99,7 +99,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
                                            idempotency_key=h.idempotency_key, domain_length=int(h.domain_length),
                                            context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count),
                                            contract_hash=h.contract_hash, signature=bytes(h.signature),
-                                           c1_signature=bytes(h.c1_signature))
+                                           c1_signature=bytes(h.c1_signature),
+                                           commitment=(bytes(h.c1_parts_digest), tuple(bytes(x) for x in h.key_shares),
+                                                       bytes(h.commitment_signature)))
         for msg in request_iterator:
             if msg.WhichOneof("part") != "chunk":
                 session.abort()

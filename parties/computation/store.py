@@ -161,6 +161,10 @@ class ComputationStore(abc.ABC):
         """Store one validated chunk of a started upload (rewriting the same index is harmless)."""
 
     @abc.abstractmethod
+    def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:
+        """Rewrite one chunk of a committed submission (a sealed chunk by its opened form; atomic per chunk)."""
+
+    @abc.abstractmethod
     def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
         """Index -> size in bytes of every chunk held for this upload (partial or committed)."""
 
@@ -318,6 +322,12 @@ class MemoryComputationStore(ComputationStore):
             if self._uploads.get((meta.study_id, meta.owner_id)) != meta:
                 raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
             self._chunks[(meta.study_id, meta.owner_id, meta.idempotency_key)][index] = bytes(data)
+
+    def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:
+        _check_index(submission.meta, index)
+        m = submission.meta
+        with self._lock:
+            self._chunks[(m.study_id, m.owner_id, m.idempotency_key)][index] = bytes(data)
 
     def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
         with self._lock:
@@ -584,6 +594,11 @@ class SqliteComputationStore(ComputationStore):
                 raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
         # File I/O outside the lock: chunks of different owners are written in parallel.
         write_file_atomic(self._dir(meta) / CHUNK_FILE.format(index=index), bytes(data), fsync=self.durable)
+
+    def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:
+        _check_index(submission.meta, index)
+        write_file_atomic(self._dir(submission.meta) / CHUNK_FILE.format(index=index), bytes(data),
+                          fsync=self.durable)
 
     def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
         d = self._dir(meta)

@@ -34,6 +34,7 @@ from he_partition.he.threshold_setup import SetupRelay, common_seed
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError, ServiceError, status_for
 from ..common.receipts import ReceiptBook
+from ..common.sealing import Commitment, upload_key_from_shares
 from ..common.tls import TlsConfig
 from ..common.util import new_id
 from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
@@ -192,6 +193,9 @@ class ThresholdDecryption:
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         terms = dict(terms)
         terms["study_id"] = terms.get("study_id") or new_id("study")
+        if terms.get("owner_keys"):  # owners seal their uploads to every holder (parties.common.sealing)
+            status = self._all("did not report its seal key", lambda c: c.key_setup("status", b"", self.names))
+            terms["holder_seal_keys"] = [s.seal_public_key for s in status]
         opened = self._all("refused the study", lambda c: c.open_study(**terms))
         hashes = {c.contract_hash for c, _ in opened}
         if len(hashes) != 1:
@@ -284,6 +288,17 @@ class ThresholdDecryption:
                  "combined %.2f s", study_id, release_id, measurement.kind, chunk_count, t1 - t0, t2 - t1, t3 - t2)
         return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,
                              min(g.epsilon_remaining for g in got))
+
+    def close_uploads(self, contract: StudyContract, commitments: Sequence[Commitment], *,
+                      timeout: float | None = None) -> list[bytes]:
+        """Close a sealed study's uploads at every holder; each owner's upload key is the XOR of the K shares.
+
+        A holder down or refusing: HolderFailedError naming it, and no upload opens (every key
+        needs every holder's share).
+        """
+        per_holder = self._all("did not close the uploads",
+                               lambda c: c.close_upload_shares(contract, commitments, timeout=timeout))
+        return [upload_key_from_shares(h[i] for h in per_holder) for i in range(len(commitments))]
 
     #: The CS adds its noise to c0 only (`BfvBackend.noise_in_c0`): the holders check c1.
     noise_in_c0 = True

@@ -7,7 +7,7 @@ import random
 import time
 import uuid
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Self, Sequence
 
 import grpc
@@ -25,7 +25,9 @@ from ..common.contract import StudyContract, check_id
 from ..common.errors import PermissionDeniedError, ServiceError
 from ..common.progress import Progress
 from ..common.signing import key_fingerprint, public_key_of, sign_upload
+from ..common.sealing import Commitment
 from ..decryption.keyshare_uploads import sign_c1_upload
+from .sealed import seal_upload
 from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient
 from ..decryption.client import DecryptionClient
@@ -50,6 +52,8 @@ class EncryptedHistogram:
     contract_hash: str = ""
     #: True when the contract lists owner keys: the upload must be signed.
     signed: bool = False
+    #: The key holders' seal keys when the contract pins them: the upload is then sealed and committed.
+    holder_seal_keys: tuple[str, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -235,7 +239,7 @@ class DataOwnerClient:
                 chunks += [backend.serialize_chunk(c) for c in backend.encrypt(piece).chunks]
                 advance(1)
         return EncryptedHistogram(study_id, int(hist.size), contract.context_fingerprint, tuple(chunks),
-                                  contract.contract_hash, contract.signed)
+                                  contract.contract_hash, contract.signed, contract.holder_seal_keys)
 
     def _reporter(self, progress: bool | None) -> Progress:
         """Where long steps are reported: the client's Progress, or stderr when `progress` (default: the client's)."""
@@ -304,7 +308,7 @@ class DataOwnerClient:
         if saved is not None:
             self._check_signing_key(contract)
             enc = EncryptedHistogram(study_id, saved.domain_length, saved.context_fingerprint, saved.chunks,
-                                     saved.contract_hash, contract.signed)
+                                     saved.contract_hash, contract.signed, contract.holder_seal_keys)
         else:
             enc = self.encrypt(study_id, histogram, progress=progress)
             cache.save(digest, contract_hash=enc.contract_hash, context_fingerprint=enc.context_fingerprint,
@@ -321,9 +325,15 @@ class DataOwnerClient:
         t0 = time.monotonic() if started is None else started
         k = len(enc.chunks)
         signature = c1_signature = b""
+        commitment: Commitment | None = None
+        plain = enc
         if enc.signed:
             if self._signing_key is None:
                 raise InvalidInputError(f"study {enc.study_id} requires signed uploads: pass signing_key=")
+            if enc.holder_seal_keys:  # sealed until the key holders close the study (parties.common.sealing)
+                sealed, commitment = seal_upload(enc, self._signing_key, self._parameters(enc),
+                                                 owner_id=self.owner_id, idempotency_key=idempotency_key)
+                enc = replace(enc, chunks=sealed)
             # One signature over the whole upload (every chunk, in index order), so any
             # resumed stream carries the same signature and the server verifies it once complete.
             signature = sign_upload(self._signing_key, study_id=enc.study_id, owner_id=self.owner_id,
@@ -346,11 +356,12 @@ class DataOwnerClient:
                         raise ServiceError(grpc.StatusCode.ALREADY_EXISTS,
                                            f"owner {self.owner_id} already submitted to study {enc.study_id} under "
                                            "another idempotency key", method="Computation/UploadStatus")
-                    if enc.signed and status.c1_signature_wanted and not c1_signature:  # threshold mode (issue 29)
+                    if enc.signed and status.c1_signature_wanted and not c1_signature:  # the holders check c1
                         assert self._signing_key is not None
                         c1_signature = sign_c1_upload(self._signing_key, self._parameters(enc), study_id=enc.study_id,
                                                       owner_id=self.owner_id, idempotency_key=idempotency_key,
-                                                      contract_hash=enc.contract_hash, chunks=enc.chunks)
+                                                      contract_hash=enc.contract_hash,
+                                                      chunks=plain.chunks if commitment is not None else enc.chunks)
                     held = set(status.received) if status.state == "PARTIAL" else set()
                     todo = [i for i in range(k) if i not in held]
                     if only is not None and attempt == 1:
@@ -374,7 +385,7 @@ class DataOwnerClient:
                             study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
                             domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
                             chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature,
-                            c1_signature=c1_signature)
+                            c1_signature=c1_signature, commitment=commitment)
                     except ServiceError as err:
                         if err.code not in RESUMABLE_CODES or attempt == max_attempts:
                             raise

@@ -19,7 +19,8 @@ from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError, ServiceError
 from ..common.receipts import ReceiptBook
-from ..common.convert import (context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
+from ..common.sealing import Commitment
+from ..common.convert import (commitments_to_proto, context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
 
 log = logging.getLogger("dpagg.decryption.client")
@@ -166,6 +167,7 @@ class DecryptionClient(BaseClient):
                    strategy_params_json: str = "", domain_spec: str = "",
                    owner_keys: Mapping[str, str | bytes] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 1,
+                   holder_seal_keys: Sequence[str] = (),
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Create a study; returns (contract, already_existed). With your own `study_id` retries are idempotent.
 
@@ -182,10 +184,30 @@ class DecryptionClient(BaseClient):
             contribution_bound=contribution_bound, noise_parties=noise_parties, expected_owners=expected_owners,
             strategy_params_json=strategy_params_json, domain_spec=domain_spec, owner_keys=owner_keys,
             correlation_leakage=correlation_leakage, correlation_source=correlation_source,
-            max_organizations=max_organizations)
+            max_organizations=max_organizations, holder_seal_keys=holder_seal_keys)
         resp = self._unary(self._stub.OpenStudy, req, method="Decryption/OpenStudy", timeout=timeout,
                            retry=bool(study_id))
         return contract_from_proto(resp.contract), resp.already_existed
+
+    def close_uploads(self, contract: StudyContract, commitments: Sequence[Commitment], *,
+                      timeout: float | None = None) -> list[bytes]:
+        """Close a sealed study's uploads on `commitments`: the owners' upload keys (one key holder: its shares).
+
+        Idempotent: the same set again gets the same answer (retried on transient failures).
+        """
+        return self.close_upload_shares(contract, commitments, timeout=timeout)
+
+    def close_upload_shares(self, contract: StudyContract, commitments: Sequence[Commitment], *,
+                            timeout: float | None = None) -> list[bytes]:
+        """This key holder's shares of each committed owner's upload key (`Decryption.CloseUploads`)."""
+        req = decryption_pb2.CloseUploadsRequest(study_id=contract.study_id, contract_hash=contract.contract_hash,
+                                                 commitments=commitments_to_proto(commitments))
+        resp = self._unary(self._stub.CloseUploads, req, method="Decryption/CloseUploads", timeout=timeout,
+                           retry=True)
+        if len(resp.key_shares) != len(commitments):
+            raise FailedPreconditionError(f"the key holder returned {len(resp.key_shares)} upload key shares for "
+                                          f"{len(commitments)} commitments")
+        return [bytes(s) for s in resp.key_shares]
 
     def get_study(self, study_id: str, *, timeout: float | None = None) -> StudyContract:
         """The contract of a study (its hash is checked against its fields)."""

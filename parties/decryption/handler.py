@@ -37,7 +37,9 @@ from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .client import JoinCellsResult
+from ..common.sealing import Commitment, SealKeyPair
 from .arrivals import ArrivalLog
+from .commitments import CommitmentBook
 from .keys import KeyMaterial, load_or_create_join_keys
 from .workers import DecryptPool, PooledDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
@@ -179,8 +181,13 @@ class DecryptionHandler:
     def __init__(self, ledger: LedgerStore, keys: KeyMaterial, rng: RandomSource, *,
                  require_signed: bool = False, join_keys_dir: Path | None = None,
                  noise_key: bytes | None = None, arrivals: ArrivalLog | None = None,
-                 decrypt_pool: DecryptPool | None = None) -> None:
+                 decrypt_pool: DecryptPool | None = None, seal_key: SealKeyPair | None = None,
+                 commitments_dir: Path | None = None) -> None:
         self.ledger = ledger
+        # The single key holder's X25519 seal key (owners seal their upload keys to it; None: studies are not
+        # sealed) and its record of each sealed study's closed commitments.
+        self.seal_key = seal_key
+        self.commitments = CommitmentBook(seal_key, 0, 1, commitments_dir) if seal_key is not None else None
         # Local worker processes for a measurement's per-chunk decryption (parties.decryption.workers).
         self.decrypt_pool = decrypt_pool
         self.require_signed = require_signed
@@ -196,6 +203,14 @@ class DecryptionHandler:
         self._join_dir = join_keys_dir
         self._join: dict[int, JoinScheme] = {}
         self._join_lock = threading.Lock()
+
+    def close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> list[bytes]:
+        """Close a sealed study's uploads on `commitments` (`CommitmentBook.close`): the owners' upload keys."""
+        contract = self.get_study(study_id)
+        _check_contract_hash(contract, contract_hash, "nothing was closed")
+        if self.commitments is None:
+            raise FailedPreconditionError("this decryption server has no seal key: it closes no uploads")
+        return self.commitments.close(contract, commitments)
 
     # -- join key -----------------------------------------------------------------
     def join_scheme(self, version: int = 1) -> JoinScheme:
@@ -232,7 +247,8 @@ class DecryptionHandler:
                    strategy: str = "", contribution_bound: int = 0, noise_parties: int = 0,
                    strategy_params_json: str = "", domain_spec: str = "",
                    owner_keys: Mapping[str, str] | None = None, correlation_leakage: float = 0.0,
-                   correlation_source: str = "", max_organizations: int = 0) -> tuple[StudyContract, bool]:
+                   correlation_source: str = "", max_organizations: int = 0,
+                   holder_seal_keys: Sequence[str] = ()) -> tuple[StudyContract, bool]:
         """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys).
 
         `correlation_leakage` L > 0 makes `epsilon` a Bayesian-DP budget for correlated
@@ -255,6 +271,8 @@ class DecryptionHandler:
         # A join's terms are checked before its key version is looked up, so bad terms never create a key.
         fingerprint = (context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
                                            .public_bytes()) if join else self.fingerprint)
+        if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
+            holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(
             study_id=study_id or new_id("study"),
             domain_size=domain_size,
@@ -270,6 +288,7 @@ class DecryptionHandler:
             correlation_leakage=correlation_leakage,
             correlation_source=correlation_source,
             max_organizations=max_organizations or 1,
+            holder_seal_keys=() if join else tuple(holder_seal_keys),
         )
         if join and contract.join_terms().padding_epsilon >= contract.epsilon:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "

@@ -29,6 +29,7 @@ class SetupReply:
     fingerprint: str
     state: str
     holder: int
+    seal_public_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class KeyShareClient(DecryptionClient):
                                              values=[int(v) for v in values])
         resp = self._unary(self._stub.KeySetup, req, method="Decryption/KeySetup", timeout=timeout or 120.0,
                            retry=step == "status")
-        return SetupReply(bytes(resp.message), resp.fingerprint, resp.state, int(resp.holder))
+        return SetupReply(bytes(resp.message), resp.fingerprint, resp.state, int(resp.holder), resp.seal_public_key)
 
     def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                      chunk_count: int, contract_hash: str, timeout: float | None = None,

@@ -48,6 +48,8 @@ from .keys import KeyMaterial
 
 from .keyshare import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,
                        measurement_shares)
+from ..common.sealing import Commitment, SealKeyPair
+from .commitments import CommitmentBook
 from .keyshare_uploads import OwnerC1Parts, UploadC1Book
 from .ledger import Charge
 
@@ -104,6 +106,9 @@ class KeyShareService:
         self.holder: ThresholdHolder | None = None
         self.handler: DecryptionHandler | None = None
         self._lock = threading.Lock()
+        # The X25519 key owners seal their upload keys to, and the sealed studies' closed commitment sets.
+        self.seal = SealKeyPair.load_or_create(self.keys_dir)
+        self.commitments = CommitmentBook(self.seal, self.index, len(self.holders), Path(data_dir) / "commitments")
         self._load()
 
     # -- key store ------------------------------------------------------------------------
@@ -158,7 +163,7 @@ class KeyShareService:
                   ciphertext: bytes, values: Sequence[int]) -> tuple[bytes, str, str]:
         """One setup step: (this holder's message, fingerprint, state). See `HolderSetup` for the rounds."""
         with self._lock:
-            if step == "status":
+            if step == "status":  # the servicer adds this holder's seal key
                 return b"", self.active.fingerprint if self.active else "", "active" if self.active else (
                     self.setup.state if self.setup else "none")
             if tuple(holders) != self.holders:
@@ -202,6 +207,24 @@ class KeyShareService:
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}, "
                                           f"not holder {self.name}'s collective key {self.active.fingerprint[:16]}: "
                                           "nothing was decrypted")
+        if contract.signed and not contract.sealed:
+            raise FailedPreconditionError(f"study {contract.study_id} is signed but pins no key holder seal keys: "
+                                          "key-share holders take only sealed uploads, committed before anyone could "
+                                          "read another owner's (open the study through a current computation server)")
+        if contract.sealed:
+            self.commitments.check_contract(contract)
+
+    def close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> list[bytes]:
+        """Close `study_id`'s uploads on `commitments` (`CommitmentBook.close`): this holder's upload key shares."""
+        handler = self.require_active()
+        contract = handler.get_study(study_id)
+        self.check_contract(contract)
+        if not hmac.compare_digest(contract_hash, contract.contract_hash):
+            raise FailedPreconditionError(f"the commitments name another contract than study {study_id}'s")
+        shares = self.commitments.close(contract, commitments)
+        log.info("holder %s, study %s: uploads closed on %d owners' commitments", self.name, study_id,
+                 len(commitments))
+        return shares
 
     def accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
         """Keep the expected c1 of every chunk of `study_id` from the owners' signed c1 parts (`UploadC1Book.accept`)."""
@@ -211,7 +234,7 @@ class KeyShareService:
         self.check_contract(contract)
         if not hmac.compare_digest(contract_hash, contract.contract_hash):
             raise FailedPreconditionError(f"the forwarded uploads name another contract than study {study_id}'s")
-        chunks = self.holder.uploads.accept(contract, uploads)
+        chunks = self.holder.uploads.accept(contract, uploads, self.commitments.closed(study_id))
         self.holder.forget_products(study_id)
         log.info("holder %s, study %s: the signed c1 parts of %d owners (%d chunks) verified and kept", self.name,
                  study_id, len(uploads), chunks)

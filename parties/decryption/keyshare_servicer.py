@@ -27,6 +27,7 @@ from ..common.util import lock_data_dir
 from .handler import DecryptionHandler
 from .keys import load_or_create_noise_key
 from .keyshare_service import JOINS_SINGLE_HOLDER, KeyShareService
+from ..common.sealing import Commitment
 from .keyshare_uploads import OwnerC1Parts
 from .receipts import ReceiptSigner
 from .servicer import SERVICE_NAME, DecryptionServicer
@@ -55,6 +56,13 @@ class KeyShareServicer(DecryptionServicer):
         self._computation_only(context, "open a study at a key-share holder")
         if request.strategy == "join":
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        seals = list(request.holder_seal_keys)
+        if request.owner_keys and (len(seals) != len(self.service.holders)
+                                   or seals[self.service.index].lower() != self.service.seal.public_hex):
+            raise FailedPreconditionError(
+                f"a signed study must pin every key holder's seal key in holder order, with key holder "
+                f"{self.service.name}'s own ({self.service.seal.public_hex[:16]}) at place {self.service.index}: "
+                "the study was not opened")
         return super().OpenStudy(request, context)
 
     def DecryptMeasurement(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
@@ -74,7 +82,10 @@ class KeyShareServicer(DecryptionServicer):
             request.step, bytes(request.session), list(request.holders),
             {int(k): bytes(v) for k, v in request.messages.items()}, bytes(request.ciphertext), list(request.values))
         return decryption_pb2.KeySetupResponse(message=message, fingerprint=fingerprint, state=state,
-                                               holder=self.service.index)
+                                               holder=self.service.index, seal_public_key=self.service.seal.public_hex)
+
+    def _close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> tuple[list[bytes], int]:
+        return self.service.close_uploads(study_id, contract_hash, commitments), self.service.index
 
     def IssueShares(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
                     context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:

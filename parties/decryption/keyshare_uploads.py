@@ -16,11 +16,12 @@ since the CS adds the other owners' c1 parts and only the aggregate is decrypted
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from he_partition.he.threshold_c1 import (C1_MISMATCH, C1Part, aggregate_c1, c1_
                                           c1_stream_digest, check_c1)
 
 from ..common.contract import StudyContract
+from ..common.sealing import Commitment
 from ..common.errors import FailedPreconditionError
 from ..common.signing import SignatureError, sign_submission, verify_submission
 from ..common.util import write_file_atomic
@@ -90,12 +92,17 @@ class UploadC1Book:
         self._expected: dict[str, list[C1Part]] = {}
         self._lock = threading.Lock()
 
-    def accept(self, contract: StudyContract, uploads: Iterable[OwnerC1Parts]) -> int:
+    def accept(self, contract: StudyContract, uploads: Iterable[OwnerC1Parts],
+               closed: Mapping[str, Commitment] | None = None) -> int:
         """Verify every owner's parts and keep their per-chunk sum; returns the chunk count.
 
-        Refuses (FailedPreconditionError) an unsigned study, a missing, duplicate or unknown
-        owner; (SignatureError) a signature that does not verify under the contract's key for
-        that owner; (InvalidInputError) parts of the wrong count, size or range.
+        A sealed study (`StudyContract.sealed`) takes exactly the owners of the set this holder
+        closed (`CommitmentBook.close`), each with the c1 parts whose digest it committed to;
+        another study takes every owner of the contract. Refuses (FailedPreconditionError) an
+        unsigned study, a sealed study not closed here, a missing, duplicate or unknown owner,
+        parts other than the committed ones; (SignatureError) a signature that does not verify
+        under the contract's key for that owner; (InvalidInputError) parts of the wrong count,
+        size or range.
         """
         if not contract.signed:
             raise FailedPreconditionError(f"study {contract.study_id} lists no owner keys: a key-share holder cannot "
@@ -103,7 +110,25 @@ class UploadC1Book:
         keys = dict(contract.owner_keys)
         got = list(uploads)
         names = [u.owner_id for u in got]
-        if sorted(names) != sorted(contract.expected_owners) or len(set(names)) != len(names):
+        if contract.sealed:
+            if closed is None:
+                raise FailedPreconditionError(f"study {contract.study_id}'s uploads were never closed at this key "
+                                              f"holder, so no c1 is committed: {C1_MISMATCH} cannot be ruled out")
+            if sorted(names) != sorted(closed) or len(set(names)) != len(names):
+                missing = sorted(set(closed) - set(names))
+                extra = sorted(set(names) - set(closed))
+                dup = sorted({n for n in names if names.count(n) > 1})
+                raise FailedPreconditionError(f"study {contract.study_id}'s uploads closed on the commitments of "
+                                              f"{sorted(closed)}; the forwarded c1 parts must come from each of them "
+                                              f"once (missing {missing}, not in the closed set {extra}, duplicated "
+                                              f"{dup}): {C1_MISMATCH}, refused")
+            for u in got:
+                c = closed[u.owner_id]
+                if u.idempotency_key != c.idempotency_key or not hmac.compare_digest(
+                        c1_stream_digest(u.parts), c.c1_parts_digest):
+                    raise FailedPreconditionError(f"owner {u.owner_id!r}'s forwarded c1 parts are not the ones it "
+                                                  f"committed to before the uploads closed: {C1_MISMATCH}, refused")
+        elif sorted(names) != sorted(contract.expected_owners) or len(set(names)) != len(names):
             missing = sorted(set(contract.expected_owners) - set(names))
             extra = sorted(set(names) - set(contract.expected_owners))
             dup = sorted({n for n in names if names.count(n) > 1})

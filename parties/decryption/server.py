@@ -12,6 +12,7 @@ from ..common.limits import DECRYPTION_MAX_RECEIVE, server_options
 from ..common.server import ServerHandle, create_server
 from ..common.errors import FailedPreconditionError
 from ..common.util import lock_data_dir, noise_source
+from ..common.sealing import SealKeyPair
 from .handler import DecryptionHandler
 from .arrivals import ARRIVALS_FILE, ArrivalLog
 from .keys import KeyStore, load_or_create_noise_key
@@ -56,7 +57,9 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
     pool = DecryptPool(config.decrypt_workers, secret_path=KeyStore(config.data_dir / KEYS_DIR).secret_path)
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None,
                                 join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals,
-                                decrypt_pool=pool)
+                                decrypt_pool=pool,
+                                seal_key=SealKeyPair.load_or_create(config.data_dir / KEYS_DIR),
+                                commitments_dir=config.data_dir / "commitments")
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids,
                                   ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))

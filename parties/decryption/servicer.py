@@ -13,8 +13,9 @@ from ..common.errors import FailedPreconditionError
 
 from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.contract import check_id
-from ..common.convert import (context_to_chunks, contract_to_proto, measurement_from_proto, open_study_kwargs,
-                              ranges_from_proto)
+from ..common.convert import (commitments_from_proto, context_to_chunks, contract_to_proto, measurement_from_proto,
+                              open_study_kwargs, ranges_from_proto)
+from ..common.sealing import Commitment
 from .handler import DecryptionHandler
 from .ledger import Charge
 from .receipts import ReceiptSigner
@@ -65,6 +66,16 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         self._computation_only(context, "open a study at the decryption server")
         contract, existed = self.handler.open_study(**open_study_kwargs(request))
         return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
+
+    def CloseUploads(self, request: decryption_pb2.CloseUploadsRequest,
+                     context: grpc.ServicerContext) -> decryption_pb2.CloseUploadsResponse:
+        self._computation_only(context, "close a study's uploads")
+        commitments = commitments_from_proto(request.commitments)
+        shares, holder = self._close_uploads(request.study_id, request.contract_hash, commitments)
+        return decryption_pb2.CloseUploadsResponse(key_shares=shares, holder=holder)
+
+    def _close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> tuple[list[bytes], int]:
+        return self.handler.close_uploads(study_id, contract_hash, commitments), 0
 
     def GetStudy(self, request: decryption_pb2.GetStudyRequest,
                  context: grpc.ServicerContext) -> decryption_pb2.GetStudyResponse:

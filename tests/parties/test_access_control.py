@@ -99,6 +99,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t)),
         "Decryption/ForwardUploads": lambda ch: d(ch).ForwardUploads(iter([decryption_pb2.ForwardUploadsRequest(
             study_id="s1", owner_id="a", index=0, c1=b"\0" * 8)]), timeout=t),
+        "Decryption/CloseUploads": lambda ch: d(ch).CloseUploads(decryption_pb2.CloseUploadsRequest(
+            study_id="s1", contract_hash="0" * 64), timeout=t),
         "Computation/SetupKey": lambda ch: c(ch).SetupKey(computation_pb2.SetupKeyRequest(), timeout=t),
         "Decryption/BudgetStatus": lambda ch: d(ch).BudgetStatus(
             decryption_pb2.BudgetStatusRequest(study_id="s1"), timeout=t),
@@ -145,6 +147,7 @@ ALLOWED = {
     "Decryption/KeySetup": {"cs"},
     "Decryption/IssueShares": {"cs"},
     "Decryption/ForwardUploads": {"cs"},
+    "Decryption/CloseUploads": {"cs"},
     "Computation/SetupKey": {"operator"},
     "Decryption/BudgetStatus": {"cs", "rogue_cs", "operator", "analyst"},
     "Decryption/ChargeDirectQueries": {"cs"},

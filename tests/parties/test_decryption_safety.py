@@ -37,11 +37,13 @@ def test_two_concurrent_releases_from_two_computation_servers_never_overspend(se
                                                       tls=cluster.tls(CS_ID, "computation"))).start()
     try:
         targets = [cluster.cs.target, cs2.target]
-        for target in targets:
+        enc = None
+        for target in targets:  # the same upload to both replicas: a sealed study closes on one commitment per owner
             with DataOwnerClient("a", computation=target, decryption=cluster.ds.target, progress=False,
                                  retry=FAST_RETRY, tls=cluster.tls("a", "data_owner"),
                                  signing_key=cluster.signing_key("a")[0]) as owner:
-                owner.submit("s1", np.arange(64) % 5)
+                enc = enc or owner.encrypt("s1", np.arange(64) % 5)
+                owner.upload(enc, idempotency_key="a-1")
         barrier = threading.Barrier(2)
         outcomes: list[object] = [None, None]
 

@@ -11,6 +11,7 @@ import pytest
 
 from he_partition.core.errors import InvalidInputError
 from parties.common.contract import StudyContract
+from parties.common.sealing import Commitment
 from parties.common.errors import ServiceError
 from parties.common.signing import SignatureError, generate_signing_key, sign_upload, stream_digest
 
@@ -27,19 +28,36 @@ def _nothing_stored(cluster: Cluster, owner: str, study: str = "s1") -> None:
         cluster.root / "cs" / "uploads" / study / owner).exists() else True
 
 
+def _sealed(cluster: Cluster, owner: str, contract: StudyContract, chunks: tuple[bytes, ...],
+            key: str) -> tuple[tuple[bytes, ...], Commitment | None]:
+    """What the owner's client sends for `chunks` in a sealed study: the sealed chunks and its commitment."""
+    if not contract.sealed:
+        return chunks, None
+    from he_partition.he.bfv import load_context
+    from parties.data_owner.client import EncryptedHistogram
+    from parties.data_owner.sealed import seal_upload
+
+    enc = EncryptedHistogram(contract.study_id, contract.domain_size, contract.context_fingerprint, chunks,
+                             contract.contract_hash, True, contract.holder_seal_keys)
+    return seal_upload(enc, cluster.signing_key(owner)[0], load_context(cluster.decryption().public_context()),
+                       owner_id=owner, idempotency_key=key)
+
+
 def _raw(cluster: Cluster, owner: str, contract: StudyContract, chunks: tuple[bytes, ...], *, key: str,
          signature: bytes, claimed_owner: str | None = None, study: str = "s1") -> object:
-    """Stream an upload with the owner's own certificate, bypassing the client's signing."""
+    """Stream an upload with the owner's own certificate, bypassing the client's signing (sealed as its client would)."""
+    sent, commitment = _sealed(cluster, owner, contract, chunks, key)
     return cluster.computation(owner, "data_owner").submit_chunks(
         study_id=study, owner_id=claimed_owner or owner, idempotency_key=key, domain_length=contract.domain_size,
-        context_fingerprint=contract.context_fingerprint, chunk_count=len(chunks), chunks=list(enumerate(chunks)),
-        contract_hash=contract.contract_hash, signature=signature)
+        context_fingerprint=contract.context_fingerprint, chunk_count=len(chunks), chunks=list(enumerate(sent)),
+        contract_hash=contract.contract_hash, signature=signature, commitment=commitment)
 
 
 def _sign(cluster: Cluster, owner: str, contract: StudyContract, chunks: tuple[bytes, ...], key: str,
           study: str = "s1", private: bytes | None = None) -> bytes:
+    sent, _ = _sealed(cluster, owner, contract, chunks, key)
     return sign_upload(private or cluster.signing_key(owner)[0], study_id=study, owner_id=owner,
-                       idempotency_key=key, contract_hash=contract.contract_hash, chunks=chunks)
+                       idempotency_key=key, contract_hash=contract.contract_hash, chunks=sent)
 
 
 def _code(fn: object, *args: object, **kw: object) -> ServiceError:
@@ -57,7 +75,11 @@ def test_release_lists_every_owners_verifiable_signature(secure_cluster: Cluster
     for o in ("a", "b"):
         sub = store.get_submission("s1", o)
         assert sub is not None and len(sub.signature) == 64
-        chunks = [store.read_chunk(sub, i) for i in range(sub.meta.chunk_count)]
+        chunks = tuple(store.read_chunk(sub, i) for i in range(sub.meta.chunk_count))
+        if contract.sealed:  # once the uploads close the stored chunks are the opened form of the verified ones
+            cluster.cs.handler.join(timeout=60)
+            chunks = tuple(store.read_chunk(sub, i) for i in range(sub.meta.chunk_count))
+            chunks = _sealed(cluster, o, contract, chunks, f"{o}-1")[0]
         assert sub.ciphertext_digest == stream_digest(chunks)  # what was verified is what is stored
     rel = cluster.computation().run_release("s1")
     got = cluster.analyst().get_release(rel.release_id)
@@ -98,9 +120,7 @@ def test_unsigned_wrongly_signed_tampered_and_replayed_uploads_are_refused_and_n
     assert err.code == grpc.StatusCode.UNAUTHENTICATED
     _nothing_stored(cluster, "a")
     # ... or for another study (same owner, same key pair, its own contract hash)
-    err = _code(cluster.computation("a", "data_owner").submit_chunks, study_id="s2", owner_id="a",
-                idempotency_key="k1", domain_length=64, context_fingerprint=s2.context_fingerprint, chunk_count=1,
-                chunks=[(0, enc.chunks[0])], contract_hash=s2.contract_hash, signature=good)
+    err = _code(_raw, cluster, "a", s2, enc.chunks, key="k1", signature=good, study="s2")
     assert err.code == grpc.StatusCode.UNAUTHENTICATED
     _nothing_stored(cluster, "a", study="s2")
     # ... or by owner b (b's own certificate, b's name in the header, a's ciphertexts and signature)
@@ -123,7 +143,10 @@ def test_unsigned_wrongly_signed_tampered_and_replayed_uploads_are_refused_and_n
     assert cluster.cs.handler.store.get_submission("s1", "a").signature == good  # type: ignore[union-attr]
     assert cluster.computation().study_status("s1").submitted_owners == ("a",)
     folded = running.current("s1")
-    assert folded is not None and folded.uploads == {("a", "k1")}  # only the verified upload is in the running sum
+    if contract.sealed:  # sealed chunks are summed only once the key holders close the uploads
+        assert folded is None
+    else:
+        assert folded is not None and folded.uploads == {("a", "k1")}  # only the verified upload is summed
 
 
 def test_client_side_signing_checks(secure_cluster: Cluster) -> None:
@@ -158,6 +181,7 @@ def test_resume_with_a_re_encryption_discards_the_partial_upload_it_does_not_mat
     assert res.committed and res.chunks_sent == 2 and res.attempts == 2  # chunk 1; after the reset, chunk 0 again
     sub = cluster.cs.handler.store.get_submission("s1", "a")
     assert sub is not None
+    cluster.cs.handler.join(timeout=60)  # the uploads close (every owner is in) and the chunks open
     stored = [cluster.cs.handler.store.read_chunk(sub, i) for i in range(2)]
     assert stored == list(second.chunks)  # never a mix of two encryptions under one signature
     rel = cluster.computation().run_release("s1")

@@ -101,6 +101,7 @@ def test_a_study_whose_uploads_were_never_forwarded_gets_no_share(threshold: Thr
 
 def _parts(t: Threshold, study: str) -> dict[str, OwnerC1Parts]:
     h = t.cs.handler
+    h.submissions_to_include(h.study(study), force=False, action="forward")  # the uploads close and open
     out = {}
     for s in h.store.submissions(study):
         sig = h.c1_signatures.get(study, s.meta.owner_id, s.meta.idempotency_key)
@@ -124,7 +125,8 @@ def test_forged_swapped_or_dropped_owner_parts_are_refused_through_the_services(
     code, message = forward([forged, p["b"], p["c"]])
     assert code == "UNAUTHENTICATED" and "owner 'a'" in message
     swapped = OwnerC1Parts("a", p["b"].idempotency_key, p["b"].parts, p["b"].signature)
-    assert forward([swapped, p["b"], p["c"]])[0] == "UNAUTHENTICATED"
+    code, message = forward([swapped, p["b"], p["c"]])  # not what owner a committed to before the uploads closed
+    assert code == "FAILED_PRECONDITION" and "committed" in message
     code, message = forward([p["a"], p["b"]])
     assert code == "FAILED_PRECONDITION" and "missing ['c']" in message
     assert not threshold.holders[0].handler.holder.uploads.has("s-fw")

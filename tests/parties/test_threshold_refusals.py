@@ -259,7 +259,7 @@ def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold
     # the holders compute on the owners' signed c1 (docs/threshold.md, section 3a): the combiner forwards them and
     # combines the shares with its own c0, the owners' aggregate with known values added
     h = threshold.cs.handler
-    subs = h.store.submissions("s-pads")
+    subs = h.submissions_to_include(contract, force=False, action="release")  # the sealed uploads close and open
     threshold.combiner.forward_uploads(contract, lambda: [owner_c1_parts(ctx, s, h.store.read_chunk, h.c1_signatures.get(
         "s-pads", s.meta.owner_id, s.meta.idempotency_key)) for s in subs],
         [(s.meta.owner_id, s.meta.idempotency_key) for s in subs])

@@ -1,0 +1,175 @@
+"""The computation server's side of sealed uploads (`parties.common.sealing`): keep, close, open.
+
+An owner of a sealed study uploads AES-sealed chunks and a signed commitment (its c1 parts'
+digest and its upload key, shared to the key holders). This server keeps the commitment next
+to the upload (`keep`), and cannot read the chunks until the key holders close the study's
+uploads (`include`): it names the set of commitments (every committed owner; with `--force`,
+the owners present), records the set here first (so a restart closes on the same set, and no
+owner uploads into a closed study), asks every key holder for its shares, opens each chunk in
+place (atomic per chunk, so a crash leaves only sealed or opened chunks), checks each owner's
+opened c1 against its commitment, and marks the study opened. Nothing here adds noise or
+spends budget.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector, c1_stream_digest
+
+from ..common.contract import StudyContract, check_id
+from ..common.errors import FailedPreconditionError
+from ..common.sealing import Commitment, is_sealed, open_chunk
+from ..common.signing import SignatureError, verify_submission
+from ..common.util import write_file_atomic
+from .store import ComputationStore, Submission
+
+__all__ = ["SealedUploads", "check_commitment"]
+
+log = logging.getLogger("dpagg.computation.sealed")
+
+
+def check_commitment(contract: StudyContract, c: Commitment) -> None:
+    """Refuse (InvalidInputError, SignatureError) a commitment that cannot be the owner's, before anything is stored."""
+    if len(c.c1_parts_digest) != 32:
+        raise InvalidInputError(f"study {contract.study_id} is sealed: the upload header must carry the 32-byte "
+                                f"digest of the chunks' c1 parts, got {len(c.c1_parts_digest)} bytes (a current "
+                                "data-owner client sends it)")
+    if len(c.key_shares) != len(contract.holder_seal_keys):
+        raise InvalidInputError(f"study {contract.study_id} is sealed to {len(contract.holder_seal_keys)} key "
+                                f"holder(s); the upload header carries {len(c.key_shares)} sealed key shares")
+    key = contract.owner_public_key(c.owner_id)
+    assert key is not None  # a sealed contract is signed and the owner is expected
+    try:
+        verify_submission(key, c.statement(contract.study_id, contract.contract_hash), c.signature,
+                          owner_id=c.owner_id)
+    except SignatureError:
+        raise SignatureError(f"owner {c.owner_id!r}'s commitment does not verify under the contract's key for that "
+                             "owner; nothing was stored") from None
+
+
+def _commitment_json(c: Commitment) -> bytes:
+    return json.dumps({"owner_id": c.owner_id, "idempotency_key": c.idempotency_key,
+                       "c1_parts_digest": c.c1_parts_digest.hex(), "key_shares": [s.hex() for s in c.key_shares],
+                       "signature": c.signature.hex()}).encode()
+
+
+def _commitment_of(data: bytes) -> Commitment:
+    d = json.loads(data)
+    return Commitment(d["owner_id"], d["idempotency_key"], bytes.fromhex(d["c1_parts_digest"]),
+                      tuple(bytes.fromhex(s) for s in d["key_shares"]), bytes.fromhex(d["signature"]))
+
+
+class SealedUploads:
+    """Commitments by (study, owner, upload key) and each study's closed set: files under `directory`, or memory."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self._mem: dict[tuple[str, ...], bytes] = {}
+        self._lock = threading.Lock()
+        self._study_locks: dict[str, threading.Lock] = {}
+
+    def _path(self, *parts: str) -> Path | None:
+        return None if self.directory is None else self.directory.joinpath(*parts)
+
+    def _write(self, data: bytes, *parts: str) -> None:
+        with self._lock:
+            self._mem[parts] = data
+        path = self._path(*parts)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_file_atomic(path, data)
+
+    def _read(self, *parts: str) -> bytes | None:
+        with self._lock:
+            data = self._mem.get(parts)
+        path = self._path(*parts)
+        if data is None and path is not None and path.exists():
+            data = path.read_bytes()
+        return data
+
+    def keep(self, study_id: str, c: Commitment) -> None:
+        """Keep an owner's checked commitment (the key holders verify it again when the uploads close)."""
+        for name, value in (("study_id", study_id), ("owner_id", c.owner_id), ("idempotency_key", c.idempotency_key)):
+            check_id(name, value)
+        self._write(_commitment_json(c), study_id, f"{c.owner_id}.{c.idempotency_key}.commitment")
+
+    def get(self, study_id: str, owner_id: str, key: str) -> Commitment:
+        data = self._read(study_id, f"{owner_id}.{key}.commitment")
+        if data is None:
+            raise FailedPreconditionError(f"owner {owner_id!r} uploaded to sealed study {study_id} without a "
+                                          "commitment: it must upload again with a current data-owner client")
+        return _commitment_of(data)
+
+    def closed_on(self, study_id: str) -> tuple[str, ...] | None:
+        """The owners `study_id`'s uploads close (or closed) on, once this server named them; else None."""
+        data = self._read(study_id, "closed.json")
+        return None if data is None else tuple(json.loads(data))
+
+    def _opened(self, study_id: str) -> bool:
+        return self._read(study_id, "opened") is not None
+
+    def refuse_late(self, contract: StudyContract, owner_id: str) -> None:
+        """FailedPrecondition for an owner outside a study whose uploads are closed (it could never be included)."""
+        closed = self.closed_on(contract.study_id)
+        if closed is not None and owner_id not in closed:
+            raise FailedPreconditionError(
+                f"study {contract.study_id}'s uploads closed on the owners {', '.join(closed)}: an upload of owner "
+                f"{owner_id} can no longer be included (the key holders accept no commitment after the close). Ask "
+                "the operator to open a new study")
+
+    def include(self, contract: StudyContract, subs: Sequence[Submission], store: ComputationStore,
+                close: Callable[[StudyContract, list[Commitment]], list[bytes]], context: Any) -> list[Submission]:
+        """The submissions a release of the sealed study includes, with their chunks opened.
+
+        The first call closes the uploads on `subs` (every key holder's shares through
+        `close`, e.g. `DecryptionClient.close_uploads`) and opens every chunk; later calls
+        return the closed set's submissions. FailedPreconditionError when a key holder
+        refuses, or when an owner's opened chunks are not what it committed to.
+        """
+        study_id = contract.study_id
+        with self._lock:
+            lock = self._study_locks.setdefault(study_id, threading.Lock())
+        with lock:
+            owners = self.closed_on(study_id)
+            if owners is None:
+                owners = tuple(sorted(s.owner_id for s in subs))
+                self._write(json.dumps(list(owners)).encode(), study_id, "closed.json")  # before any holder is asked
+            chosen = [s for s in subs if s.owner_id in owners]
+            if len(chosen) != len(owners):
+                raise FailedPreconditionError(f"study {study_id}'s uploads close on {list(owners)} but this server "
+                                              f"holds submissions of {sorted(s.owner_id for s in subs)}")
+            if self._opened(study_id):
+                return chosen
+            commitments = [self.get(study_id, s.owner_id, s.idempotency_key) for s in chosen]
+            keys = close(contract, commitments)
+            for sub, c, key in zip(chosen, commitments, keys):
+                self._open_submission(contract, sub, c, key, store, context)
+            self._write(b"1", study_id, "opened")
+            log.info("study %s: uploads closed on %d owners' commitments and opened", study_id, len(chosen))
+            return chosen
+
+    def _open_submission(self, contract: StudyContract, sub: Submission, c: Commitment, key: bytes,
+                         store: ComputationStore, context: Any) -> None:
+        """Open every chunk of `sub` in place and check its c1 against the owner's commitment."""
+        place = dict(study_id=contract.study_id, owner_id=sub.owner_id, idempotency_key=sub.idempotency_key,
+                     contract_hash=contract.contract_hash)
+        parts = []
+        for i in range(sub.meta.chunk_count):
+            data = store.read_chunk(sub, i)
+            try:
+                opened = open_chunk(key, i, data, **place) if is_sealed(data) else data  # else: opened before
+                parts.append(c1_bytes(c1_of_vector(context, opened)))
+            except InvalidInputError as exc:  # the owner's upload, not the caller's request, is at fault
+                raise FailedPreconditionError(f"owner {sub.owner_id!r}'s upload to study {contract.study_id} does "
+                                              f"not open to a valid ciphertext: {exc}") from None
+            if opened is not data:
+                store.replace_chunk(sub, i, opened)
+        if c1_stream_digest(parts) != c.c1_parts_digest:
+            raise FailedPreconditionError(f"owner {sub.owner_id!r}'s opened chunks are not the ones it committed to "
+                                          f"(their c1 parts differ from its commitment): study {contract.study_id} "
+                                          "cannot be released with this upload")
