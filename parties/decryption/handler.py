@@ -39,6 +39,7 @@ from ..common.util import new_id
 from .client import JoinCellsResult
 from .arrivals import ArrivalLog
 from .keys import KeyMaterial, load_or_create_join_keys
+from .keyshare_uploads import OwnerC1Parts, UploadC1Book
 from .workers import DecryptPool, PooledDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
@@ -179,7 +180,7 @@ class DecryptionHandler:
     def __init__(self, ledger: LedgerStore, keys: KeyMaterial, rng: RandomSource, *,
                  require_signed: bool = False, join_keys_dir: Path | None = None,
                  noise_key: bytes | None = None, arrivals: ArrivalLog | None = None,
-                 decrypt_pool: DecryptPool | None = None) -> None:
+                 decrypt_pool: DecryptPool | None = None, c1_dir: Path | None = None) -> None:
         self.ledger = ledger
         # Local worker processes for a measurement's per-chunk decryption (parties.decryption.workers).
         self.decrypt_pool = decrypt_pool
@@ -192,6 +193,9 @@ class DecryptionHandler:
             int(v).to_bytes(8, "big") for v in rng.integers(1 << 62, 4))
         self.arrivals = arrivals if arrivals is not None else ArrivalLog()
         self.backend = BfvBackend(keys.secret_context)
+        #: The owners' signed c1 parts of each signed study, summed per chunk (kept under `c1_dir` across
+        #: restarts): the only c1 this server decrypts a signed study's measurements with.
+        self.uploads = UploadC1Book(keys.secret_context, c1_dir)
         self._decrypt_lock = threading.Lock()
         self._join_dir = join_keys_dir
         self._join: dict[int, JoinScheme] = {}
@@ -417,6 +421,43 @@ class DecryptionHandler:
                 f"{n_chunks(contract.domain_size, self.backend.slots)}), header says {chunk_count}"
             )
 
+    # -- the owners' signed c1 -------------------------------------------------------
+    def accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
+        """Verify the owners' signed c1 parts of a signed study and keep their per-chunk sum (`UploadC1Book.accept`).
+
+        Refused: another contract than the study's, a join study (its cells are not the owners'
+        upload chunks), an unsigned study, a missing, duplicate or unknown owner, a signature that
+        does not verify. Charges and decrypts nothing.
+        """
+        contract = self.get_study(study_id)
+        _check_contract_hash(contract, contract_hash, "the forwarded c1 parts were not kept")
+        if contract.is_join:
+            raise FailedPreconditionError(f"study {study_id} is a join study: its cells are decrypted as they come "
+                                          "(DecryptJoinCells), no c1 parts are kept for it")
+        chunks = self.uploads.accept(contract, uploads)
+        log.info("study %s: the signed c1 parts of %d owners (%d chunks) verified and kept", study_id, len(uploads),
+                 chunks)
+        return chunks
+
+    def signed_c1(self, contract: StudyContract, m: Measurement) -> list[Any] | None:
+        """The owners' aggregate c1 of each measured chunk of `m` (upload chunk `measured_chunks(slots)[j]`).
+
+        None for an unsigned study (its chunks are decrypted as sent); FailedPreconditionError when
+        nothing was forwarded for a signed one (nothing is charged or decrypted then).
+        """
+        if not contract.signed:
+            return None
+        return [self.uploads.expected(contract.study_id, i) for i in m.measured_chunks(self.backend.slots)]
+
+    def with_signed_c1(self, data: bytes, index: int, c1: Any) -> bytes:
+        """Measurement chunk `index` (bytes) with c1 replaced by the owners' aggregate c1 `c1`: what is decrypted.
+
+        The computation server chooses c0 only (its noise, pads and flood are there); whatever c1
+        it sent is ignored, so a scaled or re-randomized ciphertext decrypts to noise and fails
+        the integrity check (`checked_chunk`) before any charge.
+        """
+        return self.backend.with_c1(data, c1, chunk=index)
+
     def checked_chunk(self, data: bytes, index: int) -> Any:
         """One received chunk, parsed and through the integrity check (refused: InvalidInputError / PrecisionError)."""
         chunk = self.backend.deserialize_chunk(data)
@@ -443,18 +484,25 @@ class DecryptionHandler:
         add/remove of one person with at most c records) plus the computation server's
         draw plus this server's. Before the charge every chunk passes the integrity check
         (noise budget: a foreign key or corrupt ciphertext is refused and nothing is
-        charged); after it, noised values above 2^44 are refused (the epsilon stays
+        charged; in a signed study the chunks are first given the owners' aggregate c1,
+        `with_signed_c1`, unless the caller did so as they arrived and passes `checked`);
+        after it, noised values above 2^44 are refused (the epsilon stays
         spent, and the refusal is post-processing of the noised values). Every request
         that reaches this point is recorded in `arrivals`, answered or refused; the ledger
         row also records what it paid for (`decryption_detail`).
         """
-        digest = stream_digest(chunks).hex()
+        digest = ""
         budget: Budget | None = None
         try:
             contract = self.get_study(study_id)
             check_id("release_id", release_id)
             self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                    release_id=release_id, release_epsilon=float(release_epsilon))
+            if checked is None:  # a signed study: the owners' aggregate c1 in place of the one sent
+                c1 = self.signed_c1(contract, measurement)
+                if c1 is not None:
+                    chunks = [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
+            digest = stream_digest(chunks).hex()
             # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
             # `checked`: the same chunks already parsed and integrity-checked as they arrived.
             sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in chunks)
