@@ -45,6 +45,7 @@ def test_measurements_that_differ_from_the_contract_are_refused_naming_the_field
     gap = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0, contribution_bound=2, strategy="gap")
     hier = cluster.open_study(study_id="s-hier", domain_size=64, owners=("a",), epsilon=1.0, strategy="hier")
     chunks = _chunks(cluster, 64)
+    cluster.forward_c1(gap, {"a": chunks})  # as the computation server does for a signed study
 
     err = _refused(cluster, gap, PrefixDifferences(64, 0.1, 4), chunks=chunks, contract_hash="")
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "contract_hash is required" in err.details
@@ -90,14 +91,18 @@ def test_every_decryption_is_recorded_in_the_ledger_with_what_it_paid_for(secure
     cluster = secure_cluster
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0, strategy="gap")
     chunks = _chunks(cluster, 64)
+    cluster.forward_c1(contract, {"a": chunks})
     m = PrefixDifferences(64, 0.25, 2)
     res = _decrypt(cluster, contract, m, chunks=chunks)
+    # what was decrypted: c0 as sent with the owners' aggregate c1 (here the same c1, serialized uncompressed)
+    decrypted = [cluster.ds.handler.with_signed_c1(c, j, cluster.ds.handler.uploads.expected("s1", j))
+                 for j, c in enumerate(chunks)]
     (charge,) = cluster.ds.handler.ledger.charges("s1")
     assert charge.charge_id == res.charge_id  # type: ignore[attr-defined]
     detail = json.loads(charge.detail)
     assert detail == {"contract_hash": contract.contract_hash,
                       "measurement_sha256": hashlib.sha256(canonical_json(m.to_dict()).encode()).hexdigest(),
-                      "ciphertext_digest": stream_digest(chunks).hex(), "values": 64, "sensitivity": 2,
+                      "ciphertext_digest": stream_digest(decrypted).hex(), "values": 64, "sensitivity": 2,
                       "noise_stream": 2}
     # a whole release: one row per decryption, each naming the contract
     cluster.owner("a").submit("s1", np.arange(64) % 4)
