@@ -470,7 +470,8 @@ class DecryptionHandler:
 
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Sequence[bytes], contract_hash: str,
-                            checked: Sequence[Any] | None = None) -> DecryptedMeasurement:
+                            checked: Sequence[Any] | None = None,
+                            signed: Sequence[bytes] | None = None) -> DecryptedMeasurement:
         """Fix this server's draw, charge the ledger, then decrypt, decode, add the draw and check the noised values.
 
         Privacy: this server's discrete Laplace draw (scale sensitivity/epsilon per value,
@@ -484,28 +485,27 @@ class DecryptionHandler:
         add/remove of one person with at most c records) plus the computation server's
         draw plus this server's. Before the charge every chunk passes the integrity check
         (noise budget: a foreign key or corrupt ciphertext is refused and nothing is
-        charged; in a signed study the chunks are first given the owners' aggregate c1,
-        `with_signed_c1`, unless the caller did so as they arrived and passes `checked`);
+        charged; in a signed study what is decrypted is each chunk's c0 with the owners'
+        aggregate c1, `with_signed_c1`: `signed` when the caller built them as the chunks
+        arrived, with `checked` their parsed and checked form);
         after it, noised values above 2^44 are refused (the epsilon stays
         spent, and the refusal is post-processing of the noised values). Every request
         that reaches this point is recorded in `arrivals`, answered or refused; the ledger
         row also records what it paid for (`decryption_detail`).
         """
-        digest = ""
+        digest = stream_digest(chunks).hex()  # of the chunks as sent: it keys the draw and names the request
         budget: Budget | None = None
         try:
             contract = self.get_study(study_id)
             check_id("release_id", release_id)
             self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                    release_id=release_id, release_epsilon=float(release_epsilon))
-            if checked is None:  # a signed study: the owners' aggregate c1 in place of the one sent
+            if signed is None:  # a signed study: the owners' aggregate c1 in place of the one sent
                 c1 = self.signed_c1(contract, measurement)
-                if c1 is not None:
-                    chunks = [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
-            digest = stream_digest(chunks).hex()
+                signed = chunks if c1 is None else [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
             # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
             # `checked`: the same chunks already parsed and integrity-checked as they arrived.
-            sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in chunks)
+            sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in signed)
             wanted = set(measurement.measured_chunks(self.backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
@@ -518,7 +518,7 @@ class DecryptionHandler:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
             pool = self.decrypt_pool
-            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)
+            side = DecryptionSide(PooledDecryption(self.backend, pool, signed)
                                   if pool is not None and pool.active and len(chunks) >= pool.min_chunks
                                   else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest, stream=stream,

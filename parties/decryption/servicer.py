@@ -95,6 +95,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         if self.handler.decrypt_pool is not None:  # local decrypt workers load the key while the chunks arrive
             self.handler.decrypt_pool.warm(int(header.chunk_count))
         chunks: list[bytes] = []
+        signed: list[bytes] = []  # what is decrypted: the chunks, or their c0 with the owners' aggregate c1
         checked: list[object] = []
         try:
             for msg in request_iterator:
@@ -103,10 +104,11 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                 if len(chunks) >= header.chunk_count:
                     raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
                 j = len(chunks)
-                chunks.append(msg.chunk if signed_c1 is None else self.handler.with_signed_c1(msg.chunk, j,
+                chunks.append(msg.chunk)
+                signed.append(msg.chunk if signed_c1 is None else self.handler.with_signed_c1(msg.chunk, j,
                                                                                             signed_c1[j]))
                 # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
-                checked.append(self.handler.checked_chunk(chunks[j], j))
+                checked.append(self.handler.checked_chunk(signed[j], j))
         except Exception as exc:  # chunks that reached this server are recorded, refused or not
             if chunks:
                 self.handler.record_refusal(header.study_id, header.release_id, measurement.kind, chunks, exc)
@@ -114,6 +116,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         result = self.handler.decrypt_measurement(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
             measurement=measurement, chunks=chunks, contract_hash=header.contract_hash, checked=checked,
+            signed=signed,
         )
         return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
                                                          charge_id=result.charge.charge_id if result.charge else 0,
