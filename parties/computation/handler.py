@@ -390,7 +390,7 @@ class ComputationHandler:
         if existing is not None:
             raise owner_conflict(existing)  # one submission per owner, ever
         sig = bytes(signature) if contract.signed else b""
-        if contract.signed and c1_signature:  # threshold mode forwards it to the key-share holders (issue 29)
+        if contract.signed and c1_signature:  # forwarded to the key holders with the owner's c1 parts
             self.c1_signatures.keep(study_id, owner_id, idempotency_key, c1_signature)
         # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
         return UploadSession(self, meta, backend, duplicate=False, contract=contract, signature=sig)
