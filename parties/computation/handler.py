@@ -533,12 +533,12 @@ class ComputationHandler:
         Threshold mode: every study (the holders refuse an unsigned one), noise in c0, no flood.
         The single decryption server: signed studies, noise and flood in c0 (it decrypts the whole
         polynomial, with the aggregate c1 it verified itself); unsigned studies keep a fresh
-        encryption of the noise (only a server without TLS opens them).
+        encryption of the noise (only a server without TLS opens them). Join studies: None.
         """
         forward = getattr(self.decryption, "forward_uploads", None)
         threshold = bool(getattr(self.decryption, "noise_in_c0", False))
-        if forward is None or not (contract.signed or threshold):
-            return None
+        if forward is None or contract.is_join or not (contract.signed or threshold):
+            return None  # a join's cells are decrypted as sent (DecryptJoinCells)
         backend = self.backend_for(contract)
         forward(contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
             contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in subs],

@@ -34,7 +34,8 @@ class AdversarialComputationServer:
     Every request goes through `DecryptionClient` (`send_uploads`, `decrypt_measurement`), i.e. the
     real gRPC streams to a real decryption server; nothing here touches the server's internals.
     `owner_keys`: each owner's private signing key (the double plays the owners' clients, which sign
-    the c1 parts of their uploads); their histograms are `histograms`, in the same order.
+    the c1 parts of their uploads); their histograms are `histograms`, in the same order. An unsigned
+    study (a server without TLS) needs no keys: any value, and nothing to forward.
     """
 
     ds: DecryptionClient
@@ -48,7 +49,8 @@ class AdversarialComputationServer:
 
     def __post_init__(self) -> None:
         self.backend = BfvBackend(load_context(self.ds.public_context()))
-        self.backend.noise_in_c0 = self.backend.flood_in_c0 = True  # as the CS of a signed study adds noise and flood
+        # as the CS of a signed study adds its noise and flood (to c0 only); an unsigned study: a fresh encryption
+        self.backend.noise_in_c0 = self.backend.flood_in_c0 = self.contract.signed
         self.uploads = {o: self.backend.encrypt(owner_encoding(h)) for o, h in zip(self.owner_keys, self.histograms)}
         self.aggregate = sum_vectors(self.backend, self.uploads.values())
 
