@@ -522,10 +522,13 @@ class ComputationHandler:
         with self.running.reading(subs, self.store.chunk_template) as templates:
             yield ChunkFiles(templates)
 
-    @property
-    def wants_c1_signatures(self) -> bool:
-        """True when the key holders take c1 from the owners' signed c1 parts (owners of signed studies sign them)."""
-        return callable(getattr(self.decryption, "forward_uploads", None))
+    def wants_c1_signatures(self, study_id: str) -> bool:
+        """True when the key holders take the study's c1 from the owners' signed c1 parts (the owners of a signed
+        study then sign them); never for a join study (its cells are decrypted as sent)."""
+        if not callable(getattr(self.decryption, "forward_uploads", None)):
+            return False
+        contract = self.store.get_study(study_id)
+        return contract is None or not contract.is_join
 
     def _forward_c1(self, contract: StudyContract, subs: list[Submission]) -> bytes | None:
         """Send `subs`' signed c1 parts to the key holders in the background; the marker for the workers, or None.
