@@ -240,3 +240,20 @@ def test_a_signed_release_is_decrypted_with_the_owners_signed_c1(secure_cluster:
     # a restarted decryption server keeps them (c1/STUDY.npy under its data directory)
     cluster.restart_ds()
     assert cluster.ds.handler.uploads.has("s1")
+
+
+def test_a_forced_release_of_a_signed_study_with_an_owner_missing_is_refused_uncharged(
+        secure_cluster: Cluster) -> None:
+    """The decryption server keeps the c1 of every owner of the contract or none (as the key-share holders
+    do: it cannot tell a dropped owner from a missing one), so a forced release without owner b stops
+    at the forward, before anything is charged or decrypted."""
+    cluster = secure_cluster
+    cluster.open_study(domain_size=64, owners=("a", "b"))
+    cluster.owner("a").submit("s1", np.arange(64) % 3)
+    try:
+        rel = cluster.computation().run_release("s1", epsilon=0.5, force=True)
+        state, message = rel.state, rel.error_message
+    except ServiceError as exc:
+        state, message = exc.code.name, exc.details
+    assert state in ("FAILED", "FAILED_PRECONDITION") and "missing ['b']" in message, (state, message)
+    assert cluster.ds.handler.ledger.charges("s1") == []
