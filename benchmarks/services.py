@@ -67,7 +67,8 @@ def _start_server(args: list[str], workdir: Path, name: str) -> tuple[subprocess
     return proc, f"127.0.0.1:{int(port_file.read_text())}"
 
 
-def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any, out: Any, finish: Any) -> None:
+def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any, out: Any, finish: Any,
+           signing_key: bytes | None = None) -> None:
     """One data-owner process: encrypt before the start signal, upload after it, then idle until the end.
 
     Owners run on their own machines in a deployment; idling (instead of exiting) keeps
@@ -80,7 +81,8 @@ def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any
     owner_id = f"owner-{index:02d}"
     rng = np.random.default_rng(1000 + index)
     hist = rng.poisson(3.0, n).astype(np.int64)
-    with DataOwnerClient(owner_id, computation=cs, decryption=ds, progress=False, timeout=120.0, insecure=True) as client:
+    with DataOwnerClient(owner_id, computation=cs, decryption=ds, progress=False, timeout=120.0, insecure=True,
+                         signing_key=signing_key) as client:
         t0 = time.monotonic()
         enc = client.encrypt(study, hist)
         t_enc = time.monotonic() - t0
@@ -96,7 +98,9 @@ def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any
     finish.wait(1800)
 
 
-def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None) -> dict[str, Any]:
+def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
+             signed: bool = False) -> dict[str, Any]:
+    from parties.common.signing import generate_signing_key
     from parties.computation.client import ComputationClient
     from parties.decryption.client import DecryptionClient
 
@@ -109,11 +113,14 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None) 
         with ComputationClient(cs, timeout=60.0, insecure=True) as op, DecryptionClient(ds, insecure=True) as key_holder:
             op.wait_ready()
             owner_ids = [f"owner-{i:02d}" for i in range(owners)]
-            contract, _ = op.open_study(study_id=f"bench-{n}", domain_size=n, epsilon=2.0, expected_owners=owner_ids)
+            keys = {o: generate_signing_key() for o in owner_ids} if signed else {}
+            contract, _ = op.open_study(study_id=f"bench-{n}", domain_size=n, epsilon=2.0, expected_owners=owner_ids,
+                                        owner_keys={o: k[1] for o, k in keys.items()} or None)
             ctx = mp.get_context("spawn")
             ready, out, go, finish = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
-            procs = [ctx.Process(target=_owner, args=(i, contract.study_id, n, cs, ds, ready, go, out, finish))
-                     for i in range(owners)]
+            procs = [ctx.Process(target=_owner, args=(i, contract.study_id, n, cs, ds, ready, go, out, finish,
+                                                      keys[o][0] if signed else None))
+                     for i, o in enumerate(owner_ids)]
             for p in procs:
                 p.start()
             for _ in range(owners):
@@ -159,6 +166,7 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None) 
     encrypt_median = sorted(r["encrypt_s"] for r in results)[owners // 2]
     return {
         "bins": n,
+        "signed": signed,
         "owners": owners,
         "chunks_per_owner": results[0]["chunks"],
         "wall_first_upload_to_summary_s": round(wall, 3),
@@ -215,13 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ds-workers", type=int, default=None,
                     help="the decryption server's --decrypt-workers (default: its default, in-process)")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/services.json")
+    ap.add_argument("--signed", action="store_true",
+                    help="a signed study (every owner's key in the contract): the owners sign their c1 parts too")
     args = ap.parse_args(argv)
     sizes = args.bins or [4096, 1 << 20]
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"dpagg-bench-{n}-") as tmp:
             print(f"running {n} bins x {args.owners} owners ...", file=sys.stderr, flush=True)
-            rows.append(run_case(n, args.owners, Path(tmp), args.ds_workers))
+            rows.append(run_case(n, args.owners, Path(tmp), args.ds_workers, args.signed))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(_table(rows))
     if not args.no_write:

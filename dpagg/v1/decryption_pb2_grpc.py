@@ -131,6 +131,8 @@ class DecryptionServicer:
         bins); otherwise it is refused before anything is charged or decrypted. The
         ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
         decrypted then) and the charge is committed before any value is returned.
+        A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
+        (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -204,13 +206,15 @@ class DecryptionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForwardUploads(self, request_iterator, context):
-        """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+        """Signed studies (the check against a chosen ciphertext): every owner's
         c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
         little-endian residues) with the owner's Ed25519 signature over them
-        (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+        (parties.decryption.keyshare_uploads.c1_statement). The key holder verifies every signature
         against its own contract's owner keys, requires every owner of the contract exactly once,
-        and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
-        on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
+        and keeps the per-chunk sum: afterwards a key-share holder computes every share of the study
+        on those sums (IssueShares), and the single decryption server decrypts each measurement
+        chunk's c0 with that sum as c1, ignoring the c1 sent (DecryptMeasurement); before it, both
+        are refused: FAILED_PRECONDITION. A join study is refused.
         UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
         unknown owner or an unsigned study. Only the computation server may call it.
         """

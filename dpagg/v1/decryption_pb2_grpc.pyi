@@ -59,6 +59,8 @@ class DecryptionStub:
     bins); otherwise it is refused before anything is charged or decrypted. The
     ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
     decrypted then) and the charge is committed before any value is returned.
+    A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
+    (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
     """
     BudgetStatus: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]
     """The budget of a study: total, spent, remaining and every charge."""
@@ -107,13 +109,15 @@ class DecryptionStub:
     the computation server may call it.
     """
     ForwardUploads: _grpc.StreamUnaryMultiCallable[_decryption_pb2.ForwardUploadsRequest, _decryption_pb2.ForwardUploadsResponse]
-    """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+    """Signed studies (the check against a chosen ciphertext): every owner's
     c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
     little-endian residues) with the owner's Ed25519 signature over them
-    (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+    (parties.decryption.keyshare_uploads.c1_statement). The key holder verifies every signature
     against its own contract's owner keys, requires every owner of the contract exactly once,
-    and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
-    on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
+    and keeps the per-chunk sum: afterwards a key-share holder computes every share of the study
+    on those sums (IssueShares), and the single decryption server decrypts each measurement
+    chunk's c0 with that sum as c1, ignoring the c1 sent (DecryptMeasurement); before it, both
+    are refused: FAILED_PRECONDITION. A join study is refused.
     UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
     unknown owner or an unsigned study. Only the computation server may call it.
     """
@@ -154,6 +158,8 @@ class DecryptionAsyncStub(DecryptionStub):
     bins); otherwise it is refused before anything is charged or decrypted. The
     ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
     decrypted then) and the charge is committed before any value is returned.
+    A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
+    (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
     """
     BudgetStatus: _aio.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]  # type: ignore[assignment]
     """The budget of a study: total, spent, remaining and every charge."""
@@ -202,13 +208,15 @@ class DecryptionAsyncStub(DecryptionStub):
     the computation server may call it.
     """
     ForwardUploads: _aio.StreamUnaryMultiCallable[_decryption_pb2.ForwardUploadsRequest, _decryption_pb2.ForwardUploadsResponse]  # type: ignore[assignment]
-    """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+    """Signed studies (the check against a chosen ciphertext): every owner's
     c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
     little-endian residues) with the owner's Ed25519 signature over them
-    (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+    (parties.decryption.keyshare_uploads.c1_statement). The key holder verifies every signature
     against its own contract's owner keys, requires every owner of the contract exactly once,
-    and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
-    on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
+    and keeps the per-chunk sum: afterwards a key-share holder computes every share of the study
+    on those sums (IssueShares), and the single decryption server decrypts each measurement
+    chunk's c0 with that sum as c1, ignoring the c1 sent (DecryptMeasurement); before it, both
+    are refused: FAILED_PRECONDITION. A join study is refused.
     UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
     unknown owner or an unsigned study. Only the computation server may call it.
     """
@@ -270,6 +278,8 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         bins); otherwise it is refused before anything is charged or decrypted. The
         ledger is charged (RESOURCE_EXHAUSTED if the charge does not fit; nothing is
         decrypted then) and the charge is committed before any value is returned.
+        A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
+        (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
         """
 
     @_abc_1.abstractmethod
@@ -354,13 +364,15 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_decryption_pb2.ForwardUploadsRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.ForwardUploadsResponse, _abc.Awaitable[_decryption_pb2.ForwardUploadsResponse]]:
-        """Key-share holders only (issue 29, the check against a chosen ciphertext): every owner's
+        """Signed studies (the check against a chosen ciphertext): every owner's
         c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
         little-endian residues) with the owner's Ed25519 signature over them
-        (parties.decryption.keyshare_uploads.c1_statement). The holder verifies every signature
+        (parties.decryption.keyshare_uploads.c1_statement). The key holder verifies every signature
         against its own contract's owner keys, requires every owner of the contract exactly once,
-        and keeps the per-chunk sum: afterwards IssueShares computes every share of the study
-        on those sums (before it, IssueShares is refused: FAILED_PRECONDITION).
+        and keeps the per-chunk sum: afterwards a key-share holder computes every share of the study
+        on those sums (IssueShares), and the single decryption server decrypts each measurement
+        chunk's c0 with that sum as c1, ignoring the c1 sent (DecryptMeasurement); before it, both
+        are refused: FAILED_PRECONDITION. A join study is refused.
         UNAUTHENTICATED for a signature that does not verify, FAILED_PRECONDITION for a missing or
         unknown owner or an unsigned study. Only the computation server may call it.
         """

@@ -51,15 +51,18 @@ class ChunkBytes:
         return [o[index] for o in self.owners]
 
 
-#: Prefix of the context bytes a threshold-mode computation server sends its workers (issue 29): the
-#: workers then add the noise to c0 only (`BfvBackend.noise_in_c0`), keeping the owners' aggregate c1
-#: that the key-share holders check. Travels with the context, so every executor honours it unchanged.
+#: Prefix of the context bytes a computation server sends its workers for a study whose key holders
+#: take c1 from the owners' signed c1 parts: the workers then add the noise to c0 only
+#: (`BfvBackend.noise_in_c0`), keeping the owners' aggregate c1. NOISE_IN_C0: no flood (threshold
+#: mode: the key-share holders never see c0); NOISE_IN_C0_FLOODED: flooded in c0 too (the single key
+#: holder decrypts the whole polynomial). Travels with the context, so every executor honours it unchanged.
 NOISE_IN_C0 = b"dpagg/noise-in-c0/v1\n"
+NOISE_IN_C0_FLOODED = b"dpagg/noise-in-c0-flooded/v1\n"
 
 
-def noise_in_c0_context(context: bytes) -> bytes:
-    """`context` marked for workers that add the noise to c0 only (threshold mode)."""
-    return NOISE_IN_C0 + context
+def noise_in_c0_context(context: bytes, *, flood: bool = False) -> bytes:
+    """`context` marked for workers that add the noise to c0 only (and, with `flood`, flood c0)."""
+    return (NOISE_IN_C0_FLOODED if flood else NOISE_IN_C0) + context
 
 
 @dataclass(frozen=True)
@@ -127,12 +130,16 @@ def _owner_chunks(source: ChunkSource, backend: VectorBackend, index: int) -> li
 def _bfv_backend(context: bytes) -> VectorBackend:
     from ..he.bfv import BfvBackend, load_context  # a worker loads TenSEAL only when it gets a context
 
-    c0_only = context.startswith(NOISE_IN_C0)
-    ctx = load_context(context[len(NOISE_IN_C0):] if c0_only else context)
+    flood = context.startswith(NOISE_IN_C0_FLOODED)
+    c0_only = flood or context.startswith(NOISE_IN_C0)
+    if c0_only:
+        context = context[len(NOISE_IN_C0_FLOODED if flood else NOISE_IN_C0):]
+    ctx = load_context(context)
     if ctx.is_private():
         raise InvalidInputError("a chunk worker was sent a context holding a secret key; it takes public ones only")
     backend = BfvBackend(ctx)
     backend.noise_in_c0 = c0_only
+    backend.flood_in_c0 = flood
     return backend
 
 
@@ -148,6 +155,7 @@ class ChunkWorker:
         self._fingerprint = ""
         self._parts: dict[str, dict[int, Any]] = {}
         self._held: dict[str, Any] = {}
+        self._backends: dict[str, VectorBackend] = {}
 
     def backend(self, context: bytes) -> VectorBackend:
         if self._backend is not None and not context:
@@ -169,6 +177,7 @@ class ChunkWorker:
                 raise InvalidInputError("at least one owner's chunks are needed to aggregate")
             parts[int(i)] = total
         self._parts[key] = parts
+        self._backends[key] = backend  # its noise mode (the context's marker) stays with the aggregate
         return len(parts)
 
     def noised(self, key: str, index: int, noise: IntArray) -> bytes:
@@ -180,7 +189,7 @@ class ChunkWorker:
         that decides privacy itself, and only the computation side (coordinator and its
         workers) knows the noise. Spends nothing: the decryption side charges epsilon.
         """
-        backend = self._backend
+        backend = self._backends.get(key, self._backend)
         if backend is None or key not in self._parts:
             raise InvalidInputError(f"no aggregate loaded under {key!r}; load it before measuring")
         chunk = self._parts[key][int(index)]
@@ -203,6 +212,7 @@ class ChunkWorker:
     def drop(self, key: str) -> None:
         self._parts.pop(key, None)
         self._held.pop(key, None)
+        self._backends.pop(key, None)
 
 
 def _single(backend: VectorBackend, chunk: Any) -> Any:

@@ -202,10 +202,13 @@ class BfvBackend(ChunkwiseArithmetic):
         #: Tests switch this off to show the attack flooding stops (tests/he_partition/test_keyholder.py);
         #: nothing in the services or the CLI can.
         self.flooding = True
-        #: Threshold mode (issue 29): add the slot noise to c0 only, as a plaintext, so every
-        #: measurement chunk keeps the owners' aggregate c1, which the key-share holders check
-        #: (he_partition.he.threshold_c1). False (the single key holder): a fresh encryption.
+        #: Add the slot noise to c0 only, as a plaintext, so every measurement chunk keeps the
+        #: owners' aggregate c1, which the key holders take from the owners' signed c1 parts
+        #: (he_partition.he.threshold_c1). False (unsigned studies): a fresh encryption.
         self.noise_in_c0 = False
+        #: With `noise_in_c0`: flood c0 too. True for the single key holder of a signed study (it
+        #: decrypts the whole polynomial); False in threshold mode (the holders never see c0).
+        self.flood_in_c0 = False
 
     @property
     def can_decrypt(self) -> bool:
@@ -225,12 +228,16 @@ class BfvBackend(ChunkwiseArithmetic):
         seeded releases stay equal to the plain backend's). Only the computation side
         knows r; the decryption side sees the phase noise + r, whose data-dependent part
         (|.| <= B) is hidden up to statistical distance N * B / 2^62 per ciphertext.
-        With `noise_in_c0` (threshold mode) there is no flood: the key-share holders never see
-        c0 (they compute on the owners' signed c1), and the combiner is this server, which
-        would know r; there each holder's smudging (2^70) hides the owners' noise.
+        With `noise_in_c0` the noise is a plaintext on c0 and c1 stays the owners' aggregate; the
+        flood (r, 0) changes c0 only, so it keeps c1 too. It is added with `flood_in_c0` (the single
+        key holder of a signed study, which decrypts the whole polynomial) and left out in threshold
+        mode: the key-share holders never see c0 (they compute on the owners' signed c1), and the
+        combiner is this server, which would know r; there each holder's smudging (2^70) hides the
+        owners' noise.
         """
-        if self.noise_in_c0:  # plaintext addition: c0 += round(Q m / t), c1 unchanged; no flood (below)
-            return chunk + np.mod(np.asarray(noise, dtype=np.int64), self.plain_modulus).tolist()
+        if self.noise_in_c0:  # plaintext addition: c0 += round(Q m / t), c1 unchanged
+            noised = chunk + np.mod(np.asarray(noise, dtype=np.int64), self.plain_modulus).tolist()
+            return noised + self._flood() if self.flood_in_c0 and self.flooding else noised
         noised = chunk + self.encrypt(noise).chunks[0]
         return noised + self._flood() if self.flooding else noised
 
@@ -277,6 +284,26 @@ class BfvBackend(ChunkwiseArithmetic):
         for c in a.chunks:
             parts.append(np.zeros(self.slots, dtype=np.int64) if c is None else np.asarray(c.decrypt(), dtype=np.int64))
         return np.concatenate(parts)[: a.length] if parts else np.zeros(0, dtype=np.int64)
+
+    def with_c1(self, data: bytes, c1: npt.NDArray[np.uint64], *, chunk: int = 0) -> bytes:
+        """The serialized chunk `data` with its c1 replaced by `c1` (shape (k, N), residues at the first level).
+
+        The single key holder of a signed study decrypts the computation server's c0 together
+        with the owners' aggregate c1 it verified itself (`UploadC1Book`), never the c1 it was
+        sent. InvalidInputError when `data` is no 2-part ciphertext at that level.
+        """
+        from .threshold_c1 import C1_MISMATCH, ciphertext_parts  # threshold_c1 imports this module's helpers
+        from .threshold_context import vector_ciphertext
+
+        try:
+            parms_id, _, polys = ciphertext_parts(self.context, vector_ciphertext(data))
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"chunk {chunk}: {exc}; nothing was charged or decrypted") from None
+        if parms_id != self._codec.parms_id or polys.shape[1:] != np.shape(c1):
+            raise InvalidInputError(f"chunk {chunk}: {C1_MISMATCH} (the ciphertext is at another level than the "
+                                    "owners' uploads): nothing was charged or decrypted")
+        polys[1] = c1
+        return self._codec.vector_bytes(polys)
 
     def serialize_chunk(self, chunk: Any) -> bytes:
         return bytes(chunk.serialize())

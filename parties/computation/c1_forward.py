@@ -1,11 +1,13 @@
-"""Threshold mode (issue 29): the owners' c1 signatures as they arrive, and their c1 parts for the holders.
+"""Signed studies: the owners' c1 signatures as they arrive, and their c1 parts for the key holders.
 
 Each owner signs the c1 parts of its upload chunks (`SubmitHeader.c1_signature`). The computation
 server keeps that signature next to the upload (`C1Signatures`) and, before the first measurement
-of a study in threshold mode, forwards every included owner's parts with its signature to every
-key-share holder (`owner_c1_parts`, `ThresholdDecryption.forward_uploads`). The holders check
-every measurement chunk's c1 against the sum of those parts, so this server adds its noise to
-c0 only (`BfvBackend.noise_in_c0`). Nothing here is secret: c1 alone carries no plaintext.
+of a signed study (every study in threshold mode), forwards every included owner's parts with its
+signature to the key holders: every key-share holder, or the single decryption server
+(`owner_c1_parts`, `forward_uploads` of `ThresholdDecryption` and `DecryptionClient`). The key
+holders take every measurement chunk's c1 from the sum of those parts, so this server adds its
+noise (and, for the single decryption server, its flood) to c0 only (`BfvBackend.noise_in_c0`).
+Nothing here is secret: c1 alone carries no plaintext.
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ class C1Signatures:
             sig = path.read_bytes()
         if not sig:
             raise FailedPreconditionError(f"owner {owner_id!r} uploaded to study {study_id} without a c1 signature: "
-                                          "key-share holders decrypt only chunks whose c1 the owners signed; the "
+                                          "the key holders decrypt only chunks whose c1 the owners signed; the "
                                           "owner must upload again with a current client")
         return sig
 

@@ -410,7 +410,7 @@ class ComputationHandler:
             owner_commitment = Commitment(owner_id, idempotency_key, bytes(digest), tuple(shares), bytes(commit_sig))
             check_commitment(contract, owner_commitment)
             self.sealed.keep(study_id, owner_commitment)
-        if contract.signed and c1_signature:  # threshold mode forwards it to the key-share holders (issue 29)
+        if contract.signed and c1_signature:  # forwarded to the key holders with the owner's c1 parts
             self.c1_signatures.keep(study_id, owner_id, idempotency_key, c1_signature)
         # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
         return UploadSession(self, meta, backend, duplicate=False, contract=contract, signature=sig,
@@ -545,19 +545,34 @@ class ComputationHandler:
         with self.running.reading(subs, self.store.chunk_template) as templates:
             yield ChunkFiles(templates)
 
-    def _forward_c1(self, contract: StudyContract, subs: list[Submission]) -> bool:
-        """Threshold mode: send `subs`' signed c1 parts to the key-share holders in the background; else False."""
-        forward = getattr(self.decryption, "forward_uploads", None)  # threshold mode only
-        if forward is None or not getattr(self.decryption, "noise_in_c0", False):
+    def wants_c1_signatures(self, study_id: str) -> bool:
+        """True when the key holders take the study's c1 from the owners' signed c1 parts (the owners of a signed
+        study then sign them); never for a join study (its cells are decrypted as sent)."""
+        if not callable(getattr(self.decryption, "forward_uploads", None)):
             return False
+        contract = self.store.get_study(study_id)
+        return contract is None or not contract.is_join
+
+    def _forward_c1(self, contract: StudyContract, subs: list[Submission]) -> bytes | None:
+        """Send `subs`' signed c1 parts to the key holders in the background; the marker for the workers, or None.
+
+        Threshold mode: every study (the holders refuse an unsigned one), noise in c0, no flood.
+        The single decryption server: signed studies, noise and flood in c0 (it decrypts the whole
+        polynomial, with the aggregate c1 it verified itself); unsigned studies keep a fresh
+        encryption of the noise (only a server without TLS opens them). Join studies: None.
+        """
+        forward = getattr(self.decryption, "forward_uploads", None)
+        threshold = bool(getattr(self.decryption, "noise_in_c0", False))
+        if forward is None or contract.is_join or not (contract.signed or threshold):
+            return None  # a join's cells are decrypted as sent (DecryptJoinCells)
         backend = self.backend_for(contract)
         forward(contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
             contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in subs],
             [(s.meta.owner_id, s.meta.idempotency_key) for s in subs], background=True)
-        return True
+        return noise_in_c0_context(b"", flood=not threshold)
 
     def forward_when_complete(self, study_id: str) -> None:
-        """Threshold mode: once every expected owner has committed, start sending their c1 parts to the holders.
+        """Signed studies: once every expected owner has committed, start sending their c1 parts to the key holders.
 
         The release that follows then finds them on their way or delivered (`load_aggregate`);
         a failure here is only logged: the release forwards again.
@@ -593,13 +608,15 @@ class ComputationHandler:
                        subs: list[Submission] | None = None) -> None:
         """Have the executor's workers sum their chunk ranges of `source` and keep the sums under `key`.
 
-        Threshold mode: first the included owners' signed c1 parts go to every key-share holder
-        (once per study), and the workers add the noise to c0 only (`noise_in_c0_context`).
+        A signed study (every study in threshold mode): first the included owners' signed c1 parts
+        go to the key holders (once per study), and the workers add the noise (and, for the single
+        decryption server, the flood) to c0 only (`noise_in_c0_context`).
         """
         backend = self.backend_for(contract)
         context = self._keys.context
-        if self._forward_c1(contract, list(subs or [])):
-            context = noise_in_c0_context(context)
+        marker = self._forward_c1(contract, list(subs or []))
+        if marker is not None:
+            context = marker + context
         self.executor.load(key, context, source, n_chunks(contract.domain_size, backend.slots))
 
     def decrypt_on_executor(self, cs: ComputationSide, contract: StudyContract, key: str, release_epsilon: float,

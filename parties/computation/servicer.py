@@ -117,7 +117,7 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         o = self.handler.upload_status(request.study_id, request.owner_id, request.idempotency_key)
         return computation_pb2.UploadStatusResponse(
             state=o.state, received_chunks=list(o.received), chunk_count=o.chunk_count,
-            c1_signature_wanted=bool(getattr(self.handler.decryption, "noise_in_c0", False)))
+            c1_signature_wanted=self.handler.wants_c1_signatures(request.study_id))
 
     def StudyStatus(self, request: computation_pb2.StudyStatusRequest,
                     context: grpc.ServicerContext) -> computation_pb2.StudyStatusResponse:

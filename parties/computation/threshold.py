@@ -38,6 +38,7 @@ from ..common.sealing import Commitment, upload_key_from_shares
 from ..common.tls import TlsConfig
 from ..common.util import new_id
 from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
+from ..decryption.forwarding import UploadForwarding
 from ..decryption.keyshare_client import HolderShares, KeyShareClient
 from ..decryption.keyshare_uploads import OwnerC1Parts
 
@@ -86,10 +87,7 @@ class ThresholdDecryption:
         self._template = generate_secret_context()  # parameters only; its own keys are never used
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
-        self._forwarded: dict[str, tuple[tuple[str, str], ...]] = {}  # study -> the (owner, upload key)s forwarded
-        #: study -> (the (owner, upload key)s, their forward under way) (`forward_uploads`)
-        self._forwarding: dict[str, tuple[tuple[tuple[str, str], ...], Future[None]]] = {}
-        self._forwarder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="c1-forward")
+        self._uploads = UploadForwarding(self._send_uploads)  # the owners' signed c1 parts, once per study
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
         self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
@@ -99,7 +97,7 @@ class ThresholdDecryption:
         return len(self.clients)
 
     def close(self) -> None:
-        self._forwarder.shutdown(wait=False)
+        self._uploads.close()
         self._pool.shutdown(wait=False)
         for c in self.clients:
             c.close()
@@ -300,63 +298,30 @@ class ThresholdDecryption:
                                lambda c: c.close_upload_shares(contract, commitments, timeout=timeout))
         return [upload_key_from_shares(h[i] for h in per_holder) for i in range(len(commitments))]
 
-    #: The CS adds its noise to c0 only (`BfvBackend.noise_in_c0`): the holders check c1.
+    #: The CS adds its noise to c0 only (`BfvBackend.noise_in_c0`) in every study, and does not flood it:
+    #: the holders compute on the owners' signed c1 and never see c0.
     noise_in_c0 = True
 
     def forward_uploads(self, contract: StudyContract, uploads: Callable[[], list[OwnerC1Parts]],
                         included: Sequence[tuple[str, str]], *, background: bool = False) -> None:
         """Send the included owners' signed c1 parts to every holder, once per study and set of uploads.
 
-        `uploads()` builds them only when they must travel. With `background` the forward runs
-        while the caller goes on (the release loads the aggregate meanwhile); the study's next
-        `decrypt_measurement` waits for it first, so a holder that refuses (a signature that does
-        not verify, an owner missing) stops the release before any share is asked for.
+        As the single decryption server's client (`parties.decryption.forwarding.UploadForwarding`):
+        `uploads()` builds them only when they must travel; with `background` the study's next
+        `decrypt_measurement` waits for the forward first, so a holder that refuses it (a signature
+        that does not verify, an owner missing) stops the release before any share is asked for.
         """
-        key = tuple(sorted(included))
-        with self._lock:
-            if self._forwarded.get(contract.study_id) == key:
-                return
-            pending = self._forwarding.get(contract.study_id)
-        if pending is not None and pending[0] == key and not (pending[1].done() and pending[1].exception()):
-            if not background:  # the same uploads already on their way (e.g. sent when the last owner committed)
-                self._await_forward(contract.study_id)
-            return
-        if pending is not None:  # another set of uploads on its way, or a failed forward: settled, then sent anew
-            try:
-                self._await_forward(contract.study_id)
-            except Exception as failed:  # sent again below; a holder that still refuses refuses again
-                log.warning("study %s: an earlier forward of c1 parts failed (%s); forwarding again",
-                            contract.study_id, failed)
-            with self._lock:
-                if self._forwarded.get(contract.study_id) == key:
-                    return
+        self._uploads.forward(contract, uploads, included, background=background)
 
-        def run() -> None:
-            parts = uploads()
-            self._all("refused the owners' c1 parts", lambda c: c.forward_uploads(contract.study_id,
-                                                                                  contract.contract_hash, parts))
-            log.info("study %s: c1 parts of %d owners forwarded to %d holders (%d bytes each)", contract.study_id,
-                     len(parts), self.k, sum(len(p) for u in parts for p in u.parts))
-            with self._lock:
-                self._forwarded[contract.study_id] = key
-
-        with self._lock:
-            self._forwarding[contract.study_id] = (key, self._forwarder.submit(run))
-        if not background:
-            self._await_forward(contract.study_id)
+    def _send_uploads(self, contract: StudyContract, parts: list[OwnerC1Parts]) -> None:
+        self._all("refused the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
+                                                                           contract.contract_hash, parts))
+        log.info("study %s: c1 parts of %d owners forwarded to %d holders (%d bytes each)", contract.study_id,
+                 len(parts), self.k, sum(len(p) for u in parts for p in u.parts))
 
     def _await_forward(self, study_id: str) -> None:
         """Wait for a running forward of `study_id`'s c1 parts; its failure (a holder refused them) is raised here."""
-        with self._lock:
-            pending = self._forwarding.get(study_id)
-        if pending is None:
-            return
-        try:
-            pending[1].result()
-        finally:
-            with self._lock:
-                if self._forwarding.get(study_id) is pending:
-                    del self._forwarding[study_id]
+        self._uploads.wait(study_id)
 
     def _fingerprint(self, study_id: str) -> str:
         """The collective key fingerprint of a study's contract (fetched once per study)."""

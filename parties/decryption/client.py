@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 import numpy as np
@@ -22,6 +22,10 @@ from ..common.receipts import ReceiptBook
 from ..common.sealing import Commitment
 from ..common.convert import (commitments_to_proto, context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
+from .forwarding import UploadForwarding
+
+if TYPE_CHECKING:
+    from .keyshare_uploads import OwnerC1Parts
 
 log = logging.getLogger("dpagg.decryption.client")
 
@@ -117,6 +121,9 @@ class DecryptionClient(BaseClient):
     #: How long `decrypt_measurement` keeps retrying an unreachable key holder (a short restart), seconds;
     #: 0 (the default) fails at once. The computation server sets OUTAGE_SECONDS.
     outage_seconds: float = 0.0
+
+    #: The owners' signed c1 parts on their way or delivered (`forward_uploads`; the computation server only).
+    _uploads: UploadForwarding | None = None
 
     def _shown(self, study_id: str) -> decryption_pb2.LedgerReceipt | None:
         r = self.receipts.newest(study_id) if self.receipts is not None else None
@@ -235,6 +242,8 @@ class DecryptionClient(BaseClient):
         measurement was computed under; the server refuses a measurement under other terms.
         Only the computation server may call this.
         """
+        if self._uploads is not None:  # the owners' c1 parts of a signed study arrive first
+            self._uploads.wait(study_id)
         header = decryption_pb2.DecryptMeasurementHeader(
             study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
             measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
@@ -280,6 +289,56 @@ class DecryptionClient(BaseClient):
                 time.sleep(delay)
                 waited += delay
                 delay = min(delay * 2, OUTAGE_MAX_DELAY)
+
+    #: How this client names its server in errors and logs.
+    server_label = "decryption server"
+
+    def send_uploads(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerC1Parts], *,
+                     timeout: float | None = None) -> int:
+        """Send every owner's signed c1 parts of `study_id` (Decryption.ForwardUploads); returns the chunks it keeps.
+
+        Retried while the server is UNAVAILABLE for up to `outage_seconds` (`ride_out_outage`).
+        Only the computation server may call this."""
+        def requests() -> Iterator[decryption_pb2.ForwardUploadsRequest]:
+            for u in uploads:
+                for i, part in enumerate(u.parts):
+                    yield decryption_pb2.ForwardUploadsRequest(
+                        study_id=study_id, contract_hash=contract_hash, owner_id=u.owner_id,
+                        idempotency_key=u.idempotency_key, signature=u.signature, index=i, c1=part)
+
+        deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.1 * sum(len(u.parts) for u in uploads)
+
+        def call() -> int:
+            try:
+                return int(self._stub.ForwardUploads(requests(), timeout=deadline).chunks)
+            except grpc.RpcError as err:
+                raise ServiceError.from_rpc_error(err, "Decryption/ForwardUploads") from None
+
+        # an unreachable server is waited for as in a release (the same parts again: it keeps their sum once)
+        return self.ride_out_outage(call, study_id, "the owners' c1 parts", self.server_label)
+
+    def forward_uploads(self, contract: StudyContract, uploads: Callable[[], list[OwnerC1Parts]],
+                        included: Sequence[tuple[str, str]], *, background: bool = False) -> None:
+        """The computation server: send the included owners' signed c1 parts, once per study and set of uploads.
+
+        The key holder of a signed study decrypts only with the owners' aggregate c1 it verified
+        itself. `uploads()` builds the parts only when they must travel; with `background` the
+        study's next `decrypt_measurement` waits for the forward first, so a refused forward (a
+        signature that does not verify, an owner missing) stops the release before any decryption.
+        """
+        if self._uploads is None:
+            self._uploads = UploadForwarding(self._send_uploads)
+        self._uploads.forward(contract, uploads, included, background=background)
+
+    def _send_uploads(self, contract: StudyContract, parts: list[OwnerC1Parts]) -> None:
+        self.send_uploads(contract.study_id, contract.contract_hash, parts)
+        log.info("study %s: c1 parts of %d owners forwarded to the %s (%d bytes)", contract.study_id, len(parts),
+                 self.server_label, sum(len(p) for u in parts for p in u.parts))
+
+    def close(self) -> None:
+        if self._uploads is not None:
+            self._uploads.close()
+        super().close()
 
     def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
                               ranges: Sequence[tuple[int, int]], epsilon: float,

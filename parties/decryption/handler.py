@@ -41,6 +41,7 @@ from ..common.sealing import Commitment, SealKeyPair
 from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
 from .keys import KeyMaterial, load_or_create_join_keys
+from .keyshare_uploads import OwnerC1Parts, UploadC1Book
 from .workers import DecryptPool, PooledDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
@@ -182,7 +183,7 @@ class DecryptionHandler:
                  require_signed: bool = False, join_keys_dir: Path | None = None,
                  noise_key: bytes | None = None, arrivals: ArrivalLog | None = None,
                  decrypt_pool: DecryptPool | None = None, seal_key: SealKeyPair | None = None,
-                 commitments_dir: Path | None = None) -> None:
+                 commitments_dir: Path | None = None, c1_dir: Path | None = None) -> None:
         self.ledger = ledger
         # The single key holder's X25519 seal key (owners seal their upload keys to it; None: studies are not
         # sealed) and its record of each sealed study's closed commitments.
@@ -199,6 +200,9 @@ class DecryptionHandler:
             int(v).to_bytes(8, "big") for v in rng.integers(1 << 62, 4))
         self.arrivals = arrivals if arrivals is not None else ArrivalLog()
         self.backend = BfvBackend(keys.secret_context)
+        #: The owners' signed c1 parts of each signed study, summed per chunk (kept under `c1_dir` across
+        #: restarts): the only c1 this server decrypts a signed study's measurements with.
+        self.uploads = UploadC1Book(keys.secret_context, c1_dir)
         self._decrypt_lock = threading.Lock()
         self._join_dir = join_keys_dir
         self._join: dict[int, JoinScheme] = {}
@@ -436,6 +440,44 @@ class DecryptionHandler:
                 f"{n_chunks(contract.domain_size, self.backend.slots)}), header says {chunk_count}"
             )
 
+    # -- the owners' signed c1 -------------------------------------------------------
+    def accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
+        """Verify the owners' signed c1 parts of a signed study and keep their per-chunk sum (`UploadC1Book.accept`).
+
+        Refused: another contract than the study's, a join study (its cells are not the owners'
+        upload chunks), an unsigned study, a missing, duplicate or unknown owner, a signature that
+        does not verify. Charges and decrypts nothing.
+        """
+        contract = self.get_study(study_id)
+        _check_contract_hash(contract, contract_hash, "the forwarded c1 parts were not kept")
+        if contract.is_join:
+            raise FailedPreconditionError(f"study {study_id} is a join study: its cells are decrypted as they come "
+                                          "(DecryptJoinCells), no c1 parts are kept for it")
+        chunks = self.uploads.accept(contract, uploads,
+                                     self.commitments.closed(study_id) if self.commitments is not None else None)
+        log.info("study %s: the signed c1 parts of %d owners (%d chunks) verified and kept", study_id, len(uploads),
+                 chunks)
+        return chunks
+
+    def signed_c1(self, contract: StudyContract, m: Measurement) -> list[Any] | None:
+        """The owners' aggregate c1 of each measured chunk of `m` (upload chunk `measured_chunks(slots)[j]`).
+
+        None for an unsigned study (its chunks are decrypted as sent); FailedPreconditionError when
+        nothing was forwarded for a signed one (nothing is charged or decrypted then).
+        """
+        if not contract.signed:
+            return None
+        return [self.uploads.expected(contract.study_id, i) for i in m.measured_chunks(self.backend.slots)]
+
+    def with_signed_c1(self, data: bytes, index: int, c1: Any) -> bytes:
+        """Measurement chunk `index` (bytes) with c1 replaced by the owners' aggregate c1 `c1`: what is decrypted.
+
+        The computation server chooses c0 only (its noise, pads and flood are there); whatever c1
+        it sent is ignored, so a scaled or re-randomized ciphertext decrypts to noise and fails
+        the integrity check (`checked_chunk`) before any charge.
+        """
+        return self.backend.with_c1(data, c1, chunk=index)
+
     def checked_chunk(self, data: bytes, index: int) -> Any:
         """One received chunk, parsed and through the integrity check (refused: InvalidInputError / PrecisionError)."""
         chunk = self.backend.deserialize_chunk(data)
@@ -448,7 +490,8 @@ class DecryptionHandler:
 
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Sequence[bytes], contract_hash: str,
-                            checked: Sequence[Any] | None = None) -> DecryptedMeasurement:
+                            checked: Sequence[Any] | None = None,
+                            signed: Sequence[bytes] | None = None) -> DecryptedMeasurement:
         """Fix this server's draw, charge the ledger, then decrypt, decode, add the draw and check the noised values.
 
         Privacy: this server's discrete Laplace draw (scale sensitivity/epsilon per value,
@@ -462,21 +505,27 @@ class DecryptionHandler:
         add/remove of one person with at most c records) plus the computation server's
         draw plus this server's. Before the charge every chunk passes the integrity check
         (noise budget: a foreign key or corrupt ciphertext is refused and nothing is
-        charged); after it, noised values above 2^44 are refused (the epsilon stays
+        charged; in a signed study what is decrypted is each chunk's c0 with the owners'
+        aggregate c1, `with_signed_c1`: `signed` when the caller built them as the chunks
+        arrived, with `checked` their parsed and checked form);
+        after it, noised values above 2^44 are refused (the epsilon stays
         spent, and the refusal is post-processing of the noised values). Every request
         that reaches this point is recorded in `arrivals`, answered or refused; the ledger
         row also records what it paid for (`decryption_detail`).
         """
-        digest = stream_digest(chunks).hex()
+        digest = stream_digest(chunks).hex()  # of the chunks as sent: it keys the draw and names the request
         budget: Budget | None = None
         try:
             contract = self.get_study(study_id)
             check_id("release_id", release_id)
             self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                    release_id=release_id, release_epsilon=float(release_epsilon))
+            if signed is None:  # a signed study: the owners' aggregate c1 in place of the one sent
+                c1 = self.signed_c1(contract, measurement)
+                signed = chunks if c1 is None else [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
             # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
             # `checked`: the same chunks already parsed and integrity-checked as they arrived.
-            sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in chunks)
+            sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in signed)
             wanted = set(measurement.measured_chunks(self.backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
@@ -489,7 +538,7 @@ class DecryptionHandler:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
             pool = self.decrypt_pool
-            side = DecryptionSide(PooledDecryption(self.backend, pool, chunks)
+            side = DecryptionSide(PooledDecryption(self.backend, pool, signed)
                                   if pool is not None and pool.active and len(chunks) >= pool.min_chunks
                                   else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest, stream=stream,

@@ -14,7 +14,6 @@ from ..common.config import RELEASE_TIMEOUT
 from ..common.convert import measurement_to_proto
 from ..common.errors import ServiceError
 from .client import DecryptionClient
-from .keyshare_uploads import OwnerC1Parts
 
 __all__ = ["HolderShares", "KeyShareClient", "SetupReply"]
 
@@ -48,6 +47,7 @@ class KeyShareClient(DecryptionClient):
     def __init__(self, name: str, target: str, **kwargs: object) -> None:
         super().__init__(target, **kwargs)  # type: ignore[arg-type]
         self.name = name
+        self.server_label = f"key-share holder {name}"
 
     def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: Mapping[int, bytes] | None = None,
                   *, ciphertext: bytes = b"", values: Sequence[int] = (), timeout: float | None = None) -> SetupReply:
@@ -109,26 +109,3 @@ class KeyShareClient(DecryptionClient):
             return HolderShares(tuple(shares), int(done.charge_id), float(done.epsilon_remaining), bool(done.repeated))
 
         return self.ride_out_outage(call, release_id, measurement.kind, f"key-share holder {self.name}")
-
-    def forward_uploads(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerC1Parts], *,
-                        timeout: float | None = None) -> int:
-        """Send every owner's signed c1 parts of `study_id` to this holder; returns the chunks it now checks.
-
-        Retried while the holder is UNAVAILABLE for up to `outage_seconds` (`ride_out_outage`)."""
-        def requests() -> Iterator[decryption_pb2.ForwardUploadsRequest]:
-            for u in uploads:
-                for i, part in enumerate(u.parts):
-                    yield decryption_pb2.ForwardUploadsRequest(
-                        study_id=study_id, contract_hash=contract_hash, owner_id=u.owner_id,
-                        idempotency_key=u.idempotency_key, signature=u.signature, index=i, c1=part)
-
-        deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.1 * sum(len(u.parts) for u in uploads)
-
-        def call() -> int:
-            try:
-                return int(self._stub.ForwardUploads(requests(), timeout=deadline).chunks)
-            except grpc.RpcError as err:
-                raise ServiceError.from_rpc_error(err, "Decryption/ForwardUploads") from None
-
-        # an unreachable holder is waited for as in a release (the same parts again: the holder keeps their sum once)
-        return self.ride_out_outage(call, study_id, "the owners' c1 parts", f"key-share holder {self.name}")

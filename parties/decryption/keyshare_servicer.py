@@ -120,26 +120,8 @@ class KeyShareServicer(DecryptionServicer):
             charge_id=charge.charge_id if charge else 0, epsilon_remaining=remaining, receipt=self._receipt(charge),
             repeated=result.repeated))
 
-    def ForwardUploads(self, request_iterator: Iterator[decryption_pb2.ForwardUploadsRequest],
-                       context: grpc.ServicerContext) -> decryption_pb2.ForwardUploadsResponse:
-        self._computation_only(context, "forward the owners' c1 parts")
-        study = contract_hash = ""
-        owners: dict[str, tuple[str, bytes, list[bytes]]] = {}
-        for msg in request_iterator:
-            study = study or msg.study_id
-            contract_hash = contract_hash or msg.contract_hash
-            if (msg.study_id, msg.contract_hash) != (study, contract_hash):
-                raise InvalidInputError("ForwardUploads carries parts of one study under one contract")
-            key, sig, parts = owners.setdefault(msg.owner_id, (msg.idempotency_key, bytes(msg.signature), []))
-            if (msg.idempotency_key, bytes(msg.signature)) != (key, sig) or int(msg.index) != len(parts):
-                raise InvalidInputError(f"owner {msg.owner_id!r}'s c1 parts must come in chunk order under one "
-                                        "upload key and signature")
-            parts.append(bytes(msg.c1))
-        if not study:
-            raise InvalidInputError("ForwardUploads needs at least one c1 part")
-        chunks = self.service.accept_uploads(study, contract_hash, [
-            OwnerC1Parts(o, key, tuple(parts), sig) for o, (key, sig, parts) in owners.items()])
-        return decryption_pb2.ForwardUploadsResponse(chunks=chunks)
+    def _accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
+        return self.service.accept_uploads(study_id, contract_hash, uploads)
 
 
 def create_keyshare_server(config: DecryptionConfig, name: str, holders: tuple[str, ...]) -> ServerHandle:

@@ -1,4 +1,7 @@
-"""A key-share holder's record of the owners' signed c1 parts (issue 29): the expected c1 of every chunk.
+"""A key holder's record of the owners' signed c1 parts (issue 29): the expected c1 of every chunk.
+
+Kept by every key-share holder and by the single decryption server (for signed studies): both
+take a measurement chunk's c1 from here, never from the computation server.
 
 The computation server forwards, once per study, each owner's c1 parts (one per upload chunk,
 `he_partition.he.threshold_c1.c1_bytes`) with the owner's Ed25519 signature over them
@@ -173,8 +176,8 @@ class UploadC1Book:
         expected = self._load(study_id)
         if expected is None:
             raise FailedPreconditionError(f"study {study_id}: no owners' signed c1 parts were forwarded to this "
-                                          f"holder, so it has no c1 to compute shares on: nothing was charged or "
-                                          "decrypted")
+                                          f"key holder, so it has no c1 to decrypt with or compute shares on: nothing "
+                                          "was charged or decrypted")
         if not 0 <= int(chunk) < len(expected):
             raise InvalidInputError(f"chunk {chunk} is outside the study's {len(expected)} chunks")
         return expected[int(chunk)]

@@ -27,6 +27,8 @@ log = logging.getLogger("dpagg.decryption")
 
 LEDGER_FILE = "ledger.sqlite3"
 KEYS_DIR = "keys"
+#: The owners' expected aggregate c1 per signed study (`UploadC1Book`: c1/STUDY.npy).
+C1_DIR = "c1"
 
 
 def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | None = None) -> ServerHandle:
@@ -59,7 +61,8 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
                                 join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals,
                                 decrypt_pool=pool,
                                 seal_key=SealKeyPair.load_or_create(config.data_dir / KEYS_DIR),
-                                commitments_dir=config.data_dir / "commitments")
+                                commitments_dir=config.data_dir / "commitments",
+                                c1_dir=config.data_dir / C1_DIR)
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids,
                                   ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))

@@ -17,6 +17,7 @@ from ..common.convert import (commitments_from_proto, context_to_chunks, contrac
                               open_study_kwargs, ranges_from_proto)
 from ..common.sealing import Commitment
 from .handler import DecryptionHandler
+from .keyshare_uploads import OwnerC1Parts
 from .ledger import Charge
 from .receipts import ReceiptSigner
 
@@ -98,9 +99,14 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         self.handler.check_measurement(contract, measurement, int(header.chunk_count),
                                        contract_hash=header.contract_hash, release_id=header.release_id,
                                        release_epsilon=float(header.release_epsilon))
+        # A signed study: the owners' aggregate c1 of every measured chunk, verified when the computation
+        # server forwarded their signed parts (FAILED_PRECONDITION when it did not); each chunk is
+        # decrypted with it, never with the c1 it arrives with.
+        signed_c1 = self.handler.signed_c1(contract, measurement)
         if self.handler.decrypt_pool is not None:  # local decrypt workers load the key while the chunks arrive
             self.handler.decrypt_pool.warm(int(header.chunk_count))
         chunks: list[bytes] = []
+        signed: list[bytes] = []  # what is decrypted: the chunks, or their c0 with the owners' aggregate c1
         checked: list[object] = []
         try:
             for msg in request_iterator:
@@ -108,9 +114,12 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                     raise InvalidInputError("only ciphertext chunks may follow the DecryptMeasurement header")
                 if len(chunks) >= header.chunk_count:
                     raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
+                j = len(chunks)
                 chunks.append(msg.chunk)
+                signed.append(msg.chunk if signed_c1 is None else self.handler.with_signed_c1(msg.chunk, j,
+                                                                                            signed_c1[j]))
                 # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
-                checked.append(self.handler.checked_chunk(msg.chunk, len(chunks) - 1))
+                checked.append(self.handler.checked_chunk(signed[j], j))
         except Exception as exc:  # chunks that reached this server are recorded, refused or not
             if chunks:
                 self.handler.record_refusal(header.study_id, header.release_id, measurement.kind, chunks, exc)
@@ -118,6 +127,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         result = self.handler.decrypt_measurement(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
             measurement=measurement, chunks=chunks, contract_hash=header.contract_hash, checked=checked,
+            signed=signed,
         )
         return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
                                                          charge_id=result.charge.charge_id if result.charge else 0,
@@ -199,6 +209,29 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
 
     def ForwardUploads(self, request_iterator: Iterator[decryption_pb2.ForwardUploadsRequest],
                        context: grpc.ServicerContext) -> decryption_pb2.ForwardUploadsResponse:
+        """gRPC: the owners' signed c1 parts of one study (computation server only), verified and summed per chunk.
+
+        The key holder then decrypts (or, a key-share holder, computes shares on) that study's
+        measurement chunks with this aggregate c1 only. Charges and decrypts nothing.
+        """
         self._computation_only(context, "forward the owners' c1 parts")
-        raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it checks no c1 parts; "
-                                      "only key-share holders take ForwardUploads")
+        study = contract_hash = ""
+        owners: dict[str, tuple[str, bytes, list[bytes]]] = {}
+        for msg in request_iterator:
+            study = study or msg.study_id
+            contract_hash = contract_hash or msg.contract_hash
+            if (msg.study_id, msg.contract_hash) != (study, contract_hash):
+                raise InvalidInputError("ForwardUploads carries parts of one study under one contract")
+            key, sig, parts = owners.setdefault(msg.owner_id, (msg.idempotency_key, bytes(msg.signature), []))
+            if (msg.idempotency_key, bytes(msg.signature)) != (key, sig) or int(msg.index) != len(parts):
+                raise InvalidInputError(f"owner {msg.owner_id!r}'s c1 parts must come in chunk order under one "
+                                        "upload key and signature")
+            parts.append(bytes(msg.c1))
+        if not study:
+            raise InvalidInputError("ForwardUploads needs at least one c1 part")
+        chunks = self._accept_uploads(study, contract_hash, [
+            OwnerC1Parts(o, key, tuple(parts), sig) for o, (key, sig, parts) in owners.items()])
+        return decryption_pb2.ForwardUploadsResponse(chunks=chunks)
+
+    def _accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
+        return self.handler.accept_uploads(study_id, contract_hash, uploads)

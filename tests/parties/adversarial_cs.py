@@ -1,10 +1,16 @@
 """A test double of a computation server that deviates: it speaks the real wire protocol to a real
-decryption server but chooses its own noise draws, pads, epsilons and replays (issue 23)."""
+decryption server but chooses its own noise draws, pads, epsilons, replays and ciphertexts (issue 23).
+
+Its studies are signed: the double plays the owners' clients too (it encrypts their histograms and
+signs the c1 parts of their uploads with their keys) and forwards those signed parts to the
+decryption server as an honest computation server does (`forward`). From then on it chooses c0
+only: the decryption server decrypts every chunk with the owners' aggregate c1 it verified.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -12,8 +18,13 @@ import numpy.typing as npt
 from he_partition.core.backend import ChunkedVector, sum_vectors
 from he_partition.core.measurements import MAX_DECODED_MAGNITUDE, Measurement, PartitionSums, owner_encoding
 from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.decryption.client import DecryptionClient
+from parties.decryption.keyshare_uploads import sign_c1_parts
+
+from .sealed_helpers import close_and_send
 
 IntArray = npt.NDArray[np.int64]
 
@@ -22,21 +33,45 @@ IntArray = npt.NDArray[np.int64]
 class AdversarialComputationServer:
     """Holds the owners' ciphertexts (as a computation server does) and asks the DS whatever it likes.
 
-    Every request goes through `DecryptionClient.decrypt_measurement`, i.e. the real gRPC
-    stream to a real decryption server; nothing here touches the server's internals.
+    Every request goes through `DecryptionClient` (`send_uploads`, `decrypt_measurement`), i.e. the
+    real gRPC streams to a real decryption server; nothing here touches the server's internals.
+    `owner_keys`: each owner's private signing key (the double plays the owners' clients, which sign
+    the c1 parts of their uploads); their histograms are `histograms`, in the same order. An unsigned
+    study (a server without TLS) needs no keys: any value, and nothing to forward.
     """
 
     ds: DecryptionClient
-    study_id: str
-    contract_hash: str
+    contract: StudyContract
+    owner_keys: Mapping[str, bytes]
     histograms: list[IntArray]
     backend: BfvBackend = field(init=False)
+    uploads: dict[str, ChunkedVector] = field(init=False)
     aggregate: ChunkedVector = field(init=False)
     requests: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.backend = BfvBackend(load_context(self.ds.public_context()))
-        self.aggregate = sum_vectors(self.backend, (self.backend.encrypt(owner_encoding(h)) for h in self.histograms))
+        # as the CS of a signed study adds its noise and flood (to c0 only); an unsigned study: a fresh encryption
+        self.backend.noise_in_c0 = self.backend.flood_in_c0 = self.contract.signed
+        self.uploads = {o: self.backend.encrypt(owner_encoding(h)) for o, h in zip(self.owner_keys, self.histograms)}
+        self.aggregate = sum_vectors(self.backend, self.uploads.values())
+
+    @property
+    def study_id(self) -> str:
+        return self.contract.study_id
+
+    @property
+    def contract_hash(self) -> str:
+        return self.contract.contract_hash
+
+    def forward(self, owners: Sequence[str] | None = None) -> int:
+        """Forward the owners' signed c1 parts (all owners, or `owners` only) to the DS; the chunks it keeps."""
+        parts = [sign_c1_parts(self.owner_keys[o], study_id=self.study_id, owner_id=o, idempotency_key="k1",
+                               contract_hash=self.contract_hash,
+                               parts=[c1_bytes(c1_of_vector(self.backend.context, self.backend.serialize_chunk(c)))
+                                      for c in self.uploads[o].chunks])
+                 for o in (owners if owners is not None else self.owner_keys)]
+        return close_and_send(self.ds, self.contract, parts, self.owner_keys)
 
     def chunks(self, m: Measurement, eta: IntArray, *, pad: Callable[[int], IntArray] | None = None,
                aggregate: ChunkedVector | None = None) -> list[bytes]:

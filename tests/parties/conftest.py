@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import grpc
 import numpy as np
 import pytest
 
+from he_partition.he.bfv import load_context
+from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
 from parties.analyst.client import AnalystClient
 from parties.common import tls as tlsmod
 from parties.common.config import ComputationConfig, DecryptionConfig, RetryPolicy
@@ -27,6 +29,7 @@ from parties.computation.client import ComputationClient
 from parties.computation.server import create_computation_server
 from parties.data_owner.client import DataOwnerClient
 from parties.decryption.client import DecryptionClient
+from parties.decryption.keyshare_uploads import sign_c1_parts
 from parties.decryption.server import create_decryption_server
 
 #: Fast retries so tests that hit UNAVAILABLE do not wait seconds.
@@ -143,6 +146,19 @@ class Cluster:
         contract, _ = self.computation().open_study(study_id=study_id, domain_size=domain_size, epsilon=epsilon,
                                                     expected_owners=list(owners), **kw)  # type: ignore[arg-type]
         return contract
+
+    def forward_c1(self, contract: StudyContract, uploads: Mapping[str, Sequence[bytes]], *,
+                   key: str = "k1") -> int:
+        """Play the computation server of a signed study: each owner's upload chunks' c1 parts, signed with the
+        owner's key (as its client does), forwarded to the decryption server; returns the chunks it keeps."""
+        from .sealed_helpers import close_and_send
+
+        ctx = load_context(self.ds.handler.public_context)
+        parts = [sign_c1_parts(self.signing_key(o)[0], study_id=contract.study_id, owner_id=o, idempotency_key=key,
+                               contract_hash=contract.contract_hash,
+                               parts=[c1_bytes(c1_of_vector(ctx, c)) for c in chunks]) for o, chunks in uploads.items()]
+        return close_and_send(self.decryption(CS_ID, "computation"), contract, parts,
+                              {o: self.signing_key(o)[0] for o in uploads})
 
     def snapshot(self) -> tuple[object, ...]:
         """Everything a refused request must leave untouched: studies, ledger rows, uploads, submissions,

@@ -1,8 +1,10 @@
 """A deviating computation server against a REAL decryption server (gRPC, port 0): what it can no longer learn.
 
-Each attack is from issue 23; the double is `adversarial_cs.AdversarialComputationServer`.
-The claims are listed, with these tests, in docs/threat-model.md ("What a deviating
-computation server learns from the decryption server").
+Each attack is from issue 23; the double is `adversarial_cs.AdversarialComputationServer`. The
+studies are signed and the double forwards the owners' signed c1 parts first, as a computation
+server does: it then chooses c0 only (its draws, pads and flood), and the DS decrypts with the
+owners' aggregate c1. The claims are listed, with these tests, in docs/threat-model.md ("What a
+deviating computation server learns from the decryption server").
 """
 
 from __future__ import annotations
@@ -18,10 +20,22 @@ from .adversarial_cs import AdversarialComputationServer
 from .conftest import Cluster, blocky_histograms, status_of
 
 
-def _adversary(cluster: Cluster, *, epsilon: float, owners: tuple[str, ...] = ("a", "b")) -> AdversarialComputationServer:
-    contract = cluster.open_study(domain_size=64, owners=owners, epsilon=epsilon)
+def _adversary(cluster: Cluster, *, epsilon: float, owners: tuple[str, ...] = ("a", "b"),
+               forward: bool = True) -> AdversarialComputationServer:
+    contract = cluster.open_study(domain_size=64, owners=owners, epsilon=epsilon, signed=True)
     hs = blocky_histograms(64, owners=len(owners))
-    return AdversarialComputationServer(cluster.decryption(), "s1", contract.contract_hash, hs)
+    adv = AdversarialComputationServer(cluster.decryption(), contract,
+                                       {o: cluster.signing_key(o)[0] for o in owners}, hs)
+    if forward:
+        assert adv.forward() == 1
+    return adv
+
+
+def _refusal(adv: AdversarialComputationServer, release_id: str, epsilon: float, m: PartitionSums,
+             chunks: list[bytes]) -> ServiceError:
+    with pytest.raises(ServiceError) as ei:
+        adv.ask(release_id, epsilon, m, chunks)
+    return ei.value
 
 
 def test_the_refusal_oracle_no_longer_finds_the_sum_and_every_step_is_charged(cluster: Cluster) -> None:
@@ -77,19 +91,62 @@ def test_a_replay_gets_the_same_answer_so_draws_cannot_be_averaged(cluster: Clus
 
 def test_two_different_ciphertexts_never_share_the_ds_draw(cluster: Cluster) -> None:
     """Fixing the draw per request must not let a difference of two answers cancel it: the CS asks for
-    the same measurement over all owners and over all but owner b (same release, its own draws 0)."""
+    the same measurement twice in one release, with its own draws 0 and 1000 (two different c0s)."""
     adv = _adversary(cluster, epsilon=10.0)
     m = PartitionSums(64, 0.2, 1, starts=(0,))
-    without_b = adv.backend.encrypt(np.cumsum(adv.histograms[0]))
     differences = []
     # Two independent draws at scale 5 coincide with probability about 0.05, so one pair could
     # match by chance; a shared draw would match in every one of six (chance 0.05^6 < 2e-8).
     for k in range(6):
-        with_b = adv.ask(f"r{k}", 0.4, m, adv.chunks(m, np.zeros(1, dtype=np.int64)))
-        no_b = adv.ask(f"r{k}", 0.4, m, adv.chunks(m, np.zeros(1, dtype=np.int64), aggregate=without_b))
-        assert with_b is not None and no_b is not None
-        differences.append(int(with_b[0] - no_b[0]))
-    assert differences != [int(adv.histograms[1].sum())] * 6
+        zero = adv.ask(f"r{k}", 0.4, m, adv.chunks(m, np.zeros(1, dtype=np.int64)))
+        shifted = adv.ask(f"r{k}", 0.4, m, adv.chunks(m, np.full(1, 1000, dtype=np.int64)))
+        assert zero is not None and shifted is not None
+        differences.append(int(shifted[0] - zero[0]))
+    assert differences != [1000] * 6
+
+
+def test_dropping_an_owner_is_refused_before_anything_is_charged(cluster: Cluster) -> None:
+    """The CS can no longer ask for the aggregate without owner b (the former differencing attack): the DS
+    decrypts owner a's c0 with the signed c1 of a and b, which is noise, refused by the integrity check."""
+    adv = _adversary(cluster, epsilon=10.0)
+    m = PartitionSums(64, 0.2, 1, starts=(0,))
+    without_b = adv.uploads["a"]
+    err = _refusal(adv, "r1", 0.4, m, adv.chunks(m, np.zeros(1, dtype=np.int64), aggregate=without_b))
+    assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "integrity check" in err.details
+    assert cluster.decryption().budget("s1").charges == ()
+    # and closing on owner a alone, then forwarding its parts, is refused: the uploads closed on a and b
+    with pytest.raises(ServiceError) as ei:
+        adv.forward(["a"])
+    assert status_of(ei) == grpc.StatusCode.FAILED_PRECONDITION and "closed on" in ei.value.details
+
+
+def test_the_ds_decrypts_with_the_signed_c1_not_the_one_it_is_sent(cluster: Cluster) -> None:
+    """A chunk's c1 is the owners' aggregate the DS verified: the honest c0 sent with a crafted c1 (decrypted as
+    sent it would be noise) is answered like the honest chunk, the truth plus a DS draw (a fresh one: another
+    request), and charged as another request."""
+    from he_partition.he.bfv import _CiphertextCodec
+    from he_partition.he.threshold_c1 import ciphertext_parts
+    from he_partition.he.threshold_context import vector_ciphertext
+
+    adv = _adversary(cluster, epsilon=1.0)
+    m = PartitionSums(64, 0.1, 1, starts=(0, 32))
+    honest = adv.chunks(m, np.zeros(2, dtype=np.int64))
+    _, moduli, polys = ciphertext_parts(adv.backend.context, vector_ciphertext(honest[0]))
+    polys[1] = np.array([[(q // 3 + i) % q for i in range(polys.shape[2])] for q in moduli], dtype=np.uint64)
+    crafted = [_CiphertextCodec(adv.backend.context, adv.backend.slots).vector_bytes(polys)]
+    first, second = adv.ask("r1", 0.5, m, honest), adv.ask("r1", 0.5, m, crafted)
+    truth = np.array([h.reshape(2, 32).sum(axis=1) for h in adv.histograms]).sum(axis=0)
+    assert first is not None and second is not None
+    assert np.all(np.abs(first - truth) < 40 * float(m.scale)) and np.all(np.abs(second - truth) < 40 * float(m.scale))
+    assert len(cluster.decryption().budget("s1").charges) == 2
+
+
+def test_a_signed_study_with_nothing_forwarded_is_refused_and_nothing_is_charged(cluster: Cluster) -> None:
+    adv = _adversary(cluster, epsilon=1.0, forward=False)
+    m = PartitionSums(64, 0.1, 1, starts=(0,))
+    err = _refusal(adv, "r1", 0.1, m, adv.chunks(m, np.zeros(1, dtype=np.int64)))
+    assert err.code == grpc.StatusCode.FAILED_PRECONDITION and "no owners' signed c1 parts" in err.details
+    assert cluster.decryption().budget("s1").charges == ()
 
 
 def test_tiny_epsilons_are_refused_before_anything_is_charged(cluster: Cluster) -> None:
@@ -123,20 +180,32 @@ def test_pads_reused_across_chunks_do_not_change_what_is_answered(cluster: Clust
     assert np.all(np.abs(fresh - truth) < 40 * scale)
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation (docs/threat-model.md): the DS cannot tell a scaled aggregate "
-                                       "from a large one; needs a proof that the ciphertext is the unscaled sum")
 def test_a_scaled_aggregate_does_not_shrink_the_ds_noise(cluster: Cluster) -> None:
-    """A CS multiplies the aggregate by c = 4096 (plain multiply, no keys needed): the DS's draw at
-    scale 100 is then divided by 4096 and rounding recovers the exact total. Strict xfail: this test
-    starts passing (and must then lose its mark) the day the DS can refuse scaled ciphertexts."""
+    """A CS multiplies the aggregate by c = 4096 (plain multiply, no keys needed), hoping the DS's draw at
+    scale 100 is divided by 4096 so that rounding recovers the exact total. The DS decrypts the scaled c0
+    with the owners' unscaled c1: noise, refused by the integrity check before anything is charged (or,
+    were it answered, nothing near c x total). What the CS gets at epsilon 0.01 is the honest answer,
+    with the DS's draw at scale 100."""
     adv = _adversary(cluster, epsilon=1.0)
     total = int(sum(h.sum() for h in adv.histograms))
     c = 4096
     scaled = type(adv.aggregate)(adv.aggregate.length, tuple(ch * c for ch in adv.aggregate.chunks))
     m = PartitionSums(64, 0.01, 1, starts=(0,))
-    answer = adv.ask("r1", 0.01, m, adv.chunks(m, np.zeros(1, dtype=np.int64), aggregate=scaled))
-    assert answer is not None
-    assert round(int(answer[0]) / c) != total
+    try:
+        answer = adv.ask("r1", 0.01, m, adv.chunks(m, np.zeros(1, dtype=np.int64), aggregate=scaled))
+    except ServiceError as exc:
+        assert exc.code == grpc.StatusCode.INVALID_ARGUMENT and "integrity check" in exc.details
+        assert cluster.decryption().budget("s1").charges == ()  # refused before the charge
+        answer = None
+    assert answer is None or round(int(answer[0]) / c) != total
+    # the honest measurement at the same epsilon: the total plus the DS's draw (scale 100), never divided
+    errors = []
+    for k in range(4):
+        honest = adv.ask(f"h{k}", 0.01, m, adv.chunks(m, np.zeros(1, dtype=np.int64)))
+        assert honest is not None
+        errors.append(int(honest[0]) - total)
+    assert any(e != 0 for e in errors) and all(abs(e) < 100 * 40 for e in errors), errors
+    assert [ch.epsilon for ch in cluster.decryption().budget("s1").charges] == [0.01] * 4
 
 
 def test_a_replayed_join_measurement_gets_the_same_answer(cluster: Cluster) -> None:

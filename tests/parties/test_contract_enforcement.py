@@ -45,6 +45,7 @@ def test_measurements_that_differ_from_the_contract_are_refused_naming_the_field
     gap = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0, contribution_bound=2, strategy="gap")
     hier = cluster.open_study(study_id="s-hier", domain_size=64, owners=("a",), epsilon=1.0, strategy="hier")
     chunks = _chunks(cluster, 64)
+    cluster.forward_c1(gap, {"a": chunks})  # as the computation server does for a signed study
 
     err = _refused(cluster, gap, PrefixDifferences(64, 0.1, 4), chunks=chunks, contract_hash="")
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "contract_hash is required" in err.details
@@ -90,6 +91,7 @@ def test_every_decryption_is_recorded_in_the_ledger_with_what_it_paid_for(secure
     cluster = secure_cluster
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0, strategy="gap")
     chunks = _chunks(cluster, 64)
+    cluster.forward_c1(contract, {"a": chunks})
     m = PrefixDifferences(64, 0.25, 2)
     res = _decrypt(cluster, contract, m, chunks=chunks)
     (charge,) = cluster.ds.handler.ledger.charges("s1")
@@ -99,12 +101,14 @@ def test_every_decryption_is_recorded_in_the_ledger_with_what_it_paid_for(secure
                       "measurement_sha256": hashlib.sha256(canonical_json(m.to_dict()).encode()).hexdigest(),
                       "ciphertext_digest": stream_digest(chunks).hex(), "values": 64, "sensitivity": 2,
                       "noise_stream": 2}
-    # a whole release: one row per decryption, each naming the contract
-    cluster.owner("a").submit("s1", np.arange(64) % 4)
-    rel = cluster.computation().run_release("s1", epsilon=0.5)
-    rows = [c for c in cluster.ds.handler.ledger.charges("s1") if c.release_id == rel.release_id]
+    # a whole release (another study: s1's uploads closed on the test's own commitment above): one row per
+    # decryption, each naming the contract
+    s2 = cluster.open_study(study_id="s2", domain_size=64, owners=("a",), epsilon=1.0, strategy="gap")
+    cluster.owner("a").submit("s2", np.arange(64) % 4)
+    rel = cluster.computation().run_release("s2", epsilon=0.5)
+    rows = [c for c in cluster.ds.handler.ledger.charges("s2") if c.release_id == rel.release_id]
     assert [c.kind for c in rows] == ["prefix_differences", "partition_sums"]
-    assert all(json.loads(c.detail)["contract_hash"] == contract.contract_hash for c in rows)
+    assert all(json.loads(c.detail)["contract_hash"] == s2.contract_hash for c in rows)
     assert cluster.ds.handler.ledger.check_consistency() == []
 
 

@@ -22,10 +22,10 @@ def test_chunks_whose_charge_failed_are_recorded(cluster: Cluster) -> None:
     """A concurrent release takes the budget while this request's chunks are on the wire: the charge
     fails (RESOURCE_EXHAUSTED), and the arrival is still recorded, with nothing charged."""
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
-    adv = AdversarialComputationServer(cluster.decryption(), "s1", contract.contract_hash, blocky_histograms(64, 1))
+    adv = AdversarialComputationServer(cluster.decryption(), contract, {"a": b""}, blocky_histograms(64, 1))
     m = PartitionSums(64, 0.6, 1, starts=(0,))
     racing = adv.chunks(m, np.zeros(1, dtype=np.int64))
-    rival = AdversarialComputationServer(cluster.decryption(), "s1", contract.contract_hash, adv.histograms)
+    rival = AdversarialComputationServer(cluster.decryption(), contract, {"a": b""}, adv.histograms)
 
     def late_chunks() -> Iterator[bytes]:
         # The header (release r-slow, epsilon 0.6) has passed the dry run; now r-fast takes 0.6 first.

@@ -37,13 +37,13 @@ def test_two_concurrent_releases_from_two_computation_servers_never_overspend(se
                                                       tls=cluster.tls(CS_ID, "computation"))).start()
     try:
         targets = [cluster.cs.target, cs2.target]
-        enc = None
-        for target in targets:  # the same upload to both replicas: a sealed study closes on one commitment per owner
+        enc = None  # one encryption, uploaded to both replicas: the decryption server keeps one signed c1 per study
+        for target in targets:
             with DataOwnerClient("a", computation=target, decryption=cluster.ds.target, progress=False,
                                  retry=FAST_RETRY, tls=cluster.tls("a", "data_owner"),
                                  signing_key=cluster.signing_key("a")[0]) as owner:
                 enc = enc or owner.encrypt("s1", np.arange(64) % 5)
-                owner.upload(enc, idempotency_key="a-1")
+                owner.upload(enc, idempotency_key="k1")
         barrier = threading.Barrier(2)
         outcomes: list[object] = [None, None]
 
@@ -75,6 +75,7 @@ def test_concurrent_decryptions_of_many_releases_fit_the_budget_exactly(secure_c
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0, strategy="gap")
     be = BfvBackend(load_context(cluster.ds.handler.public_context))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.arange(64))).chunks[0])
+    cluster.forward_c1(contract, {"a": [chunk]})  # a signed study: the DS decrypts with the owner's signed c1
     barrier = threading.Barrier(8)
     results: list[str] = []
     lock = threading.Lock()

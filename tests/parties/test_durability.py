@@ -16,15 +16,18 @@ import grpc
 import numpy as np
 
 from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
 from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common import tls
 from parties.common.errors import ServiceError
 from parties.common.signing import generate_signing_key
 from parties.common.tls import TlsConfig
 from parties.decryption.client import DecryptionClient
+from parties.decryption.keyshare_uploads import sign_c1_parts
 from parties.decryption.ledger import SqliteLedgerStore, exact_sum
 from parties.decryption.server import LEDGER_FILE
 
+from .sealed_helpers import close_and_send
 from .conftest import FAST_RETRY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,10 +63,15 @@ def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(t
     try:
         with DecryptionClient(target, tls=cs_tls, retry=FAST_RETRY) as ds:
             ds.wait_ready()
+            owner_key, owner_public = generate_signing_key()
             contract, _ = ds.open_study(study_id="s1", domain_size=64, epsilon=1.0, expected_owners=["a"],
-                                        strategy="gap", owner_keys={"a": generate_signing_key()[1]})
+                                        strategy="gap", owner_keys={"a": owner_public})
             be = BfvBackend(load_context(ds.public_context()))
             chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.arange(64))).chunks[0])
+            # a signed study: the owner's signed c1 first, as the computation server forwards it
+            close_and_send(ds, contract, [sign_c1_parts(
+                owner_key, study_id="s1", owner_id="a", idempotency_key="k1", contract_hash=contract.contract_hash,
+                parts=[c1_bytes(c1_of_vector(be.context, chunk))])], {"a": owner_key})
             stop = threading.Event()
 
             def worker() -> None:

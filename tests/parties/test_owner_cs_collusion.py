@@ -103,11 +103,9 @@ def _attack(cs: Any, holder_clients: list[Any], contract: StudyContract, signing
     signed = sign_c1_parts(signing[COLLUDER][0], study_id=contract.study_id, owner_id=COLLUDER,
                            idempotency_key="crafted", contract_hash=contract.contract_hash, parts=parts)
     for c in holder_clients:
-        if not hasattr(c, "forward_uploads"):
-            continue
         with pytest.raises(ServiceError) as err:
-            c.forward_uploads(contract.study_id, contract.contract_hash, [signed])
-        assert err.value.code.name == "FAILED_PRECONDITION"
+            c.send_uploads(contract.study_id, contract.contract_hash, [signed])
+        assert err.value.code.name == "FAILED_PRECONDITION" and "closed" in err.value.details
 
 
 def test_an_owner_colluding_with_the_cs_cannot_choose_or_scale_the_aggregate_three_holders(

@@ -229,3 +229,38 @@ def test_owner_keys_must_cover_exactly_the_expected_owners(keys: dict[str, str],
     with pytest.raises(InvalidInputError, match=text):
         StudyContract.create(study_id="s1", domain_size=8, epsilon=1.0, expected_owners=["a", "b"],
                              context_fingerprint=FP, owner_keys=keys)
+
+
+def test_a_signed_release_is_decrypted_with_the_owners_signed_c1(secure_cluster: Cluster) -> None:
+    """The single decryption server of a signed study keeps the owners' signed c1 parts (forwarded by the
+    computation server once every owner committed) and decrypts every measurement chunk with their sum;
+    the computation server adds its noise, pads and flood to c0 only, so the honest chunks carry that c1."""
+    from he_partition.he.threshold_c1 import c1_of_vector
+
+    cluster = secure_cluster
+    cluster.open_study(domain_size=64, owners=("a", "b"))
+    for o in ("a", "b"):
+        cluster.owner(o).submit("s1", np.arange(64) % 3)
+    sent: list[bytes] = []
+    real = cluster.cs.handler.decryption.decrypt_measurement
+
+    def spy(**kw: object) -> object:
+        kw["chunks"] = list(kw["chunks"])  # type: ignore[call-overload]
+        sent.extend(kw["chunks"])  # type: ignore[arg-type]
+        return real(**kw)
+
+    cluster.cs.handler.decryption.decrypt_measurement = spy  # type: ignore[method-assign]
+    rel = cluster.computation().run_release("s1", epsilon=0.5)
+    assert rel.state == "DONE", rel.error_message
+    book = cluster.ds.handler.uploads
+    assert book.has("s1") and sent
+    ctx = cluster.ds.handler.backend.context
+    assert all(np.array_equal(c1_of_vector(ctx, c), book.expected("s1", 0)) for c in sent)  # 64 bins: one chunk
+    # and c0 is still flooded: the key holder's view of the noise polynomial is uniform on [-2^61, 2^61)
+    from he_partition.he.keyholder import residual_view
+
+    be = cluster.ds.handler.backend
+    assert np.max(np.abs(residual_view(be, be.deserialize_chunk(sent[0])))) > 2**60
+    # a restarted decryption server keeps them (c1/STUDY.npy under its data directory)
+    cluster.restart_ds()
+    assert cluster.ds.handler.uploads.has("s1")

@@ -118,7 +118,7 @@ def test_forged_swapped_or_dropped_owner_parts_are_refused_through_the_services(
 
     def forward(uploads: list[OwnerC1Parts]) -> tuple[str, str]:
         with pytest.raises(ServiceError) as err:
-            h1.forward_uploads("s-fw", contract.contract_hash, uploads)
+            h1.send_uploads("s-fw", contract.contract_hash, uploads)
         return err.value.code.name, err.value.details
 
     forged = OwnerC1Parts("a", p["a"].idempotency_key, p["a"].parts, bytes(64))
@@ -130,7 +130,7 @@ def test_forged_swapped_or_dropped_owner_parts_are_refused_through_the_services(
     code, message = forward([p["a"], p["b"]])
     assert code == "FAILED_PRECONDITION" and "missing ['c']" in message
     assert not threshold.holders[0].handler.holder.uploads.has("s-fw")
-    assert h1.forward_uploads("s-fw", contract.contract_hash, [p[o] for o in OWNERS]) == 1  # the honest parts
+    assert h1.send_uploads("s-fw", contract.contract_hash, [p[o] for o in OWNERS]) == 1  # the honest parts
 
 
 def test_a_cs_holding_a_forged_c1_signature_cannot_release_and_nothing_is_charged(
