@@ -52,6 +52,7 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         correlation_source=c.correlation_source,
         max_organizations=c.max_organizations,
         max_records_per_owner=c.max_records_per_owner,
+        noise_tolerates=c.noise_tolerates,
     )
 
 
@@ -73,6 +74,7 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
         correlation_leakage=float(p.correlation_leakage),
         correlation_source=p.correlation_source,
         max_organizations=int(p.max_organizations) or 1,
+        noise_tolerates=int(p.noise_tolerates),
     )
     if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
         raise InvalidInputError(
@@ -191,15 +193,23 @@ def range_counts_from_proto(counts: Iterable[common_pb2.RangeCount]) -> RangeCou
 def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expected_owners: Sequence[str],
                        strategy: str, contribution_bound: int, noise_parties: int, strategy_params_json: str,
                        domain_spec: str, owner_keys: Mapping[str, str | bytes] | None, correlation_leakage: float,
-                       correlation_source: str, max_organizations: int = 1) -> decryption_pb2.OpenStudyRequest:
-    """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`)."""
-    return decryption_pb2.OpenStudyRequest(
+                       correlation_source: str, max_organizations: int = 1,
+                       noise_tolerates: int | None = None) -> decryption_pb2.OpenStudyRequest:
+    """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`).
+
+    `noise_tolerates` None leaves the field unset: the receiver fills its default (K - 1 in
+    threshold mode, 0 at the single decryption server).
+    """
+    request = decryption_pb2.OpenStudyRequest(
         study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
         contribution_bound=contribution_bound, noise_parties=noise_parties, expected_owners=list(expected_owners),
         strategy_params_json=strategy_params_json, domain_spec=domain_spec,
         owner_keys=owner_keys_to_proto(owner_keys), correlation_leakage=correlation_leakage,
         correlation_source=correlation_source, max_organizations=max_organizations,
     )
+    if noise_tolerates is not None:
+        request.noise_tolerates = int(noise_tolerates)
+    return request
 
 
 def open_study_kwargs(request: Any) -> dict[str, Any]:
@@ -211,6 +221,7 @@ def open_study_kwargs(request: Any) -> dict[str, Any]:
         strategy_params_json=request.strategy_params_json, domain_spec=request.domain_spec,
         owner_keys=dict(request.owner_keys), correlation_leakage=request.correlation_leakage,
         correlation_source=request.correlation_source, max_organizations=request.max_organizations,
+        noise_tolerates=int(request.noise_tolerates) if request.HasField("noise_tolerates") else None,
     )
 
 

@@ -187,11 +187,20 @@ class ThresholdDecryption:
         return contexts[0]
 
     def open_study(self, **terms: Any) -> tuple[StudyContract, bool]:
-        """Open the study at every holder under one id; their contracts must be identical."""
+        """Open the study at every holder under one id; their contracts must be identical.
+
+        `noise_tolerates` not given (None) is filled with K - 1: the holders' noise then
+        tolerates the same coalition as the key (the computation server with any K - 1
+        holders still faces one full discrete Laplace draw), at K times the holders' noise
+        variance. Every holder gets the same number, so the contracts agree; a holder refuses
+        T >= K.
+        """
         if terms.get("strategy") == "join":
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         terms = dict(terms)
         terms["study_id"] = terms.get("study_id") or new_id("study")
+        if terms.get("noise_tolerates") is None:
+            terms["noise_tolerates"] = self.k - 1
         opened = self._all("refused the study", lambda c: c.open_study(**terms))
         hashes = {c.contract_hash for c, _ in opened}
         if len(hashes) != 1:
