@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import MAX_DECODED_MAGNITUDE
+from he_partition.core.noise_shares import MAX_HOLDERS
 from he_partition.join.protocol import JOIN_STRATEGY, JoinTerms
 from he_partition.protocol import STRATEGIES, make_strategy
 
@@ -41,8 +42,8 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: different deployment (and a different upload size budget).
 MAX_DOMAIN_SIZE = 1 << 24
 
-#: Most key-share holders (he_partition.core.noise_shares.MAX_HOLDERS): `noise_tolerates` is below it.
-MAX_KEY_HOLDERS = 64
+#: Most key-share holders a share can be drawn for: `noise_tolerates` is below it.
+MAX_KEY_HOLDERS = MAX_HOLDERS
 
 #: Longest accepted `correlation_source` (provenance text, not the graph itself).
 MAX_CORRELATION_SOURCE = 512

@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import KeyedRandom, laplace_scale
-from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.threshold_c1 import C1Part, c1_digest
 from he_partition.he.threshold_decrypt import chunk_share, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold_keys import HolderSecret
@@ -248,7 +248,7 @@ class ThresholdHolder:
                                json.dumps({"holder": self.secret.holder, "ciphertext_digest": digest.hex()}))
             scale = laplace_scale(req.sensitivity, req.epsilon)
             # NB(1/(K - T)) per side: any K - T holders' shares sum to at least one full discrete Laplace draw
-            noise = discrete_laplace_share(scale, self.holders - contract.noise_tolerates, req.slots,
+            noise = tolerant_share(scale, self.holders, contract.noise_tolerates, req.slots,
                                            holder_noise_source(self._noise_key, self.secret.holder, self.holders,
                                                                b"dp/" + label))
             # the slots past the measured ones get this holder's own pads: the combiner knows the CS's pads

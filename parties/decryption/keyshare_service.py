@@ -32,7 +32,7 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
 from he_partition.core.measurements import Measurement, RangeCount
 from he_partition.core.noise import SecureRandom
-from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
 from he_partition.he.threshold_context import collective_context_bytes
@@ -267,7 +267,7 @@ class KeyShareService:
         noise = np.zeros(measurement.domain_size, dtype=np.int64)
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
             # NB(1/(K - T)) per side: any K - T holders' shares sum to at least one full discrete Laplace draw
-            d = discrete_laplace_share(measurement.scale, k - contract.noise_tolerates, measurement.count,
+            d = tolerant_share(measurement.scale, k, contract.noise_tolerates, measurement.count,
                                        holder_noise_source(self.noise_key, self.index, k, b"dp/" + label))
             if isinstance(measurement, RangeCount) and measurement.lo > 0:  # no share on the CS's prefix mask
                 d = np.concatenate([np.zeros(1, dtype=np.int64), d])
