@@ -162,10 +162,15 @@ class ThresholdHolder:
         self._db.close()
 
     def register_study(self, contract: StudyContract) -> None:
-        """Accept a study whose contract names this holder's collective key (by fingerprint)."""
+        """Accept a study whose contract names this holder's collective key (by fingerprint) and whose
+        noise_tolerates is below this deployment's K holders."""
         if not hmac.compare_digest(contract.context_fingerprint, self.key_fingerprint.hex()):
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}..., "
                                           "not this holder's collective key: not registered")
+        try:
+            contract.check_key_holders(self.holders)
+        except InvalidInputError as exc:
+            raise FailedPreconditionError(f"study {contract.study_id}: {exc}; not registered") from exc
         self.ledger.create_study(contract)
 
     def check_request(self, contract: StudyContract, req: ShareRequest) -> None:
