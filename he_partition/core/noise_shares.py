@@ -154,7 +154,8 @@ def discrete_laplace_share(scale: Fraction, holders: int, size: int, rng: Random
     per value, against anyone who does not know all K shares: each holder knows only its
     own share; a coalition of holders that knows some shares still faces the others' sum
     (for K - 1 colluding holders a single share, whose protection is weaker than a full
-    draw: the DP promise against the combiner is the full draw, see docs/threshold.md).
+    draw; `tolerant_share` draws for K - T holders so that any T colluders still leave a
+    full draw, see docs/threshold.md).
     Fixed work: exactly `discrete_laplace_share_draw_count(size)` words in one
     `rng.integers` call per block of 16,384 shares.
     """

@@ -228,11 +228,12 @@ class ThresholdDecryption:
         """Every holder's shares of the measurement, combined only when all K are in; then decoded.
 
         Privacy: each holder charges its own ledger `measurement.epsilon` (times 1 + L) and
-        adds its share of one discrete Laplace draw of scale sensitivity / epsilon per
+        adds its share of the discrete Laplace noise of scale sensitivity / epsilon per
         measured value (sensitivity `measurement.sensitivity`, add/remove of one person with
-        at most c records); only it knows its share. The combined values carry this server's
-        draw and the sum of the holders' shares, as the single key holder's answer carries
-        its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
+        at most c records), drawn for K - T holders (T the contract's noise_tolerates: any
+        K - T shares sum to at least one full draw, all K to K/(K - T) draws' variance); only
+        it knows its share. The combined values carry this server's draw and the sum of the
+        holders' shares, as the single key holder's answer carries its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
         naming it, nothing combined. Draws no noise itself.
         """
         t0 = time.monotonic()
