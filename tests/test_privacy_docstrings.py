@@ -2,7 +2,7 @@
 
 The rule (developers' guide): epsilon, sensitivity, neighbouring relation and who knows the
 noise. A function is in scope when its body (docstring excluded) draws DP noise
-(`discrete_laplace(`, `computation_noise(`, `discrete_laplace_share(`) or spends or books budget (`.charge(`,
+(`discrete_laplace(`, `computation_noise(`, `discrete_laplace_share(`, `tolerant_share(`) or spends or books budget (`.charge(`,
 `charge_direct(`, `_insert_charge(`, `charge_direct_queries(`), or when it is itself a
 `charge` / `charge_direct` method. Its docstring must name the four terms with the words
 this test searches for, so a new noise draw or a new charge path without them fails here.
@@ -21,7 +21,7 @@ PACKAGES = ("he_partition", "parties")
 
 NOISE_OR_SPEND = re.compile(
     r"\bdiscrete_laplace\(|\.computation_noise\(|\.charge\(|\bcharge_direct\(|\b_insert_charge\("
-    r"|\bcharge_direct_queries\(|\bdiscrete_laplace_share\("
+    r"|\bcharge_direct_queries\(|\bdiscrete_laplace_share\(|\btolerant_share\("
 )
 SPEND_NAMES = {"charge", "charge_direct"}
 TERMS = {

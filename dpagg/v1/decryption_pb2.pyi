@@ -82,7 +82,7 @@ class PublicContextChunk(_message.Message):
     def __init__(self, total_size: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class OpenStudyRequest(_message.Message):
-    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations", "holder_seal_keys")
+    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations", "holder_seal_keys", "noise_tolerates")
     class OwnerKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class OpenStudyRequest(_message.Message):
     CORRELATION_SOURCE_FIELD_NUMBER: _ClassVar[int]
     MAX_ORGANIZATIONS_FIELD_NUMBER: _ClassVar[int]
     HOLDER_SEAL_KEYS_FIELD_NUMBER: _ClassVar[int]
+    NOISE_TOLERATES_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     domain_size: int
     epsilon: float
@@ -118,7 +119,8 @@ class OpenStudyRequest(_message.Message):
     correlation_source: str
     max_organizations: int
     holder_seal_keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ..., holder_seal_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    noise_tolerates: int
+    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ..., holder_seal_keys: _Optional[_Iterable[str]] = ..., noise_tolerates: _Optional[int] = ...) -> None: ...
 
 class OpenStudyResponse(_message.Message):
     __slots__ = ("contract", "already_existed")

@@ -49,6 +49,8 @@ __all__ = [
     "negative_binomial_coefficients",
     "holder_noise_source",
     "share_variance",
+    "tolerant_share",
+    "tolerant_sum_variance_factor",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -152,7 +154,8 @@ def discrete_laplace_share(scale: Fraction, holders: int, size: int, rng: Random
     per value, against anyone who does not know all K shares: each holder knows only its
     own share; a coalition of holders that knows some shares still faces the others' sum
     (for K - 1 colluding holders a single share, whose protection is weaker than a full
-    draw: the DP promise against the combiner is the full draw, see docs/threshold.md).
+    draw; `tolerant_share` draws for K - T holders so that any T colluders still leave a
+    full draw, see docs/threshold.md).
     Fixed work: exactly `discrete_laplace_share_draw_count(size)` words in one
     `rng.integers` call per block of 16,384 shares.
     """
@@ -170,6 +173,41 @@ def discrete_laplace_share(scale: Fraction, holders: int, size: int, rng: Random
         draws = _inverse_cdf(hi_t, lo_t, words[..., 0].reshape(-1), words[..., 1].reshape(-1)).reshape(2, n)
         out[start:start + n] = draws[0] - draws[1]
     return out
+
+
+def _check_tolerates(holders: int, tolerates: int) -> None:
+    _check_holders(holders)
+    if isinstance(tolerates, bool) or not isinstance(tolerates, (int, np.integer)) or not 0 <= tolerates < holders:
+        raise InvalidInputError(f"noise_tolerates must be an integer in [0, K - 1] = [0, {holders - 1}] with K = "
+                                f"{holders} holders, got {tolerates!r}")
+
+
+def tolerant_share(scale: Fraction, holders: int, tolerates: int, size: int, rng: RandomSource) -> IntArray:
+    """One of K = `holders` holders' shares when T = `tolerates` of them may collude with the combiner.
+
+    The share is `discrete_laplace_share(scale, K - T, ...)`: N - N', N and N' ~ NB(1/(K - T), q),
+    q = exp(-1/scale). Any K - T holders' shares sum to NB(1) - NB(1) = one full discrete Laplace
+    draw (more holders: more), so the combiner that knows its own draw and the shares of T
+    holders still faces at least one full draw of P[x] proportional to exp(-|x| / scale) on
+    every value. All K shares sum to NB(K/(K - T)) - NB(K/(K - T)): K/(K - T) times one
+    draw's variance (`tolerant_sum_variance_factor`), the price of the tolerance. T = 0 is
+    today's split (the K shares sum to exactly one draw, a coalition of K - 1 holders leaves
+    one share of 1/K of the variance).
+    Privacy: added to an integer query of L1 sensitivity `s` (neighbouring relation that of
+    the query: add/remove of one person with at most c records in dpagg) the K shares give
+    epsilon = s / scale (delta <= K * 2^-99 per value) against the combiner together with
+    any T holders; each holder knows only its own share (its own keyed source), the combiner
+    only the sum. Fixed work as `discrete_laplace_share`.
+    """
+    _check_tolerates(holders, tolerates)
+    return discrete_laplace_share(scale, int(holders) - int(tolerates), size, rng)
+
+
+def tolerant_sum_variance_factor(holders: int, tolerates: int) -> Fraction:
+    """K/(K - T): the variance of the sum of all K `tolerant_share`s in units of one discrete Laplace draw's
+    (exact: NB variances add, r = K x 1/(K - T)). Adds no noise."""
+    _check_tolerates(holders, tolerates)
+    return Fraction(int(holders), int(holders) - int(tolerates))
 
 
 def holder_noise_source(noise_key: bytes, holder: int, holders: int, request_label: bytes, *,

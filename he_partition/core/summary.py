@@ -283,6 +283,22 @@ class Summary:
         bounds = {int(s) for s in self.starts} | {int(self.domain_size)}
         return lo not in bounds or hi not in bounds
 
+    def with_noise_variance_factor(self, factor: float, **params: Any) -> "Summary":
+        """This summary with every noise variance (sum_variance and each released measurement's) times `factor`,
+        and `params` added to its params: for values that carry more noise than the strategy assumed (e.g. the
+        key holders' share noise of a threshold study with noise_tolerates > 0). Every noise variance of the
+        released values grows by the same factor, so the least-squares estimates are unchanged and their
+        standard errors grow by sqrt(factor). Adds no noise; post-processing of released values."""
+        if not (np.isfinite(factor) and factor > 0):
+            raise InvalidInputError(f"a noise variance factor must be finite and > 0, got {factor}")
+        released = tuple(ReleasedValues(kind=r.kind, values=r.values, variance=r.variance * factor, epsilon=r.epsilon,
+                                        starts=r.starts) for r in self.released)
+        return Summary(domain_size=self.domain_size, epsilon=self.epsilon, strategy=self.strategy,
+                       noise_parties=self.noise_parties, starts=self.starts, sums=self.sums,
+                       sum_variance=tuple(float(v) * factor for v in self.sum_variance),
+                       contribution_bound=self.contribution_bound, epsilon_spent=self.epsilon_spent,
+                       params={**self.params, **params}, estimator=self.estimator, released=released)
+
     def to_pandas(self) -> Any:
         """The released partitions as a pandas DataFrame: start, stop (bins [start, stop)), the noisy sum and
         the standard error of its noise (pandas is optional: pip install 'dpagg[pandas]'). Per-bin estimates

@@ -153,7 +153,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
             study_id=args.study_id or "", domain_size=domain_size, epsilon=args.epsilon, expected_owners=args.owners,
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
             strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys,
-            max_organizations=args.max_organizations, **correlation)
+            max_organizations=args.max_organizations, noise_tolerates=args.noise_tolerates, **correlation)
     from he_partition.methods.guidance import assess_epsilon
 
     guide = assess_epsilon(contract.epsilon)
@@ -172,6 +172,8 @@ def cmd_open_study(args: argparse.Namespace) -> int:
               f"{contract.max_organizations} organization(s), noise parties {contract.noise_parties}")
         if contract.correlated or contract.correlation_source:
             print(_correlation_line(contract))
+        if contract.noise_tolerates:
+            print(_noise_tolerates_line(contract))
         if guide.warnings or not guide.guessing_bound_is_vacuous:  # else nothing worth a line (`dpagg epsilon`)
             alpha = "" if guide.guessing_bound_is_vacuous else (
                 f"; an adversary rounding one is wrong with probability at most alpha = {guide.guessing_bound:.4g} "
@@ -239,6 +241,14 @@ def _correlation_line(contract: "StudyContract") -> str:
             f"{contract.noise_multiplier:g} (epsilon {contract.epsilon:g} is Bayesian DP under the Gaussian "
             f"correlation model; each release's noise is {contract.noise_multiplier:g}x that of plain DP)"
             + (f"; model {contract.correlation_source}" if contract.correlation_source else ""))
+
+
+def _noise_tolerates_line(contract: "StudyContract") -> str:
+    t = contract.noise_tolerates
+    return (f"key holders' noise tolerates {t} colluding holder(s): with K holders each draws its share for K - {t}, "
+            f"so the computation server with {t} holders still faces one full discrete Laplace draw; cost: the "
+            f"holders' noise variance is K/(K - {t}) draws (K = {t + 1}: {t + 1}x), each released value's "
+            f"1 + K/(K - {t}) draws instead of 2")
 
 
 def _load_adjacency(path: str) -> Any:
@@ -349,6 +359,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"epsilon {c.epsilon:g}, contract {c.contract_hash[:16]}")
         if c.correlated or c.correlation_source:
             print(f"  {_correlation_line(c)}")
+        if c.noise_tolerates:
+            print(f"  {_noise_tolerates_line(c)}")
         from ..analyst.join_table import join_shape_line
 
         if (shape := join_shape_line(c)) is not None:
@@ -382,6 +394,11 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--noise-parties", type=int, choices=(2,), default=2,
                    help="both servers add noise (2, the only value a study accepts: with one, the computation "
                         "server would hold exact values)")
+    p.add_argument("--noise-tolerates", type=int, default=None, metavar="T",
+                   help="threshold mode (K key-share holders): how many holders may collude with the computation "
+                        "server while the holders' noise still gives every value one full discrete Laplace draw, "
+                        "0..K-1 (default K-1, the coalition the key tolerates; 0 with a single decryption server). "
+                        "Cost: the holders' noise variance is K/(K-T) draws instead of 1")
     p.add_argument("--strategy", default="auto", help="release strategy: auto (default), gap, hier, dawa or privelet")
     p.add_argument("--strategy-params", help="strategy parameters as a JSON object")
     p.add_argument("--owner-key", action="append", metavar="ID=HEX",

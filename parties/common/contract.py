@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import MAX_DECODED_MAGNITUDE
+from he_partition.core.noise_shares import MAX_HOLDERS
 from he_partition.join.protocol import JOIN_STRATEGY, JoinTerms
 from he_partition.protocol import STRATEGIES, make_strategy
 
@@ -40,6 +41,9 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: 2^24 bins = 4,096 ciphertexts per owner at 4,096 slots; larger domains need a
 #: different deployment (and a different upload size budget).
 MAX_DOMAIN_SIZE = 1 << 24
+
+#: Most key-share holders a share can be drawn for: `noise_tolerates` is below it.
+MAX_KEY_HOLDERS = MAX_HOLDERS
 
 #: Longest accepted `correlation_source` (provenance text, not the graph itself).
 MAX_CORRELATION_SOURCE = 512
@@ -135,6 +139,16 @@ class StudyContract:
     * Assumed: the Gaussian correlation model (and so L) is correct and public; the
       guarantee is no better than the model. With L = 0 (the default) `epsilon` is plain
       DP under add/remove and nothing changes.
+
+    Threshold decryption (K key-share holders): `noise_tolerates` T (0 <= T <= K - 1) is
+    how many holders may collude with the computation server while the holders' noise
+    still protects every value with one full discrete Laplace draw. Each holder draws its
+    share with NB(1/(K - T)) (`discrete_laplace_share(scale, K - T, ...)`), so any K - T
+    holders' shares sum to at least one full draw; the cost is that all K shares sum to
+    K/(K - T) draws' worth of variance (`holder_noise_variance`). The threshold computation
+    server fills K - 1 when the operator gives none; a holder refuses T >= K and the single
+    decryption server (K = 1) any T > 0. T = 0 (the field's default, the single server's
+    only value) leaves the canonical form and hash unchanged.
     """
 
     study_id: str
@@ -152,6 +166,7 @@ class StudyContract:
     correlation_source: str = ""
     max_organizations: int = 1
     holder_seal_keys: tuple[str, ...] = ()
+    noise_tolerates: int = 0
     version: str = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -210,6 +225,11 @@ class StudyContract:
             )
         if self.noise_parties != 2 or isinstance(self.noise_parties, bool):
             raise InvalidInputError(f"noise_parties must be 2, got {self.noise_parties!r}")
+        if isinstance(self.noise_tolerates, bool) or not isinstance(self.noise_tolerates, int) \
+                or not 0 <= self.noise_tolerates < MAX_KEY_HOLDERS:
+            raise InvalidInputError(f"noise_tolerates must be an integer in [0, {MAX_KEY_HOLDERS - 1}] (the key "
+                                    f"holders that may collude with the computation server), got "
+                                    f"{_shown(self.noise_tolerates)}")
         object.__setattr__(self, "strategy_params_json", _canonical_params(self.strategy_params_json))
         object.__setattr__(self, "correlation_leakage", _check_leakage(self.correlation_leakage))
         object.__setattr__(self, "correlation_source", _check_source(self.correlation_source))
@@ -242,6 +262,7 @@ class StudyContract:
         correlation_source: str = "",
         max_organizations: int = 1,
         holder_seal_keys: Iterable[str] = (),
+        noise_tolerates: int = 0,
     ) -> "StudyContract":
         """Build a contract from loosely typed inputs (e.g. a request), validating everything."""
         return cls(
@@ -260,6 +281,7 @@ class StudyContract:
             correlation_leakage=correlation_leakage,
             correlation_source=correlation_source or "",
             holder_seal_keys=tuple(holder_seal_keys or ()),
+            noise_tolerates=_whole("noise_tolerates", noise_tolerates),
         )
 
     @property
@@ -316,6 +338,22 @@ class StudyContract:
         """1 + L: every measurement's noise scale, and its ledger charge per DP epsilon, are multiplied by it."""
         return 1.0 + self.correlation_leakage
 
+    def check_key_holders(self, holders: int) -> None:
+        """Refuse (InvalidInputError) a contract whose `noise_tolerates` T this deployment of K = `holders`
+        key holders cannot honour: T must be below K (the single decryption server, K = 1, needs T = 0)."""
+        if self.noise_tolerates >= holders:
+            raise InvalidInputError(
+                f"noise_tolerates is {self.noise_tolerates} but there are K = {holders} key holder(s): it must be at "
+                f"most K - 1 = {holders - 1} (at least one holder outside any coalition must draw a full share"
+                + ("; the single decryption server adds its whole draw itself, so only 0 is possible)"
+                   if holders == 1 else ")"))
+
+    def holder_noise_variance(self, holders: int) -> float:
+        """Variance of the K = `holders` key holders' summed noise, in units of one discrete Laplace draw's:
+        K / (K - T) (1 for the single decryption server and for T = 0). Adds no noise."""
+        self.check_key_holders(holders)
+        return holders / (holders - self.noise_tolerates)
+
     def dp_epsilon(self, epsilon: float) -> float:
         """The DP epsilon a release of `epsilon` (study units: Bayesian DP when L > 0) is noised at: eps / (1 + L)."""
         return float(epsilon) / self.noise_multiplier
@@ -353,7 +391,8 @@ class StudyContract:
 
         "owner_keys" appears only for a signed study, and "correlation_leakage" /
         "correlation_source" only for a study that sets either, so the canonical form (and
-        hash) of every other contract is unchanged from before those fields existed.
+        hash) of every other contract is unchanged from before those fields existed; likewise
+        "max_organizations" only when > 1 and "noise_tolerates" only when > 0.
         """
         d = {
             "version": self.version,
@@ -377,6 +416,8 @@ class StudyContract:
             d["max_organizations"] = self.max_organizations
         if self.holder_seal_keys:
             d["holder_seal_keys"] = list(self.holder_seal_keys)
+        if self.noise_tolerates:
+            d["noise_tolerates"] = self.noise_tolerates
         return d
 
     def canonical_json(self) -> str:
@@ -411,6 +452,7 @@ class StudyContract:
                 correlation_leakage=d.get("correlation_leakage", 0.0),
                 correlation_source=d.get("correlation_source", ""),
                 holder_seal_keys=tuple(d.get("holder_seal_keys", ())),
+                noise_tolerates=_whole("noise_tolerates", d.get("noise_tolerates", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):
@@ -426,6 +468,13 @@ class StudyContract:
         if not isinstance(d, dict):
             raise InvalidInputError("study contract JSON must be an object")
         return cls.from_dict(d)
+
+
+def _whole(name: str, value: Any) -> int:
+    """`value` as an int when it is a whole number (an int, or a float such as JSON may carry), else refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise InvalidInputError(f"{name} must be a whole number, got {_shown(value)}")
+    return int(value)
 
 
 def _check_leakage(value: Any) -> float:

@@ -54,6 +54,7 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         max_organizations=c.max_organizations,
         max_records_per_owner=c.max_records_per_owner,
         holder_seal_keys=list(c.holder_seal_keys),
+        noise_tolerates=c.noise_tolerates,
     )
 
 
@@ -76,6 +77,7 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
         correlation_source=p.correlation_source,
         max_organizations=int(p.max_organizations) or 1,
         holder_seal_keys=tuple(p.holder_seal_keys),
+        noise_tolerates=int(p.noise_tolerates),
     )
     if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
         raise InvalidInputError(
@@ -195,9 +197,14 @@ def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expec
                        strategy: str, contribution_bound: int, noise_parties: int, strategy_params_json: str,
                        domain_spec: str, owner_keys: Mapping[str, str | bytes] | None, correlation_leakage: float,
                        correlation_source: str, max_organizations: int = 1,
-                       holder_seal_keys: Sequence[str] = ()) -> decryption_pb2.OpenStudyRequest:
-    """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`)."""
-    return decryption_pb2.OpenStudyRequest(
+                       holder_seal_keys: Sequence[str] = (),
+                       noise_tolerates: int | None = None) -> decryption_pb2.OpenStudyRequest:
+    """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`).
+
+    `noise_tolerates` None leaves the field unset: the receiver fills its default (K - 1 in
+    threshold mode, 0 at the single decryption server).
+    """
+    request = decryption_pb2.OpenStudyRequest(
         study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
         contribution_bound=contribution_bound, noise_parties=noise_parties, expected_owners=list(expected_owners),
         strategy_params_json=strategy_params_json, domain_spec=domain_spec,
@@ -205,6 +212,9 @@ def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expec
         correlation_source=correlation_source, max_organizations=max_organizations,
         holder_seal_keys=list(holder_seal_keys),
     )
+    if noise_tolerates is not None:
+        request.noise_tolerates = int(noise_tolerates)
+    return request
 
 
 def open_study_kwargs(request: Any) -> dict[str, Any]:
@@ -217,6 +227,7 @@ def open_study_kwargs(request: Any) -> dict[str, Any]:
         owner_keys=dict(request.owner_keys), correlation_leakage=request.correlation_leakage,
         correlation_source=request.correlation_source, max_organizations=request.max_organizations,
         holder_seal_keys=tuple(getattr(request, "holder_seal_keys", ())),
+        noise_tolerates=int(request.noise_tolerates) if request.HasField("noise_tolerates") else None,
     )
 
 

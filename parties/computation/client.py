@@ -151,6 +151,7 @@ class ComputationClient(BaseClient):
                    strategy_params_json: str = "", domain_spec: str = "",
                    owner_keys: Mapping[str, str | bytes] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 1,
+                   noise_tolerates: int | None = None,
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Open a study (forwarded to the decryption server, which owns contracts and the ledger).
 
@@ -167,13 +168,17 @@ class ComputationClient(BaseClient):
         `cs.open_study(..., **correlation_terms(W, tau))`.
         Returns (contract, already_existed). Without `study_id` one is generated here, so
         the call is safe to retry.
+        `noise_tolerates` T (threshold mode, K key-share holders): how many holders may
+        collude with this server while the holders' noise still gives one full discrete
+        Laplace draw; the holders' noise variance is then K/(K - T) draws'. None: K - 1
+        with K holders, 0 with the single decryption server (see `StudyContract`).
         """
         req = open_study_request(
             study_id=study_id or f"study-{uuid.uuid4().hex[:16]}", domain_size=domain_size, epsilon=epsilon,
             strategy=strategy, contribution_bound=contribution_bound, noise_parties=noise_parties,
             expected_owners=expected_owners, strategy_params_json=strategy_params_json, domain_spec=domain_spec,
             owner_keys=owner_keys, correlation_leakage=correlation_leakage, correlation_source=correlation_source,
-            max_organizations=max_organizations)
+            max_organizations=max_organizations, noise_tolerates=noise_tolerates)
         resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
         return contract_from_proto(resp.contract), resp.already_existed
 

@@ -78,7 +78,8 @@ class DirectQueries:
                                                   contract_hash=contract.contract_hash, ranges=rs, epsilon=eps_dp)
         backend = h.backend_for(contract)
         cs = ComputationSide(backend, h.rng)
-        se = math.sqrt(contract.noise_parties * ms[0].noise_variance)  # one scale for the whole batch
+        # one scale for the whole batch; the key holders' part is K/(K - T) draws (noise_tolerates T)
+        se = math.sqrt(h.noise_variance_units(contract) * ms[0].noise_variance)
         counts = []
         # The same chunk work as a release: the executor's workers load the running aggregate (plus owners not
         # yet folded into it) once for the batch; every draw is made here, before fan-out (`measure_on`).

@@ -292,6 +292,22 @@ class ComputationHandler:
         p = self.data_dir / PUBLIC_CONTEXT_FILE
         return p.read_bytes() if p.exists() else None
 
+    @property
+    def key_holders(self) -> int:
+        """K: the key-share holders in threshold mode, 1 with the single decryption server."""
+        return int(getattr(self.decryption, "k", 1))
+
+    def holder_noise_variance(self, contract: StudyContract) -> float:
+        """The key holders' summed noise variance per value in discrete Laplace draws: K/(K - T) (1 for T = 0)."""
+        return contract.holder_noise_variance(self.key_holders)
+
+    def noise_variance_units(self, contract: StudyContract) -> float:
+        """Total noise variance per released value in discrete Laplace draws of its scale: this server's one draw
+        plus the key holders' K/(K - T); `noise_parties` (2) when T = 0. Adds no noise."""
+        if not contract.noise_tolerates:
+            return float(contract.noise_parties)
+        return contract.noise_parties - 1 + self.holder_noise_variance(contract)
+
     def open_study(self, **terms: object) -> tuple[StudyContract, bool]:
         """Forward to the decryption server (which creates the contract and its ledger) and keep the contract."""
         contract, existed = self.decryption.open_study(**terms)  # type: ignore[arg-type]
@@ -720,6 +736,12 @@ class ComputationHandler:
                 self.executor.drop(record.release_id)
         # Every summary states how many organizations one person may appear in (its noise assumes it).
         summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
+        if contract.noise_tolerates:  # the key holders' shares carry K/(K - T) draws' variance, not one draw's
+            k, holder_var = self.key_holders, self.holder_noise_variance(contract)
+            summary = summary.with_noise_variance_factor(
+                self.noise_variance_units(contract) / contract.noise_parties,
+                holder_noise={"key_holders": k, "noise_tolerates": contract.noise_tolerates,
+                              "holder_variance_factor": holder_var})
         if contract.correlated or contract.correlation_source:
             bdp = _bayesian_dp_params(contract, record.epsilon, summary)
             summary = replace(summary, params={**summary.params, "bayesian_dp": bdp})

@@ -186,7 +186,14 @@ class ThresholdDecryption:
         return contexts[0]
 
     def open_study(self, **terms: Any) -> tuple[StudyContract, bool]:
-        """Open the study at every holder under one id; their contracts must be identical."""
+        """Open the study at every holder under one id; their contracts must be identical.
+
+        `noise_tolerates` not given (None) is filled with K - 1: the holders' noise then
+        tolerates the same coalition as the key (the computation server with any K - 1
+        holders still faces one full discrete Laplace draw), at K times the holders' noise
+        variance. Every holder gets the same number, so the contracts agree; a holder refuses
+        T >= K.
+        """
         if terms.get("strategy") == "join":
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         terms = dict(terms)
@@ -194,6 +201,8 @@ class ThresholdDecryption:
         if terms.get("owner_keys"):  # owners seal their uploads to every holder (parties.common.sealing)
             status = self._all("did not report its seal key", lambda c: c.key_setup("status", b"", self.names))
             terms["holder_seal_keys"] = [s.seal_public_key for s in status]
+        if terms.get("noise_tolerates") is None:
+            terms["noise_tolerates"] = self.k - 1
         opened = self._all("refused the study", lambda c: c.open_study(**terms))
         hashes = {c.contract_hash for c, _ in opened}
         if len(hashes) != 1:
@@ -221,11 +230,12 @@ class ThresholdDecryption:
         """Every holder's shares of the measurement, combined only when all K are in; then decoded.
 
         Privacy: each holder charges its own ledger `measurement.epsilon` (times 1 + L) and
-        adds its share of one discrete Laplace draw of scale sensitivity / epsilon per
+        adds its share of the discrete Laplace noise of scale sensitivity / epsilon per
         measured value (sensitivity `measurement.sensitivity`, add/remove of one person with
-        at most c records); only it knows its share. The combined values carry this server's
-        draw and the sum of the holders' shares, as the single key holder's answer carries
-        its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
+        at most c records), drawn for K - T holders (T the contract's noise_tolerates: any
+        K - T shares sum to at least one full draw, all K to K/(K - T) draws' variance); only
+        it knows its share. The combined values carry this server's draw and the sum of the
+        holders' shares, as the single key holder's answer carries its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
         naming it, nothing combined. Draws no noise itself.
         """
         t0 = time.monotonic()

@@ -175,6 +175,7 @@ class DecryptionClient(BaseClient):
                    owner_keys: Mapping[str, str | bytes] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 1,
                    holder_seal_keys: Sequence[str] = (),
+                   noise_tolerates: int | None = None,
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Create a study; returns (contract, already_existed). With your own `study_id` retries are idempotent.
 
@@ -185,13 +186,16 @@ class DecryptionClient(BaseClient):
         `epsilon` a Bayesian-DP budget for correlated records: every measurement's noise
         and charge are multiplied by 1 + L (see `StudyContract`).
         Only the computation server may call this (operators use `ComputationClient.open_study`).
+        `noise_tolerates` None leaves the receiver's default (K - 1 at key-share holders, 0
+        here); see `StudyContract.noise_tolerates`.
         """
         req = open_study_request(
             study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
             contribution_bound=contribution_bound, noise_parties=noise_parties, expected_owners=expected_owners,
             strategy_params_json=strategy_params_json, domain_spec=domain_spec, owner_keys=owner_keys,
             correlation_leakage=correlation_leakage, correlation_source=correlation_source,
-            max_organizations=max_organizations, holder_seal_keys=holder_seal_keys)
+            max_organizations=max_organizations, holder_seal_keys=holder_seal_keys,
+            noise_tolerates=noise_tolerates)
         resp = self._unary(self._stub.OpenStudy, req, method="Decryption/OpenStudy", timeout=timeout,
                            retry=bool(study_id))
         return contract_from_proto(resp.contract), resp.already_existed

@@ -183,12 +183,16 @@ class DecryptionHandler:
                  require_signed: bool = False, join_keys_dir: Path | None = None,
                  noise_key: bytes | None = None, arrivals: ArrivalLog | None = None,
                  decrypt_pool: DecryptPool | None = None, seal_key: SealKeyPair | None = None,
-                 commitments_dir: Path | None = None, c1_dir: Path | None = None) -> None:
+                 commitments_dir: Path | None = None, c1_dir: Path | None = None,
+                 key_holders: int = 1) -> None:
         self.ledger = ledger
         # The single key holder's X25519 seal key (owners seal their upload keys to it; None: studies are not
         # sealed) and its record of each sealed study's closed commitments.
         self.seal_key = seal_key
         self.commitments = CommitmentBook(seal_key, 0, 1, commitments_dir) if seal_key is not None else None
+        # K: 1 for the single decryption server, the number of key-share holders at a holder. A study's
+        # noise_tolerates must be below it (StudyContract.check_key_holders); unset, it is K - 1.
+        self.key_holders = key_holders
         # Local worker processes for a measurement's per-chunk decryption (parties.decryption.workers).
         self.decrypt_pool = decrypt_pool
         self.require_signed = require_signed
@@ -252,11 +256,14 @@ class DecryptionHandler:
                    strategy_params_json: str = "", domain_spec: str = "",
                    owner_keys: Mapping[str, str] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 0,
-                   holder_seal_keys: Sequence[str] = ()) -> tuple[StudyContract, bool]:
+                   holder_seal_keys: Sequence[str] = (),
+                   noise_tolerates: int | None = None) -> tuple[StudyContract, bool]:
         """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys).
 
         `correlation_leakage` L > 0 makes `epsilon` a Bayesian-DP budget for correlated
         records (see StudyContract): every measurement then costs 1 + L times its DP epsilon.
+        `noise_tolerates` T: None means K - 1 (`key_holders` - 1: 0 at the single decryption
+        server); T >= K is refused (InvalidInputError naming noise_tolerates and K).
         """
         if self.require_signed and not owner_keys:
             raise InvalidInputError(
@@ -293,7 +300,9 @@ class DecryptionHandler:
             correlation_source=correlation_source,
             max_organizations=max_organizations or 1,
             holder_seal_keys=() if join else tuple(holder_seal_keys),
+            noise_tolerates=self.key_holders - 1 if noise_tolerates is None else noise_tolerates,
         )
+        contract.check_key_holders(self.key_holders)
         if join and contract.join_terms().padding_epsilon >= contract.epsilon:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
                                     f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")

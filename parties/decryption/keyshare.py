@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import KeyedRandom, laplace_scale
-from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.threshold_c1 import C1Part, c1_digest
 from he_partition.he.threshold_decrypt import chunk_share, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold_keys import HolderSecret
@@ -162,10 +162,15 @@ class ThresholdHolder:
         self._db.close()
 
     def register_study(self, contract: StudyContract) -> None:
-        """Accept a study whose contract names this holder's collective key (by fingerprint)."""
+        """Accept a study whose contract names this holder's collective key (by fingerprint) and whose
+        noise_tolerates is below this deployment's K holders."""
         if not hmac.compare_digest(contract.context_fingerprint, self.key_fingerprint.hex()):
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}..., "
                                           "not this holder's collective key: not registered")
+        try:
+            contract.check_key_holders(self.holders)
+        except InvalidInputError as exc:
+            raise FailedPreconditionError(f"study {contract.study_id}: {exc}; not registered") from exc
         self.ledger.create_study(contract)
 
     def check_request(self, contract: StudyContract, req: ShareRequest) -> None:
@@ -177,6 +182,10 @@ class ThresholdHolder:
         if not hmac.compare_digest(bytes(req.key_fingerprint), self.key_fingerprint) or \
                 not hmac.compare_digest(contract.context_fingerprint, self.key_fingerprint.hex()):
             raise FailedPreconditionError("the request is not under this holder's collective key: nothing was decrypted")
+        try:
+            contract.check_key_holders(self.holders)
+        except InvalidInputError as exc:
+            raise FailedPreconditionError(f"study {contract.study_id}: {exc}; nothing was decrypted") from exc
         if contract.correlation_leakage:
             raise FailedPreconditionError(f"study {contract.study_id} has correlated records (L > 0): threshold holders "
                                           "do not decrypt such studies yet")
@@ -202,11 +211,13 @@ class ThresholdHolder:
 
         Privacy: charges `req.epsilon` to this holder's own ledger before anything else is
         computed (BudgetExhaustedError, nothing issued, when it does not fit). The share adds
-        this holder's `discrete_laplace_share` at scale laplace_scale(sensitivity, epsilon) on
-        the measured slots: the K holders' shares sum to one discrete Laplace draw, so the
-        combined values are epsilon-DP for L1 sensitivity `req.sensitivity` under add/remove
-        of one person with at most c records (the neighbouring relation; c the contract's person bound), against everyone
-        but the K holders together. Who knows the noise: only this holder knows its DP share and
+        this holder's `discrete_laplace_share` for K - T holders (T the contract's
+        noise_tolerates) at scale laplace_scale(sensitivity, epsilon) on the measured slots:
+        any K - T holders' shares sum to at least one discrete Laplace draw, so the combined
+        values are epsilon-DP for L1 sensitivity `req.sensitivity` under add/remove of one
+        person with at most c records (the neighbouring relation; c the contract's person
+        bound) against the combiner with up to T holders; all K shares carry K/(K - T)
+        draws' variance. Who knows the noise: only this holder knows its DP share and
         its smudging (both drawn from its own noise key, keyed by the request); the combiner sees
         only the sum of all K holders' and its own draw.
 
@@ -241,7 +252,8 @@ class ThresholdHolder:
             self.ledger.charge(req.study_id, req.release_id, req.kind, float(req.epsilon), float(req.release_epsilon),
                                json.dumps({"holder": self.secret.holder, "ciphertext_digest": digest.hex()}))
             scale = laplace_scale(req.sensitivity, req.epsilon)
-            noise = discrete_laplace_share(scale, self.holders, req.slots,
+            # NB(1/(K - T)) per side: any K - T holders' shares sum to at least one full discrete Laplace draw
+            noise = tolerant_share(scale, self.holders, contract.noise_tolerates, req.slots,
                                            holder_noise_source(self._noise_key, self.secret.holder, self.holders,
                                                                b"dp/" + label))
             # the slots past the measured ones get this holder's own pads: the combiner knows the CS's pads
@@ -307,9 +319,9 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
     records) and raises when it does not fit: no share is then computed (the caller has computed
     every chunk's c1 s_i already, so nothing data-dependent fails after the charge). `noise` (zeros: no DP
     share) is the slot-domain image (the measurement's public map, `Measurement.noise_slots`)
-    of this holder's `discrete_laplace_share` of the measurement's scale on its values, so the
-    K holders' draws add one discrete Laplace per released value, as the single key holder's
-    draw does; it is drawn from the holder's noise key keyed by `label`, so only this holder
+    of this holder's `discrete_laplace_share` of the measurement's scale (for K - T holders, T
+    the contract's noise_tolerates) on its values, so any K - T holders' draws add at least one
+    discrete Laplace per released value, as the single key holder's draw does; it is drawn from the holder's noise key keyed by `label`, so only this holder
     knows it. Each chunk's share carries its slice of that noise on the `measured` slots, this
     holder's own uniform pad mod t on every other slot (`padded_noise`: the combiner knows the
     CS's pads, so without the holders' it would read the data there) and keyed smudging.

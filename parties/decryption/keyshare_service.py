@@ -32,7 +32,7 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
 from he_partition.core.measurements import Measurement, RangeCount
 from he_partition.core.noise import SecureRandom
-from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
 from he_partition.he.threshold_context import collective_context_bytes
@@ -134,7 +134,8 @@ class KeyShareService:
         self.holder = ThresholdHolder(self.template, secret, len(self.holders), bytes.fromhex(fp), self.noise_key,
                                       self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir))
         self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), SecureRandom(),
-                                         require_signed=self.require_signed, noise_key=self.noise_key)
+                                         require_signed=self.require_signed, noise_key=self.noise_key,
+                                         key_holders=len(self.holders))
 
     def _persist(self, setup: HolderSetup) -> None:
         assert setup.secret is not None
@@ -199,10 +200,15 @@ class KeyShareService:
 
     # -- studies and shares ---------------------------------------------------------------
     def check_contract(self, contract: StudyContract) -> None:
-        """Refuse a contract that names another key than this holder's collective key (or a join)."""
+        """Refuse a contract that names another key than this holder's collective key (or a join), or whose
+        noise_tolerates is not below the K holders."""
         assert self.active is not None
         if contract.is_join:
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        try:
+            contract.check_key_holders(len(self.holders))
+        except InvalidInputError as exc:
+            raise FailedPreconditionError(f"study {contract.study_id}: {exc}; nothing was decrypted") from exc
         if not hmac.compare_digest(contract.context_fingerprint, self.active.fingerprint):
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}, "
                                           f"not holder {self.name}'s collective key {self.active.fingerprint[:16]}: "
@@ -252,9 +258,11 @@ class KeyShareService:
         sensitivity `measurement.sensitivity` under the neighbouring relation add/remove of one
         person with at most c records, times 1 + L) to this holder's own ledger before any share leaves, or claims
         a paid direct range; the DP noise is this holder's `discrete_laplace_share` of the
-        measurement's scale on each measured value (the K holders' shares sum to one discrete
-        Laplace draw: the single key holder's draw), drawn first from its own noise key keyed
-        by the request, so only this holder knows it; the combiner sees only the sum.
+        measurement's scale for K - T holders (T the contract's noise_tolerates) on each
+        measured value: any K - T holders' shares sum to at least one discrete Laplace draw
+        (the single key holder's draw), so the values stay epsilon-DP against the combiner
+        with up to T holders; all K sum to K/(K - T) draws' variance. Drawn first from its own
+        noise key keyed by the request, so only this holder knows it; the combiner sees only the sum.
         """
         handler = self.require_active()
         assert self.holder is not None and self.active is not None and self.holder.uploads is not None
@@ -281,7 +289,8 @@ class KeyShareService:
         k = len(self.holders)
         noise = np.zeros(measurement.domain_size, dtype=np.int64)
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
-            d = discrete_laplace_share(measurement.scale, k, measurement.count,
+            # NB(1/(K - T)) per side: any K - T holders' shares sum to at least one full discrete Laplace draw
+            d = tolerant_share(measurement.scale, k, contract.noise_tolerates, measurement.count,
                                        holder_noise_source(self.noise_key, self.index, k, b"dp/" + label))
             if isinstance(measurement, RangeCount) and measurement.lo > 0:  # no share on the CS's prefix mask
                 d = np.concatenate([np.zeros(1, dtype=np.int64), d])

@@ -27,9 +27,9 @@ def setup() -> dict[str, Any]:
     return make_setup()
 
 
-def _contract(fp: bytes, epsilon: float = 1.0) -> StudyContract:
+def _contract(fp: bytes, epsilon: float = 1.0, tolerates: int = 0) -> StudyContract:
     return StudyContract(study_id="thr", domain_size=SLOTS, epsilon=epsilon, expected_owners=("a", "b"),
-                         context_fingerprint=fp.hex(), strategy="hier")
+                         context_fingerprint=fp.hex(), strategy="hier", noise_tolerates=tolerates)
 
 
 def _holders(s: dict[str, Any], tmp: Path, contract: StudyContract) -> dict[int, ThresholdHolder]:
@@ -48,9 +48,12 @@ def _request(s: dict[str, Any], contract: StudyContract, ct: bytes, release: str
                         key_fingerprint=s["fp"], ciphertext=ct)
 
 
+@pytest.mark.parametrize("tolerates", [0, 2])
 def test_three_holders_release_data_plus_one_discrete_laplace_and_charge_their_own_ledgers(
-        setup: dict[str, Any], tmp_path: Path) -> None:
-    contract = _contract(setup["fp"])
+        setup: dict[str, Any], tmp_path: Path, tolerates: int) -> None:
+    """T = 0: the three shares sum to one discrete Laplace draw; T = 2 (noise_tolerates K - 1): each share is drawn
+    for K - T = 1 holder, a full draw of its own."""
+    contract = _contract(setup["fp"], tolerates=tolerates)
     holders = _holders(setup, tmp_path, contract)
     rows = _rows(3, 21)
     ct = _encrypted_sum(setup, rows)
@@ -58,7 +61,7 @@ def test_three_holders_release_data_plus_one_discrete_laplace_and_charge_their_o
     shares = [holders[h].request_share(req) for h in HOLDERS]
     got = combine(setup["ctx"], ct, shares, HOLDERS, setup["fp"])
     label = b"dp/" + req.label(ciphertext_digest(ct))
-    noise = sum(discrete_laplace_share(laplace_scale(1, 1.0), 3, SLOTS,
+    noise = sum(discrete_laplace_share(laplace_scale(1, 1.0), 3 - tolerates, SLOTS,
                                        holder_noise_source(bytes([h + 1]) * 32, h, 3, label)) for h in HOLDERS)
     expected = np.sum(np.array(rows, dtype=np.int64), axis=0)
     expected[:SLOTS] += noise
@@ -68,6 +71,15 @@ def test_three_holders_release_data_plus_one_discrete_laplace_and_charge_their_o
     for h in HOLDERS:
         charges = holders[h].ledger.charges("thr")
         assert [(c.release_id, c.epsilon) for c in charges] == [("r1", 1.0)]
+
+
+def test_a_study_tolerating_k_or_more_colluders_is_refused_naming_noise_tolerates_and_k(
+        setup: dict[str, Any], tmp_path: Path) -> None:
+    holder = ThresholdHolder(setup["ctx"], setup["secrets"][0], len(HOLDERS), setup["fp"], b"\x01" * 32,
+                             tmp_path / "holder0.sqlite")
+    with pytest.raises(FailedPreconditionError, match=r"noise_tolerates is 3 but there are K = 3"):
+        holder.register_study(_contract(setup["fp"], tolerates=3))
+    assert holder.ledger.list_studies() == []
 
 
 def test_one_holder_with_an_exhausted_ledger_means_no_decryption(setup: dict[str, Any], tmp_path: Path) -> None:

@@ -156,6 +156,11 @@ def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> Non
                                   "age:0:100:20", "--epsilon", "1", "--owners", "o1,o2", "--strategy", "hier",
                                   "--owner-keys-dir", "pki", "--json", *_creds("op")).stdout)
         assert opened["context_fingerprint"] == fp
+        assert opened["noise_tolerates"] == 2  # K - 1 by default: each holder's share is a full draw
+        refused = dpagg(tmp_path, "open-study", "--computation", cs, "--study-id", "thr-t3", "--domain-size", "20",
+                        "--epsilon", "1", "--owners", "o1,o2", "--owner-keys-dir", "pki", "--noise-tolerates", "3",
+                        *_creds("op"), check=False)
+        assert refused.returncode != 0 and "noise_tolerates is 3" in refused.stderr and "K = 3" in refused.stderr
         from parties.data_owner.dataset import write_sample_csv
         for i, owner in enumerate(("o1", "o2")):
             write_sample_csv(tmp_path / f"{owner}.csv", seed=3, n_records=300, owner_index=i)
@@ -165,6 +170,10 @@ def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> Non
         rel = json.loads(dpagg(tmp_path, "release", "run", "thr", "--epsilon", "rest", "--computation", cs, "--json",
                                *_creds("op")).stdout)
         assert rel["state"] == "DONE" and rel["summary"]["domain_size"] == 20
+        assert rel["summary"]["params"]["holder_noise"] == {"key_holders": 3, "noise_tolerates": 2,
+                                                            "holder_variance_factor": 3.0}
+        status = dpagg(tmp_path, "status", "thr", "--computation", cs, *_creds("op")).stdout
+        assert "noise tolerates 2 colluding holder(s)" in status and "(K = 3: 3x)" in status
         for h, t in zip(HOLDERS, targets):  # every holder charged its own ledger for the whole release
             budget = json.loads(dpagg(tmp_path, "budget", "thr", "--decryption", t, "--json", *_creds("op")).stdout)
             assert budget["spent"] == pytest.approx(1.0), h

@@ -17,7 +17,7 @@ from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_
 from parties.common.config import ComputationConfig, DecryptionConfig
 from parties.common.errors import ServiceError
 from parties.common.server import ServerHandle
-from parties.common.signing import stream_digest
+from parties.common.signing import generate_signing_key, stream_digest
 from parties.computation.server import create_computation_server
 from parties.decryption.handler import NOISE_STREAM
 from parties.common.contract import canonical_json
@@ -143,6 +143,32 @@ def test_a_release_through_three_holders_is_done(threshold: Threshold) -> None:
         assert sum(c.epsilon for c in threshold.ledger(i).charges("s1")) == pytest.approx(1.0)
 
 
+def test_noise_tolerates_defaults_to_k_minus_1_and_k_or_more_is_refused_naming_it(threshold: Threshold) -> None:
+    keys = {o: threshold.signing.setdefault(o, generate_signing_key())[1] for o in OWNERS}
+    cs = threshold.computation()
+    terms: dict[str, Any] = dict(domain_size=DOMAIN, epsilon=1.0, expected_owners=list(OWNERS), strategy="hier",
+                                 owner_keys=keys)
+    with pytest.raises(ServiceError) as err:
+        cs.open_study(study_id="s-t3", noise_tolerates=3, **terms)
+    assert err.value.code.name == "INVALID_ARGUMENT"
+    assert "noise_tolerates is 3" in str(err.value) and "K = 3" in str(err.value)
+    assert all("s-t3" not in {c.study_id for c in threshold.ledger(i).list_studies()} for i in range(3))
+    default, _ = cs.open_study(study_id="s-default", **terms)
+    assert default.noise_tolerates == 2 and default.to_dict()["noise_tolerates"] == 2
+    zero, _ = cs.open_study(study_id="s-t0", noise_tolerates=0, **terms)
+    assert zero.noise_tolerates == 0 and "noise_tolerates" not in zero.to_dict()
+    for i in range(3):
+        assert threshold.ledger(i).get_study("s-default").contract_hash == default.contract_hash
+
+
+def test_the_single_decryption_server_refuses_noise_tolerates_above_0(cluster: Cluster) -> None:
+    with pytest.raises(ServiceError) as err:
+        cluster.open_study(study_id="s-t1", noise_tolerates=1)
+    assert err.value.code.name == "INVALID_ARGUMENT"
+    assert "noise_tolerates is 1" in str(err.value) and "K = 1" in str(err.value)
+    assert cluster.open_study(study_id="s-t0").noise_tolerates == 0
+
+
 class _Spy:
     """Records every measurement the computation server sends for decryption and the values it gets back.
 
@@ -193,18 +219,22 @@ def _single_holder_draw(root: Path, kw: dict[str, Any]) -> np.ndarray:
     return discrete_laplace(m.scale, m.count, KeyedRandom(_noise_key(root / "ds"), _label(kw), stream=NOISE_STREAM))
 
 
-def _holders_draws(root: Path, kw: dict[str, Any]) -> np.ndarray:
-    """The sum of the three holders' keyed shares for one request (each holder's noise key, the request label)."""
+def _holders_draws(root: Path, kw: dict[str, Any], tolerates: int = 2) -> np.ndarray:
+    """The sum of the three holders' keyed shares for one request (each holder's noise key, the request label).
+
+    Each share is drawn for K - T holders (T = noise_tolerates, by default K - 1 = 2: each share is a full
+    discrete Laplace draw); the label still names K = 3."""
     m: Measurement = kw["measurement"]
-    return sum(discrete_laplace_share(m.scale, 3, m.count, holder_noise_source(
+    return sum(discrete_laplace_share(m.scale, 3 - tolerates, m.count, holder_noise_source(
         _noise_key(root / name), i, 3, b"dp/" + _holder_label(kw))) for i, name in enumerate(HOLDERS))  # type: ignore
 
 
-def _run_study(open_and_submit: Callable[[], Any], client: ComputationClient) -> None:
-    open_and_submit()
+def _run_study(open_and_submit: Callable[[], Any], client: ComputationClient) -> tuple[Any, Any, Any]:
+    """(contract, release, direct answers) of one study run."""
+    contract = open_and_submit()
     rel = client.run_release("s-eq", epsilon=0.5)
     assert rel.state == "DONE", rel.error_message
-    client.direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
+    return contract, rel, client.direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
 
 
 def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_draws_are_accounted_for(
@@ -222,19 +252,21 @@ def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_d
     try:
         spy1 = _Spy(single.cs.handler.decryption)
 
-        def open1() -> None:
-            single.open_study(study_id="s-eq", domain_size=DOMAIN, epsilon=1.0, owners=OWNERS, strategy="hier")
+        def open1() -> Any:
+            contract = single.open_study(study_id="s-eq", domain_size=DOMAIN, epsilon=1.0, owners=OWNERS,
+                                         strategy="hier")
             for o, h in zip(OWNERS, _histograms()):
                 single.owner(o).submit("s-eq", h)
+            return contract
 
-        _run_study(open1, single.computation())
+        contract1, rel1, direct1 = _run_study(open1, single.computation())
     finally:
         single.stop()
     k3 = Threshold.start(tmp_path / "k3", cs_seed=12)
     try:
         k3.computation().setup_key()
         spy3 = _Spy(k3.combiner)
-        _run_study(lambda: k3.open_and_submit("s-eq"), k3.computation())
+        contract3, rel3, direct3 = _run_study(lambda: k3.open_and_submit("s-eq"), k3.computation())
     finally:
         k3.stop()
     assert len(spy1.calls) == len(spy3.calls) >= 4
@@ -245,6 +277,17 @@ def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_d
         own1, own3 = _single_holder_draw(tmp_path / "k1", kw1), _holders_draws(tmp_path / "k3", kw3)
         assert (v1 - own1).tolist() == (v3 - own3).tolist()
         assert np.count_nonzero(own3) > 0 or len(own3) < 3  # the holders' noise is really there
+    # K = 3 opens with noise_tolerates K - 1 = 2 by default: the holders' noise is K/(K - T) = 3 draws, so each
+    # released value carries 1 + 3 = 4 draws' variance where the single key holder's carries 2
+    assert (contract1.noise_tolerates, contract3.noise_tolerates) == (0, 2)
+    assert rel1.summary.params.get("holder_noise") is None
+    assert rel3.summary.params["holder_noise"] == {"key_holders": 3, "noise_tolerates": 2,
+                                                   "holder_variance_factor": 3.0}
+    assert rel3.summary.sum_variance == pytest.approx([2 * v for v in rel1.summary.sum_variance])
+    assert [r.variance for r in rel3.summary.released] == pytest.approx([2 * r.variance
+                                                                         for r in rel1.summary.released])
+    assert [c.standard_error for c in direct3.counts] == pytest.approx([np.sqrt(2) * c.standard_error
+                                                                        for c in direct1.counts])
 
 
 class _Combines:
