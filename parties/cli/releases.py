@@ -266,8 +266,8 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--epsilon", type=_epsilon_or_rest, required=True, metavar="EPS|rest",
                    help="epsilon to spend (> 0), or `rest` for exactly what is left of the study's budget")
     p.add_argument("--force", action="store_true",
-                   help="release even if some expected owners have not submitted (unsigned studies only: a "
-                        "signed study's key holders need every owner's signed c1)")
+                   help="release even if some expected owners have not submitted (a signed study's uploads then "
+                        "close on the owners present: a missing owner can no longer upload)")
     p.add_argument("--no-wait", action="store_true", help="return at once; poll with `dpagg release status`")
     p.add_argument("--request-key", default="", metavar="KEY",
                    help="idempotency key (default: generated, kept in --state-dir until the release finishes, so "
