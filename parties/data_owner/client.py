@@ -26,8 +26,8 @@ from ..common.errors import PermissionDeniedError, ServiceError
 from ..common.progress import Progress
 from ..common.signing import key_fingerprint, public_key_of, sign_upload
 from ..common.sealing import Commitment
-from ..decryption.keyshare_uploads import sign_c1_upload
-from .sealed import seal_upload
+from ..decryption.keyshare_uploads import sign_c1_parts, sign_c1_upload
+from .sealed import c1_parts_of, seal_upload
 from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient
 from ..decryption.client import DecryptionClient
@@ -326,13 +326,15 @@ class DataOwnerClient:
         k = len(enc.chunks)
         signature = c1_signature = b""
         commitment: Commitment | None = None
-        plain = enc
+        c1_parts: list[bytes] | None = None
         if enc.signed:
             if self._signing_key is None:
                 raise InvalidInputError(f"study {enc.study_id} requires signed uploads: pass signing_key=")
             if enc.holder_seal_keys:  # sealed until the key holders close the study (parties.common.sealing)
+                c1_parts = c1_parts_of(enc, self._parameters(enc))  # once: the commitment and the c1 signature
                 sealed, commitment = seal_upload(enc, self._signing_key, self._parameters(enc),
-                                                 owner_id=self.owner_id, idempotency_key=idempotency_key)
+                                                 owner_id=self.owner_id, idempotency_key=idempotency_key,
+                                                 c1_parts=c1_parts)
                 enc = replace(enc, chunks=sealed)
             # One signature over the whole upload (every chunk, in index order), so any
             # resumed stream carries the same signature and the server verifies it once complete.
@@ -358,10 +360,15 @@ class DataOwnerClient:
                                            "another idempotency key", method="Computation/UploadStatus")
                     if enc.signed and status.c1_signature_wanted and not c1_signature:  # the holders check c1
                         assert self._signing_key is not None
-                        c1_signature = sign_c1_upload(self._signing_key, self._parameters(enc), study_id=enc.study_id,
-                                                      owner_id=self.owner_id, idempotency_key=idempotency_key,
-                                                      contract_hash=enc.contract_hash,
-                                                      chunks=plain.chunks if commitment is not None else enc.chunks)
+                        if c1_parts is not None:
+                            c1_signature = sign_c1_parts(self._signing_key, study_id=enc.study_id,
+                                                         owner_id=self.owner_id, idempotency_key=idempotency_key,
+                                                         contract_hash=enc.contract_hash, parts=c1_parts).signature
+                        else:
+                            c1_signature = sign_c1_upload(self._signing_key, self._parameters(enc),
+                                                          study_id=enc.study_id, owner_id=self.owner_id,
+                                                          idempotency_key=idempotency_key,
+                                                          contract_hash=enc.contract_hash, chunks=enc.chunks)
                     held = set(status.received) if status.state == "PARTIAL" else set()
                     todo = [i for i in range(k) if i not in held]
                     if only is not None and attempt == 1:
