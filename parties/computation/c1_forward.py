@@ -66,7 +66,9 @@ class C1Signatures:
 
 
 def owner_c1_parts(ctx: Any, sub: Submission, read_chunk: Callable[[Submission, int], bytes],
-                   signature: bytes) -> OwnerC1Parts:
-    """One owner's c1 parts (read from its stored chunks, in index order) with its c1 signature."""
-    parts = tuple(c1_bytes(c1_of_vector(ctx, read_chunk(sub, i))) for i in range(sub.meta.chunk_count))
+                   signature: bytes, parts: tuple[bytes, ...] | None = None) -> OwnerC1Parts:
+    """One owner's c1 parts (read from its stored chunks, in index order, unless `parts` has them) with its c1
+    signature."""
+    if parts is None:
+        parts = tuple(c1_bytes(c1_of_vector(ctx, read_chunk(sub, i))) for i in range(sub.meta.chunk_count))
     return OwnerC1Parts(sub.meta.owner_id, sub.meta.idempotency_key, parts, bytes(signature))

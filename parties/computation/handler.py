@@ -583,7 +583,8 @@ class ComputationHandler:
             return None  # a join's cells are decrypted as sent (DecryptJoinCells)
         backend = self.backend_for(contract)
         forward(contract, lambda: [owner_c1_parts(backend.context, s, self.store.read_chunk, self.c1_signatures.get(
-            contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in subs],
+            contract.study_id, s.meta.owner_id, s.meta.idempotency_key),
+            self.sealed.take_parts(contract.study_id, s.meta.owner_id, s.meta.idempotency_key)) for s in subs],
             [(s.meta.owner_id, s.meta.idempotency_key) for s in subs], background=True)
         return noise_in_c0_context(b"", flood=not threshold)
 

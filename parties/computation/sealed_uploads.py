@@ -76,6 +76,8 @@ class SealedUploads:
         self._mem: dict[tuple[str, ...], bytes] = {}
         self._lock = threading.Lock()
         self._study_locks: dict[str, threading.Lock] = {}
+        #: The c1 parts read while opening, by (study, owner, upload key), until the forward takes them.
+        self._parts: dict[tuple[str, str, str], tuple[bytes, ...]] = {}
 
     def _path(self, *parts: str) -> Path | None:
         return None if self.directory is None else self.directory.joinpath(*parts)
@@ -116,6 +118,11 @@ class SealedUploads:
 
     def _opened(self, study_id: str) -> bool:
         return self._read(study_id, "opened") is not None
+
+    def take_parts(self, study_id: str, owner_id: str, key: str) -> tuple[bytes, ...] | None:
+        """The c1 parts of an upload this server just opened (each is handed out once; None otherwise)."""
+        with self._lock:
+            return self._parts.pop((study_id, owner_id, key), None)
 
     def refuse_late(self, contract: StudyContract, owner_id: str) -> None:
         """FailedPrecondition for an owner outside a study whose uploads are closed (it could never be included)."""
@@ -176,7 +183,10 @@ class SealedUploads:
                                               f"not open to a valid ciphertext: {exc}") from None
             if opened is not data:
                 store.replace_chunk(sub, i, opened)
-        if c1_stream_digest(parts) != c.c1_parts_digest:
+        if c1_stream_digest(parts) == c.c1_parts_digest:
+            with self._lock:  # the forward to the key holders takes them instead of parsing every chunk again
+                self._parts[(contract.study_id, sub.owner_id, sub.idempotency_key)] = tuple(parts)
+        else:
             raise FailedPreconditionError(f"owner {sub.owner_id!r}'s opened chunks are not the ones it committed to "
                                           f"(their c1 parts differ from its commitment): study {contract.study_id} "
                                           "cannot be released with this upload")

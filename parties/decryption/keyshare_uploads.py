@@ -113,6 +113,7 @@ class UploadC1Book:
         keys = dict(contract.owner_keys)
         got = list(uploads)
         names = [u.owner_id for u in got]
+        digests = {id(u): c1_stream_digest(u.parts) for u in got}  # once per owner: the commitment and the signature
         if contract.sealed:
             if closed is None:
                 raise FailedPreconditionError(f"study {contract.study_id}'s uploads were never closed at this key "
@@ -127,8 +128,8 @@ class UploadC1Book:
                                               f"{dup}): {C1_MISMATCH}, refused")
             for u in got:
                 c = closed[u.owner_id]
-                if u.idempotency_key != c.idempotency_key or not hmac.compare_digest(
-                        c1_stream_digest(u.parts), c.c1_parts_digest):
+                if u.idempotency_key != c.idempotency_key or not hmac.compare_digest(digests[id(u)],
+                                                                                     c.c1_parts_digest):
                     raise FailedPreconditionError(f"owner {u.owner_id!r}'s forwarded c1 parts are not the ones it "
                                                   f"committed to before the uploads closed: {C1_MISMATCH}, refused")
         elif sorted(names) != sorted(contract.expected_owners) or len(set(names)) != len(names):
@@ -145,7 +146,7 @@ class UploadC1Book:
                 raise InvalidInputError(f"owner {u.owner_id!r} forwarded {len(u.parts)} c1 parts, the study has "
                                         f"{chunks} chunks")
             digest = c1_statement(contract.study_id, u.owner_id, u.idempotency_key, contract.contract_hash,
-                                  c1_stream_digest(u.parts))
+                                  digests[id(u)])
             try:
                 verify_submission(bytes.fromhex(keys[u.owner_id]), digest, u.signature, owner_id=u.owner_id)
             except SignatureError:
