@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
@@ -241,6 +241,30 @@ class Commitment:
     def statement(self, study_id: str, contract_hash: str) -> bytes:
         return commitment_statement(study_id, self.owner_id, self.idempotency_key, contract_hash,
                                     self.c1_parts_digest, self.key_shares)
+
+    def verify(self, contract: Any) -> None:
+        """Refuse (SignatureError) a commitment the owner's key in `contract` (a StudyContract) did not sign."""
+        from .signing import SignatureError, verify_submission
+
+        key = contract.owner_public_key(self.owner_id)
+        if key is None:
+            raise SignatureError(f"owner {self.owner_id!r} has no key in study {contract.study_id}'s contract")
+        try:
+            verify_submission(key, self.statement(contract.study_id, contract.contract_hash), self.signature,
+                              owner_id=self.owner_id)
+        except SignatureError:
+            raise SignatureError(f"owner {self.owner_id!r}'s commitment does not verify under the contract's key "
+                                 "for that owner") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"owner_id": self.owner_id, "idempotency_key": self.idempotency_key,
+                "c1_parts_digest": self.c1_parts_digest.hex(), "key_shares": [s.hex() for s in self.key_shares],
+                "signature": self.signature.hex()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Commitment":
+        return cls(str(d["owner_id"]), str(d["idempotency_key"]), bytes.fromhex(d["c1_parts_digest"]),
+                   tuple(bytes.fromhex(x) for x in d["key_shares"]), bytes.fromhex(d["signature"]))
 
     def same(self, other: "Commitment") -> bool:
         return (self.owner_id == other.owner_id and self.idempotency_key == other.idempotency_key

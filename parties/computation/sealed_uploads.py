@@ -25,7 +25,7 @@ from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector, c1_stream_diges
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.sealing import Commitment, is_sealed, open_chunk
-from ..common.signing import SignatureError, verify_submission
+from ..common.signing import SignatureError
 from ..common.util import write_file_atomic
 from .store import ComputationStore, Submission
 
@@ -46,26 +46,10 @@ def check_commitment(contract: StudyContract, c: Commitment) -> None:
     if len(c.key_shares) != len(contract.holder_seal_keys):
         raise InvalidInputError(f"study {contract.study_id} is sealed to {len(contract.holder_seal_keys)} key "
                                 f"holder(s); the upload header carries {len(c.key_shares)} sealed key shares")
-    key = contract.owner_public_key(c.owner_id)
-    assert key is not None  # a sealed contract is signed and the owner is expected
     try:
-        verify_submission(key, c.statement(contract.study_id, contract.contract_hash), c.signature,
-                          owner_id=c.owner_id)
-    except SignatureError:
-        raise SignatureError(f"owner {c.owner_id!r}'s commitment does not verify under the contract's key for that "
-                             "owner; nothing was stored") from None
-
-
-def _commitment_json(c: Commitment) -> bytes:
-    return json.dumps({"owner_id": c.owner_id, "idempotency_key": c.idempotency_key,
-                       "c1_parts_digest": c.c1_parts_digest.hex(), "key_shares": [s.hex() for s in c.key_shares],
-                       "signature": c.signature.hex()}).encode()
-
-
-def _commitment_of(data: bytes) -> Commitment:
-    d = json.loads(data)
-    return Commitment(d["owner_id"], d["idempotency_key"], bytes.fromhex(d["c1_parts_digest"]),
-                      tuple(bytes.fromhex(s) for s in d["key_shares"]), bytes.fromhex(d["signature"]))
+        c.verify(contract)
+    except SignatureError as exc:
+        raise SignatureError(f"{exc}; nothing was stored") from None
 
 
 class SealedUploads:
@@ -102,14 +86,14 @@ class SealedUploads:
         """Keep an owner's checked commitment (the key holders verify it again when the uploads close)."""
         for name, value in (("study_id", study_id), ("owner_id", c.owner_id), ("idempotency_key", c.idempotency_key)):
             check_id(name, value)
-        self._write(_commitment_json(c), study_id, f"{c.owner_id}.{c.idempotency_key}.commitment")
+        self._write(json.dumps(c.to_json()).encode(), study_id, f"{c.owner_id}.{c.idempotency_key}.commitment")
 
     def get(self, study_id: str, owner_id: str, key: str) -> Commitment:
         data = self._read(study_id, f"{owner_id}.{key}.commitment")
         if data is None:
             raise FailedPreconditionError(f"owner {owner_id!r} uploaded to sealed study {study_id} without a "
                                           "commitment: it must upload again with a current data-owner client")
-        return _commitment_of(data)
+        return Commitment.from_json(json.loads(data))
 
     def closed_on(self, study_id: str) -> tuple[str, ...] | None:
         """The owners `study_id`'s uploads close (or closed) on, once this server named them; else None."""

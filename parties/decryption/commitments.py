@@ -20,23 +20,11 @@ from pathlib import Path
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError
 from ..common.sealing import Commitment, SealKeyPair
-from ..common.signing import SignatureError, verify_submission
+from ..common.signing import SignatureError
 from ..common.util import write_file_atomic
 from he_partition.core.errors import InvalidInputError
 
 __all__ = ["CommitmentBook"]
-
-
-def _to_json(c: Commitment) -> dict[str, object]:
-    return {"owner_id": c.owner_id, "idempotency_key": c.idempotency_key, "c1_parts_digest": c.c1_parts_digest.hex(),
-            "key_shares": [s.hex() for s in c.key_shares], "signature": c.signature.hex()}
-
-
-def _from_json(d: dict[str, object]) -> Commitment:
-    shares = d["key_shares"]
-    assert isinstance(shares, list)
-    return Commitment(str(d["owner_id"]), str(d["idempotency_key"]), bytes.fromhex(str(d["c1_parts_digest"])),
-                      tuple(bytes.fromhex(str(s)) for s in shares), bytes.fromhex(str(d["signature"])))
 
 
 class CommitmentBook:
@@ -67,7 +55,7 @@ class CommitmentBook:
             if got is None and self.directory is not None:
                 path = self.directory / f"{study_id}.json"
                 if path.exists():
-                    got = {c.owner_id: c for c in map(_from_json, json.loads(path.read_text()))}
+                    got = {c.owner_id: c for c in map(Commitment.from_json, json.loads(path.read_text()))}
                     self._closed[study_id] = got
             return got
 
@@ -100,14 +88,10 @@ class CommitmentBook:
             if len(c.c1_parts_digest) != 32 or len(c.key_shares) != self.holders:
                 raise InvalidInputError(f"owner {c.owner_id!r}'s commitment has a {len(c.c1_parts_digest)}-byte c1 "
                                         f"digest and {len(c.key_shares)} key shares; expected 32 and {self.holders}")
-            key = contract.owner_public_key(c.owner_id)
-            assert key is not None  # a sealed contract is signed
             try:
-                verify_submission(key, c.statement(contract.study_id, contract.contract_hash), c.signature,
-                                  owner_id=c.owner_id)
-            except SignatureError:
-                raise SignatureError(f"owner {c.owner_id!r}'s commitment does not verify under the contract's key for "
-                                     "that owner: the study's uploads were not closed") from None
+                c.verify(contract)
+            except SignatureError as exc:
+                raise SignatureError(f"{exc}: the study's uploads were not closed") from None
         # Open every share before recording anything: a share not made for this holder is refused, nothing closed.
         shares = [self.seal.open_share(c.key_shares[self.holder], self.holder, study_id=contract.study_id,
                                        owner_id=c.owner_id, idempotency_key=c.idempotency_key,
@@ -115,7 +99,7 @@ class CommitmentBook:
         with self._lock:
             held = self._closed.get(contract.study_id)
             if held is None and self.directory is not None and (self.directory / f"{contract.study_id}.json").exists():
-                held = {c.owner_id: c for c in map(_from_json, json.loads(
+                held = {c.owner_id: c for c in map(Commitment.from_json, json.loads(
                     (self.directory / f"{contract.study_id}.json").read_text()))}
             if held is not None:
                 if sorted(held) != sorted(names) or not all(held[c.owner_id].same(c) for c in commitments):
@@ -127,6 +111,6 @@ class CommitmentBook:
                 if self.directory is not None:
                     self.directory.mkdir(parents=True, exist_ok=True)
                     write_file_atomic(self.directory / f"{contract.study_id}.json",
-                                      json.dumps([_to_json(c) for c in commitments]).encode())
+                                      json.dumps([c.to_json() for c in commitments]).encode())
             self._closed[contract.study_id] = held
         return shares
