@@ -36,3 +36,8 @@ class ShareCombineError(InvalidInputError):
     """Threshold decryption shares that must not be combined (INVALID_ARGUMENT): a share missing, duplicate,
     foreign, for another ciphertext or key, of the wrong shape or level, or a combined value with too little
     noise budget (a share made with the wrong secret, or a corrupt or rogue ciphertext)."""
+
+
+class WorkerLostError(DPAggError):
+    """A server's worker processes could not start or kept dying (UNAVAILABLE): the server's environment, not
+    the caller's request, is at fault; nothing was released."""

@@ -15,7 +15,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..core.errors import InvalidInputError
+from ..core.errors import InvalidInputError, WorkerLostError
+from .spawning import without_user_main
 from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of, share_of
 
 __all__ = ["ProcessExecutor", "MAX_RESTARTS"]
@@ -66,7 +67,8 @@ class _Proc:
     def __init__(self, ctx: Any) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_serve, args=(child,), daemon=True, name="dpagg-chunk-worker")
-        self.process.start()
+        with without_user_main():
+            self.process.start()
         child.close()
 
     def stop(self, *, kill: bool = False) -> None:
@@ -157,7 +159,8 @@ class ProcessExecutor:
                 log.warning("chunk worker %d died while loading (attempt %d); starting another", w, attempt + 1)
                 p.stop(kill=True)
                 self._procs[w] = None
-        raise RuntimeError(f"chunk worker {w} died {MAX_RESTARTS + 1} times while loading its chunks")
+        raise WorkerLostError(f"chunk worker {w} died {MAX_RESTARTS + 1} times while starting or loading its chunks "
+                          "(see the server log): nothing was released")
 
     def _replace(self, w: int) -> _Proc:
         self._fresh.discard(w)
@@ -266,7 +269,8 @@ class ProcessExecutor:
     def _retry(self, w: int, restarts: list[int]) -> None:
         restarts[w] += 1
         if restarts[w] > MAX_RESTARTS:
-            raise RuntimeError(f"chunk worker {w} died {restarts[w]} times in one measurement; giving up")
+            raise WorkerLostError(f"chunk worker {w} died {restarts[w]} times in one measurement (see the server log): "
+                              "nothing was released")
         self._replace(w)
 
     def hold(self, key: str, make: MakeHeld) -> None:

@@ -17,10 +17,11 @@ Shared options (TLS, server addresses, small parsers) are in `options`; `main` i
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 # gRPC's C core logs every failed TLS handshake on stderr; the CLI reports failures itself (naming the file
 # or name at fault), so it keeps the core to errors unless the user set GRPC_VERBOSITY. Set before grpc loads.
@@ -56,18 +57,61 @@ def _verbosity_first(argv: Sequence[str]) -> list[str]:
     return [*flags, *(a for a in argv if a not in flags)]
 
 
+class _ReaderMayLeave(io.TextIOBase):
+    """stdout that outlives its reader: once the pipe is closed (`dpagg submit ... | head -2`) further output is
+    dropped, but the command goes on with its work and its exit code still says how that work ended."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.reader_left = False
+
+    def _left(self) -> None:
+        self.reader_left = True
+        try:  # the interpreter's final flush of the real stdout must not raise again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self.reader_left:
+            try:
+                self._stream.write(text)
+            except BrokenPipeError:
+                self._left()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_left:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._left()
+
+    def isatty(self) -> bool:
+        return bool(self._stream.isatty())
+
+    def fileno(self) -> int:
+        return int(self._stream.fileno())
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self._stream, "encoding", "utf-8"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The `dpagg` command: parse, run the command, print one line per failure (no traceback); the exit code."""
+    """The `dpagg` command: parse, run the command, print one line per failure (no traceback); the exit code.
+
+    A reader that closes our stdout early (`| head`) stops only the output: the command's work and its
+    exit code are what they would have been."""
+    real = sys.stdout
+    sys.stdout = _ReaderMayLeave(real)
     try:
         try:
             return _run(sys.argv[1:] if argv is None else list(argv))
-        finally:  # also after --help's SystemExit: a reader that stopped early (`| head`) shows up here
+        finally:  # also after --help's SystemExit
             sys.stdout.flush()
-    except BrokenPipeError:
-        # The reader of our output closed the pipe (`dpagg query ... | head -3`): it has what it wanted. Point
-        # stdout at /dev/null so the interpreter's final flush cannot raise again, and exit quietly.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    finally:
+        sys.stdout = real
 
 
 def _run(argv: list[str]) -> int:
@@ -85,4 +129,5 @@ def _run(argv: list[str]) -> int:
         print(f"dpagg: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print(f"dpagg: interrupted ({args.command}); what the servers had already accepted stands", file=sys.stderr)
         return 130

@@ -8,7 +8,7 @@ from pathlib import Path
 from he_partition.core.errors import DPAggError
 
 from ..common.progress import Progress
-from .options import Subparsers, command_adder, print_json, seed_arg
+from .options import domain_spec, Subparsers, command_adder, print_json, seed_arg
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -46,7 +46,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--plot", metavar="PATH", help="write a PNG of true vs released histogram (needs matplotlib)")
     p.add_argument("--owners", type=int, default=3, help="number of data owners (default 3)")
     p.add_argument("--records", type=int, default=3000, help="records per owner (default 3000)")
-    p.add_argument("--domain", default="age:0:100:100", help="binning (default age:0:100:100)")
+    p.add_argument("--domain", type=domain_spec, default="age:0:100:100", help="binning (default age:0:100:100)")
     p.add_argument("--epsilon", type=float, default=1.0, help="study budget (default 1.0)")
     p.add_argument("--seed", type=int, default=7, help="seed of the generated data (default 7)")
     p.add_argument("--data-dir", help="keep the servers' state here (default: a temporary directory)")

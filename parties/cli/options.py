@@ -39,6 +39,35 @@ def owner_list(text: str) -> list[str]:
 
 
 
+def domain_spec(text: str) -> str:
+    """argparse type of --domain: the spec parses and has a bin count a study accepts (checked where it is typed,
+    before any data is read or any server asked)."""
+    from ..common.contract import MAX_DOMAIN_SIZE
+    from ..data_owner.dataset import DomainSpec
+
+    try:
+        bins = DomainSpec.parse(text).n_bins
+    except DPAggError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 1 <= bins <= MAX_DOMAIN_SIZE:
+        raise argparse.ArgumentTypeError(f"{text!r} has {bins:,} bins; a study holds 1 to {MAX_DOMAIN_SIZE:,} "
+                                         "(2^24) bins")
+    return text
+
+
+def domain_size(text: str) -> int:
+    """argparse type of --domain-size: an integer bin count a study accepts (0: not given)."""
+    from ..common.contract import MAX_DOMAIN_SIZE
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bins") from None
+    if not 0 <= n <= MAX_DOMAIN_SIZE:
+        raise argparse.ArgumentTypeError(f"{n:,} bins; a study holds 1 to {MAX_DOMAIN_SIZE:,} (2^24) bins")
+    return n
+
+
 def nonempty_id(text: str) -> str:
     """An id given on the command line: an empty one is an error (usually an unset shell variable)."""
     if not text.strip():

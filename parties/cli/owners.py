@@ -13,7 +13,7 @@ from typing import Any
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_DECRYPTION
-from .options import (ENV_STATE_DIR, Subparsers, command_adder, computation_target, conn, print_json,
+from .options import (domain_spec, ENV_STATE_DIR, Subparsers, command_adder, computation_target, conn, print_json,
                       server_address, state_dir, tls_args, tls_config, upload_key, upload_key_path)
 
 
@@ -190,7 +190,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--csv", required=True, type=Path, help="CSV with a header row")
     p.add_argument("--id-column", help="identifier column (default: the study's)")
     p.add_argument("--value-column", metavar="NAME", help="the attribute column (default: the one your binning names)")
-    p.add_argument("--domain", help="your binning (default: the study's for your side)")
+    p.add_argument("--domain", type=domain_spec, help="your binning (default: the study's for your side)")
     p.add_argument("--drop-bad-values", action="store_true",
                    help="skip rows with an empty identifier or value or a wrong number of fields")
     p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for the other owner (default 600)")
@@ -211,7 +211,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--study", required=True, help="study id")
     p.add_argument("--owner", required=True, help="your owner id (as listed in the study)")
     p.add_argument("--csv", required=True, type=Path, help="CSV file with a header row")
-    p.add_argument("--domain", help="binning (default: the study's recorded domain spec)")
+    p.add_argument("--domain", type=domain_spec, help="binning (default: the study's recorded domain spec)")
     p.add_argument("--person-column", help="column identifying a person (default: every record is a person)")
     p.add_argument("--per-bin", type=int, default=1, help="max records of one person per bin (default 1)")
     p.add_argument("--max-bins", type=int, default=1, help="max bins one person counts in (default 1)")

@@ -94,8 +94,9 @@ def cmd_release_run(args: argparse.Namespace) -> int:
                 pending.unlink(missing_ok=True)
             raise
         if not args.json:
-            print(f"release {st.release_id} of study {args.study} started (request key {key})", flush=True)
-        if not args.no_wait:
+            said = "started" if st.state == "RUNNING" else f"already {st.state.lower()} (this request key ran before)"
+            print(f"release {st.release_id} of study {args.study} {said} (request key {key})", flush=True)
+        if not args.no_wait and st.state == "RUNNING":
             try:
                 with Progress(enabled=not args.json).step(
                         f"release {st.release_id}: aggregating, noising and decrypting on the servers") as tick:

@@ -14,7 +14,7 @@ from he_partition.join.protocol import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_R
 if TYPE_CHECKING:
     from ..common.contract import StudyContract
 
-from .options import (Subparsers, command_adder, computation_target, conn, nonempty_id, owner_list, print_json,
+from .options import (domain_size, domain_spec, Subparsers, command_adder, computation_target, conn, nonempty_id, owner_list, print_json,
                       tls_args)
 
 
@@ -381,9 +381,9 @@ def add_parser(sub: Subparsers) -> None:
     p = add("open-study", cmd_open_study, "open a study (operator)")
     p.add_argument("--computation", **comp)
     p.add_argument("--study-id", type=nonempty_id, help="study id (default: generated)")
-    p.add_argument("--domain", help="binning every owner uses, COLUMN:LO:HI:BINS (e.g. age:0:100:50), "
+    p.add_argument("--domain", type=domain_spec, help="binning every owner uses, COLUMN:LO:HI:BINS (e.g. age:0:100:50), "
                                     "COLUMN:edges:E0,E1,... or COLUMN:categories:A,B,...")
-    p.add_argument("--domain-size", type=int, default=0, help="number of bins, if no --domain is recorded")
+    p.add_argument("--domain-size", type=domain_size, default=0, help="number of bins, if no --domain is recorded")
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget of the study")
     p.add_argument("--owners", type=owner_list, required=True, help="expected data owner ids, comma-separated")
     p.add_argument("--contribution-bound", type=int, default=1,

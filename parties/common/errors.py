@@ -19,6 +19,7 @@ from he_partition.core.errors import (
     InvalidInputError,
     MeasurementShapeError,
     PrecisionError,
+    WorkerLostError,
 )
 
 from .limits import CallCancelledError
@@ -92,6 +93,8 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     # A submission whose Ed25519 signature is missing or does not verify: the data cannot be
     # attributed to the owner it names, so the caller is not authenticated for it.
     (SignatureError, grpc.StatusCode.UNAUTHENTICATED),
+    # The server's own worker processes could not start or kept dying: try again later, or see the server log.
+    (WorkerLostError, grpc.StatusCode.UNAVAILABLE),
     # Work stopped because its client is gone (parties.common.limits.raise_if_cancelled).
     (CallCancelledError, grpc.StatusCode.CANCELLED),
 )

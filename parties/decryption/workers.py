@@ -27,6 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from he_partition.core.backend import ChunkedVector
+from he_partition.core.errors import WorkerLostError
+from he_partition.execution.spawning import without_user_main
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import BfvBackend, load_context
 
@@ -116,7 +118,8 @@ class DecryptPool:
             return
         with self._lock:
             if self._executor is None:
-                self._pool().submit(_ready)
+                with without_user_main():  # the workers start now: they must not run the caller's script
+                    self._pool().submit(_ready)
 
     def decrypt_chunks(self, chunks: Sequence[bytes]) -> list[IntArray]:
         """Each chunk's slot values, in order; a dead worker: a fresh pool decrypts them all again."""
@@ -125,7 +128,8 @@ class DecryptPool:
                 pool = self._pool()
                 try:
                     size = max(1, len(chunks) // (4 * self.workers))
-                    return list(pool.map(_decrypt_chunk, chunks, chunksize=size))
+                    with without_user_main():  # workers start on demand inside map
+                        return list(pool.map(_decrypt_chunk, chunks, chunksize=size))
                 except BrokenProcessPool:
                     self._executor = None
                     # A broken pool's shutdown(wait=True) can wait forever on a surviving worker: end ours.
@@ -136,7 +140,8 @@ class DecryptPool:
                         proc.join(10)
                     self.restarts += 1
                     log.warning("a decrypt worker died (attempt %d); decrypting the measurement again", attempt + 1)
-            raise BrokenProcessPool(f"decrypt workers died {self._retries + 1} times; nothing was released")
+            raise WorkerLostError(f"decrypt workers died {self._retries + 1} times (see the server log); nothing was "
+                                  "released")
 
     def close(self) -> None:
         with self._lock:

@@ -117,3 +117,51 @@ def test_the_tls_diagnosis_names_a_key_swapped_after_the_client_started(tmp_path
     shutil.copyfile(d / "cs.key", d / "op.key")
     cause = diagnose(f"127.0.0.1:{_free_port()}", config)
     assert cause is not None and "cannot be used together" in cause and str(d / "op.key") in cause
+
+
+def test_a_closed_pipe_does_not_stop_the_work_or_hide_its_outcome(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dpagg CMD | head -1`: the reader leaves after the first line; the command still finishes its work (on the
+    former code the first print raised, the work stopped there and the exit code was 0)."""
+    proc = _run_into_closed_pipe("sample-csv", "--out", str(tmp_path), "--owners", "3", "--records", "20")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert sorted(p.name for p in tmp_path.glob("*.csv")) == ["owner-1.csv", "owner-2.csv", "owner-3.csv"]
+
+    # and a command that fails after printing still says so in its exit code
+    import parties.cli as cli
+
+    def prints_then_fails(argv: list[str]) -> int:
+        print("a first line the reader never reads")
+        return 1
+
+    class Gone:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+        def flush(self) -> None:
+            raise BrokenPipeError
+
+        def fileno(self) -> int:
+            return os.open(os.devnull, os.O_WRONLY)
+
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr(cli, "_run", prints_then_fails)
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert main(["status"]) == 1
+
+
+@pytest.mark.parametrize("args", [("demo", "--domain", "age:0:100:17000000"),
+                                  ("open-study", "--domain", "age:0:100:17000000", "--epsilon", "1", "--owners", "a"),
+                                  ("open-study", "--domain-size", "16777217", "--epsilon", "1", "--owners", "a"),
+                                  ("demo", "--domain", "age:0:100")],
+                         ids=["demo", "open-study", "open-study-size", "unparsable"])
+def test_a_domain_a_study_cannot_hold_is_refused_where_it_is_typed(args: tuple[str, ...],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """On the former code `dpagg demo --domain age:0:100:17000000` spent 13 s and 1 GB before the server refused it."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(list(args))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--domain" in err and ("bins" in err or "domain spec" in err), err

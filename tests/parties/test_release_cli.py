@@ -79,3 +79,18 @@ def test_a_seeded_noise_server_needs_insecure(tmp_path: Path, monkeypatch: pytes
                      "--ca-cert", "ca.crt", "--cert", "x.crt", "--key", "x.key"]) == 1
         assert "only accepted together with --insecure" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_a_run_whose_request_key_already_finished_says_so_not_started(
+        cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(64))
+    base = ["release", "run", "s1", "--epsilon", "0.5", "--computation", cluster.cs.target, "--insecure",
+            "--state-dir", str(tmp_path / "state"), "--request-key", "same-key"]
+    assert main(base) == 0
+    first = capsys.readouterr().out
+    assert "started" in first
+    assert main(base) == 0  # the same request key: the finished release, nothing spent again
+    again = capsys.readouterr().out
+    assert "already done" in again and "started" not in again
+    assert sum(c.epsilon for c in cluster.decryption().budget("s1").charges) == pytest.approx(0.5)

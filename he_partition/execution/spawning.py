@@ -1,0 +1,35 @@
+"""Start worker processes without running the caller's script again.
+
+Python's "spawn" start method imports the parent's `__main__` in every child (by path, or by
+module name under `python -m`), so a user's script that builds an in-process study without an
+`if __name__ == "__main__":` guard would run again in each worker: studies opened six more
+times, then workers dying. Our workers need nothing from `__main__` (their targets and every
+message are library types), so while a process starts, `__main__` is a bare stand-in and the
+child imports nothing of the caller's. Adds no noise, spends no budget.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from contextlib import contextmanager
+from typing import Iterator
+
+__all__ = ["without_user_main"]
+
+_LOCK = threading.Lock()
+
+
+@contextmanager
+def without_user_main() -> Iterator[None]:
+    """While starting spawned processes: `sys.modules["__main__"]` is a module with no file and no spec."""
+    with _LOCK:
+        main = sys.modules.get("__main__")
+        stand_in = types.ModuleType("__main__")
+        stand_in.__spec__ = None
+        sys.modules["__main__"] = stand_in
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
