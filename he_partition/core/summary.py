@@ -226,16 +226,37 @@ class Summary:
             raise InvalidInputError(f"range must satisfy 0 <= lo < hi <= {self.domain_size}, got [{lo}, {hi})")
         if self.estimator != "partition":
             return self.range_counts([(lo, hi)])[0]
-        s = np.asarray(self.starts, dtype=np.int64)
-        e = s + self.lengths
+        s, e, sums, variances, cum_sums, cum_vars = self._partition_index
         first = int(np.searchsorted(s, lo, side="right")) - 1
-        last = int(np.searchsorted(s, hi, side="left"))
-        idx = np.arange(first, last)
-        overlap = np.minimum(e[idx], hi) - np.maximum(s[idx], lo)
-        frac = overlap / self.lengths[idx]
-        value = float(np.sum(frac * np.asarray(self.sums, dtype=np.float64)[idx]))
-        var = float(np.sum(frac**2 * np.asarray(self.sum_variance)[idx]))
-        return RangeCount(lo, hi, value, float(np.sqrt(var)))
+        last = int(np.searchsorted(s, hi, side="left"))  # partitions first .. last - 1 overlap [lo, hi)
+        # The partitions wholly inside [lo, hi) from the prefix sums (O(log partitions) per range, not O(range)):
+        # only the first and the last partition can be cut, each contributing its overlapping fraction.
+        value = variance = 0.0
+        inner_lo, inner_hi = first, last
+        for j in {first, last - 1}:
+            frac = (min(int(e[j]), hi) - max(int(s[j]), lo)) / (int(e[j]) - int(s[j]))
+            if frac < 1.0:
+                value += frac * float(sums[j])
+                variance += frac * frac * float(variances[j])
+                if j == first:
+                    inner_lo = first + 1
+                if j == last - 1:
+                    inner_hi = last - 1
+        if inner_hi > inner_lo:
+            value += float(cum_sums[inner_hi] - cum_sums[inner_lo])
+            variance += float(cum_vars[inner_hi] - cum_vars[inner_lo])
+        return RangeCount(lo, hi, value, float(np.sqrt(max(variance, 0.0))))
+
+    @cached_property
+    def _partition_index(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64],
+                                        npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Starts, ends, sums, variances and their prefix sums, built once per summary (post-processing only)."""
+        starts = np.asarray(self.starts, dtype=np.int64)
+        ends = starts + np.asarray(self.lengths, dtype=np.int64)
+        sums = np.asarray(self.sums, dtype=np.float64)
+        variances = np.asarray(self.sum_variance, dtype=np.float64)
+        return (starts, ends, sums, variances, np.concatenate([[0.0], np.cumsum(sums)]),
+                np.concatenate([[0.0], np.cumsum(variances)]))
 
     def range_counts(self, ranges: npt.ArrayLike) -> RangeCounts:
         """Many range counts at once; `ranges` is a sequence of (lo, hi) pairs."""
