@@ -20,27 +20,41 @@ __all__ = ["BaseClient", "call_with_retry"]
 T = TypeVar("T")
 
 
+def _busy(error: ServiceError) -> bool:
+    """The server refused the call for load ("server busy": all its call slots taken), not because it is down."""
+    return error.code == grpc.StatusCode.UNAVAILABLE and error.details.startswith("server busy")
+
+
 def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, method: str,
-                    sleep: Callable[[float], None] = time.sleep) -> T:
+                    sleep: Callable[[float], None] = time.sleep, budget: float | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> T:
     """Run `fn` (one RPC) and retry it on the policy's codes with exponential backoff.
 
-    Only use it for calls that are safe to repeat (reads, and writes with an
-    idempotency key). Any failure is raised as `ServiceError`.
+    A "server busy" refusal is retried beyond the policy's attempts for as long as `budget`
+    seconds (the call's deadline) allow: a busy server frees slots within a heavy call's time,
+    so giving up after a fixed count only fails the caller sooner. Only use it for calls that
+    are safe to repeat (reads, and writes with an idempotency key). Any failure is raised as
+    `ServiceError`.
     """
     delay = policy.initial_delay
-    for attempt in range(1, policy.attempts + 1):
+    give_up = None if budget is None else clock() + budget
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return fn()
         except grpc.RpcError as err:
             error = ServiceError.from_rpc_error(err, method)
-            if error.code.name not in policy.retry_codes or attempt == policy.attempts:
+            wait = random.uniform(0, min(policy.max_delay, delay))
+            busy_time_left = (give_up is not None and _busy(error) and policy.attempts > 1
+                              and clock() + wait < give_up)
+            if error.code.name not in policy.retry_codes or (attempt >= policy.attempts and not busy_time_left):
                 if error.code == grpc.StatusCode.UNAVAILABLE:
                     error.details += f" (after {attempt} attempt(s); is the server running and reachable?)"
                     error.args = (f"{error.code.name} ({method}): {error.details}",)
                 raise error from None
-            sleep(random.uniform(0, min(policy.max_delay, delay)))
+            sleep(wait)
             delay *= policy.multiplier
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _connection_failed(details: str) -> bool:
@@ -116,12 +130,12 @@ class BaseClient:
         """One unary call with a deadline; retried on UNAVAILABLE when `retry` (idempotent calls)."""
         deadline = self.timeout if timeout is None else timeout
         policy = self.retry if retry else RetryPolicy(attempts=1)
-        return self._call(lambda: rpc(request, timeout=deadline), policy=policy, method=method)
+        return self._call(lambda: rpc(request, timeout=deadline), policy=policy, method=method, budget=deadline)
 
-    def _call(self, fn: Callable[[], T], *, policy: RetryPolicy, method: str) -> T:
+    def _call(self, fn: Callable[[], T], *, policy: RetryPolicy, method: str, budget: float | None = None) -> T:
         """`call_with_retry`; when the connection does not come up, say which certificate, CA or name failed."""
         try:
-            return call_with_retry(fn, policy=policy, method=method)
+            return call_with_retry(fn, policy=policy, method=method, budget=budget)
         except ServiceError as exc:
             if exc.code == grpc.StatusCode.UNAVAILABLE and self.target and _connection_failed(exc.details):
                 from .tls_diagnose import diagnose
