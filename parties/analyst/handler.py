@@ -14,7 +14,7 @@ from he_partition.core.summary import RangeCount, Summary
 from ..common.limits import raise_if_cancelled
 from ..common.contract import check_id
 from ..common.errors import FailedPreconditionError, NotFoundError
-from ..computation.store import ComputationStore, ReleaseRecord, ReleaseState
+from ..computation.store import ComputationStore, ReleaseListing, ReleaseRecord, ReleaseState
 
 __all__ = ["AnalystHandler", "MAX_RANGES"]
 
@@ -37,12 +37,11 @@ class AnalystHandler:
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
-    def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
-        """Finished releases, newest first."""
+    def list_releases(self, study_id: str = "") -> list[ReleaseListing]:
+        """Finished releases, newest first: metadata only (no summary is read or parsed to list it)."""
         if study_id:
             check_id("study_id", study_id)
-        done = [r for r in self.store.list_releases(study_id) if r.state == ReleaseState.DONE]
-        return list(reversed(done))
+        return self.store.release_listing(study_id)
 
     def release(self, release_id: str) -> tuple[ReleaseRecord, Summary]:
         check_id("release_id", release_id)

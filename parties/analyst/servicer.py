@@ -29,12 +29,10 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
                      context: grpc.ServicerContext) -> analyst_pb2.ListReleasesResponse:
         self.policy.require(context, _READERS, action="list releases")
         infos = []
-        for rec in self.handler.list_releases(request.study_id):
-            summary = rec.summary
-            assert summary is not None
-            infos.append(analyst_pb2.ReleaseInfo(release_id=rec.release_id, study_id=rec.study_id,
-                                                 epsilon=rec.epsilon, domain_size=summary.domain_size,
-                                                 partitions=summary.n_partitions, created_at=rec.finished_at))
+        for item in self.handler.list_releases(request.study_id):
+            infos.append(analyst_pb2.ReleaseInfo(release_id=item.release_id, study_id=item.study_id,
+                                                 epsilon=item.epsilon, domain_size=item.domain_size,
+                                                 partitions=item.partitions, created_at=item.finished_at))
         return analyst_pb2.ListReleasesResponse(releases=infos)
 
     def GetRelease(self, request: analyst_pb2.GetReleaseRequest,

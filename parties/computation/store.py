@@ -130,6 +130,25 @@ class ReleaseRecord:
         return Summary.from_json(self.summary_json) if self.summary_json else None
 
 
+@dataclass(frozen=True)
+class ReleaseListing:
+    """What a list of finished releases shows: metadata only, never the summary itself."""
+
+    release_id: str
+    study_id: str
+    epsilon: float
+    finished_at: str
+    domain_size: int
+    partitions: int
+
+
+def _listing(r: ReleaseRecord) -> ReleaseListing:
+    summary = r.summary
+    assert summary is not None
+    return ReleaseListing(r.release_id, r.study_id, r.epsilon, r.finished_at, summary.domain_size,
+                          summary.n_partitions)
+
+
 class ComputationStore(abc.ABC):
     """State of one computation server. Every method is atomic on its own."""
 
@@ -219,6 +238,11 @@ class ComputationStore(abc.ABC):
     @abc.abstractmethod
     def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
         """Releases (of one study, or all), oldest first."""
+
+    def release_listing(self, study_id: str = "") -> list[ReleaseListing]:
+        """The finished (DONE) releases, of one study or all, newest first: metadata, no summary read."""
+        done = [_listing(r) for r in self.list_releases(study_id) if r.state == ReleaseState.DONE]
+        return list(reversed(done))
 
     def release_by_request_key(self, study_id: str, request_key: str) -> ReleaseRecord | None:
         if not request_key:
@@ -444,7 +468,9 @@ CREATE TABLE IF NOT EXISTS releases (
     summary_json  TEXT NOT NULL,
     seconds       REAL NOT NULL,
     bytes_to_decryption INTEGER NOT NULL DEFAULT 0,
-    signatures_json TEXT NOT NULL DEFAULT '[]'
+    signatures_json TEXT NOT NULL DEFAULT '[]',
+    domain_size   INTEGER NOT NULL DEFAULT -1,
+    partitions    INTEGER NOT NULL DEFAULT -1
 );
 CREATE INDEX IF NOT EXISTS releases_by_study ON releases(study_id);
 CREATE TABLE IF NOT EXISTS direct_answers (
@@ -466,6 +492,8 @@ _ADDED_COLUMNS = (
     ("submissions", "signature", "BLOB NOT NULL DEFAULT x''"),
     ("submissions", "ciphertext_digest", "BLOB NOT NULL DEFAULT x''"),
     ("releases", "signatures_json", "TEXT NOT NULL DEFAULT '[]'"),
+    ("releases", "domain_size", "INTEGER NOT NULL DEFAULT -1"),
+    ("releases", "partitions", "INTEGER NOT NULL DEFAULT -1"),
 )
 
 
@@ -675,12 +703,38 @@ class SqliteComputationStore(ComputationStore):
     # -- releases --------------------------------------------------------------------
     def save_release(self, record: ReleaseRecord) -> None:
         r = record
+        # What a listing shows, kept beside the summary so a listing never reads or parses it.
+        meta = _listing(r) if r.state == ReleaseState.DONE and r.summary_json else None
         with self._lock, self._tx():
             self._db.execute(
-                f"INSERT OR REPLACE INTO releases ({_REL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO releases ({_REL_COLS}, domain_size, partitions) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (r.release_id, r.study_id, r.state, r.epsilon, json.dumps(list(r.owners)), r.contract_hash,
                  r.started_at, r.request_key, r.finished_at, r.error_code, r.error_message, r.summary_json,
-                 r.seconds, r.bytes_to_decryption, json.dumps([sig.to_dict() for sig in r.signatures])))
+                 r.seconds, r.bytes_to_decryption, json.dumps([sig.to_dict() for sig in r.signatures]),
+                 meta.domain_size if meta else -1, meta.partitions if meta else -1))
+
+    def release_listing(self, study_id: str = "") -> list[ReleaseListing]:
+        """Metadata columns only (a release saved before they existed is read once and backfilled)."""
+        where = "state = ?" + (" AND study_id = ?" if study_id else "")
+        args: tuple[str, ...] = (ReleaseState.DONE, study_id) if study_id else (ReleaseState.DONE,)
+        with self._lock:
+            rows = self._db.execute(f"SELECT release_id, study_id, epsilon, finished_at, domain_size, partitions "
+                                    f"FROM releases WHERE {where} ORDER BY started_at DESC, release_id DESC",
+                                    args).fetchall()
+        out = []
+        for rid, sid, eps, finished, size, parts in rows:
+            if int(size) < 0 or int(parts) < 0:  # written before the columns existed: parse once, keep
+                rec = self.get_release(str(rid))
+                assert rec is not None
+                item = _listing(rec)
+                with self._lock, self._tx():
+                    self._db.execute("UPDATE releases SET domain_size = ?, partitions = ? WHERE release_id = ?",
+                                     (item.domain_size, item.partitions, item.release_id))
+                out.append(item)
+            else:
+                out.append(ReleaseListing(str(rid), str(sid), float(eps), str(finished), int(size), int(parts)))
+        return out
 
     def get_release(self, release_id: str) -> ReleaseRecord | None:
         with self._lock:
