@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -147,11 +148,21 @@ class ServerHandle:
             close()
 
     def serve(self, *, port_file: str | Path | None = None, stop_event: threading.Event | None = None) -> None:
-        """Run until SIGINT/SIGTERM (see `serve`)."""
+        """Run until SIGINT/SIGTERM (see `serve`).
+
+        Without `stop_event` this is a server process: once it has stopped serving and closed its stores,
+        the process ends there, whatever its threads are still doing (a call whose client left, a release
+        thread): a stopped server must not keep gigabytes and a core for minutes.
+        """
         if port_file:
             write_port_file(port_file, self.port)
         serve(self.server, on_stop=self._close_all, stop_event=stop_event)
         self._stopped = True
+        if stop_event is None:
+            logging.shutdown()
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os._exit(0)
 
     def __enter__(self) -> "ServerHandle":
         return self.start()
