@@ -124,8 +124,8 @@ def budget_lines(study_id: str, views: Sequence[HolderView]) -> list[str]:
         out.append(f"holder {v.name} ({v.address}): spent {b.spent:.12g} of {b.total:.12g}, remaining "
                    f"{b.remaining:.12g}; a new release may spend {epsilon_left(b.available, b.total)}; "
                    f"{len(b.charges)} charge(s)")
-        out.extend(f"  #{c.charge_id} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}"
-                   for c in b.charges)
+        out.extend(f"  #{n} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}"
+                   for n, c in enumerate(b.charges, 1))
     problems = disagreements(views)
     out.extend(problems or [f"all {len(views)} holders agree"])
     return out

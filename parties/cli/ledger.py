@@ -35,8 +35,8 @@ def cmd_budget(args: argparse.Namespace) -> int:
         left = epsilon_left(b.available, b.total)
         print(f"study {b.study_id}: spent {b.spent:.12g} of {b.total:.12g}; a new release may spend {left}"
               + (f" (nothing usable is left; exactly {b.available:.3g})" if left == "0" and b.available else ""))
-        for c in b.charges:
-            print(f"  #{c.charge_id} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}")
+        for n, c in enumerate(b.charges, 1):  # numbered within the study (ledger rows are numbered globally)
+            print(f"  #{n} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}")
     if args.verify:
         if b.chain_problem:
             print(f"dpagg: ledger hash chain BROKEN: {b.chain_problem}", file=sys.stderr)

@@ -91,7 +91,8 @@ def _check_careless_csv(args: argparse.Namespace, hist: Any) -> None:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from ..computation.client import ComputationClient
-    from ..data_owner.client import DataOwnerClient, SubmitInterrupted
+    from ..common.errors import ServiceError
+    from ..data_owner.client import RESUMABLE_CODES, DataOwnerClient, SubmitInterrupted
     from ..data_owner.dataset import ContributionBounds, DomainSpec, read_histogram
 
     tls = tls_config(args)
@@ -113,8 +114,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
                   f"unreadable, {hist.records_dropped} dropped by the contribution bound; submitting {hist.total} "
                   f"to study {args.study} (final: a study counts one submission per owner)", file=sys.stderr,
                   flush=True)
-            print(f"upload key {key} kept in {state_dir(args)} (--state-dir): re-running this command resumes the "
-                  "upload instead of sending it twice", file=sys.stderr, flush=True)
         signing_key = None
         if args.signing_key:
             from ..common.signing import load_private_key
@@ -124,6 +123,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
                              signing_key=signing_key, progress=not args.no_progress and not args.json) as owner:
             try:
                 res = owner.submit(args.study, hist, idempotency_key=key, resume_dir=state_dir(args))
+            except ServiceError as exc:
+                if exc.code in RESUMABLE_CODES and not args.json:  # said only where a re-run can resume
+                    print(f"upload key {key} kept in {state_dir(args)} (--state-dir): re-running this command "
+                          "resumes the upload instead of sending it twice", file=sys.stderr, flush=True)
+                raise
             except SubmitInterrupted as stop:
                 print(f"\n{stop}.\nRun the same command again to resume: it sends only the chunks the server lacks "
                       f"(the encrypted chunks are kept in {state_dir(args)} until the upload commits).",

@@ -12,6 +12,7 @@ from he_partition.core.backend import ChunkedVector
 from he_partition.he.bfv import BfvBackend, generate_secret_context, load_context
 from he_partition.core.measurements import PartitionSums, PrefixDifferences, owner_encoding
 from parties.common.errors import ServiceError
+from parties.cli import main
 from parties.decryption.server import LEDGER_FILE
 
 from .conftest import Cluster
@@ -141,3 +142,15 @@ def test_a_replaced_or_edited_charge_row_breaks_the_hash_chain_and_stops_decrypt
     with pytest.raises(ServiceError) as ei:  # no decryption runs on a broken ledger
         cluster.computation().run_release("s1", epsilon=0.1)
     assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION and "hash chain" in ei.value.details
+
+
+def test_a_studys_charges_are_numbered_from_one(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the former code the ledger's global row number showed: a second study's first charge read "#3"."""
+    for study in ("s1", "s2"):
+        cluster.open_study(study_id=study, domain_size=64, owners=("a",), epsilon=1.0)
+        cluster.owner("a").submit(study, np.arange(64) % 3)
+        cluster.computation().run_release(study, epsilon=0.5)
+    capsys.readouterr()
+    assert main(["budget", "s2", "--decryption", cluster.ds.target, "--insecure"]) == 0
+    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("#")]
+    assert lines and [ln.split()[0] for ln in lines] == [f"#{n}" for n in range(1, len(lines) + 1)]
