@@ -51,9 +51,10 @@ def test_submitting_other_data_after_a_successful_submit_is_an_error(
     write_sample_csv(second, seed=2, n_records=200, owner_index=0)
     base = ["submit", "--study", "s1", "--owner", "a", "--computation", cluster.cs.target, "--insecure",
             "--state-dir", str(tmp_path / "state"), "--person-column", "person_id", "--no-progress"]
+    refused = [a if a != "a" else "z" for a in base]  # an owner the study does not expect: refused, not resumable
+    assert main([*refused, "--csv", str(first)]) == 1
+    assert "kept in" not in capsys.readouterr().err  # no "re-running resumes" where a re-run cannot (former code)
     assert main([*base, "--csv", str(first)]) == 0
-    captured = capsys.readouterr()
-    assert f"kept in {tmp_path / 'state' / 'uploads'}" in captured.err  # says where the upload key lives
     assert main([*base, "--csv", str(first)]) == 0  # the same data again: a no-op
     assert "nothing sent" in capsys.readouterr().out
     assert main([*base, "--csv", str(second)]) == 1
