@@ -22,12 +22,30 @@ def _epsilon(args: argparse.Namespace) -> int:
 
     if args.alpha is not None:
         eps = epsilon_for_guessing_bound(args.alpha)
-        _print({"alpha": args.alpha, "epsilon": round(eps, 3), "epsilon_exact": eps})
+        if args.json:
+            _print({"alpha": args.alpha, "epsilon": round(eps, 3), "epsilon_exact": eps})
+        else:
+            print(f"epsilon {eps:.3f} (exactly {eps!r}) is where an adversary who rounds the best unbiased estimate of "
+                  f"one count is wrong with probability at most {args.alpha:g} (Chebyshev's bound at the smallest "
+                  "variance epsilon-DP allows; a heuristic, not a guarantee against every adversary)")
         return 0
     a = assess_epsilon(args.eps)
-    _print({"epsilon": a.epsilon, "variance_lower_bound": a.variance_lower_bound,
-            "std_lower_bound": a.std_lower_bound, "guessing_bound_alpha": a.guessing_bound,
-            "guessing_bound_clipped": a.guessing_bound_clipped, "warnings": list(a.warnings)})
+    if args.json:
+        _print({"epsilon": a.epsilon, "variance_lower_bound": a.variance_lower_bound,
+                "std_lower_bound": a.std_lower_bound, "guessing_bound_alpha": a.guessing_bound,
+                "guessing_bound_clipped": a.guessing_bound_clipped, "warnings": list(a.warnings)})
+    else:
+        print(f"epsilon {a.epsilon:g} (one record added or removed changes one count by 1):")
+        print(f"  no unbiased estimate of a count can have variance below {a.variance_lower_bound:.4g} "
+              f"(standard deviation {a.std_lower_bound:.4g}), whatever the mechanism;")
+        if a.guessing_bound_is_vacuous:
+            print(f"  the guessing bound {a.guessing_bound:.3g} is at least 1: no claim to have recovered a count "
+                  "exactly can be supported at any level (strong protection of single counts)")
+        else:
+            print(f"  an adversary who rounds the best unbiased estimate of a count is wrong with probability at most "
+                  f"{a.guessing_bound:.3g} (Chebyshev): a claim of exact recovery below that level can be denied; "
+                  "smaller means weaker protection")
+        print("  (--json for the numbers as JSON)")
     for w in a.warnings:
         print(f"warning: {w}", file=sys.stderr)
     return 0
@@ -109,6 +127,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--eps", "--epsilon", dest="eps", type=float, help="assess this epsilon")
     g.add_argument("--alpha", type=float, help="target guessing bound (e.g. 0.1) -> epsilon")
+    p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     p.set_defaults(func=_epsilon)
 
     p = _add(sub, "audit", "empirical DP audit: lower confidence bound on epsilon by hypothesis testing; exits 1 "

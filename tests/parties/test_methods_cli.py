@@ -22,16 +22,31 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict
 
 @pytest.mark.parametrize("alpha,eps", [("0.1", 1.991), ("0.05", 2.297), ("0.01", 3.045)])
 def test_alpha_to_epsilon(alpha: str, eps: float, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = _run(["epsilon", "--alpha", alpha], capsys)
+    code, out = _run(["epsilon", "--alpha", alpha, "--json"], capsys)
     assert code == 0 and out["epsilon"] == eps
 
 
 def test_epsilon_assessment_warns_outside_practical_range(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = _run(["epsilon", "--eps", "8"], capsys)
+    code, out = _run(["epsilon", "--eps", "8", "--json"], capsys)
     assert code == 0 and out["warnings"]
-    code, out = _run(["epsilon", "--eps", "1"], capsys)
+    code, out = _run(["epsilon", "--eps", "1", "--json"], capsys)
     assert out["variance_lower_bound"] == pytest.approx(1 / (np.e - 1) ** 2)
     assert out["guessing_bound_alpha"] == pytest.approx(4 / (np.e - 1) ** 2)
+
+
+def test_epsilon_says_in_words_what_the_bounds_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    """On the former code `dpagg epsilon --eps 1` printed bare JSON."""
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers(dest="cmd", required=True))
+    for argv, words in ((["epsilon", "--eps", "1"], "at least 1: no claim"),
+                        (["epsilon", "--eps", "3"], "wrong with probability at most"),
+                        (["epsilon", "--alpha", "0.1"], "epsilon 1.991")):
+        args = ap.parse_args(argv)
+        assert args.func(args) == 0
+        out = capsys.readouterr().out
+        assert words in out and "variance" in out or "Chebyshev" in out
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(out)
 
 
 def test_charge_seed_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
