@@ -16,10 +16,10 @@ import numpy as np
 from benchmarks.common import write_result
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.bfv import generate_secret_context
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_galois import collective_galois_keys, galois_elements, holder_galois_share
-from he_partition.he.threshold_keys import collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
-from he_partition.he.threshold_wire import key_share_commitment
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.galois import collective_galois_keys, galois_elements, holder_galois_share
+from he_partition.he.threshold.keys import collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.threshold.wire import key_share_commitment
 
 
 def main() -> None:

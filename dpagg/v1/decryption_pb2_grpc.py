@@ -178,7 +178,7 @@ class DecryptionServicer:
 
     def KeySetup(self, request, context):
         """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
-        step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+        step of the collective key setup (he_partition.he.threshold.setup), relayed by the
         computation server. `step` names it: "status", "commit_seed", "reveal_seed",
         "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
         the holder list against its own configuration and every message itself; a step out

@@ -89,7 +89,7 @@ class DecryptionStub:
     """
     KeySetup: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]
     """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
-    step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+    step of the collective key setup (he_partition.he.threshold.setup), relayed by the
     computation server. `step` names it: "status", "commit_seed", "reveal_seed",
     "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
     the holder list against its own configuration and every message itself; a step out
@@ -188,7 +188,7 @@ class DecryptionAsyncStub(DecryptionStub):
     """
     KeySetup: _aio.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]  # type: ignore[assignment]
     """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
-    step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+    step of the collective key setup (he_partition.he.threshold.setup), relayed by the
     computation server. `step` names it: "status", "commit_seed", "reveal_seed",
     "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
     the holder list against its own configuration and every message itself; a step out
@@ -332,7 +332,7 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.KeySetupResponse, _abc.Awaitable[_decryption_pb2.KeySetupResponse]]:
         """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
-        step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+        step of the collective key setup (he_partition.he.threshold.setup), relayed by the
         computation server. `step` names it: "status", "commit_seed", "reveal_seed",
         "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
         the holder list against its own configuration and every message itself; a step out

@@ -26,10 +26,10 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, n_chunks
 from he_partition.core.measurements import Measurement, refuse_implausible
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
-from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
-from he_partition.he.threshold_decrypt import combine
-from he_partition.he.threshold_keys import collective_public_key, key_fingerprint
-from he_partition.he.threshold_setup import SetupRelay, common_seed
+from he_partition.he.threshold.context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold.decrypt import combine
+from he_partition.he.threshold.keys import collective_public_key, key_fingerprint
+from he_partition.he.threshold.setup import SetupRelay, common_seed
 
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError, ServiceError, status_for

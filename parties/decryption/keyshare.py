@@ -1,7 +1,7 @@
 """One key-share holder's decision (issue 29, n-of-n threshold decryption): contract, own ledger, one share.
 
 A `ThresholdHolder` replaces the single decryption server's decision for one of K holders. It
-holds its secret s_i (`he_partition.he.threshold_setup`), its own noise key and its own SQLite
+holds its secret s_i (`he_partition.he.threshold.setup`), its own noise key and its own SQLite
 ledger (the decryption server's `SqliteLedgerStore`, one file per holder, with a table of the
 shares it issued in the same file). It decides alone, in this order, from its own state only:
 
@@ -41,10 +41,10 @@ import numpy.typing as npt
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import KeyedRandom, laplace_scale
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
-from he_partition.he.threshold_c1 import C1Part, c1_digest
-from he_partition.he.threshold_decrypt import chunk_share, decryption_share, padded_noise, secret_product
-from he_partition.he.threshold_keys import HolderSecret
-from he_partition.he.threshold_wire import ciphertext_digest
+from he_partition.he.threshold.c1 import C1Part, c1_digest
+from he_partition.he.threshold.decrypt import chunk_share, decryption_share, padded_noise, secret_product
+from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.threshold.wire import ciphertext_digest
 from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
 
 from ..common.contract import StudyContract, canonical_json, check_id

@@ -10,7 +10,7 @@ A holder is a decryption server in key-share mode (`dpagg serve-decryption --key
 - its own noise key and its own SQLite ledger, as the single decryption server does.
 
 The collective key fingerprint every contract carries is the SHA-256 of the public TenSEAL
-context built around the collective key (`threshold_context.collective_context`, deterministic
+context built around the collective key (`threshold.context.collective_context`, deterministic
 bytes): what owners already check (`context_fingerprint` of the context they download), and it
 binds the key. Once the key is active, studies, budgets and direct-query charges go through the
 single decryption server's `DecryptionHandler` over this holder's ledger (its public "key
@@ -35,9 +35,9 @@ from he_partition.core.noise import SecureRandom
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold_context import collective_context_bytes
-from he_partition.he.threshold_keys import HolderSecret
-from he_partition.he.threshold_setup import HolderSetup
+from he_partition.he.threshold.context import collective_context_bytes
+from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.threshold.setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
 
 from ..common.contract import StudyContract, canonical_json

@@ -21,10 +21,10 @@ import pytest
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.bfv import BfvBackend
-from he_partition.he.threshold_c1 import C1_MISMATCH, c1_bytes, c1_of_vector
-from he_partition.he.threshold_context import collective_context, vector_ciphertext
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_wire import DecryptionShare
+from he_partition.he.threshold.c1 import C1_MISMATCH, c1_bytes, c1_of_vector
+from he_partition.he.threshold.context import collective_context, vector_ciphertext
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.wire import DecryptionShare
 from parties.common.contract import StudyContract
 from parties.common.errors import FailedPreconditionError
 from parties.common.signing import SignatureError, generate_signing_key

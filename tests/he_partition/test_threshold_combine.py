@@ -15,9 +15,9 @@ import tenseal.sealapi as seal
 
 from he_partition.core.errors import ShareCombineError
 from he_partition.he.seal_io import seal_bytes
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_keys import encrypt_sum, load_seal
-from he_partition.he.threshold_wire import DecryptionShare
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.keys import encrypt_sum, load_seal
+from he_partition.he.threshold.wire import DecryptionShare
 
 from .test_threshold import HOLDERS, make_setup
 

@@ -29,8 +29,8 @@ import pytest
 from scipy import stats
 
 from he_partition.core.measurements import PartitionSums
-from he_partition.he.threshold_keys import HolderSecret
-from he_partition.he.threshold_decrypt import decryption_share
+from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.threshold.decrypt import decryption_share
 
 from .test_threshold import make_setup
 from .threshold_attacker import (N, ThresholdScenario, chance_limit, decode, measured_value_guess, nearest_mean,

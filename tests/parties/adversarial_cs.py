@@ -18,7 +18,7 @@ import numpy.typing as npt
 from he_partition.core.backend import ChunkedVector, sum_vectors
 from he_partition.core.measurements import MAX_DECODED_MAGNITUDE, Measurement, PartitionSums, owner_encoding
 from he_partition.he.bfv import BfvBackend, load_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.decryption.client import DecryptionClient

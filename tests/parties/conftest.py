@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from parties.analyst.client import AnalystClient
 from parties.common import tls as tlsmod
 from parties.common.config import ComputationConfig, DecryptionConfig, RetryPolicy

@@ -125,8 +125,8 @@ def test_the_ds_decrypts_with_the_signed_c1_not_the_one_it_is_sent(cluster: Clus
     sent it would be noise) is answered like the honest chunk, the truth plus a DS draw (a fresh one: another
     request), and charged as another request."""
     from he_partition.he.bfv import _CiphertextCodec
-    from he_partition.he.threshold_c1 import ciphertext_parts
-    from he_partition.he.threshold_context import vector_ciphertext
+    from he_partition.he.threshold.c1 import ciphertext_parts
+    from he_partition.he.threshold.context import vector_ciphertext
 
     adv = _adversary(cluster, epsilon=1.0)
     m = PartitionSums(64, 0.1, 1, starts=(0, 32))

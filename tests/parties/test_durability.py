@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 
 from he_partition.he.bfv import BfvBackend, load_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common import tls
 from parties.common.errors import ServiceError

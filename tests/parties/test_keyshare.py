@@ -10,8 +10,8 @@ import pytest
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.core.noise import laplace_scale
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
-from he_partition.he.threshold_decrypt import combine
-from he_partition.he.threshold_wire import ciphertext_digest
+from he_partition.he.threshold.decrypt import combine
+from he_partition.he.threshold.wire import ciphertext_digest
 from parties.common.contract import StudyContract
 from parties.common.errors import FailedPreconditionError
 from parties.decryption.keyshare import ShareRequest, ThresholdHolder

@@ -197,7 +197,7 @@ def _label(kw: dict[str, Any]) -> bytes:
 def _holder_label(kw: dict[str, Any]) -> bytes:
     """A key-share holder's label of the request: the measured chunks' signed c1 (what its shares decrypt)."""
     from he_partition.he.bfv import generate_secret_context
-    from he_partition.he.threshold_c1 import c1_digest, c1_of_vector
+    from he_partition.he.threshold.c1 import c1_digest, c1_of_vector
     from parties.decryption.keyshare import chunks_digest
     from parties.decryption.keyshare import measurement_label as holder_label
 

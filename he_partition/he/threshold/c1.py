@@ -23,7 +23,7 @@ import tenseal as ts
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.seal_io import ciphertext_polys
-from he_partition.he.threshold_context import vector_ciphertext
+from he_partition.he.threshold.context import vector_ciphertext
 
 __all__ = ["C1_MISMATCH", "C1Part", "c1_of_vector", "c1_digest", "ciphertext_parts", "level_moduli", "c1_bytes", "c1_from_bytes", "c1_stream_digest",
            "aggregate_c1", "ciphertext_c1", "check_c1"]

@@ -6,7 +6,7 @@ step of collective key generation, the exact smudging sampler of decryption shar
 binding of each decryption share to hash(ciphertext) and its holder id, with the checks a combiner
 runs before it adds any share. Everything is bytes in, bytes out; a malformed byte string raises
 `InvalidInputError` naming what is wrong. The RLWE arithmetic (p_i = -(a s_i) + e_i, h_i = c1 s_i + e)
-on SEAL objects is in `threshold_keys` and `threshold_decrypt`.
+on SEAL objects is in `threshold.keys` and `threshold.decrypt`.
 """
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def check_shares(shares: Iterable[DecryptionShare], holders: Sequence[int], key_
     """The shares to combine, one per holder in `holders` order, or `ShareCombineError` (an InvalidInputError) naming why not.
 
     Refused: a share for another ciphertext (its digest is not `ciphertext_digest(ciphertext)`,
-    or not `bound` for shares bound to a chunk's c1, `threshold_c1.c1_digest`), under another
+    or not `bound` for shares bound to a chunk's c1, `threshold.c1.c1_digest`), under another
     collective key, from a holder outside the set (foreign), a second share from one holder
     (duplicate), or a holder without a share (missing). n-of-n: every holder's share is needed.
     """
