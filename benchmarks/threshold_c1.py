@@ -23,7 +23,7 @@ from he_partition.he.threshold.keys import collective_public_key, holder_keygen
 from he_partition.he.threshold.wire import key_share_commitment
 from parties.common.contract import StudyContract
 from parties.common.signing import generate_signing_key
-from parties.decryption.keyshare_uploads import OwnerC1Parts, UploadC1Book, sign_c1_upload
+from parties.decryption.keyshare.uploads import OwnerC1Parts, UploadC1Book, sign_c1_upload
 
 
 def main() -> None:

@@ -209,7 +209,7 @@ class DecryptionServicer:
         """Signed studies (the check against a chosen ciphertext): every owner's
         c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
         little-endian residues) with the owner's Ed25519 signature over them
-        (parties.decryption.keyshare_uploads.c1_statement). The key holder verifies every signature
+        (parties.decryption.keyshare.uploads.c1_statement). The key holder verifies every signature
         against its own contract's owner keys, requires every owner of the contract exactly once,
         and keeps the per-chunk sum: afterwards a key-share holder computes every share of the study
         on those sums (IssueShares), and the single decryption server decrypts each measurement

@@ -39,8 +39,8 @@ from ..common.tls import TlsConfig
 from ..common.util import new_id
 from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
 from ..decryption.forwarding import UploadForwarding
-from ..decryption.keyshare_client import HolderShares, KeyShareClient
-from ..decryption.keyshare_uploads import OwnerC1Parts
+from ..decryption.keyshare.client import HolderShares, KeyShareClient
+from ..decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
 

@@ -22,7 +22,7 @@ from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.decryption.client import DecryptionClient
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 
 from .sealed_helpers import close_and_send
 

@@ -29,7 +29,7 @@ from parties.computation.client import ComputationClient
 from parties.computation.server import create_computation_server
 from parties.data_owner.client import DataOwnerClient
 from parties.decryption.client import DecryptionClient
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 from parties.decryption.server import create_decryption_server
 
 #: Fast retries so tests that hit UNAVAILABLE do not wait seconds.

@@ -23,7 +23,7 @@ from parties.common.errors import ServiceError
 from parties.common.signing import generate_signing_key
 from parties.common.tls import TlsConfig
 from parties.decryption.client import DecryptionClient
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 from parties.decryption.ledger import SqliteLedgerStore, exact_sum
 from parties.decryption.server import LEDGER_FILE
 

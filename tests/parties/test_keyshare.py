@@ -14,7 +14,7 @@ from he_partition.he.threshold.decrypt import combine
 from he_partition.he.threshold.wire import ciphertext_digest
 from parties.common.contract import StudyContract
 from parties.common.errors import FailedPreconditionError
-from parties.decryption.keyshare import ShareRequest, ThresholdHolder
+from parties.decryption.keyshare.holder import ShareRequest, ThresholdHolder
 from parties.decryption.ledger import backup_ledger
 from tests.he_partition.test_threshold import HOLDERS, _encrypted_sum, _rows, make_setup
 

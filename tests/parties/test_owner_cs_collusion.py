@@ -30,7 +30,7 @@ from parties.common.errors import ServiceError
 from parties.common.sealing import (Commitment, commitment_statement, is_sealed, open_chunk, seal_upload_key,
                                     sealed_key_shares, upload_key_from_shares)
 from parties.common.signing import sign_submission
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 
 from .conftest import CS_ID, FAST_RETRY, Cluster
 from .test_threshold_refusals import _as_computation_server

@@ -19,7 +19,7 @@ __all__ = ["threshold"]  # the fixture, imported for the tests here
 
 def _as_computation_server(t: Threshold, i: int) -> Any:
     """A client of holder i with the computation server's certificate (a deviating CS, played by the test)."""
-    from parties.decryption.keyshare_client import KeyShareClient
+    from parties.decryption.keyshare.client import KeyShareClient
     c = KeyShareClient(HOLDERS[i], t.holders[i].target, retry=FAST_RETRY, tls=t.pki.tls(CS_ID, "computation"))
     t.clients.append(c)
     return c

@@ -21,7 +21,7 @@ from parties.common.signing import generate_signing_key, stream_digest
 from parties.computation.server import create_computation_server
 from parties.decryption.handler import NOISE_STREAM
 from parties.common.contract import canonical_json
-from parties.decryption.keyshare_servicer import create_keyshare_server
+from parties.decryption.keyshare.servicer import create_keyshare_server
 from parties.decryption.ledger import backup_ledger
 from tests.parties.conftest import CS_ID, FAST_RETRY, Cluster, Pki
 
@@ -198,8 +198,8 @@ def _holder_label(kw: dict[str, Any]) -> bytes:
     """A key-share holder's label of the request: the measured chunks' signed c1 (what its shares decrypt)."""
     from he_partition.he.bfv import generate_secret_context
     from he_partition.he.threshold.c1 import c1_digest, c1_of_vector
-    from parties.decryption.keyshare import chunks_digest
-    from parties.decryption.keyshare import measurement_label as holder_label
+    from parties.decryption.keyshare.holder import chunks_digest
+    from parties.decryption.keyshare.holder import measurement_label as holder_label
 
     m: Measurement = kw["measurement"]
     ctx = generate_secret_context()

@@ -193,7 +193,7 @@ def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphe
     Privacy: epsilon = sensitivity / scale for a measurement of L1 sensitivity `sensitivity`
     under add/remove of one person with at most c records, when the K holders' shares at
     `scale` sum to one discrete Laplace (`noise_shares.discrete_laplace_share`); the caller
-    charges that epsilon (`parties.decryption.keyshare.ThresholdHolder`). Who knows the noise:
+    charges that epsilon (`parties.decryption.keyshare.holder.ThresholdHolder`). Who knows the noise:
     only this holder knows its dp_noise and its smudging; the combiner sees only their sum with
     the other holders' and the data. With `rng` the smudging is drawn from it
     (`keyed_smudging_noise`: a holder's keyed source makes a repeat identical), else from the

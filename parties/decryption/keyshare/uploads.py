@@ -32,11 +32,11 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.he.threshold.c1 import (C1_MISMATCH, C1Part, aggregate_c1, c1_bytes, c1_from_bytes, c1_of_vector,
                                           c1_stream_digest, check_c1)
 
-from ..common.contract import StudyContract
-from ..common.sealing import Commitment
-from ..common.errors import FailedPreconditionError
-from ..common.signing import SignatureError, sign_submission, verify_submission
-from ..common.util import write_file_atomic
+from ...common.contract import StudyContract
+from ...common.sealing import Commitment
+from ...common.errors import FailedPreconditionError
+from ...common.signing import SignatureError, sign_submission, verify_submission
+from ...common.util import write_file_atomic
 
 __all__ = ["OwnerC1Parts", "UploadC1Book", "c1_statement", "sign_c1_parts", "sign_c1_upload"]
 

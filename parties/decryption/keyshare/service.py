@@ -40,18 +40,18 @@ from he_partition.he.threshold.keys import HolderSecret
 from he_partition.he.threshold.setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
 
-from ..common.contract import StudyContract, canonical_json
-from ..common.errors import FailedPreconditionError
-from ..common.util import write_file_atomic, write_private_file
-from .handler import DecryptionHandler, charged_epsilon, decryption_detail
-from .keys import KeyMaterial
+from ...common.contract import StudyContract, canonical_json
+from ...common.errors import FailedPreconditionError
+from ...common.util import write_file_atomic, write_private_file
+from ..handler import DecryptionHandler, charged_epsilon, decryption_detail
+from ..keys import KeyMaterial
 
-from .keyshare import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,
+from .holder import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,
                        measurement_shares)
-from ..common.sealing import Commitment, SealKeyPair
-from .commitments import CommitmentBook
-from .keyshare_uploads import OwnerC1Parts, UploadC1Book
-from .ledger import Charge
+from ...common.sealing import Commitment, SealKeyPair
+from ..commitments import CommitmentBook
+from .uploads import OwnerC1Parts, UploadC1Book
+from ..ledger import Charge
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
@@ -97,7 +97,7 @@ class KeyShareService:
         self.index = holder_index(name, self.holders)
         self.keys_dir = Path(data_dir) / "keys"
         self.ledger_path = Path(data_dir) / "ledger.sqlite3"
-        self.c1_dir = Path(data_dir) / "c1"  # the owners' expected aggregate c1 per study (keyshare_uploads)
+        self.c1_dir = Path(data_dir) / "c1"  # the owners' expected aggregate c1 per study (keyshare.uploads)
         self.noise_key = noise_key
         self.require_signed = require_signed
         self.template = generate_secret_context()  # BFV parameters only; its own keys are never used

@@ -21,7 +21,7 @@ shares it issued in the same file). It decides alone, in this order, from its ow
 
 `request_share` decides for one ciphertext with its DP share on its leading slots (the library
 form); `measurement_shares` for a whole measurement of a release or a direct query (the service
-form, `parties.decryption.keyshare_servicer`): one charge per measurement, the DP share drawn on
+form, `parties.decryption.keyshare.servicer`): one charge per measurement, the DP share drawn on
 the measured values and mapped to slots by the measurement's public map, one share per chunk.
 """
 from __future__ import annotations
@@ -47,12 +47,12 @@ from he_partition.he.threshold.keys import HolderSecret
 from he_partition.he.threshold.wire import ciphertext_digest
 from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
 
-from ..common.contract import StudyContract, canonical_json, check_id
-from ..common.errors import FailedPreconditionError
-from ..common.util import utc_now
-from .handler import NOISE_STREAM
-from .keyshare_uploads import UploadC1Book
-from .ledger import SqliteLedgerStore
+from ...common.contract import StudyContract, canonical_json, check_id
+from ...common.errors import FailedPreconditionError
+from ...common.util import utc_now
+from ..handler import NOISE_STREAM
+from .uploads import UploadC1Book
+from ..ledger import SqliteLedgerStore
 
 __all__ = ["MeasurementShares", "ShareRequest", "ThresholdHolder"]
 
