@@ -17,7 +17,7 @@ import numpy as np
 
 from benchmarks.common import write_result
 from parties.common.signing import generate_signing_key
-from parties.computation.c1_forward import owner_c1_parts
+from parties.computation.threshold.c1_forward import owner_c1_parts
 from tests.parties.test_threshold_services import Threshold
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from he_partition.he.bfv import BfvBackend, _CiphertextCodec, load_context
 from parties.common.errors import ServiceError
-from parties.computation.c1_forward import owner_c1_parts
+from parties.computation.threshold.c1_forward import owner_c1_parts
 from parties.decryption.keyshare.uploads import OwnerC1Parts
 
 from .test_threshold_refusals import _as_computation_server

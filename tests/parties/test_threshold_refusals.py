@@ -259,7 +259,7 @@ def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold
 
     from he_partition.core.measurements import owner_encoding
     from he_partition.he.bfv import BfvBackend
-    from parties.computation.c1_forward import owner_c1_parts
+    from parties.computation.threshold.c1_forward import owner_c1_parts
 
     contract = threshold.open_and_submit("s-pads")
     ctx = load_context(threshold.combiner.public_context())

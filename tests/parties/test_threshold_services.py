@@ -294,7 +294,7 @@ class _Combines:
     """Counts the combiner's calls of `combine` (the only step that decrypts anything)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import parties.computation.threshold as mod
+        import parties.computation.threshold.decryption as mod
         self.calls = 0
         real = mod.combine
 

@@ -31,16 +31,16 @@ from he_partition.he.threshold.decrypt import combine
 from he_partition.he.threshold.keys import collective_public_key, key_fingerprint
 from he_partition.he.threshold.setup import SetupRelay, common_seed
 
-from ..common.contract import StudyContract
-from ..common.errors import FailedPreconditionError, ServiceError, status_for
-from ..common.receipts import ReceiptBook
-from ..common.sealing import Commitment, upload_key_from_shares
-from ..common.tls import TlsConfig
-from ..common.util import new_id
-from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
-from ..decryption.forwarding import UploadForwarding
-from ..decryption.keyshare.client import HolderShares, KeyShareClient
-from ..decryption.keyshare.uploads import OwnerC1Parts
+from ...common.contract import StudyContract
+from ...common.errors import FailedPreconditionError, ServiceError, status_for
+from ...common.receipts import ReceiptBook
+from ...common.sealing import Commitment, upload_key_from_shares
+from ...common.tls import TlsConfig
+from ...common.util import new_id
+from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
+from ...decryption.forwarding import UploadForwarding
+from ...decryption.keyshare.client import HolderShares, KeyShareClient
+from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
 
