@@ -1,4 +1,4 @@
-"""Cost of the holders' c1 check (issue 29): bytes forwarded per holder and time, 10 owners x 1M bins.
+"""Cost of the holders' c1 check: bytes forwarded per holder and time, 10 owners x 1M bins.
 
 Run: python -m benchmarks.threshold_c1 [--bins 1000000] [--owners 10]. Library level, one process
 (no gRPC transfer): each owner's c1 parts and signature (`sign_c1_upload`), the computation

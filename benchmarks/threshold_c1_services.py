@@ -1,4 +1,4 @@
-"""The c1 forwarding through the real services (issue 29): 10 owners x 1M bins, K = 3 holders, mutual TLS.
+"""The c1 forwarding through the real services: 10 owners x 1M bins, K = 3 holders, mutual TLS.
 
 Run: python -m benchmarks.threshold_c1_services [--bins 1000000] [--owners 10]. Starts three key-share
 holders and a threshold-mode computation server on port 0 (the test fixture's PKI), submits the owners'

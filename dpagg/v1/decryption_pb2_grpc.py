@@ -177,7 +177,7 @@ class DecryptionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def KeySetup(self, request, context):
-        """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+        """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
         step of the collective key setup (he_partition.he.threshold.setup), relayed by the
         computation server. `step` names it: "status", "commit_seed", "reveal_seed",
         "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks

@@ -88,7 +88,7 @@ class DecryptionStub:
     call it.
     """
     KeySetup: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]
-    """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+    """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
     step of the collective key setup (he_partition.he.threshold.setup), relayed by the
     computation server. `step` names it: "status", "commit_seed", "reveal_seed",
     "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
@@ -187,7 +187,7 @@ class DecryptionAsyncStub(DecryptionStub):
     call it.
     """
     KeySetup: _aio.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]  # type: ignore[assignment]
-    """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+    """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
     step of the collective key setup (he_partition.he.threshold.setup), relayed by the
     computation server. `step` names it: "status", "commit_seed", "reveal_seed",
     "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
@@ -331,7 +331,7 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         request: _decryption_pb2.KeySetupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.KeySetupResponse, _abc.Awaitable[_decryption_pb2.KeySetupResponse]]:
-        """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
+        """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
         step of the collective key setup (he_partition.he.threshold.setup), relayed by the
         computation server. `step` names it: "status", "commit_seed", "reveal_seed",
         "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks

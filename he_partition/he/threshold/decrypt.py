@@ -143,8 +143,8 @@ def secret_product(ctx: ts.Context, secret: HolderSecret, parms_id: Sequence[int
                    c1: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """c1 s_i mod each prime of the level `parms_id` (shape (k, N), coefficient form): the secret part of a share.
 
-    Computed inside SEAL (NTT, `multiply_plain` by s_i, inverse NTT: exact, issue 29) on the
-    ciphertext (c1, c1) and read back with numpy (`seal_io.ciphertext_polys`). The same for every
+    Computed inside SEAL (NTT, `multiply_plain` by s_i, inverse NTT: exact) on the ciphertext
+    (c1, c1) and read back with numpy (`seal_io.ciphertext_polys`). The same for every
     share of a chunk whose c1 is fixed (the owners' signed aggregate): a holder keeps it per chunk
     (`ThresholdHolder.product`), never outside its own memory. Adds no noise.
     """

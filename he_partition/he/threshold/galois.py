@@ -1,4 +1,4 @@
-"""Collective Galois keys for n-of-n threshold BFV (issue 29): one round, linear in the secret.
+"""Collective Galois keys for n-of-n threshold BFV: one round, linear in the secret.
 
 A SEAL Galois key for element g is a key-switching key from s(X^g) to s: for each of the d data
 primes q_j (the decomposition) a pair (b_{g,j}, a_{g,j}) at the key level in NTT form with

@@ -3,8 +3,8 @@
 Holder i keeps s_i (its SEAL secret key, NTT form at the key level) and publishes
 p_i = -(a s_i) + e_i over the common polynomial `a` (`threshold.wire.common_polynomial`): SEAL's
 own `create_public_key` gives (-(a' s_i) + e_i, a') under a random a'; adding (a' - a) s_i
-re-randomizes it to the common a (issue 29's measured route: a key-level ciphertext cannot be
-loaded, a key-level PublicKey can). The holders commit to their p_i before revealing
+re-randomizes it to the common a (the route SEAL's bindings allow: a key-level ciphertext cannot
+be loaded, a key-level PublicKey can). The holders commit to their p_i before revealing
 (`threshold.wire.key_share_commitment` / `verify_reveals`); sum p_i with `a` is the collective
 SEAL PublicKey, under which ciphertexts decrypt with sum s_i (in [-K, K]: fresh budget ~102 bits
 for K = 3). Collective Galois keys: `threshold.galois`.
@@ -67,7 +67,7 @@ def secret_plaintext(ctx: ts.Context, secret: "HolderSecret", parms_id: list[int
 
     SEAL's Plaintext serialization: header, parms_id, coefficient count, scale, then the
     coefficient DynArray (its own header, size, uncompressed uint64 values). `multiply_plain`
-    by it gives c s_i mod q exactly (issue 29), inside SEAL, so the share reads one polynomial.
+    by it gives c s_i mod q exactly, inside SEAL, so the share reads one polynomial.
     """
     return load_seal(seal.Plaintext, ctx, secret_plaintext_bytes(ctx, secret, parms_id, k), "holder secret plaintext")
 

@@ -1,4 +1,4 @@
-"""Collective key generation as a protocol state machine (issue 29): holder side and relay side.
+"""Collective key generation as a protocol state machine: holder side and relay side.
 
 The arithmetic is `threshold.keys` (p_i, the collective key) and `threshold.decrypt` (shares,
 combine); this module orders it into rounds so no party chooses the key and the setup stops

@@ -1,4 +1,4 @@
-"""Wire format, commitments and exact samplers of n-of-n threshold BFV (issue 29), no SEAL arithmetic.
+"""Wire format, commitments and exact samplers of n-of-n threshold BFV, no SEAL arithmetic.
 
 This is the SEAL-independent part of the threshold core (Mouchet, Troncoso-Pastoriza, Bossuat,
 Hubaux, PETS 2021): the common random polynomial `a` from an agreed seed, the commit-then-reveal
@@ -108,7 +108,7 @@ def smudging_noise(count: int, bits: int = SMUDGING_BITS) -> list[int]:
     Statistical-distance bound per ciphertext: if the
     data-dependent part of a share's phase has |v| <= 2^b per coefficient, the share with and
     without v differ by at most N * 2^b / 2^(bits+1) in total variation (N coefficients); with
-    N = 8192, b = 17.6 (10 owners, issue 29) and bits = 70 that is 2^(13 + 17.6 - 71) ~ 2^-40.4.
+    N = 8192, b = 17.6 (measured for a sum of 10 owners) and bits = 70 that is 2^(13 + 17.6 - 71) ~ 2^-40.4.
     """
     if count < 0 or not 1 <= bits <= 200:
         raise InvalidInputError(f"smudging needs count >= 0 and bits in [1, 200], got {count}, {bits}")
@@ -117,7 +117,7 @@ def smudging_noise(count: int, bits: int = SMUDGING_BITS) -> list[int]:
         return [(int(h) << 62) + int(x) - (1 << bits) for h, x in zip(hi.tolist(), lo.tolist())]
     half, width = 1 << bits, (bits + 8) // 8  # whole bytes holding bits + 1 bits
     mask = (1 << (bits + 1)) - 1
-    pool = secrets.token_bytes(width * count)  # one CSPRNG call, not one per value (issue 29, item 4)
+    pool = secrets.token_bytes(width * count)  # one CSPRNG call, not one per value (the share's speed path)
     return [(int.from_bytes(pool[i:i + width], "little") & mask) - half for i in range(0, width * count, width)]
 
 

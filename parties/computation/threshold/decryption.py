@@ -1,4 +1,4 @@
-"""The computation server in threshold mode (issue 29): K key-share holders in place of one decryption server.
+"""The computation server in threshold mode: K key-share holders in place of one decryption server.
 
 `ThresholdDecryption` has the decryption client's interface (`ComputationHandler.decryption`),
 so releases and direct queries run unchanged: for each measurement it sends the noised and

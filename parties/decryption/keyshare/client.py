@@ -1,4 +1,4 @@
-"""Client of one key-share holder (issue 29): the decryption client plus the key setup and share RPCs."""
+"""Client of one key-share holder: the decryption client plus the key setup and share RPCs."""
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,4 @@
-"""One key-share holder's decision (issue 29, n-of-n threshold decryption): contract, own ledger, one share.
+"""One key-share holder's decision (n-of-n threshold decryption): contract, own ledger, one share.
 
 A `ThresholdHolder` replaces the single decryption server's decision for one of K holders. It
 holds its secret s_i (`he_partition.he.threshold.setup`), its own noise key and its own SQLite
@@ -122,7 +122,7 @@ class ThresholdHolder:
         self._db = sqlite3.connect(Path(ledger_path), isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
-        #: The owners' signed c1 parts (issue 29's defence against a chosen ciphertext): with a
+        #: The owners' signed c1 parts (the defence against a chosen ciphertext): with a
         #: book, every ciphertext must carry its chunk's aggregate c1 before anything is charged,
         #: and a measurement's shares are computed on those c1 (`product`).
         self.uploads = uploads

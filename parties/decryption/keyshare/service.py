@@ -1,4 +1,4 @@
-"""A key-share holder's state (issue 29): its key store, its side of the key setup, its share decisions.
+"""A key-share holder's state: its key store, its side of the key setup, its share decisions.
 
 A holder is a decryption server in key-share mode (`dpagg serve-decryption --key-share NAME
 --holders N1,N2,...`). It keeps, in its own data directory:

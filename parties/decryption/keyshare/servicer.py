@@ -1,4 +1,4 @@
-"""The Decryption service of a key-share holder (issue 29) and the server that runs it.
+"""The Decryption service of a key-share holder and the server that runs it.
 
 Same service as the single decryption server (`dpagg.v1.Decryption`): GetPublicContext (the
 collective public context), OpenStudy / GetStudy / BudgetStatus / ChargeDirectQueries over this

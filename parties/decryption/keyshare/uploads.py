@@ -1,4 +1,4 @@
-"""A key holder's record of the owners' signed c1 parts (issue 29): the expected c1 of every chunk.
+"""A key holder's record of the owners' signed c1 parts: the expected c1 of every chunk.
 
 Kept by every key-share holder and by the single decryption server (for signed studies): both
 take a measurement chunk's c1 from here, never from the computation server.
