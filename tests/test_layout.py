@@ -159,3 +159,11 @@ def test_a_long_module_states_why_at_its_top(path: Path) -> None:
         return
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
     assert "Size:" in doc, f"{path.relative_to(ROOT)} has {lines} lines: split it, or say why at its top ('Size: ...')"
+
+
+def test_the_executor_interface_imports_none_of_its_implementations() -> None:
+    """`execution/base.py` is the interface; `execution/factory.py` builds an implementation by name."""
+    implementations = {f"he_partition.execution.{m}" for m in ("inprocess", "processes", "ray_cluster", "factory")}
+    names = _imports(ROOT / "he_partition" / "execution" / "base.py")
+    bad = [n for n in names if any(n == m or n.startswith(m + ".") for m in implementations)]
+    assert not bad, f"he_partition/execution/base.py imports {bad}"
