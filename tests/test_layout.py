@@ -148,7 +148,7 @@ def test_every_package_says_what_it_holds_and_may_import() -> None:
         assert "privacy promise" in doc.lower(), f"{package}: docstring must say which privacy promise it keeps"
 
 
-#: "No module over ~500 lines without a reason stated at its top" (issue 28).
+#: No module over ~500 lines without a reason stated at its top (docs/architecture.md, "Habits").
 MODULE_LINES = 550
 
 

@@ -1,4 +1,4 @@
-"""c1 of measurement chunks (issue 29): the computation side's noise goes to c0 only in threshold mode.
+"""c1 of measurement chunks: the computation side's noise goes to c0 only in threshold mode.
 
 Real TenSEAL ciphertexts under a collective key; the chunk worker is the one every executor runs
 (in-process, local processes, Ray), fed the marked context bytes as the executors pass them on.

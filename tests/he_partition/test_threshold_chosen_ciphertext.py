@@ -1,4 +1,4 @@
-"""A deviating combiner's chosen ciphertext against a holder's share (issue 29), and the holder's defence.
+"""A deviating combiner's chosen ciphertext against a holder's share, and the holder's defence.
 
 A holder cannot tell a measurement ciphertext's noise without s: with c1 chosen as floor(Delta / 3)
 one share reveals the holder's whole s_i (`threshold_attacker.crafted_ciphertext`), its DP share

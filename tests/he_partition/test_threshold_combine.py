@@ -1,4 +1,4 @@
-"""Combine-time checks of threshold decryption (issue 29, docs/threshold.md section 3 step 3).
+"""Combine-time checks of threshold decryption (docs/threshold.md section 3 step 3).
 
 No holder can measure a noise budget alone, so the combiner checks the combined value: a share
 made with the wrong secret, relabelled as another holder's, at another level, or a ciphertext

@@ -1,4 +1,4 @@
-"""Collective Galois keys (issue 29): K = 3 holders' shares sum to SEAL GaloisKeys that rotate under the collective key."""
+"""Collective Galois keys: K = 3 holders' shares sum to SEAL GaloisKeys that rotate under the collective key."""
 from __future__ import annotations
 
 from typing import Any

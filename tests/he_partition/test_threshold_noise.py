@@ -1,4 +1,4 @@
-"""The holders' DP noise inside their decryption shares (issue 29): real SEAL, K = 3.
+"""The holders' DP noise inside their decryption shares: real SEAL, K = 3.
 
 Combining the three shares yields data + the sum of the three holders' `discrete_laplace_share`
 draws exactly (mod t), the draws reproduced independently from each holder's keyed source.

@@ -1,4 +1,4 @@
-"""Collective key setup as a protocol (issue 29): honest run with real SEAL, K = 3; cheats and a missing holder stop it."""
+"""Collective key setup as a protocol: honest run with real SEAL, K = 3; cheats and a missing holder stop it."""
 from __future__ import annotations
 
 import secrets

@@ -1,4 +1,4 @@
-"""What a share and the combined view reveal (issue 29): attacks on the real threshold scheme, K = 3.
+"""What a share and the combined view reveal: attacks on the real threshold scheme, K = 3.
 
 The threshold counterpart of tests/he_partition/test_keyholder.py. The attacker double
 (`threshold_attacker`) runs real owners (TenSEAL under the collective key), the real

@@ -1,4 +1,4 @@
-"""A reusable attacker on the views of n-of-n threshold decryption (issue 29): a test double, not a mock.
+"""A reusable attacker on the views of n-of-n threshold decryption: a test double, not a mock.
 
 It runs the real scheme (collective key, TenSEAL owners, the real `ComputationSide` measurement,
 real holder shares with their DP shares and smudging, the real combine arithmetic) and gives an

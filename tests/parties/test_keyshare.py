@@ -1,4 +1,4 @@
-"""Key-share holders deciding alone (issue 29): real SEAL (K = 3), real SQLite ledgers, one file per holder."""
+"""Key-share holders deciding alone: real SEAL (K = 3), real SQLite ledgers, one file per holder."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The key-share holders compute on the owners' signed c1 only (issue 29), through the real services.
+"""The key-share holders compute on the owners' signed c1 only, through the real services.
 
 K = 3 holders and a computation server in threshold mode over mutual TLS (the fixture of
 test_threshold_services.py): real gRPC servers on port 0, real TenSEAL owner uploads, real SQLite

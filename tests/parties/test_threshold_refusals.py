@@ -1,4 +1,4 @@
-"""K = 3 key-share holders through real services (issue 29): what a deviating computation server, a rogue key or
+"""K = 3 key-share holders through real services: what a deviating computation server, a rogue key or
 malformed input gets (nothing), the refusals of the full-key RPCs and of joins, and the CLI processes."""
 from __future__ import annotations
 

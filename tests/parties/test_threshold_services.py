@@ -1,4 +1,4 @@
-"""K = 3 key-share holders through real services (issue 29): mutual TLS, real gRPC servers on port 0, real
+"""K = 3 key-share holders through real services: mutual TLS, real gRPC servers on port 0, real
 TenSEAL ciphertexts under the collective key, real SQLite ledgers (one per holder)."""
 from __future__ import annotations
 
