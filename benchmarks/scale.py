@@ -1,7 +1,7 @@
 """Scale-out benchmark: a BFV release's CS chunk work in-process and on a 2-node local Ray cluster, same values.
 
 `python -m benchmarks.scale [--bins 1048576] [--owners 10] [--strategy auto] [--no-ray] [--processes]`:
-generates a key, encrypts every owner's histogram once (the encryption pass, the issue's unit of
+generates a key, encrypts every owner's histogram once (the encryption pass, this benchmark's unit of
 time) and stores the chunks as files, then runs the same seeded release (every measurement: CS
 noise + flood + serialize on the executor, DS verify + charge + decrypt + its noise in this
 process) on each executor. For Ray it starts a 2-node local cluster itself (`ray start --head

@@ -14,7 +14,7 @@ study budget of 2). Then one batch of direct range counts (10 random ranges, 2 a
 (first upload -> summary), the upload and release phases, encryption time per owner,
 ciphertext bytes on the wire (owner uploads, public-context downloads, measurement
 ciphertexts to the decryption server; gRPC framing not included), peak RSS (VmHWM) of
-each service and the largest owner, and issue 26's ratio: wall time over the median owner's
+each service and the largest owner, and the release's ratio to encryption: wall time over the median owner's
 encryption time measured in the same run (`ratio_to_encryption`; target <= 2.5 at 1M bins).
 Every owner encrypts at the same time as the others, so on a machine with fewer cores than
 owners that encryption time is the contended one, not a lone owner's.

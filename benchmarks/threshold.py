@@ -1,4 +1,4 @@
-"""Micro-benchmark of n-of-n threshold BFV (issue 29): key generation, per-ciphertext share and combine times.
+"""Micro-benchmark of n-of-n threshold BFV: key generation, per-ciphertext share and combine times.
 
 Run: python benchmarks/threshold.py [--holders 3] [--repeats 5]. Prints and writes
 benchmarks/results/threshold.json. Ciphertexts: sums of 10 owners' encryptions under the collective key.
@@ -16,10 +16,10 @@ import numpy as np
 from benchmarks.common import write_result
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.bfv import generate_secret_context
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_galois import collective_galois_keys, galois_elements, holder_galois_share
-from he_partition.he.threshold_keys import collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
-from he_partition.he.threshold_wire import key_share_commitment
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.galois import collective_galois_keys, galois_elements, holder_galois_share
+from he_partition.he.threshold.keys import collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.threshold.wire import key_share_commitment
 
 
 def main() -> None:
@@ -54,7 +54,7 @@ def main() -> None:
         decryption_share(ctx, keys[0][0], fp, ct, dp_noise=discrete_laplace_share(Fraction(20), len(holders), 8192, src),
                          rng=holder_noise_source(b"benchmark-noise-key-0123456789ab", 0, len(holders), b"smudge"))
         noised_s.append(time.perf_counter() - t0)
-    # collective Galois keys: one share per holder for a set of elements, then the sum (issue 29e)
+    # collective Galois keys: one share per holder for a set of elements, then the sum
     elements = galois_elements(ctx, [1, 2, 4, 0])
     galois_s = []
     for _ in range(max(1, args.repeats // 2)):

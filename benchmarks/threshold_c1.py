@@ -1,4 +1,4 @@
-"""Cost of the holders' c1 check (issue 29): bytes forwarded per holder and time, 10 owners x 1M bins.
+"""Cost of the holders' c1 check: bytes forwarded per holder and time, 10 owners x 1M bins.
 
 Run: python -m benchmarks.threshold_c1 [--bins 1000000] [--owners 10]. Library level, one process
 (no gRPC transfer): each owner's c1 parts and signature (`sign_c1_upload`), the computation
@@ -17,13 +17,13 @@ import numpy as np
 from benchmarks.common import write_result
 from he_partition.core.backend import n_chunks
 from he_partition.he.bfv import BfvBackend, generate_secret_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
-from he_partition.he.threshold_context import collective_context, vector_ciphertext
-from he_partition.he.threshold_keys import collective_public_key, holder_keygen
-from he_partition.he.threshold_wire import key_share_commitment
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.context import collective_context, vector_ciphertext
+from he_partition.he.threshold.keys import collective_public_key, holder_keygen
+from he_partition.he.threshold.wire import key_share_commitment
 from parties.common.contract import StudyContract
 from parties.common.signing import generate_signing_key
-from parties.decryption.keyshare_uploads import OwnerC1Parts, UploadC1Book, sign_c1_upload
+from parties.decryption.keyshare.uploads import OwnerC1Parts, UploadC1Book, sign_c1_upload
 
 
 def main() -> None:

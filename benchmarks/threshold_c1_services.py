@@ -1,4 +1,4 @@
-"""The c1 forwarding through the real services (issue 29): 10 owners x 1M bins, K = 3 holders, mutual TLS.
+"""The c1 forwarding through the real services: 10 owners x 1M bins, K = 3 holders, mutual TLS.
 
 Run: python -m benchmarks.threshold_c1_services [--bins 1000000] [--owners 10]. Starts three key-share
 holders and a threshold-mode computation server on port 0 (the test fixture's PKI), submits the owners'
@@ -17,7 +17,7 @@ import numpy as np
 
 from benchmarks.common import write_result
 from parties.common.signing import generate_signing_key
-from parties.computation.c1_forward import owner_c1_parts
+from parties.computation.threshold.c1_forward import owner_c1_parts
 from tests.parties.test_threshold_services import Threshold
 
 

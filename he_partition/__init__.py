@@ -4,17 +4,18 @@ The packages, lowest layer first (each may import only the layers before it):
 
 - `core/`: errors, validation, exact discrete Laplace noise, the vector interface and its numpy
   oracle (`backend`), linear measurements, estimation, `Summary`, budget arithmetic (`accounting`).
-- `he/`: the BFV scheme on TenSEAL (`bfv`), the key holder's raw view (`keyholder`) and the
-  join's ciphertext products (`join_scheme`): the only modules that import TenSEAL.
+- `he/`: the BFV scheme on TenSEAL (`bfv`), the key holder's raw view (`keyholder`), the
+  join's ciphertext products (`join_scheme`) and n-of-n threshold BFV (`threshold/`): the only
+  modules that import TenSEAL.
 - `strategies/`: the release strategies (gap, hier, dawa, privelet, auto) and the Hilbert order.
+- `execution/`: where the computation server's chunk work runs (in-process, worker processes, Ray).
 - `protocol.py`: the two servers' sides of a release (`ComputationSide`, `DecryptionSide`),
   the strategy registry and `release()`.
 - `join/`: the cross-organization join (pseudonyms and placement, its release, the evaluator).
 - `methods/`: the source documents' further methods (p-views, Bayesian DP, guidance, audit).
 
 Nothing here imports a party, the network or storage (tests/test_layout.py checks the arrows).
-The flat module names of earlier releases (`he_partition.measurements`, `he_partition.bfv`, ...)
-still import: they are aliases of the same modules (`he_partition._aliases`).
+Each module is imported from its package (`he_partition.core.measurements`, `he_partition.he.bfv`, ...).
 """
 
 
@@ -65,7 +66,3 @@ __all__ = [
     "privelet_strategy", "HaarCoefficients", "IntervalTree", "ReleasedValues", "RectangleCount", "flatten",
     "unflatten", "rectangle_count", "rectangle_ranges", "DEFAULT_STRATEGY", "STRATEGIES",
 ]
-
-from . import _aliases  # noqa: E402  (after the public API: nothing above needs the old names)
-
-_aliases.install(__name__)

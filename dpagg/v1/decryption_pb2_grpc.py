@@ -177,8 +177,8 @@ class DecryptionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def KeySetup(self, request, context):
-        """Key-share holders only (issue 29, `dpagg serve-decryption --key-share NAME`): one
-        step of the collective key setup (he_partition.he.threshold_setup), relayed by the
+        """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
+        step of the collective key setup (he_partition.he.threshold.setup), relayed by the
         computation server. `step` names it: "status", "commit_seed", "reveal_seed",
         "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
         the holder list against its own configuration and every message itself; a step out
@@ -209,7 +209,7 @@ class DecryptionServicer:
         """Signed studies (the check against a chosen ciphertext): every owner's
         c1 parts of one study (one per upload chunk, in chunk order, each 8 x primes x N
         little-endian residues) with the owner's Ed25519 signature over them
-        (parties.decryption.keyshare_uploads.c1_statement). The key holder verifies every signature
+        (parties.decryption.keyshare.uploads.c1_statement). The key holder verifies every signature
         against its own contract's owner keys, requires every owner of the contract exactly once,
         and keeps the per-chunk sum: afterwards a key-share holder computes every share of the study
         on those sums (IssueShares), and the single decryption server decrypts each measurement

@@ -1,4 +1,4 @@
-"""Shares of one discrete Laplace draw for K key-share holders (issue 29, threshold decryption).
+"""Shares of one discrete Laplace draw for K key-share holders (threshold decryption).
 
 A geometric variable is infinitely divisible: G ~ Geometric(q) (P[G = k] = (1 - q) q^k) is
 the sum of K independent negative-binomial NB(r = 1/K, q) variables, with

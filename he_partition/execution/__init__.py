@@ -13,7 +13,8 @@ re-sends the same values.
 May import `he_partition.core` and `he_partition.he`; nothing above them.
 """
 
-from .base import ChunkBytes, ChunkExecutor, ChunkFiles, ChunkSource, ChunkWorker, SimulatedOwners, make_executor
+from .base import ChunkBytes, ChunkExecutor, ChunkFiles, ChunkSource, ChunkWorker, SimulatedOwners
+from .factory import make_executor
 from .inprocess import InProcessExecutor
 from .processes import ProcessExecutor
 

@@ -14,14 +14,11 @@ from ..core.backend import VectorBackend
 from ..core.errors import InvalidInputError
 
 __all__ = ["ChunkSource", "ChunkFiles", "ChunkBytes", "SimulatedOwners", "ChunkWorker", "ChunkExecutor",
-           "make_executor", "split_noise", "share_of", "EXECUTOR_KINDS", "MakeHeld"]
+           "split_noise", "share_of", "MakeHeld"]
 
 IntArray = npt.NDArray[np.int64]
 #: Worker w's held object, as (module-level build function, its arguments); called again for a replacement.
 MakeHeld = Callable[[int], tuple[Callable[..., Any], tuple[Any, ...]]]
-
-EXECUTOR_KINDS = ("inprocess", "processes", "ray")
-
 
 class ChunkSource(Protocol):
     """The owners' stored ciphertext chunks, readable wherever a worker runs (it must pickle)."""
@@ -252,25 +249,6 @@ class ChunkExecutor(Protocol):
     def drop(self, key: str) -> None: ...
 
     def close(self) -> None: ...
-
-
-def make_executor(kind: str, *, workers: int = 0, cluster: str = "",
-                  backend: VectorBackend | None = None, node_ip: str = "127.0.0.1") -> ChunkExecutor:
-    """An executor by name: "inprocess", "processes" (`workers`, 0 = one per core) or "ray" (`cluster` address;
-    `node_ip`: the address the driver's Ray processes bind to and advertise)."""
-    if kind == "inprocess":
-        from .inprocess import InProcessExecutor
-
-        return InProcessExecutor(backend)
-    if kind == "processes":
-        from .processes import ProcessExecutor
-
-        return ProcessExecutor(workers)
-    if kind == "ray":
-        from .ray_cluster import RayExecutor
-
-        return RayExecutor(workers, address=cluster, node_ip=node_ip)
-    raise InvalidInputError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTOR_KINDS)}")
 
 
 def split_noise(noise: IntArray, slots: int, keep: Sequence[int]) -> dict[int, IntArray]:

@@ -204,7 +204,7 @@ class BfvBackend(ChunkwiseArithmetic):
         self.flooding = True
         #: Add the slot noise to c0 only, as a plaintext, so every measurement chunk keeps the
         #: owners' aggregate c1, which the key holders take from the owners' signed c1 parts
-        #: (he_partition.he.threshold_c1). False (unsigned studies): a fresh encryption.
+        #: (he_partition.he.threshold.c1). False (unsigned studies): a fresh encryption.
         self.noise_in_c0 = False
         #: With `noise_in_c0`: flood c0 too. True for the single key holder of a signed study (it
         #: decrypts the whole polynomial); False in threshold mode (the holders never see c0).
@@ -292,8 +292,8 @@ class BfvBackend(ChunkwiseArithmetic):
         with the owners' aggregate c1 it verified itself (`UploadC1Book`), never the c1 it was
         sent. InvalidInputError when `data` is no 2-part ciphertext at that level.
         """
-        from .threshold_c1 import C1_MISMATCH, ciphertext_parts  # threshold_c1 imports this module's helpers
-        from .threshold_context import vector_ciphertext
+        from .threshold.c1 import C1_MISMATCH, ciphertext_parts  # threshold.c1 imports this module's helpers
+        from .threshold.context import vector_ciphertext
 
         try:
             parms_id, _, polys = ciphertext_parts(self.context, vector_ciphertext(data))

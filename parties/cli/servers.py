@@ -30,7 +30,7 @@ def cmd_serve_decryption(args: argparse.Namespace) -> int:
                               noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
                               computation_ids=tuple(args.computation_id or ()), decrypt_workers=args.decrypt_workers)
     if args.key_share or args.holders:
-        from ..decryption.keyshare_servicer import serve_keyshare
+        from ..decryption.keyshare.servicer import serve_keyshare
 
         if not (args.key_share and args.holders):
             raise DPAggError("a key-share holder needs both --key-share NAME and --holders NAME1,NAME2,...")

@@ -159,7 +159,7 @@ class ComputationConfig:
     chunk_workers: int = 0
     cluster: str = ""
     ray_node_ip: str = "127.0.0.1"
-    #: Threshold mode (issue 29): the key-share holders as NAME=HOST:PORT (K >= 2); then no decryption_target.
+    #: Threshold mode: the key-share holders as NAME=HOST:PORT (K >= 2); then no decryption_target.
     holders: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -51,7 +51,7 @@ IDLE_STREAM_SECONDS = 30.0
 #: Largest request message per method, bytes (checked before parsing). Methods not listed
 #: keep the server-wide gRPC limit (MAX_MESSAGE_BYTES), e.g. a join's pseudonym upload.
 MESSAGE_BUDGETS: dict[str, int] = {
-    # 100,000 ranges of two int64 varints each are < 2.5 MB; the 57 MiB batch of issue 24 is refused unparsed.
+    # 100,000 ranges of two int64 varints each are < 2.5 MB; a 57 MiB batch of ranges is refused unparsed.
     "/dpagg.v1.Analyst/RangeCounts": 4 * MiB,
     "/dpagg.v1.Analyst/ListReleases": 64 * 1024,
     "/dpagg.v1.Analyst/GetRelease": 64 * 1024,
@@ -71,7 +71,7 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Decryption/ChargeDirectQueries": 2 * MiB,
     # a header with up to 1M partition starts, or one ciphertext chunk
     "/dpagg.v1.Decryption/DecryptMeasurement": 16 * MiB,
-    # key-share holders (issue 29): the same stream as DecryptMeasurement; a setup round with K key shares
+    # key-share holders: the same stream as DecryptMeasurement; a setup round with K key shares
     "/dpagg.v1.Decryption/IssueShares": 16 * MiB,
     "/dpagg.v1.Decryption/KeySetup": 8 * MiB,
     "/dpagg.v1.Computation/SetupKey": 64 * 1024,

@@ -13,7 +13,7 @@ others' ciphertexts first. So every owner's upload is fixed before anyone can re
    key holder alone, or the CS, cannot open it.
 2. **Commit.** The owner signs, with its contract key, the commitment statement
    (`commitment_statement`): study, owner, upload key, contract hash, the digest of its
-   chunks' c1 parts (`threshold_c1.c1_stream_digest`) and the K encrypted shares.
+   chunks' c1 parts (`threshold.c1.c1_stream_digest`) and the K encrypted shares.
 3. **Close.** Once every expected owner has committed (or the operator excluded the missing
    ones), the CS sends the commitments to every key holder (`Decryption.CloseUploads`). Each
    holder verifies every signature, records the set for good (a different set later is

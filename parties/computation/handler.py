@@ -36,7 +36,7 @@ from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submi
 from ..common.util import new_id, utc_now, write_file_atomic
 from ..decryption.client import DecryptionClient
 from ..common.sealing import Commitment, is_sealed
-from .c1_forward import C1Signatures, owner_c1_parts
+from .threshold.c1_forward import C1Signatures, owner_c1_parts
 from .sealed_uploads import SealedUploads, check_commitment
 from .join import JoinCoordinator, JoinUploadBackend
 from .running import RunningAggregates

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector, c1_stream_digest
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector, c1_stream_digest
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError

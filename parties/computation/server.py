@@ -53,8 +53,8 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
         unlock()
         raise
     ds: Any
-    if config.holders:  # threshold mode (issue 29): K key-share holders, each charged and asked for shares
-        from .threshold import ThresholdDecryption, parse_holders
+    if config.holders:  # threshold mode: K key-share holders, each charged and asked for shares
+        from .threshold.decryption import ThresholdDecryption, parse_holders
 
         ds = ThresholdDecryption(parse_holders(config.holders), tls=config.tls, insecure=config.insecure,
                                  data_dir=config.data_dir, outage_seconds=OUTAGE_SECONDS)

@@ -154,7 +154,7 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         """Threshold mode: run the collective key setup through the holders (operators only; idempotent)."""
         self.policy.require(context, ["operator"], action="set up the collective key")
         from ..common.errors import FailedPreconditionError
-        from .threshold import ThresholdDecryption
+        from .threshold.decryption import ThresholdDecryption
 
         holders = self.handler.decryption
         if not isinstance(holders, ThresholdDecryption):

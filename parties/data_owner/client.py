@@ -26,7 +26,7 @@ from ..common.errors import PermissionDeniedError, ServiceError
 from ..common.progress import Progress
 from ..common.signing import key_fingerprint, public_key_of, sign_upload
 from ..common.sealing import Commitment
-from ..decryption.keyshare_uploads import sign_c1_parts, sign_c1_upload
+from ..decryption.keyshare.uploads import sign_c1_parts, sign_c1_upload
 from .sealed import c1_parts_of, seal_upload
 from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector, c1_stream_digest
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector, c1_stream_digest
 
 from ..common.sealing import Commitment, commitment_statement, seal_chunk, seal_upload_key, sealed_key_shares
 from ..common.signing import sign_submission, stream_digest
@@ -20,7 +20,7 @@ __all__ = ["c1_parts_of", "seal_upload"]
 
 
 def c1_parts_of(enc: "EncryptedHistogram", context: Any) -> list[bytes]:
-    """The c1 part of every chunk of `enc`, in chunk order (`threshold_c1.c1_bytes`)."""
+    """The c1 part of every chunk of `enc`, in chunk order (`threshold.c1.c1_bytes`)."""
     return [c1_bytes(c1_of_vector(context, c)) for c in enc.chunks]
 
 

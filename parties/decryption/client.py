@@ -25,7 +25,7 @@ from ..common.convert import (commitments_to_proto, context_from_chunks, contrac
 from .forwarding import UploadForwarding
 
 if TYPE_CHECKING:
-    from .keyshare_uploads import OwnerC1Parts
+    from .keyshare.uploads import OwnerC1Parts
 
 log = logging.getLogger("dpagg.decryption.client")
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from ..common.contract import StudyContract
-    from .keyshare_uploads import OwnerC1Parts
+    from .keyshare.uploads import OwnerC1Parts
 
 __all__ = ["UploadForwarding"]
 

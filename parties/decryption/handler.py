@@ -41,7 +41,7 @@ from ..common.sealing import Commitment, SealKeyPair
 from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
 from .keys import KeyMaterial, load_or_create_join_keys
-from .keyshare_uploads import OwnerC1Parts, UploadC1Book
+from .keyshare.uploads import OwnerC1Parts, UploadC1Book
 from .workers import DecryptPool, PooledDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 

@@ -17,7 +17,7 @@ from ..common.convert import (commitments_from_proto, context_to_chunks, contrac
                               open_study_kwargs, ranges_from_proto)
 from ..common.sealing import Commitment
 from .handler import DecryptionHandler
-from .keyshare_uploads import OwnerC1Parts
+from .keyshare.uploads import OwnerC1Parts
 from .ledger import Charge
 from .receipts import ReceiptSigner
 

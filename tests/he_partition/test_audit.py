@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from he_partition import audit
+from he_partition.methods import audit
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import as_random_source, discrete_laplace_variance, laplace_scale
 

@@ -1,4 +1,4 @@
-"""The discrete Laplace sampler's work does not depend on the value it draws (issue 23, timing)."""
+"""The discrete Laplace sampler's work does not depend on the value it draws (timing)."""
 
 from __future__ import annotations
 

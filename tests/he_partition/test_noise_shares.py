@@ -1,4 +1,4 @@
-"""K holders' shares of one discrete Laplace draw (issue 29): exact pmf arithmetic, distributions, fixed work."""
+"""K holders' shares of one discrete Laplace draw: exact pmf arithmetic, distributions, fixed work."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from he_partition.methods.pviews import (
     identity_estimate,
     plan_budget,
 )
-from he_partition import pviews as pv_module
+from he_partition.methods import pviews as pv_module
 
 
 def piecewise_tensor() -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Exact RNS arithmetic against Python integers (the share's speed path, issue 29 item 4)."""
+"""Exact RNS arithmetic against Python integers (the share's speed path)."""
 from __future__ import annotations
 
 import numpy as np

@@ -13,10 +13,10 @@ import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.he.bfv import FLOOD_BITS, generate_secret_context, seal_ciphertext_bytes
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_keys import (HolderSecret, collective_public_key, encrypt_sum, holder_keygen,
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.keys import (HolderSecret, collective_public_key, encrypt_sum, holder_keygen,
                                             key_fingerprint, load_seal, seal_version)
-from he_partition.he.threshold_wire import key_share_commitment
+from he_partition.he.threshold.wire import key_share_commitment
 
 SEED = b"threshold-test-seed-0123456789ab"
 HOLDERS = [0, 1, 2]
@@ -176,7 +176,7 @@ def test_owners_encrypt_through_unmodified_tenseal_under_the_collective_key(setu
     """A public TenSEAL context carrying the collective key: ts.bfv_vector encrypts, the K = 3 combine decrypts."""
     import tenseal as ts
 
-    from he_partition.he.threshold_context import collective_context, vector_ciphertext
+    from he_partition.he.threshold.context import collective_context, vector_ciphertext
 
     public = collective_context(setup["ctx"], setup["pk"])
     assert public.is_public() and not public.has_relin_keys()

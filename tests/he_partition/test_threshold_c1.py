@@ -1,4 +1,4 @@
-"""c1 of measurement chunks (issue 29): the computation side's noise goes to c0 only in threshold mode.
+"""c1 of measurement chunks: the computation side's noise goes to c0 only in threshold mode.
 
 Real TenSEAL ciphertexts under a collective key; the chunk worker is the one every executor runs
 (in-process, local processes, Ray), fed the marked context bytes as the executors pass them on.
@@ -13,8 +13,8 @@ import pytest
 from he_partition.core.errors import InvalidInputError
 from he_partition.execution.base import ChunkBytes, ChunkWorker, noise_in_c0_context
 from he_partition.he.bfv import BfvBackend, load_context
-from he_partition.he.threshold_c1 import C1_MISMATCH, aggregate_c1, c1_of_vector, check_c1
-from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold.c1 import C1_MISMATCH, aggregate_c1, c1_of_vector, check_c1
+from he_partition.he.threshold.context import collective_context_bytes, vector_ciphertext
 
 from .test_threshold import make_setup
 

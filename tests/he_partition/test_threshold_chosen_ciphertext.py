@@ -1,9 +1,9 @@
-"""A deviating combiner's chosen ciphertext against a holder's share (issue 29), and the holder's defence.
+"""A deviating combiner's chosen ciphertext against a holder's share, and the holder's defence.
 
 A holder cannot tell a measurement ciphertext's noise without s: with c1 chosen as floor(Delta / 3)
 one share reveals the holder's whole s_i (`threshold_attacker.crafted_ciphertext`), its DP share
 and smudging notwithstanding (the library primitive `decryption_share` still does: the first test).
-The defence is in the holder (`parties.decryption.keyshare.ThresholdHolder` with an
+The defence is in the holder (`parties.decryption.keyshare.holder.ThresholdHolder` with an
 `UploadC1Book`): the owners sign their upload chunks' c1 parts, the holder keeps the per-chunk
 sum over the contract's owners, the CS adds its noise to c0 only (`BfvBackend.noise_in_c0`), and
 the holder refuses any other c1 before it charges its ledger or computes a share.
@@ -21,15 +21,15 @@ import pytest
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.bfv import BfvBackend
-from he_partition.he.threshold_c1 import C1_MISMATCH, c1_bytes, c1_of_vector
-from he_partition.he.threshold_context import collective_context, vector_ciphertext
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_wire import DecryptionShare
+from he_partition.he.threshold.c1 import C1_MISMATCH, c1_bytes, c1_of_vector
+from he_partition.he.threshold.context import collective_context, vector_ciphertext
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.wire import DecryptionShare
 from parties.common.contract import StudyContract
 from parties.common.errors import FailedPreconditionError
 from parties.common.signing import SignatureError, generate_signing_key
-from parties.decryption.keyshare import ShareRequest, ThresholdHolder
-from parties.decryption.keyshare_uploads import OwnerC1Parts, UploadC1Book, sign_c1_parts
+from parties.decryption.keyshare.holder import ShareRequest, ThresholdHolder
+from parties.decryption.keyshare.uploads import OwnerC1Parts, UploadC1Book, sign_c1_parts
 
 from .test_threshold import HOLDERS, make_setup
 from .threshold_attacker import N, crafted_ciphertext, secret_coefficients, secret_from_crafted_share

@@ -1,4 +1,4 @@
-"""Combine-time checks of threshold decryption (issue 29, docs/threshold.md section 3 step 3).
+"""Combine-time checks of threshold decryption (docs/threshold.md section 3 step 3).
 
 No holder can measure a noise budget alone, so the combiner checks the combined value: a share
 made with the wrong secret, relabelled as another holder's, at another level, or a ciphertext
@@ -15,9 +15,9 @@ import tenseal.sealapi as seal
 
 from he_partition.core.errors import ShareCombineError
 from he_partition.he.seal_io import seal_bytes
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_keys import encrypt_sum, load_seal
-from he_partition.he.threshold_wire import DecryptionShare
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.keys import encrypt_sum, load_seal
+from he_partition.he.threshold.wire import DecryptionShare
 
 from .test_threshold import HOLDERS, make_setup
 

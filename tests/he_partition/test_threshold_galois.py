@@ -1,4 +1,4 @@
-"""Collective Galois keys (issue 29): K = 3 holders' shares sum to SEAL GaloisKeys that rotate under the collective key."""
+"""Collective Galois keys: K = 3 holders' shares sum to SEAL GaloisKeys that rotate under the collective key."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,10 +9,10 @@ import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.he.seal_io import seal_bytes
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_galois import collective_galois_keys, galois_elements, holder_galois_share
-from he_partition.he.threshold_keys import encrypt_sum, load_seal
-from he_partition.he.threshold_wire import key_share_commitment
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.galois import collective_galois_keys, galois_elements, holder_galois_share
+from he_partition.he.threshold.keys import encrypt_sum, load_seal
+from he_partition.he.threshold.wire import key_share_commitment
 
 from .test_threshold import HOLDERS, SEED, make_setup
 

@@ -1,4 +1,4 @@
-"""The holders' DP noise inside their decryption shares (issue 29): real SEAL, K = 3.
+"""The holders' DP noise inside their decryption shares: real SEAL, K = 3.
 
 Combining the three shares yields data + the sum of the three holders' `discrete_laplace_share`
 draws exactly (mod t), the draws reproduced independently from each holder's keyed source.
@@ -13,8 +13,8 @@ import pytest
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_wire import keyed_smudging_noise
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.wire import keyed_smudging_noise
 from tests.he_partition.test_threshold import HOLDERS, _encrypted_sum, _rows, make_setup
 
 SCALE = Fraction(20)

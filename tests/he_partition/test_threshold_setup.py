@@ -1,4 +1,4 @@
-"""Collective key setup as a protocol (issue 29): honest run with real SEAL, K = 3; cheats and a missing holder stop it."""
+"""Collective key setup as a protocol: honest run with real SEAL, K = 3; cheats and a missing holder stop it."""
 from __future__ import annotations
 
 import secrets
@@ -8,11 +8,11 @@ import tenseal as ts
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import generate_secret_context
-from he_partition.he.threshold_context import collective_context
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_keys import holder_keygen
-from he_partition.he.threshold_setup import HolderSetup, SetupRelay, common_seed, test_vector
-from he_partition.he.threshold_wire import key_share_commitment
+from he_partition.he.threshold.context import collective_context
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.keys import holder_keygen
+from he_partition.he.threshold.setup import HolderSetup, SetupRelay, common_seed, test_vector
+from he_partition.he.threshold.wire import key_share_commitment
 
 HOLDERS = [0, 1, 2]
 
@@ -56,7 +56,7 @@ def test_honest_setup_builds_one_key_every_holder_agrees_on_and_decrypts_the_tes
         holders[0].test_share(ct)  # one test share per session
     # the collective key works for owners through TenSEAL
     vec = ts.bfv_vector(collective_context(ctx, holders[0].public_key), [7, 8, 9])
-    from he_partition.he.threshold_context import vector_ciphertext
+    from he_partition.he.threshold.context import vector_ciphertext
 
     raw = vector_ciphertext(vec.serialize())
     out = combine(ctx, raw, [decryption_share(ctx, holders[h].secret, fps[0], raw) for h in HOLDERS], HOLDERS, fps[0])
@@ -153,8 +153,8 @@ def test_the_optional_galois_rounds_build_one_set_of_keys_every_holder_agrees_on
     import tenseal.sealapi as seal
 
     from he_partition.he.seal_io import seal_bytes
-    from he_partition.he.threshold_galois import galois_elements
-    from he_partition.he.threshold_keys import encrypt_sum, load_seal
+    from he_partition.he.threshold.galois import galois_elements
+    from he_partition.he.threshold.keys import encrypt_sum, load_seal
 
     holders, relay = _active(ctx)
     elements = galois_elements(ctx, [1])

@@ -1,4 +1,4 @@
-"""What a share and the combined view reveal (issue 29): attacks on the real threshold scheme, K = 3.
+"""What a share and the combined view reveal: attacks on the real threshold scheme, K = 3.
 
 The threshold counterpart of tests/he_partition/test_keyholder.py. The attacker double
 (`threshold_attacker`) runs real owners (TenSEAL under the collective key), the real
@@ -29,8 +29,8 @@ import pytest
 from scipy import stats
 
 from he_partition.core.measurements import PartitionSums
-from he_partition.he.threshold_keys import HolderSecret
-from he_partition.he.threshold_decrypt import decryption_share
+from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.threshold.decrypt import decryption_share
 
 from .test_threshold import make_setup
 from .threshold_attacker import (N, ThresholdScenario, chance_limit, decode, measured_value_guess, nearest_mean,

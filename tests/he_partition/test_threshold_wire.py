@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.threshold_wire import (DecryptionShare, check_shares, ciphertext_digest, common_polynomial,
+from he_partition.he.threshold.wire import (DecryptionShare, check_shares, ciphertext_digest, common_polynomial,
                                             key_share_commitment, smudging_noise, verify_reveals)
 
 PRIMES = [1152921504606830593, 1125899906826241, 1125899906629633]  # 60-, 50-, 50-bit primes

@@ -1,4 +1,4 @@
-"""A reusable attacker on the views of n-of-n threshold decryption (issue 29): a test double, not a mock.
+"""A reusable attacker on the views of n-of-n threshold decryption: a test double, not a mock.
 
 It runs the real scheme (collective key, TenSEAL owners, the real `ComputationSide` measurement,
 real holder shares with their DP shares and smudging, the real combine arithmetic) and gives an
@@ -33,10 +33,10 @@ from he_partition.core.measurements import Measurement
 from he_partition.core.noise import KeyedRandom, SeededRandom
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.bfv import BfvBackend
-from he_partition.he.threshold_context import collective_context, vector_ciphertext
-from he_partition.he.threshold_decrypt import decode_phase, decryption_share, padded_noise
-from he_partition.he.threshold_keys import load_seal, read_u64
-from he_partition.he.threshold_wire import DecryptionShare
+from he_partition.he.threshold.context import collective_context, vector_ciphertext
+from he_partition.he.threshold.decrypt import decode_phase, decryption_share, padded_noise
+from he_partition.he.threshold.keys import load_seal, read_u64
+from he_partition.he.threshold.wire import DecryptionShare
 from he_partition.protocol import ComputationSide, encrypt_histogram
 
 N = 8192
@@ -69,7 +69,7 @@ class ThresholdScenario:
 
     def holder_noise(self, holder: int, trial: int) -> npt.NDArray[np.int64] | None:
         """Holder `holder`'s slot noise: its DP share in the measurement's own slot encoding and its pads on the
-        unmeasured slots (`threshold_decrypt.padded_noise`); the broken variants drop either or both (None)."""
+        unmeasured slots (`threshold.decrypt.padded_noise`); the broken variants drop either or both (None)."""
         if not self.dp and not self.pads:
             return None
         d = discrete_laplace_share(Fraction(self.m.scale), len(self.holders), self.m.count,
@@ -192,7 +192,7 @@ def crafted_ciphertext(ctx: Any, seed: int = 1) -> tuple[bytes, int]:
     per unit of s_i) stands far above the 2^70 smudging.
     """
     from he_partition.he.bfv import seal_ciphertext_bytes
-    from he_partition.he.threshold_keys import seal_version
+    from he_partition.he.threshold.keys import seal_version
 
     sealctx = ctx.seal_context().data
     data = sealctx.first_context_data()
@@ -229,7 +229,7 @@ def secret_from_crafted_share(ctx: Any, payload: npt.NDArray[np.uint64], c1: int
 def secret_coefficients(ctx: Any, secret: Any) -> list[int]:
     """A holder's s_i in coefficient form, centred (what the attacker is after; for checking its estimate)."""
     from he_partition.he.bfv import seal_ciphertext_bytes
-    from he_partition.he.threshold_keys import seal_version
+    from he_partition.he.threshold.keys import seal_version
 
     sealctx = ctx.seal_context().data
     data = sealctx.first_context_data()

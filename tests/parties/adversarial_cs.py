@@ -1,5 +1,6 @@
 """A test double of a computation server that deviates: it speaks the real wire protocol to a real
-decryption server but chooses its own noise draws, pads, epsilons, replays and ciphertexts (issue 23).
+decryption server but chooses its own noise draws, pads, epsilons, replays and ciphertexts (the attacks of
+test_adversarial_cs.py).
 
 Its studies are signed: the double plays the owners' clients too (it encrypts their histograms and
 signs the c1 parts of their uploads with their keys) and forwards those signed parts to the
@@ -18,11 +19,11 @@ import numpy.typing as npt
 from he_partition.core.backend import ChunkedVector, sum_vectors
 from he_partition.core.measurements import MAX_DECODED_MAGNITUDE, Measurement, PartitionSums, owner_encoding
 from he_partition.he.bfv import BfvBackend, load_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.decryption.client import DecryptionClient
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 
 from .sealed_helpers import close_and_send
 
@@ -100,7 +101,7 @@ class AdversarialComputationServer:
             raise
 
     def refusal_oracle_search(self, epsilon: float, steps: int, *, prefix: str, high: int = 1 << 16) -> int:
-        """Binary search for the total count with the refusal oracle (issue 23, measured item 1).
+        """Binary search for the total count with the refusal oracle (the attack that once recovered a sum).
 
         Each step sets its own draw to 2^44 - T on a one-partition PartitionSums, so the
         decoded value is total - T + 2^44 (+ the DS's draw): a refusal says total (+ DS

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from parties.analyst.client import AnalystClient
 from parties.common import tls as tlsmod
 from parties.common.config import ComputationConfig, DecryptionConfig, RetryPolicy
@@ -29,7 +29,7 @@ from parties.computation.client import ComputationClient
 from parties.computation.server import create_computation_server
 from parties.data_owner.client import DataOwnerClient
 from parties.decryption.client import DecryptionClient
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 from parties.decryption.server import create_decryption_server
 
 #: Fast retries so tests that hit UNAVAILABLE do not wait seconds.

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from he_partition.he.threshold_c1 import c1_stream_digest
+from he_partition.he.threshold.c1 import c1_stream_digest
 from parties.common.contract import StudyContract
 from parties.common.sealing import Commitment, commitment_statement, seal_upload_key, sealed_key_shares
 from parties.common.signing import sign_submission
-from parties.decryption.keyshare_uploads import OwnerC1Parts
+from parties.decryption.keyshare.uploads import OwnerC1Parts
 
 
 def commitment_of(contract: StudyContract, private: bytes, parts: OwnerC1Parts) -> Commitment:

@@ -1,10 +1,11 @@
 """A deviating computation server against a REAL decryption server (gRPC, port 0): what it can no longer learn.
 
-Each attack is from issue 23; the double is `adversarial_cs.AdversarialComputationServer`. The
-studies are signed and the double forwards the owners' signed c1 parts first, as a computation
-server does: it then chooses c0 only (its draws, pads and flood), and the DS decrypts with the
-owners' aggregate c1. The claims are listed, with these tests, in docs/threat-model.md ("What a
-deviating computation server learns from the decryption server").
+Each test is one attack a deviating computation server could try; the double is
+`adversarial_cs.AdversarialComputationServer`. The studies are signed and the double forwards
+the owners' signed c1 parts first, as a computation server does: it then chooses c0 only (its
+draws, pads and flood), and the DS decrypts with the owners' aggregate c1. The claims are listed,
+with these tests, in docs/threat-model.md ("What a deviating computation server learns from the
+decryption server").
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _refusal(adv: AdversarialComputationServer, release_id: str, epsilon: float,
 
 
 def test_the_refusal_oracle_no_longer_finds_the_sum_and_every_step_is_charged(cluster: Cluster) -> None:
-    """Issue 23, measured item 1: a binary search on refusals recovered a partition sum exactly.
+    """Measured against an earlier design: a binary search on refusals recovered a partition sum exactly.
 
     Now the magnitude check runs on values that carry the DS's own draw, fresh for each
     request: four searches of 16 steps at epsilon 1/16 (DS noise scale 16) do not all end on
@@ -125,8 +126,8 @@ def test_the_ds_decrypts_with_the_signed_c1_not_the_one_it_is_sent(cluster: Clus
     sent it would be noise) is answered like the honest chunk, the truth plus a DS draw (a fresh one: another
     request), and charged as another request."""
     from he_partition.he.bfv import _CiphertextCodec
-    from he_partition.he.threshold_c1 import ciphertext_parts
-    from he_partition.he.threshold_context import vector_ciphertext
+    from he_partition.he.threshold.c1 import ciphertext_parts
+    from he_partition.he.threshold.context import vector_ciphertext
 
     adv = _adversary(cluster, epsilon=1.0)
     m = PartitionSums(64, 0.1, 1, starts=(0, 32))

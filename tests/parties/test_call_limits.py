@@ -1,4 +1,4 @@
-"""Per-caller limits (issue 24, items 2, 3, 5): idle streams and heavy queries do not starve health or a small
+"""Per-caller limits: idle streams and heavy queries do not starve health or a small
 query, silent streams are cancelled, oversized requests are refused before they are parsed, bytes that do not
 parse are INVALID_ARGUMENT. Real servers over mutual TLS, real gRPC channels."""
 
@@ -136,7 +136,7 @@ def test_eight_57_mib_range_requests_are_refused_unparsed_and_the_server_survive
             assert proc.poll() is None and time.monotonic() < end, (tmp_path / "cs.log").read_text()
             time.sleep(0.05)
         target = f"127.0.0.1:{int(port_file.read_text())}"
-        # 3.75M ranges, ~57 MiB: a valid message far over the 100,000-range limit (issue 24, item 3)
+        # 3.75M ranges, ~57 MiB: a valid message far over the 100,000-range limit
         one = b"\x12\x04\x08\x01\x10\x02"
         big = b"\x0a\x03rel" + one * 10_000_000
         assert 56 * 2**20 < len(big) < 64 * 2**20

@@ -1,5 +1,5 @@
-"""Counts past what a study can decode are refused by the data owner before anything is encrypted or sent
-(issue 24, item 4): the bound is stated in the contract (`max_records_per_owner`, also on the wire)."""
+"""Counts past what a study can decode are refused by the data owner before anything is encrypted or sent:
+the bound is stated in the contract (`max_records_per_owner`, also on the wire)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What reaches the decryption server is recorded; a garbage upload; `spend_rest` with nothing left (issue 23)."""
+"""What reaches the decryption server is recorded; a garbage upload; `spend_rest` with nothing left."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The key holder's local worker pool (issue 26): same released values as in-process, one charge when a worker dies."""
+"""The key holder's local worker pool: same released values as in-process, one charge when a worker dies."""
 
 from __future__ import annotations
 

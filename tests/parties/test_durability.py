@@ -16,14 +16,14 @@ import grpc
 import numpy as np
 
 from he_partition.he.bfv import BfvBackend, load_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common import tls
 from parties.common.errors import ServiceError
 from parties.common.signing import generate_signing_key
 from parties.common.tls import TlsConfig
 from parties.decryption.client import DecryptionClient
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 from parties.decryption.ledger import SqliteLedgerStore, exact_sum
 from parties.decryption.server import LEDGER_FILE
 

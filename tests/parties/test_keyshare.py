@@ -1,4 +1,4 @@
-"""Key-share holders deciding alone (issue 29): real SEAL (K = 3), real SQLite ledgers, one file per holder."""
+"""Key-share holders deciding alone: real SEAL (K = 3), real SQLite ledgers, one file per holder."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,11 +10,11 @@ import pytest
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.core.noise import laplace_scale
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
-from he_partition.he.threshold_decrypt import combine
-from he_partition.he.threshold_wire import ciphertext_digest
+from he_partition.he.threshold.decrypt import combine
+from he_partition.he.threshold.wire import ciphertext_digest
 from parties.common.contract import StudyContract
 from parties.common.errors import FailedPreconditionError
-from parties.decryption.keyshare import ShareRequest, ThresholdHolder
+from parties.decryption.keyshare.holder import ShareRequest, ThresholdHolder
 from parties.decryption.ledger import backup_ledger
 from tests.he_partition.test_threshold import HOLDERS, _encrypted_sum, _rows, make_setup
 

@@ -24,13 +24,13 @@ import pytest
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold_c1 import c1_bytes, c1_from_bytes, c1_of_vector, c1_stream_digest
+from he_partition.he.threshold.c1 import c1_bytes, c1_from_bytes, c1_of_vector, c1_stream_digest
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.common.sealing import (Commitment, commitment_statement, is_sealed, open_chunk, seal_upload_key,
                                     sealed_key_shares, upload_key_from_shares)
 from parties.common.signing import sign_submission
-from parties.decryption.keyshare_uploads import sign_c1_parts
+from parties.decryption.keyshare.uploads import sign_c1_parts
 
 from .conftest import CS_ID, FAST_RETRY, Cluster
 from .test_threshold_refusals import _as_computation_server

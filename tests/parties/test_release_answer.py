@@ -1,4 +1,4 @@
-"""The services' release answer and the running aggregate's generation sync (issue 26, services 1M bins).
+"""The services' release answer and the running aggregate's generation sync (services, 1M bins).
 
 The release is answered from the Summary the server computed (its stored JSON is not parsed
 again), the stored JSON is exactly what `json.dumps` writes, the proto conversion keeps every

@@ -1,4 +1,4 @@
-"""A short outage of the key holder (issue 24, item 6): a measurement is retried, bounded and logged, with the
+"""A short outage of the key holder: a measurement is retried, bounded and logged, with the
 very same ciphertext bytes (no noise redrawn); the CLI keeps its request key while the release may still run."""
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ def test_a_signed_release_is_decrypted_with_the_owners_signed_c1(secure_cluster:
     """The single decryption server of a signed study keeps the owners' signed c1 parts (forwarded by the
     computation server once every owner committed) and decrypts every measurement chunk with their sum;
     the computation server adds its noise, pads and flood to c0 only, so the honest chunks carry that c1."""
-    from he_partition.he.threshold_c1 import c1_of_vector
+    from he_partition.he.threshold.c1 import c1_of_vector
 
     cluster = secure_cluster
     cluster.open_study(domain_size=64, owners=("a", "b"))

@@ -1,4 +1,4 @@
-"""Every case of issue 24, item 5 answers its documented status code with a message naming the problem
+"""Every refused request answers its documented status code with a message naming the problem
 (random bytes -> INVALID_ARGUMENT is in test_call_limits.py; direct-query "left" in test_stores.py)."""
 
 from __future__ import annotations

@@ -287,7 +287,7 @@ def test_direct_batches_that_do_not_fit_change_nothing(ledger_factory: Callable[
     assert len(store.charges("s1")) == 1
     ok = store.charge_direct("s1", "dq-2", _pieces([(0, 10)], 0.2))
     # "left" is what the next request is checked against: total - max(spent, reserved) = 1 - (0.8 + 0.2), not
-    # total - spent (0.5), which a next request could never get (issue 24, item 5).
+    # total - spent (0.5), which a next request could never get.
     assert ok.epsilon == 0.2 and ok.remaining == 0.0
     with pytest.raises(BudgetExhaustedError, match="has 0 left of 1"):
         store.charge_direct("s1", "dq-3", _pieces([(20, 30)], 0.01))

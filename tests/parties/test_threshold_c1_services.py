@@ -1,4 +1,4 @@
-"""The key-share holders compute on the owners' signed c1 only (issue 29), through the real services.
+"""The key-share holders compute on the owners' signed c1 only, through the real services.
 
 K = 3 holders and a computation server in threshold mode over mutual TLS (the fixture of
 test_threshold_services.py): real gRPC servers on port 0, real TenSEAL owner uploads, real SQLite
@@ -13,8 +13,8 @@ import pytest
 
 from he_partition.he.bfv import BfvBackend, _CiphertextCodec, load_context
 from parties.common.errors import ServiceError
-from parties.computation.c1_forward import owner_c1_parts
-from parties.decryption.keyshare_uploads import OwnerC1Parts
+from parties.computation.threshold.c1_forward import owner_c1_parts
+from parties.decryption.keyshare.uploads import OwnerC1Parts
 
 from .test_threshold_refusals import _as_computation_server
 from .test_threshold_services import HOLDERS, OWNERS, Threshold, _spent, _Spy, threshold
@@ -68,10 +68,10 @@ def test_the_chosen_ciphertext_attack_gets_nothing_and_nothing_is_charged(thresh
     assert [_spent(threshold, i, "s-cc") for i in range(3)] == spent
     # what a deviating CS can ask for instead: shares of the signed c1, bound to it; they decrypt no crafted c1
     from he_partition.core.errors import InvalidInputError
-    from he_partition.he.threshold_c1 import c1_digest, c1_of_vector
-    from he_partition.he.threshold_context import vector_ciphertext
-    from he_partition.he.threshold_decrypt import combine
-    from he_partition.he.threshold_wire import DecryptionShare
+    from he_partition.he.threshold.c1 import c1_digest, c1_of_vector
+    from he_partition.he.threshold.context import vector_ciphertext
+    from he_partition.he.threshold.decrypt import combine
+    from he_partition.he.threshold.wire import DecryptionShare
 
     got = [_as_computation_server(threshold, i).issue_shares(**{**ask, "chunks": (), "release_id": "rel-2"})
            for i in range(3)]
@@ -149,8 +149,8 @@ def test_a_cs_holding_a_forged_c1_signature_cannot_release_and_nothing_is_charge
 def test_a_cs_that_drops_an_owner_from_the_aggregate_gets_shares_that_do_not_decrypt_it(
         threshold: Threshold) -> None:
     from he_partition.core.errors import InvalidInputError
-    from he_partition.he.threshold_context import vector_ciphertext
-    from he_partition.he.threshold_decrypt import combine
+    from he_partition.he.threshold.context import vector_ciphertext
+    from he_partition.he.threshold.decrypt import combine
 
     ask = _honest_request(threshold, "s-drop")
     h = threshold.cs.handler

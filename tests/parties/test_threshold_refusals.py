@@ -1,4 +1,4 @@
-"""K = 3 key-share holders through real services (issue 29): what a deviating computation server, a rogue key or
+"""K = 3 key-share holders through real services: what a deviating computation server, a rogue key or
 malformed input gets (nothing), the refusals of the full-key RPCs and of joins, and the CLI processes."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ __all__ = ["threshold"]  # the fixture, imported for the tests here
 
 def _as_computation_server(t: Threshold, i: int) -> Any:
     """A client of holder i with the computation server's certificate (a deviating CS, played by the test)."""
-    from parties.decryption.keyshare_client import KeyShareClient
+    from parties.decryption.keyshare.client import KeyShareClient
     c = KeyShareClient(HOLDERS[i], t.holders[i].target, retry=FAST_RETRY, tls=t.pki.tls(CS_ID, "computation"))
     t.clients.append(c)
     return c
@@ -44,8 +44,8 @@ def test_an_identical_request_gets_identical_shares_charged_once_and_wrong_share
     assert _spent(threshold, 0, "s-share") == pytest.approx(0.5)
     # a combiner handed holder h1's share in holder h2's place refuses to combine
     from he_partition.core.errors import InvalidInputError
-    from he_partition.he.threshold_context import vector_ciphertext
-    from he_partition.he.threshold_decrypt import combine
+    from he_partition.he.threshold.context import vector_ciphertext
+    from he_partition.he.threshold.decrypt import combine
     shares = [_as_computation_server(threshold, i).issue_shares(**ask).shares[0] for i in range(3)]
     ct = vector_ciphertext(kw["chunks"][0])
     fp = bytes.fromhex(threshold.holders[0].handler.active.fingerprint)
@@ -190,8 +190,8 @@ def test_a_rogue_key_share_in_the_setup_is_refused_by_every_holder_and_activates
     import secrets as pysecrets
 
     from he_partition.he.bfv import generate_secret_context
-    from he_partition.he.threshold_keys import holder_keygen
-    from he_partition.he.threshold_setup import common_seed
+    from he_partition.he.threshold.keys import holder_keygen
+    from he_partition.he.threshold.setup import common_seed
 
     t = Threshold.start(tmp_path)
     try:
@@ -254,12 +254,12 @@ def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold
     holders' DP noise) and nothing else."""
     from he_partition.core.measurements import PartitionSums
     from he_partition.he.bfv import load_context
-    from he_partition.he.threshold_context import vector_ciphertext
-    from he_partition.he.threshold_decrypt import combine
+    from he_partition.he.threshold.context import vector_ciphertext
+    from he_partition.he.threshold.decrypt import combine
 
     from he_partition.core.measurements import owner_encoding
     from he_partition.he.bfv import BfvBackend
-    from parties.computation.c1_forward import owner_c1_parts
+    from parties.computation.threshold.c1_forward import owner_c1_parts
 
     contract = threshold.open_and_submit("s-pads")
     ctx = load_context(threshold.combiner.public_context())

@@ -1,4 +1,4 @@
-"""K = 3 key-share holders through real services (issue 29): mutual TLS, real gRPC servers on port 0, real
+"""K = 3 key-share holders through real services: mutual TLS, real gRPC servers on port 0, real
 TenSEAL ciphertexts under the collective key, real SQLite ledgers (one per holder)."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from parties.common.signing import generate_signing_key, stream_digest
 from parties.computation.server import create_computation_server
 from parties.decryption.handler import NOISE_STREAM
 from parties.common.contract import canonical_json
-from parties.decryption.keyshare_servicer import create_keyshare_server
+from parties.decryption.keyshare.servicer import create_keyshare_server
 from parties.decryption.ledger import backup_ledger
 from tests.parties.conftest import CS_ID, FAST_RETRY, Cluster, Pki
 
@@ -197,9 +197,9 @@ def _label(kw: dict[str, Any]) -> bytes:
 def _holder_label(kw: dict[str, Any]) -> bytes:
     """A key-share holder's label of the request: the measured chunks' signed c1 (what its shares decrypt)."""
     from he_partition.he.bfv import generate_secret_context
-    from he_partition.he.threshold_c1 import c1_digest, c1_of_vector
-    from parties.decryption.keyshare import chunks_digest
-    from parties.decryption.keyshare import measurement_label as holder_label
+    from he_partition.he.threshold.c1 import c1_digest, c1_of_vector
+    from parties.decryption.keyshare.holder import chunks_digest
+    from parties.decryption.keyshare.holder import measurement_label as holder_label
 
     m: Measurement = kw["measurement"]
     ctx = generate_secret_context()
@@ -294,7 +294,7 @@ class _Combines:
     """Counts the combiner's calls of `combine` (the only step that decrypts anything)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import parties.computation.threshold as mod
+        import parties.computation.threshold.decryption as mod
         self.calls = 0
         real = mod.combine
 

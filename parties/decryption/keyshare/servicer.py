@@ -1,4 +1,4 @@
-"""The Decryption service of a key-share holder (issue 29) and the server that runs it.
+"""The Decryption service of a key-share holder and the server that runs it.
 
 Same service as the single decryption server (`dpagg.v1.Decryption`): GetPublicContext (the
 collective public context), OpenStudy / GetStudy / BudgetStatus / ChargeDirectQueries over this
@@ -16,21 +16,21 @@ import grpc
 from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 
-from ..common.access import AccessPolicy
-from ..common.config import DecryptionConfig
-from ..common.contract import check_id
-from ..common.convert import measurement_from_proto
-from ..common.errors import FailedPreconditionError
-from ..common.limits import DECRYPTION_MAX_RECEIVE, server_options
-from ..common.server import ServerHandle, create_server
-from ..common.util import lock_data_dir
-from .handler import DecryptionHandler
-from .keys import load_or_create_noise_key
-from .keyshare_service import JOINS_SINGLE_HOLDER, KeyShareService
-from ..common.sealing import Commitment
-from .keyshare_uploads import OwnerC1Parts
-from .receipts import ReceiptSigner
-from .servicer import SERVICE_NAME, DecryptionServicer
+from ...common.access import AccessPolicy
+from ...common.config import DecryptionConfig
+from ...common.contract import check_id
+from ...common.convert import measurement_from_proto
+from ...common.errors import FailedPreconditionError
+from ...common.limits import DECRYPTION_MAX_RECEIVE, server_options
+from ...common.server import ServerHandle, create_server
+from ...common.util import lock_data_dir
+from ..handler import DecryptionHandler
+from ..keys import load_or_create_noise_key
+from .service import JOINS_SINGLE_HOLDER, KeyShareService
+from ...common.sealing import Commitment
+from .uploads import OwnerC1Parts
+from ..receipts import ReceiptSigner
+from ..servicer import SERVICE_NAME, DecryptionServicer
 
 __all__ = ["KeyShareServicer", "create_keyshare_server"]
 

@@ -1,4 +1,4 @@
-"""A public TenSEAL BFV context that encrypts under the collective public key (issue 29).
+"""A public TenSEAL BFV context that encrypts under the collective public key.
 
 TenSEAL's Python API cannot take a foreign public key, but its context serializes as the protobuf
 `TenSEALContextProto` (tenseal/proto/tensealcontext.proto): field 1 the encryption parameters,

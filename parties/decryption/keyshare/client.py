@@ -1,4 +1,4 @@
-"""Client of one key-share holder (issue 29): the decryption client plus the key setup and share RPCs."""
+"""Client of one key-share holder: the decryption client plus the key setup and share RPCs."""
 from __future__ import annotations
 
 import logging
@@ -10,10 +10,10 @@ import grpc
 from dpagg.v1 import decryption_pb2
 from he_partition.core.measurements import Measurement
 
-from ..common.config import RELEASE_TIMEOUT
-from ..common.convert import measurement_to_proto
-from ..common.errors import ServiceError
-from .client import DecryptionClient
+from ...common.config import RELEASE_TIMEOUT
+from ...common.convert import measurement_to_proto
+from ...common.errors import ServiceError
+from ..client import DecryptionClient
 
 __all__ = ["HolderShares", "KeyShareClient", "SetupReply"]
 

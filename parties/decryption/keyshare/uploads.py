@@ -1,10 +1,10 @@
-"""A key holder's record of the owners' signed c1 parts (issue 29): the expected c1 of every chunk.
+"""A key holder's record of the owners' signed c1 parts: the expected c1 of every chunk.
 
 Kept by every key-share holder and by the single decryption server (for signed studies): both
 take a measurement chunk's c1 from here, never from the computation server.
 
 The computation server forwards, once per study, each owner's c1 parts (one per upload chunk,
-`he_partition.he.threshold_c1.c1_bytes`) with the owner's Ed25519 signature over them
+`he_partition.he.threshold.c1.c1_bytes`) with the owner's Ed25519 signature over them
 (`c1_statement`, domain-separated from the submission signature). `UploadC1Book.accept`
 verifies every signature against the owner keys in the holder's own copy of the contract,
 requires exactly the contract's owners (one dropped, a duplicate or a stranger is refused) and
@@ -29,14 +29,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.threshold_c1 import (C1_MISMATCH, C1Part, aggregate_c1, c1_bytes, c1_from_bytes, c1_of_vector,
+from he_partition.he.threshold.c1 import (C1_MISMATCH, C1Part, aggregate_c1, c1_bytes, c1_from_bytes, c1_of_vector,
                                           c1_stream_digest, check_c1)
 
-from ..common.contract import StudyContract
-from ..common.sealing import Commitment
-from ..common.errors import FailedPreconditionError
-from ..common.signing import SignatureError, sign_submission, verify_submission
-from ..common.util import write_file_atomic
+from ...common.contract import StudyContract
+from ...common.sealing import Commitment
+from ...common.errors import FailedPreconditionError
+from ...common.signing import SignatureError, sign_submission, verify_submission
+from ...common.util import write_file_atomic
 
 __all__ = ["OwnerC1Parts", "UploadC1Book", "c1_statement", "sign_c1_parts", "sign_c1_upload"]
 
@@ -69,7 +69,7 @@ class OwnerC1Parts:
 
 def sign_c1_parts(private: bytes, *, study_id: str, owner_id: str, idempotency_key: str, contract_hash: str,
                   parts: Sequence[bytes]) -> OwnerC1Parts:
-    """Data-owner side: sign the c1 parts of its upload chunks (`threshold_c1.c1_bytes` of each, in order)."""
+    """Data-owner side: sign the c1 parts of its upload chunks (`threshold.c1.c1_bytes` of each, in order)."""
     digest = c1_statement(study_id, owner_id, idempotency_key, contract_hash, c1_stream_digest(parts))
     return OwnerC1Parts(owner_id, idempotency_key, tuple(bytes(p) for p in parts), sign_submission(private, digest))
 

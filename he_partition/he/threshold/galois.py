@@ -1,4 +1,4 @@
-"""Collective Galois keys for n-of-n threshold BFV (issue 29): one round, linear in the secret.
+"""Collective Galois keys for n-of-n threshold BFV: one round, linear in the secret.
 
 A SEAL Galois key for element g is a key-switching key from s(X^g) to s: for each of the d data
 primes q_j (the decomposition) a pair (b_{g,j}, a_{g,j}) at the key level in NTT form with
@@ -10,9 +10,9 @@ the collective secret with K times one key's error (Mouchet et al., PETS 2021, s
 Holder i gets its b^i from SEAL's own `create_galois_keys` under s_i (a `KeyGenerator` loaded with
 its secret) with SEAL's random a', re-randomized to the common a_{g,j} as the public-key share is:
 b^i = b' + (a' - a) s_i. The common a_{g,j} comes from the setup seed through
-`threshold_wire.common_polynomial` with its own domain tag per element and decomposition index
+`threshold.wire.common_polynomial` with its own domain tag per element and decomposition index
 (`galois_tag`), so it is separated from the public key's a and from every other element's.
-Commit-then-reveal as for p_i (`threshold_wire.key_share_commitment` over the share bytes, which
+Commit-then-reveal as for p_i (`threshold.wire.key_share_commitment` over the share bytes, which
 name the holder and the elements): no holder can pick its share after seeing the others'.
 
 Adds no noise beyond SEAL's key error (e, centred binomial, per holder) and spends no budget.
@@ -30,9 +30,9 @@ import tenseal.sealapi as seal
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import seal_ciphertext_bytes
 from he_partition.he.rns import mulmod
-from he_partition.he.threshold_keys import (HolderSecret, key_moduli, load_seal, read_u64, seal_version,
+from he_partition.he.threshold.keys import (HolderSecret, key_moduli, load_seal, read_u64, seal_version,
                                             secret_plaintext_bytes)
-from he_partition.he.threshold_wire import common_polynomial, verify_reveals
+from he_partition.he.threshold.wire import common_polynomial, verify_reveals
 
 __all__ = ["galois_elements", "galois_tag", "holder_galois_share", "collective_galois_keys", "GaloisKeyShare"]
 

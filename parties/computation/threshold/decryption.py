@@ -1,4 +1,4 @@
-"""The computation server in threshold mode (issue 29): K key-share holders in place of one decryption server.
+"""The computation server in threshold mode: K key-share holders in place of one decryption server.
 
 `ThresholdDecryption` has the decryption client's interface (`ComputationHandler.decryption`),
 so releases and direct queries run unchanged: for each measurement it sends the noised and
@@ -26,21 +26,21 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, n_chunks
 from he_partition.core.measurements import Measurement, refuse_implausible
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
-from he_partition.he.threshold_context import collective_context_bytes, vector_ciphertext
-from he_partition.he.threshold_decrypt import combine
-from he_partition.he.threshold_keys import collective_public_key, key_fingerprint
-from he_partition.he.threshold_setup import SetupRelay, common_seed
+from he_partition.he.threshold.context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold.decrypt import combine
+from he_partition.he.threshold.keys import collective_public_key, key_fingerprint
+from he_partition.he.threshold.setup import SetupRelay, common_seed
 
-from ..common.contract import StudyContract
-from ..common.errors import FailedPreconditionError, ServiceError, status_for
-from ..common.receipts import ReceiptBook
-from ..common.sealing import Commitment, upload_key_from_shares
-from ..common.tls import TlsConfig
-from ..common.util import new_id
-from ..decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
-from ..decryption.forwarding import UploadForwarding
-from ..decryption.keyshare_client import HolderShares, KeyShareClient
-from ..decryption.keyshare_uploads import OwnerC1Parts
+from ...common.contract import StudyContract
+from ...common.errors import FailedPreconditionError, ServiceError, status_for
+from ...common.receipts import ReceiptBook
+from ...common.sealing import Commitment, upload_key_from_shares
+from ...common.tls import TlsConfig
+from ...common.util import new_id
+from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
+from ...decryption.forwarding import UploadForwarding
+from ...decryption.keyshare.client import HolderShares, KeyShareClient
+from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
 

@@ -15,13 +15,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from he_partition.he.threshold_c1 import c1_bytes, c1_of_vector
+from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 
-from ..common.contract import check_id
-from ..common.errors import FailedPreconditionError
-from ..common.util import write_file_atomic
-from ..decryption.keyshare_uploads import OwnerC1Parts
-from .store import Submission
+from ...common.contract import check_id
+from ...common.errors import FailedPreconditionError
+from ...common.util import write_file_atomic
+from ...decryption.keyshare.uploads import OwnerC1Parts
+from ..store import Submission
 
 __all__ = ["C1Signatures", "owner_c1_parts"]
 

@@ -1,4 +1,4 @@
-"""The c1 part of BFV ciphertexts, for the key-share holders' check against a chosen ciphertext (issue 29).
+"""The c1 part of BFV ciphertexts, for the key-share holders' check against a chosen ciphertext.
 
 A holder's share is c1 s_i + noise: whoever picks c1 picks what the share reveals about s_i
 (with c1 = floor(Delta / 3) one share gives the whole s_i: tests/he_partition/threshold_attacker.py).
@@ -23,7 +23,7 @@ import tenseal as ts
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.seal_io import ciphertext_polys
-from he_partition.he.threshold_context import vector_ciphertext
+from he_partition.he.threshold.context import vector_ciphertext
 
 __all__ = ["C1_MISMATCH", "C1Part", "c1_of_vector", "c1_digest", "ciphertext_parts", "level_moduli", "c1_bytes", "c1_from_bytes", "c1_stream_digest",
            "aggregate_c1", "ciphertext_c1", "check_c1"]
@@ -108,7 +108,7 @@ def c1_stream_digest(parts: Iterable[bytes]) -> bytes:
 
 
 def c1_digest(part: C1Part) -> bytes:
-    """SHA-256 of one c1 part's canonical bytes: what a chunk's decryption shares are bound to (issue 29)."""
+    """SHA-256 of one c1 part's canonical bytes: what a chunk's decryption shares are bound to."""
     return hashlib.sha256(_DIGEST_TAG + c1_bytes(part)).digest()
 
 

@@ -1,13 +1,13 @@
 """n-of-n collective BFV key generation (Mouchet et al., PETS 2021) on SEAL's bindings, bytes in and out.
 
 Holder i keeps s_i (its SEAL secret key, NTT form at the key level) and publishes
-p_i = -(a s_i) + e_i over the common polynomial `a` (`threshold_wire.common_polynomial`): SEAL's
+p_i = -(a s_i) + e_i over the common polynomial `a` (`threshold.wire.common_polynomial`): SEAL's
 own `create_public_key` gives (-(a' s_i) + e_i, a') under a random a'; adding (a' - a) s_i
-re-randomizes it to the common a (issue 29's measured route: a key-level ciphertext cannot be
-loaded, a key-level PublicKey can). The holders commit to their p_i before revealing
-(`threshold_wire.key_share_commitment` / `verify_reveals`); sum p_i with `a` is the collective
+re-randomizes it to the common a (the route SEAL's bindings allow: a key-level ciphertext cannot
+be loaded, a key-level PublicKey can). The holders commit to their p_i before revealing
+(`threshold.wire.key_share_commitment` / `verify_reveals`); sum p_i with `a` is the collective
 SEAL PublicKey, under which ciphertexts decrypt with sum s_i (in [-K, K]: fresh budget ~102 bits
-for K = 3). Collective Galois keys: `threshold_galois`.
+for K = 3). Collective Galois keys: `threshold.galois`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import tenseal.sealapi as seal
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import seal_ciphertext_bytes
 from he_partition.he.seal_io import load_seal_bytes, seal_bytes
-from he_partition.he.threshold_wire import common_polynomial, verify_reveals
+from he_partition.he.threshold.wire import common_polynomial, verify_reveals
 
 _SECRET_MAGIC = b"DPTK1"
 _SHARE_MAGIC = b"DPTP1"
@@ -67,7 +67,7 @@ def secret_plaintext(ctx: ts.Context, secret: "HolderSecret", parms_id: list[int
 
     SEAL's Plaintext serialization: header, parms_id, coefficient count, scale, then the
     coefficient DynArray (its own header, size, uncompressed uint64 values). `multiply_plain`
-    by it gives c s_i mod q exactly (issue 29), inside SEAL, so the share reads one polynomial.
+    by it gives c s_i mod q exactly, inside SEAL, so the share reads one polynomial.
     """
     return load_seal(seal.Plaintext, ctx, secret_plaintext_bytes(ctx, secret, parms_id, k), "holder secret plaintext")
 
@@ -184,7 +184,7 @@ def encrypt_sum(ctx: ts.Context, public_key: bytes, rows: list[list[int]]) -> by
     """SEAL bytes of the sum of one fresh encryption per row (batched slots) under `public_key`.
 
     What owners (each encrypting its row) and the CS (summing) produce, in one call, through SEAL
-    directly (owners using TenSEAL take `threshold_context.collective_context` instead).
+    directly (owners using TenSEAL take `threshold.context.collective_context` instead).
     """
     if not rows:
         raise InvalidInputError("encrypt_sum needs at least one row")

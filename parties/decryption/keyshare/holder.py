@@ -1,7 +1,7 @@
-"""One key-share holder's decision (issue 29, n-of-n threshold decryption): contract, own ledger, one share.
+"""One key-share holder's decision (n-of-n threshold decryption): contract, own ledger, one share.
 
 A `ThresholdHolder` replaces the single decryption server's decision for one of K holders. It
-holds its secret s_i (`he_partition.he.threshold_setup`), its own noise key and its own SQLite
+holds its secret s_i (`he_partition.he.threshold.setup`), its own noise key and its own SQLite
 ledger (the decryption server's `SqliteLedgerStore`, one file per holder, with a table of the
 shares it issued in the same file). It decides alone, in this order, from its own state only:
 
@@ -21,7 +21,7 @@ shares it issued in the same file). It decides alone, in this order, from its ow
 
 `request_share` decides for one ciphertext with its DP share on its leading slots (the library
 form); `measurement_shares` for a whole measurement of a release or a direct query (the service
-form, `parties.decryption.keyshare_servicer`): one charge per measurement, the DP share drawn on
+form, `parties.decryption.keyshare.servicer`): one charge per measurement, the DP share drawn on
 the measured values and mapped to slots by the measurement's public map, one share per chunk.
 """
 from __future__ import annotations
@@ -41,18 +41,18 @@ import numpy.typing as npt
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import KeyedRandom, laplace_scale
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
-from he_partition.he.threshold_c1 import C1Part, c1_digest
-from he_partition.he.threshold_decrypt import chunk_share, decryption_share, padded_noise, secret_product
-from he_partition.he.threshold_keys import HolderSecret
-from he_partition.he.threshold_wire import ciphertext_digest
+from he_partition.he.threshold.c1 import C1Part, c1_digest
+from he_partition.he.threshold.decrypt import chunk_share, decryption_share, padded_noise, secret_product
+from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.threshold.wire import ciphertext_digest
 from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
 
-from ..common.contract import StudyContract, canonical_json, check_id
-from ..common.errors import FailedPreconditionError
-from ..common.util import utc_now
-from .handler import NOISE_STREAM
-from .keyshare_uploads import UploadC1Book
-from .ledger import SqliteLedgerStore
+from ...common.contract import StudyContract, canonical_json, check_id
+from ...common.errors import FailedPreconditionError
+from ...common.util import utc_now
+from ..handler import NOISE_STREAM
+from .uploads import UploadC1Book
+from ..ledger import SqliteLedgerStore
 
 __all__ = ["MeasurementShares", "ShareRequest", "ThresholdHolder"]
 
@@ -122,7 +122,7 @@ class ThresholdHolder:
         self._db = sqlite3.connect(Path(ledger_path), isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
-        #: The owners' signed c1 parts (issue 29's defence against a chosen ciphertext): with a
+        #: The owners' signed c1 parts (the defence against a chosen ciphertext): with a
         #: book, every ciphertext must carry its chunk's aggregate c1 before anything is charged,
         #: and a measurement's shares are computed on those c1 (`product`).
         self.uploads = uploads

@@ -1,7 +1,7 @@
 """n-of-n threshold BFV decryption: each holder's share h_i = c1 s_i + e_smudge, and the combine.
 
 Input ciphertexts are SEAL ciphertext bytes (2 parts, coefficient form, any level) encrypted
-under the collective key of `threshold_keys`. A share is `threshold_wire.DecryptionShare` bytes,
+under the collective key of `threshold.keys`. A share is `threshold.wire.DecryptionShare` bytes,
 bound to hash(ciphertext), the holder id and the collective key's fingerprint; its payload is
 c1 s_i + e_smudge in coefficient form, residues modulo each prime of the ciphertext's level.
 
@@ -26,9 +26,9 @@ from he_partition.core.noise import RandomSource
 from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS, seal_ciphertext_bytes
 from he_partition.he.rns import residues
 from he_partition.he.seal_io import ciphertext_polys, plaintext_coeffs, seal_bytes
-from he_partition.he.threshold_c1 import c1_digest, ciphertext_parts
-from he_partition.he.threshold_keys import HolderSecret, load_seal, seal_version, secret_plaintext
-from he_partition.he.threshold_wire import (SMUDGING_BITS, DecryptionShare, check_shares, ciphertext_digest,
+from he_partition.he.threshold.c1 import c1_digest, ciphertext_parts
+from he_partition.he.threshold.keys import HolderSecret, load_seal, seal_version, secret_plaintext
+from he_partition.he.threshold.wire import (SMUDGING_BITS, DecryptionShare, check_shares, ciphertext_digest,
                                             smudging_words)
 
 
@@ -143,8 +143,8 @@ def secret_product(ctx: ts.Context, secret: HolderSecret, parms_id: Sequence[int
                    c1: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """c1 s_i mod each prime of the level `parms_id` (shape (k, N), coefficient form): the secret part of a share.
 
-    Computed inside SEAL (NTT, `multiply_plain` by s_i, inverse NTT: exact, issue 29) on the
-    ciphertext (c1, c1) and read back with numpy (`seal_io.ciphertext_polys`). The same for every
+    Computed inside SEAL (NTT, `multiply_plain` by s_i, inverse NTT: exact) on the ciphertext
+    (c1, c1) and read back with numpy (`seal_io.ciphertext_polys`). The same for every
     share of a chunk whose c1 is fixed (the owners' signed aggregate): a holder keeps it per chunk
     (`ThresholdHolder.product`), never outside its own memory. Adds no noise.
     """
@@ -166,8 +166,8 @@ def chunk_share(ctx: ts.Context, holder: int, key_fp: bytes, product: npt.NDArra
                 rng: RandomSource | None = None) -> bytes:
     """Holder `holder`'s share c1 s_i + e_smudge + Delta m_i from its `product` c1 s_i (`secret_product`), bound to `bound`.
 
-    `bound`: the 32-byte digest the share is bound to (`threshold_wire.ciphertext_digest` of the
-    ciphertext, or `threshold_c1.c1_digest` of the chunk's signed c1); the combiner refuses a
+    `bound`: the 32-byte digest the share is bound to (`threshold.wire.ciphertext_digest` of the
+    ciphertext, or `threshold.c1.c1_digest` of the chunk's signed c1); the combiner refuses a
     share bound to anything else. Noise, privacy and who knows it: as `decryption_share`.
     """
     n = int(np.asarray(product).shape[1])
@@ -193,7 +193,7 @@ def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphe
     Privacy: epsilon = sensitivity / scale for a measurement of L1 sensitivity `sensitivity`
     under add/remove of one person with at most c records, when the K holders' shares at
     `scale` sum to one discrete Laplace (`noise_shares.discrete_laplace_share`); the caller
-    charges that epsilon (`parties.decryption.keyshare.ThresholdHolder`). Who knows the noise:
+    charges that epsilon (`parties.decryption.keyshare.holder.ThresholdHolder`). Who knows the noise:
     only this holder knows its dp_noise and its smudging; the combiner sees only their sum with
     the other holders' and the data. With `rng` the smudging is drawn from it
     (`keyed_smudging_noise`: a holder's keyed source makes a repeat identical), else from the
@@ -217,7 +217,7 @@ def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders
     `min_budget` bits (default `bfv.MIN_NOISE_BUDGET_BITS` = 20; an honest K = 3 combine with
     B = 70 smudging has ~38): a share made with another secret or relabelled as another holder's,
     or a ciphertext not under the collective key, decodes to noise and is refused, never returned.
-    `bound_to_c1`: the shares are bound to the ciphertext's c1 (`threshold_c1.c1_digest`: the
+    `bound_to_c1`: the shares are bound to the ciphertext's c1 (`threshold.c1.c1_digest`: the
     holders' shares of a measurement chunk, computed on the owners' signed c1) rather than to
     the whole ciphertext. Holds no secret, adds no noise.
     """

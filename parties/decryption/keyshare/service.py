@@ -1,4 +1,4 @@
-"""A key-share holder's state (issue 29): its key store, its side of the key setup, its share decisions.
+"""A key-share holder's state: its key store, its side of the key setup, its share decisions.
 
 A holder is a decryption server in key-share mode (`dpagg serve-decryption --key-share NAME
 --holders N1,N2,...`). It keeps, in its own data directory:
@@ -10,7 +10,7 @@ A holder is a decryption server in key-share mode (`dpagg serve-decryption --key
 - its own noise key and its own SQLite ledger, as the single decryption server does.
 
 The collective key fingerprint every contract carries is the SHA-256 of the public TenSEAL
-context built around the collective key (`threshold_context.collective_context`, deterministic
+context built around the collective key (`threshold.context.collective_context`, deterministic
 bytes): what owners already check (`context_fingerprint` of the context they download), and it
 binds the key. Once the key is active, studies, budgets and direct-query charges go through the
 single decryption server's `DecryptionHandler` over this holder's ledger (its public "key
@@ -35,23 +35,23 @@ from he_partition.core.noise import SecureRandom
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold_context import collective_context_bytes
-from he_partition.he.threshold_keys import HolderSecret
-from he_partition.he.threshold_setup import HolderSetup
+from he_partition.he.threshold.context import collective_context_bytes
+from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.threshold.setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
 
-from ..common.contract import StudyContract, canonical_json
-from ..common.errors import FailedPreconditionError
-from ..common.util import write_file_atomic, write_private_file
-from .handler import DecryptionHandler, charged_epsilon, decryption_detail
-from .keys import KeyMaterial
+from ...common.contract import StudyContract, canonical_json
+from ...common.errors import FailedPreconditionError
+from ...common.util import write_file_atomic, write_private_file
+from ..handler import DecryptionHandler, charged_epsilon, decryption_detail
+from ..keys import KeyMaterial
 
-from .keyshare import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,
+from .holder import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,
                        measurement_shares)
-from ..common.sealing import Commitment, SealKeyPair
-from .commitments import CommitmentBook
-from .keyshare_uploads import OwnerC1Parts, UploadC1Book
-from .ledger import Charge
+from ...common.sealing import Commitment, SealKeyPair
+from ..commitments import CommitmentBook
+from .uploads import OwnerC1Parts, UploadC1Book
+from ..ledger import Charge
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
@@ -97,7 +97,7 @@ class KeyShareService:
         self.index = holder_index(name, self.holders)
         self.keys_dir = Path(data_dir) / "keys"
         self.ledger_path = Path(data_dir) / "ledger.sqlite3"
-        self.c1_dir = Path(data_dir) / "c1"  # the owners' expected aggregate c1 per study (keyshare_uploads)
+        self.c1_dir = Path(data_dir) / "c1"  # the owners' expected aggregate c1 per study (keyshare.uploads)
         self.noise_key = noise_key
         self.require_signed = require_signed
         self.template = generate_secret_context()  # BFV parameters only; its own keys are never used

@@ -1,4 +1,4 @@
-"""Wire format, commitments and exact samplers of n-of-n threshold BFV (issue 29), no SEAL arithmetic.
+"""Wire format, commitments and exact samplers of n-of-n threshold BFV, no SEAL arithmetic.
 
 This is the SEAL-independent part of the threshold core (Mouchet, Troncoso-Pastoriza, Bossuat,
 Hubaux, PETS 2021): the common random polynomial `a` from an agreed seed, the commit-then-reveal
@@ -6,7 +6,7 @@ step of collective key generation, the exact smudging sampler of decryption shar
 binding of each decryption share to hash(ciphertext) and its holder id, with the checks a combiner
 runs before it adds any share. Everything is bytes in, bytes out; a malformed byte string raises
 `InvalidInputError` naming what is wrong. The RLWE arithmetic (p_i = -(a s_i) + e_i, h_i = c1 s_i + e)
-on SEAL objects is in `threshold_keys` and `threshold_decrypt`.
+on SEAL objects is in `threshold.keys` and `threshold.decrypt`.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def smudging_noise(count: int, bits: int = SMUDGING_BITS) -> list[int]:
     Statistical-distance bound per ciphertext: if the
     data-dependent part of a share's phase has |v| <= 2^b per coefficient, the share with and
     without v differ by at most N * 2^b / 2^(bits+1) in total variation (N coefficients); with
-    N = 8192, b = 17.6 (10 owners, issue 29) and bits = 70 that is 2^(13 + 17.6 - 71) ~ 2^-40.4.
+    N = 8192, b = 17.6 (measured for a sum of 10 owners) and bits = 70 that is 2^(13 + 17.6 - 71) ~ 2^-40.4.
     """
     if count < 0 or not 1 <= bits <= 200:
         raise InvalidInputError(f"smudging needs count >= 0 and bits in [1, 200], got {count}, {bits}")
@@ -117,7 +117,7 @@ def smudging_noise(count: int, bits: int = SMUDGING_BITS) -> list[int]:
         return [(int(h) << 62) + int(x) - (1 << bits) for h, x in zip(hi.tolist(), lo.tolist())]
     half, width = 1 << bits, (bits + 8) // 8  # whole bytes holding bits + 1 bits
     mask = (1 << (bits + 1)) - 1
-    pool = secrets.token_bytes(width * count)  # one CSPRNG call, not one per value (issue 29, item 4)
+    pool = secrets.token_bytes(width * count)  # one CSPRNG call, not one per value (the share's speed path)
     return [(int.from_bytes(pool[i:i + width], "little") & mask) - half for i in range(0, width * count, width)]
 
 
@@ -206,7 +206,7 @@ def check_shares(shares: Iterable[DecryptionShare], holders: Sequence[int], key_
     """The shares to combine, one per holder in `holders` order, or `ShareCombineError` (an InvalidInputError) naming why not.
 
     Refused: a share for another ciphertext (its digest is not `ciphertext_digest(ciphertext)`,
-    or not `bound` for shares bound to a chunk's c1, `threshold_c1.c1_digest`), under another
+    or not `bound` for shares bound to a chunk's c1, `threshold.c1.c1_digest`), under another
     collective key, from a holder outside the set (foreign), a second share from one holder
     (duplicate), or a holder without a share (missing). n-of-n: every holder's share is needed.
     """

@@ -1,6 +1,6 @@
-"""Collective key generation as a protocol state machine (issue 29): holder side and relay side.
+"""Collective key generation as a protocol state machine: holder side and relay side.
 
-The arithmetic is `threshold_keys` (p_i, the collective key) and `threshold_decrypt` (shares,
+The arithmetic is `threshold.keys` (p_i, the collective key) and `threshold.decrypt` (shares,
 combine); this module orders it into rounds so no party chooses the key and the setup stops
 when any holder is missing or cheats. No network: each message is bytes, the relay (the
 computation server in the deployment) carries them, and every holder checks them itself.
@@ -25,7 +25,7 @@ Rounds (K holders, `session` a unique id of this setup, e.g. 16 random bytes fro
    the plaintext is public), once per session; the relay combines and sends the result; each
    holder compares it with the test vector itself and only then marks the key active.
 6. **Galois keys (optional, once)**: the relay names the Galois elements; holder i commits to its
-   Galois key share (`threshold_galois.holder_galois_share`, over a common a per element and
+   Galois key share (`threshold.galois.holder_galois_share`, over a common a per element and
    decomposition index from the same seed under its own domain tag), reveals it once every
    commitment is in, and every holder builds the collective GaloisKeys itself (two message rounds,
    one round of key material: Galois keys are linear in s).
@@ -48,10 +48,10 @@ import numpy.typing as npt
 import tenseal as ts
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.threshold_decrypt import combine, decryption_share
-from he_partition.he.threshold_galois import collective_galois_keys, holder_galois_share
-from he_partition.he.threshold_keys import HolderSecret, collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
-from he_partition.he.threshold_wire import key_share_commitment
+from he_partition.he.threshold.decrypt import combine, decryption_share
+from he_partition.he.threshold.galois import collective_galois_keys, holder_galois_share
+from he_partition.he.threshold.keys import HolderSecret, collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.threshold.wire import key_share_commitment
 
 _SEED_COMMIT = b"dpagg/keygen/seed-commit/v1"
 _SEED = b"dpagg/keygen/common-seed/v1"
@@ -190,7 +190,7 @@ class HolderSetup:
     # Optional Galois rounds (joins, rotations), after the key is active; their own state, once per setup.
 
     def commit_galois(self, elements: Sequence[int]) -> bytes:
-        """Galois round 1: commit to this holder's Galois key share for `elements` (`threshold_galois`), once."""
+        """Galois round 1: commit to this holder's Galois key share for `elements` (`threshold.galois`), once."""
         self._at("active")
         if self.galois_state != "none":
             raise InvalidInputError(f"holder {self.holder} made its Galois key share already: one per setup")
