@@ -13,6 +13,8 @@ import numpy.typing as npt
 
 from .errors import InvalidInputError
 from .estimation import IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint
+from .intervals import (ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, exact_sum_halfwidth,
+                        noise_halfwidth)
 
 __all__ = ["Summary", "RangeCount", "RangeCounts", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 
@@ -70,12 +72,32 @@ class ReleasedValues:
 
 @dataclass(frozen=True)
 class RangeCount:
-    """An estimated count over [lo, hi) and the standard error of its DP noise."""
+    """An estimated count over [lo, hi) and the standard error of its DP noise.
+
+    When asked for a confidence level (`Summary.range_counts(..., confidence=0.95)`),
+    [ci_lo, ci_hi] is an interval that contains the true count in at least `confidence`
+    of releases, over the noise; the bias of spreading a count evenly inside a partition
+    is not covered (see `he_partition.core.intervals`). Otherwise the three are None.
+    """
 
     lo: int
     hi: int
     value: float
     standard_error: float
+    ci_lo: float | None = None
+    ci_hi: float | None = None
+    confidence: float | None = None
+
+    def interval(self) -> tuple[float, float] | None:
+        """(ci_lo, ci_hi), or None when no confidence level was asked for."""
+        return None if self.ci_lo is None or self.ci_hi is None else (self.ci_lo, self.ci_hi)
+
+    def as_dict(self) -> dict[str, Any]:
+        """lo, hi, value, standard_error, and ci_lo, ci_hi, confidence only when an interval was asked for."""
+        d: dict[str, Any] = {"lo": self.lo, "hi": self.hi, "value": self.value, "standard_error": self.standard_error}
+        if self.confidence is not None:
+            d.update(ci_lo=self.ci_lo, ci_hi=self.ci_hi, confidence=self.confidence)
+        return d
 
 
 def _pandas() -> Any:
@@ -88,11 +110,15 @@ def _pandas() -> Any:
 
 
 class RangeCounts(list[RangeCount]):
-    """Range answers: a list of RangeCount with `to_pandas()` (columns lo, hi, value, standard_error)."""
+    """Range answers: a list of RangeCount with `to_pandas()` (columns lo, hi, value, standard_error, and
+    ci_lo, ci_hi, confidence when the answers carry confidence intervals)."""
 
     def to_pandas(self) -> Any:
         """A pandas DataFrame, one row per range (pandas is optional: pip install 'dpagg[pandas]')."""
-        return _pandas().DataFrame([vars(c) for c in self], columns=["lo", "hi", "value", "standard_error"])
+        columns = ["lo", "hi", "value", "standard_error"]
+        if any(c.confidence is not None for c in self):
+            columns += ["ci_lo", "ci_hi", "confidence"]
+        return _pandas().DataFrame([vars(c) for c in self], columns=columns)
 
 
 #: The last tree built, keyed by the identity of its inputs (see `Summary._tree`).
@@ -220,12 +246,17 @@ class Summary:
         """Per-bin estimates (a fresh array): for "partition", each noisy sum spread evenly over its bins."""
         return np.array(self._bin_estimates)
 
-    def range_count(self, lo: int, hi: int) -> RangeCount:
-        """Estimated number of records in bins [lo, hi), with the standard error of its noise."""
+    def range_count(self, lo: int, hi: int, *, confidence: float | None = None) -> RangeCount:
+        """Estimated number of records in bins [lo, hi), with the standard error of its noise, and with
+        `confidence` (e.g. 0.95) a confidence interval (`interval`)."""
         if not (0 <= lo < hi <= self.domain_size):
             raise InvalidInputError(f"range must satisfy 0 <= lo < hi <= {self.domain_size}, got [{lo}, {hi})")
         if self.estimator != "partition":
-            return self.range_counts([(lo, hi)])[0]
+            return self.range_counts([(lo, hi)], confidence=confidence)[0]
+        if confidence is not None:
+            c = self.range_count(lo, hi)
+            ci = self.interval(lo, hi, confidence)
+            return RangeCount(lo, hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence)
         s, e, sums, variances, cum_sums, cum_vars = self._partition_index
         first = int(np.searchsorted(s, lo, side="right")) - 1
         last = int(np.searchsorted(s, hi, side="left"))  # partitions first .. last - 1 overlap [lo, hi)
@@ -258,11 +289,12 @@ class Summary:
         return (starts, ends, sums, variances, np.concatenate([[0.0], np.cumsum(sums)]),
                 np.concatenate([[0.0], np.cumsum(variances)]))
 
-    def range_counts(self, ranges: npt.ArrayLike) -> RangeCounts:
-        """Many range counts at once; `ranges` is a sequence of (lo, hi) pairs."""
+    def range_counts(self, ranges: npt.ArrayLike, *, confidence: float | None = None) -> RangeCounts:
+        """Many range counts at once; `ranges` is a sequence of (lo, hi) pairs. With `confidence` (e.g. 0.95)
+        each answer also carries a confidence interval (see `interval`)."""
         arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
         if self.estimator == "partition":
-            return RangeCounts(self.range_count(int(a), int(b)) for a, b in arr)
+            return RangeCounts(self.range_count(int(a), int(b), confidence=confidence) for a, b in arr)
         bad = (arr[:, 0] < 0) | (arr[:, 0] >= arr[:, 1]) | (arr[:, 1] > self.domain_size)
         if bad.any():
             a, b = arr[int(np.argmax(bad))]
@@ -279,8 +311,75 @@ class Summary:
                 w = ((idx >= part[:, :1]) & (idx < part[:, 1:])).astype(np.float64)
                 out[i : i + 256] = self._bin_weight_variance(w)
             var = out
-        return RangeCounts(RangeCount(int(a), int(b), float(v), float(np.sqrt(max(s2, 0.0))))
-                           for (a, b), v, s2 in zip(arr, values, var))
+        counts = RangeCounts(RangeCount(int(a), int(b), float(v), float(np.sqrt(max(s2, 0.0))))
+                             for (a, b), v, s2 in zip(arr, values, var))
+        if confidence is None:
+            return counts
+        cis = [self._bound_interval(c, confidence) for c in counts]
+        return RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence)
+                           for c, ci in zip(counts, cis))
+
+    # -- confidence intervals (post-processing: no noise, no budget) ----------------
+    @property
+    def draws_per_value(self) -> float:
+        """How many discrete Laplace draws' worth of noise each released value carries: `noise_parties`, or
+        with a threshold study's holder noise (params "holder_noise") one server draw plus the key holders'
+        K/(K - T). Assuming fewer draws for the same variance only widens an interval."""
+        holder = self.params.get("holder_noise")
+        if isinstance(holder, dict) and "holder_variance_factor" in holder:
+            return float(self.noise_parties) - 1.0 + float(holder["holder_variance_factor"])
+        return float(max(self.noise_parties, 1))
+
+    def interval(self, lo: int, hi: int, confidence: float = 0.95) -> ConfidenceInterval:
+        """A confidence interval for the count in bins [lo, hi): in at least `confidence` of releases it
+        contains the true count, over the noise; the bias of spreading a count evenly inside a partition
+        (ranges that cut one, see `cuts_partition`) is not covered.
+
+        Computed from the noise actually added (he_partition.core.intervals): exact for one released
+        value or a sum of whole partitions (the noise's distribution on the integers), the Chernoff
+        bound on the exact discrete Laplace MGF when a range cuts a partition, and a bound from the standard error and the smallest released variance for the
+        least-squares (tree, wavelet) estimators. Post-processing: adds no noise, spends no budget.
+        """
+        confidence = check_confidence(confidence)
+        if self.estimator != "partition":
+            return self._bound_interval(self.range_counts([(lo, hi)])[0], confidence)
+        c = self.range_count(lo, hi)
+        s, e, _, variances, _, _ = self._partition_index
+        first = int(np.searchsorted(s, lo, side="right")) - 1
+        last = int(np.searchsorted(s, hi, side="left"))
+        lengths = (e[first:last] - s[first:last]).astype(np.float64)
+        overlap = (np.minimum(e[first:last], hi) - np.maximum(s[first:last], lo)).astype(np.float64)
+        weights = overlap / lengths
+        var = variances[first:last]
+        draws = self.draws_per_value
+        if weights.size == 1 and weights[0] == 1.0:
+            half, method = noise_halfwidth(float(var[0]), confidence, draws)
+        else:
+            whole = weights == 1.0
+            uniq, counts = np.unique(var[whole], return_counts=True)
+            exact = exact_sum_halfwidth(uniq, counts, confidence, int(draws)) \
+                if whole.all() and float(draws).is_integer() else None
+            if exact is not None:
+                half, method = float(exact), "exact"
+            else:
+                w = np.concatenate([np.ones(uniq.size), weights[~whole]])
+                v = np.concatenate([uniq, var[~whole]])
+                n = np.concatenate([counts.astype(np.float64), np.ones(int((~whole).sum()))])
+                half, method = chernoff_halfwidth(w, v, confidence, draws, counts=n), "chernoff"
+        return ConfidenceInterval(c.value - half, c.value + half, confidence, method)
+
+    def _bound_interval(self, c: RangeCount, confidence: float) -> ConfidenceInterval:
+        """The interval of a least-squares answer from its standard error and the smallest released variance
+        (its least-squares weights are not kept), centred on the linear estimate."""
+        released = [r.variance for r in self.released if r.variance > 0]
+        min_var = min(released) if released else min((v for v in self.sum_variance if v > 0), default=0.0)
+        half = bound_halfwidth(c.standard_error, min_var, confidence, self.draws_per_value) if min_var > 0 else 0.0
+        center = c.value
+        if self.estimator == "haar_nonnegative":  # the refinement is not linear: the interval is the linear one's
+            prefix = np.concatenate([[0.0], haar_inverse_prefix(np.asarray(self.released[0].values,
+                                                                           dtype=np.float64))])
+            center = float(prefix[c.hi] - prefix[c.lo])
+        return ConfidenceInterval(center - half, center + half, confidence, "bound")
 
     def weighted_count(self, weights: npt.ArrayLike) -> tuple[float, float]:
         """Estimate of sum_i weights[i] * x[i] and the standard error of its noise.
