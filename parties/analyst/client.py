@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
-from he_partition.core.summary import RangeCounts, Summary
+from he_partition.core.summary import RangeCount, RangeCounts, Summary
 
 from ..common.client import BaseClient
 from ..common.convert import range_counts_from_proto, ranges_to_proto, signatures_from_proto, summary_from_proto
@@ -80,12 +80,23 @@ class AnalystClient(BaseClient):
         return Release(s.release_id, s.study_id, tuple(s.owners), s.contract_hash, s.created_at,
                        summary_from_proto(s), signatures_from_proto(s.owner_signatures))
 
-    def range_counts(self, release_id: str, ranges: Iterable[tuple[int, int]], *,
+    def range_counts(self, release_id: str, ranges: Iterable[tuple[int, int]], *, confidence: float | None = None,
                      timeout: float | None = None) -> RangeCounts:
         """Estimated counts over half-open bin ranges [lo, hi), each with the standard error of its DP noise.
 
+        With `confidence` (e.g. 0.95) each answer also carries ci_lo, ci_hi: an interval that
+        contains the true count in at least that share of releases, over the noise (the bias
+        of spreading a count evenly inside a partition is not covered); it is computed here
+        from the release's summary (`Summary.interval`, one more call to fetch it).
         Post-processing of the release: spends no budget. The result is a list with `to_pandas()`.
         """
+        ranges = list(ranges)
         req = analyst_pb2.RangeCountsRequest(release_id=release_id, ranges=ranges_to_proto(ranges))
         resp = self._unary(self._stub.RangeCounts, req, method="Analyst/RangeCounts", timeout=timeout)
-        return range_counts_from_proto(resp.counts)
+        counts = range_counts_from_proto(resp.counts)
+        if confidence is None:
+            return counts
+        summary = self.get_release(release_id, timeout=timeout).summary
+        cis = [summary.interval(c.lo, c.hi, confidence) for c in counts]
+        return RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence)
+                           for c, ci in zip(counts, cis))

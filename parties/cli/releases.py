@@ -15,6 +15,7 @@ import grpc
 
 from he_partition.core.accounting import epsilon_left
 from he_partition.core.errors import DPAggError
+from he_partition.core.intervals import describe, value_interval
 
 from ..common.config import ENV_ANALYST, ENV_COMPUTATION, default_target
 from ..common.errors import ServiceError
@@ -22,6 +23,17 @@ from ..common.progress import Progress
 from .options import (Subparsers, command_adder, computation_target, conn, print_json,
                       server_address, tls_args)
 from .ranges import CUT_NOTE, range_arg, range_label, resolve_ranges
+
+
+def confidence_arg(text: str) -> float:
+    """--confidence: a level strictly between 0 and 1 (0.95, not 95)."""
+    try:
+        level = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 < level < 1.0:
+        raise argparse.ArgumentTypeError(f"a confidence level is strictly between 0 and 1 (e.g. 0.95), got {text}")
+    return level
 
 
 def _print_release(st: Any, as_json: bool) -> None:
@@ -164,10 +176,14 @@ def cmd_query(args: argparse.Namespace) -> int:
         domain = _release_domain(args, rel.study_id)
         ranges = resolve_ranges(args.range, domain, rel.study_id) if args.range else [(0, rel.summary.domain_size)]
         counts = an.range_counts(release_id, ranges)
-    answers = [{**vars(c), "label": range_label(c.lo, c.hi, domain),
+    answers = [{**c.as_dict(), "label": range_label(c.lo, c.hi, domain),
                 "cuts_partition": rel.summary.cuts_partition(c.lo, c.hi)} for c in counts]
+    if args.confidence is not None:
+        for a in answers:  # computed here from the summary's noise: post-processing, no budget
+            ci = rel.summary.interval(a["lo"], a["hi"], args.confidence)
+            a.update(ci_lo=ci.lo, ci_hi=ci.hi, confidence=ci.confidence, interval_method=ci.method)
     if args.csv:
-        _print_csv(answers)
+        _print_csv(answers, interval=args.confidence is not None)
         return 0
     if args.json:
         out: dict[str, Any] = {"release_id": rel.release_id, "study_id": rel.study_id, "range_counts": answers}
@@ -197,17 +213,34 @@ def cmd_query(args: argparse.Namespace) -> int:
         print("\n".join(join_table_lines(rel.summary)))
         return 0
     for a in answers:
-        print(f"{a['label']}: {a['value']:.1f} +- {a['standard_error']:.1f}{' *' if a['cuts_partition'] else ''}")
+        print(f"{a['label']}: {a['value']:.1f} +- {a['standard_error']:.1f}{_interval_text(a)}"
+              f"{' *' if a['cuts_partition'] else ''}")
+    if args.confidence is not None:
+        print(f"{_interval_heading(args.confidence)}: {describe(args.confidence)}")
     if any(a["cuts_partition"] for a in answers):
         print(CUT_NOTE)
     return 0
 
 
-def _print_csv(answers: list[dict[str, Any]]) -> None:
-    """Range answers as CSV on stdout (header lo,hi,label,value,standard_error,cuts_partition)."""
+def _interval_heading(confidence: float) -> str:
+    return f"[lo, hi] = {100.0 * confidence:g}% confidence interval"
+
+
+def _interval_text(a: dict[str, Any]) -> str:
+    """' [lo, hi]' when the answer carries a confidence interval, else ''."""
+    if a.get("ci_lo") is None:
+        return ""
+    return f" [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}]"
+
+
+def _print_csv(answers: list[dict[str, Any]], *, interval: bool = False) -> None:
+    """Range answers as CSV on stdout (header lo,hi,label,value,standard_error,cuts_partition; with `interval`
+    also ci_lo,ci_hi,confidence)."""
     import csv
 
     fields = ["lo", "hi", "label", "value", "standard_error", "cuts_partition"]
+    if interval:
+        fields += ["ci_lo", "ci_hi", "confidence"]
     writer = csv.DictWriter(sys.stdout, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     writer.writerows(answers)
@@ -232,19 +265,30 @@ def cmd_direct_query(args: argparse.Namespace) -> int:
     from ..data_owner.dataset import DomainSpec
 
     with ComputationClient(args.computation, **conn(args)) as cs:
-        spec = cs.study_status(args.study).contract.domain_spec
+        contract = cs.study_status(args.study).contract
+        spec = contract.domain_spec
         domain = DomainSpec.parse(spec) if spec else None
         r = cs.direct_range_counts(args.study, resolve_ranges(args.range, domain, args.study), args.epsilon,
                                    force=args.force, request_key=args.request_key or "")
+    answers = [{**c.as_dict(), "label": range_label(c.lo, c.hi, domain)} for c in r.counts]
+    if args.confidence is not None:
+        # Each answer is one measured value: this server's draw plus the key holders' (at least one draw, K/(K - T)
+        # draws' worth with noise_tolerates T > 0, K not known here: then the bound valid for any K).
+        for a in answers:
+            ci = value_interval(a["value"], a["standard_error"], args.confidence, draws=contract.noise_parties,
+                                draws_exact=not contract.noise_tolerates)
+            a.update(ci_lo=ci.lo, ci_hi=ci.hi, confidence=ci.confidence, interval_method=ci.method)
     if args.json:
         print_json({"request_id": r.request_id, "study_id": args.study, "epsilon": args.epsilon,
-                    "range_counts": [{**vars(c), "label": range_label(c.lo, c.hi, domain)} for c in r.counts],
+                    "range_counts": answers,
                     "epsilon_charged": r.epsilon_charged,
                      "epsilon_sequential": r.epsilon_sequential, "epsilon_remaining": r.epsilon_remaining,
                      "owners": list(r.owners)})
         return 0
-    for c in r.counts:
-        print(f"{range_label(c.lo, c.hi, domain)}: {c.value:.0f} +- {c.standard_error:.1f}")
+    for a in answers:
+        print(f"{a['label']}: {a['value']:.0f} +- {a['standard_error']:.1f}{_interval_text(a)}")
+    if args.confidence is not None:
+        print(f"{_interval_heading(args.confidence)}: {describe(args.confidence)}")
     total = r.epsilon_remaining + r.epsilon_charged  # only for the "nothing usable" threshold
     masks = (" + 2^-20 for the masked prefix the decryption server sees in front of a range not starting at bin 0"
              if any(c.lo > 0 for c in r.counts) else "")
@@ -298,6 +342,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--csv", action="store_true",
                    help="print the range answers as CSV (lo,hi,label,value,standard_error,cuts_partition)")
     p.add_argument("--show", action="store_true", help="also print the partitions and their noisy sums")
+    p.add_argument("--confidence", type=confidence_arg, metavar="LEVEL",
+                   help="also print a confidence interval at this level (e.g. 0.95) for each range, computed from "
+                        "the noise added (post-processing: spends nothing)")
     p.add_argument("--table", action="store_true",
                    help="a join study's release: print the joint table (the default when no --range is given)")
     p.add_argument("--analyst", default=default_target(ENV_ANALYST), type=server_address,
@@ -314,6 +361,8 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--epsilon", type=float, required=True, help="epsilon of each answer")
     p.add_argument("--force", action="store_true", help="count even if some expected owners have not submitted")
     p.add_argument("--request-key", help="idempotency key: a retry returns the first answers and charges nothing")
+    p.add_argument("--confidence", type=confidence_arg, metavar="LEVEL",
+                   help="also print a confidence interval at this level (e.g. 0.95) for each answer")
     p.add_argument("--computation", **comp)
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)
