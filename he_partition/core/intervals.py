@@ -26,7 +26,11 @@ Method, by how much is known:
   convolution; the distribution is computed on the integer lattice (FFT, with a 1e-9 slack
   on the tail probability for rounding and the cut-off mass, on the conservative side) up
   to MAX_EXACT_SUPPORT points, beyond which the Chernoff bound is used.
-* "chernoff": a linear combination sum_j a_j N_j of values with known weights and variances
+* "exact" also for a range that cuts a partition (fractions of up to a few values on top of
+  whole ones): the cut values' noise is enumerated atom by atom against the whole part's
+  lattice distribution, and the half-width found by bisection on the exact tail (same
+  slack), up to MAX_CUT_ATOMS atoms.
+* "chernoff": where the exact computations do not fit: a linear combination sum_j a_j N_j of values with known weights and variances
   (the "partition" estimator: whole partitions and fractions of cut ones). Its exact
   log-MGF is sum_j r psi(V_j / r, a_j u), and the Chernoff bound
   P[|Y| >= t] <= 2 exp(K(u) - u t) for every u > 0 gives the half-width
@@ -69,6 +73,7 @@ __all__ = [
     "exact_halfwidth",
     "chernoff_halfwidth",
     "exact_sum_halfwidth",
+    "exact_cut_halfwidth",
     "bound_halfwidth",
     "noise_halfwidth",
     "value_interval",
@@ -175,17 +180,12 @@ def _nb_difference_pmf(q: float, r: float) -> npt.NDArray[np.float64] | None:
     return np.asarray(np.clip(pmf, 0.0, None), dtype=np.float64)
 
 
-def exact_sum_halfwidth(variances: Sequence[float] | npt.ArrayLike, counts: Sequence[float] | npt.ArrayLike,
-                        confidence: float, draws: int = 2) -> int | None:
-    """Least integer k with P[|noise| > k] <= 1 - confidence for a sum of whole released values: counts[g]
-    values of noise variance variances[g], each `draws` independent discrete Laplace draws (a sum of r such
-    draws is N - N', N and N' ~ NB(r, q)). The distribution is computed on the integer lattice (FFT, with a
-    1e-9 slack on the tail, on the conservative side); None when it would not fit MAX_EXACT_SUPPORT."""
-    alpha = 1.0 - check_confidence(confidence)
-    v = np.asarray(variances, dtype=np.float64).reshape(-1)
-    n = np.asarray(counts, dtype=np.float64).reshape(-1)
+def _sum_pmf(variances: npt.NDArray[np.float64], counts: npt.NDArray[np.float64],
+             draws: int) -> npt.NDArray[np.float64] | None:
+    """pmf on [-H, H] (index H is 0) of the noise of a sum of whole values: counts[g] values of variance
+    variances[g], each `draws` draws; None when it would not fit MAX_EXACT_SUPPORT."""
     pmf: npt.NDArray[np.float64] = np.ones(1)
-    for var, cnt in zip(v, n):
+    for var, cnt in zip(variances, counts):
         if var <= 0 or cnt <= 0:
             continue
         part = _nb_difference_pmf(_q_from_variance(float(var) / draws), float(cnt) * draws)
@@ -194,6 +194,20 @@ def exact_sum_halfwidth(variances: Sequence[float] | npt.ArrayLike, counts: Sequ
         size = pmf.size + part.size - 1
         m = 1 << int(size - 1).bit_length()
         pmf = np.clip(np.fft.irfft(np.fft.rfft(pmf, m) * np.fft.rfft(part, m), m)[:size], 0.0, None)
+    return pmf
+
+
+def exact_sum_halfwidth(variances: Sequence[float] | npt.ArrayLike, counts: Sequence[float] | npt.ArrayLike,
+                        confidence: float, draws: int = 2) -> int | None:
+    """Least integer k with P[|noise| > k] <= 1 - confidence for a sum of whole released values: counts[g]
+    values of noise variance variances[g], each `draws` independent discrete Laplace draws (a sum of r such
+    draws is N - N', N and N' ~ NB(r, q)). The distribution is computed on the integer lattice (FFT, with a
+    1e-9 slack on the tail, on the conservative side); None when it would not fit MAX_EXACT_SUPPORT."""
+    alpha = 1.0 - check_confidence(confidence)
+    pmf = _sum_pmf(np.asarray(variances, dtype=np.float64).reshape(-1),
+                   np.asarray(counts, dtype=np.float64).reshape(-1), draws)
+    if pmf is None:
+        return None
     half = pmf.size // 2  # pmf[half] is P[noise = 0]
     upper = pmf[half + 1:]  # P[noise = 1], P[noise = 2], ...
     tails = np.cumsum(upper[::-1])[::-1]  # tails[k - 1] = P[noise >= k]
@@ -202,6 +216,71 @@ def exact_sum_halfwidth(variances: Sequence[float] | npt.ArrayLike, counts: Sequ
     if ok.size == 0:
         return int(upper.size)
     return int(ok[0])
+
+
+#: Most atoms of the fractional part of a cut range's noise that `exact_cut_halfwidth` enumerates.
+MAX_CUT_ATOMS = 1 << 18
+
+
+def exact_cut_halfwidth(variances: Sequence[float] | npt.ArrayLike, counts: Sequence[float] | npt.ArrayLike,
+                        cut_weights: Sequence[float] | npt.ArrayLike, cut_variances: Sequence[float] | npt.ArrayLike,
+                        confidence: float, draws: int = 2) -> float | None:
+    """Half-width t with P[|noise| > t] <= 1 - confidence for a range that cuts partitions: the noise is a
+    sum of whole values (as in `exact_sum_halfwidth`) plus cut_weights[j] times the noise of value j.
+
+    The whole part's distribution is on the integers; the cut values' (at most a few) are enumerated
+    atom by atom, so P[|noise| > t] = sum over atoms w of p(w) (P[Y > t - w] + P[Y > t + w]) is computed
+    exactly (up to the 1e-9 slack, plus the mass of atoms dropped below 1e-15) and t found by bisection,
+    ending on the side that covers. None when the supports are too large (then use `chernoff_halfwidth`).
+    """
+    alpha = 1.0 - check_confidence(confidence)
+    atoms, probs = np.zeros(1), np.ones(1)
+    lost = 0.0
+    for w, v in zip(np.asarray(cut_weights, dtype=np.float64).reshape(-1),
+                    np.asarray(cut_variances, dtype=np.float64).reshape(-1)):
+        if w == 0 or v <= 0:
+            continue
+        pmf = _sum_pmf(np.array([v]), np.ones(1), draws)
+        if pmf is None or pmf.size * atoms.size > 4 * MAX_CUT_ATOMS:
+            return None
+        values = w * (np.arange(pmf.size) - pmf.size // 2)
+        atoms = (atoms[:, None] + values[None, :]).reshape(-1)
+        probs = (probs[:, None] * pmf[None, :]).reshape(-1)
+        keep = probs >= 1e-15
+        lost += float(probs[~keep].sum())
+        atoms, probs = atoms[keep], probs[keep]
+        if atoms.size > MAX_CUT_ATOMS:
+            return None
+    base = _sum_pmf(np.asarray(variances, dtype=np.float64).reshape(-1),
+                    np.asarray(counts, dtype=np.float64).reshape(-1), draws)
+    if base is None:
+        return None
+    h = base.size // 2
+    # above[i] = P[Y >= i - h] for i = 0 .. 2h + 1 (0 beyond the support)
+    above = np.append(np.cumsum(base[::-1])[::-1], 0.0)
+
+    def exceed(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """P[Y > x] for real x: P[Y >= floor(x) + 1]."""
+        idx = np.clip(np.floor(x).astype(np.int64) + 1 + h, 0, 2 * h + 1)
+        return np.asarray(above[idx], dtype=np.float64)
+
+    def tail(t: float) -> float:
+        return float(np.sum(probs * (exceed(t - atoms) + exceed(t + atoms)))) + lost + _TAIL_SLACK
+
+    lo_t, hi_t = 0.0, float(h + np.max(np.abs(atoms)) + 1.0)
+    if tail(hi_t) > alpha:
+        return None
+    if tail(lo_t) <= alpha:
+        return 0.0
+    for _ in range(60):  # tail(lo_t) > alpha >= tail(hi_t)
+        mid = 0.5 * (lo_t + hi_t)
+        if tail(mid) > alpha:
+            lo_t = mid
+        else:
+            hi_t = mid
+        if hi_t - lo_t < 1e-6 * max(1.0, hi_t):
+            break
+    return hi_t
 
 
 def _log_mgf(u: float, weights: npt.NDArray[np.float64], variances: npt.NDArray[np.float64],

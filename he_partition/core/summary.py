@@ -13,8 +13,8 @@ import numpy.typing as npt
 
 from .errors import InvalidInputError
 from .estimation import IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint
-from .intervals import (ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, exact_sum_halfwidth,
-                        noise_halfwidth)
+from .intervals import (ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, exact_cut_halfwidth,
+                        exact_sum_halfwidth, noise_halfwidth)
 
 __all__ = ["Summary", "RangeCount", "RangeCounts", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 
@@ -336,8 +336,9 @@ class Summary:
         (ranges that cut one, see `cuts_partition`) is not covered.
 
         Computed from the noise actually added (he_partition.core.intervals): exact for one released
-        value or a sum of whole partitions (the noise's distribution on the integers), the Chernoff
-        bound on the exact discrete Laplace MGF when a range cuts a partition, and a bound from the standard error and the smallest released variance for the
+        value, a sum of whole partitions, or one that also cuts partitions (the noise's distribution,
+        computed), the Chernoff bound on the exact discrete Laplace MGF where that does not fit,
+        and a bound from the standard error and the smallest released variance for the
         least-squares (tree, wavelet) estimators. Post-processing: adds no noise, spends no budget.
         """
         confidence = check_confidence(confidence)
@@ -357,8 +358,10 @@ class Summary:
         else:
             whole = weights == 1.0
             uniq, counts = np.unique(var[whole], return_counts=True)
-            exact = exact_sum_halfwidth(uniq, counts, confidence, int(draws)) \
-                if whole.all() and float(draws).is_integer() else None
+            exact: float | None = None
+            if float(draws).is_integer():
+                exact = exact_sum_halfwidth(uniq, counts, confidence, int(draws)) if whole.all() else \
+                    exact_cut_halfwidth(uniq, counts, weights[~whole], var[~whole], confidence, int(draws))
             if exact is not None:
                 half, method = float(exact), "exact"
             else:

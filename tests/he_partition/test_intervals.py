@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.core.intervals import (bound_halfwidth, chernoff_halfwidth, describe, exact_halfwidth,
-                                         exact_sum_halfwidth, value_interval)
+from he_partition.core.intervals import (bound_halfwidth, chernoff_halfwidth, describe, exact_cut_halfwidth,
+                                         exact_halfwidth, exact_sum_halfwidth, value_interval)
 from he_partition.core.noise import SeededRandom, discrete_laplace, discrete_laplace_variance
 from he_partition.core.summary import Summary
 
@@ -59,7 +59,8 @@ def test_one_value_of_two_draws_covers_at_every_level_and_is_exact(scale: Fracti
 
 @pytest.mark.statistical
 def test_range_sums_and_cut_partitions_cover_at_every_level() -> None:
-    """Six partitions at two noise scales; ranges of whole partitions (exact) and cutting ones (Chernoff)."""
+    """Six partitions at two noise scales; ranges of whole partitions and cutting ones: the exact intervals the
+    Summary gives, and the Chernoff bound (used where the exact computation does not fit) on the same ranges."""
     starts = (0, 4, 10, 12, 20, 25)
     scales = [Fraction(2), Fraction(2), Fraction(5), Fraction(5), Fraction(2), Fraction(5)]
     domain = 32
@@ -75,12 +76,15 @@ def test_range_sums_and_cut_partitions_cover_at_every_level() -> None:
         for lo, hi in ranges:
             ci = s0.interval(lo, hi, level)
             half = (ci.hi - ci.lo) / 2
-            assert ci.method == ("chernoff" if s0.cuts_partition(lo, hi) else "exact")
+            assert ci.method == "exact"
             overlap = np.clip(np.minimum(np.append(starts[1:], domain), hi) - np.maximum(starts, lo), 0, None)
             weights = overlap / lengths
             err = noise @ weights  # estimate - truth over the trials (linear in the noise)
             coverage = float(np.mean(np.abs(err) <= half + 1e-9))
             assert coverage >= level - _margin(level, trials), (lo, hi, level, coverage)
+            chernoff = chernoff_halfwidth(weights, variances, level)
+            assert chernoff >= half - 1e-9  # a bound: never tighter than the exact half-width
+            assert float(np.mean(np.abs(err) <= chernoff)) >= level - _margin(level, trials)
     # the Summary's own answers: the interval is centred on the value it reports
     s1 = Summary(domain_size=domain, epsilon=1.0, strategy="gap", noise_parties=2, starts=starts,
                  sums=tuple(int(v) for v in truth + noise[0]), sum_variance=variances)
@@ -122,6 +126,16 @@ def test_widths_are_not_absurd() -> None:
         assert abs(exact_many - 1.96 * math.sqrt(100 * v)) <= 0.05 * 1.96 * math.sqrt(100 * v) + 1
     # the standard-error-only bound: wider, still a small multiple of the standard error
     assert 3.0 < bound_halfwidth(10.0, 2 * discrete_laplace_variance(5), 0.95) / 10.0 < 4.0
+
+
+def test_a_cut_interval_is_the_exact_quantile() -> None:
+    """One value times 0.3 (all of a range inside one partition): the exact cut half-width is 0.3 times the
+    value's exact integer half-width (to the bisection's precision), and the atom-by-atom tail agrees."""
+    v = 2 * discrete_laplace_variance(Fraction(5))
+    for level in LEVELS:
+        half = exact_cut_halfwidth([], [], [0.3], [v], level)
+        assert half is not None
+        assert 0.3 * exact_halfwidth(v, level) <= half <= 0.3 * exact_halfwidth(v, level) + 1e-5
 
 
 def test_fewer_draws_for_the_same_variance_give_a_wider_bound() -> None:
