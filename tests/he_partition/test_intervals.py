@@ -184,3 +184,15 @@ def test_bad_levels_are_refused_and_the_meaning_is_one_sentence() -> None:
             exact_halfwidth(10.0, bad)
     text = describe(0.95)
     assert text.startswith("in at least 95% of releases") and "not covered" in text and text.count(".") == 0
+
+
+def test_threshold_holder_noise_uses_the_bound_for_fractional_draws() -> None:
+    """A threshold study (noise_tolerates > 0): each value carries 1 + K/(K - T) draws' worth, not 2."""
+    v = 2.5 * discrete_laplace_variance(Fraction(3))
+    s = Summary(domain_size=8, epsilon=1.0, strategy="gap", noise_parties=2, starts=(0, 4), sums=(10, 20),
+                sum_variance=(v, v), params={"holder_noise": {"key_holders": 3, "noise_tolerates": 1,
+                                                              "holder_variance_factor": 1.5}})
+    assert s.draws_per_value == 2.5
+    ci = s.interval(0, 4, 0.95)
+    assert ci.method == "chernoff" and ci.lo < 10 < ci.hi
+    assert (ci.hi - ci.lo) / 2 >= exact_halfwidth(v, 0.95)  # never tighter than two draws of the same variance
