@@ -30,8 +30,9 @@ Method, by how much is known:
   whole ones): the cut values' noise is enumerated atom by atom against the whole part's
   lattice distribution, and the half-width found by bisection on the exact tail (same
   slack), up to MAX_CUT_ATOMS atoms.
-* "chernoff": where the exact computations do not fit: a linear combination sum_j a_j N_j of values with known weights and variances
-  (the "partition" estimator: whole partitions and fractions of cut ones). Its exact
+* "chernoff": where the exact computations do not fit, or the number of draws is not a
+  whole number: a linear combination sum_j a_j N_j of values with known weights and
+  variances (the "partition" estimator: whole partitions and fractions of cut ones). Its exact
   log-MGF is sum_j r psi(V_j / r, a_j u), and the Chernoff bound
   P[|Y| >= t] <= 2 exp(K(u) - u t) for every u > 0 gives the half-width
   t = min_u (K(u) + log(2 / (1 - confidence))) / u. It is a guarantee for any u, so a
@@ -44,15 +45,17 @@ Method, by how much is known:
   "tree" and wavelet estimators), plus the smallest variance V_min of any released value
   that enters it. Each term's log-MGF is a power series in its variance share s_j = a_j^2 V_j
   with non-negative coefficients that grows as V_j shrinks, so (by superadditivity)
-  K(u) <= r psi(V_min / r, u sigma / sqrt(V_min)): the answer's noise is never heavier-tailed
-  than one released value of the smallest variance, scaled to standard error sigma. The
-  Chernoff half-width of that bound is used: about 3.6 standard errors at 95% for
+  K(u) <= r psi(V_min / r, u sigma / sqrt(V_min)): the answer's noise has an MGF no larger
+  than that of one released value of the smallest variance, scaled to standard error sigma,
+  so the Chernoff bound of the latter holds for it. That half-width is used: about 3.6 standard errors at 95% for
   moderate scales, wide (the exact 95% quantile of one Laplace-like value is about 2.1),
-  but guaranteed without the least-squares weights.
+  but guaranteed without the least-squares weights. "haar_nonnegative" refines the linear
+  wavelet estimate non-linearly; its interval is the linear estimate's (centred on it).
 
-Fewer draws per value with the same total variance means heavier tails (r psi(V / r, u) falls
-as r grows), so where the number of draws is unknown assuming fewer (the honest two, or the
-contract's noise_parties) stays conservative.
+Fewer draws per value with the same total variance give a larger MGF (r psi(V / r, u) falls as
+r grows), so where the number of draws is only known from below (a threshold study's K/(K - T)
+seen from a client that does not know K) the Chernoff bound for the fewer draws (the contract's
+noise_parties) stays valid; the exact methods are used only where the draws are known.
 """
 
 from __future__ import annotations
