@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dpagg.v1 import analyst_pb2_grpc, computation_pb2_grpc
+from parties.wire.v1 import analyst_pb2_grpc, computation_pb2_grpc
 from he_partition.execution import make_executor
 
 from ..analyst.handler import AnalystHandler

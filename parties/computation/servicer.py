@@ -6,7 +6,7 @@ from typing import Iterator
 
 import grpc
 
-from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from parties.wire.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.he.bfv import context_fingerprint
 from he_partition.core.errors import InvalidInputError
 

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from dpagg.v1 import (
+from parties.wire.v1 import (
     analyst_pb2,
     analyst_pb2_grpc,
     computation_pb2,
