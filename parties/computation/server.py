@@ -27,7 +27,8 @@ from ..common.receipts import ReceiptBook
 from ..decryption.client import OUTAGE_SECONDS, DecryptionClient
 from .handler import ComputationHandler
 from .servicer import SERVICE_NAME, ComputationServicer
-from .store import ComputationStore, SqliteComputationStore
+from .store import ComputationStore
+from .store_sqlite import SqliteComputationStore
 
 __all__ = ["create_computation_server", "serve_computation", "create_analyst_server", "serve_analyst"]
 
