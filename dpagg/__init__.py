@@ -41,7 +41,8 @@ if _typing.TYPE_CHECKING:
     from parties.common.tls import TlsConfig
     from parties.computation.client import ComputationClient, DirectAnswers, ReleaseStatus, StudyStatus
     from parties.data_owner.client import DataOwnerClient, SubmitInterrupted, SubmitResult
-    from parties.data_owner.dataset import ContributionBounds, DomainSpec, read_histogram, write_sample_csv
+    from parties.data_owner.dataset import ContributionBounds, read_histogram, write_sample_csv
+    from parties.data_owner.domain import DomainSpec
     from parties.decryption.client import DecryptionClient
 
     from ._frames import join_table_frame
@@ -75,7 +76,7 @@ _EXPORTS = {
     "RangeCounts": "he_partition.core.summary",
     "join_table_frame": "dpagg._frames",
     "read_histogram": "parties.data_owner.dataset",
-    "DomainSpec": "parties.data_owner.dataset",
+    "DomainSpec": "parties.data_owner.domain",
     "ContributionBounds": "parties.data_owner.dataset",
     "write_sample_csv": "parties.data_owner.dataset",
     "generate_signing_key": "parties.common.signing",

@@ -60,7 +60,8 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
     from the OS CSPRNG unless `noise_seed` is given. `progress` reports each step as it
     starts (servers, each owner's binning, encryption and upload, the release).
     """
-    from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram, write_sample_csv
+    from .data_owner.dataset import ContributionBounds, read_histogram, write_sample_csv
+    from .data_owner.domain import DomainSpec
 
     t0 = time.monotonic()
     spec = DomainSpec.parse(domain)

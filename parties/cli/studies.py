@@ -138,7 +138,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
 
     domain_size = args.domain_size
     if args.domain:
-        from ..data_owner.dataset import DomainSpec
+        from ..data_owner.domain import DomainSpec
 
         n = DomainSpec.parse(args.domain).n_bins
         if domain_size and domain_size != n:
@@ -203,7 +203,7 @@ def _join_capacity(capacity: int | None, max_records: str | None, padding_epsilo
 def cmd_open_join(args: argparse.Namespace) -> int:
     """Open a join study: two owners, a rows x cols table of their attributes over the customers both hold."""
     from ..computation.client import ComputationClient
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
 
     if len(args.owners) != 2:
         raise DPAggError(f"a join study has exactly two owners (rows, then columns), got {len(args.owners)}")
