@@ -14,7 +14,8 @@ from .analyst.client import AnalystClient
 from .common.config import ComputationConfig, DecryptionConfig
 from .common.progress import QUIET, Progress
 from .common.signing import generate_signing_key
-from .common.tls import TlsConfig, create_ca, issue_party_certificate
+from .common.tls import TlsConfig
+from .common.pki import create_ca, issue_party_certificate
 from .computation.client import ComputationClient
 from .computation.server import create_computation_server
 from .data_owner.client import DataOwnerClient
