@@ -18,27 +18,31 @@
   (`SubmitInterrupted`, Ctrl-C during an upload, is a KeyboardInterrupt.)
 - Results: `Summary.to_pandas()`, range answers' `.to_pandas()` and `join_table_frame(summary)`
   give pandas DataFrames; pandas is optional (`pip install 'dpagg[pandas]'`).
+- Local files: `read_histogram` (a CSV of records -> a contribution-bounded histogram, with
+  `DomainSpec` and `ContributionBounds`), `write_sample_csv` (synthetic records to try it on),
+  `generate_signing_key` / `save_private_key` / `load_private_key` (an owner's Ed25519 key).
 
-The generated gRPC and protobuf code stays in `dpagg.v1` (regenerate with
-scripts/gen_protos.py). Names here are imported on first use, so `import dpagg.v1` (as the
-servers do) loads no client.
+This package sits on top: it imports the parties' clients and the core, and nothing under
+`parties/` or `he_partition/` imports it (the servers' generated gRPC code is `parties.wire.v1`).
+Names here are imported on first use, so `import dpagg` is cheap and loads no HE library.
 """
 
-from __future__ import annotations
+import importlib as _importlib
+import typing as _typing
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from he_partition.core.errors import BudgetExhaustedError, DPAggError, InvalidInputError
     from he_partition.core.summary import RangeCount, RangeCounts, Summary
     from parties.analyst.client import AnalystClient, Release, ReleaseInfo
     from parties.common.config import RetryPolicy
     from parties.common.errors import (AlreadyExistsError, FailedPreconditionError, NotFoundError,
                                        PermissionDeniedError, ServiceError, code_of)
+    from parties.common.signing import generate_signing_key, load_private_key, save_private_key
     from parties.common.tls import TlsConfig
     from parties.computation.client import ComputationClient, DirectAnswers, ReleaseStatus, StudyStatus
     from parties.data_owner.client import DataOwnerClient, SubmitInterrupted, SubmitResult
+    from parties.data_owner.dataset import ContributionBounds, read_histogram, write_sample_csv
+    from parties.data_owner.domain import DomainSpec
     from parties.decryption.client import DecryptionClient
 
     from ._frames import join_table_frame
@@ -71,23 +75,31 @@ _EXPORTS = {
     "RangeCount": "he_partition.core.summary",
     "RangeCounts": "he_partition.core.summary",
     "join_table_frame": "dpagg._frames",
+    "read_histogram": "parties.data_owner.dataset",
+    "DomainSpec": "parties.data_owner.domain",
+    "ContributionBounds": "parties.data_owner.dataset",
+    "write_sample_csv": "parties.data_owner.dataset",
+    "generate_signing_key": "parties.common.signing",
+    "save_private_key": "parties.common.signing",
+    "load_private_key": "parties.common.signing",
 }
 
-__all__ = ["AlreadyExistsError", "AnalystClient", "BudgetExhaustedError", "ComputationClient", "DPAggError",
-           "DataOwnerClient", "DecryptionClient", "DirectAnswers", "FailedPreconditionError", "InvalidInputError",
-           "NotFoundError", "PermissionDeniedError", "RangeCount", "RangeCounts", "Release", "ReleaseInfo",
-           "ReleaseStatus", "RetryPolicy", "ServiceError", "StudyStatus", "SubmitInterrupted", "SubmitResult",
-           "Summary", "TlsConfig", "code_of", "join_table_frame"]
+__all__ = ["AlreadyExistsError", "AnalystClient", "BudgetExhaustedError", "ComputationClient", "ContributionBounds",
+           "DPAggError", "DataOwnerClient", "DecryptionClient", "DirectAnswers", "DomainSpec",
+           "FailedPreconditionError", "InvalidInputError", "NotFoundError", "PermissionDeniedError", "RangeCount",
+           "RangeCounts", "Release", "ReleaseInfo", "ReleaseStatus", "RetryPolicy", "ServiceError", "StudyStatus",
+           "SubmitInterrupted", "SubmitResult", "Summary", "TlsConfig", "code_of", "generate_signing_key",
+           "join_table_frame", "load_private_key", "read_histogram", "save_private_key", "write_sample_csv"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'dpagg' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted({*globals(), *_EXPORTS})

@@ -14,7 +14,8 @@ from .analyst.client import AnalystClient
 from .common.config import ComputationConfig, DecryptionConfig
 from .common.progress import QUIET, Progress
 from .common.signing import generate_signing_key
-from .common.tls import TlsConfig, create_ca, issue_party_certificate
+from .common.tls import TlsConfig
+from .common.pki import create_ca, issue_party_certificate
 from .computation.client import ComputationClient
 from .computation.server import create_computation_server
 from .data_owner.client import DataOwnerClient
@@ -60,7 +61,8 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
     from the OS CSPRNG unless `noise_seed` is given. `progress` reports each step as it
     starts (servers, each owner's binning, encryption and upload, the release).
     """
-    from .data_owner.dataset import ContributionBounds, DomainSpec, read_histogram, write_sample_csv
+    from .data_owner.dataset import ContributionBounds, read_histogram, write_sample_csv
+    from .data_owner.domain import DomainSpec
 
     t0 = time.monotonic()
     spec = DomainSpec.parse(domain)

@@ -1,4 +1,4 @@
-"""The committed gRPC stubs in dpagg/v1 must be exactly what scripts/gen_protos.py generates from proto/."""
+"""The committed gRPC stubs in parties/wire/v1 must be exactly what scripts/gen_protos.py generates from proto/."""
 
 from __future__ import annotations
 
@@ -39,19 +39,16 @@ def _installed(dist: str) -> str:
 
 def test_committed_stubs_are_fresh(tmp_path: Path) -> None:
     gen = _load_generator()
-    front_door = (ROOT / "dpagg" / "__init__.py").read_bytes()
-    (tmp_path / "dpagg").mkdir()
-    (tmp_path / "dpagg" / "__init__.py").write_bytes(front_door)
     generated = gen.generate(tmp_path)
     names = sorted(p.name for p in generated)
-    committed_dir = ROOT / "dpagg" / "v1"
+    committed_dir = ROOT / "parties" / "wire" / "v1"
     committed = sorted(p.name for p in committed_dir.iterdir() if p.is_file())
-    assert committed == names, "dpagg/v1 has extra or missing files: run `python scripts/gen_protos.py`"
+    assert committed == names, "parties/wire/v1 has extra or missing files: run `python scripts/gen_protos.py`"
     installed = {d: _installed(d) for d in gen.TOOL_VERSIONS}
     exact = installed == gen.TOOL_VERSIONS
     stale = []
     for n in names:
-        old, new = (committed_dir / n).read_text(), (tmp_path / "dpagg" / "v1" / n).read_text()
+        old, new = (committed_dir / n).read_text(), (tmp_path / "parties" / "wire" / "v1" / n).read_text()
         if exact:
             if old != new:
                 stale.append(n)
@@ -59,8 +56,17 @@ def test_committed_stubs_are_fresh(tmp_path: Path) -> None:
             stale.append(n)  # with other tool versions only the version markers may differ
     assert not stale, (f"stale generated stubs {stale}: run `python scripts/gen_protos.py` (tools {installed}; "
                        f"the committed stubs were made with {gen.TOOL_VERSIONS})")
-    # dpagg/__init__.py is the SDK's hand-written front door: regenerating leaves it alone
-    assert (tmp_path / "dpagg" / "__init__.py").read_bytes() == front_door
+
+
+def test_the_stubs_keep_the_proto_package_and_import_their_own_home() -> None:
+    """Only the Python home moved: method paths and descriptor names stay `dpagg.v1` (the wire format)."""
+    from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc, common_pb2
+
+    assert analyst_pb2.DESCRIPTOR.package == "dpagg.v1" and analyst_pb2.DESCRIPTOR.name == "dpagg/v1/analyst.proto"
+    assert common_pb2.Range.DESCRIPTOR.full_name == "dpagg.v1.Range"
+    assert common_pb2.Range.__module__ == "parties.wire.v1.common_pb2"
+    source = Path(analyst_pb2_grpc.__file__).read_text()
+    assert "'/dpagg.v1.Analyst/RangeCounts'" in source and "from dpagg" not in source
 
 
 def test_every_proto_message_and_field_is_commented() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
+from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc
 from he_partition.core.summary import RangeCount, RangeCounts, Summary
 
 from ..common.client import BaseClient

@@ -17,7 +17,7 @@ __all__ = ["axis_labels", "join_shape_line", "join_table_json", "join_table_line
 def axis_labels(spec: str, n: int, fallback: str) -> list[str]:
     """One label per bin of a side's domain spec ("age in [17, 22)"), or "<fallback> k" when the spec is missing
     or does not parse to `n` bins."""
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
 
     try:
         domain = DomainSpec.parse(spec) if spec else None

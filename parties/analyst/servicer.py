@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from dpagg.v1 import analyst_pb2, analyst_pb2_grpc
+from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc
 
 from ..common.access import AccessPolicy
 from ..common.convert import range_counts_to_proto, ranges_from_proto, summary_to_proto

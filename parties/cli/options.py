@@ -43,7 +43,7 @@ def domain_spec(text: str) -> str:
     """argparse type of --domain: the spec parses and has a bin count a study accepts (checked where it is typed,
     before any data is read or any server asked)."""
     from ..common.contract import MAX_DOMAIN_SIZE
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
 
     try:
         bins = DomainSpec.parse(text).n_bins

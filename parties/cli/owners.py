@@ -21,7 +21,7 @@ def cmd_join_submit(args: argparse.Namespace) -> int:
     """A join owner's whole side: key agreement, pseudonyms, placement, encrypted signed upload (waits for the peer)."""
     from ..computation.client import ComputationClient
     from ..data_owner.client import DataOwnerClient
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
     from ..data_owner.join import read_join_csv, submit_join
 
     tls = tls_config(args)
@@ -93,7 +93,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from ..computation.client import ComputationClient
     from ..common.errors import ServiceError
     from ..data_owner.client import RESUMABLE_CODES, DataOwnerClient, SubmitInterrupted
-    from ..data_owner.dataset import ContributionBounds, DomainSpec, read_histogram
+    from ..data_owner.dataset import ContributionBounds, read_histogram
+    from ..data_owner.domain import DomainSpec
 
     tls = tls_config(args)
     with ComputationClient(args.computation, tls=tls, insecure=args.insecure) as cs:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from he_partition.core.errors import DPAggError
 
 if TYPE_CHECKING:
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
 
 __all__ = ["ValueRange", "range_arg", "resolve_ranges", "range_label", "CUT_NOTE"]
 

@@ -249,7 +249,7 @@ def _print_csv(answers: list[dict[str, Any]], *, interval: bool = False) -> None
 def _release_domain(args: argparse.Namespace, study_id: str) -> Any:
     """The study's DomainSpec (to print ranges in the domain's values), or None when unknown or unreadable."""
     from ..computation.client import ComputationClient
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
 
     try:
         with ComputationClient(args.analyst, **conn(args)) as cs:
@@ -262,7 +262,7 @@ def _release_domain(args: argparse.Namespace, study_id: str) -> Any:
 def cmd_direct_query(args: argparse.Namespace) -> int:
     from ..computation.client import ComputationClient
 
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
 
     with ComputationClient(args.computation, **conn(args)) as cs:
         contract = cs.study_status(args.study).contract

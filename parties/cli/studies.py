@@ -29,6 +29,7 @@ def _party(text: str) -> tuple[str, str, tuple[str, ...]]:
 def cmd_certs(args: argparse.Namespace) -> int:
     """Create (or reuse) a private CA and issue one certificate per party; print where the files are."""
     from ..common import tls
+    from ..common.pki import create_ca, issue_party_certificate
     from ..common.signing import generate_signing_key, save_private_key
 
     if not args.party and not args.ray_node:
@@ -43,7 +44,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
         raise DPAggError(f"{ca_dir} holds only half of a CA ({ca.cert_path.name} / {ca.key_path.name}); "
                          "restore the other file or choose an empty --ca directory")
     else:
-        ca = tls.create_ca(ca_dir)
+        ca = create_ca(ca_dir)
         created_ca = True
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     if ca_dir.resolve() != out.resolve() and not args.per_party_dirs:
@@ -64,7 +65,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
         if args.per_party_dirs:
             (where / ca.cert_path.name).write_bytes(ca.cert_pem())  # each party trusts the CA, nothing else
         names = hosts or (party_id, "localhost", "127.0.0.1")
-        files = tls.issue_party_certificate(ca, where, party_id, role, hostnames=names)
+        files = issue_party_certificate(ca, where, party_id, role, hostnames=names)
         entry: dict[str, Any] = {"party_id": party_id, "role": role, "cert": str(files.cert_path),
                                  "key": str(files.key_path), "hostnames": list(names)}
         if role == "data_owner" and args.signing_keys:
@@ -138,7 +139,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
 
     domain_size = args.domain_size
     if args.domain:
-        from ..data_owner.dataset import DomainSpec
+        from ..data_owner.domain import DomainSpec
 
         n = DomainSpec.parse(args.domain).n_bins
         if domain_size and domain_size != n:
@@ -203,7 +204,7 @@ def _join_capacity(capacity: int | None, max_records: str | None, padding_epsilo
 def cmd_open_join(args: argparse.Namespace) -> int:
     """Open a join study: two owners, a rows x cols table of their attributes over the customers both hold."""
     from ..computation.client import ComputationClient
-    from ..data_owner.dataset import DomainSpec
+    from ..data_owner.domain import DomainSpec
 
     if len(args.owners) != 2:
         raise DPAggError(f"a join study has exactly two owners (rows, then columns), got {len(args.owners)}")

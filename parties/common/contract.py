@@ -173,7 +173,7 @@ class StudyContract:
                 f"`dpagg epsilon`), got {self.epsilon}"
             )
         if self.domain_spec:
-            from ..data_owner.dataset import DomainSpec
+            from ..data_owner.domain import DomainSpec
 
             try:
                 bins = DomainSpec.parse(self.domain_spec).n_bins

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from dpagg.v1 import common_pb2, decryption_pb2
+from parties.wire.v1 import common_pb2, decryption_pb2
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import Measurement, measurement_from_dict
 from he_partition.core.summary import RangeCount, RangeCounts, ReleasedValues, Summary

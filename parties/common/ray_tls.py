@@ -22,8 +22,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from he_partition.core.errors import InvalidInputError
 
-from .tls import (CA_NAME, URI_SCHEME, CaFiles, _check_party_id, _hostname_sans, _issue_leaf, _key_pem,
-                  _write_public_file, write_private_file)
+from .pki import _hostname_sans, _issue_leaf, _key_pem, _write_public_file
+from .tls import CA_NAME, URI_SCHEME, CaFiles, _check_party_id, write_private_file
 
 __all__ = ["RAY_NODE_KIND", "RayNodeFiles", "issue_ray_node_certificate", "ray_tls_env", "apply_ray_tls"]
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
-from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from parties.wire.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.core.summary import RangeCount, Summary
 
 from ..common.sealing import Commitment

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dpagg.v1 import analyst_pb2_grpc, computation_pb2_grpc
+from parties.wire.v1 import analyst_pb2_grpc, computation_pb2_grpc
 from he_partition.execution import make_executor
 
 from ..analyst.handler import AnalystHandler
@@ -27,7 +27,8 @@ from ..common.receipts import ReceiptBook
 from ..decryption.client import OUTAGE_SECONDS, DecryptionClient
 from .handler import ComputationHandler
 from .servicer import SERVICE_NAME, ComputationServicer
-from .store import ComputationStore, SqliteComputationStore
+from .store import ComputationStore
+from .store_sqlite import SqliteComputationStore
 
 __all__ = ["create_computation_server", "serve_computation", "create_analyst_server", "serve_analyst"]
 

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import grpc
 
-from dpagg.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from parties.wire.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.he.bfv import context_fingerprint
 from he_partition.core.errors import InvalidInputError
 
@@ -14,7 +14,8 @@ from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.convert import (context_to_chunks, contract_to_proto, open_study_kwargs, range_counts_to_proto,
                               ranges_from_proto, summary_to_proto)
 from .direct import DirectQueries
-from .handler import ComputationHandler, UploadOutcome
+from .handler import ComputationHandler
+from .uploads import UploadOutcome
 from .store import ReleaseRecord
 
 __all__ = ["ComputationServicer", "SERVICE_NAME", "release_to_proto"]

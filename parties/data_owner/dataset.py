@@ -1,7 +1,6 @@
 """Data-owner input: records from a CSV to a histogram with each person's contribution bounded.
 
-Size: over 500 lines on purpose: the domain grammar, contribution bounding and CSV reading share
-the record and bin types and are validated once, here, where records enter.
+The domain grammar (`DomainSpec`, which value goes to which bin) is in `domain.py`.
 
 Privacy meaning (Wilson et al., "Differentially Private SQL with Bounded User
 Contribution", PETS 2020; seed 004). Differential privacy protects one *record*; when one
@@ -45,7 +44,7 @@ import csv
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -53,8 +52,9 @@ import numpy.typing as npt
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import RandomSource, as_random_source
 
+from .domain import DomainSpec
+
 __all__ = [
-    "DomainSpec",
     "ContributionBounds",
     "BoundedHistogram",
     "read_histogram",
@@ -68,178 +68,6 @@ IntArray = npt.NDArray[np.int64]
 
 #: Columns written by `write_sample_csv`, in order.
 SAMPLE_COLUMNS = ("person_id", "age", "income")
-
-_PARSE_HELP = (
-    "use 'column:lo:hi:n_bins' (n_bins equal-width bins over [lo, hi)), "
-    "'column:edges:e0,e1,...,ek' or 'column:categories:a,b,c'"
-)
-
-
-# --------------------------------------------------------------------------- domain
-@dataclass(frozen=True)
-class DomainSpec:
-    """The agreed histogram domain: which CSV column, and how its values map to bins.
-
-    Numeric domain: ``edges`` e_0 < e_1 < ... < e_k (finite) define k bins; bin i holds the
-    values v with e_i <= v < e_{i+1}. Every bin is half-open, the last one included: a value
-    equal to the upper edge e_k is **outside** the domain (so ``age:0:100:50`` counts ages in
-    [0, 100); to include 100, use an upper edge above it, e.g. ``age:0:102:51``).
-    Values below e_0, at or above e_k, and NaN map to -1 (out of domain).
-
-    Categorical domain (`DomainSpec.categorical`): ``categories`` lists the k values in bin
-    order and ``edges`` is (0, 1, ..., k); a value maps to the index of the category equal to
-    ``str(value)``, anything else to -1.
-
-    The domain is public and must be identical at every data owner: ``n_bins`` is the
-    study's domain size.
-    """
-
-    column: str
-    edges: tuple[float, ...]
-    categories: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.column, str) or not self.column.strip():
-            raise InvalidInputError(f"the domain's column name must be a non-empty string, got {self.column!r}")
-        try:
-            edges = tuple(float(e) for e in self.edges)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"bin edges must be numbers, got {self.edges!r}") from exc
-        if len(edges) < 2:
-            raise InvalidInputError(f"a domain needs at least 2 bin edges (one bin), got {len(edges)}")
-        bad = [e for e in edges if not math.isfinite(e)]
-        if bad:
-            raise InvalidInputError(f"bin edges must be finite, got {bad[0]}")
-        for i in range(1, len(edges)):
-            if not edges[i] > edges[i - 1]:
-                raise InvalidInputError(
-                    f"bin edges must be strictly increasing, but edge {i} ({edges[i]:g}) <= edge {i - 1} "
-                    f"({edges[i - 1]:g})"
-                )
-        object.__setattr__(self, "edges", edges)
-        if self.categories is not None:
-            cats = tuple(self.categories)
-            if not cats:
-                raise InvalidInputError("a categorical domain needs at least one category")
-            for c in cats:
-                if not isinstance(c, str) or not c:
-                    raise InvalidInputError(f"categories must be non-empty strings, got {c!r}")
-            seen: set[str] = set()
-            for c in cats:
-                if c in seen:
-                    raise InvalidInputError(f"category {c!r} is listed twice")
-                seen.add(c)
-            if edges != tuple(float(i) for i in range(len(cats) + 1)):
-                raise InvalidInputError("a categorical domain's edges must be (0, 1, ..., number of categories)")
-            object.__setattr__(self, "categories", cats)
-
-    # -- constructors ------------------------------------------------------------------
-    @classmethod
-    def from_edges(cls, column: str, edges: Iterable[float]) -> "DomainSpec":
-        """A numeric domain with explicit bin edges (>= 2, finite, strictly increasing)."""
-        try:
-            tup = tuple(edges)
-        except TypeError as exc:
-            raise InvalidInputError(f"bin edges must be a sequence of numbers, got {edges!r}") from exc
-        return cls(column, tup)
-
-    @classmethod
-    def equal_width(cls, column: str, lo: float, hi: float, n_bins: int) -> "DomainSpec":
-        """`n_bins` equal-width bins over [lo, hi)."""
-        if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-            raise InvalidInputError(f"n_bins must be an integer >= 1, got {n_bins!r}")
-        lo_f, hi_f = float(lo), float(hi)
-        if not (math.isfinite(lo_f) and math.isfinite(hi_f)):
-            raise InvalidInputError(f"domain bounds must be finite, got [{lo}, {hi})")
-        if not hi_f > lo_f:
-            raise InvalidInputError(f"the domain's upper bound must exceed its lower bound, got [{lo}, {hi})")
-        edges = np.linspace(lo_f, hi_f, int(n_bins) + 1)
-        return cls(column, tuple(float(e) for e in edges))
-
-    @classmethod
-    def categorical(cls, column: str, categories: Iterable[str]) -> "DomainSpec":
-        """A categorical domain: bin i holds the records whose value equals categories[i]."""
-        cats = tuple(categories)
-        return cls(column, tuple(float(i) for i in range(len(cats) + 1)), cats)
-
-    @classmethod
-    def parse(cls, text: str) -> "DomainSpec":
-        """Parse a command-line domain spec.
-
-        - ``"age:0:100:50"``: column ``age``, 50 equal-width bins over [0, 100);
-        - ``"age:edges:0,18,65,120"``: explicit edges;
-        - ``"sector:categories:retail,health,other"``: a categorical domain.
-
-        The column name may itself contain ':' (the spec is split from the right).
-        """
-        if not isinstance(text, str):
-            raise InvalidInputError(f"a domain spec must be a string, got {type(text).__name__}")
-        parts = text.rsplit(":", 2)
-        if len(parts) == 3 and parts[1] in ("edges", "categories"):
-            column, kind, items = parts
-            values = [v.strip() for v in items.split(",")]
-            if kind == "categories":
-                return cls.categorical(column, values)
-            try:
-                edges = [float(v) for v in values]
-            except ValueError as exc:
-                raise InvalidInputError(f"domain spec {text!r}: bin edges must be numbers ({exc})") from exc
-            return cls.from_edges(column, edges)
-        parts = text.rsplit(":", 3)
-        if len(parts) != 4:
-            raise InvalidInputError(f"cannot parse domain spec {text!r}: {_PARSE_HELP}")
-        column, lo_s, hi_s, n_s = parts
-        try:
-            lo, hi = float(lo_s), float(hi_s)
-        except ValueError as exc:
-            raise InvalidInputError(f"domain spec {text!r}: lo and hi must be numbers; {_PARSE_HELP}") from exc
-        try:
-            n = int(n_s)
-        except ValueError as exc:
-            raise InvalidInputError(f"domain spec {text!r}: n_bins must be an integer, got {n_s!r}") from exc
-        return cls.equal_width(column, lo, hi, n)
-
-    # -- queries -----------------------------------------------------------------------
-    @property
-    def n_bins(self) -> int:
-        """Number of bins: the study's domain size."""
-        return len(self.edges) - 1
-
-    def describe_range(self, lo: int, hi: int) -> str:
-        """Bins [lo, hi) in the domain's own values, e.g. "age in [0, 20)" or "city in {a, b}"."""
-        if self.categories is not None:
-            shown = list(self.categories[lo:hi])
-            more = f", ... ({hi - lo} values)" if len(shown) > 4 else ""
-            return f"{self.column} in {{{', '.join(shown[:4])}{more}}}"
-        return f"{self.column} in [{self.edges[lo]:g}, {self.edges[hi]:g})"
-
-    @property
-    def is_categorical(self) -> bool:
-        return self.categories is not None
-
-    def bin_of(self, values: Any) -> IntArray:
-        """Bin index of each value (int64, same shape as `values`); -1 when outside the domain.
-
-        Numeric: bin i is [e_i, e_{i+1}); values < e_0, >= e_k (the upper edge itself is
-        outside) and NaN give -1. Categorical: the index of the category equal to
-        ``str(value)``, else -1.
-        """
-        if self.categories is not None:
-            index = {c: i for i, c in enumerate(self.categories)}
-            arr = np.asarray(values, dtype=object)
-            flat = [index.get(str(v), -1) for v in arr.ravel()]
-            return np.asarray(flat, dtype=np.int64).reshape(arr.shape)
-        try:
-            vals = np.asarray(values, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(
-                f"values of numeric column {self.column!r} must be numbers: {exc}"
-            ) from exc
-        edges = np.asarray(self.edges, dtype=np.float64)
-        idx = np.searchsorted(edges, vals, side="right").astype(np.int64) - 1
-        # NaN sorts after every edge, so it lands at n_bins like values >= the upper edge.
-        return np.where((idx >= 0) & (idx < self.n_bins), idx, np.int64(-1))
-
 
 # --------------------------------------------------------------------------- bounds
 @dataclass(frozen=True)

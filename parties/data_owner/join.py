@@ -37,7 +37,7 @@ from ..common.contract import StudyContract
 from ..common.join_keys import sign_join_key, verify_join_key
 from ..common.tls import write_private_file
 from .client import DataOwnerClient, EncryptedHistogram, SubmitResult
-from .dataset import DomainSpec
+from .domain import DomainSpec
 
 __all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS"]
 

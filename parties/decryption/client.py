@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
+from parties.wire.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.measurements import Measurement
 
 from ..common.client import BaseClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from dpagg.v1 import decryption_pb2_grpc
+from parties.wire.v1 import decryption_pb2_grpc
 
 from ..common.access import AccessPolicy
 from ..common.config import DecryptionConfig

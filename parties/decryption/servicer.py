@@ -6,7 +6,7 @@ from typing import Iterator
 
 import grpc
 
-from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
+from parties.wire.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.errors import InvalidInputError
 
 from ..common.errors import FailedPreconditionError

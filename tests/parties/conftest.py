@@ -18,7 +18,7 @@ import pytest
 from he_partition.he.bfv import load_context
 from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from parties.analyst.client import AnalystClient
-from parties.common import tls as tlsmod
+from parties.common.pki import create_ca, issue_party_certificate
 from parties.common.config import ComputationConfig, DecryptionConfig, RetryPolicy
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
@@ -45,12 +45,12 @@ class Pki:
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
-        self.ca = tlsmod.create_ca(directory)
+        self.ca = create_ca(directory)
         self._issued: dict[str, str] = {}
 
     def tls(self, party_id: str, role: str) -> TlsConfig:
         if party_id not in self._issued:
-            tlsmod.issue_party_certificate(self.ca, self.dir, party_id, role)
+            issue_party_certificate(self.ca, self.dir, party_id, role)
             self._issued[party_id] = role
         assert self._issued[party_id] == role, f"{party_id} was issued as {self._issued[party_id]}"
         return TlsConfig.in_directory(self.dir, party_id)

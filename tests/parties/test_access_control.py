@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from dpagg.v1 import (
+from parties.wire.v1 import (
     analyst_pb2,
     analyst_pb2_grpc,
     computation_pb2,
@@ -306,7 +306,7 @@ def test_a_server_refuses_to_start_without_tls_unless_insecure_is_explicit(tmp_p
         with pytest.raises(InvalidInputError, match="needs mutual TLS.*insecure=True"):
             build()
         assert build(insecure=True).tls is None
-    from parties.common.tls import create_ca, issue_party_certificate
+    from parties.common.pki import create_ca, issue_party_certificate
 
     ca = create_ca(tmp_path / "pki")
     issue_party_certificate(ca, tmp_path / "pki", "x", "analyst")

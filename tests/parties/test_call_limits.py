@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dpagg.v1 import analyst_pb2, common_pb2
+from parties.wire.v1 import analyst_pb2, common_pb2
 from parties.common import limits
 from parties.common.config import GRPC_OPTIONS
 

@@ -14,6 +14,7 @@ import pytest
 
 from parties.cli import build_parser, main
 from parties.common import tls as tlsmod
+from parties.common.pki import create_ca, issue_party_certificate
 from parties.common.tls import TlsConfig
 from parties.common.tls_diagnose import diagnose
 
@@ -82,9 +83,9 @@ def _free_port() -> int:
 
 
 def _two_parties(root: Path) -> Path:
-    ca = tlsmod.create_ca(root)
-    tlsmod.issue_party_certificate(ca, root, "op", "operator")
-    tlsmod.issue_party_certificate(ca, root, "cs", "computation")
+    ca = create_ca(root)
+    issue_party_certificate(ca, root, "op", "operator")
+    issue_party_certificate(ca, root, "cs", "computation")
     return root
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dpagg.v1 import decryption_pb2
+from parties.wire.v1 import decryption_pb2
 from he_partition.core.errors import InvalidInputError
 from parties.common.contract import CONTRACT_VERSION_V1, StudyContract
 from parties.common.convert import contract_from_proto, contract_to_proto, open_study_kwargs, open_study_request

@@ -22,13 +22,13 @@ from he_partition.core.noise import SCALE_GRID, SeededRandom, discrete_laplace_v
 from parties.data_owner.dataset import (
     BoundedHistogram,
     ContributionBounds,
-    DomainSpec,
     SAMPLE_COLUMNS,
     check_bound_matches,
     histogram_from_records,
     read_histogram,
     write_sample_csv,
 )
+from parties.data_owner.domain import DomainSpec
 
 AGE = DomainSpec.parse("age:0:100:50")
 

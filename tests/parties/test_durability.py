@@ -18,7 +18,7 @@ import numpy as np
 from he_partition.he.bfv import BfvBackend, load_context
 from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 from he_partition.core.measurements import PrefixDifferences, owner_encoding
-from parties.common import tls
+from parties.common.pki import create_ca, issue_party_certificate
 from parties.common.errors import ServiceError
 from parties.common.signing import generate_signing_key
 from parties.common.tls import TlsConfig
@@ -53,9 +53,9 @@ def _start(tmp: Path, pki: Path, port_file: Path) -> tuple[subprocess.Popen[byte
 
 def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
-    ca = tls.create_ca(pki)
+    ca = create_ca(pki)
     for party, role in (("ds-1", "decryption"), ("cs-1", "computation")):
-        tls.issue_party_certificate(ca, pki, party, role)
+        issue_party_certificate(ca, pki, party, role)
     cs_tls = TlsConfig.in_directory(pki, "cs-1")
     proc, target = _start(tmp_path, pki, tmp_path / "ds.port")
     received: list[tuple[int, float]] = []  # (charge id, epsilon) of every value the client got back

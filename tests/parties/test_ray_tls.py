@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from parties.common import tls
+from parties.common.pki import create_ca
 from parties.common.ray_tls import RayNodeFiles, issue_ray_node_certificate, ray_tls_env
 
 ray = pytest.importorskip("ray")
@@ -91,11 +92,11 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("raytls")
-    ca = tls.create_ca(tmp / "ca")
+    ca = create_ca(tmp / "ca")
     names = ("localhost", "127.0.0.1", _host_ip())
     head = issue_ray_node_certificate(ca, tmp / "head", "ray-head", names)
     driver = issue_ray_node_certificate(ca, tmp / "driver", "computation-ray", names)
-    other_ca = tls.create_ca(tmp / "other-ca")
+    other_ca = create_ca(tmp / "other-ca")
     stranger = issue_ray_node_certificate(other_ca, tmp / "stranger", "stranger", names)
     port = _free_port()
     ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
@@ -117,7 +118,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 def test_ray_node_certificate_comes_from_the_ca_and_names_no_party_role(tmp_path: Path) -> None:
     from cryptography import x509
 
-    ca = tls.create_ca(tmp_path / "ca")
+    ca = create_ca(tmp_path / "ca")
     files = issue_ray_node_certificate(ca, tmp_path / "n", "ray-worker", ("ray-worker", "10.231.7.3"))
     assert files == RayNodeFiles.in_directory(tmp_path / "n", "ray-worker")
     assert files.key_path.stat().st_mode & 0o077 == 0
@@ -159,7 +160,7 @@ def test_a_client_without_the_deployments_tls_cannot_connect(cluster: dict, who:
 
 
 def test_the_private_ray_the_server_starts_uses_tls(tmp_path: Path) -> None:
-    ca = tls.create_ca(tmp_path / "ca")
+    ca = create_ca(tmp_path / "ca")
     node = issue_ray_node_certificate(ca, tmp_path / "node", "computation-ray", ("localhost", "127.0.0.1", _host_ip()))
     out = subprocess.run([sys.executable, "-c", PRIVATE, str(tmp_path), CLIENT], cwd=ROOT, env=_env(ray_tls_env(node)),
                          capture_output=True, text=True, timeout=300)
@@ -181,7 +182,7 @@ def test_apply_ray_tls_sets_the_environment_or_names_the_missing_file(tmp_path: 
     with pytest.raises(InvalidInputError, match="n1.crt does not exist"):
         apply_ray_tls(f"{tmp_path}:n1")
     assert "RAY_USE_TLS" not in os.environ
-    files = issue_ray_node_certificate(tls.create_ca(tmp_path / "ca"), tmp_path, "n1")
+    files = issue_ray_node_certificate(create_ca(tmp_path / "ca"), tmp_path, "n1")
     assert apply_ray_tls(f"{tmp_path}:n1") == ray_tls_env(files)
     assert os.environ["RAY_USE_TLS"] == "1" and os.environ["RAY_TLS_SERVER_KEY"] == str(files.key_path)
     with pytest.raises(InvalidInputError, match="DIR:NODE_ID"):

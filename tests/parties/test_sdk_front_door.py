@@ -41,10 +41,11 @@ def test_import_dpagg_gives_the_four_clients_and_one_exception_family() -> None:
 
 def test_importing_the_generated_code_loads_no_client() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    code = ("import sys; import dpagg.v1.analyst_pb2; "
-            "print(any(m.startswith('parties.') for m in sys.modules))")
+    code = ("import sys; import parties.wire.v1.analyst_pb2; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('parties', 'dpagg')"
+            " and m not in ('parties', 'parties.wire') and not m.startswith('parties.wire.v1')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.stdout.strip() == "False", out.stderr
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 @pytest.mark.parametrize("name", CLIENTS)

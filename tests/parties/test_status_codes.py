@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from parties.cli import main
-from parties.common import tls as tlsmod
+from parties.common.pki import create_ca, issue_party_certificate
 from parties.common.config import DecryptionConfig
 from parties.common.errors import ServiceError
 from parties.common.tls import TlsConfig
@@ -86,9 +86,9 @@ def test_a_corrupted_ledger_file_stops_the_server_with_a_clear_error(tmp_path: P
 
 def test_an_expired_server_certificate_is_reported_as_expired(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
-    ca = tlsmod.create_ca(pki)
-    tlsmod.issue_party_certificate(ca, pki, "ds-old", "decryption", valid_days=0)  # expired as soon as issued
-    tlsmod.issue_party_certificate(ca, pki, CS_ID, "computation")
+    ca = create_ca(pki)
+    issue_party_certificate(ca, pki, "ds-old", "decryption", valid_days=0)  # expired as soon as issued
+    issue_party_certificate(ca, pki, CS_ID, "computation")
     ds = create_decryption_server(DecryptionConfig(tmp_path / "ds", port=0, tls=TlsConfig.in_directory(pki, "ds-old"),
                                                    computation_ids=(CS_ID,))).start()
     try:

@@ -15,13 +15,9 @@ from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.core.measurements import RangeCount
 from parties.common.contract import StudyContract
 from parties.common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
-from parties.computation.store import (
-    ComputationStore,
-    MemoryComputationStore,
-    ReleaseRecord,
-    SqliteComputationStore,
-    UploadMeta,
-)
+from parties.computation.store import ComputationStore, ReleaseRecord, UploadMeta
+from parties.computation.store_memory import MemoryComputationStore
+from parties.computation.store_sqlite import SqliteComputationStore
 from parties.decryption.ledger import DIRECT_KIND, LedgerStore, MemoryLedgerStore, SqliteLedgerStore
 
 FP = "ab" * 32

@@ -14,6 +14,7 @@ from cryptography.x509.oid import NameOID
 
 from he_partition.core.errors import DPAggError
 from parties.common import tls
+from parties.common.pki import create_ca, issue_party_certificate
 from parties.common.tls import AccessDeniedError, PeerIdentity
 
 SERVICE = "dpagg.test.Probe"
@@ -27,16 +28,16 @@ def _mode(path: Path) -> int:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     d = tmp_path_factory.mktemp("pki")
-    ca = tls.create_ca(d)
-    other_ca = tls.create_ca(d / "other", name="rogue-ca")
+    ca = create_ca(d)
+    other_ca = create_ca(d / "other", name="rogue-ca")
     return {
         "dir": d,
         "ca": ca,
-        "ds": tls.issue_party_certificate(ca, d, "ds-1", "decryption"),
-        "cs": tls.issue_party_certificate(ca, d, "cs-1", "computation"),
-        "alice": tls.issue_party_certificate(ca, d, "alice", "data_owner"),
-        "eve": tls.issue_party_certificate(ca, d, "eve", "analyst"),
-        "rogue_cs": tls.issue_party_certificate(other_ca, d / "other", "cs-1", "computation"),
+        "ds": issue_party_certificate(ca, d, "ds-1", "decryption"),
+        "cs": issue_party_certificate(ca, d, "cs-1", "computation"),
+        "alice": issue_party_certificate(ca, d, "alice", "data_owner"),
+        "eve": issue_party_certificate(ca, d, "eve", "analyst"),
+        "rogue_cs": issue_party_certificate(other_ca, d / "other", "cs-1", "computation"),
     }
 
 
@@ -119,11 +120,11 @@ def test_key_files_are_0600_and_certificates_carry_the_identity(pki: dict[str, o
 
 
 def test_reissuing_replaces_a_too_open_key_file_with_a_0600_one(tmp_path: Path) -> None:
-    ca = tls.create_ca(tmp_path)
+    ca = create_ca(tmp_path)
     key = tmp_path / "alice.key"
     key.write_bytes(b"old")
     key.chmod(0o644)
-    files = tls.issue_party_certificate(ca, tmp_path, "alice", "data_owner")
+    files = issue_party_certificate(ca, tmp_path, "alice", "data_owner")
     assert files.key_path == key
     assert _mode(key) == 0o600 and key.read_bytes() != b"old"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -133,7 +134,7 @@ def test_reissuing_replaces_a_too_open_key_file_with_a_0600_one(tmp_path: Path) 
                                             ("ok", "admin"), ("x" * 65, "analyst")])
 def test_bad_party_id_or_role_is_refused(pki: dict[str, object], tmp_path: Path, party_id: str, role: str) -> None:
     with pytest.raises(DPAggError, match="party id|role"):
-        tls.issue_party_certificate(pki["ca"], tmp_path, party_id, role)  # type: ignore[arg-type]
+        issue_party_certificate(pki["ca"], tmp_path, party_id, role)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -242,7 +243,7 @@ def test_require_role_denies_the_wrong_role(pki: dict[str, object], secure_serve
 def test_require_role_denies_an_owner_not_listed(tmp_path: Path, pki: dict[str, object],
                                                  secure_server: tuple[_Probe, int]) -> None:
     probe, port = secure_server
-    carol = tls.issue_party_certificate(pki["ca"], tmp_path, "carol", "data_owner")  # type: ignore[arg-type]
+    carol = issue_party_certificate(pki["ca"], tmp_path, "carol", "data_owner")  # type: ignore[arg-type]
     with pytest.raises(grpc.RpcError) as info:
         _call(port, tls.channel_credentials(carol, pki["ca"]), "Submit")  # type: ignore[arg-type]
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED

@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from parties.common import tls as tlsmod
+from parties.common.pki import create_ca, issue_party_certificate
 from parties.common.errors import ServiceError
 from parties.common.tls import TlsConfig
 from parties.computation.client import ComputationClient
@@ -28,8 +28,8 @@ def _free_port() -> int:
 
 def _other_deployment(root: Path, party: str = "op", role: str = "operator") -> TlsConfig:
     """A consistent set of files (CA, certificate, key) from a different deployment's CA."""
-    ca = tlsmod.create_ca(root)
-    tlsmod.issue_party_certificate(ca, root, party, role)
+    ca = create_ca(root)
+    issue_party_certificate(ca, root, party, role)
     return TlsConfig.in_directory(root, party)
 
 

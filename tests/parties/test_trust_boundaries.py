@@ -130,12 +130,12 @@ def test_only_server_roles_get_server_certificates(tmp_path: Path) -> None:
     from cryptography import x509
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
-    from parties.common import tls as tlsmod
+    from parties.common.pki import create_ca, issue_party_certificate
 
-    ca = tlsmod.create_ca(tmp_path)
+    ca = create_ca(tmp_path)
     for party, role in (("ds", "decryption"), ("cs", "computation"), ("an", "analyst"), ("op", "operator"),
                         ("h1", "data_owner")):
-        files = tlsmod.issue_party_certificate(ca, tmp_path, party, role)
+        files = issue_party_certificate(ca, tmp_path, party, role)
         cert = x509.load_pem_x509_certificate(files.cert_pem())
         eku = list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
         dns = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(

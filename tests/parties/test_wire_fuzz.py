@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import numpy as np
 
-from dpagg.v1 import analyst_pb2, computation_pb2, decryption_pb2
+from parties.wire.v1 import analyst_pb2, computation_pb2, decryption_pb2
 from he_partition.he.bfv import BfvBackend, load_context
 from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common.config import GRPC_OPTIONS

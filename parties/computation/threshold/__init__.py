@@ -12,7 +12,7 @@ What it holds:
 May import `parties.common`, the computation server's modules beside it (`parties.computation`),
 the decryption clients and the shared upload records (`parties.decryption.client`,
 `forwarding`, `keyshare.client`, `keyshare.uploads`), `he_partition` (core, `he.bfv`,
-`he.threshold`) and the generated `dpagg.v1` stubs; never a holder's decision, ledger or keys.
+`he.threshold`) and the generated `parties.wire.v1` stubs; never a holder's decision, ledger or keys.
 
 Privacy promise: this server never holds a secret key share. It combines shares only when every
 holder answered (n-of-n), and it adds its noise to c0 only, so the holders check every chunk's

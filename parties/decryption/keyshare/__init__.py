@@ -13,7 +13,7 @@ What it holds:
 
 May import `parties.common`, the single decryption server's modules beside it
 (`parties.decryption`: handler, keys, ledger, receipts, commitments, servicer, client),
-`he_partition` (core, `he.threshold`, protocol) and the generated `dpagg.v1` stubs; nothing from
+`he_partition` (core, `he.threshold`, protocol) and the generated `parties.wire.v1` stubs; nothing from
 the computation server, data owners or analysts.
 
 Privacy promise: a holder never serves its secret share, and it issues a decryption share only

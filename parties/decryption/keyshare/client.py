@@ -7,7 +7,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import grpc
 
-from dpagg.v1 import decryption_pb2
+from parties.wire.v1 import decryption_pb2
 from he_partition.core.measurements import Measurement
 
 from ...common.config import RELEASE_TIMEOUT

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import grpc
 
-from dpagg.v1 import decryption_pb2, decryption_pb2_grpc
+from parties.wire.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 
 from ...common.access import AccessPolicy

@@ -22,14 +22,14 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from dpagg.v1 import common_pb2 as dpagg_dot_v1_dot_common__pb2
+from parties.wire.v1 import common_pb2 as dpagg_dot_v1_dot_common__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64pagg/v1/analyst.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\"\'\n\x13ListReleasesRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\x81\x01\n\x0bReleaseInfo\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\x13\n\x0b\x64omain_size\x18\x04 \x01(\x03\x12\x12\n\npartitions\x18\x05 \x01(\x03\x12\x12\n\ncreated_at\x18\x06 \x01(\t\"?\n\x14ListReleasesResponse\x12\'\n\x08releases\x18\x01 \x03(\x0b\x32\x15.dpagg.v1.ReleaseInfo\"\'\n\x11GetReleaseRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"?\n\x12GetReleaseResponse\x12)\n\x07summary\x18\x01 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\"I\n\x12RangeCountsRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x1f\n\x06ranges\x18\x02 \x03(\x0b\x32\x0f.dpagg.v1.Range\";\n\x13RangeCountsResponse\x12$\n\x06\x63ounts\x18\x01 \x03(\x0b\x32\x14.dpagg.v1.RangeCount2\xed\x01\n\x07\x41nalyst\x12M\n\x0cListReleases\x12\x1d.dpagg.v1.ListReleasesRequest\x1a\x1e.dpagg.v1.ListReleasesResponse\x12G\n\nGetRelease\x12\x1b.dpagg.v1.GetReleaseRequest\x1a\x1c.dpagg.v1.GetReleaseResponse\x12J\n\x0bRangeCounts\x12\x1c.dpagg.v1.RangeCountsRequest\x1a\x1d.dpagg.v1.RangeCountsResponseB/\n\x0corg.dpagg.v1P\x01Z\x1d\x64pagg/gen/go/dpagg/v1;dpaggv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dpagg.v1.analyst_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'parties.wire.v1.analyst_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\014org.dpagg.v1P\001Z\035dpagg/gen/go/dpagg/v1;dpaggv1'

@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from dpagg.v1 import computation_pb2 as dpagg_dot_v1_dot_computation__pb2
-from dpagg.v1 import decryption_pb2 as dpagg_dot_v1_dot_decryption__pb2
+from parties.wire.v1 import computation_pb2 as dpagg_dot_v1_dot_computation__pb2
+from parties.wire.v1 import decryption_pb2 as dpagg_dot_v1_dot_decryption__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

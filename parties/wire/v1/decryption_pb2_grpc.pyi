@@ -8,7 +8,7 @@ the ledger. Every value it returns is an exact integer.
 """
 
 from collections import abc as _abc
-from dpagg.v1 import decryption_pb2 as _decryption_pb2
+from parties.wire.v1 import decryption_pb2 as _decryption_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

@@ -28,7 +28,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x64pagg/v1/co
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dpagg.v1.common_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'parties.wire.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\014org.dpagg.v1P\001Z\035dpagg/gen/go/dpagg/v1;dpaggv1'

@@ -1,4 +1,4 @@
-from dpagg.v1 import common_pb2 as _common_pb2
+from parties.wire.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

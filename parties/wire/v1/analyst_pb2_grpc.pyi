@@ -8,7 +8,7 @@ summaries); `dpagg serve-analyst` can also serve a copy of that store.
 """
 
 from collections import abc as _abc
-from dpagg.v1 import analyst_pb2 as _analyst_pb2
+from parties.wire.v1 import analyst_pb2 as _analyst_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

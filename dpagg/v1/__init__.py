@@ -1,1 +1,0 @@
-"""dpagg.v1 messages and service stubs, generated from proto/dpagg/v1/*.proto; do not edit."""

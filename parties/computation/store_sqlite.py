@@ -1,0 +1,364 @@
+"""The computation server's durable store: metadata in SQLite, ciphertext chunks as files.
+
+A restart loses nothing: partial uploads can be resumed, committed submissions are counted
+exactly once (one row per study and owner), released summaries stay queryable. Same contract as
+the in-memory store (the ABC in `store.py`; tests/parties/test_stores.py runs both).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+from he_partition.execution.base import ChunkFiles, ChunkSource
+
+from ..common.contract import StudyContract
+from ..common.errors import NotFoundError
+from ..common.signing import OwnerSignature
+from ..common.util import ImmediateTransaction, utc_now, write_file_atomic
+from .store import (CHUNK_FILE, ComputationStore, ReleaseListing, ReleaseRecord, ReleaseState, Submission, UploadMeta,
+                    _check_complete, _check_index, _listing, _study_conflict, owner_conflict)
+
+__all__ = ["SqliteComputationStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS studies (
+    study_id      TEXT PRIMARY KEY,
+    contract_json TEXT NOT NULL,
+    contract_hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS uploads (
+    study_id            TEXT NOT NULL,
+    owner_id            TEXT NOT NULL,
+    idempotency_key     TEXT NOT NULL,
+    chunk_count         INTEGER NOT NULL,
+    domain_length       INTEGER NOT NULL,
+    context_fingerprint TEXT NOT NULL,
+    started_at          TEXT NOT NULL,
+    signature           BLOB NOT NULL DEFAULT x'',
+    PRIMARY KEY (study_id, owner_id)
+);
+CREATE TABLE IF NOT EXISTS submissions (
+    study_id            TEXT NOT NULL,
+    owner_id            TEXT NOT NULL,
+    idempotency_key     TEXT NOT NULL,
+    chunk_count         INTEGER NOT NULL,
+    domain_length       INTEGER NOT NULL,
+    context_fingerprint TEXT NOT NULL,
+    bytes_total         INTEGER NOT NULL,
+    committed_at        TEXT NOT NULL,
+    signature           BLOB NOT NULL DEFAULT x'',
+    ciphertext_digest   BLOB NOT NULL DEFAULT x'',
+    PRIMARY KEY (study_id, owner_id)
+);
+CREATE TABLE IF NOT EXISTS releases (
+    release_id    TEXT PRIMARY KEY,
+    study_id      TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    epsilon       REAL NOT NULL,
+    owners_json   TEXT NOT NULL,
+    contract_hash TEXT NOT NULL,
+    started_at    TEXT NOT NULL,
+    request_key   TEXT NOT NULL,
+    finished_at   TEXT NOT NULL,
+    error_code    TEXT NOT NULL,
+    error_message TEXT NOT NULL,
+    summary_json  TEXT NOT NULL,
+    seconds       REAL NOT NULL,
+    bytes_to_decryption INTEGER NOT NULL DEFAULT 0,
+    signatures_json TEXT NOT NULL DEFAULT '[]',
+    domain_size   INTEGER NOT NULL DEFAULT -1,
+    partitions    INTEGER NOT NULL DEFAULT -1
+);
+CREATE INDEX IF NOT EXISTS releases_by_study ON releases(study_id);
+CREATE TABLE IF NOT EXISTS direct_answers (
+    study_id      TEXT NOT NULL,
+    request_key   TEXT NOT NULL,
+    answers_json  TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    PRIMARY KEY (study_id, request_key)
+);
+"""
+
+_META_COLS = "study_id, owner_id, idempotency_key, chunk_count, domain_length, context_fingerprint"
+_REL_COLS = ("release_id, study_id, state, epsilon, owners_json, contract_hash, started_at, request_key, "
+             "finished_at, error_code, error_message, summary_json, seconds, bytes_to_decryption, signatures_json")
+
+#: Columns added after the first schema: (table, column, definition) for opening older stores.
+_ADDED_COLUMNS = (
+    ("uploads", "signature", "BLOB NOT NULL DEFAULT x''"),
+    ("submissions", "signature", "BLOB NOT NULL DEFAULT x''"),
+    ("submissions", "ciphertext_digest", "BLOB NOT NULL DEFAULT x''"),
+    ("releases", "signatures_json", "TEXT NOT NULL DEFAULT '[]'"),
+    ("releases", "domain_size", "INTEGER NOT NULL DEFAULT -1"),
+    ("releases", "partitions", "INTEGER NOT NULL DEFAULT -1"),
+)
+
+
+def _meta(row: tuple[object, ...]) -> UploadMeta:
+    return UploadMeta(str(row[0]), str(row[1]), str(row[2]), int(row[3]), int(row[4]),  # type: ignore[call-overload]
+                      str(row[5]))
+
+
+def _submission_row(row: tuple[object, ...]) -> Submission:
+    return Submission(_meta(row[:6]), int(row[6]), str(row[7]), bytes(row[8]), bytes(row[9]))  # type: ignore[call-overload]
+
+
+def _release(row: tuple[object, ...]) -> ReleaseRecord:
+    return ReleaseRecord(
+        release_id=str(row[0]), study_id=str(row[1]), state=str(row[2]), epsilon=float(row[3]),  # type: ignore[arg-type]
+        owners=tuple(json.loads(str(row[4]))), contract_hash=str(row[5]), started_at=str(row[6]),
+        request_key=str(row[7]), finished_at=str(row[8]), error_code=str(row[9]), error_message=str(row[10]),
+        summary_json=str(row[11]), seconds=float(row[12]),  # type: ignore[arg-type]
+        bytes_to_decryption=int(row[13]),  # type: ignore[call-overload]
+        signatures=tuple(OwnerSignature.from_dict(d) for d in json.loads(str(row[14]))),
+    )
+
+
+class SqliteComputationStore(ComputationStore):
+    """Metadata in `data_dir/computation.sqlite3`, chunks in `data_dir/uploads/<study>/<owner>/<key>/`.
+
+    Chunks are written to a temporary file and renamed (and fsynced when `durable`), so a
+    crash never leaves half a chunk; committing is one SQLite transaction that inserts
+    the submission row (primary key study+owner: one submission per owner, ever) and
+    removes the partial-upload row. `read_only` opens an existing store for a separate
+    analyst process.
+    """
+
+    DB_FILE = "computation.sqlite3"
+
+    def __init__(self, data_dir: Path | str, *, durable: bool = True, read_only: bool = False) -> None:
+        self.data_dir = Path(data_dir)
+        self.durable = durable
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        db_path = self.data_dir / self.DB_FILE
+        if read_only:
+            if not db_path.exists():
+                raise NotFoundError(f"{db_path} does not exist; point --data-dir at a computation server's data")
+            self._db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None,
+                                       check_same_thread=False, timeout=30.0)
+        else:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            for table, column, definition in _ADDED_COLUMNS:
+                if column not in {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _tx(self) -> ImmediateTransaction:
+        return ImmediateTransaction(self._db)
+
+    def _dir(self, meta: UploadMeta) -> Path:
+        return self.data_dir / "uploads" / meta.study_id / meta.owner_id / meta.idempotency_key
+
+    # -- studies ---------------------------------------------------------------------
+    def put_study(self, contract: StudyContract) -> None:
+        with self._lock, self._tx():
+            row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?",
+                                   (contract.study_id,)).fetchone()
+            if row is not None:
+                existing = StudyContract.from_json(row[0])
+                if existing.contract_hash != contract.contract_hash:
+                    raise _study_conflict(existing)
+                return
+            self._db.execute("INSERT INTO studies VALUES (?, ?, ?)",
+                             (contract.study_id, contract.canonical_json(), contract.contract_hash))
+
+    def get_study(self, study_id: str) -> StudyContract | None:
+        with self._lock:
+            row = self._db.execute("SELECT contract_json FROM studies WHERE study_id = ?", (study_id,)).fetchone()
+        return None if row is None else StudyContract.from_json(row[0])
+
+    # -- uploads -----------------------------------------------------------------------
+    def _submission(self, study_id: str, owner_id: str) -> Submission | None:
+        row = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at, signature, ciphertext_digest "
+                               "FROM submissions WHERE study_id = ? AND owner_id = ?", (study_id, owner_id)).fetchone()
+        return None if row is None else _submission_row(row)
+
+    def _upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
+        row = self._db.execute(f"SELECT {_META_COLS} FROM uploads WHERE study_id = ? AND owner_id = ?",
+                               (study_id, owner_id)).fetchone()
+        return None if row is None else _meta(row)
+
+    def start_upload(self, meta: UploadMeta, signature: bytes = b"") -> None:
+        with self._lock:
+            sub = self._submission(meta.study_id, meta.owner_id)
+            if sub is not None:
+                if sub.meta == meta:
+                    return
+                raise owner_conflict(sub)
+            current = self._upload(meta.study_id, meta.owner_id)
+            if current == meta:
+                row = self._db.execute("SELECT signature FROM uploads WHERE study_id = ? AND owner_id = ?",
+                                       (meta.study_id, meta.owner_id)).fetchone()
+                if row is not None and bytes(row[0]) == bytes(signature):
+                    return
+            if current is not None:
+                self.discard_upload(current)
+            with self._tx():
+                self._db.execute(f"INSERT INTO uploads ({_META_COLS}, started_at, signature) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                 (meta.study_id, meta.owner_id, meta.idempotency_key, meta.chunk_count,
+                                  meta.domain_length, meta.context_fingerprint, utc_now(), bytes(signature)))
+            self._dir(meta).mkdir(parents=True, exist_ok=True)
+
+    def get_upload(self, study_id: str, owner_id: str) -> UploadMeta | None:
+        with self._lock:
+            return self._upload(study_id, owner_id)
+
+    def put_chunk(self, meta: UploadMeta, index: int, data: bytes) -> None:
+        _check_index(meta, index)
+        with self._lock:
+            if self._upload(meta.study_id, meta.owner_id) != meta:
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
+        # File I/O outside the lock: chunks of different owners are written in parallel.
+        write_file_atomic(self._dir(meta) / CHUNK_FILE.format(index=index), bytes(data), fsync=self.durable)
+
+    def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:
+        _check_index(submission.meta, index)
+        write_file_atomic(self._dir(submission.meta) / CHUNK_FILE.format(index=index), bytes(data),
+                          fsync=self.durable)
+
+    def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
+        d = self._dir(meta)
+        if not d.is_dir():
+            return {}
+        out: dict[int, int] = {}
+        for p in d.iterdir():
+            if p.suffix == ".ct" and p.stem.isdigit():
+                out[int(p.stem)] = p.stat().st_size
+        return out
+
+    def commit_upload(self, meta: UploadMeta, signature: bytes = b"", ciphertext_digest: bytes = b"") -> Submission:
+        with self._lock:
+            sub = self._submission(meta.study_id, meta.owner_id)
+            if sub is not None:
+                if sub.meta == meta:
+                    return sub
+                raise owner_conflict(sub)
+            if self._upload(meta.study_id, meta.owner_id) != meta:
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}")
+            held = self.received_chunks(meta)
+            _check_complete(meta, held)
+            sub = Submission(meta, sum(held.values()), utc_now(), bytes(signature), bytes(ciphertext_digest))
+            with self._tx():
+                self._db.execute(
+                    f"INSERT INTO submissions ({_META_COLS}, bytes_total, committed_at, signature, ciphertext_digest) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (meta.study_id, meta.owner_id, meta.idempotency_key, meta.chunk_count, meta.domain_length,
+                     meta.context_fingerprint, sub.bytes_total, sub.committed_at, sub.signature,
+                     sub.ciphertext_digest))
+                self._db.execute("DELETE FROM uploads WHERE study_id = ? AND owner_id = ?",
+                                 (meta.study_id, meta.owner_id))
+            return sub
+
+    def discard_upload(self, meta: UploadMeta) -> None:
+        with self._lock:
+            sub = self._submission(meta.study_id, meta.owner_id)
+            if sub is not None and sub.meta.idempotency_key == meta.idempotency_key:
+                return  # never delete a committed submission's chunks
+            with self._tx():
+                self._db.execute("DELETE FROM uploads WHERE study_id = ? AND owner_id = ? AND idempotency_key = ?",
+                                 (meta.study_id, meta.owner_id, meta.idempotency_key))
+            shutil.rmtree(self._dir(meta), ignore_errors=True)
+
+    def get_submission(self, study_id: str, owner_id: str) -> Submission | None:
+        with self._lock:
+            return self._submission(study_id, owner_id)
+
+    def submissions(self, study_id: str) -> list[Submission]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_META_COLS}, bytes_total, committed_at, signature, ciphertext_digest "
+                                    "FROM submissions WHERE study_id = ? ORDER BY owner_id", (study_id,)).fetchall()
+        return [_submission_row(r) for r in rows]
+
+    def aggregates_root(self) -> Path | None:
+        return None if self.read_only else self.data_dir / "aggregates"
+
+    def chunk_template(self, submission: Submission) -> str:
+        return str(self._dir(submission.meta) / CHUNK_FILE)
+
+    def chunk_source(self, submissions: list[Submission]) -> ChunkSource:
+        """The submissions' chunk files, read by path where the executor's workers run."""
+        return ChunkFiles(tuple(self.chunk_template(s) for s in submissions))
+
+    def read_upload_chunk(self, meta: UploadMeta, index: int) -> bytes:
+        _check_index(meta, index)
+        path = self._dir(meta) / CHUNK_FILE.format(index=index)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"chunk {index} of owner {meta.owner_id}'s upload {meta.idempotency_key} is missing "
+                                f"from {path.parent}; resend it, or the data directory was altered") from exc
+
+    # -- releases --------------------------------------------------------------------
+    def save_release(self, record: ReleaseRecord) -> None:
+        r = record
+        # What a listing shows, kept beside the summary so a listing never reads or parses it.
+        meta = _listing(r) if r.state == ReleaseState.DONE and r.summary_json else None
+        with self._lock, self._tx():
+            self._db.execute(
+                f"INSERT OR REPLACE INTO releases ({_REL_COLS}, domain_size, partitions) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (r.release_id, r.study_id, r.state, r.epsilon, json.dumps(list(r.owners)), r.contract_hash,
+                 r.started_at, r.request_key, r.finished_at, r.error_code, r.error_message, r.summary_json,
+                 r.seconds, r.bytes_to_decryption, json.dumps([sig.to_dict() for sig in r.signatures]),
+                 meta.domain_size if meta else -1, meta.partitions if meta else -1))
+
+    def release_listing(self, study_id: str = "") -> list[ReleaseListing]:
+        """Metadata columns only (a release saved before they existed is read once and backfilled)."""
+        where = "state = ?" + (" AND study_id = ?" if study_id else "")
+        args: tuple[str, ...] = (ReleaseState.DONE, study_id) if study_id else (ReleaseState.DONE,)
+        with self._lock:
+            rows = self._db.execute(f"SELECT release_id, study_id, epsilon, finished_at, domain_size, partitions "
+                                    f"FROM releases WHERE {where} ORDER BY started_at DESC, release_id DESC",
+                                    args).fetchall()
+        out = []
+        for rid, sid, eps, finished, size, parts in rows:
+            if int(size) < 0 or int(parts) < 0:  # written before the columns existed: parse once, keep
+                rec = self.get_release(str(rid))
+                assert rec is not None
+                item = _listing(rec)
+                with self._lock, self._tx():
+                    self._db.execute("UPDATE releases SET domain_size = ?, partitions = ? WHERE release_id = ?",
+                                     (item.domain_size, item.partitions, item.release_id))
+                out.append(item)
+            else:
+                out.append(ReleaseListing(str(rid), str(sid), float(eps), str(finished), int(size), int(parts)))
+        return out
+
+    def get_release(self, release_id: str) -> ReleaseRecord | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {_REL_COLS} FROM releases WHERE release_id = ?",
+                                   (release_id,)).fetchone()
+        return None if row is None else _release(row)
+
+    def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
+        with self._lock:
+            if study_id:
+                rows = self._db.execute(f"SELECT {_REL_COLS} FROM releases WHERE study_id = ? ORDER BY started_at, release_id",
+                                        (study_id,)).fetchall()
+            else:
+                rows = self._db.execute(f"SELECT {_REL_COLS} FROM releases ORDER BY started_at, release_id").fetchall()
+        return [_release(r) for r in rows]
+
+    def save_direct_answers(self, study_id: str, request_key: str, answers_json: str) -> None:
+        with self._lock, self._tx():
+            self._db.execute("INSERT OR IGNORE INTO direct_answers (study_id, request_key, answers_json, created_at) "
+                             "VALUES (?, ?, ?, ?)", (study_id, request_key, answers_json, utc_now()))
+
+    def direct_answers(self, study_id: str, request_key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT answers_json FROM direct_answers WHERE study_id = ? AND request_key = ?",
+                                   (study_id, request_key)).fetchone()
+        return None if row is None else str(row[0])

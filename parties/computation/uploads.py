@@ -1,0 +1,240 @@
+"""A data owner's upload at the computation server: the header's checks, the chunk stream, the commit.
+
+`open_upload` checks an upload header against the study and gives back an `UploadSession`, which
+validates and stores each chunk and commits once every chunk is in (and, in a signed study, the
+owner's signature verifies). `ComputationHandler.open_upload` / `upload_status` call these.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from he_partition.core.backend import n_chunks
+from he_partition.core.errors import InvalidInputError
+
+from ..common.contract import StudyContract, check_id
+from ..common.errors import FailedPreconditionError, PermissionDeniedError
+from ..common.sealing import Commitment, is_sealed
+from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
+from .join import JoinUploadBackend
+from .sealed_uploads import check_commitment
+from .store import UploadMeta, owner_conflict
+
+if TYPE_CHECKING:
+    from .handler import ComputationHandler
+
+__all__ = ["UploadSession", "UploadOutcome", "UploadState", "open_upload", "upload_status"]
+
+log = logging.getLogger("dpagg.computation")
+
+
+class UploadState:
+    NONE = "NONE"
+    PARTIAL = "PARTIAL"
+    COMMITTED = "COMMITTED"
+    CONFLICT = "CONFLICT"
+
+
+@dataclass(frozen=True)
+class UploadOutcome:
+    """Where an upload stands after a stream (or for UploadStatus)."""
+
+    state: str
+    received: tuple[int, ...]
+    chunk_count: int
+    bytes_received: int = 0
+    duplicate: bool = False
+
+    @property
+    def committed(self) -> bool:
+        return self.state == UploadState.COMMITTED
+
+
+class UploadSession:
+    """One SubmitHistogram stream: validates every chunk before storing it; `finish` commits when complete.
+
+    In a signed study the upload counts only once the owner's signature verifies over
+    every stored chunk (in index order) together with the study id, owner id,
+    idempotency key and contract hash; otherwise the whole upload is discarded.
+    """
+
+    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: Any, duplicate: bool,
+                 contract: StudyContract | None = None, signature: bytes = b"", sealed: bool = False) -> None:
+        self._h = handler
+        #: The chunks are sealed (`parties.common.sealing`): checked for their form only, opened at the close.
+        self.sealed = sealed
+        self.meta = meta
+        self._backend = backend
+        self.duplicate = duplicate
+        self.contract = contract
+        self.signature = bytes(signature)
+        self.bytes_this_stream = 0
+        self._started = False
+
+    def add(self, index: int, data: bytes) -> None:
+        """Validate (deserialize under the study's public key) and store one chunk.
+
+        An invalid chunk discards the whole partial upload, so nothing from a bad upload
+        is ever stored or counted. Chunks of an already committed upload are ignored.
+        """
+        if self.duplicate:
+            return
+        if not 0 <= index < self.meta.chunk_count:
+            self.abort()
+            raise InvalidInputError(f"chunk index {index} is outside [0, {self.meta.chunk_count})")
+        try:
+            if self.sealed:
+                if not is_sealed(data):
+                    raise InvalidInputError("study uploads are sealed, this chunk is not")
+            else:
+                self._backend.deserialize_chunk(data)
+        except InvalidInputError as exc:
+            self.abort()
+            raise InvalidInputError(
+                f"chunk {index} of owner {self.meta.owner_id}'s upload is not a valid ciphertext for study "
+                f"{self.meta.study_id} ({exc}); the upload was discarded, nothing is stored. Re-encrypt with the "
+                "study's public context and upload again"
+            ) from exc
+        if not self._started:
+            # Begin (or resume) the partial upload. A different signature under the same key
+            # (a re-encryption) discards the chunks held so far, which it would not match.
+            self._h.store.start_upload(self.meta, self.signature)
+            self._started = True
+        self._h.store.put_chunk(self.meta, index, data)
+        self.bytes_this_stream += len(data)
+
+    def abort(self) -> None:
+        self._h.store.discard_upload(self.meta)
+
+    def _verify(self) -> bytes:
+        """Recompute the stream digest from the stored chunks and verify the owner's signature (signed studies).
+
+        Returns the ciphertext digest ("" for an unsigned study). On failure the upload
+        is discarded and SignatureError (UNAUTHENTICATED) raised: nothing counts.
+        """
+        contract = self.contract
+        if contract is None or not contract.signed:
+            return b""
+        public = contract.owner_public_key(self.meta.owner_id)
+        assert public is not None  # open_upload checked that the owner is expected
+        hasher = StreamHasher()
+        for i in range(self.meta.chunk_count):
+            hasher.update(self._h.store.read_upload_chunk(self.meta, i))
+        digest = submission_digest(self.meta.study_id, self.meta.owner_id, self.meta.idempotency_key,
+                                   contract.contract_hash, hasher)
+        try:
+            verify_submission(public, digest, self.signature, owner_id=self.meta.owner_id)
+        except SignatureError:
+            self.abort()
+            raise
+        return hasher.digest()
+
+    def finish(self) -> UploadOutcome:
+        """Commit if every chunk has arrived (and, in a signed study, the signature verifies); else report what is held."""
+        held = self._h.store.received_chunks(self.meta)
+        if not self.duplicate and len(held) == self.meta.chunk_count:
+            ciphertext_digest = self._verify()
+            self._h.store.commit_upload(self.meta, self.signature if ciphertext_digest else b"", ciphertext_digest)
+            self._h.fold_committed(self.meta.study_id, self._backend)
+            log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id, self.meta.owner_id,
+                     len(held), sum(held.values()))
+            self._h.forward_when_complete(self.meta.study_id)
+        state = UploadState.COMMITTED if self.duplicate or len(held) == self.meta.chunk_count else UploadState.PARTIAL
+        return UploadOutcome(state, tuple(sorted(held)), self.meta.chunk_count, sum(held.values()), self.duplicate)
+
+
+def open_upload(h: ComputationHandler, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
+                context_fingerprint: str, chunk_count: int, contract_hash: str = "",
+                signature: bytes = b"", c1_signature: bytes = b"",
+                commitment: tuple[bytes, tuple[bytes, ...], bytes] | None = None) -> UploadSession:
+    """Check an upload header against the study; nothing is stored unless every check passes.
+
+    `contract_hash` must be the study's (the owner encrypted for these terms). In a
+    signed study `signature` must be a 64-byte Ed25519 signature; it is verified over
+    the stored chunks when the upload completes (`UploadSession.finish`).
+    """
+    check_id("owner_id", owner_id)
+    check_id("idempotency_key", idempotency_key)
+    contract = h.study(study_id)
+    if owner_id not in contract.expected_owners:
+        raise PermissionDeniedError(
+            f"owner {owner_id!r} is not expected by study {study_id} (expected: "
+            f"{', '.join(contract.expected_owners)}); check --owner, or ask the operator to open a study "
+            "that includes you"
+        )
+    if not contract_hash:
+        raise InvalidInputError("contract_hash is required in the upload header: send the hash of the study "
+                                "contract you encrypted for")
+    if contract_hash != contract.contract_hash:
+        raise FailedPreconditionError(
+            f"contract_hash {contract_hash[:16]} does not match study {study_id}'s contract "
+            f"{contract.contract_hash[:16]}: fetch the study again (its terms differ from what you hold)"
+        )
+    if contract.signed and len(signature) != SIGNATURE_SIZE:
+        raise SignatureError(
+            f"study {study_id} requires signed uploads but the header carries "
+            f"{'no' if not signature else f'a {len(signature)}-byte'} signature: sign the upload with owner "
+            f"{owner_id}'s Ed25519 key (DataOwnerClient(signing_key=...), `dpagg submit --signing-key`)"
+        )
+    if domain_length != contract.domain_size:
+        raise InvalidInputError(
+            f"histogram has {domain_length} bins but study {study_id} has domain size {contract.domain_size}; "
+            f"bin your data with the study's domain{f' ({contract.domain_spec})' if contract.domain_spec else ''}"
+        )
+    if context_fingerprint != contract.context_fingerprint:
+        raise InvalidInputError(
+            f"the histogram was encrypted under public key {context_fingerprint[:16] or '(none)'} but study "
+            f"{study_id} uses key {contract.context_fingerprint[:16]}; fetch the decryption server's public "
+            "context again and re-encrypt"
+        )
+    backend: Any
+    if contract.is_join:
+        h.joins.require_placement(contract, owner_id)
+        backend = JoinUploadBackend(h.joins.scheme(contract, h.public_context))
+        expected = h.joins.expected_chunks(contract, owner_id, backend.slots)
+        what = f"owner {owner_id}'s indicator planes for join study {study_id}"
+    else:
+        backend = h.backend_for(contract)
+        expected = n_chunks(contract.domain_size, backend.slots)
+        what = f"a {contract.domain_size}-bin histogram"
+    if chunk_count != expected:
+        raise InvalidInputError(
+            f"{what} is {expected} ciphertext chunks of {backend.slots} slots, header says {chunk_count}"
+        )
+    meta = UploadMeta(study_id, owner_id, idempotency_key, int(chunk_count), int(domain_length),
+                      context_fingerprint)
+    existing = h.store.get_submission(study_id, owner_id)
+    if existing is not None and existing.meta == meta:
+        return UploadSession(h, meta, backend, duplicate=True, contract=contract)
+    if existing is not None:
+        raise owner_conflict(existing)  # one submission per owner, ever
+    sig = bytes(signature) if contract.signed else b""
+    if contract.sealed:  # the chunks are sealed: keep the owner's commitment, checked, before any chunk
+        h.sealed.refuse_late(contract, owner_id)
+        digest, shares, commit_sig = commitment or (b"", (), b"")
+        owner_commitment = Commitment(owner_id, idempotency_key, bytes(digest), tuple(shares), bytes(commit_sig))
+        check_commitment(contract, owner_commitment)
+        h.sealed.keep(study_id, owner_commitment)
+    if contract.signed and c1_signature:  # forwarded to the key holders with the owner's c1 parts
+        h.c1_signatures.keep(study_id, owner_id, idempotency_key, c1_signature)
+    # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
+    return UploadSession(h, meta, backend, duplicate=False, contract=contract, signature=sig,
+                         sealed=contract.sealed)
+
+
+def upload_status(h: ComputationHandler, study_id: str, owner_id: str, idempotency_key: str) -> UploadOutcome:
+    check_id("owner_id", owner_id)
+    check_id("idempotency_key", idempotency_key)
+    h.study(study_id)
+    sub = h.store.get_submission(study_id, owner_id)
+    if sub is not None:
+        state = UploadState.COMMITTED if sub.idempotency_key == idempotency_key else UploadState.CONFLICT
+        held = h.store.received_chunks(sub.meta) if state == UploadState.COMMITTED else {}
+        return UploadOutcome(state, tuple(sorted(held)), sub.meta.chunk_count, sum(held.values()))
+    up = h.store.get_upload(study_id, owner_id)
+    if up is None or up.idempotency_key != idempotency_key:
+        return UploadOutcome(UploadState.NONE, (), 0)
+    held = h.store.received_chunks(up)
+    return UploadOutcome(UploadState.PARTIAL, tuple(sorted(held)), up.chunk_count, sum(held.values()))
