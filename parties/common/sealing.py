@@ -242,8 +242,9 @@ class Commitment:
         return commitment_statement(study_id, self.owner_id, self.idempotency_key, contract_hash,
                                     self.c1_parts_digest, self.key_shares)
 
-    def verify(self, contract: Any) -> None:
-        """Refuse (SignatureError) a commitment the owner's key in `contract` (a StudyContract) did not sign."""
+    def verify(self, contract: Any, consequence: str = "") -> None:
+        """Refuse (SignatureError, its message ending in `consequence`) a commitment the owner's key in `contract`
+        (a StudyContract) did not sign."""
         from .signing import SignatureError, verify_submission
 
         key = contract.owner_public_key(self.owner_id)
@@ -254,7 +255,7 @@ class Commitment:
                               owner_id=self.owner_id)
         except SignatureError:
             raise SignatureError(f"owner {self.owner_id!r}'s commitment does not verify under the contract's key "
-                                 "for that owner") from None
+                                 f"for that owner{': ' + consequence if consequence else ''}") from None
 
     def to_json(self) -> dict[str, Any]:
         return {"owner_id": self.owner_id, "idempotency_key": self.idempotency_key,

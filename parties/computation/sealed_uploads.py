@@ -25,7 +25,6 @@ from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector, c1_stream_diges
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.sealing import Commitment, is_sealed, open_chunk
-from ..common.signing import SignatureError
 from ..common.util import write_file_atomic
 from .store import ComputationStore, Submission
 
@@ -46,10 +45,7 @@ def check_commitment(contract: StudyContract, c: Commitment) -> None:
     if len(c.key_shares) != len(contract.holder_seal_keys):
         raise InvalidInputError(f"study {contract.study_id} is sealed to {len(contract.holder_seal_keys)} key "
                                 f"holder(s); the upload header carries {len(c.key_shares)} sealed key shares")
-    try:
-        c.verify(contract)
-    except SignatureError as exc:
-        raise SignatureError(f"{exc}; nothing was stored") from None
+    c.verify(contract, "nothing was stored")
 
 
 class SealedUploads:

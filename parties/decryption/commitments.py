@@ -20,7 +20,6 @@ from pathlib import Path
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError
 from ..common.sealing import Commitment, SealKeyPair
-from ..common.signing import SignatureError
 from ..common.util import write_file_atomic
 from he_partition.core.errors import InvalidInputError
 
@@ -88,10 +87,7 @@ class CommitmentBook:
             if len(c.c1_parts_digest) != 32 or len(c.key_shares) != self.holders:
                 raise InvalidInputError(f"owner {c.owner_id!r}'s commitment has a {len(c.c1_parts_digest)}-byte c1 "
                                         f"digest and {len(c.key_shares)} key shares; expected 32 and {self.holders}")
-            try:
-                c.verify(contract)
-            except SignatureError as exc:
-                raise SignatureError(f"{exc}: the study's uploads were not closed") from None
+            c.verify(contract, "the study's uploads were not closed")
         # Open every share before recording anything: a share not made for this holder is refused, nothing closed.
         shares = [self.seal.open_share(c.key_shares[self.holder], self.holder, study_id=contract.study_id,
                                        owner_id=c.owner_id, idempotency_key=c.idempotency_key,

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -21,36 +22,47 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow
-def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
+def _run_block(tmp_path: Path, marker: str, ports: tuple[str, ...], *, timeout: float,
+               rewrite: Callable[[str, dict[str, str]], tuple[str, str]] | None = None) -> str:
+    """Run the README's bash block after `<!-- marker -->` with free ports in place of `ports`; its stdout."""
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- walkthrough -->\n```bash\n(.*?)```", text, re.S)
-    assert block, "README.md lost its <!-- walkthrough --> block"
+    block = re.search(rf"<!-- {marker} -->\n```bash\n(.*?)```", text, re.S)
+    assert block, f"README.md lost its <!-- {marker} --> block"
     script = block.group(1)
-    for port in ("50051", "50052"):
-        script = script.replace(port, str(_free_port()))
+    free = {p: str(_free_port()) for p in ports}
+    extra = ""
+    if rewrite is not None:
+        script, extra = rewrite(script, free)
+    for old, port in free.items():
+        script = script.replace(old, port)
     prelude = (
         "set -euo pipefail\n"
         f'dpagg() {{ "{sys.executable}" -m parties.cli "$@"; }}\n'
-        f'python() {{ "{sys.executable}" "$@"; }}\n'
+        f'python() {{ "{sys.executable}" "$@"; }}\n' + extra
     )
-    (tmp_path / "walkthrough.sh").write_text(prelude + script)
+    (tmp_path / "block.sh").write_text(prelude + script)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPAGG_")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["DPAGG_STATE_DIR"] = str(tmp_path / "state")
     # Output goes to files: the background servers keep a pipe open after the script ends.
     with open(tmp_path / "out.txt", "w") as fo, open(tmp_path / "err.txt", "w") as fe:
-        proc = subprocess.Popen(["bash", "walkthrough.sh"], cwd=tmp_path, env=env, stdout=fo, stderr=fe,
+        proc = subprocess.Popen(["bash", "block.sh"], cwd=tmp_path, env=env, stdout=fo, stderr=fe,
                                 start_new_session=True)
         try:
-            proc.wait(timeout=300)
+            proc.wait(timeout=timeout)
         finally:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)  # the two servers the script started in the background
+                os.killpg(proc.pid, signal.SIGTERM)  # the servers the script started in the background
             except ProcessLookupError:
                 pass
     out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
-    assert proc.returncode == 0, f"walkthrough failed ({proc.returncode}):\n{out}\n{err}"
+    assert proc.returncode == 0, f"{marker} failed ({proc.returncode}):\n{out}\n{err}"
+    return out
+
+
+@pytest.mark.slow
+def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
+    out = _run_block(tmp_path, "walkthrough", ("50051", "50052"), timeout=300)
     assert "clinic-a submitted" in out and "clinic-b submitted" in out and "charged epsilon 0.1" in out
     assert "ledger hash chain verified" in out and "spent 1 of 1" in out
     assert "epsilon 0.899999" in out  # the rest, as the README's comment explains
@@ -60,35 +72,11 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_readme_threshold_walkthrough_runs(tmp_path: Path) -> None:
     """The README's three-holder how-to, as written (free ports substituted)."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- threshold-walkthrough -->\n```bash\n(.*?)```", text, re.S)
-    assert block, "README.md lost its <!-- threshold-walkthrough --> block"
-    script = block.group(1)
-    ports = {p: str(_free_port()) for p in ("50061", "50062", "50063", "50052")}
-    script = script.replace("5006$i", "${HPORT[$i]}")
-    for old, new in ports.items():
-        script = script.replace(old, new)
-    prelude = (
-        "set -euo pipefail\n"
-        f'dpagg() {{ "{sys.executable}" -m parties.cli "$@"; }}\n'
-        f'python() {{ "{sys.executable}" "$@"; }}\n'
-        f'HPORT=("" {ports["50061"]} {ports["50062"]} {ports["50063"]})\n'
-    )
-    (tmp_path / "threshold.sh").write_text(prelude + script)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPAGG_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["DPAGG_STATE_DIR"] = str(tmp_path / "state")
-    with open(tmp_path / "out.txt", "w") as fo, open(tmp_path / "err.txt", "w") as fe:
-        proc = subprocess.Popen(["bash", "threshold.sh"], cwd=tmp_path, env=env, stdout=fo, stderr=fe,
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=400)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
-    assert proc.returncode == 0, f"threshold walkthrough failed ({proc.returncode}):\n{out}\n{err}"
+    def holder_ports(script: str, free: dict[str, str]) -> tuple[str, str]:
+        return (script.replace("5006$i", "${HPORT[$i]}"),
+                f'HPORT=("" {free["50061"]} {free["50062"]} {free["50063"]})\n')
+
+    out = _run_block(tmp_path, "threshold-walkthrough", ("50061", "50062", "50063", "50052"), timeout=400,
+                     rewrite=holder_ports)
     assert "clinic-a submitted" in out and "clinic-b submitted" in out
     assert "all 3 holders agree" in out and out.count("spent 1 of 1") == 3
