@@ -153,7 +153,7 @@ def format_demo(result: dict[str, Any]) -> str:
     """The human-readable demo report."""
     d = result["domain"]
     lines = [
-        f"dpagg demo: {len(result['owners'])} data owners, domain {d['spec']} ({d['n_bins']} bins), "
+        f"released: {len(result['owners'])} data owners' records over {d['spec']} ({d['n_bins']:,} bins) at "
         f"epsilon {result['epsilon_total']:g}",
     ]
     for o in result["owners"]:

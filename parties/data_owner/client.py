@@ -346,7 +346,7 @@ class DataOwnerClient:
         delay = self.retry.initial_delay
         held: set[int] = set()
         counted = 0
-        with self._reporter(progress).step(f"uploading {len(enc.chunks)} ciphertexts to study {enc.study_id}",
+        with self._reporter(progress).step(f"uploading {len(enc.chunks)} ciphertext{'s' if len(enc.chunks) != 1 else ''} to study {enc.study_id}",
                                            total=enc.nbytes, unit="B") as advance:
             try:
                 for attempt in range(1, max_attempts + 1):

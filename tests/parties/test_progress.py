@@ -156,6 +156,15 @@ def test_submit_in_a_log_reports_encryption_and_upload(cluster: Cluster, tmp_pat
                  "person_id", "--computation", cluster.cs.target, "--insecure",
                  "--state-dir", str(tmp_path / "state")]) == 0
     err = capsys.readouterr().err
-    for step in ("encrypting 20 bins", "uploading 1 ciphertexts to study s1"):
+    for step in ("encrypting 20 bins", "uploading 1 ciphertext to study s1"):
         assert f"{step} ...\n" in err and f"{step}: done in " in err
     assert "%|" not in err and "\r" not in err
+
+
+def test_the_demo_report_does_not_repeat_the_header_and_counts_read_well() -> None:
+    """On the former code the report repeated the progress header, with "(1048576 bins)" where the header said
+    "(1,048,576 bins)"."""
+    from parties.demo import format_demo, run_demo
+
+    first = format_demo(run_demo(owners=2, records=200, domain="age:0:100:20000", tls=False)).splitlines()[0]
+    assert not first.startswith("dpagg demo:") and "(20,000 bins)" in first
