@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from cryptography.exceptions import InvalidTag
@@ -44,6 +45,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from he_partition.core.errors import InvalidInputError
+
+from .util import write_file_atomic
 
 __all__ = ["SEALED_MAGIC", "Commitment", "SealKeyPair", "commitment_statement", "is_sealed", "open_chunk",
            "open_key_share", "seal_chunk", "seal_upload_key", "sealed_key_shares", "upload_key_from_shares",
@@ -174,22 +177,17 @@ class SealKeyPair:
         return self.public.hex()
 
     @classmethod
-    def load_or_create(cls, directory: "str | None | object") -> "SealKeyPair":
-        """The key in `directory/seal_key.bin` (raw, mode 0600, created on first use); None: this process only."""
-        from pathlib import Path
-
-        from .util import write_file_atomic
-
+    def load_or_create(cls, directory: Path | None) -> "SealKeyPair":
+        """The key in `directory/seal_key.bin` (raw, created mode 0600 on first use); None: this process only."""
         if directory is None:
             return cls(X25519PrivateKey.generate())
-        path = Path(str(directory)) / cls.FILE
+        path = Path(directory) / cls.FILE
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             raw = X25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw,
                                                             serialization.PrivateFormat.Raw,
                                                             serialization.NoEncryption())
-            write_file_atomic(path, raw)
-            path.chmod(0o600)
+            write_file_atomic(path, raw, mode=0o600)  # never readable by others, not even for a moment
         return cls(X25519PrivateKey.from_private_bytes(path.read_bytes()))
 
     def open_share(self, blob: bytes, holder: int, *, study_id: str, owner_id: str, idempotency_key: str,

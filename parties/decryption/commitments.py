@@ -50,13 +50,17 @@ class CommitmentBook:
     def closed(self, study_id: str) -> dict[str, Commitment] | None:
         """The closed set of `study_id` by owner (None while the study is not closed here)."""
         with self._lock:
-            got = self._closed.get(study_id)
-            if got is None and self.directory is not None:
-                path = self.directory / f"{study_id}.json"
-                if path.exists():
-                    got = {c.owner_id: c for c in map(Commitment.from_json, json.loads(path.read_text()))}
-                    self._closed[study_id] = got
-            return got
+            return self._held(study_id)
+
+    def _held(self, study_id: str) -> dict[str, Commitment] | None:
+        """`closed` with the lock held: from memory, else from the study's file (then kept in memory)."""
+        got = self._closed.get(study_id)
+        if got is None and self.directory is not None:
+            path = self.directory / f"{study_id}.json"
+            if path.exists():
+                got = {c.owner_id: c for c in map(Commitment.from_json, json.loads(path.read_text()))}
+                self._closed[study_id] = got
+        return got
 
     def close(self, contract: StudyContract, commitments: list[Commitment]) -> list[bytes]:
         """Verify, record for good, then open this holder's share of each commitment's upload key (same order).
@@ -93,10 +97,7 @@ class CommitmentBook:
                                        owner_id=c.owner_id, idempotency_key=c.idempotency_key,
                                        contract_hash=contract.contract_hash) for c in commitments]
         with self._lock:
-            held = self._closed.get(contract.study_id)
-            if held is None and self.directory is not None and (self.directory / f"{contract.study_id}.json").exists():
-                held = {c.owner_id: c for c in map(Commitment.from_json, json.loads(
-                    (self.directory / f"{contract.study_id}.json").read_text()))}
+            held = self._held(contract.study_id)
             if held is not None:
                 if sorted(held) != sorted(names) or not all(held[c.owner_id].same(c) for c in commitments):
                     raise FailedPreconditionError(
