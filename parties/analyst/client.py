@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Callable, Iterable
+
+import grpc
 
 from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc
 from he_partition.core.summary import RangeCount, RangeCounts, Summary
 
 from ..common.client import BaseClient
-from ..common.convert import range_counts_from_proto, ranges_to_proto, signatures_from_proto, summary_from_proto
+from ..common.convert import range_counts_from_proto, ranges_to_proto, signatures_from_proto
+from ..common.errors import ServiceError
+from ..common.paging import summary_from_pages
 from ..common.signing import OwnerSignature
 
-__all__ = ["AnalystClient", "ReleaseInfo", "Release"]
+__all__ = ["AnalystClient", "ReleaseInfo", "Release", "read_release"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,22 @@ class Release:
     signatures: tuple[OwnerSignature, ...] = ()
 
 
+def read_release(stub: Any, release_id: str, call: Callable[[Callable[..., Any]], Any]) -> Release:
+    """A release's summary read with GetReleasePages on `stub` (an Analyst stub); `call(fn)` runs
+    `fn(request, timeout=...)` with the caller's deadline and retry policy."""
+    method = "Analyst/GetReleasePages"
+
+    def fetch(request: Any, timeout: float | None = None) -> tuple[Any, Summary]:
+        try:
+            return summary_from_pages(stub.GetReleasePages(request, timeout=timeout), method)
+        except grpc.RpcError as err:
+            raise ServiceError.from_rpc_error(err, method) from None
+
+    s, summary = call(fetch)
+    return Release(s.release_id, s.study_id, tuple(s.owners), s.contract_hash, s.created_at, summary,
+                   signatures_from_proto(s.owner_signatures))
+
+
 class AnalystClient(BaseClient):
     """Read-only queries; every call has a deadline and retries on UNAVAILABLE.
 
@@ -73,12 +93,10 @@ class AnalystClient(BaseClient):
                 for r in resp.releases]
 
     def get_release(self, release_id: str, *, timeout: float | None = None) -> Release:
-        """The full summary of a finished release (partitions, noisy sums, noise variances)."""
-        resp = self._unary(self._stub.GetRelease, analyst_pb2.GetReleaseRequest(release_id=release_id),
-                           method="Analyst/GetRelease", timeout=timeout)
-        s = resp.summary
-        return Release(s.release_id, s.study_id, tuple(s.owners), s.contract_hash, s.created_at,
-                       summary_from_proto(s), signatures_from_proto(s.owner_signatures))
+        """The full summary of a finished release (partitions, noisy sums, noise variances), read in pages."""
+        return read_release(self._stub, release_id, lambda fn: self._unary(
+            fn, analyst_pb2.GetReleaseRequest(release_id=release_id), method="Analyst/GetReleasePages",
+            timeout=timeout))
 
     def range_counts(self, release_id: str, ranges: Iterable[tuple[int, int]], *, confidence: float | None = None,
                      timeout: float | None = None) -> RangeCounts:

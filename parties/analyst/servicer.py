@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import grpc
 
 from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc
 
 from ..common.access import AccessPolicy
 from ..common.convert import range_counts_to_proto, ranges_from_proto, summary_to_proto
+from ..common.errors import TooLargeForOneMessageError
+from ..common.limits import raise_if_cancelled
+from ..common.paging import INLINE_NUMBERS, summary_is_inline, summary_numbers, summary_pages
 from .handler import AnalystHandler
 
 __all__ = ["AnalystServicer", "SERVICE_NAME"]
@@ -39,9 +44,22 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
                    context: grpc.ServicerContext) -> analyst_pb2.GetReleaseResponse:
         self.policy.require(context, _READERS, action="read a release")
         rec, summary = self.handler.release(request.release_id)
+        if not summary_is_inline(summary):
+            raise TooLargeForOneMessageError(
+                f"release {rec.release_id} is too large for one message ({summary.n_partitions:,} partitions, "
+                f"{summary_numbers(summary):,} numbers; one message holds at most {INLINE_NUMBERS:,}): read it with "
+                "GetReleasePages (the Python SDK's get_release does), or ask RangeCounts")
         return analyst_pb2.GetReleaseResponse(summary=summary_to_proto(
             summary, release_id=rec.release_id, study_id=rec.study_id, owners=rec.owners,
             contract_hash=rec.contract_hash, created_at=rec.finished_at, owner_signatures=rec.signatures))
+
+    def GetReleasePages(self, request: analyst_pb2.GetReleaseRequest,
+                        context: grpc.ServicerContext) -> Iterator[analyst_pb2.ReleaseSummaryPage]:
+        self.policy.require(context, _READERS, action="read a release")
+        rec, summary = self.handler.release(request.release_id)
+        yield from summary_pages(summary, release_id=rec.release_id, study_id=rec.study_id, owners=rec.owners,
+                                 contract_hash=rec.contract_hash, created_at=rec.finished_at,
+                                 owner_signatures=rec.signatures, check=raise_if_cancelled)
 
     def RangeCounts(self, request: analyst_pb2.RangeCountsRequest,
                     context: grpc.ServicerContext) -> analyst_pb2.RangeCountsResponse:

@@ -87,11 +87,12 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
     return c
 
 
-def measurement_to_proto(m: Measurement) -> common_pb2.MeasurementSpec:
+def measurement_to_proto(m: Measurement, *, with_starts: bool = True) -> common_pb2.MeasurementSpec:
+    """The measurement's spec; `with_starts=False` leaves the partition starts out (they travel in pages)."""
     d = m.to_dict()
     return common_pb2.MeasurementSpec(
         kind=d["kind"], domain_size=int(d["domain_size"]), epsilon=float(d["epsilon"]),
-        sensitivity=int(d["sensitivity"]), starts=[int(s) for s in d.get("starts", [])],
+        sensitivity=int(d["sensitivity"]), starts=[int(s) for s in d.get("starts", [])] if with_starts else [],
         lo=int(d.get("lo", 0)), hi=int(d.get("hi", 0)),
     )
 
@@ -129,7 +130,10 @@ def signatures_from_proto(sigs: Iterable[common_pb2.OwnerSignature]) -> tuple[Ow
 
 def summary_to_proto(s: Summary, *, release_id: str, study_id: str, owners: Sequence[str] = (),
                      contract_hash: str = "", created_at: str = "",
-                     owner_signatures: Sequence[OwnerSignature] = ()) -> common_pb2.ReleaseSummary:
+                     owner_signatures: Sequence[OwnerSignature] = (), lists: bool = True
+                     ) -> common_pb2.ReleaseSummary:
+    """The summary as a message; `lists=False` leaves out the lists that grow with the domain (the partitions'
+    starts, sums and variances and each released measurement's values and starts: they travel in pages)."""
     return common_pb2.ReleaseSummary(
         release_id=release_id,
         study_id=study_id,
@@ -138,17 +142,19 @@ def summary_to_proto(s: Summary, *, release_id: str, study_id: str, owners: Sequ
         strategy=s.strategy,
         noise_parties=s.noise_parties,
         contribution_bound=s.contribution_bound,
-        starts=s.starts,  # Summary holds Python ints and floats (its __post_init__ checks the shapes)
-        sums=s.sums,
-        sum_variance=s.sum_variance,
+        # Summary holds Python ints and floats (its __post_init__ checks the shapes)
+        starts=s.starts if lists else (),
+        sums=s.sums if lists else (),
+        sum_variance=s.sum_variance if lists else (),
         epsilon_spent=[common_pb2.EpsilonCharge(what=k, epsilon=float(v)) for k, v in s.epsilon_spent],
         params_json=json.dumps(s.params, sort_keys=True),
         owners=list(owners),
         contract_hash=contract_hash,
         created_at=created_at,
         estimator="" if s.estimator == "partition" else s.estimator,
-        released=[common_pb2.ReleasedValues(kind=r.kind, values=[int(v) for v in r.values], variance=r.variance,
-                                            epsilon=r.epsilon, starts=[int(v) for v in r.starts])
+        released=[common_pb2.ReleasedValues(kind=r.kind, values=[int(v) for v in r.values] if lists else [],
+                                            variance=r.variance, epsilon=r.epsilon,
+                                            starts=[int(v) for v in r.starts] if lists else [])
                   for r in s.released],
         owner_signatures=signatures_to_proto(owner_signatures),
     )

@@ -57,6 +57,10 @@ class FailedPreconditionError(DPAggError):
     """The request is valid but the system is not in the state it needs (FAILED_PRECONDITION)."""
 
 
+class TooLargeForOneMessageError(DPAggError):
+    """A reply that would not fit one message; the method that pages it is named (RESOURCE_EXHAUSTED)."""
+
+
 class ServiceError(DPAggError):
     """A gRPC call failed: `code` is the status code, `details` the server's message.
 
@@ -90,6 +94,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (TooLargeForOneMessageError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # A submission whose Ed25519 signature is missing or does not verify: the data cannot be
     # attributed to the owner it names, so the caller is not authenticated for it.
     (SignatureError, grpc.StatusCode.UNAUTHENTICATED),

@@ -36,7 +36,8 @@ from google.protobuf.message import DecodeError
 from .tls import peer_identity
 
 __all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "raise_if_cancelled",
-           "CallCancelledError", "server_options", "DECRYPTION_MAX_RECEIVE", "ANALYST_MAX_RECEIVE"]
+           "CallCancelledError", "server_options", "DECRYPTION_MAX_RECEIVE", "ANALYST_MAX_RECEIVE",
+           "COMPUTATION_MAX_RECEIVE"]
 
 log = logging.getLogger("dpagg.limits")
 
@@ -55,6 +56,7 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Analyst/RangeCounts": 4 * MiB,
     "/dpagg.v1.Analyst/ListReleases": 64 * 1024,
     "/dpagg.v1.Analyst/GetRelease": 64 * 1024,
+    "/dpagg.v1.Analyst/GetReleasePages": 64 * 1024,
     "/dpagg.v1.Computation/DirectRangeCounts": 2 * MiB,
     "/dpagg.v1.Computation/OpenStudy": 1 * MiB,
     "/dpagg.v1.Computation/UploadStatus": 64 * 1024,
@@ -64,6 +66,9 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Computation/GetPublicContext": 64 * 1024,
     # one ciphertext chunk (~370 KB) or the header per message
     "/dpagg.v1.Computation/SubmitHistogram": 8 * MiB,
+    # one part of a join owner's sorted pseudonyms: at most 500,000 x 32 bytes (parties.data_owner.join)
+    "/dpagg.v1.Computation/JoinPlacement": 17 * MiB,
+    "/dpagg.v1.Computation/JoinExchange": 64 * 1024,
     "/dpagg.v1.Decryption/OpenStudy": 1 * MiB,
     "/dpagg.v1.Decryption/GetStudy": 64 * 1024,
     "/dpagg.v1.Decryption/GetPublicContext": 64 * 1024,
@@ -82,18 +87,24 @@ MESSAGE_BUDGETS: dict[str, int] = {
 #: they are buffered whole. The stand-alone analyst server needs only RangeCounts' budget.
 DECRYPTION_MAX_RECEIVE = 16 * MiB
 ANALYST_MAX_RECEIVE = 4 * MiB
+#: The computation server's largest request message: a part of a join owner's pseudonyms (16 MB). Every list
+#: that grows with the domain travels in pages or chunks, so a larger message is refused before it is buffered.
+COMPUTATION_MAX_RECEIVE = 17 * MiB
 
 
 def server_options(max_receive: int) -> tuple[tuple[str, int], ...]:
-    """GRPC_OPTIONS with a smaller `grpc.max_receive_message_length` (for servers that never need 64 MiB)."""
-    from .config import GRPC_OPTIONS
+    """GRPC_OPTIONS with `grpc.max_receive_message_length` at most `max_receive` (for servers that never need
+    64 MiB)."""
+    from . import config
 
-    return tuple((k, max_receive if k == "grpc.max_receive_message_length" else v) for k, v in GRPC_OPTIONS)
+    return tuple((k, min(max_receive, v) if k == "grpc.max_receive_message_length" else v)
+                 for k, v in config.GRPC_OPTIONS)
 
 
 #: Methods whose calls hold a thread long (streams, big batches): each gets a share of the pool.
 HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/RangeCounts",
-                 "/dpagg.v1.Computation/DirectRangeCounts")
+                 "/dpagg.v1.Computation/DirectRangeCounts", "/dpagg.v1.Analyst/GetRelease",
+                 "/dpagg.v1.Analyst/GetReleasePages")
 
 #: Callers the slot limits do not refuse: the computation server calling the key holder (its
 #: calls queue as before: a refused DecryptMeasurement would fail a release).

@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from he_partition.core.errors import InvalidInputError
 
-from .config import GRPC_OPTIONS
+from . import config
 from .errors import ErrorMappingInterceptor
 from .limits import CallLimiter, CallLimits
 
@@ -65,7 +65,7 @@ def create_server(
     host: str = "127.0.0.1",
     port: int = 0,
     max_workers: int = 8,
-    options: Iterable[tuple[str, Any]] = GRPC_OPTIONS,
+    options: Iterable[tuple[str, Any]] | None = None,
     credentials: grpc.ServerCredentials | None = None,
     limits: CallLimits | None = None,
 ) -> tuple[grpc.Server, int]:
@@ -77,7 +77,7 @@ def create_server(
     required) the port is secure and a client without a certificate from the deployment's
     CA fails the handshake before any RPC runs; without them it is plaintext (callers
     choose that explicitly: the configs refuse to build a server without TLS unless
-    ``insecure=True``).
+    ``insecure=True``). `options` default to the deployment's GRPC_OPTIONS.
 
     `limits` (default: `CallLimits.for_pool(max_workers)`) bound what one caller can hold:
     concurrency per identity and per heavy RPC, idle request streams, message size per RPC
@@ -86,7 +86,7 @@ def create_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpagg-rpc"),
         interceptors=(CallLimiter(limits or CallLimits.for_pool(max_workers)), ErrorMappingInterceptor()),
-        options=list(options),
+        options=list(config.GRPC_OPTIONS if options is None else options),
     )
     health_servicer = _HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

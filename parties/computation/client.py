@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
-from parties.wire.v1 import computation_pb2, computation_pb2_grpc, decryption_pb2
+from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc, computation_pb2, computation_pb2_grpc, decryption_pb2
 from he_partition.core.summary import RangeCount, Summary
 
 from ..common.sealing import Commitment
@@ -85,13 +85,16 @@ class ReleaseStatus:
             raise ServiceError(code, self.error_message, method="Computation/RunRelease")
 
 
-def _release(resp: computation_pb2.ReleaseStatusResponse) -> ReleaseStatus:
+def _release(resp: computation_pb2.ReleaseStatusResponse, summary: Summary | None = None,
+             signatures: tuple[OwnerSignature, ...] = ()) -> ReleaseStatus:
+    """The release of a reply; `summary`/`signatures`: those read in pages when the reply has none inline."""
+    if resp.HasField("summary"):
+        summary, signatures = summary_from_proto(resp.summary), signatures_from_proto(resp.summary.owner_signatures)
     return ReleaseStatus(
         release_id=resp.release_id, study_id=resp.study_id, state=_RELEASE_STATES.Name(resp.state),
         epsilon=resp.epsilon, owners=tuple(resp.owners), error_code=resp.error_code,
-        error_message=resp.error_message, summary=summary_from_proto(resp.summary) if resp.HasField("summary") else None,
-        seconds=resp.seconds, bytes_to_decryption=resp.bytes_to_decryption,
-        signatures=signatures_from_proto(resp.summary.owner_signatures) if resp.HasField("summary") else (),
+        error_message=resp.error_message, summary=summary, seconds=resp.seconds,
+        bytes_to_decryption=resp.bytes_to_decryption, signatures=signatures,
     )
 
 
@@ -303,7 +306,8 @@ class ComputationClient(BaseClient):
                                                 request_key=request_key or f"req-{uuid.uuid4().hex[:16]}")
         if timeout is None:
             timeout = RELEASE_TIMEOUT if wait else self.timeout
-        return _release(self._unary(self._stub.RunRelease, req, method="Computation/RunRelease", timeout=timeout))
+        return self._release(self._unary(self._stub.RunRelease, req, method="Computation/RunRelease",
+                                         timeout=timeout), timeout)
 
     def direct_range_counts(self, study_id: str, ranges: Sequence[tuple[int, int]], epsilon: float, *,
                             force: bool = False, request_key: str = "",
@@ -332,9 +336,22 @@ class ComputationClient(BaseClient):
     def release_status(self, release_id: str, *, timeout: float | None = None) -> ReleaseStatus:
         """A release's state (RUNNING, DONE or FAILED with its status code and message), epsilon, owners, and
         its summary once DONE. Raises ServiceError NOT_FOUND for an unknown release id."""
-        return _release(self._unary(self._stub.ReleaseStatus,
-                                    computation_pb2.ReleaseStatusRequest(release_id=release_id),
-                                    method="Computation/ReleaseStatus", timeout=timeout))
+        return self._release(self._unary(self._stub.ReleaseStatus,
+                                         computation_pb2.ReleaseStatusRequest(release_id=release_id),
+                                         method="Computation/ReleaseStatus", timeout=timeout), timeout)
+
+    def _release(self, resp: computation_pb2.ReleaseStatusResponse, timeout: float | None) -> ReleaseStatus:
+        """The release of a reply; a summary too large for one message is read in pages (Analyst.GetReleasePages,
+        hosted by the same server)."""
+        if not resp.paged_partitions or resp.HasField("summary"):
+            return _release(resp)
+        from ..analyst.client import read_release
+
+        stub = analyst_pb2_grpc.AnalystStub(self._channel)
+        rel = read_release(stub, resp.release_id, lambda fn: self._unary(
+            fn, analyst_pb2.GetReleaseRequest(release_id=resp.release_id), method="Analyst/GetReleasePages",
+            timeout=max(timeout or 0.0, RELEASE_TIMEOUT)))
+        return _release(resp, rel.summary, rel.signatures)
 
     def wait_release(self, release_id: str, *, timeout: float = RELEASE_TIMEOUT, poll: float = 0.2,
                      on_poll: Callable[[ReleaseStatus], None] | None = None) -> ReleaseStatus:

@@ -11,6 +11,7 @@ from he_partition.he.bfv import context_fingerprint
 from he_partition.core.errors import InvalidInputError
 
 from ..common.access import ANY_ROLE, AccessPolicy
+from ..common.paging import summary_is_inline
 from ..common.convert import (context_to_chunks, contract_to_proto, open_study_kwargs, range_counts_to_proto,
                               ranges_from_proto, summary_to_proto)
 from .direct import DirectQueries
@@ -31,7 +32,9 @@ def release_to_proto(rec: ReleaseRecord) -> computation_pb2.ReleaseStatusRespons
         seconds=rec.seconds, bytes_to_decryption=rec.bytes_to_decryption,
     )
     summary = rec.summary
-    if summary is not None:
+    if summary is not None and not summary_is_inline(summary):  # too large for one reply: read it in pages
+        resp.paged_partitions = summary.n_partitions
+    elif summary is not None:
         resp.summary.CopyFrom(summary_to_proto(summary, release_id=rec.release_id, study_id=rec.study_id,
                                                owners=rec.owners, contract_hash=rec.contract_hash,
                                                created_at=rec.finished_at, owner_signatures=rec.signatures))

@@ -22,6 +22,7 @@ from ..common.receipts import ReceiptBook
 from ..common.sealing import Commitment
 from ..common.convert import (commitments_to_proto, context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
+from ..common.paging import measurement_requests, read_values
 from .forwarding import UploadForwarding
 
 if TYPE_CHECKING:
@@ -249,29 +250,34 @@ class DecryptionClient(BaseClient):
         if self._uploads is not None:  # the owners' c1 parts of a signed study arrive first
             self._uploads.wait(study_id)
         header = decryption_pb2.DecryptMeasurementHeader(
-            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
-            measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
-            newest_receipt=self._shown(study_id),
+            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, chunk_count=chunk_count,
+            contract_hash=contract_hash, newest_receipt=self._shown(study_id),
         )
         sent: list[bytes] = []  # every chunk handed to gRPC so far: a retry re-sends these very bytes
         source = iter(chunks)
 
-        def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
-            yield decryption_pb2.DecryptMeasurementRequest(header=header)
-            for c in list(sent):
-                yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
+        def chunk_stream() -> Iterator[bytes]:
+            yield from list(sent)
             for c in source:
                 sent.append(c)
-                yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
+                yield c
 
+        method = "Decryption/DecryptMeasurement"
         deadline = (self.timeout if timeout is None else timeout) + 0.5 * chunk_count
-        resp = self.ride_out_outage(
-            lambda: self._unary(lambda req, timeout: self._stub.DecryptMeasurement(req, timeout=timeout),
-                                requests(), method="Decryption/DecryptMeasurement", timeout=deadline, retry=False),
+
+        def call(requests: Iterator[decryption_pb2.DecryptMeasurementRequest],
+                 timeout: float) -> tuple[decryption_pb2.DecryptMeasurementResponse, npt.NDArray[np.int64]]:
+            try:  # the values come back in pages; the first page carries the charge and the receipt
+                return read_values(self._stub.DecryptMeasurement(requests, timeout=timeout), method)
+            except grpc.RpcError as err:
+                raise ServiceError.from_rpc_error(err, method) from None
+
+        first, values = self.ride_out_outage(
+            lambda: self._unary(call, measurement_requests(header, measurement, chunk_stream()), method=method,
+                                timeout=deadline, retry=False),
             release_id, measurement.kind)
-        self._keep(resp.receipt)
-        return DecryptResult(np.asarray(resp.values, dtype=np.int64), int(resp.charge_id),
-                             float(resp.epsilon_remaining))
+        self._keep(first.receipt)
+        return DecryptResult(values, int(first.charge_id), float(first.epsilon_remaining))
 
     def ride_out_outage(self, call: Callable[[], T], release_id: str, what: str,
                         server: str = "decryption server") -> T:

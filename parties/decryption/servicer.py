@@ -15,6 +15,7 @@ from ..common.access import ANY_ROLE, AccessPolicy
 from ..common.contract import check_id
 from ..common.convert import (commitments_from_proto, context_to_chunks, contract_to_proto, measurement_from_proto,
                               open_study_kwargs, ranges_from_proto)
+from ..common.paging import read_measurement_header, values_replies
 from ..common.sealing import Commitment
 from .handler import DecryptionHandler
 from .keyshare.uploads import OwnerC1Parts
@@ -84,13 +85,9 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         return decryption_pb2.GetStudyResponse(contract=contract_to_proto(self.handler.get_study(request.study_id)))
 
     def DecryptMeasurement(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
-                           context: grpc.ServicerContext) -> decryption_pb2.DecryptMeasurementResponse:
+                           context: grpc.ServicerContext) -> Iterator[decryption_pb2.DecryptMeasurementResponse]:
         self._computation_only(context, "ask for a decryption")
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("part") != "header":
-            raise InvalidInputError("DecryptMeasurement must start with a header message")
-        header = first.header
-        measurement = measurement_from_proto(header.measurement)
+        header, measurement = read_measurement_header(request_iterator, "DecryptMeasurement")
         contract = self.handler.get_study(header.study_id)
         check_id("release_id", header.release_id)
         self._check_receipt(header.study_id, header.newest_receipt)
@@ -129,10 +126,8 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
             measurement=measurement, chunks=chunks, contract_hash=header.contract_hash, checked=checked,
             signed=signed,
         )
-        return decryption_pb2.DecryptMeasurementResponse(values=result.values.tolist(),
-                                                         charge_id=result.charge.charge_id if result.charge else 0,
-                                                         epsilon_remaining=result.epsilon_remaining,
-                                                         receipt=self._receipt(result.charge))
+        yield from values_replies(result.values, charge_id=result.charge.charge_id if result.charge else 0,
+                                  epsilon_remaining=result.epsilon_remaining, receipt=self._receipt(result.charge))
 
     def DecryptJoinCells(self, request_iterator: Iterator[decryption_pb2.DecryptJoinCellsRequest],
                          context: grpc.ServicerContext) -> decryption_pb2.DecryptJoinCellsResponse:

@@ -90,9 +90,9 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             decryption_pb2.GetPublicContextRequest(), timeout=t)),
         "Decryption/GetStudy": lambda ch: d(ch).GetStudy(decryption_pb2.GetStudyRequest(study_id="s1"), timeout=t),
         "Decryption/OpenStudy": lambda ch: d(ch).OpenStudy(open_req, timeout=t),
-        "Decryption/DecryptMeasurement": lambda ch: d(ch).DecryptMeasurement(iter([
+        "Decryption/DecryptMeasurement": lambda ch: list(d(ch).DecryptMeasurement(iter([
             decryption_pb2.DecryptMeasurementRequest(header=header),
-            decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t),
+            decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t)),
         "Decryption/KeySetup": lambda ch: d(ch).KeySetup(decryption_pb2.KeySetupRequest(step="status"), timeout=t),
         "Decryption/IssueShares": lambda ch: list(d(ch).IssueShares(iter([
             decryption_pb2.DecryptMeasurementRequest(header=header),
@@ -133,6 +133,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
         "Analyst/ListReleases": lambda ch: a(ch).ListReleases(analyst_pb2.ListReleasesRequest(), timeout=t),
         "Analyst/GetRelease": lambda ch: a(ch).GetRelease(
             analyst_pb2.GetReleaseRequest(release_id="rel-none"), timeout=t),
+        "Analyst/GetReleasePages": lambda ch: list(a(ch).GetReleasePages(
+            analyst_pb2.GetReleaseRequest(release_id="rel-none"), timeout=t)),
         "Analyst/RangeCounts": lambda ch: a(ch).RangeCounts(
             analyst_pb2.RangeCountsRequest(release_id="rel-none"), timeout=t),
     }
@@ -164,6 +166,7 @@ ALLOWED = {
     "Computation/DirectRangeCounts": {"analyst", "operator"},
     "Analyst/ListReleases": {"analyst", "operator"},
     "Analyst/GetRelease": {"analyst", "operator"},
+    "Analyst/GetReleasePages": {"analyst", "operator"},
     "Analyst/RangeCounts": {"analyst", "operator"},
 }
 

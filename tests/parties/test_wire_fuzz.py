@@ -249,7 +249,10 @@ def _typed_requests(world: _World, service: str, name: str) -> st.SearchStrategy
         header = _mutated(world.submit_header, strings).map(lambda h: computation_pb2.SubmitHistogramRequest(header=h))
         proper = st.tuples(header, st.lists(chunk, max_size=2)).map(lambda t: [t[0], *t[1]])
     elif name in ("DecryptMeasurement", "IssueShares"):  # a near-valid header, then random chunk bytes (never a decryption)
-        chunk = st.binary(max_size=80).map(lambda d: decryption_pb2.DecryptMeasurementRequest(chunk=d))
+        chunk = st.one_of(  # random chunk bytes, or a page of partition starts (announced or not)
+            st.binary(max_size=80).map(lambda d: decryption_pb2.DecryptMeasurementRequest(chunk=d)),
+            st.lists(st.integers(-2**40, 2**40), max_size=6).map(lambda v: decryption_pb2.DecryptMeasurementRequest(
+                starts=decryption_pb2.Int64Page(values=v))))
         header = _mutated(world.decrypt_header, strings).map(
             lambda h: decryption_pb2.DecryptMeasurementRequest(header=h))
         proper = st.tuples(header, st.lists(chunk, max_size=2)).map(lambda t: [t[0], *t[1]])
@@ -275,7 +278,7 @@ def test_well_typed_messages_with_random_fields_at_every_rpc(world: _World, serv
 
 
 def test_the_fuzz_covers_every_rpc_the_protos_define() -> None:
-    assert len(METHODS) == 25 and len(set(METHODS)) == 25
+    assert len(METHODS) == 26 and len(set(METHODS)) == 26
     described: Callable[[str], set[str]] = lambda svc: {m.name for m in SERVICES[svc].DESCRIPTOR.services_by_name[
         svc].methods}
     assert {f"{s}/{n}" for s, n in METHODS} == {f"{s}/{n}" for s in SERVICES for n in described(s)}

@@ -11,7 +11,7 @@ from parties.wire.v1 import decryption_pb2
 from he_partition.core.measurements import Measurement
 
 from ...common.config import RELEASE_TIMEOUT
-from ...common.convert import measurement_to_proto
+from ...common.paging import measurement_requests
 from ...common.errors import ServiceError
 from ..client import DecryptionClient
 
@@ -78,14 +78,11 @@ class KeyShareClient(DecryptionClient):
         returns its stored shares, charged once).
         """
         header = decryption_pb2.DecryptMeasurementHeader(
-            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
-            measurement=measurement_to_proto(measurement), chunk_count=chunk_count, contract_hash=contract_hash,
-            newest_receipt=self._shown(study_id))
+            study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, chunk_count=chunk_count,
+            contract_hash=contract_hash, newest_receipt=self._shown(study_id))
 
         def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
-            yield decryption_pb2.DecryptMeasurementRequest(header=header)
-            for c in chunks:
-                yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
+            return measurement_requests(header, measurement, chunks)
 
         deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.5 * chunk_count
 

@@ -19,7 +19,7 @@ from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from ...common.access import AccessPolicy
 from ...common.config import DecryptionConfig
 from ...common.contract import check_id
-from ...common.convert import measurement_from_proto
+from ...common.paging import read_measurement_header
 from ...common.errors import FailedPreconditionError
 from ...common.limits import DECRYPTION_MAX_RECEIVE, server_options
 from ...common.server import ServerHandle, create_server
@@ -91,11 +91,7 @@ class KeyShareServicer(DecryptionServicer):
                     context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:
         self._computation_only(context, "ask for decryption shares")
         handler = self.handler
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("part") != "header":
-            raise InvalidInputError("IssueShares must start with a header message")
-        header = first.header
-        measurement = measurement_from_proto(header.measurement)
+        header, measurement = read_measurement_header(request_iterator, "IssueShares")
         contract = handler.get_study(header.study_id)
         check_id("release_id", header.release_id)
         self.service.check_contract(contract)

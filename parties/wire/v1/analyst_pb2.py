@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from parties.wire.v1 import common_pb2 as dpagg_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64pagg/v1/analyst.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\"\'\n\x13ListReleasesRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\x81\x01\n\x0bReleaseInfo\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\x13\n\x0b\x64omain_size\x18\x04 \x01(\x03\x12\x12\n\npartitions\x18\x05 \x01(\x03\x12\x12\n\ncreated_at\x18\x06 \x01(\t\"?\n\x14ListReleasesResponse\x12\'\n\x08releases\x18\x01 \x03(\x0b\x32\x15.dpagg.v1.ReleaseInfo\"\'\n\x11GetReleaseRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"?\n\x12GetReleaseResponse\x12)\n\x07summary\x18\x01 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\"I\n\x12RangeCountsRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x1f\n\x06ranges\x18\x02 \x03(\x0b\x32\x0f.dpagg.v1.Range\";\n\x13RangeCountsResponse\x12$\n\x06\x63ounts\x18\x01 \x03(\x0b\x32\x14.dpagg.v1.RangeCount2\xed\x01\n\x07\x41nalyst\x12M\n\x0cListReleases\x12\x1d.dpagg.v1.ListReleasesRequest\x1a\x1e.dpagg.v1.ListReleasesResponse\x12G\n\nGetRelease\x12\x1b.dpagg.v1.GetReleaseRequest\x1a\x1c.dpagg.v1.GetReleaseResponse\x12J\n\x0bRangeCounts\x12\x1c.dpagg.v1.RangeCountsRequest\x1a\x1d.dpagg.v1.RangeCountsResponseB/\n\x0corg.dpagg.v1P\x01Z\x1d\x64pagg/gen/go/dpagg/v1;dpaggv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64pagg/v1/analyst.proto\x12\x08\x64pagg.v1\x1a\x15\x64pagg/v1/common.proto\"\'\n\x13ListReleasesRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\x81\x01\n\x0bReleaseInfo\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\x13\n\x0b\x64omain_size\x18\x04 \x01(\x03\x12\x12\n\npartitions\x18\x05 \x01(\x03\x12\x12\n\ncreated_at\x18\x06 \x01(\t\"?\n\x14ListReleasesResponse\x12\'\n\x08releases\x18\x01 \x03(\x0b\x32\x15.dpagg.v1.ReleaseInfo\"\'\n\x11GetReleaseRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\"?\n\x12GetReleaseResponse\x12)\n\x07summary\x18\x01 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\"\xa6\x01\n\x12ReleaseSummaryPage\x12,\n\x04head\x18\x01 \x01(\x0b\x32\x1c.dpagg.v1.ReleaseSummaryHeadH\x00\x12.\n\npartitions\x18\x02 \x01(\x0b\x32\x18.dpagg.v1.PartitionsPageH\x00\x12*\n\x08released\x18\x03 \x01(\x0b\x32\x16.dpagg.v1.ReleasedPageH\x00\x42\x06\n\x04part\"\x85\x01\n\x12ReleaseSummaryHead\x12)\n\x07summary\x18\x01 \x01(\x0b\x32\x18.dpagg.v1.ReleaseSummary\x12\x12\n\npartitions\x18\x02 \x01(\x03\x12\x17\n\x0freleased_values\x18\x03 \x03(\x03\x12\x17\n\x0freleased_starts\x18\x04 \x03(\x03\"D\n\x0ePartitionsPage\x12\x0e\n\x06starts\x18\x01 \x03(\x03\x12\x0c\n\x04sums\x18\x02 \x03(\x12\x12\x14\n\x0csum_variance\x18\x03 \x03(\x01\"=\n\x0cReleasedPage\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0e\n\x06values\x18\x02 \x03(\x12\x12\x0e\n\x06starts\x18\x03 \x03(\x03\"I\n\x12RangeCountsRequest\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x1f\n\x06ranges\x18\x02 \x03(\x0b\x32\x0f.dpagg.v1.Range\";\n\x13RangeCountsResponse\x12$\n\x06\x63ounts\x18\x01 \x03(\x0b\x32\x14.dpagg.v1.RangeCount2\xbd\x02\n\x07\x41nalyst\x12M\n\x0cListReleases\x12\x1d.dpagg.v1.ListReleasesRequest\x1a\x1e.dpagg.v1.ListReleasesResponse\x12G\n\nGetRelease\x12\x1b.dpagg.v1.GetReleaseRequest\x1a\x1c.dpagg.v1.GetReleaseResponse\x12N\n\x0fGetReleasePages\x12\x1b.dpagg.v1.GetReleaseRequest\x1a\x1c.dpagg.v1.ReleaseSummaryPage0\x01\x12J\n\x0bRangeCounts\x12\x1c.dpagg.v1.RangeCountsRequest\x1a\x1d.dpagg.v1.RangeCountsResponseB/\n\x0corg.dpagg.v1P\x01Z\x1d\x64pagg/gen/go/dpagg/v1;dpaggv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,10 +43,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETRELEASEREQUEST']._serialized_end=336
   _globals['_GETRELEASERESPONSE']._serialized_start=338
   _globals['_GETRELEASERESPONSE']._serialized_end=401
-  _globals['_RANGECOUNTSREQUEST']._serialized_start=403
-  _globals['_RANGECOUNTSREQUEST']._serialized_end=476
-  _globals['_RANGECOUNTSRESPONSE']._serialized_start=478
-  _globals['_RANGECOUNTSRESPONSE']._serialized_end=537
-  _globals['_ANALYST']._serialized_start=540
-  _globals['_ANALYST']._serialized_end=777
+  _globals['_RELEASESUMMARYPAGE']._serialized_start=404
+  _globals['_RELEASESUMMARYPAGE']._serialized_end=570
+  _globals['_RELEASESUMMARYHEAD']._serialized_start=573
+  _globals['_RELEASESUMMARYHEAD']._serialized_end=706
+  _globals['_PARTITIONSPAGE']._serialized_start=708
+  _globals['_PARTITIONSPAGE']._serialized_end=776
+  _globals['_RELEASEDPAGE']._serialized_start=778
+  _globals['_RELEASEDPAGE']._serialized_end=839
+  _globals['_RANGECOUNTSREQUEST']._serialized_start=841
+  _globals['_RANGECOUNTSREQUEST']._serialized_end=914
+  _globals['_RANGECOUNTSRESPONSE']._serialized_start=916
+  _globals['_RANGECOUNTSRESPONSE']._serialized_end=975
+  _globals['_ANALYST']._serialized_start=978
+  _globals['_ANALYST']._serialized_end=1295
 # @@protoc_insertion_point(module_scope)

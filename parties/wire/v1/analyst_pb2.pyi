@@ -47,6 +47,48 @@ class GetReleaseResponse(_message.Message):
     summary: _common_pb2.ReleaseSummary
     def __init__(self, summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ...) -> None: ...
 
+class ReleaseSummaryPage(_message.Message):
+    __slots__ = ("head", "partitions", "released")
+    HEAD_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    head: ReleaseSummaryHead
+    partitions: PartitionsPage
+    released: ReleasedPage
+    def __init__(self, head: _Optional[_Union[ReleaseSummaryHead, _Mapping]] = ..., partitions: _Optional[_Union[PartitionsPage, _Mapping]] = ..., released: _Optional[_Union[ReleasedPage, _Mapping]] = ...) -> None: ...
+
+class ReleaseSummaryHead(_message.Message):
+    __slots__ = ("summary", "partitions", "released_values", "released_starts")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_VALUES_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_STARTS_FIELD_NUMBER: _ClassVar[int]
+    summary: _common_pb2.ReleaseSummary
+    partitions: int
+    released_values: _containers.RepeatedScalarFieldContainer[int]
+    released_starts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., partitions: _Optional[int] = ..., released_values: _Optional[_Iterable[int]] = ..., released_starts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PartitionsPage(_message.Message):
+    __slots__ = ("starts", "sums", "sum_variance")
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    SUMS_FIELD_NUMBER: _ClassVar[int]
+    SUM_VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    starts: _containers.RepeatedScalarFieldContainer[int]
+    sums: _containers.RepeatedScalarFieldContainer[int]
+    sum_variance: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, starts: _Optional[_Iterable[int]] = ..., sums: _Optional[_Iterable[int]] = ..., sum_variance: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class ReleasedPage(_message.Message):
+    __slots__ = ("index", "values", "starts")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    values: _containers.RepeatedScalarFieldContainer[int]
+    starts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., values: _Optional[_Iterable[int]] = ..., starts: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class RangeCountsRequest(_message.Message):
     __slots__ = ("release_id", "ranges")
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -45,6 +45,11 @@ class AnalystStub:
                 request_serializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseResponse.FromString,
                 _registered_method=True)
+        self.GetReleasePages = channel.unary_stream(
+                '/dpagg.v1.Analyst/GetReleasePages',
+                request_serializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_analyst__pb2.ReleaseSummaryPage.FromString,
+                _registered_method=True)
         self.RangeCounts = channel.unary_unary(
                 '/dpagg.v1.Analyst/RangeCounts',
                 request_serializer=dpagg_dot_v1_dot_analyst__pb2.RangeCountsRequest.SerializeToString,
@@ -65,7 +70,18 @@ class AnalystServicer:
 
     def GetRelease(self, request, context):
         """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
-        for a release that has not finished (poll Computation.ReleaseStatus).
+        for a release that has not finished (poll Computation.ReleaseStatus). A summary
+        larger than one message (more than 200,000 partitions and released values) is
+        RESOURCE_EXHAUSTED: read it with GetReleasePages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReleasePages(self, request, context):
+        """One released summary of any size, in pages: a head (every field, the long lists
+        empty, and how long each list is), then the partitions' pages in order, then each
+        released measurement's pages in order. Errors as GetRelease.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,6 +107,11 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.GetRelease,
                     request_deserializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseResponse.SerializeToString,
+            ),
+            'GetReleasePages': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetReleasePages,
+                    request_deserializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_analyst__pb2.ReleaseSummaryPage.SerializeToString,
             ),
             'RangeCounts': grpc.unary_unary_rpc_method_handler(
                     servicer.RangeCounts,
@@ -153,6 +174,33 @@ class Analyst:
             '/dpagg.v1.Analyst/GetRelease',
             dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
             dpagg_dot_v1_dot_analyst__pb2.GetReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReleasePages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dpagg.v1.Analyst/GetReleasePages',
+            dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
+            dpagg_dot_v1_dot_analyst__pb2.ReleaseSummaryPage.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,7 +41,14 @@ class AnalystStub:
     """Releases that are done, newest first, optionally for one study."""
     GetRelease: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.GetReleaseResponse]
     """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
-    for a release that has not finished (poll Computation.ReleaseStatus).
+    for a release that has not finished (poll Computation.ReleaseStatus). A summary
+    larger than one message (more than 200,000 partitions and released values) is
+    RESOURCE_EXHAUSTED: read it with GetReleasePages.
+    """
+    GetReleasePages: _grpc.UnaryStreamMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.ReleaseSummaryPage]
+    """One released summary of any size, in pages: a head (every field, the long lists
+    empty, and how long each list is), then the partitions' pages in order, then each
+    released measurement's pages in order. Errors as GetRelease.
     """
     RangeCounts: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]
     """Many range counts over one release, each with its standard error; no budget
@@ -57,7 +64,14 @@ class AnalystAsyncStub(AnalystStub):
     """Releases that are done, newest first, optionally for one study."""
     GetRelease: _aio.UnaryUnaryMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.GetReleaseResponse]  # type: ignore[assignment]
     """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
-    for a release that has not finished (poll Computation.ReleaseStatus).
+    for a release that has not finished (poll Computation.ReleaseStatus). A summary
+    larger than one message (more than 200,000 partitions and released values) is
+    RESOURCE_EXHAUSTED: read it with GetReleasePages.
+    """
+    GetReleasePages: _aio.UnaryStreamMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.ReleaseSummaryPage]  # type: ignore[assignment]
+    """One released summary of any size, in pages: a head (every field, the long lists
+    empty, and how long each list is), then the partitions' pages in order, then each
+    released measurement's pages in order. Errors as GetRelease.
     """
     RangeCounts: _aio.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]  # type: ignore[assignment]
     """Many range counts over one release, each with its standard error; no budget
@@ -82,7 +96,20 @@ class AnalystServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_analyst_pb2.GetReleaseResponse, _abc.Awaitable[_analyst_pb2.GetReleaseResponse]]:
         """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
-        for a release that has not finished (poll Computation.ReleaseStatus).
+        for a release that has not finished (poll Computation.ReleaseStatus). A summary
+        larger than one message (more than 200,000 partitions and released values) is
+        RESOURCE_EXHAUSTED: read it with GetReleasePages.
+        """
+
+    @_abc_1.abstractmethod
+    def GetReleasePages(
+        self,
+        request: _analyst_pb2.GetReleaseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_analyst_pb2.ReleaseSummaryPage], _abc.AsyncIterator[_analyst_pb2.ReleaseSummaryPage]]:
+        """One released summary of any size, in pages: a head (every field, the long lists
+        empty, and how long each list is), then the partitions' pages in order, then each
+        released measurement's pages in order. Errors as GetRelease.
         """
 
     @_abc_1.abstractmethod

@@ -11,8 +11,13 @@ Conventions used by every dpagg.v1 service:
   1000. Budgets are exact: each epsilon counts as the decimal it prints as and
   sums are fractions, with no slack past the total. A direct range count from
   lo > 0 also costs the prefix mask [0, lo) at 2^-20 (max-overlap rule).
-- Every message is at most 64 MiB (both directions); ciphertexts travel as
-  streams of chunks (one BFV ciphertext of 8,192 slots, ~370 KB, per message).
+- No message grows with the domain: ciphertexts travel as streams of chunks (one
+  BFV ciphertext of 8,192 slots, ~370 KB, per message), and long lists (partition
+  starts, decrypted values, released summaries) in pages of at most 65,536 numbers
+  (Analyst.GetReleasePages, DecryptMeasurementHeader.starts_count). A server accepts
+  at most the largest request its methods need: the computation server 17 MiB, the
+  decryption server 16 MiB, the stand-alone analyst server 4 MiB; replies are at most
+  64 MiB.
 - Every count that leaves the decryption server is an integer (sint64); BFV
   decryptions are exact integers and never sent anywhere raw.
 - Errors are gRPC status codes with a human-readable message naming the problem
@@ -22,7 +27,8 @@ Conventions used by every dpagg.v1 service:
   role or id may not do this, e.g. an owner not expected by the study),
   ALREADY_EXISTS (a conflicting object with that id), FAILED_PRECONDITION
   (wrong state, e.g. release before all owners submitted), RESOURCE_EXHAUSTED
-  (privacy budget), UNAVAILABLE (retry with backoff).
+  (privacy budget; a message over its size limit), UNAVAILABLE (retry with
+  backoff), DATA_LOSS (a paged reply cut short: retry).
 """
 
 from collections import abc as _abc

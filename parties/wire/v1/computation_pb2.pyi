@@ -142,7 +142,7 @@ class ReleaseStatusRequest(_message.Message):
     def __init__(self, release_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseStatusResponse(_message.Message):
-    __slots__ = ("release_id", "study_id", "state", "epsilon", "owners", "error_code", "error_message", "summary", "seconds", "bytes_to_decryption")
+    __slots__ = ("release_id", "study_id", "state", "epsilon", "owners", "error_code", "error_message", "summary", "seconds", "bytes_to_decryption", "paged_partitions")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[ReleaseStatusResponse.State]
@@ -163,6 +163,7 @@ class ReleaseStatusResponse(_message.Message):
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     BYTES_TO_DECRYPTION_FIELD_NUMBER: _ClassVar[int]
+    PAGED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     study_id: str
     state: ReleaseStatusResponse.State
@@ -173,7 +174,8 @@ class ReleaseStatusResponse(_message.Message):
     summary: _common_pb2.ReleaseSummary
     seconds: float
     bytes_to_decryption: int
-    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ...) -> None: ...
+    paged_partitions: int
+    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ..., paged_partitions: _Optional[int] = ...) -> None: ...
 
 class DirectRangeCountsRequest(_message.Message):
     __slots__ = ("study_id", "ranges", "epsilon", "force", "request_key")

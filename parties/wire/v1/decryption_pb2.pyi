@@ -143,7 +143,7 @@ class GetStudyResponse(_message.Message):
     def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ...) -> None: ...
 
 class DecryptMeasurementHeader(_message.Message):
-    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count", "contract_hash", "newest_receipt")
+    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count", "contract_hash", "newest_receipt", "starts_count")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_EPSILON_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,7 @@ class DecryptMeasurementHeader(_message.Message):
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     NEWEST_RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    STARTS_COUNT_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     release_id: str
     release_epsilon: float
@@ -158,27 +159,38 @@ class DecryptMeasurementHeader(_message.Message):
     chunk_count: int
     contract_hash: str
     newest_receipt: LedgerReceipt
-    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., newest_receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...
+    starts_count: int
+    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., newest_receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ..., starts_count: _Optional[int] = ...) -> None: ...
+
+class Int64Page(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, values: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DecryptMeasurementRequest(_message.Message):
-    __slots__ = ("header", "chunk")
+    __slots__ = ("header", "chunk", "starts")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
     header: DecryptMeasurementHeader
     chunk: bytes
-    def __init__(self, header: _Optional[_Union[DecryptMeasurementHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+    starts: Int64Page
+    def __init__(self, header: _Optional[_Union[DecryptMeasurementHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ..., starts: _Optional[_Union[Int64Page, _Mapping]] = ...) -> None: ...
 
 class DecryptMeasurementResponse(_message.Message):
-    __slots__ = ("values", "charge_id", "epsilon_remaining", "receipt")
+    __slots__ = ("values", "charge_id", "epsilon_remaining", "receipt", "value_count")
     VALUES_FIELD_NUMBER: _ClassVar[int]
     CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_REMAINING_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[int]
     charge_id: int
     epsilon_remaining: float
     receipt: LedgerReceipt
-    def __init__(self, values: _Optional[_Iterable[int]] = ..., charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...
+    value_count: int
+    def __init__(self, values: _Optional[_Iterable[int]] = ..., charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ..., value_count: _Optional[int] = ...) -> None: ...
 
 class LedgerReceipt(_message.Message):
     __slots__ = ("body", "signature", "public_key")

@@ -51,7 +51,7 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.GetStudyRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.GetStudyResponse.FromString,
                 _registered_method=True)
-        self.DecryptMeasurement = channel.stream_unary(
+        self.DecryptMeasurement = channel.stream_stream(
                 '/dpagg.v1.Decryption/DecryptMeasurement',
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementResponse.FromString,
@@ -133,6 +133,9 @@ class DecryptionServicer:
         decrypted then) and the charge is committed before any value is returned.
         A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
         (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
+        Nothing grows with the domain in one message: a partition_sums measurement's starts
+        may follow the header in pages (DecryptMeasurementHeader.starts_count), and the
+        values come back in pages (the first reply message carries the charge and the count).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -253,7 +256,7 @@ def add_DecryptionServicer_to_server(servicer, server):
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.GetStudyRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.GetStudyResponse.SerializeToString,
             ),
-            'DecryptMeasurement': grpc.stream_unary_rpc_method_handler(
+            'DecryptMeasurement': grpc.stream_stream_rpc_method_handler(
                     servicer.DecryptMeasurement,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementResponse.SerializeToString,
@@ -398,7 +401,7 @@ class Decryption:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_unary(
+        return grpc.experimental.stream_stream(
             request_iterator,
             target,
             '/dpagg.v1.Decryption/DecryptMeasurement',

@@ -50,7 +50,7 @@ class DecryptionStub:
     """
     GetStudy: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.GetStudyRequest, _decryption_pb2.GetStudyResponse]
     """Fetch a study contract by id (NOT_FOUND if unknown)."""
-    DecryptMeasurement: _grpc.StreamUnaryMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.DecryptMeasurementResponse]
+    DecryptMeasurement: _grpc.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.DecryptMeasurementResponse]
     """Decrypt one noised measurement of a study. Client-streaming: the first
     message is a header, then the ciphertext chunks in order. Only the computation
     server may call it. The measurement must match the study contract (hash, domain
@@ -61,6 +61,9 @@ class DecryptionStub:
     decrypted then) and the charge is committed before any value is returned.
     A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
     (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
+    Nothing grows with the domain in one message: a partition_sums measurement's starts
+    may follow the header in pages (DecryptMeasurementHeader.starts_count), and the
+    values come back in pages (the first reply message carries the charge and the count).
     """
     BudgetStatus: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]
     """The budget of a study: total, spent, remaining and every charge."""
@@ -149,7 +152,7 @@ class DecryptionAsyncStub(DecryptionStub):
     """
     GetStudy: _aio.UnaryUnaryMultiCallable[_decryption_pb2.GetStudyRequest, _decryption_pb2.GetStudyResponse]  # type: ignore[assignment]
     """Fetch a study contract by id (NOT_FOUND if unknown)."""
-    DecryptMeasurement: _aio.StreamUnaryMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.DecryptMeasurementResponse]  # type: ignore[assignment]
+    DecryptMeasurement: _aio.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.DecryptMeasurementResponse]  # type: ignore[assignment]
     """Decrypt one noised measurement of a study. Client-streaming: the first
     message is a header, then the ciphertext chunks in order. Only the computation
     server may call it. The measurement must match the study contract (hash, domain
@@ -160,6 +163,9 @@ class DecryptionAsyncStub(DecryptionStub):
     decrypted then) and the charge is committed before any value is returned.
     A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
     (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
+    Nothing grows with the domain in one message: a partition_sums measurement's starts
+    may follow the header in pages (DecryptMeasurementHeader.starts_count), and the
+    values come back in pages (the first reply message carries the charge and the count).
     """
     BudgetStatus: _aio.UnaryUnaryMultiCallable[_decryption_pb2.BudgetStatusRequest, _decryption_pb2.BudgetStatusResponse]  # type: ignore[assignment]
     """The budget of a study: total, spent, remaining and every charge."""
@@ -269,7 +275,7 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         self,
         request_iterator: _MaybeAsyncIterator[_decryption_pb2.DecryptMeasurementRequest],
         context: _ServicerContext,
-    ) -> _typing.Union[_decryption_pb2.DecryptMeasurementResponse, _abc.Awaitable[_decryption_pb2.DecryptMeasurementResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_decryption_pb2.DecryptMeasurementResponse], _abc.AsyncIterator[_decryption_pb2.DecryptMeasurementResponse]]:
         """Decrypt one noised measurement of a study. Client-streaming: the first
         message is a header, then the ciphertext chunks in order. Only the computation
         server may call it. The measurement must match the study contract (hash, domain
@@ -280,6 +286,9 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         decrypted then) and the charge is committed before any value is returned.
         A signed study is decrypted with the owners' aggregate c1 forwarded by ForwardUploads
         (each chunk's c0 as sent, its c1 ignored); nothing forwarded: FAILED_PRECONDITION.
+        Nothing grows with the domain in one message: a partition_sums measurement's starts
+        may follow the header in pages (DecryptMeasurementHeader.starts_count), and the
+        values come back in pages (the first reply message carries the charge and the count).
         """
 
     @_abc_1.abstractmethod
