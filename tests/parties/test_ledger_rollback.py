@@ -140,3 +140,73 @@ def test_the_cli_restores_only_with_the_acknowledgement(cluster: Cluster, capsys
     assert main(["ledger", "restore", str(backup), "--data-dir", str(cluster.root / "ds"),
                  "--acknowledge-rollback"]) == 0
     assert "study s1: rolled back 2 charge(s); re-booked epsilon 0.3" in capsys.readouterr().out
+
+
+def _verify(cluster: Cluster, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    from parties.cli import main
+
+    capsys.readouterr()
+    code = main(["budget", "s1", "--verify", "--decryption", cluster.ds.target, "--computation", cluster.cs.target,
+                 "--insecure", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_budget_verify_names_a_rolled_back_ledger_from_the_computation_servers_receipts(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hash chain of an older copy is intact: only the receipts the CS keeps can tell it was rolled back."""
+    from parties.cli import main
+
+    monkeypatch.delenv("DPAGG_COMPUTATION", raising=False)
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(64))
+    cs = cluster.computation()
+    assert cs.run_release("s1", epsilon=0.4).state == "DONE"
+    code, out, _ = _verify(cluster, capsys)
+    assert code == 0 and "ledger holds every charge the computation server holds a signed receipt for" in out
+    old = cluster.root / "old-ledger.sqlite3"
+    backup_ledger(_ledger(cluster), old)
+    assert cs.run_release("s1", epsilon=0.5).state == "DONE"
+    newest = ReceiptBook(cluster.root / "cs" / "ledger_receipts.jsonl").newest("s1")
+    assert newest is not None
+    current = cluster.root / "current-ledger.sqlite3"
+    backup_ledger(_ledger(cluster), current)
+    # Both servers stopped, the old copy put over the ledger, both started again on their ports.
+    ds_port, cs_port = cluster.ds.port, cluster.cs.port
+    cluster.cs.stop()
+    cluster.ds.stop()
+    for suffix in ("-wal", "-shm"):
+        Path(str(_ledger(cluster)) + suffix).unlink(missing_ok=True)
+    shutil.copyfile(old, _ledger(cluster))
+    cluster.ds = create_decryption_server(cluster._ds_config(cluster.root, cluster.pki, ds_port, 31)).start()
+    from parties.computation.server import create_computation_server
+
+    cluster.cs = create_computation_server(cluster._cs_config(cluster.root, cluster.pki, cluster.ds.target, cs_port,
+                                                              12)).start()
+
+    # Without the computation server the report is what it was: an intact chain, and a warning that says why
+    # that is not enough.
+    assert main(["budget", "s1", "--verify", "--decryption", cluster.ds.target, "--insecure"]) == 0
+    out, err = capsys.readouterr()
+    assert "spent 0.4 of 1" in out and "NOT checked against the computation server's signed receipts" in err
+
+    code, out, err = _verify(cluster, capsys)
+    assert code == 1
+    line = next(x for x in out.splitlines() if x.startswith("ROLLED BACK:"))
+    assert line.startswith(f"ROLLED BACK: ledger of the decryption server ({cluster.ds.target}) lacks charge "
+                           f"#{newest.charge_id} (release ")
+    assert "that the computation server holds a signed receipt for (spent 0.4, receipt says 0.9)" in line
+    assert "BROKEN" not in err and "DISAGREE" not in out  # a rollback, not a broken chain or a disagreement
+    code, out, err = _verify(cluster, capsys, "--json")
+    import json
+
+    assert code == 1 and json.loads(out)["rolled_back"] and "ROLLED BACK" in err
+
+    # The acknowledged way (`dpagg ledger restore` over the newest ledger re-books what the old copy lacks): the
+    # receipts are held again and verify passes.
+    cluster.ds.stop()
+    shutil.copyfile(current, _ledger(cluster))
+    restore_ledger(cluster.root / "ds", old, LEDGER_FILE, acknowledge_rollback=True)
+    cluster.ds = create_decryption_server(cluster._ds_config(cluster.root, cluster.pki, ds_port, 32)).start()
+    code, out, _ = _verify(cluster, capsys)
+    assert code == 0 and "ROLLED BACK" not in out, out
