@@ -210,3 +210,43 @@ def test_budget_verify_names_a_rolled_back_ledger_from_the_computation_servers_r
     cluster.ds = create_decryption_server(cluster._ds_config(cluster.root, cluster.pki, ds_port, 32)).start()
     code, out, _ = _verify(cluster, capsys)
     assert code == 0 and "ROLLED BACK" not in out, out
+
+
+def test_reconcile_books_only_what_other_holders_signed_and_never_twice(tmp_path: Path) -> None:
+    """A key-share holder books a charge it missed from another holder's signed receipt, once; its own
+    receipts, a receipt that does not verify or one of another study are refused and nothing is booked."""
+    from he_partition.core.errors import InvalidInputError
+
+    from parties.decryption.receipts import ReceiptSigner, reconcile_charges
+
+    from .test_stores import contract
+
+    other_ledger, mine = SqliteLedgerStore(tmp_path / "other.sqlite3"), SqliteLedgerStore(tmp_path / "mine.sqlite3")
+    try:
+        other_signer, my_signer = ReceiptSigner.load_or_create(None), ReceiptSigner.load_or_create(None)
+        for ledger in (other_ledger, mine):
+            ledger.create_study(contract("s1"))
+            ledger.create_study(contract("s2"))
+        both = other_ledger.charge("s1", "r1", "prefix_differences", 0.25, 0.5)
+        mine.charge("s1", "r1", "prefix_differences", 0.25, 0.5)
+        missed = other_ledger.charge("s1", "r2", "partition_sums", 0.125, 0.125)
+        receipts = [(*other_signer.issue(other_ledger, c), other_signer.public_key) for c in (both, missed)]
+
+        body, sig, key = receipts[1]
+        refused = {"own key": [(body, sig, my_signer.public_key)],
+                   "bad signature": [(body, bytes(64), key)],
+                   "other study": [(*other_signer.issue(other_ledger, other_ledger.charge(
+                       "s2", "r9", "prefix_differences", 0.1, 0.1)), key)]}
+        for why, rs in refused.items():
+            with pytest.raises(InvalidInputError):
+                reconcile_charges(mine, my_signer.public_key, "s1", rs)
+            assert len(mine.charges("s1")) == 1, why
+
+        booked = reconcile_charges(mine, my_signer.public_key, "s1", receipts + receipts)  # sent twice: booked once
+        assert [(c.release_id, c.kind, c.epsilon) for c in booked] == [("r2", "partition_sums", 0.125)]
+        assert "reconciled_from" in booked[0].detail
+        assert reconcile_charges(mine, my_signer.public_key, "s1", receipts) == []  # a repeat books nothing
+        assert mine.spent("s1") == pytest.approx(0.375) and mine.verify_chain() == 2
+    finally:
+        other_ledger.close()
+        mine.close()
