@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .options import server_address
 
 if TYPE_CHECKING:
+    from ..common.receipts import Receipt
     from ..decryption.client import BudgetInfo
 
-__all__ = ["HolderView", "budget_json", "budget_lines", "disagreements", "holder_endpoint", "view_of"]
+__all__ = ["HolderView", "ReceiptFindings", "budget_json", "budget_lines", "check_receipts", "disagreements",
+           "holder_endpoint", "view_of"]
+
+#: A charge as compared between ledgers and receipts: (release id, kind, epsilon).
+ChargeKey = tuple[str, str, float]
 
 #: Figures compared between holders, in the order DISAGREE lines are printed.
 FIGURES = ("total", "spent", "remaining", "charges")
@@ -54,26 +59,151 @@ def view_of(name: str, address: str, fetch: Any) -> HolderView:
         return HolderView(name, address, error=f"{exc.code.name}: {exc.details}")
 
 
-def _charge_key(c: Any) -> tuple[str, str, float]:
+def _charge_key(c: Any) -> ChargeKey:
     """What makes two holders' charge rows the same charge: release, kind, epsilon (not row id or time)."""
     return (c.release_id, c.kind, c.epsilon)
+
+
+def _what(key: ChargeKey) -> str:
+    return f"release {key[0]} {key[1]} {key[2]:.12g}"
+
+
+@dataclass
+class ReceiptFindings:
+    """What the computation server's receipts say about each ledger (`check_receipts`).
+
+    `rolled_back`: one "ROLLED BACK: ..." line per ledger lacking a charge its own key signed a
+    receipt for. `missed`: per holder, the charges only the other holders signed receipts for
+    and its ledger lacks (it was down when they were charged), with `proofs`, those receipts
+    (what `dpagg budget --reconcile` sends it). `notes`: ledgers that could not be checked.
+    """
+
+    rolled_back: list[str] = field(default_factory=list)
+    rolled_back_holders: set[str] = field(default_factory=set)
+    missed: dict[str, Counter[ChargeKey]] = field(default_factory=dict)
+    proofs: dict[str, list["Receipt"]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    signers: dict[str, list[str]] = field(default_factory=dict)
+
+    def missed_lines(self) -> list[str]:
+        out = []
+        for name, keys in self.missed.items():
+            for key in sorted(keys.elements()):
+                who = ", ".join(self.signers.get(f"{name}|{key}", [])) or "the other holders"
+                out.append(f"MISSED BY {name}: {_what(key)} (it was unreachable; no share was issued by it; {who} "
+                           "hold it with signed receipts): `dpagg budget --reconcile` books it there")
+        return out
+
+
+def _rebooked_through(b: "BudgetInfo") -> int:
+    """The newest charge id an acknowledged rollback (`dpagg ledger restore`) re-booked, 0 when none."""
+    from ..decryption.receipts import ROLLBACK_KIND
+
+    through = 0
+    for c in b.charges:
+        if c.kind == ROLLBACK_KIND and c.release_id.startswith("rollback-"):
+            try:
+                through = max(through, int(c.release_id.removeprefix("rollback-")))
+            except ValueError:
+                continue
+    return through
+
+
+def check_receipts(study_id: str, views: Sequence[HolderView], receipts: Sequence["Receipt"]) -> ReceiptFindings:
+    """Check every answering ledger against the computation server's `receipts` of the study.
+
+    A receipt counts for a ledger when it verifies under that ledger's receipt key (as its
+    BudgetStatus reports it); receipts under no answering holder's key, or that do not verify,
+    prove nothing and are ignored. A ledger must hold the charge row of every receipt its own
+    key signed (or an acknowledged rollback's re-booking covering it): else it was ROLLED BACK.
+    A charge that other, not rolled back, holders signed receipts for and this ledger lacks,
+    while this holder signed none for it, was MISSED: the holder was unreachable, booked
+    nothing and (a holder books before it issues a share) issued no share for it. Reads only.
+    """
+    from fractions import Fraction
+
+    from ..common.receipts import verify_receipt
+
+    found = ReceiptFindings()
+    signed: dict[str, list["Receipt"]] = {}
+    for v in views:
+        if v.budget is None:
+            continue
+        key = v.budget.receipt_key
+        if not key:
+            found.notes.append(f"{v.name} does not report its receipt key: its ledger was not checked against "
+                               "the computation server's receipts")
+            continue
+        mine: dict[int, "Receipt"] = {}
+        for r in receipts:
+            if r.public_key == key and r.study_id == study_id and verify_receipt(key, r.body, r.signature):
+                mine[r.charge_id] = r
+        signed[v.name] = sorted(mine.values(), key=lambda r: r.charge_id)
+        rows = {c.charge_id: c for c in v.budget.charges}
+        through = _rebooked_through(v.budget)
+        lacking = [r for r in signed[v.name] if r.charge_id > through and not (
+            r.charge_id in rows and _charge_key(rows[r.charge_id]) == (r.release_id, r.kind, r.epsilon))]
+        newest = signed[v.name][-1] if signed[v.name] else None
+        if not lacking and newest is not None and newest.charge_id > through \
+                and Fraction(v.budget.spent) < newest.study_spent * (1 - Fraction(1, 10**9)):
+            lacking = [newest]
+        if lacking:
+            r = lacking[-1]
+            more = f"; {len(lacking)} charges with receipts are missing" if len(lacking) > 1 else ""
+            found.rolled_back.append(
+                f"ROLLED BACK: ledger of {v.name} lacks charge #{r.charge_id} ({_what((r.release_id, r.kind, r.epsilon))}) "
+                f"that the computation server holds a signed receipt for (spent {v.budget.spent:.12g}, receipt says "
+                f"{float(r.study_spent):.12g}){more}")
+            found.rolled_back_holders.add(v.name)
+    sound = [v for v in views if v.budget is not None and v.name in signed and v.name not in found.rolled_back_holders]
+    for v in sound:
+        assert v.budget is not None
+        held = Counter(_charge_key(c) for c in v.budget.charges)
+        own = Counter((r.release_id, r.kind, r.epsilon) for r in signed[v.name])
+        proved: Counter[ChargeKey] = Counter()
+        by: dict[ChargeKey, list[str]] = {}
+        proofs: list["Receipt"] = []
+        for u in sound:
+            if u is v:
+                continue
+            theirs = Counter((r.release_id, r.kind, r.epsilon) for r in signed[u.name])
+            for k, n in theirs.items():
+                if n > held[k] and own[k] <= held[k]:
+                    proved[k] = max(proved[k], n - held[k])
+                    by.setdefault(k, []).append(u.name)
+                    proofs.extend(r for r in signed[u.name] if (r.release_id, r.kind, r.epsilon) == k)
+        if proved:
+            found.missed[v.name] = proved
+            found.proofs[v.name] = proofs
+            for k, names in by.items():
+                found.signers[f"{v.name}|{k}"] = names
+    return found
 
 
 def _figure(b: "BudgetInfo", figure: str) -> Any:
     return Counter(_charge_key(c) for c in b.charges) if figure == "charges" else getattr(b, figure)
 
 
-def disagreements(views: Sequence[HolderView]) -> list[str]:
+def disagreements(views: Sequence[HolderView], missed: "dict[str, Counter[ChargeKey]] | None" = None) -> list[str]:
     """One line per figure the answering holders differ on, each starting "DISAGREE:", naming holders and values.
 
     Spend figures are compared exactly: every holder books the same charges in the same order,
     so equal ledgers give bit-equal sums. A holder that did not answer is a disagreement too
-    (nobody can tell its view).
+    (nobody can tell its view). `missed` (`ReceiptFindings.missed`): charges a holder lacks
+    because it was down when the others booked them, proved by their signed receipts: they
+    count as held in the charges comparison, and that holder's spend figures (short by them)
+    are left out of the spend comparison; its MISSED BY lines say so instead.
     """
+    missed = missed or {}
     lines = [f"DISAGREE: {v.name} did not answer ({v.error})" for v in views if v.budget is None]
     answered = [v for v in views if v.budget is not None]
     for figure in FIGURES:
-        values = [(v.name, _figure(v.budget, figure)) for v in answered if v.budget is not None]
+        if figure == "charges":
+            values = [(v.name, _figure(v.budget, figure) + missed.get(v.name, Counter()))
+                      for v in answered if v.budget is not None]
+        else:
+            values = [(v.name, _figure(v.budget, figure)) for v in answered if v.budget is not None
+                      and (figure == "total" or not missed.get(v.name))]
         if len({repr(sorted(x.items())) if isinstance(x, Counter) else repr(x) for _, x in values}) <= 1:
             continue
         if figure == "charges":
@@ -104,14 +234,18 @@ def _view_dict(v: HolderView) -> dict[str, Any]:
             "available": b.available, "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem}
 
 
-def budget_json(study_id: str, views: Sequence[HolderView]) -> dict[str, Any]:
-    """`{"study_id", "holders": {name: view}, "agree": bool, "disagreements": [line...]}`."""
-    problems = disagreements(views)
-    return {"study_id": study_id, "holders": {v.name: _view_dict(v) for v in views}, "agree": not problems,
-            "disagreements": problems}
+def budget_json(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None) -> dict[str, Any]:
+    """`{"study_id", "holders": {name: view}, "agree": bool, "disagreements": [line...]}`; with receipts checked
+    (`found`) also "rolled_back" and "missed" (lines) and "receipt_notes"."""
+    problems = disagreements(views, found.missed if found else None)
+    out = {"study_id": study_id, "holders": {v.name: _view_dict(v) for v in views}, "agree": not problems,
+           "disagreements": problems}
+    if found is not None:
+        out.update(rolled_back=found.rolled_back, missed=found.missed_lines(), receipt_notes=found.notes)
+    return out
 
 
-def budget_lines(study_id: str, views: Sequence[HolderView]) -> list[str]:
+def budget_lines(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None) -> list[str]:
     """The text report: one block per holder, then either the DISAGREE lines or that every view agrees."""
     from he_partition.core.accounting import epsilon_left
 
@@ -126,6 +260,9 @@ def budget_lines(study_id: str, views: Sequence[HolderView]) -> list[str]:
                    f"{len(b.charges)} charge(s)")
         out.extend(f"  #{n} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}"
                    for n, c in enumerate(b.charges, 1))
-    problems = disagreements(views)
-    out.extend(problems or [f"all {len(views)} holders agree"])
+    problems = disagreements(views, found.missed if found else None)
+    if found is not None:
+        out.extend(found.rolled_back + found.missed_lines())
+    out.extend(problems or [f"all {len(views)} holders agree"
+                            + (" once the missed charges are booked" if found and found.missed else "")])
     return out

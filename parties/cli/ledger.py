@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,12 +12,35 @@ from he_partition.core.accounting import epsilon_left
 
 from he_partition.core.errors import DPAggError
 
-from ..common.config import ENV_DECRYPTION, default_target
-from .budgets import budget_json, budget_lines, holder_endpoint, view_of
-from .options import Subparsers, command_adder, conn, decryption_target, print_json, tls_args
+from ..common.config import ENV_COMPUTATION, ENV_DECRYPTION, default_target
+from .budgets import HolderView, budget_json, budget_lines, check_receipts, holder_endpoint, view_of
+from .options import Subparsers, command_adder, conn, decryption_target, print_json, server_address, tls_args
 
 if TYPE_CHECKING:
+    from ..common.receipts import Receipt
     from ..decryption.client import BudgetInfo
+
+
+def _receipts_target(args: argparse.Namespace) -> str | None:
+    """The computation server whose receipts --verify checks: --computation, else $DPAGG_COMPUTATION, else none."""
+    if args.computation:
+        return str(args.computation)
+    return default_target(ENV_COMPUTATION) if os.environ.get(ENV_COMPUTATION) else None
+
+
+def _cs_receipts(args: argparse.Namespace) -> list[Receipt] | None:
+    """Every receipt the computation server keeps for the study (all holders' books), or None when not asked."""
+    from ..computation.client import ComputationClient
+
+    target = _receipts_target(args)
+    if target is None:
+        return None
+    with ComputationClient(target, **conn(args)) as cs:
+        return [r for _, kept in cs.ledger_receipts(args.study) for r in kept]
+
+
+_NOT_CHECKED = ("ledger NOT checked against the computation server's signed receipts (give --computation HOST:PORT "
+                f"or set {ENV_COMPUTATION}): a ledger rolled back to an older copy keeps an intact hash chain")
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
@@ -25,12 +49,21 @@ def cmd_budget(args: argparse.Namespace) -> int:
     endpoints = args.decryption or [holder_endpoint(default_target(ENV_DECRYPTION))]
     if len(endpoints) > 1:
         return _budget_across_holders(args, endpoints)
+    if args.reconcile:
+        raise DPAggError("--reconcile brings key-share holders level with each other: give every holder with "
+                         "--decryption (a single decryption server has no other holder to reconcile with)")
     with DecryptionClient(endpoints[0][1], **conn(args)) as ds:
         b = ds.budget(args.study)
+    receipts = _cs_receipts(args) if args.verify else None
+    name = endpoints[0][0] if endpoints[0][0] != endpoints[0][1] else f"the decryption server ({endpoints[0][1]})"
+    found = check_receipts(args.study, [HolderView(name, endpoints[0][1], b)], receipts) \
+        if receipts is not None else None
     if args.json:
-        print_json({"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
-                     "available": b.available,
-                     "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem})
+        out = {"study_id": b.study_id, "total": b.total, "spent": b.spent, "remaining": b.remaining,
+               "available": b.available, "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem}
+        if found is not None:
+            out.update(rolled_back=found.rolled_back, receipt_notes=found.notes)
+        print_json(out)
     else:
         left = epsilon_left(b.available, b.total)
         print(f"study {b.study_id}: spent {b.spent:.12g} of {b.total:.12g}; a new release may spend {left}"
@@ -38,41 +71,95 @@ def cmd_budget(args: argparse.Namespace) -> int:
         for n, c in enumerate(b.charges, 1):  # numbered within the study (ledger rows are numbered globally)
             print(f"  #{n} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}")
     if args.verify:
+        failed = False
         if b.chain_problem:
             print(f"dpagg: ledger hash chain BROKEN: {b.chain_problem}", file=sys.stderr)
+            failed = True
+        if found is None:
+            print(f"dpagg: {_NOT_CHECKED}", file=sys.stderr)
+        else:
+            for line in found.rolled_back:
+                print(line if not args.json else f"dpagg: {line}", file=sys.stdout if not args.json else sys.stderr)
+            for note in found.notes:
+                print(f"dpagg: {note}", file=sys.stderr)
+            failed = failed or bool(found.rolled_back)
+        if failed:
             return 1
         if not args.json:
             print("ledger hash chain verified (every charge row commits to the previous one)")
+            if found is not None and not found.notes:
+                print(f"ledger holds every charge the computation server holds a signed receipt for "
+                      f"({_receipt_count(receipts)})")
     return 0
 
 
+def _receipt_count(receipts: list[Receipt] | None) -> str:
+    n = len(receipts or [])
+    return f"{n} receipt" + ("" if n == 1 else "s")
+
+
 def _budget_across_holders(args: argparse.Namespace, endpoints: list[tuple[str, str]]) -> int:
-    """Every key-share holder's view of the study; exit 1 on a disagreement (or a broken chain) with --verify."""
+    """Every key-share holder's view of the study; exit 1 on a disagreement, a rollback (or a broken chain) with
+    --verify. With --reconcile, first book at each holder the charges it missed (other holders' signed receipts)."""
     from ..decryption.client import DecryptionClient
 
     names = [name for name, _ in endpoints]
     if len(set(names)) != len(names):
         raise DPAggError(f"--decryption names a holder twice ({', '.join(names)}); give each holder once")
+    if args.reconcile and _receipts_target(args) is None:
+        raise DPAggError("--reconcile books charges from the computation server's signed receipts: give "
+                         f"--computation HOST:PORT (or set {ENV_COMPUTATION})")
 
     def fetch(address: str) -> BudgetInfo:
         with DecryptionClient(address, **conn(args)) as ds:
             return ds.budget(args.study)
 
     views = [view_of(name, address, fetch) for name, address in endpoints]
-    report = budget_json(args.study, views)
+    receipts = _cs_receipts(args) if args.verify or args.reconcile else None
+    found = check_receipts(args.study, views, receipts) if receipts is not None else None
+    if args.reconcile and found is not None:
+        broken = [v.name for v in views if v.budget is None or v.budget.chain_problem]
+        if found.rolled_back or broken:
+            for line in found.rolled_back:
+                print(line)
+            print("dpagg: nothing reconciled: " + ("a ledger was rolled back (restore the newest ledger or "
+                  "`dpagg ledger restore --acknowledge-rollback` it first)" if found.rolled_back else
+                  f"holder(s) {', '.join(broken)} did not answer or have a broken hash chain"), file=sys.stderr)
+            return 1
+        for line in found.missed_lines():
+            print(line)
+        address = dict(endpoints)
+        for name, proofs in found.proofs.items():
+            with DecryptionClient(address[name], **conn(args)) as ds:
+                booked, spent = ds.reconcile_charges(args.study, proofs)
+            print(f"reconciled {name}: booked {len(booked)} charge(s)"
+                  + (f" ({'; '.join(f'#{c.charge_id} release {c.release_id} {c.kind} {c.epsilon:.12g}' for c in booked)})"
+                     if booked else "") + f"; it has spent {spent:.12g} now")
+        if not found.proofs:
+            print("nothing to reconcile: no holder lacks a charge the others hold signed receipts for")
+        views = [view_of(name, address, fetch) for name, address in endpoints]
+        found = check_receipts(args.study, views, receipts or [])
+    report = budget_json(args.study, views, found)
     if args.json:
         print_json(report)
     else:
-        print("\n".join(budget_lines(args.study, views)))
+        print("\n".join(budget_lines(args.study, views, found)))
     broken = [f"{v.name}: {v.budget.chain_problem}" for v in views if v.budget and v.budget.chain_problem]
     if args.verify:
         for b in broken:
             print(f"dpagg: ledger hash chain BROKEN at holder {b}", file=sys.stderr)
-        if broken or not report["agree"]:
+        if found is None:
+            print(f"dpagg: {_NOT_CHECKED}", file=sys.stderr)
+        else:
+            for note in found.notes:
+                print(f"dpagg: {note}", file=sys.stderr)
+        if broken or not report["agree"] or (found is not None and found.rolled_back):
             return 1
         if not args.json:
             print(f"ledger hash chains verified at all {len(views)} holders (every charge row commits to the "
-                  "previous one)")
+                  "previous one)" + ("" if found is None or found.notes else
+                                     f"; every ledger holds each charge its holder signed a receipt for "
+                                     f"({_receipt_count(receipts)} at the computation server)"))
     return 0
 
 
@@ -124,7 +211,16 @@ def add_parser(sub: Subparsers) -> None:
     p = add("budget", cmd_budget, "show a study's privacy budget and ledger")
     p.add_argument("study", help="study id")
     p.add_argument("--verify", action="store_true",
-                   help="check the ledger's hash chain; exit 1 if a charge row was changed, removed or replaced")
+                   help="check the ledger's hash chain and, with the computation server (--computation), that the "
+                        "ledger holds every charge its key holder signed a receipt for; exit 1 if a charge row was "
+                        "changed, removed or replaced, or the ledger was rolled back (ROLLED BACK:)")
+    p.add_argument("--computation", type=server_address, metavar="HOST:PORT", default=None,
+                   help=f"computation server whose signed ledger receipts --verify and --reconcile use (env "
+                        f"{ENV_COMPUTATION}; without either the receipts are not checked)")
+    p.add_argument("--reconcile", action="store_true",
+                   help="key-share holders: first book at each holder the charges it missed while it was "
+                        "unreachable (MISSED BY:), proved by the other holders' signed receipts at the computation "
+                        "server; only ever adds spend, and does nothing when a ledger was rolled back")
     p.add_argument("--decryption", type=holder_endpoint, action="append", metavar="[NAME=]HOST:PORT",
                    help=f"decryption server host:port (env {ENV_DECRYPTION}; default {dec['default']}); repeat it "
                         "for K key-share holders (NAME names a holder in the report, default its address): every "

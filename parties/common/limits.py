@@ -61,6 +61,7 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Computation/OpenStudy": 1 * MiB,
     "/dpagg.v1.Computation/UploadStatus": 64 * 1024,
     "/dpagg.v1.Computation/StudyStatus": 64 * 1024,
+    "/dpagg.v1.Computation/LedgerReceipts": 64 * 1024,
     "/dpagg.v1.Computation/RunRelease": 64 * 1024,
     "/dpagg.v1.Computation/ReleaseStatus": 64 * 1024,
     "/dpagg.v1.Computation/GetPublicContext": 64 * 1024,
@@ -73,6 +74,8 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Decryption/GetStudy": 64 * 1024,
     "/dpagg.v1.Decryption/GetPublicContext": 64 * 1024,
     "/dpagg.v1.Decryption/BudgetStatus": 64 * 1024,
+    # up to a few thousand receipts (~0.5 KB each) of charges another holder booked
+    "/dpagg.v1.Decryption/ReconcileCharges": 4 * MiB,
     "/dpagg.v1.Decryption/ChargeDirectQueries": 2 * MiB,
     # a header with up to 1M partition starts, or one ciphertext chunk
     "/dpagg.v1.Decryption/DecryptMeasurement": 16 * MiB,

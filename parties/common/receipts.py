@@ -85,6 +85,7 @@ class ReceiptBook:
         self.path = path
         self._lock = threading.Lock()
         self._newest: dict[str, Receipt] = {}
+        self._all: dict[str, list[Receipt]] = {}
         self._key: bytes = b""
         if path is not None and path.exists():
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -101,6 +102,7 @@ class ReceiptBook:
 
     def _remember(self, r: Receipt) -> None:
         self._key = self._key or r.public_key
+        self._all.setdefault(r.study_id, []).append(r)
         old = self._newest.get(r.study_id)
         if old is None or r.charge_id > old.charge_id or r.study_spent > old.study_spent:
             self._newest[r.study_id] = r
@@ -108,6 +110,12 @@ class ReceiptBook:
     def newest(self, study_id: str) -> Receipt | None:
         with self._lock:
             return self._newest.get(study_id)
+
+    def receipts(self, study_id: str) -> list[Receipt]:
+        """Every receipt kept for the study, in the order received (`dpagg budget --verify` checks ledgers
+        against them)."""
+        with self._lock:
+            return list(self._all.get(study_id, ()))
 
     def record(self, body: bytes, signature: bytes, public_key: bytes) -> Receipt | None:
         """Check and keep one receipt (None when the reply carried none). A receipt that does not verify

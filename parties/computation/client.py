@@ -21,6 +21,7 @@ from ..common.convert import (context_from_chunks, contract_from_proto, open_stu
                               ranges_to_proto, signatures_from_proto, summary_from_proto)
 from ..common.errors import ServiceError
 from he_partition.core.errors import InvalidInputError
+from ..common.receipts import Receipt, parse_receipt
 from ..common.signing import OwnerSignature
 
 __all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectAnswers"]
@@ -195,6 +196,24 @@ class ComputationClient(BaseClient):
                            method="Computation/StudyStatus", timeout=timeout)
         return StudyStatus(contract_from_proto(resp.contract), tuple(resp.submitted_owners),
                            tuple(resp.missing_owners), tuple(resp.release_ids))
+
+    def ledger_receipts(self, study_id: str, *, timeout: float | None = None) -> list[tuple[str, list[Receipt]]]:
+        """Every signed ledger receipt this server keeps for the study: (holder name, receipts) per key holder,
+        "" naming the single decryption server. Signatures are not checked here: check each against the key of
+        the holder whose ledger it is compared with (`parties.common.receipts.verify_receipt`). Operators and
+        analysts."""
+        resp = self._unary(self._stub.LedgerReceipts, computation_pb2.LedgerReceiptsRequest(study_id=study_id),
+                           method="Computation/LedgerReceipts", timeout=timeout)
+        out = []
+        for h in resp.holders:
+            kept = []
+            for r in h.receipts:
+                try:
+                    kept.append(parse_receipt(r.body, r.signature, r.public_key))
+                except (ValueError, KeyError, TypeError):
+                    continue  # not a receipt: it proves nothing
+            out.append((h.holder, kept))
+        return out
 
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
         """The decryption server's public context, relayed by this server (fingerprint-checked on arrival);

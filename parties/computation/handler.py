@@ -31,6 +31,7 @@ from he_partition.protocol import ComputationSide
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError
+from ..common.receipts import Receipt
 from ..common.util import write_file_atomic
 from ..decryption.client import DecryptionClient
 from .threshold.c1_forward import C1Signatures, owner_c1_parts
@@ -153,6 +154,15 @@ class ComputationHandler:
     def key_holders(self) -> int:
         """K: the key-share holders in threshold mode, 1 with the single decryption server."""
         return int(getattr(self.decryption, "k", 1))
+
+    def ledger_receipts(self, study_id: str) -> list[tuple[str, list[Receipt]]]:
+        """Every signed ledger receipt this server keeps for `study_id`: (holder name, receipts) per key holder
+        ("" names the single decryption server), oldest first. Reads the receipt books only; asks nobody."""
+        clients = getattr(self.decryption, "clients", None)
+        if clients is None:  # the single decryption server
+            book = getattr(self.decryption, "receipts", None)
+            return [("", book.receipts(study_id) if book is not None else [])]
+        return [(c.name, c.receipts.receipts(study_id) if c.receipts is not None else []) for c in clients]
 
     def holder_noise_variance(self, contract: StudyContract) -> float:
         """The key holders' summed noise variance per value in discrete Laplace draws: K/(K - T) (1 for T = 0)."""

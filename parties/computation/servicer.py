@@ -131,6 +131,15 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
                                                    submitted_owners=list(s.submitted), missing_owners=list(s.missing),
                                                    release_ids=list(s.release_ids))
 
+    def LedgerReceipts(self, request: computation_pb2.LedgerReceiptsRequest,
+                       context: grpc.ServicerContext) -> computation_pb2.LedgerReceiptsResponse:
+        self.policy.require(context, ["operator", "analyst"], action="read a study's ledger receipts")
+        return computation_pb2.LedgerReceiptsResponse(holders=[
+            computation_pb2.HolderReceipts(holder=name, receipts=[
+                decryption_pb2.LedgerReceipt(body=r.body, signature=r.signature, public_key=r.public_key)
+                for r in receipts])
+            for name, receipts in self.handler.ledger_receipts(request.study_id)])
+
     def RunRelease(self, request: computation_pb2.RunReleaseRequest,
                    context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
         self.policy.require(context, ["operator"], action="run a release")

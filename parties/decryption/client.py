@@ -18,7 +18,7 @@ from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError, ServiceError
-from ..common.receipts import ReceiptBook
+from ..common.receipts import Receipt, ReceiptBook
 from ..common.sealing import Commitment
 from ..common.convert import (commitments_to_proto, context_from_chunks, contract_from_proto, measurement_to_proto, open_study_request,
                               ranges_to_proto)
@@ -69,6 +69,8 @@ class BudgetInfo:
     chain_problem: str = ""
     #: Exactly what a new release may still spend (total - max(spent, reserved), rounded down).
     available: float = 0.0
+    #: The key holder's Ed25519 receipt public key (b"" from a server that does not report it).
+    receipt_key: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -385,5 +387,19 @@ class DecryptionClient(BaseClient):
         return BudgetInfo(
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
             tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),
-            resp.epsilon_reserved, resp.chain_problem, resp.epsilon_available,
+            resp.epsilon_reserved, resp.chain_problem, resp.epsilon_available, bytes(resp.receipt_public_key),
         )
+
+    def reconcile_charges(self, study_id: str, receipts: Sequence[Receipt], *,
+                          timeout: float | None = None) -> tuple[list[ChargeInfo], float]:
+        """Book at this key-share holder the charges other holders' signed `receipts` prove and its ledger lacks.
+
+        Returns (rows booked, the study's spend afterwards). The holder checks every receipt
+        (`parties.decryption.receipts.reconcile_charges`); it only ever adds spend. Operators only.
+        """
+        req = decryption_pb2.ReconcileChargesRequest(study_id=study_id, receipts=[
+            decryption_pb2.LedgerReceipt(body=r.body, signature=r.signature, public_key=r.public_key)
+            for r in receipts])
+        resp = self._unary(self._stub.ReconcileCharges, req, method="Decryption/ReconcileCharges", timeout=timeout)
+        return ([ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.booked],
+                float(resp.epsilon_spent))

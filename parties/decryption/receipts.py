@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
+
+from he_partition.core.errors import InvalidInputError
 
 from ..common.contract import canonical_json
 from ..common.errors import NotFoundError
-from ..common.receipts import RECEIPT_VERSION, LedgerRolledBackError, parse_receipt, verify_receipt
+from ..common.receipts import RECEIPT_VERSION, LedgerRolledBackError, Receipt, parse_receipt, verify_receipt
 from ..common.signing import generate_signing_key, load_private_key, public_key_of, save_private_key, sign_submission
 from .ledger import Charge, LedgerStore, budget, chain_hash
 
-__all__ = ["ReceiptSigner", "ROLLBACK_KIND", "RECEIPT_KEY_FILE", "row_sha256"]
+__all__ = ["ReceiptSigner", "ROLLBACK_KIND", "RECEIPT_KEY_FILE", "RECONCILED_FROM", "reconcile_charges", "row_sha256"]
 
 #: The key file, next to the BFV key (keys/): not in the ledger file, so restoring a ledger backup keeps it.
 RECEIPT_KEY_FILE = "receipt_key.pem"
@@ -96,3 +99,68 @@ def _through(c: Charge) -> int:
         return int(json.loads(c.detail).get("through_charge", 0))
     except (ValueError, AttributeError, TypeError):
         return 0
+
+
+#: The `detail` key of a ledger row `reconcile_charges` booked (the receipts it was booked from).
+RECONCILED_FROM = "reconciled_from"
+
+
+def reconcile_charges(ledger: LedgerStore, own_key: bytes, study_id: str,
+                      receipts: list[tuple[bytes, bytes, bytes]]) -> list[Charge]:
+    """Book the charges other key holders signed receipts for and `ledger` lacks; the rows written.
+
+    `receipts`: (body, signature, public_key) of the other holders' receipts. A key-share
+    holder that was unreachable while the others were charged (a release or a direct query
+    that then failed) lacks those charges; it charged nothing and issued no share for them,
+    so nothing was decrypted with them (every decryption needs all K shares), but the others
+    did spend them. Booking them here makes this ledger agree with theirs.
+
+    Each receipt must verify under the public key it names, that key must not be `own_key`
+    (this holder's own receipts prove what this ledger held: a ledger lacking one was rolled
+    back, which `dpagg ledger restore --acknowledge-rollback` handles), and it must be of
+    `study_id`; anything else is refused (InvalidInputError) and nothing is booked. A charge
+    (release, kind, epsilon) is booked as many times as the holder that signed it most often
+    did, less the times this ledger already holds it: a repeat books nothing.
+
+    Privacy: adds spend only (never removes any), without the budget check, with the epsilon
+    of the receipt; it stands for a measurement (sensitivity c, neighbouring relation
+    add/remove of one person with at most c records) or a direct-query batch whose
+    sensitivity was checked by the holders that charged it. No noise is drawn, so nobody
+    knows noise from it.
+    """
+    rebook = getattr(ledger, "rebook", None)
+    if rebook is None:
+        raise InvalidInputError("this ledger cannot book reconciled charges (it is not a SQLite ledger)")
+    proved: dict[tuple[str, str, float], list[Receipt]] = {}
+    per_signer: dict[bytes, Counter[tuple[str, str, float]]] = {}
+    seen: set[tuple[bytes, int]] = set()
+    for body, signature, public_key in receipts:
+        if public_key == own_key:
+            raise InvalidInputError("a receipt signed by this key holder itself cannot be reconciled: its own ledger "
+                                    "lacking it means the ledger was rolled back (`dpagg ledger restore "
+                                    "--acknowledge-rollback`)")
+        if not verify_receipt(public_key, body, signature):
+            raise InvalidInputError("a receipt does not verify under the receipt key it names; nothing was booked")
+        try:
+            r = parse_receipt(body, signature, public_key)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidInputError(f"not a ledger receipt ({exc}); nothing was booked") from exc
+        if r.study_id != study_id:
+            raise InvalidInputError(f"a receipt of study {r.study_id} was sent to reconcile study {study_id}; "
+                                    "nothing was booked")
+        if (public_key, r.charge_id) in seen:
+            continue
+        seen.add((public_key, r.charge_id))
+        key = (r.release_id, r.kind, r.epsilon)
+        per_signer.setdefault(public_key, Counter())[key] += 1
+        proved.setdefault(key, []).append(r)
+    held = Counter((c.release_id, c.kind, c.epsilon) for c in ledger.charges(study_id))
+    booked: list[Charge] = []
+    for key, rs in proved.items():
+        want = max(counts[key] for counts in per_signer.values())
+        for _ in range(want - held[key]):
+            release_id, kind, epsilon = key
+            detail = canonical_json({RECONCILED_FROM: [{"public_key": r.public_key.hex(), "charge_id": r.charge_id,
+                                                        "row_sha256": r.row_sha256} for r in rs]})
+            booked.append(rebook(study_id, release_id, kind, epsilon, detail))
+    return booked

@@ -184,11 +184,17 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         return decryption_pb2.BudgetStatusResponse(
             study_id=report.study_id, epsilon_total=report.total, epsilon_spent=report.spent,
             epsilon_remaining=report.remaining, epsilon_reserved=report.reserved, chain_problem=report.chain_problem,
-            epsilon_available=report.available,
+            epsilon_available=report.available, receipt_public_key=self.receipts.public_key,
             charges=[decryption_pb2.LedgerCharge(charge_id=c.charge_id, release_id=c.release_id, kind=c.kind,
                                                  epsilon=c.epsilon, created_at=c.created_at)
                      for c in report.charges],
         )
+
+    def ReconcileCharges(self, request: decryption_pb2.ReconcileChargesRequest,
+                         context: grpc.ServicerContext) -> decryption_pb2.ReconcileChargesResponse:
+        self.policy.require(context, ["operator"], action="reconcile a ledger")
+        raise FailedPreconditionError("this decryption server holds the whole key (K = 1): there are no other key "
+                                      "holders whose charges it could lack; nothing was booked")
 
     def KeySetup(self, request: decryption_pb2.KeySetupRequest,
                  context: grpc.ServicerContext) -> decryption_pb2.KeySetupResponse:

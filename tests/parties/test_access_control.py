@@ -104,6 +104,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
         "Computation/SetupKey": lambda ch: c(ch).SetupKey(computation_pb2.SetupKeyRequest(), timeout=t),
         "Decryption/BudgetStatus": lambda ch: d(ch).BudgetStatus(
             decryption_pb2.BudgetStatusRequest(study_id="s1"), timeout=t),
+        "Decryption/ReconcileCharges": lambda ch: d(ch).ReconcileCharges(
+            decryption_pb2.ReconcileChargesRequest(study_id="s1"), timeout=t),
         "Decryption/ChargeDirectQueries": lambda ch: d(ch).ChargeDirectQueries(
             decryption_pb2.ChargeDirectQueriesRequest(study_id="s1", request_id="dq-matrix", contract_hash="f" * 64,
                                                       epsilon=0.1), timeout=t),
@@ -124,6 +126,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             study_id="s1", owner_id="a", idempotency_key="k-matrix"), timeout=t),
         "Computation/StudyStatus": lambda ch: c(ch).StudyStatus(
             computation_pb2.StudyStatusRequest(study_id="s1"), timeout=t),
+        "Computation/LedgerReceipts": lambda ch: c(ch).LedgerReceipts(
+            computation_pb2.LedgerReceiptsRequest(study_id="s1"), timeout=t),
         "Computation/RunRelease": lambda ch: c(ch).RunRelease(
             computation_pb2.RunReleaseRequest(study_id="s1", wait=True), timeout=t),
         "Computation/ReleaseStatus": lambda ch: c(ch).ReleaseStatus(
@@ -152,6 +156,7 @@ ALLOWED = {
     "Decryption/CloseUploads": {"cs"},
     "Computation/SetupKey": {"operator"},
     "Decryption/BudgetStatus": {"cs", "rogue_cs", "operator", "analyst"},
+    "Decryption/ReconcileCharges": {"operator"},
     "Decryption/ChargeDirectQueries": {"cs"},
     "Decryption/DecryptJoinCells": {"cs"},
     "Computation/JoinExchange": {"owner"},
@@ -161,6 +166,7 @@ ALLOWED = {
     "Computation/SubmitHistogram": {"owner"},
     "Computation/UploadStatus": {"owner", "operator"},
     "Computation/StudyStatus": set(CALLERS),
+    "Computation/LedgerReceipts": {"operator", "analyst"},
     "Computation/RunRelease": {"operator"},
     "Computation/ReleaseStatus": {"operator", "cs", "rogue_cs", "analyst"},
     "Computation/DirectRangeCounts": {"analyst", "operator"},

@@ -12,7 +12,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -191,5 +191,88 @@ def test_three_key_share_holders_after_a_release_then_one_rolled_back(tmp_path: 
         assert report["agree"] is False
         assert [h["spent"] for h in report["holders"].values()] == [0.5, 0.0, 0.5]
         assert "DISAGREE: spent: h1 0.5, h2 0, h3 0.5 (behind: h2)" in report["disagreements"]
+        assert "rolled_back" not in report  # without the computation server nobody can tell a rollback
+        assert main([*base, "--verify", "--computation", t.cs.target]) == 1
+        out = capsys.readouterr().out
+        rolled = [line for line in out.splitlines() if line.startswith("ROLLED BACK:")]
+        assert len(rolled) == 1 and rolled[0].startswith("ROLLED BACK: ledger of h2 lacks charge #"), out
+        assert "that the computation server holds a signed receipt for (spent 0, receipt says 0.5)" in rolled[0]
+        assert "MISSED" not in out
+        assert main([*base, "--reconcile", "--computation", t.cs.target]) == 1  # a rollback is not reconciled
+        assert "nothing reconciled" in capsys.readouterr().err
+    finally:
+        t.stop()
+
+
+def _key_share_base(t: "Any", study: str) -> list[str]:
+    from .test_threshold_services import HOLDERS as KEY_SHARE_HOLDERS
+
+    tls = t.pki.tls("op", "operator")
+    return ["budget", study, "--ca-cert", str(tls.ca_cert), "--cert", str(tls.cert), "--key", str(tls.key),
+            *[a for name, h in zip(KEY_SHARE_HOLDERS, t.holders) for a in ("--decryption", f"{name}={h.target}")],
+            "--computation", t.cs.target]
+
+
+def test_a_holder_down_during_a_release_is_shown_missed_then_reconciled_and_a_real_difference_still_disagrees(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """K = 3: h2 is unreachable while h1 and h3 charge the first measurement of a release (which then fails,
+    nothing decrypted). Verify names the miss (not a rollback, not DISAGREE); --reconcile books it at h2 from
+    h1's and h3's signed receipts; then every view agrees. A charge only one ledger holds, with no receipt,
+    still DISAGREEs."""
+    from .test_threshold_services import Threshold, _fast
+
+    t = Threshold.start(tmp_path)
+    try:
+        t.computation().setup_key()
+        t.open_and_submit("s-miss")
+        _fast(t)
+        real = t.combiner.decrypt_measurement
+
+        def down_after_the_budget_check(**kw: Any) -> Any:
+            t.stop_holder(1)
+            return real(**kw)
+
+        t.combiner.decrypt_measurement = down_after_the_budget_check
+        rel = t.computation().run_release("s-miss", epsilon=0.5)
+        assert rel.state == "FAILED" and "key-share holder h2" in rel.error_message
+        t.combiner.decrypt_measurement = real
+        t.start_holder(1)
+        t.combiner.clients[1].wait_ready(timeout=15)
+        rows = [[(c.release_id, c.kind, c.epsilon) for c in t.ledger(i).charges("s-miss")] for i in range(3)]
+        assert rows[0] == rows[2] and len(rows[0]) == 1 and rows[1] == []  # h1 and h3 charged, h2 did not
+        release, kind, eps = rows[0][0]
+        base = _key_share_base(t, "s-miss")
+
+        capsys.readouterr()
+        assert main([*base, "--verify"]) == 0
+        out, err = capsys.readouterr()
+        assert (f"MISSED BY h2: release {release} {kind} {eps:.12g} (it was unreachable; no share was issued by "
+                "it; h1, h3 hold it with signed receipts)") in out
+        assert "DISAGREE" not in out and "ROLLED BACK" not in out and "BROKEN" not in err
+        assert "all 3 holders agree once the missed charges are booked" in out
+        assert main([*base, "--verify", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["agree"] is True and report["rolled_back"] == [] and len(report["missed"]) == 1
+
+        assert main([*base, "--reconcile", "--verify"]) == 0
+        out = capsys.readouterr().out
+        assert "reconciled h2: booked 1 charge(s)" in out and f"{kind} {eps:.12g}" in out
+        assert "all 3 holders agree" in out and "MISSED" not in out.split("reconciled h2")[1]
+        assert [[(c.release_id, c.kind, c.epsilon) for c in t.ledger(i).charges("s-miss")] for i in range(3)] \
+            == [rows[0]] * 3
+        assert main([*base, "--reconcile"]) == 0  # a repeat books nothing
+        assert "nothing to reconcile" in capsys.readouterr().out
+        assert len(t.ledger(1).charges("s-miss")) == 1
+        assert t.computation().run_release("s-miss", epsilon=0.3).state == "DONE"  # every holder works on
+        assert main([*base, "--verify"]) == 0
+        assert "all 3 holders agree" in capsys.readouterr().out
+
+        t.ledger(2).charge("s-miss", "elsewhere", "partition_sums", 0.1, 0.1)  # h3 only, no receipt anywhere
+        assert main([*base, "--verify"]) == 1
+        out = capsys.readouterr().out
+        assert "DISAGREE: charges: h1 lacks 1 of" in out and "DISAGREE: charges: h2 lacks 1 of" in out
+        assert "MISSED" not in out and "ROLLED BACK" not in out
+        assert main([*base, "--reconcile"]) == 0  # nothing signed proves it: nothing is booked from it
+        assert "nothing to reconcile" in capsys.readouterr().out
     finally:
         t.stop()

@@ -29,7 +29,7 @@ from ..keys import load_or_create_noise_key
 from .service import JOINS_SINGLE_HOLDER, KeyShareService
 from ...common.sealing import Commitment
 from .uploads import OwnerC1Parts
-from ..receipts import ReceiptSigner
+from ..receipts import ReceiptSigner, reconcile_charges
 from ..servicer import SERVICE_NAME, DecryptionServicer
 
 __all__ = ["KeyShareServicer", "create_keyshare_server"]
@@ -74,6 +74,29 @@ class KeyShareServicer(DecryptionServicer):
     def DecryptJoinCells(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
         self._computation_only(context, "ask for a join decryption")
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
+
+    def ReconcileCharges(self, request: decryption_pb2.ReconcileChargesRequest,
+                         context: grpc.ServicerContext) -> decryption_pb2.ReconcileChargesResponse:
+        """Book the charges the other holders' signed receipts prove and this ledger lacks (operators only).
+
+        Privacy: adds spend only (`parties.decryption.receipts.reconcile_charges`: the receipt's
+        epsilon, for a measurement or direct-query batch of sensitivity c under add/remove of one
+        person with at most c records, checked by the holders that charged it); draws no noise.
+        """
+        self.policy.require(context, ["operator"], action="reconcile a ledger")
+        handler = self.handler
+        study_id = check_id("study_id", request.study_id)
+        handler.get_study(study_id)
+        booked = reconcile_charges(handler.ledger, self.receipts.public_key, study_id,
+                                   [(r.body, r.signature, r.public_key) for r in request.receipts])
+        for c in booked:
+            log.warning("study %s: booked charge #%d (release %s, %s, epsilon %.12g) that the other holders' signed "
+                        "receipts prove and this ledger lacked (reconciled)", study_id, c.charge_id, c.release_id,
+                        c.kind, c.epsilon)
+        return decryption_pb2.ReconcileChargesResponse(
+            booked=[decryption_pb2.LedgerCharge(charge_id=c.charge_id, release_id=c.release_id, kind=c.kind,
+                                                epsilon=c.epsilon, created_at=c.created_at) for c in booked],
+            epsilon_spent=handler.budget(study_id).spent)
 
     def KeySetup(self, request: decryption_pb2.KeySetupRequest,
                  context: grpc.ServicerContext) -> decryption_pb2.KeySetupResponse:

@@ -264,3 +264,23 @@ class SetupKeyResponse(_message.Message):
     holders: _containers.RepeatedScalarFieldContainer[str]
     already_active: bool
     def __init__(self, fingerprint: _Optional[str] = ..., holders: _Optional[_Iterable[str]] = ..., already_active: _Optional[bool] = ...) -> None: ...
+
+class LedgerReceiptsRequest(_message.Message):
+    __slots__ = ("study_id",)
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    def __init__(self, study_id: _Optional[str] = ...) -> None: ...
+
+class HolderReceipts(_message.Message):
+    __slots__ = ("holder", "receipts")
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    receipts: _containers.RepeatedCompositeFieldContainer[_decryption_pb2.LedgerReceipt]
+    def __init__(self, holder: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[_decryption_pb2.LedgerReceipt, _Mapping]]] = ...) -> None: ...
+
+class LedgerReceiptsResponse(_message.Message):
+    __slots__ = ("holders",)
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    holders: _containers.RepeatedCompositeFieldContainer[HolderReceipts]
+    def __init__(self, holders: _Optional[_Iterable[_Union[HolderReceipts, _Mapping]]] = ...) -> None: ...

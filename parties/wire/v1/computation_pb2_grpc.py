@@ -92,6 +92,11 @@ class ComputationStub:
                 request_serializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsResponse.FromString,
                 _registered_method=True)
+        self.LedgerReceipts = channel.unary_unary(
+                '/dpagg.v1.Computation/LedgerReceipts',
+                request_serializer=dpagg_dot_v1_dot_computation__pb2.LedgerReceiptsRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_computation__pb2.LedgerReceiptsResponse.FromString,
+                _registered_method=True)
 
 
 class ComputationServicer:
@@ -211,6 +216,16 @@ class ComputationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LedgerReceipts(self, request, context):
+        """Every signed ledger receipt this server holds for a study, per key holder (the
+        second record of spend, see Decryption.LedgerReceipt): `dpagg budget --verify`
+        checks each key holder's ledger against them. Reads this server's receipt books
+        only (no key holder is asked). Operators and analysts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ComputationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -268,6 +283,11 @@ def add_ComputationServicer_to_server(servicer, server):
                     servicer.DirectRangeCounts,
                     request_deserializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsResponse.SerializeToString,
+            ),
+            'LedgerReceipts': grpc.unary_unary_rpc_method_handler(
+                    servicer.LedgerReceipts,
+                    request_deserializer=dpagg_dot_v1_dot_computation__pb2.LedgerReceiptsRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_computation__pb2.LedgerReceiptsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -569,6 +589,33 @@ class Computation:
             '/dpagg.v1.Computation/DirectRangeCounts',
             dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsRequest.SerializeToString,
             dpagg_dot_v1_dot_computation__pb2.DirectRangeCountsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LedgerReceipts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Computation/LedgerReceipts',
+            dpagg_dot_v1_dot_computation__pb2.LedgerReceiptsRequest.SerializeToString,
+            dpagg_dot_v1_dot_computation__pb2.LedgerReceiptsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -106,6 +106,12 @@ class ComputationStub:
     Analysts and operators may call it. A retry with the same request_key returns
     the stored answers without charging again.
     """
+    LedgerReceipts: _grpc.UnaryUnaryMultiCallable[_computation_pb2.LedgerReceiptsRequest, _computation_pb2.LedgerReceiptsResponse]
+    """Every signed ledger receipt this server holds for a study, per key holder (the
+    second record of spend, see Decryption.LedgerReceipt): `dpagg budget --verify`
+    checks each key holder's ledger against them. Reads this server's receipt books
+    only (no key holder is asked). Operators and analysts.
+    """
 
 @_typing.type_check_only
 class ComputationAsyncStub(ComputationStub):
@@ -178,6 +184,12 @@ class ComputationAsyncStub(ComputationStub):
     Each answer carries both servers' discrete Laplace noise (noise_parties == 2).
     Analysts and operators may call it. A retry with the same request_key returns
     the stored answers without charging again.
+    """
+    LedgerReceipts: _aio.UnaryUnaryMultiCallable[_computation_pb2.LedgerReceiptsRequest, _computation_pb2.LedgerReceiptsResponse]  # type: ignore[assignment]
+    """Every signed ledger receipt this server holds for a study, per key holder (the
+    second record of spend, see Decryption.LedgerReceipt): `dpagg budget --verify`
+    checks each key holder's ledger against them. Reads this server's receipt books
+    only (no key holder is asked). Operators and analysts.
     """
 
 class ComputationServicer(metaclass=_abc_1.ABCMeta):
@@ -314,6 +326,18 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
         Each answer carries both servers' discrete Laplace noise (noise_parties == 2).
         Analysts and operators may call it. A retry with the same request_key returns
         the stored answers without charging again.
+        """
+
+    @_abc_1.abstractmethod
+    def LedgerReceipts(
+        self,
+        request: _computation_pb2.LedgerReceiptsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_computation_pb2.LedgerReceiptsResponse, _abc.Awaitable[_computation_pb2.LedgerReceiptsResponse]]:
+        """Every signed ledger receipt this server holds for a study, per key holder (the
+        second record of spend, see Decryption.LedgerReceipt): `dpagg budget --verify`
+        checks each key holder's ledger against them. Reads this server's receipt books
+        only (no key holder is asked). Operators and analysts.
         """
 
 def add_ComputationServicer_to_server(servicer: ComputationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -259,7 +259,7 @@ class LedgerCharge(_message.Message):
     def __init__(self, charge_id: _Optional[int] = ..., release_id: _Optional[str] = ..., kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class BudgetStatusResponse(_message.Message):
-    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges", "epsilon_reserved", "chain_problem", "epsilon_available")
+    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges", "epsilon_reserved", "chain_problem", "epsilon_available", "receipt_public_key")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
@@ -268,6 +268,7 @@ class BudgetStatusResponse(_message.Message):
     EPSILON_RESERVED_FIELD_NUMBER: _ClassVar[int]
     CHAIN_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     epsilon_total: float
     epsilon_spent: float
@@ -276,7 +277,8 @@ class BudgetStatusResponse(_message.Message):
     epsilon_reserved: float
     chain_problem: str
     epsilon_available: float
-    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ..., chain_problem: _Optional[str] = ..., epsilon_available: _Optional[float] = ...) -> None: ...
+    receipt_public_key: bytes
+    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ..., chain_problem: _Optional[str] = ..., epsilon_available: _Optional[float] = ..., receipt_public_key: _Optional[bytes] = ...) -> None: ...
 
 class ChargeDirectQueriesRequest(_message.Message):
     __slots__ = ("study_id", "request_id", "contract_hash", "ranges", "epsilon", "newest_receipt")
@@ -366,3 +368,19 @@ class IssueSharesDone(_message.Message):
     receipt: LedgerReceipt
     repeated: bool
     def __init__(self, charge_id: _Optional[int] = ..., epsilon_remaining: _Optional[float] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ..., repeated: _Optional[bool] = ...) -> None: ...
+
+class ReconcileChargesRequest(_message.Message):
+    __slots__ = ("study_id", "receipts")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    receipts: _containers.RepeatedCompositeFieldContainer[LedgerReceipt]
+    def __init__(self, study_id: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[LedgerReceipt, _Mapping]]] = ...) -> None: ...
+
+class ReconcileChargesResponse(_message.Message):
+    __slots__ = ("booked", "epsilon_spent")
+    BOOKED_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
+    booked: _containers.RepeatedCompositeFieldContainer[LedgerCharge]
+    epsilon_spent: float
+    def __init__(self, booked: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_spent: _Optional[float] = ...) -> None: ...

@@ -91,6 +91,11 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsResponse.FromString,
                 _registered_method=True)
+        self.ReconcileCharges = channel.unary_unary(
+                '/dpagg.v1.Decryption/ReconcileCharges',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesResponse.FromString,
+                _registered_method=True)
 
 
 class DecryptionServicer:
@@ -238,6 +243,19 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReconcileCharges(self, request, context):
+        """Key-share holders only: book into this holder's ledger the charges other holders
+        signed receipts for and this ledger lacks (it was unreachable when they were
+        charged, so it issued no share for them). Each receipt must verify under the
+        receipt key it names, that key must not be this holder's own, and the study must
+        match; a charge this ledger already holds (same release, kind and epsilon, as many
+        times) is skipped, so a repeat books nothing. Adds spend only, never removes any,
+        and books even past the study's total. Operators only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecryptionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -295,6 +313,11 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.CloseUploads,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.CloseUploadsResponse.SerializeToString,
+            ),
+            'ReconcileCharges': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReconcileCharges,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -596,6 +619,33 @@ class Decryption:
             '/dpagg.v1.Decryption/CloseUploads',
             dpagg_dot_v1_dot_decryption__pb2.CloseUploadsRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.CloseUploadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReconcileCharges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/ReconcileCharges',
+            dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -133,6 +133,15 @@ class DecryptionStub:
     UNAUTHENTICATED for a signature that does not verify. Only the computation server
     may call it.
     """
+    ReconcileCharges: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.ReconcileChargesRequest, _decryption_pb2.ReconcileChargesResponse]
+    """Key-share holders only: book into this holder's ledger the charges other holders
+    signed receipts for and this ledger lacks (it was unreachable when they were
+    charged, so it issued no share for them). Each receipt must verify under the
+    receipt key it names, that key must not be this holder's own, and the study must
+    match; a charge this ledger already holds (same release, kind and epsilon, as many
+    times) is skipped, so a repeat books nothing. Adds spend only, never removes any,
+    and books even past the study's total. Operators only.
+    """
 
 @_typing.type_check_only
 class DecryptionAsyncStub(DecryptionStub):
@@ -234,6 +243,15 @@ class DecryptionAsyncStub(DecryptionStub):
     key. Afterwards it computes only on c1 parts whose digest the closed set holds.
     UNAUTHENTICATED for a signature that does not verify. Only the computation server
     may call it.
+    """
+    ReconcileCharges: _aio.UnaryUnaryMultiCallable[_decryption_pb2.ReconcileChargesRequest, _decryption_pb2.ReconcileChargesResponse]  # type: ignore[assignment]
+    """Key-share holders only: book into this holder's ledger the charges other holders
+    signed receipts for and this ledger lacks (it was unreachable when they were
+    charged, so it issued no share for them). Each receipt must verify under the
+    receipt key it names, that key must not be this holder's own, and the study must
+    match; a charge this ledger already holds (same release, kind and epsilon, as many
+    times) is skipped, so a repeat books nothing. Adds spend only, never removes any,
+    and books even past the study's total. Operators only.
     """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
@@ -399,6 +417,21 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         key. Afterwards it computes only on c1 parts whose digest the closed set holds.
         UNAUTHENTICATED for a signature that does not verify. Only the computation server
         may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def ReconcileCharges(
+        self,
+        request: _decryption_pb2.ReconcileChargesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.ReconcileChargesResponse, _abc.Awaitable[_decryption_pb2.ReconcileChargesResponse]]:
+        """Key-share holders only: book into this holder's ledger the charges other holders
+        signed receipts for and this ledger lacks (it was unreachable when they were
+        charged, so it issued no share for them). Each receipt must verify under the
+        receipt key it names, that key must not be this holder's own, and the study must
+        match; a charge this ledger already holds (same release, kind and epsilon, as many
+        times) is skipped, so a repeat books nothing. Adds spend only, never removes any,
+        and books even past the study's total. Operators only.
         """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
