@@ -403,7 +403,7 @@ def discrete_laplace(scale: Fraction, size: int, rng: RandomSource) -> IntArray:
         raise InvalidInputError(f"size must be >= 0, got {size}")
     hi_t, lo_t = _geometric_bit_thresholds(scale.numerator, scale.denominator)
     bits = hi_t.size
-    weights = np.arange(bits, dtype=np.int64)
+    powers = np.left_shift(np.int64(1), np.arange(bits, dtype=np.int64))
     out: IntArray = np.empty(size, dtype=np.int64)
     # In blocks of a fixed size, so the working set stays small (64 words a value would be 512 MB
     # at a million values): the number of calls and words still depends on `size` only.
@@ -411,8 +411,12 @@ def discrete_laplace(scale: Fraction, size: int, rng: RandomSource) -> IntArray:
         n = min(_BLOCK, size - start)
         words = rng.integers(1 << _WORD_BITS, 4 * n * bits).reshape(2, n, bits, 2)
         hi, lo = words[..., 0], words[..., 1]
-        digit = (hi < hi_t) | ((hi == hi_t) & (lo < lo_t))
-        geometric = (digit.astype(np.int64) << weights).sum(axis=-1)
+        # digit = (hi < hi_t) | ((hi == hi_t) & (lo < lo_t)), the same vector operations for every draw
+        digit = hi < hi_t
+        tie = hi == hi_t
+        tie &= lo < lo_t
+        digit |= tie
+        geometric = digit.view(np.uint8) @ powers  # the sum of 2^j over the digits j that are 1
         out[start:start + n] = geometric[0] - geometric[1]
     return out
 
