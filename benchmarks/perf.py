@@ -26,7 +26,8 @@ must release the same summary: the runs' `summary_sha256` are compared and the b
 they differ.
 
 `python -m benchmarks.perf --sources [--sizes 1048576]` instead times the computation server's own
-draws per random source, in this process, best of 3: the discrete Laplace noise of `size` measured
+draws per random source, in this process, best of 3, in CPU seconds of this process (steadier than wall
+time on a shared machine; the draws are single-threaded): the discrete Laplace noise of `size` measured
 values (scale 20) and `size` pads uniform mod t, from `SecureRandom` (one `os.urandom` call per draw)
 and from `CipherRandom` (AES-256-CTR under a fresh OS key, the servers' default). It prints only.
 """
@@ -98,7 +99,7 @@ def _one(n: int, owners: int, strategy: str, seed: int, executor: str, workers: 
 
 
 def _sources(n: int, repeats: int = 3) -> dict[str, float]:
-    """Seconds (best of `repeats`) for n discrete Laplace draws (scale 20) and n pads mod t, per source."""
+    """CPU seconds (best of `repeats`) for n discrete Laplace draws (scale 20) and n pads mod t, per source."""
     out: dict[str, float] = {}
     sources: dict[str, Callable[[], RandomSource]] = {"secure": SecureRandom, "cipher": CipherRandom}
     for name, make in sources.items():
@@ -107,9 +108,9 @@ def _sources(n: int, repeats: int = 3) -> dict[str, float]:
             best = float("inf")
             for _ in range(repeats):
                 rng = make()  # a fresh source per measurement, as the servers make one per process
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 draw(rng)
-                best = min(best, time.perf_counter() - t0)
+                best = min(best, time.process_time() - t0)
             out[f"{name}_{what}_s"] = best
     return out
 
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.sources:
         for n in [int(s) for s in args.sizes.split(",")]:
             r = _sources(n)
-            print(f"n={n:>8}: noise (scale 20) SecureRandom {r['secure_noise_s']:.3f} s, CipherRandom "
+            print(f"n={n:>8}, CPU s: noise (scale 20) SecureRandom {r['secure_noise_s']:.3f} s, CipherRandom "
                   f"{r['cipher_noise_s']:.3f} s; pads mod t SecureRandom {r['secure_pads_s']:.3f} s, "
                   f"CipherRandom {r['cipher_pads_s']:.3f} s", flush=True)
         return
