@@ -75,19 +75,20 @@ def _uniform(high: IntArray | int, size: int, words: Callable[[int], npt.NDArray
     power-of-two h the top bits are used as they are. A scalar `high` takes the same words
     and gives the same values as the array form, only without per-element arithmetic.
     """
-    if isinstance(high, (int, np.integer)) and not isinstance(high, bool):
-        h = int(high)
-        if h >= 1 and h & (h - 1) == 0:
+    # Only a Python int takes the scalar paths, each calling `words` exactly as before they existed
+    # (a keyed source's draws depend on its call sequence): a numpy scalar goes the array way.
+    if isinstance(high, int):
+        if high >= 1 and high & (high - 1) == 0:
             # A power of two: the top bits of each word are exactly uniform, no rejection needed.
-            if h == 1:
+            if high == 1:
                 return np.zeros(size, dtype=np.int64)
-            shift = np.uint64(64 - (h.bit_length() - 1))
+            shift = np.uint64(64 - (high.bit_length() - 1))
             w = words(size)
             top = np.right_shift(w, shift, out=w) if w.flags.writeable else np.right_shift(w, shift)
             # shift >= 1, so every value is below 2^63: the int64 view reads the same numbers.
             return top.view(np.int64)
-        if 1 < h <= 1 << 63:
-            return _uniform_scalar(h, size, words)
+        if 1 < high <= 1 << 63 and size > 0:
+            return _uniform_scalar(high, size, words)
     highs = np.broadcast_to(np.asarray(high, dtype=np.uint64), (size,))
     if size and int(highs.min()) < 1:
         raise InvalidInputError(f"high must be >= 1, got {int(highs.min())}")
@@ -105,7 +106,7 @@ def _uniform(high: IntArray | int, size: int, words: Callable[[int], npt.NDArray
 
 
 def _uniform_scalar(h: int, size: int, words: Callable[[int], npt.NDArray[np.uint64]]) -> IntArray:
-    """`_uniform` for one bound 1 < h <= 2^63 (not a power of two): the same words, the same values."""
+    """`_uniform` for one bound 1 < h <= 2^63 (not a power of two) and size > 0: the same words, the same values."""
     limit = np.uint64((1 << 64) - 1 - (1 << 64) % h)  # accept w <= limit
     hh = np.uint64(h)
     w = words(size)

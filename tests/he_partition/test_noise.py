@@ -298,3 +298,42 @@ def test_a_pickled_keyed_source_continues_its_stream() -> None:
     _words_of(a)
     b = pickle.loads(pickle.dumps(a))
     assert np.array_equal(_words_of(a), _words_of(b))
+
+
+def _reference_uniform(high: object, size: int, words: Callable[[int], np.ndarray]) -> np.ndarray:
+    """The rejection sampler as it was before its scalar fast paths, kept verbatim as the reference."""
+    u64_max = np.uint64(0xFFFFFFFFFFFFFFFF)
+    if isinstance(high, int) and high >= 1 and high & (high - 1) == 0:
+        return (words(size) >> np.uint64(64 - (high.bit_length() - 1))).astype(np.int64) if high > 1 \
+            else np.zeros(size, dtype=np.int64)
+    highs = np.broadcast_to(np.asarray(high, dtype=np.uint64), (size,))
+    out = np.empty(size, dtype=np.uint64)
+    todo = np.arange(size)
+    while todo.size:
+        w = words(todo.size)
+        h = highs[todo]
+        rem = (u64_max % h + np.uint64(1)) % h
+        ok = w <= u64_max - rem
+        out[todo[ok]] = w[ok] % h[ok]
+        todo = todo[~ok]
+    return out.astype(np.int64)
+
+
+def test_uniform_draws_the_same_values_from_the_same_calls_as_before_its_fast_paths() -> None:
+    """A keyed source's draws depend on its call sequence, so the fast paths must ask for words exactly as before."""
+    cases = [(7, 0), (8, 0), (1, 0), (1, 5), (True, 4), (np.int64(7), 0), (np.int64(1), 3), (np.int64(8), 5),
+             (np.int64(1032193), 100), (2, 100), (1 << 62, 1000), (1 << 63, 50), (7, 10_000), (1032193, 30_000),
+             (3 << 61, 1000), (5 << 60, 777), (3 * (1 << 40), 999), (np.arange(1, 501), 500),
+             (np.array([3 << 61, 7, 5 << 60] * 50), 150)]
+    for stream in (1, 2):
+        new, old = (KeyedRandom(b"reference-key-0123456", b"r", stream=stream) for _ in range(2))
+        asked: tuple[list[int], list[int]] = ([], [])
+
+        def counted(src: KeyedRandom, log: list[int]) -> Callable[[int], np.ndarray]:
+            return lambda n: (log.append(n), src._words(n))[1]
+
+        for high, size in cases:
+            a = _uniform(high, size, counted(new, asked[0]))  # type: ignore[arg-type]
+            b = _reference_uniform(high, size, counted(old, asked[1]))
+            assert a.dtype == b.dtype == np.int64 and np.array_equal(a, b), (stream, high, size)
+        assert asked[0] == asked[1]
