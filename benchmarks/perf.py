@@ -24,6 +24,12 @@ CPU time (`workers_cpu_s`, their start included) and the load average before and
 machine a ratio means little without them. Every run uses the same data and seed, so all executors
 must release the same summary: the runs' `summary_sha256` are compared and the benchmark fails if
 they differ.
+
+`python -m benchmarks.perf --sources [--sizes 1048576]` instead times the computation server's own
+draws per random source, in this process, best of 3, in CPU seconds of this process (steadier than wall
+time on a shared machine; the draws are single-threaded): the discrete Laplace noise of `size` measured
+values (scale 20) and `size` pads uniform mod t, from `SecureRandom` (one `os.urandom` call per draw)
+and from `CipherRandom` (AES-256-CTR under a fresh OS key, the servers' default). It prints only.
 """
 
 from __future__ import annotations
@@ -36,10 +42,13 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Any
+from fractions import Fraction
+from typing import Any, Callable
 
 import numpy as np
 
+from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
+from he_partition.core.noise import CipherRandom, RandomSource, SecureRandom, discrete_laplace
 from he_partition.execution import ChunkExecutor, InProcessExecutor, ProcessExecutor
 from he_partition.he.keyholder import generate_backends
 from he_partition.protocol import encrypt_histogram, release
@@ -89,6 +98,23 @@ def _one(n: int, owners: int, strategy: str, seed: int, executor: str, workers: 
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
+def _sources(n: int, repeats: int = 3) -> dict[str, float]:
+    """CPU seconds (best of `repeats`) for n discrete Laplace draws (scale 20) and n pads mod t, per source."""
+    out: dict[str, float] = {}
+    sources: dict[str, Callable[[], RandomSource]] = {"secure": SecureRandom, "cipher": CipherRandom}
+    for name, make in sources.items():
+        for what, draw in (("noise", lambda r: discrete_laplace(Fraction(20), n, r)),
+                           ("pads", lambda r: r.integers(DEFAULT_PLAIN_MODULUS, n))):
+            best = float("inf")
+            for _ in range(repeats):
+                rng = make()  # a fresh source per measurement, as the servers make one per process
+                t0 = time.process_time()
+                draw(rng)
+                best = min(best, time.process_time() - t0)
+            out[f"{name}_{what}_s"] = best
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="4096,1048576", help="comma-separated domain sizes (bins)")
@@ -98,11 +124,20 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"comma-separated, of {', '.join(EXECUTORS)} (default all three)")
     ap.add_argument("--workers", type=int, default=0, help="worker processes of `processes` (default 0: one per core)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results/perf.json alone")
+    ap.add_argument("--sources", action="store_true",
+                    help="time the computation server's noise and pads per random source instead (prints only)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one size in this process
     ap.add_argument("--executor", default="none", choices=EXECUTORS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(_one(args.one, args.owners, args.strategy, 1, args.executor, args.workers)))
+        return
+    if args.sources:
+        for n in [int(s) for s in args.sizes.split(",")]:
+            r = _sources(n)
+            print(f"n={n:>8}, CPU s: noise (scale 20) SecureRandom {r['secure_noise_s']:.3f} s, CipherRandom "
+                  f"{r['cipher_noise_s']:.3f} s; pads mod t SecureRandom {r['secure_pads_s']:.3f} s, "
+                  f"CipherRandom {r['cipher_pads_s']:.3f} s", flush=True)
         return
     executors = [e for e in args.executors.split(",") if e]
     unknown = sorted(set(executors) - set(EXECUTORS))

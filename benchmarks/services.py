@@ -18,6 +18,16 @@ each service and the largest owner, and the release's ratio to encryption: wall 
 encryption time measured in the same run (`ratio_to_encryption`; target <= 2.5 at 1M bins).
 Every owner encrypts at the same time as the others, so on a machine with fewer cores than
 owners that encryption time is the contended one, not a lone owner's.
+
+Per phase (`phases`: encrypt = owners start, fetch the context and encrypt; upload = the start
+signal to the last upload answered; release; direct = the direct range counts) it also reports
+the wall time and the CPU time (user + system, from /proc/<pid>/stat, snapshotted at each phase
+boundary) of the computation server's main process, its child processes (its chunk workers,
+summed, those that exited included), the decryption server and its children, the owners
+(summed) and this driver process, so the serial part shows: `cs_main_busy_release_pct` is the
+CS main process's CPU time over the release's wall time (all its threads; 100% is one core).
+If anything fails, everything the case started is stopped: the owners are released and joined
+(terminated if they do not exit), then the servers are terminated.
 Writes benchmarks/results/services.json.
 """
 
@@ -51,6 +61,110 @@ def _vm_hwm_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_table() -> dict[int, tuple[int, float, float]]:
+    """Every process now: pid -> (parent pid, own CPU s, reaped children's CPU s), from /proc/<pid>/stat."""
+    table: dict[int, tuple[int, float, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        # fields after the command name (which may hold spaces): state ppid ... utime(14) stime cutime cstime
+        fields = stat[stat.rindex(")") + 2:].split()
+        utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+        table[int(entry)] = (int(fields[1]), (utime + stime) / _CLK_TCK, (cutime + cstime) / _CLK_TCK)
+    return table
+
+
+def _descendants(table: dict[int, tuple[int, float, float]], root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _cpu_snapshot(cs: int, ds: int, owners: list[int]) -> dict[str, float]:
+    """CPU seconds so far per group: a server's main process, and its descendants plus the children it reaped."""
+    table = _proc_table()
+
+    def own(pid: int) -> float:
+        return table[pid][1] if pid in table else 0.0
+
+    def below(pid: int) -> float:
+        reaped = table[pid][2] if pid in table else 0.0
+        return reaped + sum(table[d][1] + table[d][2] for d in _descendants(table, pid))
+
+    return {"computation": own(cs), "computation_children": below(cs),
+            "decryption": own(ds), "decryption_children": below(ds),
+            "owners": sum(own(p) + below(p) for p in owners), "driver": own(os.getpid())}
+
+
+def _phases(marks: list[tuple[str, float, dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Per phase between consecutive marks: wall seconds, CPU seconds per group, and each group's busy %."""
+    out: dict[str, dict[str, Any]] = {}
+    for (_, t0, c0), (name, t1, c1) in zip(marks, marks[1:]):
+        wall = t1 - t0
+        cpu = {k: round(c1[k] - c0[k], 3) for k in c1}
+        out[name] = {"wall_s": round(wall, 3), "cpu_s": cpu,
+                     "busy_pct": {k: round(100.0 * v / wall, 1) if wall > 0 else None for k, v in cpu.items()}}
+    return out
+
+
+def _wait_for(queue: Any, count: int, procs: list[Any], what: str, timeout: float = 1800.0) -> list[Any]:
+    """`count` items from `queue`, failing at once if an owner process exits first (it idles until the end)."""
+    import queue as queue_mod
+
+    items: list[Any] = []
+    end = time.monotonic() + timeout
+    while len(items) < count:
+        try:
+            items.append(queue.get(timeout=1.0))
+        except queue_mod.Empty:
+            dead = [p.name for p in procs if p.exitcode is not None]
+            if dead:
+                raise RuntimeError(f"owner process(es) {', '.join(dead)} exited before {what}") from None
+            if time.monotonic() > end:
+                raise TimeoutError(f"{what}: {len(items)} of {count} owners after {timeout:.0f} s") from None
+    return items
+
+
+def _stop_owners(procs: list[Any], finish: Any) -> None:
+    """Release the idling owners, then join them; terminate (then kill) any that do not exit."""
+    if finish is not None:
+        finish.set()
+    for p in procs:
+        p.join(60)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join(10)
+
+
+def _stop_server(proc: subprocess.Popen[bytes], name: str, workdir: Path) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        log = workdir / f"{name}.log"
+        print(f"warning: {name} server ignored SIGTERM for 30 s; killing it. Log tail:\n"
+              + (log.read_text()[-2000:] if log.exists() else ""), file=sys.stderr)
+        proc.kill()
+        proc.wait(10)
 
 
 def _start_server(args: list[str], workdir: Path, name: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -105,11 +219,16 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
     from parties.decryption.client import DecryptionClient
 
     extra = [] if ds_workers is None else ["--decrypt-workers", str(ds_workers)]
-    ds_proc, ds = _start_server(["serve-decryption", "--insecure", "--data-dir", str(workdir / "ds"), *extra],
-                                workdir, "ds")
-    cs_proc, cs = _start_server(["serve-computation", "--insecure", "--data-dir", str(workdir / "cs"), "--decryption", ds],
-                                workdir, "cs")
+    servers: list[tuple[subprocess.Popen[bytes], str]] = []
+    procs: list[Any] = []
+    finish: Any = None
     try:
+        ds_proc, ds = _start_server(["serve-decryption", "--insecure", "--data-dir", str(workdir / "ds"), *extra],
+                                    workdir, "ds")
+        servers.append((ds_proc, "ds"))
+        cs_proc, cs = _start_server(["serve-computation", "--insecure", "--data-dir", str(workdir / "cs"),
+                                     "--decryption", ds], workdir, "cs")
+        servers.append((cs_proc, "cs"))
         with ComputationClient(cs, timeout=60.0, insecure=True) as op, DecryptionClient(ds, insecure=True) as key_holder:
             op.wait_ready()
             owner_ids = [f"owner-{i:02d}" for i in range(owners)]
@@ -118,26 +237,34 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
                                         owner_keys={o: k[1] for o, k in keys.items()} or None)
             ctx = mp.get_context("spawn")
             ready, out, go, finish = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
-            procs = [ctx.Process(target=_owner, args=(i, contract.study_id, n, cs, ds, ready, go, out, finish,
-                                                      keys[o][0] if signed else None))
+            procs = [ctx.Process(target=_owner, name=o, args=(i, contract.study_id, n, cs, ds, ready, go, out, finish,
+                                                              keys[o][0] if signed else None))
                      for i, o in enumerate(owner_ids)]
+            marks: list[tuple[str, float, dict[str, float]]] = [("start", time.monotonic(),
+                                                                 _cpu_snapshot(cs_proc.pid, ds_proc.pid, []))]
             for p in procs:
                 p.start()
-            for _ in range(owners):
-                ready.get(timeout=1800)
+            owner_pids = [p.pid for p in procs]
+
+            def mark(name: str) -> None:
+                marks.append((name, time.monotonic(), _cpu_snapshot(cs_proc.pid, ds_proc.pid, owner_pids)))
+
+            _wait_for(ready, owners, procs, "encrypting")
+            mark("encrypt")
             go.set()
-            results = [out.get(timeout=1800) for _ in range(owners)]
+            results = _wait_for(out, owners, procs, "uploading")
+            mark("upload")
             rel = op.run_release(contract.study_id, epsilon=1.0, timeout=1800)
             done = time.monotonic()
+            mark("release")
             k = 10 if n <= 65536 else 2
             bounds = np.sort(np.random.default_rng(n).integers(0, n + 1, size=(k, 2)), axis=1)
             ranges = [(int(a), int(max(b, a + 1))) for a, b in bounds if a < n]
             t0 = time.monotonic()
             direct = op.direct_range_counts(contract.study_id, ranges, 0.05, timeout=1800)
             direct_s = time.monotonic() - t0
-            finish.set()
-            for p in procs:
-                p.join(60)
+            mark("direct")
+            _stop_owners(procs, finish)
             first = min(r["upload_start"] for r in results)
             last = max(r["upload_end"] for r in results)
             budget = key_holder.budget(contract.study_id)
@@ -147,15 +274,10 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
         rss = {"decryption": _vm_hwm_mb(ds_proc.pid), "computation": _vm_hwm_mb(cs_proc.pid),
                "owner_max": max(r["peak_rss_mb"] for r in results)}
     finally:
-        for proc, name in ((cs_proc, "cs"), (ds_proc, "ds")):
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                print(f"warning: {name} server ignored SIGTERM for 30 s; killing it. Log tail:\n"
-                      + (workdir / f"{name}.log").read_text()[-2000:], file=sys.stderr)
-                proc.kill()
-                proc.wait(10)
+        _stop_owners(procs, finish)
+        for proc, name in reversed(servers):
+            _stop_server(proc, name, workdir)
+    phases = _phases(marks)
     # The DS's own time in the release: each measurement's charge + decrypt + decode (its log lines);
     # the integrity check of each chunk runs as the chunk arrives and overlaps the transfer.
     ds_lines = re.findall(r", release \S+: decrypted \S+ \((\d+) chunks, \d+ values\) in ([0-9.]+) s",
@@ -197,6 +319,8 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
         "released_total": released_total,
         "target_s": TARGETS.get(n),
         "meets_target": None if n not in TARGETS else wall <= TARGETS[n],
+        "phases": phases,
+        "cs_main_busy_release_pct": phases["release"]["busy_pct"]["computation"],
     }
 
 
@@ -213,6 +337,23 @@ def _table(rows: list[dict[str, Any]]) -> str:
             f"{r['peak_rss_mb']['decryption']:>9.0f} {r['peak_rss_mb']['computation']:>9.0f} "
             f"{r['peak_rss_mb']['owner_max']:>9.0f} {ok:>7} "
             f"{r['direct_queries']['ranges']:>3} in {r['direct_queries']['seconds']:>5.2f} s")
+    return "\n".join(lines)
+
+
+_GROUPS = (("computation", "CS main"), ("computation_children", "CS workers"), ("decryption", "DS main"),
+           ("decryption_children", "DS workers"), ("owners", "owners"), ("driver", "driver"))
+
+
+def _phase_table(rows: list[dict[str, Any]]) -> str:
+    """Per case and phase: wall seconds, then CPU seconds (busy % of the phase's wall time) per process group."""
+    head = f"{'bins':>9} {'phase':>8} {'wall s':>7} " + " ".join(f"{label:>17}" for _, label in _GROUPS)
+    lines = ["CPU seconds per phase (busy % of the phase's wall time; 100% = one core)", head, "-" * len(head)]
+    for r in rows:
+        for name, ph in r["phases"].items():
+            cells = " ".join(f"{ph['cpu_s'][k]:>8.2f} ({ph['busy_pct'][k] or 0:>5.0f}%)" for k, _ in _GROUPS)
+            lines.append(f"{r['bins']:>9} {name:>8} {ph['wall_s']:>7.2f} {cells}")
+        lines.append(f"{'':>9} CS main process busy {r['cs_main_busy_release_pct']}% of the release wall time "
+                     f"({r['phases']['release']['wall_s']:.2f} s)")
     return "\n".join(lines)
 
 
@@ -234,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_case(n, args.owners, Path(tmp), args.ds_workers, args.signed))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(_table(rows))
+    print(_phase_table(rows))
     if not args.no_write:
         from benchmarks.common import write_result
 

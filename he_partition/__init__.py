@@ -41,7 +41,7 @@ from .core.measurements import (
     measurement_from_dict,
     owner_encoding,
 )
-from .core.noise import RandomSource, SecureRandom, SeededRandom, discrete_laplace, laplace_scale
+from .core.noise import CipherRandom, RandomSource, SecureRandom, SeededRandom, discrete_laplace, laplace_scale
 from .strategies.privelet import PriveletParams, privelet_strategy
 from .protocol import (
     DEFAULT_STRATEGY,
@@ -59,7 +59,7 @@ from .core.summary import RangeCount, ReleasedValues, Summary
 __all__ = [
     "Budget", "BudgetExhaustedError", "ChunkedVector", "ComputationSide", "DPAggError", "DecryptionSide",
     "GapParams", "InvalidInputError", "Measurement", "MeasurementShapeError", "PartitionSums", "PlainBackend",
-    "PrecisionError", "PrefixDifferences", "RandomSource", "RangeCount", "SecureRandom", "SeededRandom",
+    "CipherRandom", "PrecisionError", "PrefixDifferences", "RandomSource", "RangeCount", "SecureRandom", "SeededRandom",
     "Summary", "VectorBackend", "discrete_laplace", "encrypt_histogram", "gap_partition", "gap_strategy",
     "laplace_scale", "make_strategy", "measurement_from_dict", "owner_encoding", "release", "run_strategy",
     "AutoParams", "DawaParams", "HierParams", "PriveletParams", "auto_strategy", "dawa_strategy", "hier_strategy",

@@ -364,7 +364,7 @@ def release(
     DPBench benchmark (benchmarks/accuracy.py). `params`: the strategy's params dataclass or
     a dict of its fields (None: defaults).
 
-    `rng`: None draws from the OS CSPRNG (production). An int seed or a RandomSource makes
+    `rng`: None draws from a `CipherRandom` (AES-CTR under a fresh OS key; production). An int seed or a RandomSource makes
     every draw come from it in a fixed order (computation side, then decryption side, per
     measurement), so the plain and BFV backends release the same summary (flooding draws from the OS
     CSPRNG always, but changes no slot value).

@@ -11,7 +11,7 @@ this server.
 
 Every worker receives only its block's ciphertexts (bytes: SEAL objects do not pickle).
 The discrete Laplace draws (from the server's random source, so seeded tests stay
-reproducible) and the pads (OS CSPRNG) are fixed here before fan-out; workers add exactly
+reproducible) and the pads (`CipherRandom`: AES-CTR under a fresh OS key) are fixed here before fan-out; workers add exactly
 those and flood with fresh OS randomness, so every executor (in-process, local processes,
 Ray) releases the same values under a seed, and a worker that dies is rebuilt and re-sent
 the same values.
@@ -33,7 +33,7 @@ from ..execution.inprocess import InProcessExecutor
 from ..he.join_scheme import JoinScheme
 from .release import Terms, measurement_terms
 from ..core.measurements import Measurement
-from ..core.noise import RandomSource, SecureRandom, discrete_laplace
+from ..core.noise import CipherRandom, RandomSource, discrete_laplace
 
 __all__ = ["JoinEvaluator"]
 
@@ -109,7 +109,8 @@ class JoinEvaluator:
 
     `a` and `b` are the owners' serialized uploads (groups x values), `bins[k]` the
     row-major cell of bin k (he_partition.join.release.bin_cells), `rng` the source of the
-    discrete Laplace draws, `executor` where the blocks run (None: in this process).
+    discrete Laplace draws, `executor` where the blocks run (None: in this process), `pads`
+    the source of the pads (None: a `CipherRandom`, AES-CTR under a fresh OS key).
     `measure(m)` returns the ciphertexts for the key holder.
     """
 
@@ -124,7 +125,7 @@ class JoinEvaluator:
         if sorted(self._bins) != list(range(self.n)):
             raise InvalidInputError(f"bins must order the {self.n} cells of the table")
         self._public, self._a, self._b, self.rng = public, a, b, rng
-        self._pads = pads or SecureRandom()
+        self._pads = pads or CipherRandom()
         self._executor = executor or InProcessExecutor()
         self._owns_executor = executor is None
         self.scheme = JoinScheme.from_public(public)
@@ -177,7 +178,8 @@ class JoinEvaluator:
         Privacy: as he_partition.join.release.noised_values (one discrete Laplace draw of
         scale m.sensitivity / m.epsilon per value from `rng`: only this server knows it;
         m.epsilon-DP, sensitivity m.sensitivity, neighbouring relation add/remove of one
-        shared customer). Draws and pads (uniform mod t, OS CSPRNG) are fixed here before
+        shared customer). Draws and pads (uniform mod t, from `pads`: by default a `CipherRandom`,
+        AES-CTR under a fresh OS key) are fixed here before
         the workers get them; the workers only flood.
         """
         if m.domain_size != self.n:

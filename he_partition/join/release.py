@@ -28,7 +28,7 @@ from ..strategies.hilbert import grid_order, hilbert_order
 from .protocol import JoinTerms
 from ..he.join_scheme import JoinScheme
 from ..core.measurements import HaarCoefficients, Measurement, PartitionSums, PrefixDifferences
-from ..core.noise import RandomSource, SecureRandom, discrete_laplace
+from ..core.noise import CipherRandom, RandomSource, discrete_laplace
 from ..protocol import make_strategy, run_strategy
 from ..core.summary import Summary
 
@@ -104,17 +104,23 @@ def noised_values(scheme: JoinScheme, values: Sequence[Any], m: Measurement, rng
     computation server's source; only it knows the draws): m.epsilon-DP for the measured
     values, neighbouring relation add/remove of one shared customer (m.sensitivity is the strategy's L1
     sensitivity with contribution bound 1). Every other slot gets a pad uniform mod t and
-    every ciphertext the flood, both from the OS CSPRNG: the key holder learns slot 0 only.
+    every ciphertext the flood, the pads from a `CipherRandom` (AES-CTR under a fresh OS
+    key), the flood from the OS CSPRNG: the key holder learns slot 0 only.
     """
     if len(values) != m.count:
         raise InvalidInputError(f"{m.kind} measures {m.count} values, {len(values)} ciphertexts given")
     draws = discrete_laplace(m.scale, m.count, rng)
-    return [noised_value(scheme, v, int(d)) for v, d in zip(values, draws)]
+    pads = CipherRandom()
+    return [noised_value(scheme, v, int(d), pads) for v, d in zip(values, draws)]
 
 
-def noised_value(scheme: JoinScheme, value: Any, draw: int) -> Any:
-    """One value's ciphertext for the key holder: `draw` in slot 0, fresh CSPRNG pads elsewhere, flooded."""
-    return scheme.noised(value, [draw], 1, lambda k: SecureRandom().integers(scheme.plain_modulus, k))
+def noised_value(scheme: JoinScheme, value: Any, draw: int, pads: RandomSource | None = None) -> Any:
+    """One value's ciphertext for the key holder: `draw` in slot 0, CSPRNG pads elsewhere, flooded.
+
+    The pads come from `pads` (None: a fresh `CipherRandom`, AES-CTR under a fresh OS key).
+    """
+    source = pads if pads is not None else CipherRandom()
+    return scheme.noised(value, [draw], 1, lambda k: source.integers(scheme.plain_modulus, k))
 
 
 def decrypt_values(scheme: JoinScheme, cts: Sequence[Any], m: Measurement, rng: RandomSource, *,

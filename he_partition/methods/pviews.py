@@ -46,7 +46,8 @@ Either way, blocks are disjoint at every level, so by parallel composition along
 the view is eps_B-DP (seed 000, Lemma 1, 2, Theorem 4).
 
 Exact noise. Every random draw is an exactly uniform integer from a `RandomSource`
-(he_partition.core.noise: `SecureRandom`, the OS CSPRNG, by default; `SeededRandom` for tests),
+(he_partition.core.noise: `CipherRandom`, AES-CTR under a fresh OS key, by default; `SeededRandom`
+for tests),
 and all arithmetic on data and noise is on integers or Fractions, so there are no
 floating-point samplers to attack (Mironov 2012):
 
@@ -386,7 +387,7 @@ def _check_rng(rng: RandomSource | int | None) -> RandomSource:
     # check, but its integers(low, high) signature would silently draw the wrong values.
     if isinstance(rng, np.random.Generator):
         raise TypeError(
-            "rng must be a RandomSource (SecureRandom, SeededRandom), an int seed or None, got a "
+            "rng must be a RandomSource (CipherRandom, SeededRandom), an int seed or None, got a "
             "numpy Generator; pass an int seed for reproducible tests"
         )
     return as_random_source(rng)
@@ -508,8 +509,8 @@ def build_pview(
         counts: non-negative whole-number counts, any number of axes
             (cells * total < 2**60).
         epsilon: the total budget eps_B.
-        rng: the randomness: None (default) draws from the OS CSPRNG (`SecureRandom`), the
-            only choice for a real release; an int seed or a `SeededRandom` for tests.
+        rng: the randomness: None (default) draws from AES-CTR under a fresh OS key
+            (`CipherRandom`), the only choice for a real release; an int seed or a `SeededRandom` for tests.
         params: algorithm parameters (seed defaults).
 
     Raises:

@@ -107,7 +107,7 @@ def _pview(args: argparse.Namespace) -> int:
     from he_partition.methods.pviews import build_pview
 
     counts = np.load(args.counts)
-    # No seed: exact noise from the OS CSPRNG (SecureRandom); a seed is for tests only.
+    # No seed: exact noise from AES-CTR under a fresh OS key (CipherRandom); a seed is for tests only.
     view = build_pview(counts, args.eps, args.seed)
     if args.out:
         np.save(args.out, view.estimate())

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 import numpy.typing as npt
 
-from he_partition.core.noise import RandomSource, SecureRandom, SeededRandom
+from he_partition.core.noise import CipherRandom, RandomSource, SeededRandom
 
 __all__ = ["lock_data_dir", "utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic",
            "sync_written_files", "ImmediateTransaction"]
@@ -46,8 +46,11 @@ class LockedRandom:
 
 
 def noise_source(seed: int | None) -> RandomSource:
-    """The server's noise source: the OS CSPRNG, or (tests only) a seeded, predictable stream."""
-    return LockedRandom(SecureRandom() if seed is None else SeededRandom(seed))
+    """The server's noise source: AES-256-CTR under a fresh OS key, or (tests only) a seeded, predictable stream.
+
+    `CipherRandom` is thread-safe by itself; the seeded stream is serialized by `LockedRandom`.
+    """
+    return CipherRandom() if seed is None else LockedRandom(SeededRandom(seed))
 
 
 def write_file_atomic(path: Path, data: bytes, *, mode: int = 0o644, fsync: bool = True) -> None:

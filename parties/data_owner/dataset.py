@@ -35,7 +35,7 @@ Requirements on whoever builds the study:
 This module is pure (numpy and the csv standard library); it neither encrypts nor talks to
 any server, and adds no DP noise. Its only randomness is the choice of bins to keep for
 persons above ``max_bins``; it comes from a ``he_partition.core.noise.RandomSource``
-(``SecureRandom`` by default, so nobody can predict which records were kept).
+(``CipherRandom``, AES-CTR under a fresh OS key, by default, so nobody can predict which records were kept).
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def histogram_from_records(
     Privacy: no noise is added here. The result's L1 sensitivity to adding or removing one
     person (all their records at this owner) is at most ``bounds.contribution_bound``, and
     the study must calibrate its noise to exactly that value. ``rng``: None uses
-    ``SecureRandom`` (production); an int seed or a ``SeededRandom`` is for tests only.
+    ``CipherRandom`` (production); an int seed or a ``SeededRandom`` is for tests only.
     """
     if not isinstance(domain, DomainSpec):
         raise InvalidInputError(f"domain must be a DomainSpec, got {type(domain).__name__}")

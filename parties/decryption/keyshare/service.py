@@ -31,7 +31,7 @@ import numpy as np
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
 from he_partition.core.measurements import Measurement, RangeCount
-from he_partition.core.noise import SecureRandom
+from he_partition.core.noise import CipherRandom
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
@@ -133,7 +133,7 @@ class KeyShareService:
         self.active = ActiveKey(self.holders, self.index, public_key, data, fp, secret)
         self.holder = ThresholdHolder(self.template, secret, len(self.holders), bytes.fromhex(fp), self.noise_key,
                                       self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir))
-        self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), SecureRandom(),
+        self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), CipherRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key,
                                          key_holders=len(self.holders))
 
