@@ -14,12 +14,17 @@ from he_partition.core.summary import RangeCount, Summary
 from ..common.limits import raise_if_cancelled
 from ..common.contract import check_id
 from ..common.errors import FailedPreconditionError, NotFoundError
+from ..common.paging import summary_numbers
 from ..computation.store import ComputationStore, ReleaseListing, ReleaseRecord, ReleaseState
 
 __all__ = ["AnalystHandler", "MAX_RANGES"]
 
 #: How often a long answer checks that its client is still there.
 CANCEL_CHECK_SECONDS = 0.05
+
+#: Parsed summaries kept for queries hold at most this many numbers together (about 1 GB of Python objects):
+#: a summary of 2^23 partitions alone is ~25M numbers. The newest one is always kept.
+CACHE_NUMBERS = 30_000_000
 
 #: Most ranges one RangeCounts call may ask (bounds the work and the reply size).
 MAX_RANGES = 100_000
@@ -31,10 +36,11 @@ class AnalystHandler:
     Released summaries are immutable once DONE, so parsed summaries are cached.
     """
 
-    def __init__(self, store: ComputationStore, cache_size: int = 64) -> None:
+    def __init__(self, store: ComputationStore, cache_size: int = 64, cache_numbers: int = CACHE_NUMBERS) -> None:
         self.store = store
         self._cache: OrderedDict[str, Summary] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_numbers = cache_numbers
         self._lock = threading.Lock()
 
     def list_releases(self, study_id: str = "") -> list[ReleaseListing]:
@@ -60,7 +66,8 @@ class AnalystHandler:
         assert summary is not None
         with self._lock:
             self._cache[release_id] = summary
-            while len(self._cache) > self._cache_size:
+            while len(self._cache) > self._cache_size or (
+                    len(self._cache) > 1 and sum(map(summary_numbers, self._cache.values())) > self._cache_numbers):
                 self._cache.popitem(last=False)
         return rec, summary
 

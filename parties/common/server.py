@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from he_partition.core.errors import InvalidInputError
 
 from . import config
+from .heap import return_big_blocks_to_the_os
 from .errors import ErrorMappingInterceptor
 from .limits import CallLimiter, CallLimits
 
@@ -187,6 +188,8 @@ def serve(server: grpc.Server, *, grace: float = 5.0, on_stop: Callable[[], None
     `grace` seconds, then `on_stop` runs (close stores).
     """
     stop = stop_event or threading.Event()
+    if stop_event is None:  # a server process: ciphertext-sized blocks go back to the system when freed
+        return_big_blocks_to_the_os()
 
     def on_signal(signum: int, _frame: Any) -> None:
         if stop.is_set():  # a second signal: stop waiting for in-flight calls

@@ -159,3 +159,19 @@ def test_a_release_of_2_21_bins_with_every_message_under_2_mib(tmp_path: Any, mo
         assert got.summary == rel.summary
     finally:
         c.stop()
+
+
+def test_parsed_summaries_kept_for_queries_are_bounded_by_their_size(cluster: Cluster) -> None:
+    from parties.analyst.handler import AnalystHandler
+
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=2.0)
+    cluster.owner("a").submit("s1", (np.arange(64) * 31) % 11)
+    rels = [cluster.computation().run_release("s1", epsilon=0.5).release_id for _ in range(3)]
+    store = cluster.cs.handler.store
+    one = paging.summary_numbers(AnalystHandler(store).release(rels[0])[1])
+    handler = AnalystHandler(store, cache_numbers=2 * one)
+    for r in rels:
+        handler.release(r)
+    kept = list(handler._cache)  # noqa: SLF001 (what the handler keeps in memory)
+    assert rels[-1] in kept and len(kept) < 3
+    assert sum(paging.summary_numbers(s) for s in handler._cache.values()) <= 2 * one or len(kept) == 1  # noqa: SLF001
