@@ -215,6 +215,15 @@ class ComputationClient(BaseClient):
             out.append((h.holder, kept))
         return out
 
+    def key_holders(self, study_id: str, *, timeout: float | None = None) -> list[tuple[str, str]]:
+        """(name, HOST:PORT) of each key holder this server asks, in its order; one ("", target) for the single
+        decryption server. The addresses are the server's own: they may not resolve from the caller's machine (a
+        compose service name). From the LedgerReceipts reply (an older server sends no addresses: ""). Operators
+        and analysts."""
+        resp = self._unary(self._stub.LedgerReceipts, computation_pb2.LedgerReceiptsRequest(study_id=study_id),
+                           method="Computation/LedgerReceipts", timeout=timeout)
+        return [(h.holder, h.address) for h in resp.holders]
+
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
         """The decryption server's public context, relayed by this server (fingerprint-checked on arrival);
         with a join study's id, that study's join key.

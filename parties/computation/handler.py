@@ -164,6 +164,14 @@ class ComputationHandler:
             return [("", book.receipts(study_id) if book is not None else [])]
         return [(c.name, c.receipts.receipts(study_id) if c.receipts is not None else []) for c in clients]
 
+    def key_holder_addresses(self) -> list[tuple[str, str]]:
+        """(name, HOST:PORT) of each key holder as this server reaches it, in order; ("", target) for the single
+        decryption server."""
+        clients = getattr(self.decryption, "clients", None)
+        if clients is None:
+            return [("", str(getattr(self.decryption, "target", "") or ""))]
+        return [(c.name, str(c.target)) for c in clients]
+
     def holder_noise_variance(self, contract: StudyContract) -> float:
         """The key holders' summed noise variance per value in discrete Laplace draws: K/(K - T) (1 for T = 0)."""
         return contract.holder_noise_variance(self.key_holders)

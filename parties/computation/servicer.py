@@ -134,8 +134,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
     def LedgerReceipts(self, request: computation_pb2.LedgerReceiptsRequest,
                        context: grpc.ServicerContext) -> computation_pb2.LedgerReceiptsResponse:
         self.policy.require(context, ["operator", "analyst"], action="read a study's ledger receipts")
+        addresses = dict(self.handler.key_holder_addresses())
         return computation_pb2.LedgerReceiptsResponse(holders=[
-            computation_pb2.HolderReceipts(holder=name, receipts=[
+            computation_pb2.HolderReceipts(holder=name, address=addresses.get(name, ""), receipts=[
                 decryption_pb2.LedgerReceipt(body=r.body, signature=r.signature, public_key=r.public_key)
                 for r in receipts])
             for name, receipts in self.handler.ledger_receipts(request.study_id)])
