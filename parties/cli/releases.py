@@ -70,16 +70,17 @@ def release_progress_text(p: Any) -> str:
     done = f"{p.measurements_done} measurement{'' if p.measurements_done == 1 else 's'} decrypted"
     if not p.measurement_kind:
         return f"{done}; choosing the next step from the released values"
+    # The measurement in flight first (a terminal line is cut at its width), what is done last.
     current = f"measurement {p.measurements_done + 1} ({p.measurement_kind})"
     if not p.chunks_total:
-        return f"{done}; {current}: computing"
+        return f"{current}: computing; {done} before it"
     if p.chunks_sent >= p.chunks_total:
-        return f"{done}; {current}: all {p.chunks_total:,} chunks sent, decrypting"
-    where = f"{done}; {current}: {p.chunks_sent:,}/{p.chunks_total:,} chunks sent"
+        return f"{current}: all {p.chunks_total:,} chunks sent, decrypting; {done} before it"
+    where = f"{current}: {p.chunks_sent:,}/{p.chunks_total:,} chunks sent"
     if p.chunks_sent and p.measurement_seconds > 0:
         left = p.measurement_seconds / p.chunks_sent * (p.chunks_total - p.chunks_sent)
-        where += f", about {left:.0f} s left in this measurement"
-    return where
+        where += f", about {left:.0f} s left in it"
+    return f"{where}; {done} before it"
 
 
 def _epsilon_or_rest(text: str) -> float | str:

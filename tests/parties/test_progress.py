@@ -218,16 +218,16 @@ def test_a_polled_running_release_reports_its_measurements_and_chunks(cluster: C
         assert (p.phase, p.measurements_done, p.measurement_kind, p.chunks_sent, p.chunks_total) == \
             ("measuring", 0, "prefix_differences", 1, 3)
         text = release_progress_text(p)
-        assert text.startswith("0 measurements decrypted; measurement 1 (prefix_differences): 1/3 chunks sent")
-        assert "%" not in text
+        assert text.startswith("measurement 1 (prefix_differences): 1/3 chunks sent, about ")
+        assert text.endswith(" s left in it; 0 measurements decrypted before it") and "%" not in text
         assert main(["release", "status", rel.release_id, "--computation", cluster.cs.target, "--insecure"]) == 0
-        assert "  0 measurements decrypted; measurement 1 (prefix_differences): 1/3 chunks sent" in \
-            capsys.readouterr().out
+        assert "  measurement 1 (prefix_differences): 1/3 chunks sent" in capsys.readouterr().out
         go[0].set()
         assert held[1].wait(60)
         p2 = cs.release_status(rel.release_id).progress
         assert p2 is not None and p2.measurements_done == 1 and p2.chunks_sent == 0 and p2.measurement_kind
-        assert release_progress_text(p2).startswith(f"1 measurement decrypted; measurement 2 ({p2.measurement_kind})")
+        assert release_progress_text(p2).startswith(f"measurement 2 ({p2.measurement_kind}): ")
+        assert release_progress_text(p2).endswith("; 1 measurement decrypted before it")
         go[1].set()
         done = cs.wait_release(rel.release_id)
         assert done.state == "DONE" and done.progress is None  # no progress once it is finished
