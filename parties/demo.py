@@ -22,7 +22,7 @@ from .data_owner.client import DataOwnerClient
 from .decryption.client import DecryptionClient
 from .decryption.server import create_decryption_server
 
-__all__ = ["run_demo", "format_demo", "plot_demo", "plot_bands"]
+__all__ = ["run_demo", "format_demo", "plot_demo", "plot_bands", "partition_boundaries"]
 
 log = logging.getLogger("dpagg.demo")
 
@@ -189,6 +189,19 @@ def plot_bands(result: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return np.maximum(est, 0.0), np.maximum(est - se, 0.0), np.maximum(est + se, 0.0)
 
 
+#: Above this many partitions their boundaries are drawn as short ticks along the x axis, not full-height lines.
+BOUNDARY_LINES_MAX = 60
+
+
+def partition_boundaries(result: dict[str, Any]) -> np.ndarray:
+    """The x positions (domain units: the bin edges) where one released partition ends and the next starts:
+    the left edge of every partition but the first. Within a partition the released count is spread evenly,
+    so the estimate is flat between two boundaries."""
+    edges = np.asarray(result["domain"]["edges"], dtype=np.float64)
+    starts = np.asarray(result["partitions"]["starts"], dtype=np.int64)
+    return np.asarray(edges[starts[1:]], dtype=np.float64)
+
+
 def plot_demo(result: dict[str, Any], path: Path) -> Path:
     """Write a PNG of the true histogram against the released per-bin estimates and their error band (needs
     matplotlib)."""
@@ -208,6 +221,13 @@ def plot_demo(result: dict[str, Any], path: Path) -> Path:
                     alpha=0.2, linewidth=0, label="+- 1 standard error of the noise")
     ax.step(edges, np.append(shown, shown[-1]), where="post", color="#d62728", linewidth=1.5,
             label=f"released (epsilon {result['epsilon_spent']:g}; below 0 drawn at 0)")
+    bounds = partition_boundaries(result)
+    n_parts = len(result["partitions"]["starts"])
+    if bounds.size:  # full-height lines while they stay readable, else ticks along the axis
+        top = 1.0 if bounds.size <= BOUNDARY_LINES_MAX else 0.04
+        ax.vlines(bounds, 0.0, top, transform=ax.get_xaxis_transform(), colors="#555555", linewidth=0.6,
+                  linestyles=":" if top == 1.0 else "-", alpha=0.7,
+                  label=f"partition boundaries ({n_parts} partitions: flat inside each)")
     ax.set_ylim(bottom=0)
     ax.set_xlabel(result["domain"]["column"])
     ax.set_ylabel("records per bin")

@@ -7,20 +7,25 @@
 //   node analyst.js --target 127.0.0.1:50052 --study demo --ranges 0:20,20:40 \
 //       --ca dpagg-ca.crt --cert analyst.crt --key analyst.key
 //   node analyst.js --target 127.0.0.1:50052 --study demo --insecure     # a test server run with --insecure
+//   node analyst.js ... --ranges 0:20 --confidence 0.95                   # with 95% confidence intervals
 //
 // Prints one JSON object per line: {"health": ...}, {"release": ...}, then one {"range": ...}
 // per range. On a gRPC error prints "dpagg-node-analyst: CODE: details" on stderr and exits 1.
+// With --confidence LEVEL a {"confidence": {"level", "meaning"}} line comes before the ranges and each
+// range also carries ci_lo, ci_hi, confidence and interval_method, computed here from the summary as
+// the Python SDK does (intervals.js says where this client's interval is wider than Python's).
 'use strict';
 
 const fs = require('fs');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { rangeInterval } = require('./intervals');
 
 const USAGE = `usage: node analyst.js --target HOST:PORT --study ID [--release ID|latest]
                         [--ranges LO:HI,LO:HI,...] [--range LO:HI ...]
                         (--insecure | --ca FILE --cert FILE --key FILE [--server-name NAME])
-                        [--proto-dir DIR] [--timeout SECONDS]`;
+                        [--confidence LEVEL] [--proto-dir DIR] [--timeout SECONDS]`;
 
 // "LO:HI" -> {lo, hi}: bin indices, HI exclusive (the server checks them against the domain).
 function parseRange(text) {
@@ -53,6 +58,14 @@ function parseArgs(argv) {
       case '--server-name': args.serverName = need(i); i++; break;
       case '--proto-dir': args.protoDir = need(i); i++; break;
       case '--timeout': args.timeout = Number(need(i)); i++; break;
+      case '--confidence': {
+        const level = Number(need(i)); i++;
+        if (!(level > 0 && level < 1)) {
+          throw new Error(`a confidence level is strictly between 0 and 1 (e.g. 0.95), got ${argv[i]}`);
+        }
+        args.confidence = level;
+        break;
+      }
       case '-h': case '--help': console.log(USAGE); process.exit(0); break;
       default: throw new Error(`unknown argument ${a}`);
     }
@@ -189,8 +202,20 @@ async function main() {
                                             domain_size: s.domain_size, partitions: s.starts.length } }));
     const ranges = args.ranges.length ? args.ranges : [{ lo: 0, hi: s.domain_size }];
     const counts = await call(client, 'RangeCounts', { release_id: releaseId, ranges }, args.timeout);
+    if (args.confidence !== undefined) {
+      const pct = `${Math.round(args.confidence * 1e6) / 1e4}%`;
+      console.log(JSON.stringify({ confidence: { level: args.confidence, meaning:
+        `in at least ${pct} of releases the interval contains the true count, over the noise; `
+        + 'the bias of spreading a count evenly inside a partition is not covered' } }));
+    }
     for (const c of counts.counts) {
-      console.log(JSON.stringify({ range: { lo: c.lo, hi: c.hi, value: c.value, standard_error: c.standard_error } }));
+      const range = { lo: c.lo, hi: c.hi, value: c.value, standard_error: c.standard_error };
+      if (args.confidence !== undefined) {
+        const ci = rangeInterval(s, c.lo, c.hi, c.value, c.standard_error, args.confidence);
+        Object.assign(range, { ci_lo: ci.lo, ci_hi: ci.hi, confidence: ci.confidence, interval_method: ci.method });
+        if (ci.reason) range.interval_note = ci.reason;
+      }
+      console.log(JSON.stringify({ range }));
     }
   } catch (err) {
     const code = Object.keys(grpc.status).find((k) => grpc.status[k] === err.code) || String(err.code);

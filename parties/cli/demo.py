@@ -43,7 +43,8 @@ def add_parser(sub: Subparsers) -> None:
     add = command_adder(sub)
     p = add("demo", cmd_demo, "run every party on loopback with three generated data owners, release, query")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG of true vs released histogram (needs matplotlib)")
+    p.add_argument("--plot", metavar="PATH",
+                   help="write a PNG of true vs released histogram, partition boundaries marked (needs matplotlib)")
     p.add_argument("--owners", type=int, default=3, help="number of data owners (default 3)")
     p.add_argument("--records", type=int, default=3000, help="records per owner (default 3000)")
     p.add_argument("--domain", type=domain_spec, default="age:0:100:100", help="binning (default age:0:100:100)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,16 +40,42 @@ def _cs_receipts(args: argparse.Namespace) -> list[Receipt] | None:
         return [r for _, kept in cs.ledger_receipts(args.study) for r in kept]
 
 
+#: Error codes of a holder that could not be reached at the address tried (`HolderView.error` starts with one).
+_UNREACHABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
 _NOT_CHECKED = ("ledger NOT checked against the computation server's signed receipts (give --computation HOST:PORT "
                 f"or set {ENV_COMPUTATION}): a ledger rolled back to an older copy keeps an intact hash chain")
+
+
+def _holders_from_computation(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The key-share holders the computation server asks (name, HOST:PORT), when no holder is named (no
+    --decryption, no $DPAGG_DECRYPTION) and a computation server is (--computation, $DPAGG_COMPUTATION); [] when
+    it has one decryption server, reports no addresses, or cannot be asked (then the default address is used)."""
+    from ..common.errors import ServiceError
+    from ..computation.client import ComputationClient
+
+    target = _receipts_target(args)
+    if args.decryption or os.environ.get(ENV_DECRYPTION) or target is None:
+        return []
+    try:
+        with ComputationClient(target, **conn(args)) as cs:
+            holders = cs.key_holders(args.study)
+    except ServiceError as exc:
+        print(f"dpagg: could not ask the computation server {target} for its key holders ({exc.code.name}: "
+              f"{exc.details}); name them with --decryption NAME=HOST:PORT", file=sys.stderr)
+        return []
+    if len(holders) < 2 or not all(name and address for name, address in holders):
+        return []  # the single decryption server: its default address (the server's may be a compose name)
+    return holders
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
     from ..decryption.client import DecryptionClient
 
-    endpoints = args.decryption or [holder_endpoint(default_target(ENV_DECRYPTION))]
+    found_at = _holders_from_computation(args)
+    endpoints = args.decryption or found_at or [holder_endpoint(default_target(ENV_DECRYPTION))]
     if len(endpoints) > 1:
-        return _budget_across_holders(args, endpoints)
+        return _budget_across_holders(args, endpoints, from_computation=bool(found_at))
     if args.reconcile:
         raise DPAggError("--reconcile brings key-share holders level with each other: give every holder with "
                          "--decryption (a single decryption server has no other holder to reconcile with)")
@@ -98,9 +125,12 @@ def _receipt_count(receipts: list[Receipt] | None) -> str:
     return f"{n} receipt" + ("" if n == 1 else "s")
 
 
-def _budget_across_holders(args: argparse.Namespace, endpoints: list[tuple[str, str]]) -> int:
+def _budget_across_holders(args: argparse.Namespace, endpoints: list[tuple[str, str]], *,
+                           from_computation: bool = False) -> int:
     """Every key-share holder's view of the study; exit 1 on a disagreement, a rollback (or a broken chain) with
-    --verify. With --reconcile, first book at each holder the charges it missed (other holders' signed receipts)."""
+    --verify. With --reconcile, first book at each holder the charges it missed (other holders' signed receipts).
+    `from_computation`: the endpoints are the computation server's own addresses for the holders (a holder that
+    cannot be reached at one is named with the address tried, and --decryption overrides them)."""
     from ..decryption.client import DecryptionClient
 
     names = [name for name, _ in endpoints]
@@ -114,7 +144,20 @@ def _budget_across_holders(args: argparse.Namespace, endpoints: list[tuple[str, 
         with DecryptionClient(address, **conn(args)) as ds:
             return ds.budget(args.study)
 
-    views = [view_of(name, address, fetch) for name, address in endpoints]
+    def ask(name: str, address: str) -> HolderView:
+        view = view_of(name, address, fetch)
+        if from_computation and view.budget is None and view.error.startswith(_UNREACHABLE):
+            view = replace(view, error=f"{view.error} [{address} is the address the computation server "
+                                      f"{_receipts_target(args)} has for {name}; it may not resolve from here (a "
+                                      "compose service name): name every holder with --decryption "
+                                      "NAME=HOST:PORT, which overrides the computation server's addresses]")
+        return view
+
+    if from_computation:
+        print(f"dpagg: key holders from the computation server {_receipts_target(args)}: "
+              + ", ".join(f"{n}={a}" for n, a in endpoints) + " (--decryption NAME=HOST:PORT overrides them)",
+              file=sys.stderr)
+    views = [ask(name, address) for name, address in endpoints]
     receipts = _cs_receipts(args) if args.verify or args.reconcile else None
     found = check_receipts(args.study, views, receipts) if receipts is not None else None
     if args.reconcile and found is not None:
@@ -137,7 +180,7 @@ def _budget_across_holders(args: argparse.Namespace, endpoints: list[tuple[str, 
                      if booked else "") + f"; it has spent {spent:.12g} now")
         if not found.proofs:
             print("nothing to reconcile: no holder lacks a charge the others hold signed receipts for")
-        views = [view_of(name, address, fetch) for name, address in endpoints]
+        views = [ask(name, address) for name, address in endpoints]
         found = check_receipts(args.study, views, receipts or [])
     report = budget_json(args.study, views, found)
     if args.json:
@@ -224,7 +267,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--decryption", type=holder_endpoint, action="append", metavar="[NAME=]HOST:PORT",
                    help=f"decryption server host:port (env {ENV_DECRYPTION}; default {dec['default']}); repeat it "
                         "for K key-share holders (NAME names a holder in the report, default its address): every "
-                        "holder's view is shown and any disagreement flagged (DISAGREE:, exit 1 with --verify)")
+                        "holder's view is shown and any disagreement flagged (DISAGREE:, exit 1 with --verify). "
+                        "Without it (and without the env) but with a computation server, the holders and "
+                        "addresses the computation server uses are asked; --decryption overrides them")
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)
 

@@ -40,10 +40,13 @@ def _print_release(st: Any, as_json: bool) -> None:
     if as_json:
         print_json({"release_id": st.release_id, "study_id": st.study_id, "state": st.state, "epsilon": st.epsilon,
                      "owners": list(st.owners), "error_code": st.error_code, "error_message": st.error_message,
-                     "seconds": st.seconds, "summary": st.summary.to_dict() if st.summary else None})
+                     "seconds": st.seconds, "summary": st.summary.to_dict() if st.summary else None,
+                     "progress": vars(st.progress) if st.progress is not None else None})
         return
     print(f"release {st.release_id} of study {st.study_id}: {st.state}, epsilon {st.epsilon:g}, "
           f"owners {', '.join(st.owners)}")
+    if st.state == "RUNNING" and st.progress is not None:
+        print(f"  {release_progress_text(st.progress)}")
     if st.summary is not None:
         s = st.summary
         total = s.range_count(0, s.domain_size)  # the whole-domain answer `dpagg query` gives
@@ -51,6 +54,33 @@ def _print_release(st: Any, as_json: bool) -> None:
               f"+- {total.standard_error:.1f}, computed in {st.seconds:.2f} s")
     if st.error_message:
         print(f"  {st.error_code}: {st.error_message}")
+
+
+def release_progress_text(p: Any) -> str:
+    """What a running release is doing, from its `ReleaseProgress` (None: a server that does not report it).
+
+    Only counts the server reports and an estimate for the measurement in flight from its own
+    chunk rate: a strategy chooses later measurements from released values, so the release's
+    total is not known ahead and no overall percentage is shown.
+    """
+    if p is None:
+        return "aggregating, noising and decrypting on the servers"
+    if p.phase == "aggregating":
+        return "summing the submissions"
+    done = f"{p.measurements_done} measurement{'' if p.measurements_done == 1 else 's'} decrypted"
+    if not p.measurement_kind:
+        return f"{done}; choosing the next step from the released values"
+    # The measurement in flight first (a terminal line is cut at its width), what is done last.
+    current = f"measurement {p.measurements_done + 1} ({p.measurement_kind})"
+    if not p.chunks_total:
+        return f"{current}: computing; {done} before it"
+    if p.chunks_sent >= p.chunks_total:
+        return f"{current}: all {p.chunks_total:,} chunks sent, decrypting; {done} before it"
+    where = f"{current}: {p.chunks_sent:,}/{p.chunks_total:,} chunks sent"
+    if p.chunks_sent and p.measurement_seconds > 0:
+        left = p.measurement_seconds / p.chunks_sent * (p.chunks_total - p.chunks_sent)
+        where += f", about {left:.0f} s left in it"
+    return f"{where}; {done} before it"
 
 
 def _epsilon_or_rest(text: str) -> float | str:
@@ -110,9 +140,8 @@ def cmd_release_run(args: argparse.Namespace) -> int:
             print(f"release {st.release_id} of study {args.study} {said} (request key {key})", flush=True)
         if not args.no_wait and st.state == "RUNNING":
             try:
-                with Progress(enabled=not args.json).step(
-                        f"release {st.release_id}: aggregating, noising and decrypting on the servers") as tick:
-                    st = cs.wait_release(st.release_id, on_poll=lambda _: tick(0))
+                with Progress(enabled=not args.json).status(f"release {st.release_id}") as show:
+                    st = cs.wait_release(st.release_id, on_poll=lambda s: show(release_progress_text(s.progress)))
             except KeyboardInterrupt:
                 print(f"\ninterrupted: release {st.release_id} continues on the server; see `dpagg release status "
                       f"{st.release_id}`, or re-run this command to attach to it (it spends nothing again)",

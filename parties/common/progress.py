@@ -63,6 +63,41 @@ class Progress:
             yield _LogLines(self, what, total, unit, start)
         print(f"{what}: done in {time.monotonic() - start:.1f} s", file=self.stream, flush=True)
 
+    @contextmanager
+    def status(self, what: str) -> Iterator[Callable[[str], None]]:
+        """Report one step whose state is a line of text (a release on a server); the yielded `update(text)` sets it.
+
+        On a terminal the elapsed time and the newest text redraw in place; in a log `what: text, T s` is
+        printed when the text first changes from empty and then at most every `heartbeat` seconds.
+        """
+        if not self.enabled:
+            yield lambda text: None
+            return
+        start = time.monotonic()
+        if self.interactive:
+            bar = _terminal_bar(self.stream, what, None, "")
+            try:
+                def redraw(text: str) -> None:
+                    bar.set_postfix_str(text, refresh=False)
+                    bar.refresh()
+
+                yield redraw
+            finally:
+                bar.close()
+        else:
+            print(f"{what} ...", file=self.stream, flush=True)
+            last_at, last_text = [start - self.heartbeat], [""]
+
+            def line(text: str) -> None:
+                now = time.monotonic()
+                if not text or (now - last_at[0] < self.heartbeat and last_text[0]):
+                    return
+                last_at[0], last_text[0] = now, text
+                print(f"{what}: {text}, {now - start:.0f} s", file=self.stream, flush=True)
+
+            yield line
+        print(f"{what}: done in {time.monotonic() - start:.1f} s", file=self.stream, flush=True)
+
 
 def _ignore(n: int) -> None:
     return None
@@ -106,7 +141,7 @@ def _terminal_bar(stream: TextIO, what: str, total: int | None, unit: str) -> An
     common: dict[str, Any] = {"desc": what, "file": stream, "leave": False, "mininterval": 0.2,
                               "ncols": _screen(stream)[0], "nrows": _screen(stream)[1]}
     if total is None:  # no count to show: the elapsed time, refreshed on every advance(0)
-        return tqdm(bar_format="{desc}: {elapsed}", **common)
+        return tqdm(bar_format="{desc}: {elapsed}{postfix}", **common)
     return tqdm(total=total, unit=unit or "it", unit_scale=unit == "B", unit_divisor=1024, **common)
 
 

@@ -23,6 +23,7 @@ from ..common.errors import ServiceError
 from he_partition.core.errors import InvalidInputError
 from ..common.receipts import Receipt, parse_receipt
 from ..common.signing import OwnerSignature
+from .store import ReleaseProgress
 
 __all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectAnswers"]
 
@@ -78,12 +79,23 @@ class ReleaseStatus:
     bytes_to_decryption: int = 0
     #: DONE releases of signed studies: each included owner's signature on its submission.
     signatures: tuple[OwnerSignature, ...] = ()
+    #: RUNNING releases: how far the server has got (None from a server that does not report it, or once done).
+    progress: ReleaseProgress | None = None
 
     def raise_for_failure(self) -> None:
         """Raise the release's error as a ServiceError if it FAILED."""
         if self.state == "FAILED":
             code = getattr(grpc.StatusCode, self.error_code, grpc.StatusCode.UNKNOWN)
             raise ServiceError(code, self.error_message, method="Computation/RunRelease")
+
+
+def _progress(resp: computation_pb2.ReleaseStatusResponse) -> ReleaseProgress | None:
+    if not resp.HasField("progress") or not resp.progress.phase:
+        return None
+    p = resp.progress
+    return ReleaseProgress(phase=p.phase, measurements_done=p.measurements_done, measurement_kind=p.measurement_kind,
+                           chunks_sent=p.chunks_sent, chunks_total=p.chunks_total,
+                           measurement_seconds=p.measurement_seconds)
 
 
 def _release(resp: computation_pb2.ReleaseStatusResponse, summary: Summary | None = None,
@@ -95,7 +107,7 @@ def _release(resp: computation_pb2.ReleaseStatusResponse, summary: Summary | Non
         release_id=resp.release_id, study_id=resp.study_id, state=_RELEASE_STATES.Name(resp.state),
         epsilon=resp.epsilon, owners=tuple(resp.owners), error_code=resp.error_code,
         error_message=resp.error_message, summary=summary, seconds=resp.seconds,
-        bytes_to_decryption=resp.bytes_to_decryption, signatures=signatures,
+        bytes_to_decryption=resp.bytes_to_decryption, signatures=signatures, progress=_progress(resp),
     )
 
 
@@ -214,6 +226,15 @@ class ComputationClient(BaseClient):
                     continue  # not a receipt: it proves nothing
             out.append((h.holder, kept))
         return out
+
+    def key_holders(self, study_id: str, *, timeout: float | None = None) -> list[tuple[str, str]]:
+        """(name, HOST:PORT) of each key holder this server asks, in its order; one ("", target) for the single
+        decryption server. The addresses are the server's own: they may not resolve from the caller's machine (a
+        compose service name). From the LedgerReceipts reply (an older server sends no addresses: ""). Operators
+        and analysts."""
+        resp = self._unary(self._stub.LedgerReceipts, computation_pb2.LedgerReceiptsRequest(study_id=study_id),
+                           method="Computation/LedgerReceipts", timeout=timeout)
+        return [(h.holder, h.address) for h in resp.holders]
 
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
         """The decryption server's public context, relayed by this server (fingerprint-checked on arrival);

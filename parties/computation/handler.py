@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generator, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,7 @@ from .join import JoinCoordinator
 from .running import RunningAggregates
 from . import uploads
 from .releases import Releases
-from .store import ComputationStore, ReleaseRecord, Submission
+from .store import ComputationStore, ReleaseProgress, ReleaseRecord, Submission
 from .uploads import UploadOutcome, UploadSession
 
 __all__ = ["ComputationHandler", "StudyState"]
@@ -164,6 +164,14 @@ class ComputationHandler:
             return [("", book.receipts(study_id) if book is not None else [])]
         return [(c.name, c.receipts.receipts(study_id) if c.receipts is not None else []) for c in clients]
 
+    def key_holder_addresses(self) -> list[tuple[str, str]]:
+        """(name, HOST:PORT) of each key holder as this server reaches it, in order; ("", target) for the single
+        decryption server."""
+        clients = getattr(self.decryption, "clients", None)
+        if clients is None:
+            return [("", str(getattr(self.decryption, "target", "") or ""))]
+        return [(c.name, str(c.target)) for c in clients]
+
     def holder_noise_variance(self, contract: StudyContract) -> float:
         """The key holders' summed noise variance per value in discrete Laplace draws: K/(K - T) (1 for T = 0)."""
         return contract.holder_noise_variance(self.key_holders)
@@ -239,6 +247,10 @@ class ComputationHandler:
     def release(self, release_id: str) -> ReleaseRecord:
         """A stored release (NOT_FOUND if unknown)."""
         return self.releases.release(release_id)
+
+    def release_progress(self, release_id: str) -> ReleaseProgress | None:
+        """How far a release this server is running has got; None when it is not running here."""
+        return self.releases.progress(release_id)
 
     def run_release(self, study_id: str, *, epsilon: float = 0.0, force: bool = False, wait: bool = True,
                     request_key: str = "", spend_rest: bool = False) -> ReleaseRecord:
@@ -355,7 +367,7 @@ class ComputationHandler:
         self.executor.load(key, context, source, n_chunks(contract.domain_size, backend.slots))
 
     def decrypt_on_executor(self, cs: ComputationSide, contract: StudyContract, key: str, release_epsilon: float,
-                            m: Measurement) -> tuple[IntArray, int]:
+                            m: Measurement, *, on_chunk: Callable[[], None] | None = None) -> tuple[IntArray, int]:
         """Measure `m` on the aggregate loaded under `key` and have the decryption server decrypt it.
 
         Privacy: as `ComputationSide.measure_on` (this server's discrete Laplace draw of
@@ -364,6 +376,7 @@ class ComputationHandler:
         before the first chunk leaves); the decryption server charges `release_epsilon`'s
         share and adds its own draw. Returns (decrypted values, bytes sent). Only chunks with
         a measured slot travel; the executor's workers encrypt the next chunks while one is sent.
+        `on_chunk` is called as each chunk is handed to the stream (progress reports).
         """
         slots = cs.backend.slots
         stream = cs.measure_on(self.executor, key, m)
@@ -373,6 +386,8 @@ class ComputationHandler:
             try:
                 for _, data in stream:
                     sent[0] += len(data)
+                    if on_chunk is not None:
+                        on_chunk()
                     yield data
             finally:
                 stream.close()  # type: ignore[attr-defined]

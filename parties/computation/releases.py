@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,7 @@ from he_partition.protocol import EPSILON_TOLERANCE, MIN_RELEASE_EPSILON, Comput
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, NotFoundError, status_for
 from ..common.util import new_id, utc_now
-from .store import ReleaseRecord, ReleaseState, Submission
+from .store import ReleaseProgress, ReleaseRecord, ReleaseState, Submission
 
 if TYPE_CHECKING:
     from .handler import ComputationHandler
@@ -59,6 +59,35 @@ def _bayesian_dp_params(contract: StudyContract, epsilon: float, summary: Summar
                      "records follow the model"}
 
 
+class _Tracker:
+    """The live progress of one release, updated by its thread and read by ReleaseStatus."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._p = ReleaseProgress()
+        self._started = 0.0
+
+    def start_measurement(self, kind: str, chunks_total: int) -> None:
+        with self._lock:
+            self._p = replace(self._p, phase="measuring", measurement_kind=kind, chunks_sent=0,
+                              chunks_total=chunks_total)
+            self._started = time.monotonic()
+
+    def chunk_sent(self) -> None:
+        with self._lock:
+            self._p = replace(self._p, chunks_sent=self._p.chunks_sent + 1)
+
+    def measurement_done(self) -> None:
+        with self._lock:
+            self._p = replace(self._p, measurements_done=self._p.measurements_done + 1, measurement_kind="",
+                              chunks_sent=0, chunks_total=0)
+            self._started = 0.0
+
+    def snapshot(self) -> ReleaseProgress:
+        with self._lock:
+            return replace(self._p, measurement_seconds=time.monotonic() - self._started if self._started else 0.0)
+
+
 class Releases:
     """The release path of one `ComputationHandler` (its studies, keys, executor and decryption client)."""
 
@@ -66,6 +95,7 @@ class Releases:
         self._h = handler
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
+        self._progress: dict[str, _Tracker] = {}
         #: Releases run with wait=False (`ComputationHandler.join` waits for them).
         self.threads: list[threading.Thread] = []
 
@@ -76,6 +106,11 @@ class Releases:
                     r, state=ReleaseState.FAILED, finished_at=utc_now(), error_code="ABORTED",
                     error_message="interrupted by a restart of the computation server; epsilon already charged "
                                   "at the decryption server stays spent. Run a new release"))
+
+    def progress(self, release_id: str) -> ReleaseProgress | None:
+        """How far the release has got while this server runs it; None when it is not running here."""
+        tracker = self._progress.get(release_id)
+        return tracker.snapshot() if tracker is not None else None
 
     def release(self, release_id: str) -> ReleaseRecord:
         check_id("release_id", release_id)
@@ -141,10 +176,11 @@ class Releases:
         record = ReleaseRecord(release_id=new_id("rel"), study_id=study_id, state=ReleaseState.RUNNING, epsilon=eps,
                                owners=owners, contract_hash=contract.contract_hash, started_at=utc_now(),
                                request_key=request_key, signatures=signatures)
+        self._progress[record.release_id] = _Tracker()
         try:
             self._h.store.save_release(record)
         except BaseException:
-            self._done(study_id)
+            self._done(study_id, record.release_id)
             raise
         if wait:
             return self._execute(record, contract, subs, raise_errors=True)
@@ -154,9 +190,13 @@ class Releases:
         t.start()
         return record
 
-    def _done(self, study_id: str) -> None:
+    def _done(self, study_id: str, release_id: str) -> None:
         with self._running_lock:
             self._running.discard(study_id)
+            self._progress.pop(release_id, None)
+
+    def _tracker(self, release_id: str) -> _Tracker:
+        return self._progress.get(release_id) or _Tracker()
 
     def _execute(self, record: ReleaseRecord, contract: StudyContract, subs: list[Submission], *,
                  raise_errors: bool) -> ReleaseRecord:
@@ -182,7 +222,7 @@ class Releases:
                 raise
             return failed
         finally:
-            self._done(record.study_id)
+            self._done(record.study_id, record.release_id)
 
     def _strategy_summary(self, record: ReleaseRecord, contract: StudyContract,
                           subs: list[Submission]) -> tuple[Summary, int]:
@@ -212,9 +252,13 @@ class Releases:
                                  params=contract.strategy_params or None)
 
         sent = [0]
+        tracker = self._tracker(record.release_id)
 
         def measure(m: Measurement) -> IntArray:
-            values, n = self._h.decrypt_on_executor(cs, contract, record.release_id, record.epsilon, m)
+            tracker.start_measurement(m.kind, len(m.measured_chunks(backend.slots)))
+            values, n = self._h.decrypt_on_executor(cs, contract, record.release_id, record.epsilon, m,
+                                                    on_chunk=tracker.chunk_sent)
+            tracker.measurement_done()
             sent[0] += n
             return values
 
@@ -255,16 +299,27 @@ class Releases:
         terms = contract.join_terms()
         self._h.joins.forget(contract)  # both uploads are committed: keys and pseudonym lists are no longer needed
         sent = [0]
+        tracker = self._tracker(record.release_id)
+
+        def counted(cts: list[bytes]) -> Iterator[bytes]:
+            for c in cts:
+                tracker.chunk_sent()
+                yield c
+
         with self._h.joins.evaluator(contract, self._h.public_context,
                                   lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.executor) as evaluator:
 
             def measure(m: Measurement) -> IntArray:
+                tracker.start_measurement(m.kind, 0)  # the cells are counted once they are computed
                 cts = evaluator.measure(m)
+                tracker.start_measurement(m.kind, len(cts))
                 sent[0] += sum(len(c) for c in cts)
-                return self._h.decryption.decrypt_join_cells(
+                values = self._h.decryption.decrypt_join_cells(
                     study_id=contract.study_id, release_id=record.release_id, release_epsilon=record.epsilon,
-                    contract_hash=contract.contract_hash, cells=iter(cts), cell_count=len(cts),
+                    contract_hash=contract.contract_hash, cells=counted(cts), cell_count=len(cts),
                     measurement=m).values
+                tracker.measurement_done()
+                return values
 
             summary: Summary = run_strategy(join_strategy(terms, record.epsilon,
                                                           noise_parties=contract.noise_parties), measure)

@@ -17,7 +17,7 @@ from ..common.convert import (context_to_chunks, contract_to_proto, open_study_k
 from .direct import DirectQueries
 from .handler import ComputationHandler
 from .uploads import UploadOutcome
-from .store import ReleaseRecord
+from .store import ReleaseProgress, ReleaseRecord, ReleaseState
 
 __all__ = ["ComputationServicer", "SERVICE_NAME", "release_to_proto"]
 
@@ -25,12 +25,18 @@ SERVICE_NAME = computation_pb2.DESCRIPTOR.services_by_name["Computation"].full_n
 
 
 
-def release_to_proto(rec: ReleaseRecord) -> computation_pb2.ReleaseStatusResponse:
+def release_to_proto(rec: ReleaseRecord,
+                     progress: ReleaseProgress | None = None) -> computation_pb2.ReleaseStatusResponse:
     resp = computation_pb2.ReleaseStatusResponse(
         release_id=rec.release_id, study_id=rec.study_id, state=rec.state,
         epsilon=rec.epsilon, owners=list(rec.owners), error_code=rec.error_code, error_message=rec.error_message,
         seconds=rec.seconds, bytes_to_decryption=rec.bytes_to_decryption,
     )
+    if progress is not None and rec.state == ReleaseState.RUNNING:
+        resp.progress.CopyFrom(computation_pb2.ReleaseProgress(
+            phase=progress.phase, measurements_done=progress.measurements_done,
+            measurement_kind=progress.measurement_kind, chunks_sent=progress.chunks_sent,
+            chunks_total=progress.chunks_total, measurement_seconds=progress.measurement_seconds))
     summary = rec.summary
     if summary is not None and not summary_is_inline(summary):  # too large for one reply: read it in pages
         resp.paged_partitions = summary.n_partitions
@@ -134,8 +140,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
     def LedgerReceipts(self, request: computation_pb2.LedgerReceiptsRequest,
                        context: grpc.ServicerContext) -> computation_pb2.LedgerReceiptsResponse:
         self.policy.require(context, ["operator", "analyst"], action="read a study's ledger receipts")
+        addresses = dict(self.handler.key_holder_addresses())
         return computation_pb2.LedgerReceiptsResponse(holders=[
-            computation_pb2.HolderReceipts(holder=name, receipts=[
+            computation_pb2.HolderReceipts(holder=name, address=addresses.get(name, ""), receipts=[
                 decryption_pb2.LedgerReceipt(body=r.body, signature=r.signature, public_key=r.public_key)
                 for r in receipts])
             for name, receipts in self.handler.ledger_receipts(request.study_id)])
@@ -151,7 +158,8 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
     def ReleaseStatus(self, request: computation_pb2.ReleaseStatusRequest,
                       context: grpc.ServicerContext) -> computation_pb2.ReleaseStatusResponse:
         self.policy.require(context, ["operator", "computation", "analyst"], action="read a release's status")
-        return release_to_proto(self.handler.release(request.release_id))
+        rec = self.handler.release(request.release_id)
+        return release_to_proto(rec, self.handler.release_progress(rec.release_id))
 
     def DirectRangeCounts(self, request: computation_pb2.DirectRangeCountsRequest,
                           context: grpc.ServicerContext) -> computation_pb2.DirectRangeCountsResponse:

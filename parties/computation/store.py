@@ -89,6 +89,26 @@ class ReleaseState:
 
 
 @dataclass(frozen=True)
+class ReleaseProgress:
+    """How far a running release has got: counts of work done, never an estimate.
+
+    `phase` "aggregating" (the submissions are summed) or "measuring"; `measurements_done`
+    the strategy's measurements decrypted so far (a strategy chooses its later measurements
+    from released values, so their number is not known ahead); for the measurement in
+    flight its `measurement_kind`, the chunks handed to the decryption service's stream
+    (`chunks_sent`) of those it sends (`chunks_total`, the chunks with a measured slot), and
+    `measurement_seconds` since it started. Public facts of the request only (no values).
+    """
+
+    phase: str = "aggregating"
+    measurements_done: int = 0
+    measurement_kind: str = ""
+    chunks_sent: int = 0
+    chunks_total: int = 0
+    measurement_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class ReleaseRecord:
     """One release of a study; `summary_json` is set when DONE, the error fields when FAILED."""
 

@@ -161,9 +161,13 @@ def test_one_endpoint_prints_todays_report_and_a_name_given_twice_is_refused(
 
 
 def test_three_key_share_holders_after_a_release_then_one_rolled_back(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                                                       capsys: pytest.CaptureFixture[str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Real key-share holders (mutual TLS, collective key): a K = 3 release charges all three alike; a holder
-    whose ledger file is replaced by an older copy is named behind."""
+    whose ledger file is replaced by an older copy is named behind. Without --decryption the holders come from
+    the computation server; one it cannot be reached at is named with the address tried."""
+    monkeypatch.delenv("DPAGG_DECRYPTION", raising=False)
+    monkeypatch.delenv("DPAGG_COMPUTATION", raising=False)
     from .test_threshold_services import HOLDERS as KEY_SHARE_HOLDERS, Threshold
 
     t = Threshold.start(tmp_path)
@@ -180,6 +184,16 @@ def test_three_key_share_holders_after_a_release_then_one_rolled_back(tmp_path: 
         out = capsys.readouterr().out
         assert "all 3 holders agree" in out and "DISAGREE" not in out
         assert all(f"holder {name} (" in out for name in KEY_SHARE_HOLDERS) and out.count("spent 0.5 of 1,") == 3
+
+        # No --decryption: the computation server names its holders and their addresses.
+        from_cs = [*base[:8], "--computation", t.cs.target]
+        assert main([*from_cs, "--verify"]) == 0
+        out, err = capsys.readouterr()
+        assert "all 3 holders agree" in out and "every ledger holds each charge" in out
+        assert all(f"holder {name} ({h.target}): spent 0.5 of 1," in out
+                   for name, h in zip(KEY_SHARE_HOLDERS, t.holders)), out
+        assert f"key holders from the computation server {t.cs.target}: h1={t.holders[0].target}" in err
+        assert "--decryption NAME=HOST:PORT overrides them" in err
 
         t.stop_holder(1)
         for suffix in ("", "-wal", "-shm"):
@@ -200,6 +214,17 @@ def test_three_key_share_holders_after_a_release_then_one_rolled_back(tmp_path: 
         assert "MISSED" not in out
         assert main([*base, "--reconcile", "--computation", t.cs.target]) == 1  # a rollback is not reconciled
         assert "nothing reconciled" in capsys.readouterr().err
+
+        # A holder the computation server's address does not reach: the address tried, and what overrides it.
+        t.stop_holder(2)
+        assert main([*from_cs, "--verify"]) == 1
+        out = capsys.readouterr().out
+        down = [line for line in out.splitlines() if line.startswith("DISAGREE: h3 did not answer (UNAVAILABLE")]
+        assert len(down) == 1, out
+        assert (f"[{t.holders[2].target} is the address the computation server {t.cs.target} has for h3; it may "
+                "not resolve from here") in down[0]
+        assert "name every holder with --decryption NAME=HOST:PORT" in down[0]
+        assert f"holder h3 ({t.holders[2].target}): no answer: UNAVAILABLE" in out
     finally:
         t.stop()
 

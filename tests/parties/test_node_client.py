@@ -135,3 +135,68 @@ def test_node_analyst_over_mutual_tls(node_env: dict[str, str], secure_cluster: 
     denied = _run(node_env, "--target", c.cs.target, "--study", "s1", "--ca", str(owner.ca_cert), "--cert",
                   str(owner.cert), "--key", str(owner.key))
     assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr, denied.stderr
+
+
+def _halfwidth(lo: float | None, hi: float | None) -> float:
+    assert lo is not None and hi is not None
+    return (hi - lo) / 2.0
+
+
+def test_node_analyst_confidence_intervals_match_the_python_sdk_or_are_wider(node_env: dict[str, str],
+                                                                           cluster: Cluster) -> None:
+    """--confidence: the same interval as Python where the same method is used (one whole partition, a sum of
+    whole partitions: exact), a wider one (Chernoff) where Python enumerates a cut partition's noise."""
+    (release_id,) = _released(cluster, epsilon=1.0, releases=1)
+    summary = cluster.analyst().get_release(release_id).summary
+    starts = [*summary.starts, summary.domain_size]
+    assert len(starts) >= 4, starts  # at least three partitions to pick whole ones from
+    ranges = [(starts[0], starts[1]), (starts[1], starts[3]), (0, summary.domain_size), (1, starts[2] + 1)]
+    spec = ",".join(f"{a}:{b}" for a, b in ranges)
+    proc = _run(node_env, "--target", cluster.cs.target, "--study", "s1", "--ranges", spec, "--insecure",
+                "--confidence", "0.95")
+    assert proc.returncode == 0, proc.stderr
+    out = _parse(proc.stdout)
+    assert out["confidence"]["level"] == 0.95 and "in at least 95% of releases" in out["confidence"]["meaning"]
+    methods = []
+    for r, (a, b) in zip(out["range"], ranges):
+        ci = summary.interval(a, b, 0.95)
+        assert (r["lo"], r["hi"], r["confidence"]) == (a, b, 0.95)
+        assert r["ci_lo"] < r["value"] < r["ci_hi"]
+        node_half, py_half = _halfwidth(r["ci_lo"], r["ci_hi"]), _halfwidth(ci.lo, ci.hi)
+        if r["interval_method"] == ci.method:
+            assert node_half == pytest.approx(py_half, rel=1e-9, abs=1e-9), (a, b, r, ci)
+        else:  # this client's Chernoff bound where Python is exact: never narrower
+            assert (r["interval_method"], ci.method) == ("chernoff", "exact") and node_half >= py_half, (r, ci)
+        methods.append(r["interval_method"])
+    assert methods[:3] == ["exact", "exact", "exact"] and methods[3] == "chernoff"  # the last cuts partitions
+
+    bad = _run(node_env, "--target", cluster.cs.target, "--study", "s1", "--insecure", "--confidence", "95")
+    assert bad.returncode == 2 and "strictly between 0 and 1" in bad.stderr
+
+
+def test_the_ported_interval_functions_equal_pythons(tmp_path: Path) -> None:
+    """examples/node-analyst/intervals.js (no npm packages) against he_partition.core.intervals, case by case."""
+    if shutil.which("node") is None:
+        pytest.skip("node is needed (not on PATH)")
+    from he_partition.core.intervals import chernoff_halfwidth, exact_halfwidth, exact_sum_halfwidth
+
+    cases = [{"v": v, "c": c, "d": d} for v in (0.5, 2.0, 8.0, 50.0, 800.0) for c in (0.5, 0.9, 0.95, 0.99)
+             for d in (1, 2)]
+    sums = [{"vs": [2.0, 8.0], "ns": [3, 1], "c": 0.95}, {"vs": [12.5], "ns": [10], "c": 0.99},
+            {"vs": [1.0, 3.0, 40.0], "ns": [2, 2, 1], "c": 0.9}]
+    script = tmp_path / "run.js"
+    script.write_text(
+        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.js'))});\n"
+        f"const cases = {json.dumps(cases)}, sums = {json.dumps(sums)};\n"
+        "console.log(JSON.stringify({\n"
+        "  exact: cases.map((k) => i.exactHalfwidth(k.v, k.c, k.d)),\n"
+        "  chernoff: cases.map((k) => i.chernoffHalfwidth([1, 0.4], [k.v, 2 * k.v], k.c, k.d + 0.5, [3, 1])),\n"
+        "  sums: sums.map((k) => i.exactSumHalfwidth(k.vs, k.ns, k.c, 2)),\n"
+        "}));\n")
+    proc = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["exact"] == [exact_halfwidth(k["v"], k["c"], k["d"]) for k in cases]
+    want = [chernoff_halfwidth([1, 0.4], [k["v"], 2 * k["v"]], k["c"], k["d"] + 0.5, counts=[3, 1]) for k in cases]
+    assert got["chernoff"] == pytest.approx(want, rel=1e-9)
+    assert got["sums"] == [exact_sum_halfwidth(k["vs"], k["ns"], k["c"], 2) for k in sums]

@@ -42,6 +42,19 @@ def test_a_step_in_a_log_says_when_it_starts_while_it_runs_and_when_it_ends() ->
     assert lines[-1].startswith("encrypting 30 bins: done in ") and "\r" not in out.getvalue()
 
 
+def test_a_status_in_a_log_prints_its_text_then_a_final_line() -> None:
+    out = io.StringIO()
+    with Progress(out, heartbeat=0.0).status("release r1") as show:
+        show("")  # nothing known yet: no line
+        show("summing the submissions")
+        show("1 measurement decrypted")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "release r1 ..."
+    assert lines[1].startswith("release r1: summing the submissions, ") and lines[1].endswith(" s")
+    assert lines[2].startswith("release r1: 1 measurement decrypted, ")
+    assert lines[3].startswith("release r1: done in ") and len(lines) == 4
+
+
 def test_a_failed_step_does_not_claim_it_is_done() -> None:
     out = io.StringIO()
     with pytest.raises(RuntimeError), Progress(out).step("uploading"):
@@ -116,8 +129,8 @@ def test_release_run_in_a_log_reports_the_wait(cluster: Cluster, tmp_path: Path,
                  "--state-dir", str(tmp_path / "state")]) == 0
     captured = capsys.readouterr()
     release_id = captured.out.split()[1]
-    assert f"release {release_id}: aggregating, noising and decrypting on the servers ..." in captured.err
-    assert f"release {release_id}: aggregating, noising and decrypting on the servers: done in" in captured.err
+    assert f"release {release_id} ..." in captured.err
+    assert f"release {release_id}: done in" in captured.err
     assert main(["release", "run", "s1", "--epsilon", "0.25", "--computation", cluster.cs.target, "--insecure",
                  "--state-dir", str(tmp_path / "state"), "--json"]) == 0
     assert capsys.readouterr().err == ""  # --json: machine output only
@@ -168,3 +181,57 @@ def test_the_demo_report_does_not_repeat_the_header_and_counts_read_well() -> No
 
     first = format_demo(run_demo(owners=2, records=200, domain="age:0:100:20000", tls=False)).splitlines()[0]
     assert not first.startswith("dpagg demo:") and "(20,000 bins)" in first
+
+
+def test_a_polled_running_release_reports_its_measurements_and_chunks(cluster: Cluster,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Real servers: the release is held inside its first measurement after one chunk was sent, then before its
+    second; ReleaseStatus reports exactly that (counts, no percentage), and `dpagg release status` says it."""
+    from parties.cli.releases import release_progress_text
+
+    n = 20_000  # 3 chunks of 8,192 slots
+    cluster.open_study(domain_size=n, owners=("a",), epsilon=1.0)
+    cluster.owner("a").submit("s1", np.arange(n) % 7)
+    ds = cluster.cs.handler.decryption
+    real = ds.decrypt_measurement
+    held, go = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()]
+    calls = [0]
+
+    def hold(**kw: object) -> object:
+        i = calls[0]
+        calls[0] += 1
+        chunks = iter(kw.pop("chunks"))  # type: ignore[call-overload]
+        first = [next(chunks)] if i == 0 else []  # the first measurement: one chunk sent, then held
+        if i < 2:
+            held[i].set()
+            assert go[i].wait(60)
+        return real(chunks=iter([*first, *chunks]), **kw)
+
+    ds.decrypt_measurement = hold
+    try:
+        cs = cluster.computation()
+        rel = cs.run_release("s1", epsilon=0.5, wait=False)
+        assert held[0].wait(60)
+        st = cs.release_status(rel.release_id)
+        assert st.state == "RUNNING" and st.progress is not None
+        p = st.progress
+        assert (p.phase, p.measurements_done, p.measurement_kind, p.chunks_sent, p.chunks_total) == \
+            ("measuring", 0, "prefix_differences", 1, 3)
+        text = release_progress_text(p)
+        assert text.startswith("measurement 1 (prefix_differences): 1/3 chunks sent, about ")
+        assert text.endswith(" s left in it; 0 measurements decrypted before it") and "%" not in text
+        assert main(["release", "status", rel.release_id, "--computation", cluster.cs.target, "--insecure"]) == 0
+        assert "  measurement 1 (prefix_differences): 1/3 chunks sent" in capsys.readouterr().out
+        go[0].set()
+        assert held[1].wait(60)
+        p2 = cs.release_status(rel.release_id).progress
+        assert p2 is not None and p2.measurements_done == 1 and p2.chunks_sent == 0 and p2.measurement_kind
+        assert release_progress_text(p2).startswith(f"measurement 2 ({p2.measurement_kind}): ")
+        assert release_progress_text(p2).endswith("; 1 measurement decrypted before it")
+        go[1].set()
+        done = cs.wait_release(rel.release_id)
+        assert done.state == "DONE" and done.progress is None  # no progress once it is finished
+    finally:
+        for e in go:
+            e.set()
+        ds.decrypt_measurement = real

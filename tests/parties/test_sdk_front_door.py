@@ -18,7 +18,7 @@ from he_partition.core.errors import DPAggError
 from he_partition.core.summary import RangeCounts, Summary
 from parties.analyst.client import AnalystClient
 from parties.common.client import BaseClient
-from parties.demo import plot_bands
+from parties.demo import partition_boundaries, plot_bands
 
 from .conftest import Cluster
 
@@ -133,6 +133,12 @@ def test_the_demo_plot_draws_an_error_band_and_nothing_below_zero() -> None:
     assert high.tolist() == [0.0, 0.0, 12.0, 12.0, 12.0, 12.0]  # -3 + 2 is still below zero
 
 
+def test_the_demo_plot_marks_where_each_partition_starts() -> None:
+    result = {"domain": {"edges": [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]}, "partitions": {"starts": [0, 2, 3]}}
+    assert partition_boundaries(result).tolist() == [4.0, 6.0]  # the first partition's left edge is no boundary
+    assert partition_boundaries({**result, "partitions": {"starts": [0]}}).size == 0
+
+
 def test_the_demo_plot_is_written(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from parties.demo import plot_demo
@@ -142,6 +148,10 @@ def test_the_demo_plot_is_written(tmp_path: Path) -> None:
               "partitions": {"starts": [0, 1], "sum_variance": [4.0, 4.0]}}
     path = plot_demo(result, tmp_path / "demo.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    many = {**result, "released_estimates": [1.0] * 200, "true_histogram": [1] * 200,
+            "domain": {"edges": list(range(201)), "column": "age"},
+            "partitions": {"starts": list(range(0, 200, 2)), "sum_variance": [4.0] * 100}}
+    assert plot_demo(many, tmp_path / "many.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # ticks, not lines
 
 
 def test_base_client_enter_is_typed_self() -> None:

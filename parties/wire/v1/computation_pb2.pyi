@@ -142,7 +142,7 @@ class ReleaseStatusRequest(_message.Message):
     def __init__(self, release_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseStatusResponse(_message.Message):
-    __slots__ = ("release_id", "study_id", "state", "epsilon", "owners", "error_code", "error_message", "summary", "seconds", "bytes_to_decryption", "paged_partitions")
+    __slots__ = ("release_id", "study_id", "state", "epsilon", "owners", "error_code", "error_message", "summary", "seconds", "bytes_to_decryption", "paged_partitions", "progress")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[ReleaseStatusResponse.State]
@@ -164,6 +164,7 @@ class ReleaseStatusResponse(_message.Message):
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     BYTES_TO_DECRYPTION_FIELD_NUMBER: _ClassVar[int]
     PAGED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     study_id: str
     state: ReleaseStatusResponse.State
@@ -175,7 +176,24 @@ class ReleaseStatusResponse(_message.Message):
     seconds: float
     bytes_to_decryption: int
     paged_partitions: int
-    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ..., paged_partitions: _Optional[int] = ...) -> None: ...
+    progress: ReleaseProgress
+    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ..., paged_partitions: _Optional[int] = ..., progress: _Optional[_Union[ReleaseProgress, _Mapping]] = ...) -> None: ...
+
+class ReleaseProgress(_message.Message):
+    __slots__ = ("phase", "measurements_done", "measurement_kind", "chunks_sent", "chunks_total", "measurement_seconds")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENTS_DONE_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENT_KIND_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_SENT_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    measurements_done: int
+    measurement_kind: str
+    chunks_sent: int
+    chunks_total: int
+    measurement_seconds: float
+    def __init__(self, phase: _Optional[str] = ..., measurements_done: _Optional[int] = ..., measurement_kind: _Optional[str] = ..., chunks_sent: _Optional[int] = ..., chunks_total: _Optional[int] = ..., measurement_seconds: _Optional[float] = ...) -> None: ...
 
 class DirectRangeCountsRequest(_message.Message):
     __slots__ = ("study_id", "ranges", "epsilon", "force", "request_key")
@@ -272,12 +290,14 @@ class LedgerReceiptsRequest(_message.Message):
     def __init__(self, study_id: _Optional[str] = ...) -> None: ...
 
 class HolderReceipts(_message.Message):
-    __slots__ = ("holder", "receipts")
+    __slots__ = ("holder", "receipts", "address")
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
     holder: str
     receipts: _containers.RepeatedCompositeFieldContainer[_decryption_pb2.LedgerReceipt]
-    def __init__(self, holder: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[_decryption_pb2.LedgerReceipt, _Mapping]]] = ...) -> None: ...
+    address: str
+    def __init__(self, holder: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[_decryption_pb2.LedgerReceipt, _Mapping]]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class LedgerReceiptsResponse(_message.Message):
     __slots__ = ("holders",)
