@@ -6,7 +6,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -453,15 +453,34 @@ class Summary:
     def to_json(self) -> str:
         """The summary document, byte-identical to `json.dumps(self.to_dict(), separators=(",", ":"))`.
 
-        The per-partition variances (one float per partition: a million for a 1M-bin
-        summary) take only a few distinct values, one per measurement level, and float
-        formatting dominates the plain encoder's time; each distinct value is formatted
-        once here, by the same encoder, so the text is exactly what `json.dumps` writes.
+        The long lists (one number per partition: 8M for a 2^23-bin summary released bin by
+        bin) are written in blocks, so no more than one block's number strings exist at once
+        (the plain encoder holds one string object per number until it joins them: ~1 GB per
+        8M-number list). The per-partition variances take only a few distinct values, one per
+        measurement level, and each distinct value is formatted once, by the same encoder, so
+        the text is exactly what `json.dumps` writes.
         """
         d = self.to_dict()
-        marker = f"sum_variance:{uuid.uuid4().hex}"
-        variance, d["sum_variance"] = d["sum_variance"], marker
-        return json.dumps(d, separators=(",", ":")).replace(f'"{marker}"', _float_list_json(variance), 1)
+        tag = uuid.uuid4().hex
+        parts: dict[str, str] = {}
+
+        def swap(holder: dict[str, Any], key: str, render: Callable[[Sequence[Any]], str]) -> None:
+            values = holder.get(key)
+            if isinstance(values, list) and len(values) >= _LONG_LIST:
+                marker = f"{key}:{len(parts)}:{tag}"
+                parts[marker] = render(values)
+                holder[key] = marker
+
+        swap(d, "starts", _int_list_json)
+        swap(d, "sums", _int_list_json)
+        swap(d, "sum_variance", _float_list_json)
+        for r in d.get("released", []):
+            swap(r, "values", _int_list_json)
+            swap(r, "starts", _int_list_json)
+        text = json.dumps(d, separators=(",", ":"))
+        for marker, rendered in parts.items():
+            text = text.replace(f'"{marker}"', rendered, 1)
+        return text
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Summary":
@@ -496,13 +515,27 @@ class Summary:
         return cls.from_dict(d)
 
 
-def _float_list_json(values: list[float]) -> str:
+#: Lists at least this long are written by `_int_list_json` / `_float_list_json`, in blocks of `_BLOCK`.
+_LONG_LIST = 1024
+_BLOCK = 1 << 16
+
+
+def _int_list_json(values: Sequence[int]) -> str:
+    """`json.dumps(values, separators=(",", ":"))` for a list of Python ints, one block of strings at a time."""
+    if any(type(v) is not int for v in values):  # bools, numpy scalars: the encoder's own rules
+        return json.dumps(list(values), separators=(",", ":"))
+    return "[" + ",".join(",".join(map(str, values[i:i + _BLOCK])) for i in range(0, len(values), _BLOCK)) + "]"
+
+
+def _float_list_json(values: Sequence[float]) -> str:
     """`json.dumps(values, separators=(",", ":"))` for a list of floats, formatting each distinct value once."""
-    if len(values) < 1024:
-        return json.dumps(values, separators=(",", ":"))
+    if len(values) < _LONG_LIST:
+        return json.dumps(list(values), separators=(",", ":"))
     arr = np.asarray(values, dtype=np.float64)
     uniq, inverse = np.unique(arr, return_inverse=True)
     if uniq.size * 4 > arr.size or np.isnan(uniq).any():  # np.unique keeps every NaN apart; no gain either way
-        return json.dumps(values, separators=(",", ":"))
+        return json.dumps(list(values), separators=(",", ":"))
     text = [json.dumps(float(u)) for u in uniq]
-    return "[" + ",".join([text[i] for i in inverse.ravel().tolist()]) + "]"
+    inverse = inverse.ravel()
+    return "[" + ",".join(",".join([text[i] for i in inverse[k:k + _BLOCK].tolist()])
+                          for k in range(0, inverse.size, _BLOCK)) + "]"

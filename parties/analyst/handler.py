@@ -49,7 +49,8 @@ class AnalystHandler:
             check_id("study_id", study_id)
         return self.store.release_listing(study_id)
 
-    def release(self, release_id: str) -> tuple[ReleaseRecord, Summary]:
+    def record(self, release_id: str) -> ReleaseRecord:
+        """A finished release's record (its summary not parsed): NOT_FOUND / FAILED_PRECONDITION otherwise."""
         check_id("release_id", release_id)
         rec = self.store.get_release(release_id)
         if rec is None:
@@ -57,6 +58,10 @@ class AnalystHandler:
         if rec.state != ReleaseState.DONE:
             why = f": {rec.error_message}" if rec.state == ReleaseState.FAILED else "; wait for it to finish"
             raise FailedPreconditionError(f"release {release_id} is {rec.state}{why}")
+        return rec
+
+    def release(self, release_id: str) -> tuple[ReleaseRecord, Summary]:
+        rec = self.record(release_id)
         with self._lock:
             summary = self._cache.get(release_id)
             if summary is not None:

@@ -12,7 +12,7 @@ from ..common.access import AccessPolicy
 from ..common.convert import range_counts_to_proto, ranges_from_proto, summary_to_proto
 from ..common.errors import TooLargeForOneMessageError
 from ..common.limits import raise_if_cancelled
-from ..common.paging import INLINE_NUMBERS, summary_is_inline, summary_numbers, summary_pages
+from ..common.paging import INLINE_JSON_BYTES, summary_is_inline, summary_pages
 from .handler import AnalystHandler
 
 __all__ = ["AnalystServicer", "SERVICE_NAME"]
@@ -43,12 +43,13 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
     def GetRelease(self, request: analyst_pb2.GetReleaseRequest,
                    context: grpc.ServicerContext) -> analyst_pb2.GetReleaseResponse:
         self.policy.require(context, _READERS, action="read a release")
-        rec, summary = self.handler.release(request.release_id)
-        if not summary_is_inline(summary):
+        rec = self.handler.record(request.release_id)
+        if not summary_is_inline(rec.summary_json):  # decided before the summary is parsed
             raise TooLargeForOneMessageError(
-                f"release {rec.release_id} is too large for one message ({summary.n_partitions:,} partitions, "
-                f"{summary_numbers(summary):,} numbers; one message holds at most {INLINE_NUMBERS:,}): read it with "
-                "GetReleasePages (the Python SDK's get_release does), or ask RangeCounts")
+                f"release {rec.release_id} is too large for one message ({len(rec.summary_json):,} bytes of summary; "
+                f"one message carries at most {INLINE_JSON_BYTES:,}): read it with GetReleasePages (the Python SDK's "
+                "get_release does), or ask RangeCounts")
+        rec, summary = self.handler.release(request.release_id)
         return analyst_pb2.GetReleaseResponse(summary=summary_to_proto(
             summary, release_id=rec.release_id, study_id=rec.study_id, owners=rec.owners,
             contract_hash=rec.contract_hash, created_at=rec.finished_at, owner_signatures=rec.signatures))

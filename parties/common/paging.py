@@ -10,8 +10,9 @@ every list that grows with the domain travels in pages of at most `PAGE_VALUES` 
   (`measurement_requests`, read back by `read_measurement_header`);
 - the decrypted values of a measurement (`values_replies`, `read_values`);
 - a released summary (`summary_pages`, `summary_from_pages`): a head with every field and the
-  lengths of the long lists, then the lists in pages. A summary of at most `INLINE_NUMBERS`
-  numbers still travels whole in ReleaseStatus / GetRelease (`summary_is_inline`).
+  lengths of the long lists, then the lists in pages. A summary whose stored document is at
+  most `INLINE_JSON_BYTES` (about 200,000 partitions) still travels whole in ReleaseStatus /
+  GetRelease (`summary_is_inline`, decided without parsing it).
 
 Every reader checks that the pages add up to the announced lengths (DATA_LOSS otherwise), so
 a cut stream never reads as a smaller, valid-looking summary or measurement.
@@ -34,15 +35,15 @@ from .convert import measurement_from_proto, measurement_to_proto, summary_from_
 from .errors import ServiceError
 from .signing import OwnerSignature
 
-__all__ = ["PAGE_VALUES", "INLINE_NUMBERS", "measurement_requests", "read_measurement_header", "values_replies",
+__all__ = ["PAGE_VALUES", "INLINE_JSON_BYTES", "measurement_requests", "read_measurement_header", "values_replies",
            "read_values", "summary_is_inline", "summary_numbers", "summary_pages", "summary_from_pages"]
 
 #: Numbers per page: at most ~10 bytes each as varints or doubles, so a page stays near 1 MB or less.
 PAGE_VALUES = 1 << 16
 
-#: A summary with at most this many numbers (partitions plus released values and starts) travels
-#: whole in one reply (a few MB); larger ones only in pages.
-INLINE_NUMBERS = 200_000
+#: A summary whose JSON document is at most this long travels whole in one reply (its message is no
+#: longer than the JSON); larger ones only in pages.
+INLINE_JSON_BYTES = 4 * 1024 * 1024
 
 
 def _pages(n: int) -> Iterator[slice]:
@@ -155,9 +156,9 @@ def summary_numbers(s: Summary) -> int:
     return 3 * s.n_partitions + sum(len(r.values) + len(r.starts) for r in s.released)
 
 
-def summary_is_inline(s: Summary) -> bool:
-    """Whether the summary travels whole in one reply (ReleaseStatus, GetRelease)."""
-    return summary_numbers(s) <= INLINE_NUMBERS
+def summary_is_inline(summary_json: str) -> bool:
+    """Whether a summary, by its stored JSON document, travels whole in one reply (ReleaseStatus, GetRelease)."""
+    return len(summary_json) <= INLINE_JSON_BYTES
 
 
 def summary_pages(s: Summary, *, release_id: str, study_id: str, owners: Sequence[str] = (), contract_hash: str = "",

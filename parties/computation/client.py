@@ -383,7 +383,7 @@ class ComputationClient(BaseClient):
     def _release(self, resp: computation_pb2.ReleaseStatusResponse, timeout: float | None) -> ReleaseStatus:
         """The release of a reply; a summary too large for one message is read in pages (Analyst.GetReleasePages,
         hosted by the same server)."""
-        if not resp.paged_partitions or resp.HasField("summary"):
+        if not resp.summary_paged or resp.HasField("summary"):
             return _release(resp)
         from ..analyst.client import read_release
 

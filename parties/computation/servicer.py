@@ -37,10 +37,9 @@ def release_to_proto(rec: ReleaseRecord,
             phase=progress.phase, measurements_done=progress.measurements_done,
             measurement_kind=progress.measurement_kind, chunks_sent=progress.chunks_sent,
             chunks_total=progress.chunks_total, measurement_seconds=progress.measurement_seconds))
-    summary = rec.summary
-    if summary is not None and not summary_is_inline(summary):  # too large for one reply: read it in pages
-        resp.paged_partitions = summary.n_partitions
-    elif summary is not None:
+    if rec.summary_json and not summary_is_inline(rec.summary_json):  # too large for one reply: read it in pages
+        resp.summary_paged = True
+    elif (summary := rec.summary) is not None:
         resp.summary.CopyFrom(summary_to_proto(summary, release_id=rec.release_id, study_id=rec.study_id,
                                                owners=rec.owners, contract_hash=rec.contract_hash,
                                                created_at=rec.finished_at, owner_signatures=rec.signatures))

@@ -25,7 +25,7 @@ from .conftest import Cluster
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paging, "PAGE_VALUES", 5)
-    monkeypatch.setattr(paging, "INLINE_NUMBERS", 12)
+    monkeypatch.setattr(paging, "INLINE_JSON_BYTES", 300)
 
 
 def _spy_headers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -61,7 +61,7 @@ def test_a_release_of_many_partitions_travels_in_pages_and_reads_back_exactly(
     ch = cluster.computation().channel
     resp = computation_pb2_grpc.ComputationStub(ch).ReleaseStatus(
         computation_pb2.ReleaseStatusRequest(release_id=rel.release_id), timeout=30)
-    assert not resp.HasField("summary") and resp.paged_partitions == rel.summary.n_partitions
+    assert not resp.HasField("summary") and resp.summary_paged
     # GetRelease (one message) names the paged method; the SDK reads the same summary in pages
     with pytest.raises(grpc.RpcError) as ei:
         analyst_pb2_grpc.AnalystStub(ch).GetRelease(analyst_pb2.GetReleaseRequest(release_id=rel.release_id),
@@ -80,7 +80,7 @@ def test_a_small_release_still_travels_whole(cluster: Cluster) -> None:
     rel = cluster.computation().run_release("s1", epsilon=1.0)
     resp = computation_pb2_grpc.ComputationStub(cluster.computation().channel).ReleaseStatus(
         computation_pb2.ReleaseStatusRequest(release_id=rel.release_id), timeout=30)
-    assert resp.HasField("summary") and resp.paged_partitions == 0
+    assert resp.HasField("summary") and not resp.summary_paged
 
 
 # --- a cut or forged stream never reads as a smaller valid one -----------------------------------------
@@ -153,7 +153,7 @@ def test_a_release_of_2_21_bins_with_every_message_under_2_mib(tmp_path: Any, mo
         c.owner("a").submit("s1", hist)
         rel = c.computation().run_release("s1", epsilon=1.0)
         assert rel.state == "DONE" and rel.summary is not None
-        assert rel.summary.n_partitions > 200_000 and not paging.summary_is_inline(rel.summary)
+        assert rel.summary.n_partitions > 200_000 and not paging.summary_is_inline(rel.summary.to_json())
         assert abs(sum(rel.summary.sums) - int(hist.sum())) < 0.01 * int(hist.sum())
         got = c.analyst().get_release(rel.release_id)
         assert got.summary == rel.summary

@@ -71,8 +71,8 @@ class AnalystServicer:
     def GetRelease(self, request, context):
         """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
         for a release that has not finished (poll Computation.ReleaseStatus). A summary
-        larger than one message (more than 200,000 partitions and released values) is
-        RESOURCE_EXHAUSTED: read it with GetReleasePages.
+        too large for one message (a summary document over 4 MiB, about 200,000
+        partitions) is RESOURCE_EXHAUSTED: read it with GetReleasePages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -42,8 +42,8 @@ class AnalystStub:
     GetRelease: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.GetReleaseResponse]
     """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
     for a release that has not finished (poll Computation.ReleaseStatus). A summary
-    larger than one message (more than 200,000 partitions and released values) is
-    RESOURCE_EXHAUSTED: read it with GetReleasePages.
+    too large for one message (a summary document over 4 MiB, about 200,000
+    partitions) is RESOURCE_EXHAUSTED: read it with GetReleasePages.
     """
     GetReleasePages: _grpc.UnaryStreamMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.ReleaseSummaryPage]
     """One released summary of any size, in pages: a head (every field, the long lists
@@ -65,8 +65,8 @@ class AnalystAsyncStub(AnalystStub):
     GetRelease: _aio.UnaryUnaryMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.GetReleaseResponse]  # type: ignore[assignment]
     """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
     for a release that has not finished (poll Computation.ReleaseStatus). A summary
-    larger than one message (more than 200,000 partitions and released values) is
-    RESOURCE_EXHAUSTED: read it with GetReleasePages.
+    too large for one message (a summary document over 4 MiB, about 200,000
+    partitions) is RESOURCE_EXHAUSTED: read it with GetReleasePages.
     """
     GetReleasePages: _aio.UnaryStreamMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.ReleaseSummaryPage]  # type: ignore[assignment]
     """One released summary of any size, in pages: a head (every field, the long lists
@@ -97,8 +97,8 @@ class AnalystServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_analyst_pb2.GetReleaseResponse, _abc.Awaitable[_analyst_pb2.GetReleaseResponse]]:
         """One released summary: NOT_FOUND for an unknown release id, FAILED_PRECONDITION
         for a release that has not finished (poll Computation.ReleaseStatus). A summary
-        larger than one message (more than 200,000 partitions and released values) is
-        RESOURCE_EXHAUSTED: read it with GetReleasePages.
+        too large for one message (a summary document over 4 MiB, about 200,000
+        partitions) is RESOURCE_EXHAUSTED: read it with GetReleasePages.
         """
 
     @_abc_1.abstractmethod

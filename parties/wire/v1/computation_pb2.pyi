@@ -142,7 +142,7 @@ class ReleaseStatusRequest(_message.Message):
     def __init__(self, release_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseStatusResponse(_message.Message):
-    __slots__ = ("release_id", "study_id", "state", "epsilon", "owners", "error_code", "error_message", "summary", "seconds", "bytes_to_decryption", "paged_partitions", "progress")
+    __slots__ = ("release_id", "study_id", "state", "epsilon", "owners", "error_code", "error_message", "summary", "seconds", "bytes_to_decryption", "summary_paged", "progress")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[ReleaseStatusResponse.State]
@@ -163,7 +163,7 @@ class ReleaseStatusResponse(_message.Message):
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     BYTES_TO_DECRYPTION_FIELD_NUMBER: _ClassVar[int]
-    PAGED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_PAGED_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     release_id: str
     study_id: str
@@ -175,9 +175,9 @@ class ReleaseStatusResponse(_message.Message):
     summary: _common_pb2.ReleaseSummary
     seconds: float
     bytes_to_decryption: int
-    paged_partitions: int
+    summary_paged: bool
     progress: ReleaseProgress
-    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ..., paged_partitions: _Optional[int] = ..., progress: _Optional[_Union[ReleaseProgress, _Mapping]] = ...) -> None: ...
+    def __init__(self, release_id: _Optional[str] = ..., study_id: _Optional[str] = ..., state: _Optional[_Union[ReleaseStatusResponse.State, str]] = ..., epsilon: _Optional[float] = ..., owners: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., summary: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., seconds: _Optional[float] = ..., bytes_to_decryption: _Optional[int] = ..., summary_paged: _Optional[bool] = ..., progress: _Optional[_Union[ReleaseProgress, _Mapping]] = ...) -> None: ...
 
 class ReleaseProgress(_message.Message):
     __slots__ = ("phase", "measurements_done", "measurement_kind", "chunks_sent", "chunks_total", "measurement_seconds")
