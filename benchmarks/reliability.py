@@ -122,6 +122,7 @@ class Server:
         end = time.monotonic() + timeout
         while not port_file.exists() or not port_file.read_text().strip():
             if self.proc.poll() is not None or time.monotonic() > end:
+                self.stop()  # a process that hangs before listening is not left behind
                 raise RuntimeError(f"{self.name} server did not start; log tail:\n{self.log.read_text()[-2000:]}")
             time.sleep(0.05)
         self.port = int(port_file.read_text())
@@ -166,9 +167,13 @@ class Deployment:
         dep.ds.args = ["serve-decryption", "--data-dir", str(workdir / "ds"), *dep._transport(DS_ID, "decryption"),
                        *(["--computation-id", CS_ID] if secure else [])]
         dep.ds.start()
-        dep.cs.args = ["serve-computation", "--data-dir", str(workdir / "cs"), "--decryption", dep.ds.target,
-                       *dep._transport(CS_ID, "computation")]
-        dep.cs.start()
+        try:
+            dep.cs.args = ["serve-computation", "--data-dir", str(workdir / "cs"), "--decryption", dep.ds.target,
+                           *dep._transport(CS_ID, "computation")]
+            dep.cs.start()
+        except BaseException:
+            dep.ds.stop()
+            raise
         return dep
 
     def _transport(self, party: str, role: str) -> list[str]:
@@ -578,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown scenario(s) {', '.join(sorted(unknown))}; choose from {', '.join(SCENARIOS)}")
 
+    # SIGTERM to this script unwinds like an exception, so the servers it started are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: dict[str, Any] = {"scenarios": chosen}
     started = time.monotonic()
     with ExitStack() as stack:
