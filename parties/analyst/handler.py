@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Sequence
 
 from he_partition.core.errors import InvalidInputError
@@ -14,7 +15,7 @@ from he_partition.core.summary import RangeCount, Summary
 from ..common.limits import raise_if_cancelled
 from ..common.contract import check_id
 from ..common.errors import FailedPreconditionError, NotFoundError
-from ..common.paging import summary_numbers
+from ..common.paging import summary_is_inline, summary_numbers
 from ..computation.store import ComputationStore, ReleaseListing, ReleaseRecord, ReleaseState
 
 __all__ = ["AnalystHandler", "MAX_RANGES"]
@@ -38,7 +39,8 @@ class AnalystHandler:
 
     def __init__(self, store: ComputationStore, cache_size: int = 64, cache_numbers: int = CACHE_NUMBERS) -> None:
         self.store = store
-        self._cache: OrderedDict[str, Summary] = OrderedDict()
+        #: release id -> (its record without the summary text, the parsed summary, whether it fits one message)
+        self._cache: OrderedDict[str, tuple[ReleaseRecord, Summary, bool]] = OrderedDict()
         self._cache_size = cache_size
         self._cache_numbers = cache_numbers
         self._lock = threading.Lock()
@@ -49,9 +51,8 @@ class AnalystHandler:
             check_id("study_id", study_id)
         return self.store.release_listing(study_id)
 
-    def record(self, release_id: str) -> ReleaseRecord:
-        """A finished release's record (its summary not parsed): NOT_FOUND / FAILED_PRECONDITION otherwise."""
-        check_id("release_id", release_id)
+    def _record(self, release_id: str) -> ReleaseRecord:
+        """A finished release's stored record (its summary not parsed): NOT_FOUND / FAILED_PRECONDITION otherwise."""
         rec = self.store.get_release(release_id)
         if rec is None:
             raise NotFoundError(f"unknown release {release_id!r}; list the releases with `dpagg query --list`")
@@ -60,21 +61,36 @@ class AnalystHandler:
             raise FailedPreconditionError(f"release {release_id} is {rec.state}{why}")
         return rec
 
-    def release(self, release_id: str) -> tuple[ReleaseRecord, Summary]:
-        rec = self.record(release_id)
+    def fits_one_message(self, release_id: str) -> bool:
+        """Whether the release's summary travels whole in one reply (decided without parsing it)."""
+        check_id("release_id", release_id)
         with self._lock:
-            summary = self._cache.get(release_id)
-            if summary is not None:
+            cached = self._cache.get(release_id)
+        if cached is not None:
+            return cached[2]
+        return summary_is_inline(self._record(release_id).summary_json)
+
+    def release(self, release_id: str) -> tuple[ReleaseRecord, Summary]:
+        """A DONE release's record and parsed summary. A cached release is answered from memory: the stored
+        record (whose summary text is ~38 MB at 2^20 bins, read under the store's lock) is read once, not on every
+        call. The cached record carries no summary text (use the returned Summary)."""
+        check_id("release_id", release_id)
+        with self._lock:
+            cached = self._cache.get(release_id)
+            if cached is not None:
                 self._cache.move_to_end(release_id)
-                return rec, summary
+                return cached[0], cached[1]
+        rec = self._record(release_id)
         summary = rec.summary
         assert summary is not None
+        entry = (replace(rec, summary_json="", summary_cache=None), summary, summary_is_inline(rec.summary_json))
         with self._lock:
-            self._cache[release_id] = summary
+            self._cache[release_id] = entry
             while len(self._cache) > self._cache_size or (
-                    len(self._cache) > 1 and sum(map(summary_numbers, self._cache.values())) > self._cache_numbers):
+                    len(self._cache) > 1 and sum(summary_numbers(e[1]) for e in self._cache.values())
+                    > self._cache_numbers):
                 self._cache.popitem(last=False)
-        return rec, summary
+        return entry[0], entry[1]
 
     def range_counts(self, release_id: str, ranges: Sequence[tuple[int, int]]) -> list[RangeCount]:
         """Estimated counts over [lo, hi) with the standard error of their DP noise (no budget spent)."""

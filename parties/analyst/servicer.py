@@ -12,7 +12,7 @@ from ..common.access import AccessPolicy
 from ..common.convert import range_counts_to_proto, ranges_from_proto, summary_to_proto
 from ..common.errors import TooLargeForOneMessageError
 from ..common.limits import raise_if_cancelled
-from ..common.paging import INLINE_JSON_BYTES, summary_is_inline, summary_pages
+from ..common.paging import INLINE_JSON_BYTES, summary_pages
 from .handler import AnalystHandler
 
 __all__ = ["AnalystServicer", "SERVICE_NAME"]
@@ -43,12 +43,11 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
     def GetRelease(self, request: analyst_pb2.GetReleaseRequest,
                    context: grpc.ServicerContext) -> analyst_pb2.GetReleaseResponse:
         self.policy.require(context, _READERS, action="read a release")
-        rec = self.handler.record(request.release_id)
-        if not summary_is_inline(rec.summary_json):  # decided before the summary is parsed
+        if not self.handler.fits_one_message(request.release_id):  # decided before the summary is parsed
             raise TooLargeForOneMessageError(
-                f"release {rec.release_id} is too large for one message ({len(rec.summary_json):,} bytes of summary; "
-                f"one message carries at most {INLINE_JSON_BYTES:,}): read it with GetReleasePages (the Python SDK's "
-                "get_release does), or ask RangeCounts")
+                f"release {request.release_id} is too large for one message (a summary document over "
+                f"{INLINE_JSON_BYTES:,} bytes): read it with GetReleasePages (the Python SDK's get_release does), "
+                "or ask RangeCounts")
         rec, summary = self.handler.release(request.release_id)
         return analyst_pb2.GetReleaseResponse(summary=summary_to_proto(
             summary, release_id=rec.release_id, study_id=rec.study_id, owners=rec.owners,

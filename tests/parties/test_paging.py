@@ -174,4 +174,4 @@ def test_parsed_summaries_kept_for_queries_are_bounded_by_their_size(cluster: Cl
         handler.release(r)
     kept = list(handler._cache)  # noqa: SLF001 (what the handler keeps in memory)
     assert rels[-1] in kept and len(kept) < 3
-    assert sum(paging.summary_numbers(s) for s in handler._cache.values()) <= 2 * one or len(kept) == 1  # noqa: SLF001
+    assert sum(paging.summary_numbers(e[1]) for e in handler._cache.values()) <= 2 * one or len(kept) == 1  # noqa: SLF001

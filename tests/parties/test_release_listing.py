@@ -37,3 +37,22 @@ def test_list_releases_parses_no_summary_and_backfills_older_rows(cluster: Clust
     assert {i.release_id: i.partitions for i in store.release_listing("s1")} == expected
     rows = store._db.execute("SELECT partitions FROM releases").fetchall()  # type: ignore[attr-defined]
     assert all(int(r[0]) >= 1 for r in rows)
+
+
+def test_a_cached_release_is_answered_without_reading_its_stored_record_again(cluster: Cluster,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the former code every RangeCounts read the whole stored record (a 2^20-bin summary is ~38 MB of text, read
+    under the store's lock) before looking in the cache, so heavy range queries held up every other store call."""
+    cluster.open_study(domain_size=64, owners=("a",), epsilon=2.0)
+    cluster.owner("a").submit("s1", np.arange(64) % 5)
+    rid = cluster.computation().run_release("s1", epsilon=0.5).release_id
+    analyst = cluster.analyst()
+    first = analyst.range_counts(rid, [(0, 10), (5, 64)])
+    store = cluster.cs.handler.store
+    reads: list[str] = []
+    real = type(store).get_release
+    monkeypatch.setattr(type(store), "get_release", lambda self, r: reads.append(r) or real(self, r))
+    assert analyst.range_counts(rid, [(0, 10), (5, 64)]) == first
+    release = analyst.get_release(rid)
+    assert release.release_id == rid and release.owners == ("a",) and release.created_at
+    assert reads == []  # answered from the analyst's cache
