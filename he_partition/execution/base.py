@@ -234,9 +234,16 @@ class ChunkExecutor(Protocol):
     `method(*args[w])` on worker w's object, all workers in parallel, returning the
     results in worker order. Every value that decides privacy is in `args`, fixed by the
     caller; a worker that dies is replaced, given `make(w)` again and re-sent the same args.
+
+    Workers live from `start` (or their first use) to `close`: one set serves every
+    release, direct query and upload fold of a server.
     """
 
     workers: int
+
+    def start(self) -> None:
+        """Start the workers now (a server does as it starts); they are kept until `close`. Idempotent."""
+        ...
 
     def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None: ...
 

@@ -19,6 +19,9 @@ class InProcessExecutor:
         self._worker = ChunkWorker(backend)
         self._has_backend = backend is not None
 
+    def start(self) -> None:
+        """Nothing to start: the work runs in this process."""
+
     def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None:
         self._worker.load(key, b"" if self._has_backend else context, source, range(n_chunks))
 

@@ -87,7 +87,11 @@ class _Proc:
 
 
 class ProcessExecutor:
-    """`workers` spawned processes (0: one per core), started at first use and kept across releases."""
+    """`workers` spawned processes (0: one per core), kept from `start` (or first use) to `close`.
+
+    A server starts them as it starts (`start`); every upload fold, release and direct query
+    then runs on the same processes, and a worker that died is replaced when next used.
+    """
 
     def __init__(self, workers: int = 0) -> None:
         if workers < 0:
@@ -98,17 +102,57 @@ class ProcessExecutor:
         self._loaded: dict[str, tuple[bytes, ChunkSource, int]] = {}
         self._held: dict[str, MakeHeld] = {}
         self._fresh: set[int] = set()  # started by `load`, not yet given the other keys
+        self._starting: set[int] = set()  # started by `start`, importing
         self._lock = threading.Lock()
+        self._closed = False  # set by `close` without the lock: a `start` in progress gives up
 
     def start(self) -> None:
-        """Start every worker now and wait until each answers (a server's workers then serve every release)."""
+        """Start every missing worker now and wait until each has loaded the HE library (idempotent).
+
+        A server calls it once as it starts (in the background), so its workers have done
+        their imports before the first upload fold or release, and every later use finds
+        them running. A worker that dies while starting is started again when next used.
+        `close` does not wait for the imports: it stops the workers half-started.
+        """
         with self._lock:
-            for w in range(self.workers):
-                self._proc(w)
-            for w in range(self.workers):
-                self._procs[w].conn.send(("ping",))  # type: ignore[union-attr]
-            for w in range(self.workers):
-                self._procs[w].conn.recv()  # type: ignore[union-attr]
+            if self._closed:
+                return
+            new = [w for w in range(self.workers) if self._procs[w] is None]
+            self._starting.update(new)
+            try:
+                for w in new:
+                    self._procs[w] = _Proc(self._ctx)  # every worker imports at once
+                for w in new:
+                    try:
+                        self._procs[w].conn.send(("ping",))  # type: ignore[union-attr]
+                    except OSError:
+                        self._forget(w)
+                for w in new:
+                    p = self._procs[w]
+                    if p is None:
+                        continue
+                    try:
+                        while not p.conn.poll(0.1):
+                            if self._closed:
+                                return
+                        p.conn.recv()
+                        for key in self._loaded:  # none when the server starts; kept right if called later
+                            self._load_one(w, key)
+                        for key in self._held:
+                            self._hold_one(w, key)
+                    except (EOFError, OSError):
+                        log.warning("chunk worker %d died while starting; it is started again when next used", w)
+                        self._forget(w)
+            finally:
+                if not self._closed:  # else `close` kills the ones still importing
+                    self._starting.clear()
+
+    def _forget(self, w: int) -> None:
+        self._fresh.discard(w)
+        p = self._procs[w]
+        if p is not None:
+            p.stop(kill=True)
+            self._procs[w] = None
 
     def worker_pids(self) -> list[int | None]:
         """The live workers' process ids (tests kill one to show the retry)."""
@@ -363,11 +407,13 @@ class ProcessExecutor:
                         pass
 
     def close(self) -> None:
+        self._closed = True  # a `start` waiting for imports returns, freeing the lock
         with self._lock:
             for w, p in enumerate(self._procs):
                 if p is not None:
-                    p.stop()
+                    p.stop(kill=w in self._starting)  # a worker still importing would not read "stop" for seconds
                     self._procs[w] = None
             self._loaded.clear()
             self._held.clear()
             self._fresh.clear()
+            self._starting.clear()

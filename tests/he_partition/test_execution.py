@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,39 @@ def test_process_executor_releases_the_same_values(keys: Keys) -> None:
     finally:
         executor.close()
     assert executor.worker_pids() == [None, None]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_started_workers_serve_every_release_and_a_close_mid_start_leaves_no_process(keys: Keys) -> None:
+    executor = ProcessExecutor(2)
+    try:
+        executor.start()  # as a server does when it starts: the imports are done before the first release
+        pids = executor.worker_pids()
+        assert None not in pids
+        executor.start()  # idempotent: nothing new
+        assert executor.worker_pids() == pids
+        _assert_same(_release(keys, executor, 17), keys.reference(seed=17))
+        assert executor.worker_pids() == pids  # the same processes did the release
+    finally:
+        executor.close()
+    assert all(_gone(p) for p in pids if p is not None)
+    starting = ProcessExecutor(2)
+    t = threading.Thread(target=starting.start)
+    t.start()
+    while None in starting.worker_pids():
+        time.sleep(0.01)
+    half = starting.worker_pids()
+    starting.close()  # does not wait for the imports
+    t.join(10)
+    assert not t.is_alive()
+    assert all(_gone(p) for p in half if p is not None)
 
 
 def test_a_worker_killed_mid_measurement_is_retried_with_the_same_values(keys: Keys) -> None:
