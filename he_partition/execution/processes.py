@@ -32,7 +32,7 @@ class WorkerError(InvalidInputError):
 
 
 def _serve(conn: Connection) -> None:
-    """A worker's loop: load, noised (one reply per chunk, in the order sent), drop, stop."""
+    """A worker's loop: load, noised (one reply per chunk, in the order sent), hold, call, sums, drop, stop."""
     worker = ChunkWorker()
     while True:
         try:
@@ -51,6 +51,8 @@ def _serve(conn: Connection) -> None:
                 conn.send(("ok", None))
             elif op == "call":
                 conn.send(("ok", worker.call(msg[1], msg[2], msg[3])))
+            elif op == "sums":
+                conn.send(("ok", worker.write_sums(msg[1], msg[2], msg[3], msg[4])))
             elif op == "drop":
                 worker.drop(msg[1])
             elif op == "ping":  # ready: the HE library loaded, as for a first chunk
@@ -355,28 +357,49 @@ class ProcessExecutor:
         with self._lock:
             if key not in self._held:
                 raise InvalidInputError(f"nothing is held under {key!r}; hold it before calling it")
-            restarts = [0] * self.workers
-            out: list[Any] = []
-            waiting: list[int] = []
-            try:
-                for w in range(self.workers):
-                    self._send_call(w, key, method, args[w], restarts)
+            return self._round([("call", key, method, a) for a in args], f"refused {method}")
+
+    def write_sums(self, context: bytes, source: ChunkSource, n_chunks: int, out_template: str, *,
+                   wait: bool = True) -> bool:
+        """Worker w sums and writes its chunks (`owner_of`), all workers in parallel; see `ChunkExecutor`."""
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
+            shares = [self._indices(w, n_chunks) for w in range(self.workers)]
+            self._round([("sums", context, share_of(source, idx), idx, out_template) if idx else None
+                         for idx in shares], "could not write its sums")
+            return True
+        finally:
+            self._lock.release()
+
+    def _round(self, messages: Sequence[tuple[Any, ...] | None], what: str) -> list[Any]:
+        """Send worker w `messages[w]` (None: nothing), all at once; the replies in worker order.
+
+        A worker that dies is replaced and sent its message again (each message may run twice).
+        """
+        restarts = [0] * self.workers
+        out: list[Any] = []
+        waiting: list[int] = []
+        try:
+            for w, msg in enumerate(messages):
+                if msg is not None:
+                    self._send(w, msg, restarts)
                     waiting.append(w)
-                while waiting:
-                    w = waiting[0]
-                    try:
-                        reply = self._proc(w).conn.recv()
-                    except (EOFError, OSError):
-                        self._retry(w, restarts)
-                        self._send_call(w, key, method, args[w], restarts)
-                        continue
-                    waiting.pop(0)
-                    if reply[0] == "error":
-                        raise WorkerError(f"worker {w} refused {method}: {reply[1]}")
-                    out.append(reply[1])
-            finally:
-                self._abandon(waiting)
-            return out
+            while waiting:
+                w = waiting[0]
+                try:
+                    reply = self._proc(w).conn.recv()
+                except (EOFError, OSError):
+                    self._retry(w, restarts)
+                    self._send(w, messages[w], restarts)  # type: ignore[arg-type]
+                    continue
+                waiting.pop(0)
+                if reply[0] == "error":
+                    raise WorkerError(f"worker {w} {what}: {reply[1]}")
+                out.append(reply[1])
+        finally:
+            self._abandon(waiting)
+        return out
 
     def _abandon(self, workers: list[int]) -> None:
         """Stop the workers whose replies are still due (after a failure): they start afresh when next used."""
@@ -387,10 +410,10 @@ class ProcessExecutor:
                 p.stop(kill=True)
                 self._procs[w] = None
 
-    def _send_call(self, w: int, key: str, method: str, args: tuple[Any, ...], restarts: list[int]) -> None:
+    def _send(self, w: int, msg: tuple[Any, ...], restarts: list[int]) -> None:
         while True:
             try:
-                self._proc(w).conn.send(("call", key, method, args))
+                self._proc(w).conn.send(msg)
                 return
             except OSError:
                 self._retry(w, restarts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import cast
 from pathlib import Path
 
 from he_partition.core.errors import InvalidInputError
@@ -204,7 +205,7 @@ class ComputationStore(abc.ABC):
     def sync_chunks(self, meta: UploadMeta, staged: list[object]) -> None:
         """Make the `staged` chunks of `meta` durable and held, all together (NotFoundError if the upload closed)."""
         for handle in staged:
-            index, data = handle  # type: ignore[misc]
+            index, data = cast("tuple[int, bytes]", handle)
             self.put_chunk(meta, index, data)
 
     @abc.abstractmethod

@@ -136,12 +136,23 @@ def test_the_workers_start_with_the_server_serve_its_releases_and_stop_with_it(t
             time.sleep(0.05)
         pids = executor.worker_pids()
         assert None not in pids
+        executor.start()  # returns once the server's own start has the workers' imports done
+        assert executor.worker_pids() == pids
+        folds: list[bool] = []
+        real = executor.write_sums
+
+        def recording(*args: Any, **kw: Any) -> bool:
+            folds.append(real(*args, **kw))
+            return folds[-1]
+
+        executor.write_sums = recording  # type: ignore[method-assign]
         cluster.open_study(domain_size=N, epsilon=1.0)
         for owner, h in zip(("a", "b", "c"), blocky_histograms(N)):
             assert cluster.owner(owner).submit("s1", h).committed
+        assert folds == [True, True, True]  # each commit folded on the workers
         assert cluster.computation().run_release("s1", epsilon=0.5).state == "DONE"
         assert cluster.computation().run_release("s1", epsilon=0.5).state == "DONE"
-        assert executor.worker_pids() == pids  # the same processes served both releases
+        assert executor.worker_pids() == pids  # the same processes served the folds and both releases
     finally:
         cluster.stop()
     for pid in pids:
