@@ -24,7 +24,7 @@ from he_partition.core.backend import n_chunks
 from he_partition.execution import ChunkExecutor, InProcessExecutor
 from he_partition.execution.base import ChunkFiles, ChunkSource, ChunkWorker, noise_in_c0_context
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
-from he_partition.core.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError, WorkerLostError
 from he_partition.core.measurements import Measurement
 from he_partition.core.noise import RandomSource
 from he_partition.protocol import ComputationSide
@@ -285,7 +285,7 @@ class ComputationHandler:
 
         try:
             self.running.fold(store.submissions(study_id), write_sums, store.chunk_template)
-        except (OSError, InvalidInputError) as exc:
+        except (OSError, InvalidInputError, WorkerLostError) as exc:
             log.warning("study %s: the running aggregate was not updated (%s); releases sum the owners missing "
                         "from it themselves", study_id, exc)
 

@@ -249,13 +249,11 @@ class SqliteComputationStore(ComputationStore):
             return
         pairs: list[tuple[Path, Path]] = staged  # type: ignore[assignment]
         directory = self._dir(meta)
+        self._check_open(meta, pairs)
         if self.durable:
             sync_written_files([s for s, _ in pairs], directory)
         with self._lock:  # as put_chunk: never into an upload that was committed or discarded meanwhile
-            if self._upload(meta.study_id, meta.owner_id) != meta:
-                for s, _ in pairs:
-                    s.unlink(missing_ok=True)
-                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
+            self._check_open(meta, pairs)
             for s, final in pairs:
                 os.replace(s, final)
         if self.durable:
@@ -264,6 +262,13 @@ class SqliteComputationStore(ComputationStore):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def _check_open(self, meta: UploadMeta, pairs: list[tuple[Path, Path]]) -> None:
+        with self._lock:
+            if self._upload(meta.study_id, meta.owner_id) != meta:
+                for s, _ in pairs:
+                    s.unlink(missing_ok=True)
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
 
     def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:
         _check_index(submission.meta, index)
