@@ -140,6 +140,15 @@ def _bfv_backend(context: bytes) -> VectorBackend:
     return backend
 
 
+def _sum_owners(source: ChunkSource, backend: VectorBackend, index: int) -> Any:
+    total = None
+    for c in _owner_chunks(source, backend, index):
+        total = c if total is None else total + c
+    if total is None:
+        raise InvalidInputError("at least one owner's chunks are needed to aggregate")
+    return total
+
+
 class ChunkWorker:
     """One worker's state: the public backend (loaded once per key) and, per release, the sum of its chunks.
 
@@ -165,17 +174,18 @@ class ChunkWorker:
     def load(self, key: str, context: bytes, source: ChunkSource, indices: Sequence[int]) -> int:
         """Sum every owner's chunk for each index in `indices` and keep the sums under `key`; returns the count."""
         backend = self.backend(context)
-        parts: dict[int, Any] = {}
-        for i in indices:
-            total = None
-            for c in _owner_chunks(source, backend, i):
-                total = c if total is None else total + c
-            if total is None:
-                raise InvalidInputError("at least one owner's chunks are needed to aggregate")
-            parts[int(i)] = total
+        parts = {int(i): _sum_owners(source, backend, i) for i in indices}
         self._parts[key] = parts
         self._backends[key] = backend  # its noise mode (the context's marker) stays with the aggregate
         return len(parts)
+
+    def write_sums(self, context: bytes, source: ChunkSource, indices: Sequence[int], out_template: str) -> int:
+        """Sum every owner's chunk for each index in `indices` and write the sum of chunk i, serialized, to
+        `out_template.format(index=i)` (not synced: the caller makes the whole set durable); returns the count."""
+        backend = self.backend(context)
+        for i in indices:
+            Path(out_template.format(index=int(i))).write_bytes(backend.serialize_chunk(_sum_owners(source, backend, i)))
+        return len(indices)
 
     def noised(self, key: str, index: int, noise: IntArray) -> bytes:
         """Chunk `index` of the aggregate + a fresh encryption of `noise`, flooded, serialized.
@@ -234,11 +244,29 @@ class ChunkExecutor(Protocol):
     `method(*args[w])` on worker w's object, all workers in parallel, returning the
     results in worker order. Every value that decides privacy is in `args`, fixed by the
     caller; a worker that dies is replaced, given `make(w)` again and re-sent the same args.
+
+    Workers live from `start` (or their first use) to `close`: one set serves every
+    release, direct query and upload fold of a server.
     """
 
     workers: int
 
+    def start(self) -> None:
+        """Start the workers now (a server does as it starts); they are kept until `close`. Idempotent."""
+        ...
+
     def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None: ...
+
+    def write_sums(self, context: bytes, source: ChunkSource, n_chunks: int, out_template: str, *,
+                   wait: bool = True) -> bool:
+        """Sum the owners' chunks of `source` and write the sum of chunk i to `out_template.format(index=i)`,
+        each worker its share, not synced (a server's running aggregate: the caller syncs the set).
+
+        With `wait` False, returns False at once, writing nothing, while the workers are busy
+        (a release streaming): the caller then sums in its own process. A dead worker is
+        replaced and its share written again.
+        """
+        ...
 
     def noised(self, key: str, noise: Mapping[int, IntArray]) -> Iterator[tuple[int, bytes]]: ...
 

@@ -19,8 +19,16 @@ class InProcessExecutor:
         self._worker = ChunkWorker(backend)
         self._has_backend = backend is not None
 
+    def start(self) -> None:
+        """Nothing to start: the work runs in this process."""
+
     def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None:
         self._worker.load(key, b"" if self._has_backend else context, source, range(n_chunks))
+
+    def write_sums(self, context: bytes, source: ChunkSource, n_chunks: int, out_template: str, *,
+                   wait: bool = True) -> bool:
+        self._worker.write_sums(b"" if self._has_backend else context, source, range(n_chunks), out_template)
+        return True
 
     def noised(self, key: str, noise: Mapping[int, IntArray]) -> Iterator[tuple[int, bytes]]:
         """Each chunk of `noise`, in index order, computed only when the consumer asks for it."""

@@ -32,7 +32,7 @@ class WorkerError(InvalidInputError):
 
 
 def _serve(conn: Connection) -> None:
-    """A worker's loop: load, noised (one reply per chunk, in the order sent), drop, stop."""
+    """A worker's loop: load, noised (one reply per chunk, in the order sent), hold, call, sums, drop, stop."""
     worker = ChunkWorker()
     while True:
         try:
@@ -51,6 +51,8 @@ def _serve(conn: Connection) -> None:
                 conn.send(("ok", None))
             elif op == "call":
                 conn.send(("ok", worker.call(msg[1], msg[2], msg[3])))
+            elif op == "sums":
+                conn.send(("ok", worker.write_sums(msg[1], msg[2], msg[3], msg[4])))
             elif op == "drop":
                 worker.drop(msg[1])
             elif op == "ping":  # ready: the HE library loaded, as for a first chunk
@@ -87,7 +89,11 @@ class _Proc:
 
 
 class ProcessExecutor:
-    """`workers` spawned processes (0: one per core), started at first use and kept across releases."""
+    """`workers` spawned processes (0: one per core), kept from `start` (or first use) to `close`.
+
+    A server starts them as it starts (`start`); every upload fold, release and direct query
+    then runs on the same processes, and a worker that died is replaced when next used.
+    """
 
     def __init__(self, workers: int = 0) -> None:
         if workers < 0:
@@ -98,17 +104,57 @@ class ProcessExecutor:
         self._loaded: dict[str, tuple[bytes, ChunkSource, int]] = {}
         self._held: dict[str, MakeHeld] = {}
         self._fresh: set[int] = set()  # started by `load`, not yet given the other keys
+        self._starting: set[int] = set()  # started by `start`, importing
         self._lock = threading.Lock()
+        self._closed = False  # set by `close` without the lock: a `start` in progress gives up
 
     def start(self) -> None:
-        """Start every worker now and wait until each answers (a server's workers then serve every release)."""
+        """Start every missing worker now and wait until each has loaded the HE library (idempotent).
+
+        A server calls it once as it starts (in the background), so its workers have done
+        their imports before the first upload fold or release, and every later use finds
+        them running. A worker that dies while starting is started again when next used.
+        `close` does not wait for the imports: it stops the workers half-started.
+        """
         with self._lock:
-            for w in range(self.workers):
-                self._proc(w)
-            for w in range(self.workers):
-                self._procs[w].conn.send(("ping",))  # type: ignore[union-attr]
-            for w in range(self.workers):
-                self._procs[w].conn.recv()  # type: ignore[union-attr]
+            if self._closed:
+                return
+            new = [w for w in range(self.workers) if self._procs[w] is None]
+            self._starting.update(new)
+            try:
+                for w in new:
+                    self._procs[w] = _Proc(self._ctx)  # every worker imports at once
+                for w in new:
+                    try:
+                        self._procs[w].conn.send(("ping",))  # type: ignore[union-attr]
+                    except OSError:
+                        self._forget(w)
+                for w in new:
+                    p = self._procs[w]
+                    if p is None:
+                        continue
+                    try:
+                        while not p.conn.poll(0.1):
+                            if self._closed:
+                                return
+                        p.conn.recv()
+                        for key in self._loaded:  # none when the server starts; kept right if called later
+                            self._load_one(w, key)
+                        for key in self._held:
+                            self._hold_one(w, key)
+                    except (EOFError, OSError):
+                        log.warning("chunk worker %d died while starting; it is started again when next used", w)
+                        self._forget(w)
+            finally:
+                if not self._closed:  # else `close` kills the ones still importing
+                    self._starting.clear()
+
+    def _forget(self, w: int) -> None:
+        self._fresh.discard(w)
+        p = self._procs[w]
+        if p is not None:
+            p.stop(kill=True)
+            self._procs[w] = None
 
     def worker_pids(self) -> list[int | None]:
         """The live workers' process ids (tests kill one to show the retry)."""
@@ -311,28 +357,49 @@ class ProcessExecutor:
         with self._lock:
             if key not in self._held:
                 raise InvalidInputError(f"nothing is held under {key!r}; hold it before calling it")
-            restarts = [0] * self.workers
-            out: list[Any] = []
-            waiting: list[int] = []
-            try:
-                for w in range(self.workers):
-                    self._send_call(w, key, method, args[w], restarts)
+            return self._round([("call", key, method, a) for a in args], f"refused {method}")
+
+    def write_sums(self, context: bytes, source: ChunkSource, n_chunks: int, out_template: str, *,
+                   wait: bool = True) -> bool:
+        """Worker w sums and writes its chunks (`owner_of`), all workers in parallel; see `ChunkExecutor`."""
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
+            shares = [self._indices(w, n_chunks) for w in range(self.workers)]
+            self._round([("sums", context, share_of(source, idx), idx, out_template) if idx else None
+                         for idx in shares], "could not write its sums")
+            return True
+        finally:
+            self._lock.release()
+
+    def _round(self, messages: Sequence[tuple[Any, ...] | None], what: str) -> list[Any]:
+        """Send worker w `messages[w]` (None: nothing), all at once; the replies in worker order.
+
+        A worker that dies is replaced and sent its message again (each message may run twice).
+        """
+        restarts = [0] * self.workers
+        out: list[Any] = []
+        waiting: list[int] = []
+        try:
+            for w, msg in enumerate(messages):
+                if msg is not None:
+                    self._send(w, msg, restarts)
                     waiting.append(w)
-                while waiting:
-                    w = waiting[0]
-                    try:
-                        reply = self._proc(w).conn.recv()
-                    except (EOFError, OSError):
-                        self._retry(w, restarts)
-                        self._send_call(w, key, method, args[w], restarts)
-                        continue
-                    waiting.pop(0)
-                    if reply[0] == "error":
-                        raise WorkerError(f"worker {w} refused {method}: {reply[1]}")
-                    out.append(reply[1])
-            finally:
-                self._abandon(waiting)
-            return out
+            while waiting:
+                w = waiting[0]
+                try:
+                    reply = self._proc(w).conn.recv()
+                except (EOFError, OSError):
+                    self._retry(w, restarts)
+                    self._send(w, messages[w], restarts)  # type: ignore[arg-type]
+                    continue
+                waiting.pop(0)
+                if reply[0] == "error":
+                    raise WorkerError(f"worker {w} {what}: {reply[1]}")
+                out.append(reply[1])
+        finally:
+            self._abandon(waiting)
+        return out
 
     def _abandon(self, workers: list[int]) -> None:
         """Stop the workers whose replies are still due (after a failure): they start afresh when next used."""
@@ -343,10 +410,10 @@ class ProcessExecutor:
                 p.stop(kill=True)
                 self._procs[w] = None
 
-    def _send_call(self, w: int, key: str, method: str, args: tuple[Any, ...], restarts: list[int]) -> None:
+    def _send(self, w: int, msg: tuple[Any, ...], restarts: list[int]) -> None:
         while True:
             try:
-                self._proc(w).conn.send(("call", key, method, args))
+                self._proc(w).conn.send(msg)
                 return
             except OSError:
                 self._retry(w, restarts)
@@ -363,11 +430,13 @@ class ProcessExecutor:
                         pass
 
     def close(self) -> None:
+        self._closed = True  # a `start` waiting for imports returns, freeing the lock
         with self._lock:
             for w, p in enumerate(self._procs):
                 if p is not None:
-                    p.stop()
+                    p.stop(kill=w in self._starting)  # a worker still importing would not read "stop" for seconds
                     self._procs[w] = None
             self._loaded.clear()
             self._held.clear()
             self._fresh.clear()
+            self._starting.clear()

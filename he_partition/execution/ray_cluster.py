@@ -95,6 +95,13 @@ class RayExecutor:
                 log.warning("chunk actor %d died while loading (attempt %d); starting another", w, attempt + 1)
         raise RuntimeError(f"chunk actor {w} died {MAX_RESTARTS + 1} times while loading its chunks")
 
+    def start(self) -> None:
+        """Create every missing actor now (they are kept until `close`)."""
+        with self._lock:
+            for w in range(self.workers):
+                if self._actors[w] is None:
+                    self._start(w)
+
     def load(self, key: str, context: bytes, source: ChunkSource, n_chunks: int) -> None:
         ray = _ray()
         with self._lock:
@@ -176,6 +183,12 @@ class RayExecutor:
                 else:
                     raise RuntimeError(f"chunk actor {w} died {MAX_RESTARTS + 1} times in one call")
             return out
+
+    def write_sums(self, context: bytes, source: ChunkSource, n_chunks: int, out_template: str, *,
+                   wait: bool = True) -> bool:
+        """In this process: an actor may run on a machine that can read the chunk files but not write here."""
+        ChunkWorker().write_sums(context, source, range(n_chunks), out_template)
+        return True
 
     def drop(self, key: str) -> None:
         with self._lock:

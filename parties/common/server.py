@@ -115,6 +115,8 @@ class ServerHandle:
     """A built server with its bound port and what must be closed after it stops.
 
     `handler` is the role's transport-neutral handler (tests and the demo use it directly).
+    `starters` run in a background thread once the server starts serving (the computation
+    server's chunk workers do their imports there, not in the first release).
     """
 
     server: grpc.Server
@@ -122,7 +124,9 @@ class ServerHandle:
     host: str
     handler: Any = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    starters: list[Callable[[], None]] = field(default_factory=list)
     _stopped: bool = False
+    _started: bool = False
 
     @property
     def target(self) -> str:
@@ -130,7 +134,22 @@ class ServerHandle:
 
     def start(self) -> "ServerHandle":
         self.server.start()
+        self._run_starters()
         return self
+
+    def _run_starters(self) -> None:
+        if self._started or not self.starters:
+            return
+        self._started = True
+
+        def run() -> None:
+            for start in self.starters:
+                try:
+                    start()
+                except Exception:  # noqa: BLE001 - a head start only: first use starts what is missing
+                    log.exception("starting in the background failed; it is retried when first needed")
+
+        threading.Thread(target=run, name="server-starters", daemon=True).start()
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop serving (in-flight calls get `grace` seconds), then close stores. Idempotent."""
@@ -157,7 +176,7 @@ class ServerHandle:
         """
         if port_file:
             write_port_file(port_file, self.port)
-        serve(self.server, on_stop=self._close_all, stop_event=stop_event)
+        serve(self.server, on_stop=self._close_all, stop_event=stop_event, on_start=self._run_starters)
         self._stopped = True
         if stop_event is None:
             logging.shutdown()
@@ -181,7 +200,7 @@ def write_port_file(path: str | Path, port: int) -> None:
 
 
 def serve(server: grpc.Server, *, grace: float = 5.0, on_stop: Callable[[], None] | None = None,
-          stop_event: threading.Event | None = None) -> None:
+          stop_event: threading.Event | None = None, on_start: Callable[[], None] | None = None) -> None:
     """Start `server` and block until SIGINT/SIGTERM (or `stop_event`), then stop gracefully.
 
     Health is switched to NOT_SERVING first so load balancers drain, in-flight calls get
@@ -202,6 +221,8 @@ def serve(server: grpc.Server, *, grace: float = 5.0, on_stop: Callable[[], None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, on_signal)
     server.start()
+    if on_start is not None:
+        on_start()
     try:
         stop.wait()
     finally:

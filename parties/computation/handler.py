@@ -22,9 +22,9 @@ import numpy.typing as npt
 
 from he_partition.core.backend import n_chunks
 from he_partition.execution import ChunkExecutor, InProcessExecutor
-from he_partition.execution.base import ChunkFiles, ChunkSource, noise_in_c0_context
+from he_partition.execution.base import ChunkFiles, ChunkSource, ChunkWorker, noise_in_c0_context
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
-from he_partition.core.errors import InvalidInputError
+from he_partition.core.errors import InvalidInputError, WorkerLostError
 from he_partition.core.measurements import Measurement
 from he_partition.core.noise import RandomSource
 from he_partition.protocol import ComputationSide
@@ -262,6 +262,9 @@ class ComputationHandler:
     def fold_committed(self, study_id: str, backend: Any) -> None:
         """Add the study's committed submissions not yet in its running aggregate to it (called at each commit).
 
+        The executor's workers read, parse, sum and write the chunks, each its share (this
+        process only while they serve a release); this process syncs and swaps the manifest.
+
         A fold that fails leaves the previous aggregate in place (the commit stands): a
         release then adds the owners missing from it itself, so nothing is lost.
         """
@@ -271,14 +274,18 @@ class ComputationHandler:
         if contract.sealed and self.sealed.closed_on(study_id) is None:
             return  # sealed chunks are folded once the uploads close and open
         store = self.store
+        with self._keys.lock:
+            context = self._keys.context if self._keys.backend is backend else b""
 
-        def read(template: str, i: int) -> bytes:
-            return Path(template.format(index=i)).read_bytes()
+        def write_sums(templates: tuple[str, ...], count: int, out_template: str) -> None:
+            # On the executor's workers, each its share of the chunks; while they serve a release, here.
+            if not context or not self.executor.write_sums(context, ChunkFiles(templates), count, out_template,
+                                                           wait=False):
+                ChunkWorker(backend).write_sums(b"", ChunkFiles(templates), range(count), out_template)
 
         try:
-            self.running.fold(store.submissions(study_id), read, backend.deserialize_chunk, backend.serialize_chunk,
-                              store.chunk_template)
-        except (OSError, InvalidInputError) as exc:
+            self.running.fold(store.submissions(study_id), write_sums, store.chunk_template)
+        except (OSError, InvalidInputError, WorkerLostError) as exc:
             log.warning("study %s: the running aggregate was not updated (%s); releases sum the owners missing "
                         "from it themselves", study_id, exc)
 

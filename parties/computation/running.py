@@ -28,7 +28,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from ..common.util import sync_written_files, write_file_atomic
 from .store import CHUNK_FILE, Submission
@@ -61,9 +61,11 @@ class RunningAggregates:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._pinned: dict[Path, int] = {}  # generation dir -> releases reading it (a fold keeps it until they end)
+        self._folding: dict[str, threading.Lock] = {}  # one fold of a study at a time
 
     def lock(self, study_id: str) -> threading.Lock:
-        """Held while folding, and by a release while its executor reads the current generation."""
+        """Held while a fold picks its inputs or swaps the manifest, and while a release picks (or lets go of) the
+        generation its executor reads."""
         with self._guard:
             return self._locks.setdefault(study_id, threading.Lock())
 
@@ -108,57 +110,76 @@ class RunningAggregates:
                 gen = None
             else:
                 templates = (f.template, *(owner_template(s) for s in subs if _key(s) not in f.uploads))
-                gen = Path(f.template).parent
-                self._pinned[gen] = self._pinned.get(gen, 0) + 1
+                gen = self._pin(f)
         try:
             yield templates
         finally:
-            if gen is not None:
-                with self.lock(study_id):
-                    self._pinned[gen] -= 1
-                    if not self._pinned[gen]:
-                        del self._pinned[gen]
-                        cur = self.current(study_id)
-                        if cur is None or Path(cur.template).parent != gen:
-                            shutil.rmtree(gen, ignore_errors=True)
+            self._unpin(study_id, gen)
 
-    def fold(self, subs: list[Submission], read: Callable[[str, int], bytes], deserialize: Callable[[bytes], Any],
-             serialize: Callable[[Any], bytes], owner_template: Callable[[Submission], str]) -> Folded | None:
+    def _pin(self, f: Folded) -> Path:
+        """Keep `f`'s generation on disk while it is read (called under the study's lock)."""
+        gen = Path(f.template).parent
+        self._pinned[gen] = self._pinned.get(gen, 0) + 1
+        return gen
+
+    def _unpin(self, study_id: str, gen: Path | None) -> None:
+        if gen is None:
+            return
+        with self.lock(study_id):
+            self._pinned[gen] -= 1
+            if not self._pinned[gen]:
+                del self._pinned[gen]
+                cur = self.current(study_id)
+                if cur is None or Path(cur.template).parent != gen:
+                    shutil.rmtree(gen, ignore_errors=True)
+
+    def fold(self, subs: list[Submission], write_sums: Callable[[tuple[str, ...], int, str], None],
+             owner_template: Callable[[Submission], str]) -> Folded | None:
         """Add every submission in `subs` not yet in the running sum to it; one new generation, one manifest swap.
 
-        `read(template, i)` reads chunk i of a template. Returns the new aggregate (None if
-        there was nothing to fold or no submission).
+        `write_sums(templates, chunk_count, out_template)` sums chunk i of every template
+        and writes it to `out_template.format(index=i)` (the server's chunk workers do, in
+        parallel; not synced). Folds of a study run one at a time (the one that waited adds
+        every owner committed meanwhile); a release reading the aggregate meanwhile is not
+        held up: the study's lock is taken only to pick the inputs and to swap the manifest.
+        Returns the new aggregate (None if there was nothing to fold or no submission).
         """
         if not subs:
             return None
         study_id, meta = subs[0].meta.study_id, subs[0].meta
-        with self.lock(study_id):
-            f = self.usable(subs)
-            todo = [s for s in subs if f is None or _key(s) not in f.uploads]
-            if not todo:
-                return f
-            templates = ([f.template] if f is not None else []) + [owner_template(s) for s in todo]
-            study_dir = self.root / study_id
-            gen = f"gen-{secrets.token_hex(8)}"
-            out = study_dir / gen
-            out.mkdir(parents=True)
-            written = []
-            for i in range(meta.chunk_count):
-                total = None
-                for t in templates:
-                    c = deserialize(read(t, i))
-                    total = c if total is None else total + c
+        study_dir = self.root / study_id
+        with self._fold_lock(study_id):
+            with self.lock(study_id):
+                f = self.usable(subs)
+                todo = [s for s in subs if f is None or _key(s) not in f.uploads]
+                if not todo:
+                    return f
+                templates = ([f.template] if f is not None else []) + [owner_template(s) for s in todo]
+                base = self._pin(f) if f is not None else None  # read below, without the lock
+                gen = f"gen-{secrets.token_hex(8)}"
+                out = study_dir / gen
+                out.mkdir(parents=True)
+            try:
                 # No manifest names the new generation yet: plain writes, made durable together below.
-                path = out / CHUNK_FILE.format(index=i)
-                path.write_bytes(serialize(total))
-                written.append(path)
-            if self.durable:  # the whole generation is on disk before the manifest names it
-                sync_written_files(written, out)
-            uploads = sorted((f.uploads if f is not None else frozenset()) | {_key(s) for s in todo})
-            manifest = {"generation": gen, "uploads": [list(u) for u in uploads], "chunk_count": meta.chunk_count,
-                        "context_fingerprint": meta.context_fingerprint}
-            write_file_atomic(study_dir / MANIFEST, json.dumps(manifest, sort_keys=True).encode(), fsync=self.durable)
-            for old in study_dir.iterdir():  # the previous generation and orphans of interrupted folds
-                if old.is_dir() and old.name != gen and old not in self._pinned:
-                    shutil.rmtree(old, ignore_errors=True)
+                write_sums(tuple(templates), meta.chunk_count, str(out / CHUNK_FILE))
+                if self.durable:  # the whole generation is on disk before the manifest names it
+                    sync_written_files([out / CHUNK_FILE.format(index=i) for i in range(meta.chunk_count)], out)
+                uploads = sorted((f.uploads if f is not None else frozenset()) | {_key(s) for s in todo})
+                manifest = {"generation": gen, "uploads": [list(u) for u in uploads], "chunk_count": meta.chunk_count,
+                            "context_fingerprint": meta.context_fingerprint}
+                with self.lock(study_id):
+                    write_file_atomic(study_dir / MANIFEST, json.dumps(manifest, sort_keys=True).encode(),
+                                      fsync=self.durable)
+                    for old in study_dir.iterdir():  # the previous generation and orphans of interrupted folds
+                        if old.is_dir() and old.name != gen and old not in self._pinned:
+                            shutil.rmtree(old, ignore_errors=True)
+            except BaseException:
+                shutil.rmtree(out, ignore_errors=True)
+                raise
+            finally:
+                self._unpin(study_id, base)
             return self.current(study_id)
+
+    def _fold_lock(self, study_id: str) -> threading.Lock:
+        with self._guard:
+            return self._folding.setdefault(study_id, threading.Lock())

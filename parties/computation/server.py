@@ -91,7 +91,8 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
         unlock()
         raise
     return ServerHandle(server, port, config.host, handler,
-                        [st.close, ds.close, lambda: handler.join(5.0), executor.close, unlock])
+                        [st.close, ds.close, lambda: handler.join(5.0), executor.close, unlock],
+                        starters=[executor.start])  # the workers serve every fold, release and direct query
 
 
 def serve_computation(config: ComputationConfig, *, port_file: str | None = None) -> None:

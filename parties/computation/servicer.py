@@ -111,11 +111,15 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
                                            c1_signature=bytes(h.c1_signature),
                                            commitment=(bytes(h.c1_parts_digest), tuple(bytes(x) for x in h.key_shares),
                                                        bytes(h.commitment_signature)))
-        for msg in request_iterator:
-            if msg.WhichOneof("part") != "chunk":
-                session.abort()
-                raise InvalidInputError("only ciphertext chunks may follow the upload header; upload discarded")
-            session.add(int(msg.chunk.index), msg.chunk.data)
+        try:
+            for msg in request_iterator:
+                if msg.WhichOneof("part") != "chunk":
+                    session.abort()
+                    raise InvalidInputError("only ciphertext chunks may follow the upload header; upload discarded")
+                session.add(int(msg.chunk.index), msg.chunk.data)
+        except BaseException:
+            session.close()  # a broken stream keeps the chunks that arrived (nothing after an abort)
+            raise
         return _submit_response(session.finish())
 
     def UploadStatus(self, request: computation_pb2.UploadStatusRequest,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import cast
 from pathlib import Path
 
 from he_partition.core.errors import InvalidInputError
@@ -187,7 +188,25 @@ class ComputationStore(abc.ABC):
 
     @abc.abstractmethod
     def put_chunk(self, meta: UploadMeta, index: int, data: bytes) -> None:
-        """Store one validated chunk of a started upload (rewriting the same index is harmless)."""
+        """Store one validated chunk of a started upload, durably (rewriting the same index is harmless)."""
+
+    def stage_chunk(self, meta: UploadMeta, index: int, data: bytes) -> object:
+        """Write one validated chunk of a started upload without making it durable; returns its handle.
+
+        A staged chunk is not held: `received_chunks` does not list it (so no status or reply
+        acknowledges it) until `sync_chunks` has made it durable, and a crash before that
+        forgets it. An upload stream stages its chunks and syncs them in batches: one flush
+        to storage per batch, not one per chunk. Here (no storage to flush) the chunk waits
+        in the handle and `sync_chunks` puts it.
+        """
+        _check_index(meta, index)
+        return (index, bytes(data))
+
+    def sync_chunks(self, meta: UploadMeta, staged: list[object]) -> None:
+        """Make the `staged` chunks of `meta` durable and held, all together (NotFoundError if the upload closed)."""
+        for handle in staged:
+            index, data = cast("tuple[int, bytes]", handle)
+            self.put_chunk(meta, index, data)
 
     @abc.abstractmethod
     def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:

@@ -8,6 +8,8 @@ the in-memory store (the ABC in `store.py`; tests/parties/test_stores.py runs bo
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import sqlite3
 import threading
@@ -18,11 +20,14 @@ from he_partition.execution.base import ChunkFiles, ChunkSource
 from ..common.contract import StudyContract
 from ..common.errors import NotFoundError
 from ..common.signing import OwnerSignature
-from ..common.util import ImmediateTransaction, utc_now, write_file_atomic
+from ..common.util import ImmediateTransaction, sync_written_files, utc_now, write_file_atomic
 from .store import (CHUNK_FILE, ComputationStore, ReleaseListing, ReleaseRecord, ReleaseState, Submission, UploadMeta,
                     _check_complete, _check_index, _listing, _study_conflict, owner_conflict)
 
 __all__ = ["SqliteComputationStore"]
+
+#: A chunk written but not yet synced (`stage_chunk`): never listed, never read as a chunk.
+STAGED_SUFFIX = ".part"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS studies (
@@ -122,7 +127,9 @@ class SqliteComputationStore(ComputationStore):
     """Metadata in `data_dir/computation.sqlite3`, chunks in `data_dir/uploads/<study>/<owner>/<key>/`.
 
     Chunks are written to a temporary file and renamed (and fsynced when `durable`), so a
-    crash never leaves half a chunk; committing is one SQLite transaction that inserts
+    crash never leaves half a chunk; an upload stream stages its chunks and syncs them a
+    batch at a time (`stage_chunk`, `sync_chunks`: one flush per batch), and a chunk is
+    listed as received only once it is durable. Committing is one SQLite transaction that inserts
     the submission row (primary key study+owner: one submission per owner, ever) and
     removes the partial-upload row. `read_only` opens an existing store for a separate
     analyst process.
@@ -228,6 +235,45 @@ class SqliteComputationStore(ComputationStore):
         # File I/O outside the lock: chunks of different owners are written in parallel.
         write_file_atomic(self._dir(meta) / CHUNK_FILE.format(index=index), bytes(data), fsync=self.durable)
 
+    def stage_chunk(self, meta: UploadMeta, index: int, data: bytes) -> object:
+        """The chunk under a name of its own (`.<index>.ct.<token>.part`), not fsynced: `received_chunks` skips it."""
+        _check_index(meta, index)
+        final = self._dir(meta) / CHUNK_FILE.format(index=index)
+        staged = final.with_name(f".{final.name}.{secrets.token_hex(4)}{STAGED_SUFFIX}")
+        staged.write_bytes(bytes(data))
+        return (staged, final)
+
+    def sync_chunks(self, meta: UploadMeta, staged: list[object]) -> None:
+        """One flush for the whole batch: the staged files' data, then their renames (one directory fsync).
+
+        A crash before the renames are durable leaves some or all of them staged (ignored,
+        removed at commit or discard): a chunk is listed only once its bytes are on disk.
+        """
+        if not staged:
+            return
+        pairs: list[tuple[Path, Path]] = staged  # type: ignore[assignment]
+        directory = self._dir(meta)
+        self._check_open(meta, pairs)
+        if self.durable:
+            sync_written_files([s for s, _ in pairs], directory)
+        with self._lock:  # as put_chunk: never into an upload that was committed or discarded meanwhile
+            self._check_open(meta, pairs)
+            for s, final in pairs:
+                os.replace(s, final)
+        if self.durable:
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _check_open(self, meta: UploadMeta, pairs: list[tuple[Path, Path]]) -> None:
+        with self._lock:
+            if self._upload(meta.study_id, meta.owner_id) != meta:
+                for s, _ in pairs:
+                    s.unlink(missing_ok=True)
+                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}; start it first")
+
     def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:
         _check_index(submission.meta, index)
         write_file_atomic(self._dir(submission.meta) / CHUNK_FILE.format(index=index), bytes(data),
@@ -264,6 +310,8 @@ class SqliteComputationStore(ComputationStore):
                      sub.ciphertext_digest))
                 self._db.execute("DELETE FROM uploads WHERE study_id = ? AND owner_id = ?",
                                  (meta.study_id, meta.owner_id))
+            for leftover in self._dir(meta).glob(f".*{STAGED_SUFFIX}"):  # staged by a stream that broke off
+                leftover.unlink(missing_ok=True)
             return sub
 
     def discard_upload(self, meta: UploadMeta) -> None:

@@ -29,6 +29,11 @@ __all__ = ["UploadSession", "UploadOutcome", "UploadState", "open_upload", "uplo
 
 log = logging.getLogger("dpagg.computation")
 
+#: An upload stream makes its chunks durable a batch at a time, one flush to storage per batch: after this
+#: many chunks or bytes, and always before it reports what it holds (an unsynced chunk is never acknowledged).
+SYNC_EVERY_CHUNKS = 64
+SYNC_EVERY_BYTES = 8 << 20
+
 
 class UploadState:
     NONE = "NONE"
@@ -72,6 +77,8 @@ class UploadSession:
         self.signature = bytes(signature)
         self.bytes_this_stream = 0
         self._started = False
+        self._staged: list[object] = []  # written, not yet durable: `sync` makes them held
+        self._staged_bytes = 0
 
     def add(self, index: int, data: bytes) -> None:
         """Validate (deserialize under the study's public key) and store one chunk.
@@ -102,10 +109,27 @@ class UploadSession:
             # (a re-encryption) discards the chunks held so far, which it would not match.
             self._h.store.start_upload(self.meta, self.signature)
             self._started = True
-        self._h.store.put_chunk(self.meta, index, data)
+        self._staged.append(self._h.store.stage_chunk(self.meta, index, data))
+        self._staged_bytes += len(data)
         self.bytes_this_stream += len(data)
+        if len(self._staged) >= SYNC_EVERY_CHUNKS or self._staged_bytes >= SYNC_EVERY_BYTES:
+            self.sync()
+
+    def sync(self) -> None:
+        """Make the chunks staged so far durable (one flush for the batch); from then on they count as received."""
+        staged, self._staged, self._staged_bytes = self._staged, [], 0
+        self._h.store.sync_chunks(self.meta, staged)
+
+    def close(self) -> None:
+        """The stream ended early (the owner went away): keep the chunks that arrived, so a resume skips them."""
+        try:
+            self.sync()
+        except Exception as exc:  # noqa: BLE001 - the stream's own error is the one to report
+            log.warning("study %s: owner %s's last chunks were not kept (%s); a resume sends them again",
+                        self.meta.study_id, self.meta.owner_id, exc)
 
     def abort(self) -> None:
+        self._staged, self._staged_bytes = [], 0
         self._h.store.discard_upload(self.meta)
 
     def _verify(self) -> bytes:
@@ -133,6 +157,7 @@ class UploadSession:
 
     def finish(self) -> UploadOutcome:
         """Commit if every chunk has arrived (and, in a signed study, the signature verifies); else report what is held."""
+        self.sync()  # what the reply lists is on disk
         held = self._h.store.received_chunks(self.meta)
         if not self.duplicate and len(held) == self.meta.chunk_count:
             ciphertext_digest = self._verify()

@@ -6,13 +6,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
 
 from he_partition.core.backend import ChunkedVector, n_chunks
+from he_partition.core.errors import WorkerLostError
 from he_partition.core.measurements import Measurement, PartitionSums, PrefixDifferences, owner_encoding
 from he_partition.core.noise import SeededRandom
 from he_partition.execution import ChunkBytes, ChunkFiles, InProcessExecutor, ProcessExecutor, make_executor
@@ -101,6 +105,63 @@ def test_process_executor_releases_the_same_values(keys: Keys) -> None:
     finally:
         executor.close()
     assert executor.worker_pids() == [None, None]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_started_workers_serve_every_release_and_a_close_mid_start_leaves_no_process(keys: Keys) -> None:
+    executor = ProcessExecutor(2)
+    try:
+        executor.start()  # as a server does when it starts: the imports are done before the first release
+        pids = executor.worker_pids()
+        assert None not in pids
+        executor.start()  # idempotent: nothing new
+        assert executor.worker_pids() == pids
+        _assert_same(_release(keys, executor, 17), keys.reference(seed=17))
+        assert executor.worker_pids() == pids  # the same processes did the release
+    finally:
+        executor.close()
+    assert all(_gone(p) for p in pids if p is not None)
+    starting = ProcessExecutor(2)
+    t = threading.Thread(target=starting.start)
+    t.start()
+    while None in starting.worker_pids():
+        time.sleep(0.01)
+    half = starting.worker_pids()
+    starting.close()  # does not wait for the imports
+    t.join(10)
+    assert not t.is_alive()
+    assert all(_gone(p) for p in half if p is not None)
+
+
+@dataclass(frozen=True)
+class _KillsItsReader:
+    """A chunk source whose every read ends the worker process reading it."""
+
+    def read(self, index: int) -> list[bytes]:
+        os._exit(3)
+
+
+def test_folds_write_the_sums_on_the_workers_and_workers_that_keep_dying_are_lost(keys: Keys, tmp_path: Path) -> None:
+    executor = ProcessExecutor(2)
+    try:
+        assert executor.write_sums(keys.context, keys.files, keys.n_chunks, str(tmp_path / "{index:07d}.ct"))
+        want = [sum((keys.public.deserialize_chunk(o[i]) for o in keys.chunks[1:]), keys.public.deserialize_chunk(
+            keys.chunks[0][i])) for i in range(keys.n_chunks)]
+        got = [keys.public.deserialize_chunk((tmp_path / f"{i:07d}.ct").read_bytes()) for i in range(keys.n_chunks)]
+        assert [keys.secret.decrypt(ChunkedVector(8192, (g,))).tolist() for g in got] == \
+            [keys.secret.decrypt(ChunkedVector(8192, (w,))).tolist() for w in want]
+        with pytest.raises(WorkerLostError):  # UNAVAILABLE at a server: its environment, not the request
+            executor.write_sums(keys.context, _KillsItsReader(), keys.n_chunks, str(tmp_path / "x{index}"))
+        _assert_same(_release(keys, executor, 17), keys.reference(seed=17))  # still usable afterwards
+    finally:
+        executor.close()
 
 
 def test_a_worker_killed_mid_measurement_is_retried_with_the_same_values(keys: Keys) -> None:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any, Iterator
+
 import numpy as np
+import pytest
 
 from he_partition.he.bfv import BfvBackend, load_context
 from he_partition.protocol import encrypt_histogram
+from parties.common.errors import ServiceError
+from parties.computation import uploads
+from parties.computation.client import ComputationClient
 
 from .conftest import Cluster
 
@@ -90,3 +97,47 @@ def test_encrypting_locally_matches_what_the_server_expects(cluster: Cluster) ->
     be = BfvBackend(load_context(cluster.decryption().public_context()))
     vec = encrypt_histogram(be, np.ones(64, dtype=int))
     assert len(vec.chunks) == 1 and contract.context_fingerprint == cluster.ds.handler.fingerprint
+
+
+def test_an_upload_syncs_its_chunks_in_batches_and_a_broken_stream_keeps_what_arrived(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(uploads, "SYNC_EVERY_CHUNKS", 2)
+    store = cluster.cs.handler.store
+    batches: list[int] = []
+    real = store.sync_chunks
+
+    def counting(meta: Any, staged: list[object]) -> None:
+        batches.append(len(staged))
+        real(meta, staged)
+
+    monkeypatch.setattr(store, "sync_chunks", counting)
+    n = 5 * 8192 - 100  # five ciphertext chunks
+    cluster.open_study(domain_size=n, owners=("a", "b"))
+    assert cluster.owner("a").submit("s1", np.ones(n, dtype=int), idempotency_key="ka").committed
+    assert batches == [2, 2, 1]  # one flush per two chunks; the last one before the reply lists them
+
+    owner = cluster.owner("b")
+    enc = owner.encrypt("s1", np.ones(n, dtype=int))
+    real_submit = ComputationClient.submit_chunks
+
+    def breaks_off(self: ComputationClient, *, chunks: Iterator[tuple[int, bytes]], **kw: Any) -> Any:
+        def three() -> Iterator[tuple[int, bytes]]:
+            for k, item in enumerate(chunks):
+                if k == 3:
+                    time.sleep(0.5)  # the three chunks reach the server, then the stream breaks
+                    raise ConnectionError("the owner's machine went away")
+                yield item
+        return real_submit(self, chunks=three(), **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(uploads, "SYNC_EVERY_CHUNKS", 100)  # nothing synced while the stream runs
+        m.setattr(ComputationClient, "submit_chunks", breaks_off)
+        with pytest.raises(ServiceError):  # the call was cancelled
+            owner.upload(enc, idempotency_key="kb")
+    cs = cluster.computation()
+    end = time.monotonic() + 10
+    while cs.upload_status("s1", "b", "kb").received != (0, 1, 2) and time.monotonic() < end:
+        time.sleep(0.05)  # the server notices the broken stream on its own thread
+    assert cs.upload_status("s1", "b", "kb").received == (0, 1, 2)  # staged, then synced as the stream broke
+    done = cluster.owner("b").upload(enc, idempotency_key="kb")
+    assert done.committed and done.chunks_sent == 2

@@ -158,8 +158,12 @@ def test_a_generation_being_read_survives_a_fold_until_its_reader_ends(tmp_path:
     running = RunningAggregates(tmp_path / "agg", durable=False)
 
     def fold(owners: str) -> None:
-        running.fold([_sub(o) for o in owners], lambda t, i: Path(t.format(index=i)).read_bytes(),
-                     lambda b: int(b), lambda x: str(x).encode(), lambda s: str(chunks[s.owner_id] / "{index:07d}.ct"))
+        def write_sums(templates: tuple[str, ...], count: int, out: str) -> None:
+            for i in range(count):
+                Path(out.format(index=i)).write_text(str(sum(int(Path(t.format(index=i)).read_text())
+                                                             for t in templates)))
+
+        running.fold([_sub(o) for o in owners], write_sums, lambda s: str(chunks[s.owner_id] / "{index:07d}.ct"))
 
     def total(templates: tuple[str, ...]) -> list[int]:
         return [sum(int(Path(t.format(index=i)).read_text()) for t in templates) for i in range(2)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -121,3 +122,39 @@ def test_the_executor_settings_are_checked_when_the_config_is_built(tmp_path: Pa
     with pytest.raises(InvalidInputError, match="cluster '10.0.0.1:6379' is a Ray address; it needs executor 'ray'"):
         ComputationConfig(tmp_path, "127.0.0.1:1", insecure=True, cluster="10.0.0.1:6379")
     assert ComputationConfig(tmp_path, "127.0.0.1:1", insecure=True, executor="ray", cluster="10.0.0.1:6379")
+
+
+def test_the_workers_start_with_the_server_serve_its_releases_and_stop_with_it(tmp_path: Path) -> None:
+    ds = create_decryption_server(Cluster._ds_config(tmp_path, None, 0, 11)).start()
+    config = dataclasses.replace(Cluster._cs_config(tmp_path, None, ds.target, 0, CS_SEED), executor="processes",
+                                 chunk_workers=2)
+    cluster = Cluster(tmp_path, ds, create_computation_server(config).start())
+    executor = cluster.cs.handler.executor
+    try:
+        end = time.monotonic() + 60
+        while None in executor.worker_pids() and time.monotonic() < end:  # started before anything is asked
+            time.sleep(0.05)
+        pids = executor.worker_pids()
+        assert None not in pids
+        executor.start()  # returns once the server's own start has the workers' imports done
+        assert executor.worker_pids() == pids
+        folds: list[bool] = []
+        real = executor.write_sums
+
+        def recording(*args: Any, **kw: Any) -> bool:
+            folds.append(real(*args, **kw))
+            return folds[-1]
+
+        executor.write_sums = recording  # type: ignore[method-assign]
+        cluster.open_study(domain_size=N, epsilon=1.0)
+        for owner, h in zip(("a", "b", "c"), blocky_histograms(N)):
+            assert cluster.owner(owner).submit("s1", h).committed
+        assert folds == [True, True, True]  # each commit folded on the workers
+        assert cluster.computation().run_release("s1", epsilon=0.5).state == "DONE"
+        assert cluster.computation().run_release("s1", epsilon=0.5).state == "DONE"
+        assert executor.worker_pids() == pids  # the same processes served the folds and both releases
+    finally:
+        cluster.stop()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):  # no orphan: stopping the server ended its workers
+            os.kill(pid, 0)

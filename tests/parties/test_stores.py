@@ -187,6 +187,45 @@ def test_store_new_key_discards_the_old_partial(cstore: ComputationStore) -> Non
     assert cstore.get_upload("s1", "a") is None and cstore.received_chunks(new) == {}
 
 
+def test_staged_chunks_count_only_once_synced(cstore: ComputationStore) -> None:
+    m = meta()
+    cstore.start_upload(m)
+    cstore.put_chunk(m, 0, b"zero")
+    staged = [cstore.stage_chunk(m, 1, b"one"), cstore.stage_chunk(m, 2, b"two")]
+    assert cstore.received_chunks(m) == {0: 4}  # written, not durable: not acknowledged
+    with pytest.raises(InvalidInputError):
+        cstore.stage_chunk(m, 3, b"x")
+    cstore.sync_chunks(m, staged)
+    assert cstore.received_chunks(m) == {0: 4, 1: 3, 2: 3}
+    sub = cstore.commit_upload(m)
+    assert [cstore.read_chunk(sub, i) for i in range(3)] == [b"zero", b"one", b"two"]
+    late = meta("k2", owner="b")
+    cstore.start_upload(late)
+    pending = [cstore.stage_chunk(late, 0, b"x")]
+    cstore.discard_upload(late)
+    with pytest.raises(NotFoundError):  # never into an upload that was discarded (or committed) meanwhile
+        cstore.sync_chunks(late, pending)
+
+
+def test_a_crash_before_the_sync_forgets_exactly_the_staged_chunks(tmp_path: Path) -> None:
+    store = SqliteComputationStore(tmp_path / "cs")
+    m = meta()
+    store.start_upload(m)
+    store.sync_chunks(m, [store.stage_chunk(m, 0, b"zero")])
+    store.stage_chunk(m, 1, b"one")  # the server dies before this batch is synced
+    store.close()
+    reopened = SqliteComputationStore(tmp_path / "cs")
+    try:
+        assert reopened.received_chunks(m) == {0: 4}  # what a resume is told it holds: exactly the synced chunk
+        reopened.start_upload(m)
+        reopened.sync_chunks(m, [reopened.stage_chunk(m, i, d) for i, d in ((1, b"one"), (2, b"two"))])
+        sub = reopened.commit_upload(m)
+        assert [reopened.read_chunk(sub, i) for i in range(3)] == [b"zero", b"one", b"two"]
+        assert not list((tmp_path / "cs" / "uploads").rglob("*.part"))  # the staged leftover went with the commit
+    finally:
+        reopened.close()
+
+
 def test_store_submissions_are_per_owner_and_sorted(cstore: ComputationStore) -> None:
     for owner in ("b", "a"):
         m = meta(owner=owner, chunks=1)
