@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import InvalidInputError, WorkerLostError
+from .heap import return_big_blocks_to_the_os
 from .spawning import without_user_main
 from .base import ChunkSource, ChunkWorker, IntArray, MakeHeld, owner_of, share_of
 
@@ -33,6 +34,7 @@ class WorkerError(InvalidInputError):
 
 def _serve(conn: Connection) -> None:
     """A worker's loop: load, noised (one reply per chunk, in the order sent), hold, call, sums, drop, stop."""
+    return_big_blocks_to_the_os()  # a worker parses and writes ciphertext after ciphertext
     worker = ChunkWorker()
     while True:
         try:

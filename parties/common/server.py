@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from he_partition.core.errors import InvalidInputError
 
 from . import config
-from .heap import return_big_blocks_to_the_os
+from he_partition.execution.heap import return_big_blocks_to_the_os
 from .errors import ErrorMappingInterceptor
 from .limits import CallLimiter, CallLimits
 

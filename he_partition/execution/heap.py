@@ -19,7 +19,7 @@ import sys
 
 __all__ = ["MMAP_THRESHOLD", "return_big_blocks_to_the_os"]
 
-log = logging.getLogger("dpagg.server")
+log = logging.getLogger("he_partition.execution")
 
 #: Blocks at least this large are mapped on their own (bytes).
 MMAP_THRESHOLD = 128 * 1024
