@@ -241,10 +241,9 @@ class DecryptionClient(BaseClient):
 
         A key holder that is unreachable (UNAVAILABLE) is retried for up to `outage_seconds`
         (backoff, each retry logged), re-sending the very same chunks, so no noise is redrawn
-        for anything the key holder may have seen. Other failures are not retried: the server
-        charges the ledger before decrypting, so a lost reply is not answered by a second
-        decryption; if the server charged and then died, the retry is charged again (the
-        ledger books every decryption, and a release never passes its declared epsilon). The ledger refuses (RESOURCE_EXHAUSTED) a
+        for anything the key holder may have seen; if it charged and then died before its reply
+        arrived, the re-sent request is answered from that charge with the same draw and not
+        charged again. Other failures are not retried. The ledger refuses (RESOURCE_EXHAUSTED) a
         charge that does not fit. `contract_hash` is the hash of the study contract the
         measurement was computed under; the server refuses a measurement under other terms.
         Only the computation server may call this.

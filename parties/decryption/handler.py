@@ -152,6 +152,21 @@ def charged_epsilon(contract: StudyContract, m: Measurement, release_epsilon: fl
     return _scaled(m.epsilon, contract.noise_multiplier, release_epsilon)
 
 
+class _AnsweredBefore(Budget):
+    """Adapter for a request this ledger already charged: the same release, contract, measurement and ciphertext
+    bytes (the row's detail is identical, noise stream included). It is answered again with the same draw, so its
+    values are those of the first answer: nothing new is learned, and nothing is charged again. This is what lets
+    a release ride out a key holder that charged, then died before its reply arrived (the computation server
+    re-sends the very same bytes)."""
+
+    def __init__(self, prior: Charge) -> None:
+        super().__init__(total=math.inf)
+        self.last: Charge | None = prior
+
+    def charge(self, what: str, epsilon: float) -> None:
+        """Spends nothing: the first answer's row (`last`) paid for these values."""
+
+
 class _DirectClaim(Budget):
     """Adapter for direct range counts: paid in advance by `charge_direct_queries`; `charge`
     claims one paid range (once) instead of spending again."""
@@ -509,7 +524,10 @@ class DecryptionHandler:
         request an independent one. Then the ledger row for `charged_epsilon`
         (`measurement.epsilon`, times 1 + L in a study with correlated records, where it
         is a Bayesian-DP charge in the same units as `release_epsilon`) is committed (and
-        refused with BudgetExhaustedError if it does not fit) before decryption. The
+        refused with BudgetExhaustedError if it does not fit) before decryption; a request
+        identical to one already charged (same release, contract, measurement and bytes:
+        the same row detail) is answered from that row, with the same draw and so the same
+        values, and is not charged again (`_AnsweredBefore`). The
         decoded values are the measurement (sensitivity `measurement.sensitivity` under
         add/remove of one person with at most c records) plus the computation server's
         draw plus this server's. Before the charge every chunk passes the integrity check
@@ -541,8 +559,12 @@ class DecryptionHandler:
             stream = self._noise_stream(study_id, release_id, digest)
             spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
             detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
+            prior = None if isinstance(measurement, RangeCount) else next(
+                (c for c in self.ledger.charges(study_id) if c.release_id == release_id and c.detail == detail), None)
             if isinstance(measurement, RangeCount):
                 budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
+            elif prior is not None:  # the very request answered (or refused after its charge) before
+                budget = _AnsweredBefore(prior)
             else:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
@@ -558,11 +580,11 @@ class DecryptionHandler:
                 values = side.decrypt_measurement(measurement, vector, verified=checked is not None)
                 took = time.monotonic() - started
         except Exception as exc:
-            charged = budget.last.epsilon if isinstance(budget, _LedgerBudget) and budget.last is not None else 0.0
+            charged = budget.last.epsilon if type(budget) is _LedgerBudget and budget.last is not None else 0.0
             self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest, charged=charged)
             raise
         charges = self.ledger.charges(study_id)
-        if isinstance(budget, _LedgerBudget):
+        if isinstance(budget, (_LedgerBudget, _AnsweredBefore)):
             assert budget.last is not None  # DecryptionSide charges before it decrypts
             paid: Charge | None = budget.last
         else:
@@ -573,7 +595,9 @@ class DecryptionHandler:
         log.info("study %s, %s %s: decrypted %s (%d chunks, %d values) in %.3f s%s", study_id,
                  "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
                  measurement.kind, len(chunks), len(values), took,
-                 f", charged epsilon {paid.epsilon:.6g}" if paid is not None else "")
+                 "" if paid is None else (f", answered again from charge #{paid.charge_id} (not charged again)"
+                                          if isinstance(budget, _AnsweredBefore)
+                                          else f", charged epsilon {paid.epsilon:.6g}"))
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
