@@ -272,7 +272,9 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
             total = sum(r["hist_sum"] for r in results)
             released_total = sum(rel.summary.sums)
         rss = {"decryption": _vm_hwm_mb(ds_proc.pid), "computation": _vm_hwm_mb(cs_proc.pid),
-               "owner_max": max(r["peak_rss_mb"] for r in results)}
+               "owner_max": max(r["peak_rss_mb"] for r in results),
+               # this process: the SDK client that reads the whole summary (in pages when it is large)
+               "client": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     finally:
         _stop_owners(procs, finish)
         for proc, name in reversed(servers):
