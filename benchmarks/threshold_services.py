@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.services import _start_server, _vm_hwm_mb  # noqa: E402
+from benchmarks.services import _start_server, _stop_owners, _vm_hwm_mb  # noqa: E402
 
 TARGET_RATIO = 1.3
 HOLDERS = ("holder-1", "holder-2", "holder-3")
@@ -102,6 +102,8 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
     from parties.decryption.client import DecryptionClient
 
     procs, cs, setup_s = _servers(k, workdir)
+    workers: list[Any] = []
+    finish: Any = None
     try:
         with ComputationClient(cs, timeout=60.0, insecure=True) as op:
             op.wait_ready()
@@ -111,7 +113,7 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
                                         owner_keys={o: public_key_of(_signing_key(i)) for i, o in enumerate(owner_ids)})
             ctx = mp.get_context("spawn")
             ready, out, go, finish = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
-            workers = [ctx.Process(target=_owner, args=(i, contract.study_id, n, cs, ready, go, out, finish))
+            workers += [ctx.Process(target=_owner, args=(i, contract.study_id, n, cs, ready, go, out, finish))
                        for i in range(owners)]
             for p in workers:
                 p.start()
@@ -121,9 +123,7 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
             results = [out.get(timeout=1800) for _ in range(owners)]
             rel = op.run_release(contract.study_id, epsilon=1.0, timeout=1800)
             done = time.monotonic()
-            finish.set()
-            for p in workers:
-                p.join(60)
+            _stop_owners(workers, finish)
         assert rel.state == "DONE" and rel.summary is not None, rel
         spent = {}
         for name, (_, addr) in procs.items():
@@ -132,7 +132,8 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
                     spent[name] = holder.budget(contract.study_id).spent
         rss = {name: round(_vm_hwm_mb(proc.pid), 1) for name, (proc, _) in procs.items()}
         rss["owner_max"] = round(max(r["peak_rss_mb"] for r in results), 1)
-    finally:
+    finally:  # a failure anywhere stops every owner and server this case started
+        _stop_owners(workers, finish)
         for name, (proc, _) in procs.items():
             proc.terminate()
             try:
