@@ -203,3 +203,11 @@ def test_range_answers_form_no_row_over_every_leaf_or_bin(monkeypatch: pytest.Mo
     finally:
         tracemalloc.stop()
     assert peak < 8 * n // 4, peak
+
+
+@pytest.mark.parametrize("strategy", ["hier", "privelet"])
+def test_the_range_benchmark_runs_small(strategy: str) -> None:
+    from benchmarks.perf import _ranges
+
+    r = _ranges(2048, strategy, count=40, dense=2)  # also checks one batch equals one range at a time
+    assert r["estimator"] in ("tree", "haar") and r["ranges"] == 40
