@@ -121,6 +121,19 @@ def test_tree_range_variance_of_a_single_level_and_of_roots_that_are_cells() -> 
         tree.range_variance([3], [3])
 
 
+def test_tree_range_variance_of_a_laminar_family_that_is_no_chain() -> None:
+    rng = np.random.default_rng(5)
+    n = 40
+    starts = [np.array([0, 20]), np.array([0, 20, 30]), np.array([0, 10, 20]), np.array([0, 5, 10, 20, 25, 30, 35]),
+              np.arange(0, n, 1)]
+    parts = [(s, rng.normal(size=s.size), rng.uniform(0.5, 2.0, s.size)) for s in starts]
+    for cells in (None, starts[3]):
+        tree = IntervalTree(n, parts, cells=cells)
+        lo, hi = _ranges(rng, n, 300, starts[3])
+        np.testing.assert_allclose(tree.range_variance(lo, hi), _oracle_tree_variance(tree, lo, hi), rtol=RTOL,
+                                   atol=0)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 37, 64, 100, 257, 1000])
 def test_haar_range_variance_equals_the_dense_adjoint(n: int) -> None:
     rng = np.random.default_rng(n)
