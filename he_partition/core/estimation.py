@@ -469,13 +469,11 @@ class IntervalTree:
                     _, j1, j2, _ = runs[d + 1]
                     a0, a1 = np.maximum(cl, j1), np.minimum(ch, j2)
                     up = np.where(a1 > a0, nt.cum_share[np.maximum(a1, a0)] - nt.cum_share[a0], 0.0)
-                    for c_side in (0, 1):
-                        if c_side != s:
-                            if s == 1:
-                                continue
-                            own = same[d] & ~same[d + 1]  # the other end's child belongs to this node too
-                        else:
-                            own = np.ones(nq, dtype=bool)
+                    # The cut child at this end is this node's; when this node cuts both ends (same), so is the
+                    # other end's cut child unless it is the same child.
+                    sides = ((s, np.ones(nq, dtype=bool)),) if s == 1 else ((0, np.ones(nq, dtype=bool)),
+                                                                             (1, same[d] & ~same[d + 1]))
+                    for c_side, own in sides:
                         ci = idx[c_side][d + 1]
                         take = own & valid[c_side][d + 1]
                         up = up + np.where(take, nt.share[ci] * xbar[c_side][d + 1], 0.0)
