@@ -30,6 +30,12 @@ draws per random source, in this process, best of 3, in CPU seconds of this proc
 time on a shared machine; the draws are single-threaded): the discrete Laplace noise of `size` measured
 values (scale 20) and `size` pads uniform mod t, from `SecureRandom` (one `os.urandom` call per draw)
 and from `CipherRandom` (AES-256-CTR under a fresh OS key, the servers' default). It prints only.
+
+`python -m benchmarks.perf --ranges [--sizes 1048576] [--strategy auto]` instead times analysts' range
+answers on one owner's released summary (plaintext release, seeded; wall seconds in this process): 1,000
+random ranges one `range_count` call each, the same ranges in one `range_counts` call, the once-per-summary
+tables (built by the first range), and a dense row per range (`weighted_count`, the general path for any
+weights, which is what every tree or wavelet range cost before) on a few ranges, scaled to 1,000. It prints only.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from he_partition.execution import ChunkExecutor, InProcessExecutor, ProcessExec
 from he_partition.he.keyholder import generate_backends
 from he_partition.protocol import encrypt_histogram, release
 
-from .common import write_result
+from .common import random_ranges, write_result
 
 EXECUTORS = ("none", "inprocess", "processes")
 
@@ -115,6 +121,31 @@ def _sources(n: int, repeats: int = 3) -> dict[str, float]:
     return out
 
 
+def _ranges(n: int, strategy: str, count: int = 1000, dense: int = 10) -> dict[str, Any]:
+    """Wall seconds of range answers on a seeded plaintext release of one owner's histogram (see the module doc)."""
+    x = np.random.default_rng(0).integers(0, 5, n)
+    summary = release([x], 1.0, strategy=strategy, rng=1)
+    ranges = random_ranges(n, count, seed=2)
+    t0 = time.perf_counter()
+    summary.range_count(0, n)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    singles = [summary.range_count(int(a), int(b)) for a, b in ranges]
+    single_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    batch = summary.range_counts(ranges)
+    batch_s = time.perf_counter() - t0
+    assert list(batch) == singles
+    t0 = time.perf_counter()
+    for a, b in ranges[:dense]:
+        w = np.zeros(n)
+        w[a:b] = 1.0
+        summary.weighted_count(w)
+    dense_s = (time.perf_counter() - t0) * count / dense
+    return {"n": n, "estimator": summary.estimator, "leaves": summary.n_partitions, "first_range_s": first,
+            "range_count_s": single_s, "range_counts_s": batch_s, "dense_rows_s": dense_s, "ranges": count}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="4096,1048576", help="comma-separated domain sizes (bins)")
@@ -126,6 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results/perf.json alone")
     ap.add_argument("--sources", action="store_true",
                     help="time the computation server's noise and pads per random source instead (prints only)")
+    ap.add_argument("--ranges", action="store_true",
+                    help="time analysts' range answers on a released summary instead (prints only)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one size in this process
     ap.add_argument("--executor", default="none", choices=EXECUTORS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -138,6 +171,15 @@ def main(argv: list[str] | None = None) -> None:
             print(f"n={n:>8}, CPU s: noise (scale 20) SecureRandom {r['secure_noise_s']:.3f} s, CipherRandom "
                   f"{r['cipher_noise_s']:.3f} s; pads mod t SecureRandom {r['secure_pads_s']:.3f} s, "
                   f"CipherRandom {r['cipher_pads_s']:.3f} s", flush=True)
+        return
+    if args.ranges:
+        for n in [int(s) for s in args.sizes.split(",")]:
+            r = _ranges(n, args.strategy)
+            shape = f"tree, {r['leaves']} leaves" if r["estimator"] == "tree" else r["estimator"]
+            print(f"n={n:>8} ({shape}): {r['ranges']} ranges: range_count each "
+                  f"{r['range_count_s']:.3f} s, one range_counts {r['range_counts_s']:.3f} s, dense row per range "
+                  f"~{r['dense_rows_s']:.1f} s; first range (builds the tables) {r['first_range_s']:.3f} s",
+                  flush=True)
         return
     executors = [e for e in args.executors.split(",") if e]
     unknown = sorted(set(executors) - set(EXECUTORS))

@@ -19,6 +19,7 @@ var = sum_v (d(q . x_hat) / d y_v)^2 * var(y_v).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "haar_forward_prefix",
     "haar_inverse_prefix",
     "haar_prefix_adjoint",
+    "haar_range_variance",
     "haar_nonnegative_prefix",
     "range_weights",
 ]
@@ -74,6 +76,35 @@ class _Depth:
 
 
 _Nodes = tuple[list[_Depth], IntArray, IntArray, IntArray]
+
+
+def _cumsum0(values: FloatArray) -> FloatArray:
+    """Prefix sums with a leading 0: sum of values[i:j] is out[j] - out[i]."""
+    return np.concatenate([np.zeros(1), np.cumsum(values)])
+
+
+@dataclass(frozen=True)
+class _RangeTable:
+    """One depth's precomputed terms for `IntervalTree.range_variance` (see `IntervalTree._range_tables`)."""
+
+    a: FloatArray  # subtree variance of a node with uniform weight f and incoming adjoint c: a c^2 + b c f + c f^2
+    b: FloatArray
+    c: FloatArray
+    w: FloatArray  # own term: alpha^2 / precision
+    beta: FloatArray  # 1 - alpha
+    cell: npt.NDArray[np.bool_]  # the node is a cell (spread evenly over its bins)
+    above: npt.NDArray[np.bool_]  # the node strictly contains cells
+    cum_a: FloatArray  # prefix sums of a, b, c and share (with a leading 0)
+    cum_b: FloatArray
+    cum_c: FloatArray
+    share: FloatArray  # the node's share of its parent's correction (0 at depth 0)
+    cum_share: FloatArray
+
+    @staticmethod
+    def empty() -> "_RangeTable":
+        z = np.zeros(0)
+        f = np.zeros(0, dtype=bool)
+        return _RangeTable(z, z, z, z, z, f, f, z, z, z, z, z)
 
 
 def _finish_nodes(n: int, lo: IntArray, hi: IntArray, py: FloatArray, p: FloatArray, parent: IntArray,
@@ -339,15 +370,169 @@ class IntervalTree:
                 zbar[d + 1] += cbar[d][:, ds[d + 1].parent]
         return var
 
-    def range_variance(self, lo: npt.ArrayLike, hi: npt.ArrayLike, batch: int = 256) -> FloatArray:
-        """Noise variance of the estimated counts of bins [lo, hi) (uniform spreading inside leaves)."""
+    # -- range variances in O(depths) per range ------------------------------------
+    @cached_property
+    def _range_tables(self) -> list[_RangeTable]:
+        """Per-depth tables for `range_variance`, built once in O(nodes).
+
+        For a node v whose cells all carry the same weight f, and a value c flowing into it
+        from its parent in the adjoint's bottom-up reversal (`query_variance`), the noise
+        variance contributed by v's subtree is the quadratic form A c^2 + B c f + C f^2;
+        (A, B, C) follow bottom-up from the children's. A contiguous range makes every node
+        uniform except those strictly containing lo or hi (at most two per depth), so its
+        variance is those nodes' own terms plus prefix sums of (A, B, C) over runs of
+        uniform siblings.
+        """
+        ds = self._depths
+        nd = len(ds)
+        cell = [np.zeros(dd.y.size, dtype=bool) for dd in ds]
+        above = [np.zeros(dd.y.size, dtype=bool) for dd in ds]
+        for d in range(nd):
+            cell[d][self._leaf_index[self._leaf_depth == d]] = True
+        for d in range(nd - 1, 0, -1):
+            up = cell[d] | above[d]
+            above[d - 1][ds[d].parent[up]] = True
+        tables: list[_RangeTable] = [_RangeTable.empty()] * nd
+        for d in range(nd - 1, -1, -1):
+            cur = ds[d]
+            alpha = self._alpha[d]
+            w = alpha * alpha / cur.prec
+            beta = 1.0 - alpha
+            h = (cell[d] | above[d]).astype(np.float64)
+            u = above[d].astype(np.float64)
+            e = h * beta - u
+            if d + 1 < nd:
+                nxt = tables[d + 1]
+                sa = nxt.cum_a[cur.child_hi] - nxt.cum_a[cur.child_lo]
+                sb = nxt.cum_b[cur.child_hi] - nxt.cum_b[cur.child_lo]
+                sc = nxt.cum_c[cur.child_hi] - nxt.cum_c[cur.child_lo]
+            else:
+                sa = sb = sc = np.zeros(cur.y.size)
+            a = w + sa * beta * beta
+            b = 2.0 * w * h + 2.0 * sa * beta * e + sb * beta
+            c = w * h * h + sa * e * e + sb * e + sc
+            if d > 0:
+                share = (1.0 / self._post[d]) / self._rvar[d - 1][cur.parent]
+            else:
+                share = np.zeros(cur.y.size)
+            tables[d] = _RangeTable(a=a, b=b, c=c, w=w, beta=beta, cell=cell[d], above=above[d],
+                                    cum_a=_cumsum0(a), cum_b=_cumsum0(b), cum_c=_cumsum0(c),
+                                    share=share, cum_share=_cumsum0(share))
+        return tables
+
+    def range_variance(self, lo: npt.ArrayLike, hi: npt.ArrayLike) -> FloatArray:
+        """Noise variance of the estimated counts of bins [lo, hi) (uniform spreading inside leaves).
+
+        Exactly `query_variance` of the ranges' cell weights (`range_weights`), without forming
+        them: O(depths * log nodes) per range, vectorised over the ranges (see `_range_tables`).
+        """
         lo_a = np.atleast_1d(np.asarray(lo, dtype=np.int64))
         hi_a = np.atleast_1d(np.asarray(hi, dtype=np.int64))
-        out = np.empty(lo_a.size)
-        for i in range(0, lo_a.size, batch):
-            w = range_weights(self.leaf_starts, self.domain_size, lo_a[i : i + batch], hi_a[i : i + batch])
-            out[i : i + batch] = self.query_variance(w)
-        return out
+        if lo_a.shape != hi_a.shape or np.any(lo_a < 0) or np.any(lo_a >= hi_a) or np.any(hi_a > self.domain_size):
+            raise InvalidInputError(f"ranges must satisfy 0 <= lo < hi <= {self.domain_size}")
+        ds, tabs = self._depths, self._range_tables
+        nd, nq = len(ds), lo_a.size
+        ends = (lo_a, hi_a)
+        # The node strictly containing each end at each depth (valid[s][d]), its index, and its weight f / xbar.
+        idx = [[np.zeros(nq, dtype=np.int64)] * nd for _ in ends]
+        valid = [[np.zeros(nq, dtype=bool)] * nd for _ in ends]
+        for s, p in enumerate(ends):
+            for d in range(nd):
+                i = np.maximum(np.searchsorted(ds[d].lo, p, side="right") - 1, 0)
+                idx[s][d] = i
+                valid[s][d] = (ds[d].lo[i] < p) & (p < ds[d].hi[i])
+        same = [valid[0][d] & valid[1][d] & (idx[0][d] == idx[1][d]) for d in range(nd)]
+        # Runs at each depth: nodes ending at or before lo [0, k1); inside [lo, hi): [j1, j2); starting at or after
+        # hi: [k2, size).
+        runs = []
+        for d in range(nd):
+            runs.append((np.searchsorted(ds[d].hi, lo_a, side="right"), np.searchsorted(ds[d].lo, lo_a, side="left"),
+                         np.searchsorted(ds[d].hi, hi_a, side="right"), np.searchsorted(ds[d].lo, hi_a, side="left")))
+
+        def frac(d: int, i: IntArray) -> FloatArray:
+            a, b = ds[d].lo[i], ds[d].hi[i]
+            return np.asarray((np.minimum(b, hi_a) - np.maximum(a, lo_a)) / (b - a), dtype=np.float64)
+
+        # Bottom-up: xbar of every cut node strictly above the cells (a cut cell's xbar is its covered fraction).
+        xbar = [[np.zeros(nq)] * nd for _ in ends]
+        for d in range(nd - 1, -1, -1):
+            t = tabs[d]
+            for s in (0, 1):
+                i = idx[s][d]
+                explicit = valid[s][d] & t.above[i]
+                if s == 1:
+                    explicit &= ~same[d]
+                x = np.where(valid[s][d] & t.cell[i], frac(d, i), 0.0)
+                if d + 1 < nd and explicit.any():
+                    nt = tabs[d + 1]
+                    cl, ch = ds[d].child_lo[i], ds[d].child_hi[i]
+                    _, j1, j2, _ = runs[d + 1]
+                    a0, a1 = np.maximum(cl, j1), np.minimum(ch, j2)
+                    up = np.where(a1 > a0, nt.cum_share[np.maximum(a1, a0)] - nt.cum_share[a0], 0.0)
+                    # The cut child at this end is this node's; when this node cuts both ends (same), so is the
+                    # other end's cut child unless it is the same child.
+                    sides = ((s, np.ones(nq, dtype=bool)),) if s == 1 else ((0, np.ones(nq, dtype=bool)),
+                                                                             (1, same[d] & ~same[d + 1]))
+                    for c_side, own in sides:
+                        ci = idx[c_side][d + 1]
+                        take = own & valid[c_side][d + 1]
+                        up = up + np.where(take, nt.share[ci] * xbar[c_side][d + 1], 0.0)
+                    x = np.where(explicit, up, x)
+                xbar[s][d] = x
+        # Top-down: the cut nodes' own terms and their uniform children's quadratic forms.
+        var = np.zeros(nq)
+        t0 = tabs[0]
+        _, j1, j2, _ = runs[0]
+        var += t0.cum_c[np.maximum(j2, j1)] - t0.cum_c[j1]  # whole roots inside the range (c = 0, f = 1)
+        incoming = [np.zeros(nq), np.zeros(nq)]
+        for s in (0, 1):  # cut roots that are cells: C f^2
+            i = idx[s][0]
+            cut_cell = valid[s][0] & t0.cell[i] & (~same[0] if s == 1 else True)
+            var += np.where(cut_cell, t0.c[i] * xbar[s][0] ** 2, 0.0)
+        for d in range(nd):
+            t = tabs[d]
+            cbar = [np.zeros(nq), np.zeros(nq)]
+            for s in (0, 1):
+                i = idx[s][d]
+                explicit = valid[s][d] & t.above[i]
+                if s == 1:
+                    explicit &= ~same[d]
+                if not explicit.any():
+                    if s == 1:
+                        cbar[1] = np.where(same[d], cbar[0], 0.0)
+                    continue
+                z = xbar[s][d] + incoming[s]
+                cb = z * t.beta[i] - xbar[s][d]
+                var += np.where(explicit, t.w[i] * z * z, 0.0)
+                cbar[s] = np.where(explicit, cb, 0.0)
+                if s == 1:
+                    cbar[1] = np.where(same[d], cbar[0], cbar[1])
+                if d + 1 == nd:
+                    continue
+                nt = tabs[d + 1]
+                cl, ch = ds[d].child_lo[i], ds[d].child_hi[i]
+                k1, j1, j2, k2 = runs[d + 1]
+                a0, a1 = np.maximum(cl, j1), np.minimum(ch, j2)
+                a1 = np.maximum(a1, a0)
+                l1 = np.maximum(np.minimum(ch, k1), cl)
+                r0 = np.minimum(np.maximum(cl, k2), ch)
+                sa_out = (nt.cum_a[l1] - nt.cum_a[cl]) + (nt.cum_a[ch] - nt.cum_a[r0])
+                inside = cb * cb * (nt.cum_a[a1] - nt.cum_a[a0]) + cb * (nt.cum_b[a1] - nt.cum_b[a0]) \
+                    + (nt.cum_c[a1] - nt.cum_c[a0])
+                var += np.where(explicit, cb * cb * sa_out + inside, 0.0)
+            if d + 1 == nd:
+                break
+            nt = tabs[d + 1]
+            for s in (0, 1):  # the cut children: cells add their quadratic form, nodes above cells take cbar
+                ci = idx[s][d + 1]
+                ok = valid[s][d + 1]
+                if s == 1:
+                    ok = ok & ~same[d + 1]
+                f = xbar[s][d + 1]
+                cb = cbar[s]
+                var += np.where(ok & nt.cell[ci], nt.a[ci] * cb * cb + nt.b[ci] * cb * f + nt.c[ci] * f * f, 0.0)
+                incoming[s] = np.where(ok, cb, 0.0)
+        return var
 
 
 # -- Haar wavelet (Privelet) ----------------------------------------------------------
@@ -423,6 +608,60 @@ def haar_prefix_adjoint(g: npt.ArrayLike) -> FloatArray:
     cbar[n - 1] += gp[n]
     return cbar
 
+
+def _haar_prefix_rows(n: int, k: IntArray) -> FloatArray:
+    """Rows of the linear map coefficients -> pp[k] (pp = prefix sums with pp[0] = 0), one per position k.
+
+    pp[k] depends only on the total and on the nodes strictly containing k or with midpoint k: at
+    most one node per height. Column 0 is the total's weight, column h the weight of the node of
+    height h on k's path (0 where there is none). Walks the heights top-down, vectorised over k.
+    """
+    depth = haar_depth(n)
+    rows = np.zeros((k.size, depth + 1))
+    ra = np.zeros((k.size, depth + 1))  # row of pp[a], pp[b] for the current bracket [a, b] around k
+    rb = np.zeros((k.size, depth + 1))
+    rb[:, 0] = 1.0
+    rows[k == n, 0] = 1.0
+    done = (k == 0) | (k == n)
+    for h in range(depth, 0, -1):
+        half = 1 << (h - 1)
+        m = (k // (2 * half)) * (2 * half) + half
+        act = ~done & (m < n)
+        if not act.any():
+            continue
+        row = (ra + rb) / 2.0
+        row[:, h] += 0.5
+        hit = act & (k == m)
+        left = act & (k < m)
+        right = act & (k > m)
+        rows[hit] = row[hit]
+        rb[left] = row[left]
+        ra[right] = row[right]
+        done |= hit
+    return rows
+
+
+def haar_range_variance(n: int, lo: npt.ArrayLike, hi: npt.ArrayLike, variance: float) -> FloatArray:
+    """Noise variance of the linear Haar estimate of the counts of bins [lo, hi), each coefficient with `variance`.
+
+    Equal to variance * ||haar_prefix_adjoint(g)||^2 for g the range's weights on prefix sums,
+    in O(log n) per range (vectorised over the ranges) instead of O(n): the estimate is
+    pp[hi] - pp[lo], and each pp[k] involves one coefficient per height (`_haar_prefix_rows`).
+    """
+    lo_a = np.atleast_1d(np.asarray(lo, dtype=np.int64))
+    hi_a = np.atleast_1d(np.asarray(hi, dtype=np.int64))
+    if lo_a.shape != hi_a.shape or np.any(lo_a < 0) or np.any(lo_a >= hi_a) or np.any(hi_a > n):
+        raise InvalidInputError(f"ranges must satisfy 0 <= lo < hi <= {n}")
+    r_hi = _haar_prefix_rows(n, hi_a)
+    r_lo = _haar_prefix_rows(n, lo_a)
+    depth = haar_depth(n)
+    # Column h holds the node of height h on each end's path: the same node for both ends iff they fall in
+    # the same block of 2^h bins (a zero entry contributes nothing either way). The total is shared.
+    block = np.left_shift(1, np.arange(depth + 1, dtype=np.int64))
+    shared = (lo_a[:, None] // block[None, :]) == (hi_a[:, None] // block[None, :])
+    shared[:, 0] = True
+    diff2 = np.where(shared, (r_hi - r_lo) ** 2, r_hi**2 + r_lo**2)
+    return np.asarray(variance * diff2.sum(axis=1), dtype=np.float64)
 
 def haar_nonnegative_prefix(w: npt.ArrayLike) -> FloatArray:
     """Inverse Haar with the non-negative refinement of Terada et al. / Hongo et al.

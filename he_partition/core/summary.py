@@ -12,7 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import InvalidInputError
-from .estimation import IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint
+from .estimation import (IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint,
+                         haar_range_variance)
 from .intervals import (ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, exact_cut_halfwidth,
                         exact_sum_halfwidth, noise_halfwidth)
 
@@ -213,6 +214,20 @@ class Summary:
         est.setflags(write=False)
         return est
 
+    @cached_property
+    def _estimate_prefix(self) -> npt.NDArray[np.float64]:
+        """Prefix sums of the per-bin estimates with a leading 0: a range's value is two lookups."""
+        pe = np.concatenate([[0.0], np.cumsum(self._bin_estimates)])
+        pe.setflags(write=False)
+        return pe
+
+    @cached_property
+    def _linear_haar_prefix(self) -> npt.NDArray[np.float64]:
+        """Prefix sums (leading 0) of the linear inverse Haar estimate (what "haar_nonnegative" refines)."""
+        pp = np.concatenate([[0.0], haar_inverse_prefix(np.asarray(self.released[0].values, dtype=np.float64))])
+        pp.setflags(write=False)
+        return pp
+
     def _bin_weight_variance(self, weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Noise variance of w . estimate() for each row w (weights over bins)."""
         w = np.atleast_2d(weights)
@@ -299,18 +314,13 @@ class Summary:
         if bad.any():
             a, b = arr[int(np.argmax(bad))]
             raise InvalidInputError(f"range must satisfy 0 <= lo < hi <= {self.domain_size}, got [{a}, {b})")
-        pe = np.concatenate([[0.0], np.cumsum(self._bin_estimates)])
+        pe = self._estimate_prefix
         values = pe[arr[:, 1]] - pe[arr[:, 0]]
+        # O(depths) / O(log n) per range, vectorised: no row over every leaf or bin is formed.
         if self.estimator == "tree":
             var = self._tree.range_variance(arr[:, 0], arr[:, 1])
         else:
-            out = np.empty(arr.shape[0])
-            for i in range(0, arr.shape[0], 256):
-                part = arr[i : i + 256]
-                idx = np.arange(self.domain_size)[None, :]
-                w = ((idx >= part[:, :1]) & (idx < part[:, 1:])).astype(np.float64)
-                out[i : i + 256] = self._bin_weight_variance(w)
-            var = out
+            var = haar_range_variance(self.domain_size, arr[:, 0], arr[:, 1], self.released[0].variance)
         counts = RangeCounts(RangeCount(int(a), int(b), float(v), float(np.sqrt(max(s2, 0.0))))
                              for (a, b), v, s2 in zip(arr, values, var))
         if confidence is None:
@@ -379,8 +389,7 @@ class Summary:
         half = bound_halfwidth(c.standard_error, min_var, confidence, self.draws_per_value) if min_var > 0 else 0.0
         center = c.value
         if self.estimator == "haar_nonnegative":  # the refinement is not linear: the interval is the linear one's
-            prefix = np.concatenate([[0.0], haar_inverse_prefix(np.asarray(self.released[0].values,
-                                                                           dtype=np.float64))])
+            prefix = self._linear_haar_prefix
             center = float(prefix[c.hi] - prefix[c.lo])
         return ConfidenceInterval(center - half, center + half, confidence, "bound")
 
