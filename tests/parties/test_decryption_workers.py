@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
@@ -17,7 +18,12 @@ from he_partition.he.threshold.c1 import c1_of_vector
 from parties.decryption.handler import DecryptedMeasurement, DecryptionHandler
 from parties.decryption.keys import KeyMaterial, KeyStore
 from parties.decryption.ledger import SqliteLedgerStore
+from parties.common.errors import ServiceError
+from parties.decryption.server import KEYS_DIR
 from parties.decryption.workers import DecryptPool
+
+from .adversarial_cs import AdversarialComputationServer
+from .conftest import Cluster, blocky_histograms
 
 DOMAIN = 5 * 8192 + 100  # six chunks; the measurement reads five
 NOISE_KEY = b"k" * 32
@@ -180,3 +186,31 @@ def test_pool_sizes(keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
         DecryptPool(-1)
     with pytest.raises(Exception, match="exactly one of secret_path or secret_bytes"):
         DecryptPool(2)
+
+
+def test_the_servicer_streams_chunks_to_the_workers_with_the_same_answers(cluster: Cluster) -> None:
+    """Through gRPC, a signed study: the same request answered in-process and then with the DS's chunks streamed to
+    its workers (which decrypt each c0 with the owners' aggregate c1) gets the same values; a chunk the workers
+    refuse (owner b's c1 missing from the c0) is refused before any charge."""
+    owners = ("a", "b")
+    contract = cluster.open_study(domain_size=64, owners=owners, epsilon=10.0, signed=True)
+    adv = AdversarialComputationServer(cluster.decryption(), contract,
+                                       {o: cluster.signing_key(o)[0] for o in owners},
+                                       blocky_histograms(64, owners=len(owners)))
+    assert adv.forward() == 1
+    m = PartitionSums(64, 0.1, 1, starts=(0, 16, 32, 48))
+    chunks = adv.chunks(m, np.zeros(4, dtype=np.int64))
+    first = adv.ask("r1", 0.5, m, chunks)  # one chunk: in-process under the default pool
+    pool = DecryptPool(2, secret_path=KeyStore(cluster.root / "ds" / KEYS_DIR).secret_path, min_chunks=1)
+    cluster.ds.handler.decrypt_pool = pool
+    try:
+        second = adv.ask("r1", 0.5, m, chunks)
+        assert pool._executor is not None  # the workers decrypted it
+        with pytest.raises(ServiceError) as ei:
+            adv.ask("r2", 0.5, m, adv.chunks(m, np.zeros(4, dtype=np.int64), aggregate=adv.uploads["a"]))
+    finally:
+        pool.close()
+    assert first is not None and second is not None and np.array_equal(first, second)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "integrity check" in ei.value.details
+    assert [c.release_id for c in cluster.decryption().budget("s1").charges] == ["r1", "r1"]
+    assert [r.outcome for r in cluster.ds.handler.arrivals.rows("s1")] == ["answered", "answered", "refused"]
