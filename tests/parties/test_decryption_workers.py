@@ -3,6 +3,7 @@ in-process, refusals before any charge, one charge when a worker dies."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import grpc
@@ -19,8 +20,9 @@ from parties.decryption.handler import DecryptedMeasurement, DecryptionHandler
 from parties.decryption.keys import KeyMaterial, KeyStore
 from parties.decryption.ledger import SqliteLedgerStore
 from parties.common.errors import ServiceError
-from parties.decryption.server import KEYS_DIR
-from parties.decryption.workers import DecryptPool
+from parties.common.config import DecryptionConfig
+from parties.decryption.server import KEYS_DIR, create_decryption_server
+from parties.decryption.workers import DecryptPool, default_decrypt_workers
 
 from .adversarial_cs import AdversarialComputationServer
 from .conftest import Cluster, blocky_histograms
@@ -186,6 +188,19 @@ def test_pool_sizes(keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
         DecryptPool(-1)
     with pytest.raises(Exception, match="exactly one of secret_path or secret_bytes"):
         DecryptPool(2)
+
+
+def test_the_default_worker_count(tmp_path: Path) -> None:
+    """A decryption server without --decrypt-workers: min(cores, 8) workers (in-process on one core)."""
+    cores = len(os.sched_getaffinity(0))
+    assert default_decrypt_workers() == (min(cores, 8) if cores > 1 else 0)
+    assert DecryptionConfig(tmp_path, insecure=True).decrypt_workers is None
+    handle = create_decryption_server(DecryptionConfig(tmp_path / "ds", insecure=True))
+    try:
+        pool = handle.handler.decrypt_pool
+        assert pool is not None and pool.workers == default_decrypt_workers() and pool._executor is None
+    finally:
+        handle.stop()
 
 
 def test_the_servicer_streams_chunks_to_the_workers_with_the_same_answers(cluster: Cluster) -> None:
