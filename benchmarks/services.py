@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bins", type=int, action="append", help="domain size (repeatable; default 4096 and 1048576)")
     ap.add_argument("--owners", type=int, default=10, help="data-owner processes (default 10)")
     ap.add_argument("--ds-workers", type=int, default=None,
-                    help="the decryption server's --decrypt-workers (default: its default, in-process)")
+                    help="the decryption server's --decrypt-workers (default: its default, min(cores, 8))")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/services.json")
     ap.add_argument("--signed", action="store_true",
                     help="a signed study (every owner's key in the contract): the owners sign their c1 parts too")

@@ -252,7 +252,10 @@ class DecryptionSide:
         decoded, noised, and only then checked for magnitude (PrecisionError, the epsilon
         stays spent). So both the values and a refusal are m.epsilon-DP against either
         server; neighbouring relation add/remove of one person with at most c records (in
-        m.sensitivity).
+        m.sensitivity). A backend may have decrypted the chunks already, inside the key
+        holder's processes (the decryption server's pipeline, `parties.decryption.workers`):
+        its `verify` then waits for their integrity checks, and the values are read here, by
+        `decrypt`, only after the charge; a refused check or charge leaves them unread.
         """
         if ciphertext.length != m.domain_size:
             raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")

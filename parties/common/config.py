@@ -115,15 +115,15 @@ class DecryptionConfig:
     tls: TlsConfig | None = None
     insecure: bool = False
     computation_ids: tuple[str, ...] = ()
-    #: Local processes decrypting a measurement's chunks on this host (0 or 1: in-process, the default:
-    #: on 2 cores the pool was slower, docs/scaling.md).
-    decrypt_workers: int = 0
+    #: Local processes checking and decrypting a measurement's chunks on this host as they arrive (0 or 1:
+    #: in-process; None, the default: min(cores, 8), in-process on one core; docs/scaling.md).
+    decrypt_workers: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         _check_port(self.port)
         _check_workers(self.max_workers)
-        if self.decrypt_workers < 0:
+        if self.decrypt_workers is not None and self.decrypt_workers < 0:
             raise InvalidInputError(f"decrypt_workers must be >= 0 (0 or 1: in-process), got {self.decrypt_workers}")
         _check_transport("decryption server", self.tls, self.insecure, ("decryption",))
         object.__setattr__(self, "computation_ids", tuple(self.computation_ids))

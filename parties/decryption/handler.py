@@ -13,10 +13,11 @@ import logging
 import math
 import threading
 import time
+from contextlib import nullcontext
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +43,7 @@ from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
 from .keys import KeyMaterial, load_or_create_join_keys
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
-from .workers import DecryptPool, PooledDecryption
+from .workers import ChunkPipeline, DecryptPool, PipelinedDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
 __all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
@@ -493,6 +494,12 @@ class DecryptionHandler:
             return None
         return [self.uploads.expected(contract.study_id, i) for i in m.measured_chunks(self.backend.slots)]
 
+    def decrypt_pipeline(self, chunk_count: int) -> ChunkPipeline | None:
+        """A pipeline through the local workers for a measurement of `chunk_count` (public) chunks, or None:
+        in-process (no pool, or too few chunks to pay for the round trips)."""
+        pool = self.decrypt_pool
+        return pool.pipeline() if pool is not None and pool.uses_pool(chunk_count) else None
+
     def with_signed_c1(self, data: bytes, index: int, c1: Any) -> bytes:
         """Measurement chunk `index` (bytes) with c1 replaced by the owners' aggregate c1 `c1`: what is decrypted.
 
@@ -515,7 +522,8 @@ class DecryptionHandler:
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Sequence[bytes], contract_hash: str,
                             checked: Sequence[Any] | None = None,
-                            signed: Sequence[bytes] | None = None) -> DecryptedMeasurement:
+                            signed: Sequence[bytes] | None = None,
+                            pipeline: ChunkPipeline | None = None) -> DecryptedMeasurement:
         """Fix this server's draw, charge the ledger, then decrypt, decode, add the draw and check the noised values.
 
         Privacy: this server's discrete Laplace draw (scale sensitivity/epsilon per value,
@@ -539,6 +547,14 @@ class DecryptionHandler:
         spent, and the refusal is post-processing of the noised values). Every request
         that reaches this point is recorded in `arrivals`, answered or refused; the ledger
         row also records what it paid for (`decryption_detail`).
+
+        With the local worker pool (`pipeline`, or built here from the chunks when the pool
+        takes a measurement of this many chunks), the workers parse, check and decrypt each
+        chunk, possibly before the charge (as the chunks arrived), but the slot values stay in
+        this process and are read only after the charge committed: this thread fixes the
+        draw's source, waits for every chunk's integrity check (a refusal: nothing charged),
+        charges, and only then decodes and adds its draw. A refused check or charge discards
+        the values; nothing is released and nobody outside the key holder saw them.
         """
         digest = stream_digest(chunks).hex()  # of the chunks as sent: it keys the draw and names the request
         budget: Budget | None = None
@@ -547,12 +563,26 @@ class DecryptionHandler:
             check_id("release_id", release_id)
             self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                    release_id=release_id, release_epsilon=float(release_epsilon))
-            if signed is None:  # a signed study: the owners' aggregate c1 in place of the one sent
+            pool = self.decrypt_pool
+            if pipeline is None and pool is not None and pool.uses_pool(len(chunks)):
+                # The workers parse, check and decrypt each chunk (a caller that did not stream them through a pipeline).
+                pipeline = pool.pipeline()
+                c1 = None if signed is not None else self.signed_c1(contract, measurement)
+                for j, c in enumerate(signed if signed is not None else chunks):
+                    pipeline.submit(c, None if c1 is None else c1[j])
+            if pipeline is None and signed is None:  # a signed study: the owners' aggregate c1 in place of the one sent
                 c1 = self.signed_c1(contract, measurement)
                 signed = chunks if c1 is None else [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
             # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
-            # `checked`: the same chunks already parsed and integrity-checked as they arrived.
-            sent = iter(checked) if checked is not None else (self.backend.deserialize_chunk(c) for c in signed)
+            # `checked`: the same chunks already parsed and integrity-checked as they arrived; with a pipeline,
+            # the workers hold them (their index stands in for the chunk here).
+            if pipeline is not None:
+                sent: Iterator[Any] = iter(range(len(chunks)))
+            elif checked is not None:
+                sent = iter(checked)
+            else:
+                assert signed is not None
+                sent = (self.backend.deserialize_chunk(c) for c in signed)
             wanted = set(measurement.measured_chunks(self.backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
@@ -568,18 +598,21 @@ class DecryptionHandler:
             else:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
-            pool = self.decrypt_pool
-            side = DecryptionSide(PooledDecryption(self.backend, pool, signed)
-                                  if pool is not None and pool.active and len(chunks) >= pool.min_chunks
+            side = DecryptionSide(PipelinedDecryption(self.backend, pipeline) if pipeline is not None
                                   else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest, stream=stream,
                                                                     spec_json=spec),
                                   budget, contract.noise_parties)
-            with self._decrypt_lock:
+            # In-process: one user of the secret-key decryptor at a time; the workers have their own.
+            with self._decrypt_lock if pipeline is None else nullcontext():
                 started = time.monotonic()
-                values = side.decrypt_measurement(measurement, vector, verified=checked is not None)
+                # With a pipeline, `verify` (before the draw and the charge) waits for the workers' checks.
+                values = side.decrypt_measurement(measurement, vector,
+                                                  verified=checked is not None and pipeline is None)
                 took = time.monotonic() - started
         except Exception as exc:
+            if pipeline is not None:
+                pipeline.discard()
             charged = budget.last.epsilon if type(budget) is _LedgerBudget and budget.last is not None else 0.0
             self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest, charged=charged)
             raise

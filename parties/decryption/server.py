@@ -16,7 +16,7 @@ from ..common.sealing import SealKeyPair
 from .handler import DecryptionHandler
 from .arrivals import ARRIVALS_FILE, ArrivalLog
 from .keys import KeyStore, load_or_create_noise_key
-from .workers import DecryptPool
+from .workers import DecryptPool, default_decrypt_workers
 from .ledger import LedgerStore, SqliteLedgerStore
 from .receipts import ReceiptSigner
 from .servicer import SERVICE_NAME, DecryptionServicer
@@ -55,8 +55,10 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
             log.error("%s", exc)
     if config.noise_seed is not None:
         log.warning("decryption server noise is SEEDED (%d): predictable, for tests only", config.noise_seed)
-    # Workers start at the first large measurement and read the key file on this host themselves.
-    pool = DecryptPool(config.decrypt_workers, secret_path=KeyStore(config.data_dir / KEYS_DIR).secret_path)
+    # Workers read the key file on this host themselves; they start with the server (`serve_decryption`) or at
+    # the first measurement large enough to use them, and stay until it stops.
+    workers = default_decrypt_workers() if config.decrypt_workers is None else config.decrypt_workers
+    pool = DecryptPool(workers, secret_path=KeyStore(config.data_dir / KEYS_DIR).secret_path)
     handler = DecryptionHandler(store, keys, noise_source(config.noise_seed), require_signed=config.tls is not None,
                                 join_keys_dir=config.data_dir / KEYS_DIR, noise_key=noise_key, arrivals=arrivals,
                                 decrypt_pool=pool,
@@ -90,6 +92,9 @@ def _identity(config: DecryptionConfig) -> str:
 def serve_decryption(config: DecryptionConfig, *, port_file: str | None = None) -> None:
     """Run the decryption server until SIGINT/SIGTERM."""
     handle = create_decryption_server(config)
+    pool = handle.handler.decrypt_pool
+    if pool is not None:  # the workers load the key now, not while the first large measurement waits
+        pool.start()
     log.info("decryption server listening on %s as %s; data dir %s; key fingerprint %s; computation servers %s",
              handle.target, _identity(config), config.data_dir, handle.handler.fingerprint,
              ", ".join(config.computation_ids) or "any (no TLS)")

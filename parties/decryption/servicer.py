@@ -102,8 +102,11 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         signed_c1 = self.handler.signed_c1(contract, measurement)
         if self.handler.decrypt_pool is not None:  # local decrypt workers load the key while the chunks arrive
             self.handler.decrypt_pool.warm(int(header.chunk_count))
+        # Enough chunks: each goes to the key holder's local workers as it arrives (parsed, checked and decrypted
+        # there, once); their values stay in this process until the charge (`DecryptionHandler.decrypt_measurement`).
+        pipeline = self.handler.decrypt_pipeline(int(header.chunk_count))
         chunks: list[bytes] = []
-        signed: list[bytes] = []  # what is decrypted: the chunks, or their c0 with the owners' aggregate c1
+        signed: list[bytes] = []  # in-process: what is decrypted, the chunks or their c0 with the owners' c1
         checked: list[object] = []
         try:
             for msg in request_iterator:
@@ -113,18 +116,27 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                     raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
                 j = len(chunks)
                 chunks.append(msg.chunk)
+                if pipeline is not None:
+                    pipeline.submit(msg.chunk, None if signed_c1 is None else signed_c1[j])
+                    refused = pipeline.failed()  # a chunk a worker already refused ends the stream here
+                    if refused is not None:
+                        raise refused.with_traceback(None) from None
+                    continue
                 signed.append(msg.chunk if signed_c1 is None else self.handler.with_signed_c1(msg.chunk, j,
                                                                                             signed_c1[j]))
                 # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
                 checked.append(self.handler.checked_chunk(signed[j], j))
         except Exception as exc:  # chunks that reached this server are recorded, refused or not
+            if pipeline is not None:
+                pipeline.discard()
             if chunks:
                 self.handler.record_refusal(header.study_id, header.release_id, measurement.kind, chunks, exc)
             raise
         result = self.handler.decrypt_measurement(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=header.release_epsilon,
-            measurement=measurement, chunks=chunks, contract_hash=header.contract_hash, checked=checked,
-            signed=signed,
+            measurement=measurement, chunks=chunks, contract_hash=header.contract_hash,
+            checked=None if pipeline is not None else checked, signed=None if pipeline is not None else signed,
+            pipeline=pipeline,
         )
         yield from values_replies(result.values, charge_id=result.charge.charge_id if result.charge else 0,
                                   epsilon_remaining=result.epsilon_remaining, receipt=self._receipt(result.charge))

@@ -1,24 +1,39 @@
-"""The key holder's local worker pool: per-chunk decryption over processes on the decryption server's own host.
+"""The key holder's local worker pool: each received chunk parsed, integrity-checked and decrypted once, in parallel.
 
 Only local processes (`concurrent.futures.ProcessPoolExecutor`, spawn start method): no Ray,
 no remote executor, no socket. Each worker loads the secret context itself, from the key
 store's file on this host (`secret_path`, mode 0600) or, for an in-memory server (tests), from
 the bytes handed to it through the spawn pipe; the secret key never crosses a network.
 
-What stays in the coordinator (the handler's thread): the keyed noise draw, the one ledger
-transaction, decoding and the magnitude check. Workers only decrypt the chunks they are given
-(slot values mod t, centred), a deterministic function of the chunk bytes, so a worker that dies
-is replaced and the whole measurement's chunks are decrypted again: the released values and the
-ledger row are those of the first attempt (`tests/parties/test_decryption_workers.py`).
+The pipeline (`ChunkPipeline`): as each chunk of a DecryptMeasurement stream arrives, the
+servicer hands its bytes (and, in a signed study, the owners' aggregate c1 of that chunk) to
+the pool and keeps receiving. A worker parses the chunk once, puts the owners' c1 in place
+(signed study), runs the integrity check (noise budget) and decrypts it, and returns the
+chunk's slot values (mod t, centred) or the integrity error.
+
+Privacy: what is decrypted when, and who sees it. Chunks are decrypted as they arrive, before
+the ledger is charged, but only inside the key holder's own processes (the server process
+and its local workers); the slot values wait in the server process (`ChunkPipeline`) and are
+read only by `DecryptionSide.decrypt_measurement` after the charge commits. What stays in the
+coordinator (the handler's thread), in its order: the keyed noise draw (fixed from the noise
+key and the request before anything data-dependent is read), waiting for every chunk's
+integrity check (`PipelinedDecryption.verify`), the one ledger transaction, then decoding,
+adding the draw and the magnitude check. An integrity failure or a refused charge discards
+the values and nothing is released; nobody outside the key holder sees them before the charge.
+Workers compute a deterministic function of the chunk bytes, so the released values are
+byte-identical to the in-process path under the same noise key, and a worker that dies is
+replaced and the measurement's chunks are decrypted again from their bytes: the released
+values and the ledger row are those of the first attempt (`tests/parties/test_decryption_workers.py`).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,28 +42,50 @@ import numpy as np
 import numpy.typing as npt
 
 from he_partition.core.backend import ChunkedVector
-from he_partition.core.errors import WorkerLostError
+from he_partition.core.errors import DPAggError, InvalidInputError, PrecisionError, WorkerLostError
 from he_partition.execution.spawning import without_user_main
-from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import BfvBackend, load_context
 
-__all__ = ["DecryptPool", "PooledDecryption"]
+__all__ = ["ChunkPipeline", "DecryptPool", "PipelinedDecryption", "default_decrypt_workers", "MIN_POOLED_CHUNKS"]
 
 log = logging.getLogger("dpagg.decryption")
 
 IntArray = npt.NDArray[np.int64]
+C1 = npt.NDArray[np.uint64]
 
-#: Measurements with fewer chunks than this are decrypted in the handler's process (a round
-#: trip to a worker costs more than decrypting one or two chunks, ~1.6 ms each).
+#: Measurements with fewer chunks than this are parsed, checked and decrypted in the handler's
+#: process (a round trip to a worker costs more than one or two chunks' ~2.3 ms of work).
 MIN_POOLED_CHUNKS = 4
+#: Most workers the default starts (`default_decrypt_workers`): past that the server process's
+#: receiving, not decryption, bounds a measurement.
+MAX_DEFAULT_WORKERS = 8
 
 _BACKEND: BfvBackend | None = None
 _DIE_MARKER: Path | None = None
 
 
+def default_decrypt_workers() -> int:
+    """The decryption server's default worker count: min(cores this process may use, 8); 0 (in-process) on one core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
+
+
+def _exit_with_parent() -> None:
+    """Wait for the server process to end, then end this worker (a SIGKILLed server leaves no worker behind
+    holding the secret key: a worker waiting for work would otherwise wait forever)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(0)
+
+
 def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker: str | None) -> None:
     """Load the secret context in this worker (from the local key file, or bytes from the spawn pipe)."""
     global _BACKEND, _DIE_MARKER
+    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
     data = Path(secret_path).read_bytes() if secret_path is not None else secret_bytes
     assert data is not None
     _BACKEND = BfvBackend(load_context(data))
@@ -56,11 +93,13 @@ def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker
 
 
 def _ready() -> None:
-    """A no-op: submitting it spawns every worker of a new pool."""
+    """A no-op: submitting it spawns a worker of a new pool."""
 
 
-def _decrypt_chunk(data: bytes) -> IntArray:
-    """Slot values of one (already integrity-checked) chunk, centred in (-t/2, t/2]."""
+def _check_and_decrypt(data: bytes, index: int, c1: C1 | None) -> IntArray:
+    """Chunk `index` of a measurement: parsed once, its c1 replaced by the owners' `c1` (signed study),
+    integrity-checked, decrypted. Its slot values centred in (-t/2, t/2], or the refusal raised
+    (InvalidInputError: not a chunk of this context; PrecisionError: failed the integrity check)."""
     if _DIE_MARKER is not None:
         try:
             _DIE_MARKER.unlink()  # fault injection for the retry test: exactly one worker dies, once
@@ -68,13 +107,21 @@ def _decrypt_chunk(data: bytes) -> IntArray:
             pass
         else:
             os._exit(1)
-    assert _BACKEND is not None
-    chunk = _BACKEND.deserialize_chunk(data)
-    return _BACKEND.decrypt(ChunkedVector(_BACKEND.slots, (chunk,)), verified=True)
+    backend = _BACKEND
+    assert backend is not None
+    if c1 is not None:
+        data = backend.with_c1(data, c1, chunk=index)
+    vector = ChunkedVector(backend.slots, (backend.deserialize_chunk(data),))
+    try:
+        backend.verify(vector)
+    except PrecisionError as exc:
+        raise PrecisionError(str(exc).replace("chunk 0", f"chunk {index}")) from None
+    return backend.decrypt(vector, verified=True)
 
 
 class DecryptPool:
-    """`workers` local processes decrypting chunks; started at first use, shut down by `close`.
+    """`workers` local processes checking and decrypting chunks; started by `start` (the server) or at first use,
+    kept until `close`.
 
     `workers` <= 1: no processes; `active` is False and the handler decrypts in-process.
     `retries`: how many times a measurement is resubmitted to a fresh pool after a worker died.
@@ -101,45 +148,71 @@ class DecryptPool:
     def active(self) -> bool:
         return self.workers > 1
 
+    def uses_pool(self, chunk_count: int) -> bool:
+        """Whether a measurement of `chunk_count` chunks (public) goes through the workers."""
+        return self.active and chunk_count >= self.min_chunks
+
     def _pool(self) -> ProcessPoolExecutor:
+        """The executor, created with all its workers spawned (caller holds `_lock`)."""
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
                 self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
                 initargs=(self._secret_path, self._secret_bytes, self._die_marker))
+            with without_user_main():  # the workers start now: they must not run the caller's script
+                for _ in range(self.workers):  # each submit finds no idle worker and spawns one
+                    self._executor.submit(_ready)
         return self._executor
+
+    def start(self) -> None:
+        """Spawn the workers now (without waiting for them to load the key); no-op when in-process."""
+        if self.active:
+            with self._lock:
+                self._pool()
 
     def warm(self, chunk_count: int) -> None:
         """Start the workers (without waiting) if a measurement of `chunk_count` chunks will use them.
 
         Called when a request's header arrives, so the workers load the key while its chunks
-        stream in; depends only on the public chunk count.
+        stream in (when the server did not start them already); depends only on the public chunk count.
         """
-        if not self.active or chunk_count < self.min_chunks:
-            return
-        with self._lock:
-            if self._executor is None:
-                with without_user_main():  # the workers start now: they must not run the caller's script
-                    self._pool().submit(_ready)
+        if self.uses_pool(chunk_count):
+            self.start()
 
-    def decrypt_chunks(self, chunks: Sequence[bytes]) -> list[IntArray]:
-        """Each chunk's slot values, in order; a dead worker: a fresh pool decrypts them all again."""
+    def pipeline(self) -> ChunkPipeline:
+        """A new measurement's pipeline: hand it each chunk as it arrives (`ChunkPipeline.submit`)."""
+        return ChunkPipeline(self)
+
+    def _submit(self, data: bytes, index: int, c1: C1 | None) -> tuple[ProcessPoolExecutor, Future[IntArray]]:
         with self._lock:
-            for attempt in range(self._retries + 1):
+            pool = self._pool()
+            return pool, pool.submit(_check_and_decrypt, data, index, c1)
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        """Drop a broken executor (if it is still ours) and end its surviving workers (caller holds `_lock`)."""
+        if self._executor is broken:
+            self._executor = None
+        # A broken pool's shutdown(wait=True) can wait forever on a surviving worker: end ours.
+        survivors = list((getattr(broken, "_processes", None) or {}).values())
+        broken.shutdown(wait=False, cancel_futures=True)
+        for proc in survivors:
+            proc.kill()
+            proc.join(10)
+
+    def _decrypt_again(self, sent: Sequence[tuple[bytes, C1 | None]], broken: ProcessPoolExecutor) -> list[IntArray]:
+        """After a worker died: every chunk of the measurement checked and decrypted again by a fresh pool, in order."""
+        with self._lock:
+            self._replace(broken)
+            for attempt in range(self._retries):
+                self.restarts += 1
+                log.warning("a decrypt worker died (attempt %d); decrypting the measurement again", attempt + 1)
                 pool = self._pool()
                 try:
-                    size = max(1, len(chunks) // (4 * self.workers))
-                    with without_user_main():  # workers start on demand inside map
-                        return list(pool.map(_decrypt_chunk, chunks, chunksize=size))
+                    size = max(1, len(sent) // (4 * self.workers))
+                    return list(pool.map(_check_and_decrypt, [d for d, _ in sent], range(len(sent)),
+                                         [c for _, c in sent], chunksize=size))
                 except BrokenProcessPool:
-                    self._executor = None
-                    # A broken pool's shutdown(wait=True) can wait forever on a surviving worker: end ours.
-                    survivors = list((getattr(pool, "_processes", None) or {}).values())
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    for proc in survivors:
-                        proc.kill()
-                        proc.join(10)
-                    self.restarts += 1
-                    log.warning("a decrypt worker died (attempt %d); decrypting the measurement again", attempt + 1)
+                    self._replace(pool)
+            self.restarts += 1
             raise WorkerLostError(f"decrypt workers died {self._retries + 1} times (see the server log); nothing was "
                                   "released")
 
@@ -150,25 +223,100 @@ class DecryptPool:
                 self._executor = None
 
 
-class PooledDecryption:
-    """The backend view `DecryptionSide` decrypts through: everything from `backend`, except that
-    `decrypt` sends the received chunk bytes (`sent`, in measured-chunk order) to the pool."""
+class ChunkPipeline:
+    """One measurement's chunks in the key holder's workers: each parsed, checked and decrypted as it arrives.
 
-    def __init__(self, backend: BfvBackend, pool: DecryptPool, sent: Sequence[bytes]) -> None:
-        self._backend = backend
+    Privacy: the slot values the workers return stay in this object, in the key holder's
+    process; `values` hands them to `PipelinedDecryption`, whose `decrypt` the decryption side
+    calls only after the ledger charge committed. A refusal (`failed`, `values`) or a refused
+    charge drops the object, and with it the values: nothing is released.
+    """
+
+    def __init__(self, pool: DecryptPool) -> None:
         self._pool = pool
-        self._sent = sent
+        self._sent: list[tuple[bytes, C1 | None]] = []
+        self._futures: list[tuple[ProcessPoolExecutor, Future[IntArray]]] = []
+        self._seen = 0  # chunks before this one are known to have passed the check
+        self._values: list[IntArray] | None = None
+
+    def __len__(self) -> int:
+        return len(self._sent)
+
+    def submit(self, data: bytes, c1: C1 | None = None) -> None:
+        """Hand the next chunk (its bytes; in a signed study the owners' aggregate c1 it is decrypted with) to a worker."""
+        self._futures.append(self._pool._submit(data, len(self._sent), c1))
+        self._sent.append((data, c1))
+
+    def failed(self) -> DPAggError | None:
+        """The refusal of the first chunk a worker already refused, if any (non-blocking; chunks still in work
+        and a dead worker count as not failed). Lets the servicer refuse a stream before it ends."""
+        while self._seen < len(self._futures):
+            future = self._futures[self._seen][1]
+            if not future.done():
+                return None
+            exc = future.exception()
+            if isinstance(exc, DPAggError):
+                return exc
+            if exc is not None:
+                return None
+            self._seen += 1
+        return None
+
+    def values(self) -> list[IntArray]:
+        """Every chunk's slot values, in order, once all workers answered; the first chunk's refusal raised.
+
+        A worker that died: all chunks are checked and decrypted again by a fresh pool
+        (deterministic: the same values), up to the pool's retries, then WorkerLostError.
+        """
+        if self._values is None:
+            out: list[IntArray] = []
+            for pool, future in self._futures:
+                try:
+                    out.append(future.result())
+                except BrokenProcessPool:
+                    self.discard()
+                    out = self._pool._decrypt_again(self._sent, pool)
+                    break
+                except DPAggError as exc:
+                    self.discard()
+                    raise exc.with_traceback(None) from None
+            self._values = out
+        return self._values
+
+    def discard(self) -> None:
+        """Cancel what the workers have not started; drop every value decrypted so far."""
+        for _, future in self._futures:
+            future.cancel()
+        self._futures = []
+        self._values = None
+
+
+class PipelinedDecryption:
+    """The backend view `DecryptionSide` decrypts through when a measurement's chunks went to the workers.
+
+    Everything comes from `backend`, except: `verify` waits for every chunk's integrity check
+    (and decryption) in the workers and raises the first refusal; `decrypt` (called after the
+    ledger charge) assembles the slot values the workers returned, zeros for unsent chunks.
+    """
+
+    def __init__(self, backend: BfvBackend, pipeline: ChunkPipeline) -> None:
+        self._backend = backend
+        self._pipeline = pipeline
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
-    def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray:
-        """As `BfvBackend.decrypt` (same values), with the chunks decrypted by the pool's workers."""
-        if not verified:
-            self._backend.verify(a)
-        if sum(c is not None for c in a.chunks) != len(self._sent):
+    def verify(self, a: ChunkedVector) -> None:
+        """Refuse (PrecisionError / InvalidInputError) unless every sent chunk passed the integrity check."""
+        if sum(c is not None for c in a.chunks) != len(self._pipeline):
             raise InvalidInputError("the pooled decryption got another chunk list than the measurement's")
-        done = iter(self._pool.decrypt_chunks(self._sent))
+        self._pipeline.values()
+
+    def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray:
+        """As `BfvBackend.decrypt` (same values), from the values the workers decrypted."""
+        if not verified:
+            self.verify(a)
+        done = iter(self._pipeline.values())
         slots = self._backend.slots
         parts = [np.zeros(slots, dtype=np.int64) if c is None else next(done) for c in a.chunks]
         return np.concatenate(parts)[: a.length] if parts else np.zeros(0, dtype=np.int64)

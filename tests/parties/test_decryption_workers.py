@@ -1,20 +1,31 @@
-"""The key holder's local worker pool: same released values as in-process, one charge when a worker dies."""
+"""The key holder's local worker pool: chunks checked and decrypted as they arrive, the same released values as
+in-process, refusals before any charge, one charge when a worker dies."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
-from he_partition.core.backend import n_chunks
+from he_partition.core.backend import ChunkedVector, n_chunks
+from he_partition.core.errors import PrecisionError
 from he_partition.core.measurements import PartitionSums
 from parties.common.util import noise_source
 from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.he.threshold.c1 import c1_of_vector
 from parties.decryption.handler import DecryptedMeasurement, DecryptionHandler
 from parties.decryption.keys import KeyMaterial, KeyStore
 from parties.decryption.ledger import SqliteLedgerStore
-from parties.decryption.workers import DecryptPool
+from parties.common.errors import ServiceError
+from parties.common.config import DecryptionConfig
+from parties.decryption.server import KEYS_DIR, create_decryption_server
+from parties.decryption.workers import DecryptPool, default_decrypt_workers
+
+from .adversarial_cs import AdversarialComputationServer
+from .conftest import Cluster, blocky_histograms
 
 DOMAIN = 5 * 8192 + 100  # six chunks; the measurement reads five
 NOISE_KEY = b"k" * 32
@@ -35,17 +46,33 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyStore, KeyMateria
     return store, material, [public.serialize_chunk(encrypted[i]) for i in wanted]
 
 
-def _release(root: Path, keys: KeyMaterial, chunks: list[bytes],
-             pool: DecryptPool | None) -> tuple[DecryptedMeasurement, DecryptionHandler]:
-    """One measurement through a real handler (real SQLite ledger, real BFV ciphertexts)."""
+def _handler(root: Path, keys: KeyMaterial, pool: DecryptPool | None) -> tuple[DecryptionHandler, str]:
     root.mkdir()
     handler = DecryptionHandler(SqliteLedgerStore(root / "ledger.sqlite"), keys, noise_source(7),
                                 noise_key=NOISE_KEY, decrypt_pool=pool)
     contract, _ = handler.open_study(study_id="s1", domain_size=DOMAIN, epsilon=1.0, expected_owners=("a",),
                                      strategy="hier")
+    return handler, contract.contract_hash
+
+
+def _release(root: Path, keys: KeyMaterial, chunks: list[bytes],
+             pool: DecryptPool | None, *, stream: bool = False) -> tuple[DecryptedMeasurement, DecryptionHandler]:
+    """One measurement through a real handler (real SQLite ledger, real BFV ciphertexts).
+
+    `stream`: as the servicer does with a pool, each chunk handed to the workers as it arrives
+    (`decrypt_pipeline`); otherwise checked in-process as they arrive (`checked_chunk`)."""
+    handler, contract_hash = _handler(root, keys, pool)
+    if stream:
+        pipeline = handler.decrypt_pipeline(len(chunks))
+        assert pipeline is not None
+        for c in chunks:
+            pipeline.submit(c)
+        out = handler.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=0.5, measurement=M,
+                                          chunks=chunks, contract_hash=contract_hash, pipeline=pipeline)
+        return out, handler
     checked = [handler.checked_chunk(c, i) for i, c in enumerate(chunks)]
     out = handler.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=0.5, measurement=M,
-                                      chunks=chunks, contract_hash=contract.contract_hash, checked=checked)
+                                      chunks=chunks, contract_hash=contract_hash, checked=checked)
     return out, handler
 
 
@@ -62,6 +89,73 @@ def test_pooled_decryption_releases_the_in_process_values(tmp_path: Path, keys: 
     assert pooled.values.tobytes() == plain.values.tobytes()
     rows = [[(c.kind, c.epsilon, c.detail) for c in h.ledger.charges("s1")] for h in (h1, h2)]
     assert rows[0] == rows[1] and len(rows[0]) == 1
+
+
+def test_streamed_pipeline_releases_the_in_process_values(tmp_path: Path,
+                                                         keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """Chunks handed to the workers as they arrive (parsed, checked and decrypted there once): the same request
+    releases byte-identical values and writes the same ledger row as the serial in-process path."""
+    store, material, chunks = keys
+    plain, h1 = _release(tmp_path / "a", material, chunks, None)
+    pool = DecryptPool(2, secret_path=store.secret_path)
+    try:
+        pool.start()
+        pooled, h2 = _release(tmp_path / "b", material, chunks, pool, stream=True)
+        again, h3 = _release(tmp_path / "c", material, chunks, pool, stream=True)  # the same workers, still up
+    finally:
+        pool.close()
+    assert pool.restarts == 0
+    assert pooled.values.tobytes() == plain.values.tobytes() == again.values.tobytes()
+    rows = [[(c.kind, c.epsilon, c.detail) for c in h.ledger.charges("s1")] for h in (h1, h2, h3)]
+    assert rows[0] == rows[1] == rows[2] and len(rows[0]) == 1
+
+
+def test_a_chunk_the_workers_refuse_charges_nothing(tmp_path: Path,
+                                                    keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """A chunk under another key, streamed to the workers: refused by the integrity check (naming the chunk),
+    no ledger row, the request recorded as refused, nothing released."""
+    store, material, chunks = keys
+    other = BfvBackend(load_context(KeyStore(tmp_path / "other").load_or_create().public_bytes))
+    foreign = other.serialize_chunk(other.encrypt(np.ones(other.slots, dtype=np.int64)).chunks[0])
+    bad = [*chunks[:2], foreign, *chunks[3:]]
+    pool = DecryptPool(2, secret_path=store.secret_path)
+    try:
+        handler, contract_hash = _handler(tmp_path / "h", material, pool)
+        pipeline = handler.decrypt_pipeline(len(bad))
+        assert pipeline is not None
+        for c in bad:
+            pipeline.submit(c)
+        with pytest.raises(PrecisionError, match="chunk 2 failed the decryption integrity check"):
+            handler.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=0.5, measurement=M,
+                                        chunks=bad, contract_hash=contract_hash, pipeline=pipeline)
+    finally:
+        pool.close()
+    assert handler.ledger.charges("s1") == []
+    assert [r.outcome for r in handler.arrivals.rows("s1")] == ["refused"]
+
+
+def test_workers_decrypt_with_the_c1_they_are_given(keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """A signed study's substitution in the worker: a chunk with its own c1 decrypts to the in-process values
+    (`with_signed_c1` + decrypt); with another chunk's c1 it fails the integrity check."""
+    store, material, chunks = keys
+    backend = BfvBackend(material.secret_context)
+    own = [c1_of_vector(backend.context, c) for c in chunks[:4]]
+    expected = [backend.decrypt(ChunkedVector(backend.slots, (backend.deserialize_chunk(
+        backend.with_c1(c, own[j], chunk=j)),))) for j, c in enumerate(chunks[:4])]
+    pool = DecryptPool(2, secret_path=store.secret_path)
+    try:
+        pipeline = pool.pipeline()
+        for j, c in enumerate(chunks[:4]):
+            pipeline.submit(c, own[j])
+        got = pipeline.values()
+        swapped = pool.pipeline()
+        for j, c in enumerate(chunks[:4]):
+            swapped.submit(c, own[(j + 1) % 4])
+        with pytest.raises(PrecisionError, match="chunk 0"):
+            swapped.values()
+    finally:
+        pool.close()
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
 
 
 def test_a_worker_dying_mid_measurement_is_retried_with_one_charge(tmp_path: Path,
@@ -94,3 +188,44 @@ def test_pool_sizes(keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
         DecryptPool(-1)
     with pytest.raises(Exception, match="exactly one of secret_path or secret_bytes"):
         DecryptPool(2)
+
+
+def test_the_default_worker_count(tmp_path: Path) -> None:
+    """A decryption server without --decrypt-workers: min(cores, 8) workers (in-process on one core)."""
+    cores = len(os.sched_getaffinity(0))
+    assert default_decrypt_workers() == (min(cores, 8) if cores > 1 else 0)
+    assert DecryptionConfig(tmp_path, insecure=True).decrypt_workers is None
+    handle = create_decryption_server(DecryptionConfig(tmp_path / "ds", insecure=True))
+    try:
+        pool = handle.handler.decrypt_pool
+        assert pool is not None and pool.workers == default_decrypt_workers() and pool._executor is None
+    finally:
+        handle.stop()
+
+
+def test_the_servicer_streams_chunks_to_the_workers_with_the_same_answers(cluster: Cluster) -> None:
+    """Through gRPC, a signed study: the same request answered in-process and then with the DS's chunks streamed to
+    its workers (which decrypt each c0 with the owners' aggregate c1) gets the same values; a chunk the workers
+    refuse (owner b's c1 missing from the c0) is refused before any charge."""
+    owners = ("a", "b")
+    contract = cluster.open_study(domain_size=64, owners=owners, epsilon=10.0, signed=True)
+    adv = AdversarialComputationServer(cluster.decryption(), contract,
+                                       {o: cluster.signing_key(o)[0] for o in owners},
+                                       blocky_histograms(64, owners=len(owners)))
+    assert adv.forward() == 1
+    m = PartitionSums(64, 0.1, 1, starts=(0, 16, 32, 48))
+    chunks = adv.chunks(m, np.zeros(4, dtype=np.int64))
+    first = adv.ask("r1", 0.5, m, chunks)  # one chunk: in-process under the default pool
+    pool = DecryptPool(2, secret_path=KeyStore(cluster.root / "ds" / KEYS_DIR).secret_path, min_chunks=1)
+    cluster.ds.handler.decrypt_pool = pool
+    try:
+        second = adv.ask("r1", 0.5, m, chunks)
+        assert pool._executor is not None  # the workers decrypted it
+        with pytest.raises(ServiceError) as ei:
+            adv.ask("r2", 0.5, m, adv.chunks(m, np.zeros(4, dtype=np.int64), aggregate=adv.uploads["a"]))
+    finally:
+        pool.close()
+    assert first is not None and second is not None and np.array_equal(first, second)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "integrity check" in ei.value.details
+    assert [c.release_id for c in cluster.decryption().budget("s1").charges] == ["r1", "r1"]
+    assert [r.outcome for r in cluster.ds.handler.arrivals.rows("s1")] == ["answered", "answered", "refused"]
