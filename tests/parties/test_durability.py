@@ -4,6 +4,7 @@ server without a committed charge."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -73,12 +74,17 @@ def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(t
                 owner_key, study_id="s1", owner_id="a", idempotency_key="k1", contract_hash=contract.contract_hash,
                 parts=[c1_bytes(c1_of_vector(be.context, chunk))])], {"a": owner_key})
             stop = threading.Event()
+            # Every request a different measurement (its sensitivity), so each is charged: a key holder answers
+            # the very same request again from its first charge.
+            sensitivities = itertools.count(2)
 
             def worker() -> None:
                 while not stop.is_set():
+                    with lock:
+                        sens = next(sensitivities)
                     try:
                         res = ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
-                                                     measurement=PrefixDifferences(64, EPS, 2), chunks=[chunk],
+                                                     measurement=PrefixDifferences(64, EPS, sens), chunks=[chunk],
                                                      chunk_count=1, contract_hash=contract.contract_hash, timeout=10)
                     except ServiceError:
                         return  # the server died under us (or the budget ran out)
@@ -127,8 +133,8 @@ def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(t
             while True:  # the release goes on after the restart, never past its declared 1.0
                 try:
                     ds.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=1.0,
-                                           measurement=PrefixDifferences(64, EPS, 2), chunks=[chunk],
-                                           chunk_count=1, contract_hash=contract.contract_hash)
+                                           measurement=PrefixDifferences(64, EPS, next(sensitivities)),
+                                           chunks=[chunk], chunk_count=1, contract_hash=contract.contract_hash)
                     more += 1
                 except ServiceError as err:
                     assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED
