@@ -14,6 +14,10 @@ the difference between a parent's final estimate and its children's sum is sprea
 the children in proportion to their variances. For any linear query q over the leaves,
 Var(q . x_hat) is computed exactly by the adjoint (reverse-mode) of the same two passes:
 var = sum_v (d(q . x_hat) / d y_v)^2 * var(y_v).
+
+Size: the tree's two passes, their adjoint for arbitrary linear queries, and the per-depth
+tables that answer contiguous ranges in O(depth x log nodes) share one node layout; split
+apart, each would need the layout's invariants restated.
 """
 
 from __future__ import annotations

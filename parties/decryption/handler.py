@@ -165,7 +165,9 @@ class _AnsweredBefore(Budget):
         self.last: Charge | None = prior
 
     def charge(self, what: str, epsilon: float) -> None:
-        """Spends nothing: the first answer's row (`last`) paid for these values."""
+        """Spends no epsilon: the first answer's row (`last`) paid `epsilon` for these very values, at the
+        measurement's sensitivity under add/remove of one person (the neighbouring relation). The answer is the
+        same decryption plus the same keyed draw, which only this key holder knows, so nothing new is released."""
 
 
 class _DirectClaim(Budget):
