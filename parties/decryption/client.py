@@ -174,13 +174,15 @@ class DecryptionClient(BaseClient):
                                resp.epsilon_remaining)
 
     def evaluate_pseudonyms(self, *, study_id: str, owner_id: str, contract_hash: str,
-                            elements: Sequence[bytes], timeout: float | None = None) -> list[bytes]:
+                            elements: Sequence[bytes], first_page: int = 0,
+                            timeout: float | None = None) -> list[bytes]:
         """A join owner's blinded identifiers evaluated under the study's OPRF key, in pages of PAGE_ELEMENTS
-        (each page one call, retried on UNAVAILABLE: the key holder answers a page sent again alike)."""
+        numbered from `first_page` (each page one call, retried on UNAVAILABLE: the key holder answers a page sent
+        again alike)."""
         from .oprf import PAGE_ELEMENTS
 
         out: list[bytes] = []
-        for page, start in enumerate(range(0, len(elements), PAGE_ELEMENTS)):
+        for page, start in enumerate(range(0, len(elements), PAGE_ELEMENTS), start=first_page):
             request = decryption_pb2.EvaluatePseudonymsRequest(
                 study_id=study_id, owner_id=owner_id, contract_hash=contract_hash, page=page,
                 blinded_elements=b"".join(elements[start:start + PAGE_ELEMENTS]))
