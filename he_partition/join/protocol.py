@@ -3,10 +3,13 @@
 Owner A knows attribute a of its customers, owner B attribute b of its customers; the
 analysts want the DP histogram of (a, b) over the customers both have. The protocol:
 
-1. Pseudonyms (`JoinKeyPair`, `pseudonyms`): the owners agree a join key by X25519 (their
-   public halves relayed by the computation server, which cannot compute the key), HKDF-
-   SHA256 bound to the study, and replace each identifier by HMAC-SHA256(key, normalized
-   identifier). One record per identifier per owner (the contribution bound). Both also
+1. Pseudonyms (`JoinKeyPair`, `oblivious_pseudonyms`): the owners agree a join key by X25519
+   (their public halves relayed by the computation server, which cannot compute the key),
+   HKDF-SHA256 bound to the study, and replace each identifier by HMAC-SHA256(key, F(k, x)),
+   F the oblivious PRF of `he_partition.join.oprf` under the key holder's per-study key k,
+   evaluated blindly within each owner's quota (`JoinTerms.evaluation_quota`), so no owner
+   computes a pseudonym alone (contracts from before: HMAC-SHA256(key, x), `pseudonyms`).
+   One record per identifier per owner (the contribution bound). Both also
    derive the same `shared_dummies`: pseudonyms that match each other and encode nothing,
    their number a discrete-Laplace draw only the owners know, so the intersection size the
    computation server sees is DP (`dummy_count`).

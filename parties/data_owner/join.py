@@ -2,7 +2,9 @@
 
 `submit_join(owner, study_id, records)` runs the whole owner protocol through the
 computation server: it posts this owner's X25519 key and waits for the other owner's,
-derives the join key, posts the pseudonyms of its identifiers (plus the shared dummies),
+derives the join key, has the key holder evaluate its blinded identifiers (the oblivious
+PRF, `_oblivious_outputs`: the key holder sees random group elements, this owner never the
+key), posts the pseudonyms of its identifiers (plus the shared dummies),
 waits for the placement and checks it, encrypts its indicator planes under the study's
 join key (fingerprint checked against the contract) and uploads them signed, like any
 submission. Identifiers and attribute values never leave this process.
@@ -154,8 +156,10 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
                 progress: bool | None = None) -> SubmitResult:
     """Run this owner's side of join study `study_id` with `records` (identifier -> attribute bin).
 
-    Privacy: nothing about identifiers or values leaves unencrypted: the computation
-    server receives HMAC pseudonyms under a key it cannot derive, sorted (a uniformly
+    Privacy: nothing about identifiers or values leaves unencrypted: the key holder receives
+    blinded identifiers (uniformly random group elements, their count padded with up to
+    2 x offset private dummies), the computation server HMAC pseudonyms of oblivious PRF
+    values under a key it cannot derive, sorted (a uniformly
     random order: nothing of the file's order), and ciphertexts. The shared dummies and
     each owner's private dummies (three discrete Laplace counts at padding_epsilon/3,
     sensitivity 1, add/remove one shared customer; only the owners know them) make the
