@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 from rbcl import (crypto_core_ristretto255_from_hash, crypto_core_ristretto255_is_valid_point,
-                  crypto_core_ristretto255_scalar_reduce, crypto_scalarmult_ristretto255)
+                  crypto_core_ristretto255_scalar_invert, crypto_core_ristretto255_scalar_reduce,
+                  crypto_scalarmult_ristretto255)
 
 from ..core.errors import InvalidInputError
 
@@ -39,7 +40,6 @@ CONTEXT = b"OPRFV1-\x00-ristretto255-SHA512"
 _HASH_TO_GROUP_DST = b"HashToGroup-" + CONTEXT
 _HASH_TO_SCALAR_DST = b"HashToScalar-" + CONTEXT
 _DERIVE_DST = b"DeriveKeyPair" + CONTEXT
-_ORDER = 2**252 + 27742317777372353535851937790883648493
 #: Elements per thread task in the batch functions.
 _TASK = 2048
 
@@ -162,10 +162,7 @@ def finalize(inputs: Sequence[bytes], blinds: Sequence[bytes], evaluated: Sequen
         for x, r, z in triples:
             if len(z) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(z)):
                 raise InvalidInputError("an evaluated element is not a valid ristretto255 encoding")
-            # r^-1 mod the group order in Python integers, ~50x faster than libsodium's constant-time inversion;
-            # not constant-time, but it runs in the owner's own process on its own blinds
-            inverse = pow(int.from_bytes(r, "little"), -1, _ORDER).to_bytes(32, "little")
-            n = bytes(crypto_scalarmult_ristretto255(inverse, bytes(z)))
+            n = bytes(crypto_scalarmult_ristretto255(bytes(crypto_core_ristretto255_scalar_invert(r)), bytes(z)))
             out.append(hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest())
         return out
 
