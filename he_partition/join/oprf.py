@@ -30,7 +30,7 @@ from rbcl import (crypto_core_ristretto255_from_hash, crypto_core_ristretto255_i
 from ..core.errors import InvalidInputError
 
 __all__ = ["ELEMENT_BYTES", "SCALAR_BYTES", "OUTPUT_BYTES", "CONTEXT", "derive_key", "study_key", "hash_to_group",
-           "hash_to_scalar", "blind", "blind_evaluate", "finalize", "evaluate", "blind_scalars"]
+           "hash_to_scalar", "blind", "check_elements", "blind_evaluate", "finalize", "evaluate", "blind_scalars"]
 
 ELEMENT_BYTES = 32
 SCALAR_BYTES = 32
@@ -135,6 +135,13 @@ def blind(inputs: Sequence[bytes], blinds: Sequence[bytes], *, threads: int | No
         return out
 
     return _batched(run, list(zip(inputs, blinds)), threads)
+
+
+def check_elements(elements: Sequence[bytes]) -> None:
+    """Refuse (InvalidInputError) anything that is not a valid ristretto255 encoding, before any work is booked."""
+    for e in elements:
+        if len(e) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(e)):
+            raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
 
 
 def blind_evaluate(key: bytes, elements: Sequence[bytes], *, threads: int | None = None) -> list[bytes]:

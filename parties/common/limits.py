@@ -109,7 +109,9 @@ def server_options(max_receive: int) -> tuple[tuple[str, int], ...]:
 #: Methods whose calls hold a thread long (streams, big batches): each gets a share of the pool.
 HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/RangeCounts",
                  "/dpagg.v1.Computation/DirectRangeCounts", "/dpagg.v1.Analyst/GetRelease",
-                 "/dpagg.v1.Analyst/GetReleasePages")
+                 "/dpagg.v1.Analyst/GetReleasePages",
+                 # a page of a join owner's blinded identifiers: 32,768 scalar multiplications at the key holder
+                 "/dpagg.v1.Decryption/EvaluatePseudonyms")
 
 #: Callers the slot limits do not refuse: the computation server calling the key holder (its
 #: calls queue as before: a refused DecryptMeasurement would fail a release).

@@ -377,9 +377,10 @@ class DecryptionHandler:
             raise InvalidInputError(f"every blinded element is {oprf.ELEMENT_BYTES} bytes (ristretto255)")
         quota = terms.evaluation_quota(contract.expected_owners.index(owner_id))
         key = oprf.study_key(self._oprf_key, study_id, contract.contract_hash)
-        evaluated = oprf.blind_evaluate(key, elements)  # refuses invalid encodings before anything is booked
+        oprf.check_elements(elements)  # invalid encodings are refused before anything is booked
         used = self.evaluations.admit(study_id, owner_id, int(page), len(elements),
                                       hashlib.sha256(b"".join(elements)).hexdigest(), quota)
+        evaluated = oprf.blind_evaluate(key, elements)  # only for a page within the quota
         log.info("study %s: evaluated page %d of owner %s (%d elements; %d of its quota %d)", study_id, page,
                  owner_id, len(elements), used, quota)
         return evaluated, used, quota
