@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -205,9 +206,9 @@ class DecryptionHandler:
                  evaluations: EvaluationLog | None = None) -> None:
         self.ledger = ledger
         # The master secret of the join studies' OPRF keys (parties.decryption.oprf; never served) and the book of
-        # the evaluations answered (each owner's quota). Without one (tests), it comes from `rng`.
-        self._oprf_key = oprf_key if oprf_key is not None else b"".join(
-            int(v).to_bytes(8, "big") for v in rng.integers(1 << 62, 4))
+        # the evaluations answered (each owner's quota). Without one (in-memory servers), a fresh one from the OS
+        # (not from `rng`: a seeded server's draws stay what they were).
+        self._oprf_key = oprf_key if oprf_key is not None else os.urandom(32)
         self.evaluations = evaluations if evaluations is not None else EvaluationLog()
         # The single key holder's X25519 seal key (owners seal their upload keys to it; None: studies are not
         # sealed) and its record of each sealed study's closed commitments.
