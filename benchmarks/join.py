@@ -8,7 +8,9 @@ release, an analyst read) and prints its figures on the last line; `--bins 64` r
 `--release` picks how the table is released (default cells: every cell noised; gap, hier,
 dawa, privelet, auto: that strategy over the table flattened along the Hilbert curve).
 `--library` runs the protocol's library path in one process instead, timing each step:
-key generation (decryption server), X25519 key agreement and HMAC pseudonyms (owners),
+key generation (decryption server), oblivious pseudonyms (owners blind, the key holder evaluates,
+owners unblind: `oprf_blind`, `oprf_evaluate`, `oprf_finalize`, both owners together), X25519 key
+agreement and the HMAC of each PRF value (owners),
 placement (computation server), indicator encoding, encryption and serialization (owners:
 the bytes they would upload), products and rotations (computation server), then the release
 (noise, pads and flooding per measured value; decryption and the key holder's noise).
@@ -26,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from he_partition.join import oprf
 from he_partition.join.protocol import (JOIN_RELEASES, JoinKeyPair, JoinTerms, check_placement, encode_indicators,
-                                        groups_for, min_padding_offset, place, posted_pseudonyms)
+                                        groups_for, min_padding_offset, oprf_input, place, posted_pseudonyms)
+from parties.data_owner.join import evaluation_batch
 from he_partition.join.protocol import CURRENT_JOIN_VERSION, MAX_JOIN_CAPACITY
 from he_partition.he.join_scheme import JoinParams, JoinScheme, join_plain_modulus
 from he_partition.join.parallel import JoinEvaluator
@@ -88,9 +92,26 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
     ids_a, ids_b = list(a), list(b)
     slots = owner_scheme.slots
     capacity = _capacity(records, shared, pad_offset)  # public in a real study (the contract's join capacity)
-    pad_terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, version=CURRENT_JOIN_VERSION)
-    ps_a, real_a = posted_pseudonyms(ka, key_a, ids_a, pad_terms, study_id="bench")
-    ps_b, real_b = posted_pseudonyms(kb, key_b, ids_b, pad_terms, study_id="bench")
+    pad_terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, version=CURRENT_JOIN_VERSION,
+                          pseudonyms="oprf")
+    # Oblivious pseudonyms: each owner blinds its identifiers (and pads), the key holder evaluates, the owner
+    # unblinds and hashes (he_partition.join.oprf); timed per side.
+    oprf_key = oprf.study_key(b"k" * 32, "bench", "h")
+    outputs = []
+    for pair, ids in ((ka, ids_a), (kb, ids_b)):
+        inputs = [oprf_input(i) for i in ids]
+        t0 = time.perf_counter()
+        batch, blinds, where = evaluation_batch(pair.private_secret("bench"), inputs, pad_terms.dummy_allowance() // 2)
+        t1 = time.perf_counter()
+        evaluated = oprf.blind_evaluate(oprf_key, batch)
+        t2 = time.perf_counter()
+        outputs.append(oprf.finalize(inputs, blinds, [evaluated[k] for k in where]))
+        t3 = time.perf_counter()
+        for name, dt in (("oprf_blind", t1 - t0), ("oprf_evaluate", t2 - t1), ("oprf_finalize", t3 - t2)):
+            times[name] = round(times.get(name, 0.0) + dt, 3)
+    t = time.perf_counter()
+    ps_a, real_a = posted_pseudonyms(ka, key_a, ids_a, pad_terms, study_id="bench", prf_outputs=outputs[0])
+    ps_b, real_b = posted_pseudonyms(kb, key_b, ids_b, pad_terms, study_id="bench", prf_outputs=outputs[1])
     t = step("pseudonyms", t)
     place_a, place_b = place(ps_a, ps_b, capacity, SecureRandom())
     t = step("placement", t)
@@ -138,12 +159,13 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
 
 
 def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any,
-                   signing_key: bytes) -> None:
+                   signing_key: bytes, ds: str) -> None:
     from parties.data_owner.client import DataOwnerClient
     from parties.data_owner.join import submit_join
 
     t0 = time.perf_counter()
-    with DataOwnerClient(owner, computation=cs, insecure=True, progress=False, signing_key=signing_key) as client:
+    with DataOwnerClient(owner, computation=cs, decryption=ds, insecure=True, progress=False,
+                         signing_key=signing_key) as client:
         res = submit_join(client, study, records, idempotency_key=f"bench-{owner}", state_dir=state)
     out.put((owner, res.bytes_sent, time.perf_counter() - t0,
              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
@@ -181,7 +203,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
             opened = time.perf_counter()
             out: Any = mp.get_context("spawn").Queue()
             procs = [mp.get_context("spawn").Process(target=_owner_process, args=(o, "bench", cs_target, r,
-                                                                                 str(work / o), out, keys[o][0]))
+                                                                                 str(work / o), out, keys[o][0], ds_target))
                      for o, r in (("a", a), ("b", b))]
             for p in procs:
                 p.start()

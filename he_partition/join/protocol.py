@@ -3,10 +3,13 @@
 Owner A knows attribute a of its customers, owner B attribute b of its customers; the
 analysts want the DP histogram of (a, b) over the customers both have. The protocol:
 
-1. Pseudonyms (`JoinKeyPair`, `pseudonyms`): the owners agree a join key by X25519 (their
-   public halves relayed by the computation server, which cannot compute the key), HKDF-
-   SHA256 bound to the study, and replace each identifier by HMAC-SHA256(key, normalized
-   identifier). One record per identifier per owner (the contribution bound). Both also
+1. Pseudonyms (`JoinKeyPair`, `oblivious_pseudonyms`): the owners agree a join key by X25519
+   (their public halves relayed by the computation server, which cannot compute the key),
+   HKDF-SHA256 bound to the study, and replace each identifier by HMAC-SHA256(key, F(k, x)),
+   F the oblivious PRF of `he_partition.join.oprf` under the key holder's per-study key k,
+   evaluated blindly within each owner's quota (`JoinTerms.evaluation_quota`), so no owner
+   computes a pseudonym alone (contracts from before: HMAC-SHA256(key, x), `pseudonyms`).
+   One record per identifier per owner (the contribution bound). Both also
    derive the same `shared_dummies`: pseudonyms that match each other and encode nothing,
    their number a discrete-Laplace draw only the owners know, so the intersection size the
    computation server sees is DP (`dummy_count`).
@@ -52,10 +55,10 @@ from ..core.errors import InvalidInputError
 from ..he.join_scheme import CURRENT_JOIN_VERSION, JOIN_VERSIONS, JoinParams, JoinScheme, join_plain_modulus
 from ..core.noise import RandomSource, SeededRandom, discrete_laplace, laplace_scale
 
-__all__ = ["JOIN_STRATEGY", "JOIN_RELEASES", "DEFAULT_JOIN_RELEASE", "JOIN_ORDERS", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES",
+__all__ = ["JOIN_STRATEGY", "JOIN_RELEASES", "DEFAULT_JOIN_RELEASE", "JOIN_ORDERS", "JOIN_PSEUDONYMS", "JoinTerms", "JoinKeyPair", "PSEUDONYM_BYTES",
            "MAX_PADDING_DELTA", "JOIN_PLAIN_MODULUS", "padding_delta", "min_padding_offset", "max_join_capacity", "capacity_for",
            "join_capacity_limit", "CURRENT_JOIN_VERSION",
-           "pseudonyms", "shared_dummies", "private_dummies", "dummy_count", "posted_pseudonyms", "place",
+           "pseudonyms", "oprf_input", "oblivious_pseudonyms", "shared_dummies", "private_dummies", "dummy_count", "posted_pseudonyms", "place",
            "check_placement", "encode_indicators", "joint_totals", "groups_for"]
 
 PSEUDONYM_BYTES = 32
@@ -68,6 +71,8 @@ JOIN_STRATEGY = "join"
 JOIN_RELEASES = ("cells", "gap", "hier", "dawa", "privelet", "auto")
 #: What `dpagg open-join` releases with unless told otherwise (docs/join.md: accuracy by release).
 DEFAULT_JOIN_RELEASE = "cells"
+#: How identifiers become pseudonyms (JoinTerms.pseudonyms): oblivious PRF values, or the legacy HMAC.
+JOIN_PSEUDONYMS = ("oprf", "hmac")
 #: How the table is flattened into bins: row-major, or along the Hilbert curve (square 2^k tables),
 #: so that a strategy's contiguous partitions are compact 2-D regions.
 JOIN_ORDERS = ("row", "hilbert")
@@ -169,6 +174,13 @@ class JoinTerms:
     release: str = "cells"
     order: str = "row"
     version: int = 1
+    #: How identifiers become pseudonyms: "oprf" (oblivious: a PRF whose key only the key holder has,
+    #: he_partition.join.oprf; what every study opened since has) or "hmac" (an HMAC under the owners' join
+    #: key: contracts that predate oblivious pseudonyms, absent the field).
+    pseudonyms: str = "hmac"
+    #: Each owner's largest record count (optional, `dpagg open-join --max-records`): bounds the oblivious
+    #: evaluations the key holder grants it (`evaluation_quota`).
+    max_records: tuple[int, int] | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], *, domain_size: int, slots: int = 8192) -> "JoinTerms":
@@ -178,7 +190,8 @@ class JoinTerms:
                         int(params["padding_offset"]), str(params.get("row_spec", "")),
                         str(params.get("col_spec", "")), str(params.get("identifier", "id")),
                         str(params.get("release", "cells")), str(params.get("order", "row")),
-                        _version(params.get("join_version", 1)))
+                        _version(params.get("join_version", 1)), str(params.get("pseudonyms", "hmac")),
+                        _max_records(params.get("max_records")))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise InvalidInputError(
                 'a join study needs strategy_params {"shape": [rows, cols], "capacity": N, "padding_epsilon": e, '
@@ -210,6 +223,10 @@ class JoinTerms:
                                                                                           rel_tol=1e-9)):
             raise InvalidInputError(f"the contract states padding_delta {stated!r}, but padding_epsilon "
                                     f"{terms.padding_epsilon:g} and offset {terms.padding_offset} give {terms.delta!r}")
+        if terms.pseudonyms not in JOIN_PSEUDONYMS:
+            raise InvalidInputError(f"join pseudonyms {terms.pseudonyms!r} are none of {', '.join(JOIN_PSEUDONYMS)}")
+        if terms.max_records is not None and sum(terms.max_records) > terms.capacity:
+            raise InvalidInputError(f"max_records {list(terms.max_records)} exceed the join capacity {terms.capacity}")
         if terms.release not in JOIN_RELEASES:
             raise InvalidInputError(f"join release {terms.release!r} is none of {', '.join(JOIN_RELEASES)}")
         if terms.order not in JOIN_ORDERS:
@@ -237,12 +254,41 @@ class JoinTerms:
     def groups(self, slots: int = 8192) -> int:
         return groups_for(self.capacity, slots)
 
+    @property
+    def oblivious(self) -> bool:
+        """True when the pseudonyms are oblivious PRF values (the key holder evaluates, `evaluation_quota`)."""
+        return self.pseudonyms == "oprf"
+
+    def dummy_allowance(self) -> int:
+        """How many private dummies an owner pads its evaluations with at most: 2 x offset, the bound
+        `capacity_for` sizes the capacity with (a draw above it, probability below the padding's delta, is cut)."""
+        return 2 * self.padding_offset
+
+    def evaluation_quota(self, side: int) -> int:
+        """The most oblivious evaluations the key holder answers owner `side` (0: A, 1: B) in this study: its
+        declared largest record count plus its private dummies' allowance; without declared counts, the capacity
+        (an owner's list alone must fit it). So an owner colluding with the computation server tests at most this
+        many guessed identifiers, its own records included."""
+        if self.max_records is None:
+            return self.capacity
+        return self.max_records[side] + self.dummy_allowance()
+
     def values_of(self, side: int) -> int:
         """Attribute values of owner `side` (0: A, rows; 1: B, columns)."""
         return self.rows if side == 0 else self.cols
 
     def spec_of(self, side: int) -> str:
         return self.row_spec if side == 0 else self.col_spec
+
+
+def _max_records(value: Any) -> tuple[int, int] | None:
+    """strategy_params' "max_records": [n_a, n_b], two integers >= 1 (absent: None)."""
+    if value is None:
+        return None
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value)):
+        raise ValueError(f"max_records must be two integers >= 1, got {value!r}")
+    return int(value[0]), int(value[1])
 
 
 def _version(value: Any) -> int:
@@ -290,6 +336,24 @@ def normalize_identifier(identifier: str) -> str:
     if not text:
         raise InvalidInputError("an identifier is empty after normalization")
     return text
+
+
+def oprf_input(identifier: str) -> bytes:
+    """The OPRF input of an identifier: its normalized text (`normalize_identifier`), UTF-8, domain-separated."""
+    return b"id|" + normalize_identifier(identifier).encode()
+
+
+def oblivious_pseudonyms(join_key: bytes, prf_outputs: Sequence[bytes]) -> list[bytes]:
+    """HMAC-SHA256(join key, OPRF output) for each identifier's oblivious PRF value (he_partition.join.oprf).
+
+    The PRF value is what no owner can compute alone; the HMAC under the owners' join key binds it to this
+    pair of owners and this study, so the computation server, which lacks the join key, cannot link the
+    pseudonyms of two studies either. Refuses duplicates (one record per identifier)."""
+    out = [hmac.new(join_key, b"oprf|" + bytes(y), hashlib.sha256).digest() for y in prf_outputs]
+    if len(set(out)) != len(out):
+        raise InvalidInputError("an identifier appears twice (after normalization): keep one record per "
+                                "identifier (the join's contribution bound)")
+    return out
 
 
 def pseudonyms(join_key: bytes, identifiers: Iterable[str]) -> list[bytes]:
@@ -342,15 +406,25 @@ def private_dummies(owner_secret: bytes, epsilon: float, offset: int) -> list[by
 
 
 def posted_pseudonyms(pair: "JoinKeyPair", join_key: bytes, identifiers: Sequence[str],
-                      terms: JoinTerms, *, study_id: str) -> tuple[list[bytes], list[bytes]]:
+                      terms: JoinTerms, *, study_id: str,
+                      prf_outputs: Sequence[bytes] | None = None) -> tuple[list[bytes], list[bytes]]:
     """(the list an owner posts, the pseudonyms of `identifiers` in their order).
+
+    `prf_outputs`: the identifiers' oblivious PRF values, in their order (required when the terms'
+    pseudonyms are "oprf"; `oblivious_pseudonyms`); without them, the legacy HMAC of each identifier.
 
     The posted list is its pseudonyms, the shared dummies and its private dummies, sorted:
     HMAC values under a key the computation server lacks, so sorted order is a uniformly
     random order, independent of the file's order and of which entries are dummies.
     Privacy: as `dummy_count` (padding_epsilon over the three draws, delta `padding_delta`).
     """
-    real = pseudonyms(join_key, identifiers)
+    if terms.oblivious:
+        if prf_outputs is None or len(prf_outputs) != len(identifiers):
+            raise InvalidInputError("this study's pseudonyms are oblivious: each identifier needs its OPRF value "
+                                    "from the key holder (parties.data_owner.join)")
+        real = oblivious_pseudonyms(join_key, prf_outputs)
+    else:
+        real = pseudonyms(join_key, identifiers)
     posted = real + shared_dummies(join_key, dummy_count(join_key, terms.padding_epsilon, terms.padding_offset))
     posted += private_dummies(pair.private_secret(study_id), terms.padding_epsilon, terms.padding_offset)
     return sorted(posted), real

@@ -207,8 +207,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--computation", **comp)
     p.add_argument("--decryption", default=os.environ.get(ENV_DECRYPTION) or None, metavar="HOST:PORT",
                    type=server_address,
-                   help="fetch the join key from the decryption server directly (default: through the computation "
-                        "server; its fingerprint is checked either way)")
+                   help="the decryption server (key holder): it evaluates the study's oblivious pseudonyms, so a "
+                        "join study opened with them needs it; the join key is fetched from it too (without it, "
+                        "through the computation server; its fingerprint is checked either way)")
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)
 

@@ -219,7 +219,9 @@ def cmd_open_join(args: argparse.Namespace) -> int:
     terms = {"shape": [rows, cols], "capacity": args.capacity, "padding_epsilon": args.padding_epsilon,
              "padding_offset": offset, "padding_delta": padding_delta(args.padding_epsilon, offset), "row_spec": args.rows, "col_spec": args.cols,
              "identifier": args.id_column, "release": args.release, "order": order,
-             "join_version": CURRENT_JOIN_VERSION}
+             "join_version": CURRENT_JOIN_VERSION, "pseudonyms": "oprf"}
+    if args.max_records is not None:  # each owner's quota of oblivious evaluations follows its declared records
+        terms["max_records"] = [int(x) for x in str(args.max_records).split(",")]
     with ComputationClient(args.computation, **conn(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=rows * cols, epsilon=args.epsilon, expected_owners=args.owners,
@@ -437,7 +439,9 @@ def add_parser(sub: Subparsers) -> None:
                         "encrypts capacity/8192 x its bins ciphertexts); or give --max-records")
     p.add_argument("--max-records", default=None, metavar="N_A,N_B",
                    help="each owner's largest record count: the capacity is sized for them and the padding, and "
-                        "checked before the study opens (instead of --capacity)")
+                        "checked before the study opens (instead of --capacity); each owner's quota of oblivious "
+                        "pseudonym evaluations is its count plus its dummies' allowance (with --capacity alone: the "
+                        "capacity)")
     p.add_argument("--epsilon", type=float, required=True, help="total budget: padding plus the table's release")
     p.add_argument("--padding-epsilon", type=float, default=0.1,
                    help="epsilon booked at once for the dummy padding that hides the intersection size from the "

@@ -8,6 +8,8 @@ once in its log. The rules, per service (see docs/threat-model.md):
 - Decryption: GetPublicContext, GetStudy: any party. OpenStudy, DecryptMeasurement: only
   the computation server (role ``computation``; with ``--computation-id`` only those ids).
   BudgetStatus: computation, operator, analyst. ReconcileCharges (key-share holders): operator.
+  EvaluatePseudonyms (a join's oblivious pseudonyms): a data owner, for its own id only, and only if
+  the study lists it.
 - Computation: OpenStudy, RunRelease: operator. SubmitHistogram: a data owner, for its own
   id only, and only if the study lists it. UploadStatus: that owner, or an operator.
   StudyStatus: any party. ReleaseStatus: operator, computation, analyst. LedgerReceipts: operator,

@@ -31,6 +31,7 @@ __all__ = [
     "PermissionDeniedError",
     "AlreadyExistsError",
     "FailedPreconditionError",
+    "QuotaExhaustedError",
     "ServiceError",
     "STATUS_TABLE",
     "status_for",
@@ -59,6 +60,10 @@ class FailedPreconditionError(DPAggError):
 
 class TooLargeForOneMessageError(DPAggError):
     """A reply that would not fit one message; the method that pages it is named (RESOURCE_EXHAUSTED)."""
+
+
+class QuotaExhaustedError(DPAggError):
+    """A party asked for more than its quota, e.g. oblivious evaluations beyond its join quota (RESOURCE_EXHAUSTED)."""
 
 
 class ServiceError(DPAggError):
@@ -95,6 +100,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
     (TooLargeForOneMessageError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (QuotaExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # A submission whose Ed25519 signature is missing or does not verify: the data cannot be
     # attributed to the owner it names, so the caller is not authenticated for it.
     (SignatureError, grpc.StatusCode.UNAUTHENTICATED),

@@ -77,6 +77,8 @@ MESSAGE_BUDGETS: dict[str, int] = {
     # up to a few thousand receipts (~0.5 KB each) of charges another holder booked
     "/dpagg.v1.Decryption/ReconcileCharges": 4 * MiB,
     "/dpagg.v1.Decryption/ChargeDirectQueries": 2 * MiB,
+    # one page of a join owner's blinded identifiers: at most 32,768 x 32 bytes (parties.decryption.oprf)
+    "/dpagg.v1.Decryption/EvaluatePseudonyms": 1 * MiB + 4096,
     # a header with up to 1M partition starts, or one ciphertext chunk
     "/dpagg.v1.Decryption/DecryptMeasurement": 16 * MiB,
     # key-share holders: the same stream as DecryptMeasurement; a setup round with K key shares
@@ -107,7 +109,9 @@ def server_options(max_receive: int) -> tuple[tuple[str, int], ...]:
 #: Methods whose calls hold a thread long (streams, big batches): each gets a share of the pool.
 HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/RangeCounts",
                  "/dpagg.v1.Computation/DirectRangeCounts", "/dpagg.v1.Analyst/GetRelease",
-                 "/dpagg.v1.Analyst/GetReleasePages")
+                 "/dpagg.v1.Analyst/GetReleasePages",
+                 # a page of a join owner's blinded identifiers: 32,768 scalar multiplications at the key holder
+                 "/dpagg.v1.Decryption/EvaluatePseudonyms")
 
 #: Callers the slot limits do not refuse: the computation server calling the key holder (its
 #: calls queue as before: a refused DecryptMeasurement would fail a release).

@@ -2,7 +2,9 @@
 
 `submit_join(owner, study_id, records)` runs the whole owner protocol through the
 computation server: it posts this owner's X25519 key and waits for the other owner's,
-derives the join key, posts the pseudonyms of its identifiers (plus the shared dummies),
+derives the join key, has the key holder evaluate its blinded identifiers (the oblivious
+PRF, `_oblivious_outputs`: the key holder sees random group elements, this owner never the
+key), posts the pseudonyms of its identifiers (plus the shared dummies),
 waits for the placement and checks it, encrypts its indicator planes under the study's
 join key (fingerprint checked against the contract) and uploads them signed, like any
 submission. Identifiers and attribute values never leave this process.
@@ -17,6 +19,8 @@ owner's key is used only if its signature checks against the contract.
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +31,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from rbcl import crypto_core_ristretto255_from_hash
 
 from he_partition.he.bfv import context_fingerprint
 from he_partition.core.errors import DPAggError, InvalidInputError
-from he_partition.join.protocol import JoinKeyPair, check_placement, encode_indicators, posted_pseudonyms
+from he_partition.join import oprf
+from he_partition.join.protocol import (JoinKeyPair, check_placement, dummy_count, encode_indicators, oprf_input,
+                                        posted_pseudonyms)
 from he_partition.he.join_scheme import JoinScheme
 
 from ..common.contract import StudyContract
@@ -39,7 +46,7 @@ from ..common.tls import write_private_file
 from .client import DataOwnerClient, EncryptedHistogram, SubmitResult
 from .domain import DomainSpec
 
-__all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS"]
+__all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS", "evaluation_batch"]
 
 #: Pseudonyms per JoinPlacement message (16 MB; gRPC's message cap is 64 MB); longer lists go in parts.
 PART_PSEUDONYMS = 500_000
@@ -149,8 +156,10 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
                 progress: bool | None = None) -> SubmitResult:
     """Run this owner's side of join study `study_id` with `records` (identifier -> attribute bin).
 
-    Privacy: nothing about identifiers or values leaves unencrypted: the computation
-    server receives HMAC pseudonyms under a key it cannot derive, sorted (a uniformly
+    Privacy: nothing about identifiers or values leaves unencrypted: the key holder receives
+    blinded identifiers (uniformly random group elements, their count padded with up to
+    2 x offset private dummies), the computation server HMAC pseudonyms of oblivious PRF
+    values under a key it cannot derive, sorted (a uniformly
     random order: nothing of the file's order), and ciphertexts. The shared dummies and
     each owner's private dummies (three discrete Laplace counts at padding_epsilon/3,
     sensitivity 1, add/remove one shared customer; only the owners know them) make the
@@ -188,7 +197,8 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     verify_join_key(contract, contract.expected_owners[1 - side], peer, peer_signature)
     key = pair.join_key(peer, study_id=study_id, contract_hash=contract.contract_hash)
     ids = list(records)
-    mine, real = posted_pseudonyms(pair, key, ids, terms, study_id=study_id)
+    outputs = _oblivious_outputs(owner, contract, pair, ids) if terms.oblivious else None
+    mine, real = posted_pseudonyms(pair, key, ids, terms, study_id=study_id, prf_outputs=outputs)
     if len(mine) <= PART_PSEUDONYMS:
         cs.join_placement(study_id, owner.owner_id, b"".join(mine))
     else:  # in consecutive parts of the sorted list: no single message carries more than PART_PSEUDONYMS
@@ -214,6 +224,55 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     if result.committed:
         _forget_key(state, study_id, owner.owner_id)
     return result
+
+
+def evaluation_batch(secret: bytes, inputs: list[bytes], pads: int) -> tuple[list[bytes], list[bytes], list[int]]:
+    """(the blinded elements to send, sorted; the blinds of `inputs`; where each input's element is in the batch).
+
+    Blinds and padding elements come from `secret` (this owner's private secret), so a re-run with the same
+    records sends the same batch (the key holder answers each page once). The batch is sorted: uniformly random
+    elements in a uniformly random order, so the key holder cannot tell the `pads` padding elements (they hide
+    the record count as the private dummies do) from the records'."""
+    seed = hmac.new(secret, b"oprf-blinds", hashlib.sha256).digest()
+    order = sorted(range(len(inputs)), key=lambda i: inputs[i])  # blinds follow the records, not the file order
+    scalars = oprf.blind_scalars(seed, len(inputs))
+    blinds: list[bytes] = [b""] * len(inputs)
+    for k, i in enumerate(order):
+        blinds[i] = scalars[k]
+    elements = oprf.blind(inputs, blinds)
+    padding = [bytes(crypto_core_ristretto255_from_hash(hashlib.sha512(b"dpagg/oprf-pad|" + seed + j.to_bytes(8, "big"))
+                                                        .digest())) for j in range(pads)]
+    batch = sorted(elements + padding)
+    where = {e: k for k, e in enumerate(batch)}
+    return batch, blinds, [where[e] for e in elements]
+
+
+def _oblivious_outputs(owner: DataOwnerClient, contract: StudyContract, pair: JoinKeyPair, ids: list[str]) -> list[bytes]:
+    """The oblivious PRF value of each identifier (he_partition.join.oprf), evaluated blindly by the key holder.
+
+    The key holder sees |records| + min(P, allowance) uniformly random group elements (P: this owner's private
+    dummy count, `private_dummies`), never an identifier; this owner never sees the study's OPRF key."""
+    if owner.decryption is None:
+        raise InvalidInputError(f"join study {contract.study_id} has oblivious pseudonyms: the key holder evaluates "
+                                "them, so this owner needs its address (--decryption / DataOwnerClient(decryption=))")
+    terms = contract.join_terms()
+    side = contract.expected_owners.index(owner.owner_id)
+    quota = terms.evaluation_quota(side)
+    if len(ids) > quota:
+        raise InvalidInputError(f"{len(ids)} records, but this owner's quota of oblivious evaluations in study "
+                                f"{contract.study_id} is {quota} (its declared records plus its dummies' allowance): "
+                                "bound the records or open a study that declares more")
+    secret = pair.private_secret(contract.study_id)
+    drawn = dummy_count(secret, terms.padding_epsilon, terms.padding_offset, label=b"private-dummy-count")
+    pads = max(0, min(drawn, terms.dummy_allowance(), quota - len(ids)))
+    inputs = [oprf_input(i) for i in ids]
+    if len(set(inputs)) != len(inputs):  # before any evaluation is spent
+        raise InvalidInputError("an identifier appears twice (after normalization): keep one record per "
+                                "identifier (the join's contribution bound)")
+    batch, blinds, where = evaluation_batch(secret, inputs, pads)
+    evaluated = owner.decryption.evaluate_pseudonyms(study_id=contract.study_id, owner_id=owner.owner_id,
+                                                     contract_hash=contract.contract_hash, elements=batch)
+    return oprf.finalize(inputs, blinds, [evaluated[k] for k in where])
 
 
 def _forget_key(state_dir: Path | None, study_id: str, owner_id: str) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from parties.wire.v1 import decryption_pb2, decryption_pb2_grpc
+from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import Measurement
 
 from ..common.client import BaseClient
@@ -171,6 +172,29 @@ class DecryptionClient(BaseClient):
                            method="Decryption/DecryptJoinCells", timeout=timeout or RELEASE_TIMEOUT, retry=False)
         return JoinCellsResult(np.asarray(resp.values, dtype=np.int64), resp.variance, resp.epsilon_charged,
                                resp.epsilon_remaining)
+
+    def evaluate_pseudonyms(self, *, study_id: str, owner_id: str, contract_hash: str,
+                            elements: Sequence[bytes], first_page: int = 0,
+                            timeout: float | None = None) -> list[bytes]:
+        """A join owner's blinded identifiers evaluated under the study's OPRF key, in pages of PAGE_ELEMENTS
+        numbered from `first_page` (each page one call, retried on UNAVAILABLE: the key holder answers a page sent
+        again alike)."""
+        from .oprf import PAGE_ELEMENTS
+
+        out: list[bytes] = []
+        for page, start in enumerate(range(0, len(elements), PAGE_ELEMENTS), start=first_page):
+            request = decryption_pb2.EvaluatePseudonymsRequest(
+                study_id=study_id, owner_id=owner_id, contract_hash=contract_hash, page=page,
+                blinded_elements=b"".join(elements[start:start + PAGE_ELEMENTS]))
+
+            def call(req: decryption_pb2.EvaluatePseudonymsRequest = request) -> bytes:
+                return bytes(self._stub.EvaluatePseudonyms(req, timeout=timeout or self.timeout).evaluated_elements)
+
+            data = self._call(call, policy=self.retry, method="Decryption/EvaluatePseudonyms")
+            out.extend(data[i:i + 32] for i in range(0, len(data), 32))
+        if len(out) != len(elements):
+            raise InvalidInputError(f"the key holder answered {len(out)} elements for {len(elements)}")
+        return out
 
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import threading
 import time
 from contextlib import nullcontext
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from he_partition.core.backend import ChunkedVector, n_chunks
 from he_partition.he.bfv import BfvBackend, context_fingerprint
+from he_partition.join import oprf
 from he_partition.join.protocol import JOIN_STRATEGY
 from he_partition.join.release import decrypt_values
 from he_partition.he.join_scheme import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
@@ -42,6 +44,7 @@ from ..common.sealing import Commitment, SealKeyPair
 from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
 from .keys import KeyMaterial, load_or_create_join_keys
+from .oprf import PAGE_ELEMENTS, EvaluationLog
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
 from .workers import ChunkPipeline, DecryptPool, PipelinedDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
@@ -202,8 +205,14 @@ class DecryptionHandler:
                  noise_key: bytes | None = None, arrivals: ArrivalLog | None = None,
                  decrypt_pool: DecryptPool | None = None, seal_key: SealKeyPair | None = None,
                  commitments_dir: Path | None = None, c1_dir: Path | None = None,
-                 key_holders: int = 1) -> None:
+                 key_holders: int = 1, oprf_key: bytes | None = None,
+                 evaluations: EvaluationLog | None = None) -> None:
         self.ledger = ledger
+        # The master secret of the join studies' OPRF keys (parties.decryption.oprf; never served) and the book of
+        # the evaluations answered (each owner's quota). Without one (in-memory servers), a fresh one from the OS
+        # (not from `rng`: a seeded server's draws stay what they were).
+        self._oprf_key = oprf_key if oprf_key is not None else os.urandom(32)
+        self.evaluations = evaluations if evaluations is not None else EvaluationLog()
         # The single key holder's X25519 seal key (owners seal their upload keys to it; None: studies are not
         # sealed) and its record of each sealed study's closed commitments.
         self.seal_key = seal_key
@@ -297,6 +306,8 @@ class DecryptionHandler:
                 "a join study must be signed: owner_keys is empty, so the owners could not tell each other's X25519 "
                 "join key from one the computation server made up. Pass both owners' Ed25519 public keys "
                 "(dpagg open-join --owner-keys-dir DIR or --owner-key ID=HEX), also on an --insecure server")
+        if join:
+            strategy_params_json = _oblivious_join_params(strategy_params_json)
         # A join's terms are checked before its key version is looked up, so bad terms never create a key.
         fingerprint = (context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
                                            .public_bytes()) if join else self.fingerprint)
@@ -343,6 +354,40 @@ class DecryptionHandler:
         eps = contract.join_terms().padding_epsilon
         self.ledger.charge(contract.study_id, JOIN_PADDING_CHARGE, "join_padding", eps, eps,
                            canonical_json({"contract_hash": contract.contract_hash, "padding_epsilon": eps}))
+
+    def evaluate_pseudonyms(self, *, study_id: str, owner_id: str, contract_hash: str, page: int,
+                            elements: Sequence[bytes]) -> tuple[list[bytes], int, int]:
+        """Evaluate one page of an owner's blinded identifiers under the study's OPRF key: (k B_i for each B_i,
+        elements answered to this owner in the study so far, its quota).
+
+        Refused (nothing evaluated): a study that is no join with oblivious pseudonyms, an owner the contract
+        does not list, another contract hash, a page of more than PAGE_ELEMENTS or of invalid elements
+        (INVALID_ARGUMENT), a page index answered before with other elements (FAILED_PRECONDITION), a page that
+        takes the owner past its quota (RESOURCE_EXHAUSTED naming the quota). Every page answered is logged
+        with the study (`EvaluationLog`); the identifiers stay hidden: each element is uniformly random."""
+        contract = self.get_study(study_id)
+        _check_contract_hash(contract, contract_hash, "nothing was evaluated")
+        if not contract.is_join:
+            raise FailedPreconditionError(f"study {study_id} is no join study: it has no pseudonyms to evaluate")
+        terms = contract.join_terms()
+        if not terms.oblivious:
+            raise FailedPreconditionError(f"join study {study_id}'s pseudonyms are not oblivious (its contract "
+                                          "predates them): its owners compute them alone; nothing was evaluated")
+        if owner_id not in contract.expected_owners:
+            raise FailedPreconditionError(f"owner {owner_id!r} is not one of join study {study_id}'s owners")
+        if not 0 < len(elements) <= PAGE_ELEMENTS:
+            raise InvalidInputError(f"a page holds 1 to {PAGE_ELEMENTS} blinded elements, got {len(elements)}")
+        if any(len(e) != oprf.ELEMENT_BYTES for e in elements):
+            raise InvalidInputError(f"every blinded element is {oprf.ELEMENT_BYTES} bytes (ristretto255)")
+        quota = terms.evaluation_quota(contract.expected_owners.index(owner_id))
+        key = oprf.study_key(self._oprf_key, study_id, contract.contract_hash)
+        oprf.check_elements(elements)  # invalid encodings are refused before anything is booked
+        used = self.evaluations.admit(study_id, owner_id, int(page), len(elements),
+                                      hashlib.sha256(b"".join(elements)).hexdigest(), quota)
+        evaluated = oprf.blind_evaluate(key, elements)  # only for a page within the quota
+        log.info("study %s: evaluated page %d of owner %s (%d elements; %d of its quota %d)", study_id, page,
+                 owner_id, len(elements), used, quota)
+        return evaluated, used, quota
 
     def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
                            cells: Sequence[bytes], measurement: Measurement | None = None) -> JoinCellsResult:
@@ -717,6 +762,23 @@ class DecryptionHandler:
                 problem = str(exc)
         return BudgetReport(study_id, contract.epsilon, spent, charges,
                             max(spent, float(exact_reserved(charges))), problem, available(contract.epsilon, charges))
+
+
+def _oblivious_join_params(strategy_params_json: str) -> str:
+    """A new join study's strategy_params with oblivious pseudonyms: "pseudonyms" set to "oprf" when absent, and
+    the legacy "hmac" refused (an owner colluding with the computation server could test any guess)."""
+    try:
+        params = json.loads(strategy_params_json or "{}")
+    except ValueError:
+        return strategy_params_json  # the contract's own checks name the error
+    if not isinstance(params, dict):
+        return strategy_params_json
+    if params.get("pseudonyms", "oprf") != "oprf":
+        raise InvalidInputError(
+            f"join pseudonyms {params['pseudonyms']!r}: new join studies use oblivious pseudonyms (\"oprf\"); HMAC "
+            "pseudonyms under the owners' join key let an owner colluding with the computation server test any "
+            "guessed identifier against the other owner's list (docs/join.md)")
+    return json.dumps({**params, "pseudonyms": "oprf"})
 
 
 def _check_contract_hash(contract: StudyContract, contract_hash: str, consequence: str) -> None:

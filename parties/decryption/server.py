@@ -15,6 +15,7 @@ from ..common.util import lock_data_dir, noise_source
 from ..common.sealing import SealKeyPair
 from .handler import DecryptionHandler
 from .arrivals import ARRIVALS_FILE, ArrivalLog
+from .oprf import EVALUATIONS_FILE, EvaluationLog, load_or_create_oprf_key
 from .keys import KeyStore, load_or_create_noise_key
 from .workers import DecryptPool, default_decrypt_workers
 from .ledger import LedgerStore, SqliteLedgerStore
@@ -44,6 +45,8 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
         noise_key = load_or_create_noise_key(config.data_dir / KEYS_DIR, seed=config.noise_seed)
         store = ledger or SqliteLedgerStore(config.data_dir / LEDGER_FILE)
         arrivals = ArrivalLog(config.data_dir / ARRIVALS_FILE)
+        oprf_key = load_or_create_oprf_key(config.data_dir / KEYS_DIR, seed=config.noise_seed)
+        evaluations = EvaluationLog(config.data_dir / EVALUATIONS_FILE)
     except BaseException:
         unlock()
         raise
@@ -64,7 +67,7 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
                                 decrypt_pool=pool,
                                 seal_key=SealKeyPair.load_or_create(config.data_dir / KEYS_DIR),
                                 commitments_dir=config.data_dir / "commitments",
-                                c1_dir=config.data_dir / C1_DIR)
+                                c1_dir=config.data_dir / C1_DIR, oprf_key=oprf_key, evaluations=evaluations)
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids,
                                   ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))
@@ -79,9 +82,11 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
         pool.close()
         store.close()
         arrivals.close()
+        evaluations.close()
         unlock()
         raise
-    return ServerHandle(server, port, config.host, handler, [pool.close, store.close, arrivals.close, unlock])
+    return ServerHandle(server, port, config.host, handler,
+                        [pool.close, store.close, arrivals.close, evaluations.close, unlock])
 
 
 def _identity(config: DecryptionConfig) -> str:

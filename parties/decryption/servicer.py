@@ -8,6 +8,7 @@ import grpc
 
 from parties.wire.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.errors import InvalidInputError
+from he_partition.join import oprf
 
 from ..common.errors import FailedPreconditionError
 
@@ -169,6 +170,22 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         return decryption_pb2.DecryptJoinCellsResponse(values=r.values.tolist(), variance=r.variance,
                                                        epsilon_charged=r.epsilon_charged,
                                                        epsilon_remaining=r.epsilon_remaining)
+
+    def EvaluatePseudonyms(self, request: decryption_pb2.EvaluatePseudonymsRequest,
+                           context: grpc.ServicerContext) -> decryption_pb2.EvaluatePseudonymsResponse:
+        """gRPC: one page of a join owner's blinded identifiers, evaluated under the study's OPRF key (a data owner
+        of the study, for its own id; `DecryptionHandler.evaluate_pseudonyms` checks the quota and logs the page)."""
+        caller = self.policy.require(context, ["data_owner"], action="evaluate join pseudonyms")
+        self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
+        data = bytes(request.blinded_elements)
+        if len(data) % oprf.ELEMENT_BYTES:
+            raise InvalidInputError(f"blinded_elements must be a whole number of {oprf.ELEMENT_BYTES}-byte elements")
+        elements = [data[i:i + oprf.ELEMENT_BYTES] for i in range(0, len(data), oprf.ELEMENT_BYTES)]
+        evaluated, used, quota = self.handler.evaluate_pseudonyms(
+            study_id=request.study_id, owner_id=request.owner_id, contract_hash=request.contract_hash,
+            page=int(request.page), elements=elements)
+        return decryption_pb2.EvaluatePseudonymsResponse(evaluated_elements=b"".join(evaluated),
+                                                         evaluations_used=used, evaluation_quota=quota)
 
     def ChargeDirectQueries(self, request: decryption_pb2.ChargeDirectQueriesRequest,
                             context: grpc.ServicerContext) -> decryption_pb2.ChargeDirectQueriesResponse:

@@ -162,7 +162,7 @@ class Cluster:
 
     def snapshot(self) -> tuple[object, ...]:
         """Everything a refused request must leave untouched: studies, ledger rows, uploads, submissions,
-        releases and ciphertext files on disk."""
+        releases, ciphertext files on disk and the oblivious evaluations answered."""
         ledger = self.ds.handler.ledger
         store = self.cs.handler.store
         studies = tuple(sorted(c.study_id for c in ledger.list_studies()))
@@ -173,7 +173,8 @@ class Cluster:
         uploads = tuple(store.get_upload(st, o) for st in studies for o in owners)
         releases = tuple(r.release_id for r in store.list_releases())
         files = tuple(sorted(str(p) for p in (self.root / "cs").rglob("*.ct")))
-        return studies, charges, cs_studies, subs, uploads, releases, files
+        evaluations = tuple(self.ds.handler.evaluations.rows())
+        return studies, charges, cs_studies, subs, uploads, releases, files, evaluations
 
     def stop(self) -> None:
         for c in self.clients:

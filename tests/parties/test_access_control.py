@@ -113,6 +113,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             decryption_pb2.DecryptJoinCellsRequest(header=decryption_pb2.DecryptJoinCellsHeader(
                 study_id="s1", release_id="r-join", release_epsilon=0.5, contract_hash="f" * 64, cell_count=1))]),
             timeout=t),
+        "Decryption/EvaluatePseudonyms": lambda ch: d(ch).EvaluatePseudonyms(decryption_pb2.EvaluatePseudonymsRequest(
+            study_id="s1", owner_id="a", contract_hash="f" * 64, page=0, blinded_elements=b"\0" * 32), timeout=t),
         "Computation/JoinExchange": lambda ch: c(ch).JoinExchange(computation_pb2.JoinExchangeRequest(
             study_id="s1", owner_id="a", public_key=b"k" * 32), timeout=t),
         "Computation/JoinPlacement": lambda ch: c(ch).JoinPlacement(computation_pb2.JoinPlacementRequest(
@@ -159,6 +161,7 @@ ALLOWED = {
     "Decryption/ReconcileCharges": {"operator"},
     "Decryption/ChargeDirectQueries": {"cs"},
     "Decryption/DecryptJoinCells": {"cs"},
+    "Decryption/EvaluatePseudonyms": {"owner"},
     "Computation/JoinExchange": {"owner"},
     "Computation/JoinPlacement": {"owner"},
     "Computation/GetPublicContext": set(CALLERS),

@@ -288,7 +288,7 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
     def submit(owner: str, csv: Path) -> None:
         codes[owner] = main(["join-submit", "--study", "jc", "--owner", owner, "--csv", str(csv), "--state-dir",
                              str(tmp_path / owner), "--wait", "120", "--signing-key",
-                             str(tmp_path / f"{owner}.signing.key"), *conn])
+                             str(tmp_path / f"{owner}.signing.key"), "--decryption", cluster.ds.target, *conn])
 
     threads = [threading.Thread(target=submit, args=("bank", bank)), threading.Thread(target=submit,
                                                                                         args=("shop", shop))]

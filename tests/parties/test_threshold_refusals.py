@@ -112,6 +112,12 @@ def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(t
                                            expected_owners=["a", "b"], strategy="join",
                                            owner_keys={o: k[1] for o, k in keys.items()})
     assert err.value.code.name == "FAILED_PRECONDITION" and "joins use a single key holder" in err.value.details
+    from parties.decryption.client import DecryptionClient
+    owner_at_h1 = DecryptionClient(threshold.holders[0].target, retry=FAST_RETRY, tls=threshold.pki.tls("a", "data_owner"))
+    threshold.clients.append(owner_at_h1)
+    with pytest.raises(ServiceError) as err:  # no shared OPRF key: a holder evaluates no join pseudonyms
+        owner_at_h1.evaluate_pseudonyms(study_id="s-join", owner_id="a", contract_hash="f" * 64, elements=[b"\0" * 32])
+    assert err.value.code.name == "FAILED_PRECONDITION" and "nothing was evaluated" in err.value.details
 
 
 def _partition_sums() -> Measurement:

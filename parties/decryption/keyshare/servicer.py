@@ -75,6 +75,13 @@ class KeyShareServicer(DecryptionServicer):
         self._computation_only(context, "ask for a join decryption")
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
 
+    def EvaluatePseudonyms(self, request: decryption_pb2.EvaluatePseudonymsRequest,
+                           context: grpc.ServicerContext) -> decryption_pb2.EvaluatePseudonymsResponse:
+        self.policy.require(context, ["data_owner"], action="evaluate join pseudonyms")
+        raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER} "
+                                      "(the shared OPRF key of docs/join.md, \"Oblivious pseudonyms with key "
+                                      "holders\", is not built); nothing was evaluated")
+
     def ReconcileCharges(self, request: decryption_pb2.ReconcileChargesRequest,
                          context: grpc.ServicerContext) -> decryption_pb2.ReconcileChargesResponse:
         """Book the charges the other holders' signed receipts prove and this ledger lacks (operators only).

@@ -384,3 +384,27 @@ class ReconcileChargesResponse(_message.Message):
     booked: _containers.RepeatedCompositeFieldContainer[LedgerCharge]
     epsilon_spent: float
     def __init__(self, booked: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_spent: _Optional[float] = ...) -> None: ...
+
+class EvaluatePseudonymsRequest(_message.Message):
+    __slots__ = ("study_id", "owner_id", "contract_hash", "page", "blinded_elements")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    BLINDED_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    owner_id: str
+    contract_hash: str
+    page: int
+    blinded_elements: bytes
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., page: _Optional[int] = ..., blinded_elements: _Optional[bytes] = ...) -> None: ...
+
+class EvaluatePseudonymsResponse(_message.Message):
+    __slots__ = ("evaluated_elements", "evaluations_used", "evaluation_quota")
+    EVALUATED_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATIONS_USED_FIELD_NUMBER: _ClassVar[int]
+    EVALUATION_QUOTA_FIELD_NUMBER: _ClassVar[int]
+    evaluated_elements: bytes
+    evaluations_used: int
+    evaluation_quota: int
+    def __init__(self, evaluated_elements: _Optional[bytes] = ..., evaluations_used: _Optional[int] = ..., evaluation_quota: _Optional[int] = ...) -> None: ...

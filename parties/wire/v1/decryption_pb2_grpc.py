@@ -71,6 +71,11 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.FromString,
                 _registered_method=True)
+        self.EvaluatePseudonyms = channel.unary_unary(
+                '/dpagg.v1.Decryption/EvaluatePseudonyms',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsResponse.FromString,
+                _registered_method=True)
         self.KeySetup = channel.unary_unary(
                 '/dpagg.v1.Decryption/KeySetup',
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.SerializeToString,
@@ -179,6 +184,21 @@ class DecryptionServicer:
         then the ledger is charged measurement.epsilon; then this server adds its own
         draw of scale sensitivity/epsilon to each value. Only the computation server may
         call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EvaluatePseudonyms(self, request, context):
+        """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
+        (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+        OPRF key (kept by this server, never served). The server sees uniformly random
+        group elements only. Each owner is answered at most its quota of elements per
+        study (its declared records plus its private dummies' allowance), each page
+        once (the same page again gets the same answer; other elements under a page
+        index already answered: FAILED_PRECONDITION; past the quota: RESOURCE_EXHAUSTED,
+        naming the quota); every page answered is logged with the study. Only a data
+        owner of the study, for its own id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -293,6 +313,11 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.DecryptJoinCells,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.SerializeToString,
+            ),
+            'EvaluatePseudonyms': grpc.unary_unary_rpc_method_handler(
+                    servicer.EvaluatePseudonyms,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsResponse.SerializeToString,
             ),
             'KeySetup': grpc.unary_unary_rpc_method_handler(
                     servicer.KeySetup,
@@ -511,6 +536,33 @@ class Decryption:
             '/dpagg.v1.Decryption/DecryptJoinCells',
             dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.DecryptJoinCellsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EvaluatePseudonyms(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/EvaluatePseudonyms',
+            dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -90,6 +90,17 @@ class DecryptionStub:
     draw of scale sensitivity/epsilon to each value. Only the computation server may
     call it.
     """
+    EvaluatePseudonyms: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.EvaluatePseudonymsRequest, _decryption_pb2.EvaluatePseudonymsResponse]
+    """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
+    (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+    OPRF key (kept by this server, never served). The server sees uniformly random
+    group elements only. Each owner is answered at most its quota of elements per
+    study (its declared records plus its private dummies' allowance), each page
+    once (the same page again gets the same answer; other elements under a page
+    index already answered: FAILED_PRECONDITION; past the quota: RESOURCE_EXHAUSTED,
+    naming the quota); every page answered is logged with the study. Only a data
+    owner of the study, for its own id.
+    """
     KeySetup: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]
     """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
     step of the collective key setup (he_partition.he.threshold.setup), relayed by the
@@ -200,6 +211,17 @@ class DecryptionAsyncStub(DecryptionStub):
     then the ledger is charged measurement.epsilon; then this server adds its own
     draw of scale sensitivity/epsilon to each value. Only the computation server may
     call it.
+    """
+    EvaluatePseudonyms: _aio.UnaryUnaryMultiCallable[_decryption_pb2.EvaluatePseudonymsRequest, _decryption_pb2.EvaluatePseudonymsResponse]  # type: ignore[assignment]
+    """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
+    (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+    OPRF key (kept by this server, never served). The server sees uniformly random
+    group elements only. Each owner is answered at most its quota of elements per
+    study (its declared records plus its private dummies' allowance), each page
+    once (the same page again gets the same answer; other elements under a page
+    index already answered: FAILED_PRECONDITION; past the quota: RESOURCE_EXHAUSTED,
+    naming the quota); every page answered is logged with the study. Only a data
+    owner of the study, for its own id.
     """
     KeySetup: _aio.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]  # type: ignore[assignment]
     """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
@@ -350,6 +372,23 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         then the ledger is charged measurement.epsilon; then this server adds its own
         draw of scale sensitivity/epsilon to each value. Only the computation server may
         call it.
+        """
+
+    @_abc_1.abstractmethod
+    def EvaluatePseudonyms(
+        self,
+        request: _decryption_pb2.EvaluatePseudonymsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.EvaluatePseudonymsResponse, _abc.Awaitable[_decryption_pb2.EvaluatePseudonymsResponse]]:
+        """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
+        (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+        OPRF key (kept by this server, never served). The server sees uniformly random
+        group elements only. Each owner is answered at most its quota of elements per
+        study (its declared records plus its private dummies' allowance), each page
+        once (the same page again gets the same answer; other elements under a page
+        index already answered: FAILED_PRECONDITION; past the quota: RESOURCE_EXHAUSTED,
+        naming the quota); every page answered is logged with the study. Only a data
+        owner of the study, for its own id.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,182 @@
+"""The join's oblivious pseudonyms: RFC 9497's OPRF, ristretto255-SHA512, mode 0x00 (OPRF), over libsodium.
+
+An owner's pseudonym of an identifier x is a function of F(k, x) = SHA-512(len(x) || x ||
+len(N) || N || "Finalize"), N = k H(x), where H hashes into ristretto255 and k is a key only
+the key holder has (one per join study, `study_key`). The owner never learns k and the key
+holder never learns x: the owner sends B = r H(x) for a fresh scalar r (`blind`), the key
+holder answers k B (`blind_evaluate`), the owner unblinds r^-1 k B = k H(x) and hashes it
+(`finalize`). B is a uniformly random group element whatever x is, so the key holder learns
+only how many evaluations it answered. Without k, no party can compute F of a guessed
+identifier; with k (the key holder), no party holds the identifiers. So an owner that
+colludes with the computation server can test a guessed identifier only by spending one of
+the evaluations the key holder grants it (its quota: parties/decryption/oprf.py).
+
+The group operations are libsodium's (`rbcl` bundles them): crypto_core_ristretto255_from_hash
+is RFC 9496's element derivation from 64 uniform bytes, as RFC 9380's hash_to_ristretto255
+uses it. Batches run in a few threads: the libsodium calls release the GIL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+from rbcl import (crypto_core_ristretto255_from_hash, crypto_core_ristretto255_is_valid_point,
+                  crypto_core_ristretto255_scalar_invert, crypto_core_ristretto255_scalar_reduce,
+                  crypto_scalarmult_ristretto255)
+
+from ..core.errors import InvalidInputError
+
+__all__ = ["ELEMENT_BYTES", "SCALAR_BYTES", "OUTPUT_BYTES", "CONTEXT", "derive_key", "study_key", "hash_to_group",
+           "hash_to_scalar", "blind", "check_elements", "blind_evaluate", "finalize", "evaluate", "blind_scalars"]
+
+ELEMENT_BYTES = 32
+SCALAR_BYTES = 32
+OUTPUT_BYTES = 64
+#: contextString of RFC 9497, section 3.1: "OPRFV1-" || I2OSP(mode, 1) || "-" || identifier (mode 0x00: OPRF).
+CONTEXT = b"OPRFV1-\x00-ristretto255-SHA512"
+_HASH_TO_GROUP_DST = b"HashToGroup-" + CONTEXT
+_HASH_TO_SCALAR_DST = b"HashToScalar-" + CONTEXT
+_DERIVE_DST = b"DeriveKeyPair" + CONTEXT
+#: Elements per thread task in the batch functions.
+_TASK = 2048
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _i2osp(value: int, length: int) -> bytes:
+    return value.to_bytes(length, "big")
+
+
+def expand_message_xmd(msg: bytes, dst: bytes, length: int) -> bytes:
+    """RFC 9380, section 5.3.1, with SHA-512 (b = 64, s = 128 bytes)."""
+    if len(dst) > 255 or length > 255 * 64:
+        raise InvalidInputError("expand_message_xmd: DST or length too long")
+    dst_prime = dst + _i2osp(len(dst), 1)
+    ell = -(-length // 64)
+    b0 = hashlib.sha512(bytes(128) + msg + _i2osp(length, 2) + b"\x00" + dst_prime).digest()
+    out = [hashlib.sha512(b0 + b"\x01" + dst_prime).digest()]
+    for i in range(2, ell + 1):
+        out.append(hashlib.sha512(bytes(a ^ b for a, b in zip(b0, out[-1])) + _i2osp(i, 1) + dst_prime).digest())
+    return b"".join(out)[:length]
+
+
+def hash_to_group(msg: bytes) -> bytes:
+    """HashToGroup of RFC 9497 (hash_to_ristretto255 of RFC 9380 with its DST): a 32-byte encoded element."""
+    return bytes(crypto_core_ristretto255_from_hash(expand_message_xmd(msg, _HASH_TO_GROUP_DST, 64)))
+
+
+def hash_to_scalar(msg: bytes, dst: bytes = _HASH_TO_SCALAR_DST) -> bytes:
+    """HashToScalar of RFC 9497: 64 bytes of expand_message_xmd, read little-endian, reduced mod the group order."""
+    return bytes(crypto_core_ristretto255_scalar_reduce(expand_message_xmd(msg, dst, 64)))
+
+
+def _is_zero(scalar: bytes) -> bool:
+    return not any(scalar)
+
+
+def derive_key(seed: bytes, info: bytes) -> bytes:
+    """DeriveKeyPair of RFC 9497 (section 3.2.1): the secret scalar skS for a 32-byte `seed` and public `info`."""
+    if len(seed) != 32:
+        raise InvalidInputError("an OPRF key seed is 32 bytes")
+    derive_input = seed + _i2osp(len(info), 2) + info
+    for counter in range(256):
+        sk = hash_to_scalar(derive_input + _i2osp(counter, 1), _DERIVE_DST)
+        if not _is_zero(sk):
+            return sk
+    raise InvalidInputError("DeriveKeyPair: no valid key for this seed")  # pragma: no cover (probability 2^-2000)
+
+
+def study_key(master: bytes, study_id: str, contract_hash: str) -> bytes:
+    """The key holder's OPRF key of one join study: DeriveKeyPair(master, "dpagg/join-oprf/v1|study|contract").
+
+    One master secret (in the key holder's key store, never served) gives every study its own
+    key, so pseudonyms of one study say nothing about those of another."""
+    return derive_key(master, b"dpagg/join-oprf/v1|" + study_id.encode() + b"|" + contract_hash.encode())
+
+
+def _batched(fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: int | None) -> list[R]:
+    n = len(items)
+    workers = min(threads or os.cpu_count() or 1, max(1, n // _TASK))
+    if workers <= 1:
+        return fn(items)
+    parts = [items[i:i + _TASK] for i in range(0, n, _TASK)]
+    with ThreadPoolExecutor(workers, thread_name_prefix="dpagg-oprf") as pool:
+        return [x for part in pool.map(fn, parts) for x in part]
+
+
+def blind_scalars(seed: bytes, count: int, *, label: bytes = b"blind") -> list[bytes]:
+    """`count` non-zero scalars derived from a 32-byte secret `seed` (uniform mod the order, as RFC 9497's random
+    blinds): a re-run with the same seed sends the same blinded elements, so the key holder's once-per-study
+    rule still answers it."""
+    out = []
+    for i in range(count):
+        s = bytes(crypto_core_ristretto255_scalar_reduce(hashlib.sha512(
+            b"dpagg/oprf-" + label + b"|" + seed + b"|" + i.to_bytes(8, "big")).digest()))
+        out.append(s if not _is_zero(s) else (1).to_bytes(32, "little"))
+    return out
+
+
+def blind(inputs: Sequence[bytes], blinds: Sequence[bytes], *, threads: int | None = None) -> list[bytes]:
+    """Blind of RFC 9497 for a batch: r_i H(x_i) for each input x_i and its (secret, non-zero) blind r_i."""
+    if len(inputs) != len(blinds):
+        raise InvalidInputError("one blind per input")
+
+    def run(pairs: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
+        out = []
+        for x, r in pairs:
+            element = hash_to_group(x)
+            if _is_zero(element):
+                raise InvalidInputError("an input hashes to the identity element")  # pragma: no cover
+            out.append(bytes(crypto_scalarmult_ristretto255(r, element)))
+        return out
+
+    return _batched(run, list(zip(inputs, blinds)), threads)
+
+
+def check_elements(elements: Sequence[bytes]) -> None:
+    """Refuse (InvalidInputError) anything that is not a valid ristretto255 encoding, before any work is booked."""
+    for e in elements:
+        if len(e) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(e)):
+            raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
+
+
+def blind_evaluate(key: bytes, elements: Sequence[bytes], *, threads: int | None = None) -> list[bytes]:
+    """BlindEvaluate of RFC 9497 for a batch: k B_i. Refuses anything that is not a valid, non-identity element."""
+
+    def run(batch: Sequence[bytes]) -> list[bytes]:
+        out = []
+        for e in batch:
+            if len(e) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(e)):
+                raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
+            out.append(bytes(crypto_scalarmult_ristretto255(key, bytes(e))))
+        return out
+
+    return _batched(run, list(elements), threads)
+
+
+def finalize(inputs: Sequence[bytes], blinds: Sequence[bytes], evaluated: Sequence[bytes], *,
+             threads: int | None = None) -> list[bytes]:
+    """Finalize of RFC 9497 for a batch: SHA-512(I2OSP(len(x), 2) || x || I2OSP(32, 2) || r^-1 Z || "Finalize")."""
+    if not len(inputs) == len(blinds) == len(evaluated):
+        raise InvalidInputError(f"{len(evaluated)} evaluated elements for {len(inputs)} inputs")
+
+    def run(triples: Sequence[tuple[bytes, bytes, bytes]]) -> list[bytes]:
+        out = []
+        for x, r, z in triples:
+            if len(z) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(z)):
+                raise InvalidInputError("an evaluated element is not a valid ristretto255 encoding")
+            n = bytes(crypto_scalarmult_ristretto255(bytes(crypto_core_ristretto255_scalar_invert(r)), bytes(z)))
+            out.append(hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest())
+        return out
+
+    return _batched(run, list(zip(inputs, blinds, evaluated)), threads)
+
+
+def evaluate(key: bytes, x: bytes) -> bytes:
+    """The PRF directly (what blind, blind_evaluate and finalize compute together): only the key's holder can."""
+    n = bytes(crypto_scalarmult_ristretto255(key, hash_to_group(x)))
+    return hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest()

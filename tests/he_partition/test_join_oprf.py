@@ -1,0 +1,113 @@
+"""The join's oblivious pseudonyms (he_partition.join.oprf): RFC 9497's test vectors, the blind evaluation's algebra,
+and what an owner that holds the join key can compute without the key holder (nothing that matches)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from rbcl import crypto_core_ristretto255_is_valid_point
+
+from he_partition.core.errors import InvalidInputError
+from he_partition.join import oprf
+from he_partition.join.protocol import (JoinKeyPair, JoinTerms, oblivious_pseudonyms, oprf_input, posted_pseudonyms,
+                                        pseudonyms)
+
+# RFC 9497, appendix A.1.1 (ristretto255-SHA512, OPRF mode): seed, key info, the derived key, and per vector
+# the input, blind, blinded element, evaluation element and output.
+SEED = bytes.fromhex("a3" * 32)
+KEY_INFO = bytes.fromhex("74657374206b6579")
+SK = "5ebcea5ee37023ccb9fc2d2019f9d7737be85591ae8652ffa9ef0f4d37063b0e"
+BLIND = bytes.fromhex("64d37aed22a27f5191de1c1d69fadb899d8862b58eb4220029e036ec4c1f6706")
+VECTORS = [
+    ("00", "609a0ae68c15a3cf6903766461307e5c8bb2f95e7e6550e1ffa2dc99e412803c",
+     "7ec6578ae5120958eb2db1745758ff379e77cb64fe77b0b2d8cc917ea0869c7e",
+     "527759c3d9366f277d8c6020418d96bb393ba2afb20ff90df23fb7708264e2f3ab9135e3bd69955851de4b1f9fe8a0973396719b7912ba9"
+     "ee8aa7d0b5e24bcf6"),
+    ("5a" * 17, "da27ef466870f5f15296299850aa088629945a17d1f5b7f5ff043f76b3c06418",
+     "b4cbf5a4f1eeda5a63ce7b77c7d23f461db3fcab0dd28e4e17cecb5c90d02c25",
+     "f4a74c9c592497375e796aa837e907b1a045d34306a749db9f34221f7e750cb4f2a6413a6bf6fa5e19ba6348eb673934a722a7ede2e7621"
+     "306d18951e7cf2c73"),
+]
+
+
+@pytest.mark.parametrize("x, blinded, evaluated, output", VECTORS)
+def test_the_oprf_reproduces_rfc_9497s_ristretto255_sha512_test_vectors(x: str, blinded: str, evaluated: str,
+                                                                         output: str) -> None:
+    key = oprf.derive_key(SEED, KEY_INFO)
+    assert key.hex() == SK
+    inp = bytes.fromhex(x)
+    b = oprf.blind([inp], [BLIND])
+    assert b[0].hex() == blinded
+    z = oprf.blind_evaluate(key, b)
+    assert z[0].hex() == evaluated
+    assert oprf.finalize([inp], [BLIND], z)[0].hex() == output
+    assert oprf.evaluate(key, inp).hex() == output
+
+
+def test_blind_evaluate_and_unblind_equal_direct_evaluation_and_the_blinded_elements_hide_the_input() -> None:
+    key = oprf.study_key(b"m" * 32, "study-1", "c" * 64)
+    inputs = [oprf_input(f"person{i}@example.org") for i in range(300)]
+    blinds = oprf.blind_scalars(b"s" * 32, len(inputs))
+    blinded = oprf.blind(inputs, blinds, threads=2)  # the threaded batch gives the same as one at a time
+    assert blinded == [oprf.blind([x], [r])[0] for x, r in zip(inputs, blinds)]
+    out = oprf.finalize(inputs, blinds, oprf.blind_evaluate(key, blinded))
+    assert out == [oprf.evaluate(key, x) for x in inputs]
+    # one input under two blinds: two unrelated elements, the same output
+    again = oprf.blind(inputs[:1], oprf.blind_scalars(b"t" * 32, 1))
+    assert again[0] != blinded[0]
+    assert oprf.finalize(inputs[:1], oprf.blind_scalars(b"t" * 32, 1), oprf.blind_evaluate(key, again)) == out[:1]
+    # per-study keys: the same identifier has unrelated values in two studies
+    other = oprf.study_key(b"m" * 32, "study-2", "c" * 64)
+    assert oprf.evaluate(other, inputs[0]) != out[0]
+    assert all(crypto_core_ristretto255_is_valid_point(b) for b in blinded)
+    with pytest.raises(InvalidInputError, match="not a valid ristretto255"):
+        oprf.blind_evaluate(key, [b"\xff" * 32])
+
+
+def test_an_owner_holding_the_join_key_computes_no_pseudonym_of_the_other_owners_customers() -> None:
+    """The dictionary attack of an owner colluding with the computation server, offline: it holds the join key, its
+    own records and PRF values, and the other owner's posted list; every pseudonym it can compute from a guessed
+    identifier without the key holder (the HMAC of the identifier, the HMAC of an evaluation under any key it
+    could make up, or under the values it was answered for its own records) matches nothing of the other
+    owner's customers that it does not hold itself."""
+    terms = JoinTerms.from_params({"shape": [2, 2], "capacity": 8192, "padding_epsilon": 1.0, "padding_offset": 44,
+                                   "pseudonyms": "oprf", "max_records": [1000, 1000]}, domain_size=4)
+    study_key = oprf.study_key(hashlib.sha256(b"key holder").digest(), "s", "h" * 64)
+    pa, pb = JoinKeyPair(), JoinKeyPair()
+    join_key = pa.join_key(pb.public_bytes, study_id="s", contract_hash="h")
+    ids = [f"+44 7700 9{i:05d}" for i in range(2000)]  # phone numbers: enumerable
+    a_ids, b_ids = ids[:1000], ids[500:1500]
+    prf = {i: oprf.evaluate(study_key, oprf_input(i)) for i in ids[:1500]}  # what the key holder's answers give
+    b_list, _ = posted_pseudonyms(pb, join_key, b_ids, terms, study_id="s", prf_outputs=[prf[i] for i in b_ids])
+    b_set = set(b_list)
+    # What HMAC pseudonyms gave such a coalition: every one of B's identifiers in the dictionary.
+    assert sum(p in b_set for p in pseudonyms(join_key, ids)) == 0
+    assert len(set(pseudonyms(join_key, b_ids)) & set(posted_pseudonyms(
+        pb, join_key, b_ids, JoinTerms.from_params({"shape": [2, 2], "capacity": 8192, "padding_epsilon": 1.0,
+                                                      "padding_offset": 44}, domain_size=4), study_id="s")[0])) == 1000
+    # Without the study's key: guessed keys, and keys the owner could make from what it holds, recover nothing.
+    guessed_keys = [oprf.derive_key(join_key, b"guess"), oprf.derive_key(pa.private_secret("s"), b"guess")]
+    for k in guessed_keys:
+        outs = [oprf.evaluate(k, oprf_input(i)) for i in ids]
+        assert not set(oblivious_pseudonyms(join_key, outs)) & b_set
+    # With its own answers: exactly its own records that B also holds (what the join tells it anyway).
+    own = set(oblivious_pseudonyms(join_key, [prf[i] for i in a_ids])) & b_set
+    assert len(own) == 500
+    # A legacy-mode list cannot be posted for an oblivious study without the key holder's values.
+    with pytest.raises(InvalidInputError, match="OPRF value from the key holder"):
+        posted_pseudonyms(pa, join_key, a_ids, terms, study_id="s")
+
+
+def test_the_evaluation_quota_follows_the_declared_records_and_dummies() -> None:
+    base = {"shape": [2, 2], "capacity": 8192, "padding_epsilon": 1.0, "padding_offset": 44}
+    terms = JoinTerms.from_params({**base, "pseudonyms": "oprf", "max_records": [1000, 3000]}, domain_size=4)
+    assert terms.oblivious and terms.evaluation_quota(0) == 1000 + 88 and terms.evaluation_quota(1) == 3000 + 88
+    assert JoinTerms.from_params({**base, "pseudonyms": "oprf"}, domain_size=4).evaluation_quota(0) == 8192
+    assert not JoinTerms.from_params(base, domain_size=4).oblivious  # contracts from before: HMAC pseudonyms
+    with pytest.raises(InvalidInputError, match="pseudonyms 'sha1' are none of oprf, hmac"):
+        JoinTerms.from_params({**base, "pseudonyms": "sha1"}, domain_size=4)
+    with pytest.raises(InvalidInputError, match="max_records must be two integers"):
+        JoinTerms.from_params({**base, "max_records": [10]}, domain_size=4)
+    with pytest.raises(InvalidInputError, match="exceed the join capacity"):
+        JoinTerms.from_params({**base, "max_records": [8000, 8000]}, domain_size=4)

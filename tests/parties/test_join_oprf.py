@@ -1,0 +1,106 @@
+"""Oblivious join pseudonyms through the services: an owner colluding with the computation server runs the dictionary
+attack with everything both hold and recovers no identifier beyond the owner's quota of evaluations; the key holder
+refuses evaluations past the quota, answers a page sent again alike, and logs every page with the study."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from he_partition.join import oprf
+from he_partition.join.protocol import JoinKeyPair, oblivious_pseudonyms, oprf_input, pseudonyms
+from parties.common.errors import ServiceError
+
+from .conftest import Cluster
+from .test_join_services import SHAPE, TERMS, _both, _records
+
+
+def _open(c: Cluster, study_id: str, **extra: Any) -> Any:
+    return c.open_study(study_id=study_id, domain_size=SHAPE[0] * SHAPE[1], epsilon=3.0, owners=("a", "b"),
+                        strategy="join", strategy_params_json=json.dumps({**TERMS, **extra}))
+
+
+def test_an_owner_colluding_with_the_cs_recovers_no_identifier_beyond_its_quota(
+        secure_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = secure_cluster
+    contract = _open(c, "jo", max_records=[1000, 1000])
+    terms = contract.join_terms()
+    assert terms.oblivious  # the key holder makes every new join study's pseudonyms oblivious
+    quota = terms.evaluation_quota(0)
+    assert quota == 1000 + 2 * TERMS["padding_offset"]
+    keys: list[bytes] = []  # owner a hands its join key to the computation server
+    derive = JoinKeyPair.join_key
+
+    def leak(self: JoinKeyPair, *args: Any, **kwargs: Any) -> bytes:
+        keys.append(derive(self, *args, **kwargs))
+        return keys[-1]
+
+    monkeypatch.setattr(JoinKeyPair, "join_key", leak)
+    a, b, _ = _records()
+    out = _both(c, "jo", a, b, tmp_path)
+    assert all(getattr(r, "committed", False) for r in out.values()), out
+    join_key = keys[0]
+    raw = (c.root / "cs" / "join" / "jo" / "b.pseudonyms").read_bytes()  # what the CS holds of owner b
+    b_list = {raw[i:i + 32] for i in range(0, len(raw), 32)}
+    guesses = [f"cust-{i}@example.org" for i in range(2000)]  # the dictionary: b's 1,000 customers among them
+    b_only = set(b) - set(a)
+    # Offline, with everything the owner and the CS hold: HMAC pseudonyms (what recovered all of b's customers
+    # before) match nothing.
+    assert not set(pseudonyms(join_key, guesses)) & b_list
+    log = c.ds.handler.evaluations
+    used = log.used("jo", "a")
+    assert 1000 <= used <= quota and log.used("jo", "b") >= 1000
+    assert {(e.owner_id, e.page) for e in log.rows("jo")} == {("a", 0), ("b", 0)}  # one page each, logged
+    # Online: owner a asks the key holder for the dictionary. Its own first page again, with other elements: refused.
+    ds = c.owner("a").decryption
+    assert ds is not None
+    inputs = [oprf_input(g) for g in guesses]
+    blinds = oprf.blind_scalars(b"attacker" * 4, len(inputs))
+    blinded = oprf.blind(inputs, blinds)
+    with pytest.raises(ServiceError) as err:
+        ds.evaluate_pseudonyms(study_id="jo", owner_id="a", contract_hash=contract.contract_hash,
+                               elements=blinded[:10])
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION and "evaluated once per study" in err.value.details
+    # The whole dictionary in a new page: past the quota, refused whole, naming it.
+    with pytest.raises(ServiceError) as err:
+        ds.evaluate_pseudonyms(study_id="jo", owner_id="a", contract_hash=contract.contract_hash, elements=blinded,
+                               first_page=1)
+    assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"its quota is {quota}" in err.value.details
+    assert log.used("jo", "a") == used
+    # Page by page until refused: every guess it gets evaluated is one of its quota.
+    recovered: set[str] = set()
+    page, start, step = 1, 1000, 25  # guesses it does not hold first (a's own are ids 0-999)
+    while start < len(guesses):
+        chunk = slice(start, start + step)
+        try:
+            z = ds.evaluate_pseudonyms(study_id="jo", owner_id="a", contract_hash=contract.contract_hash,
+                                       elements=blinded[chunk], first_page=page)
+        except ServiceError as exc:
+            assert exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"its quota is {quota}" in exc.details
+            break
+        if page == 1:  # the same page again: the same answer, nothing more booked
+            before = log.used("jo", "a")
+            assert ds.evaluate_pseudonyms(study_id="jo", owner_id="a", contract_hash=contract.contract_hash,
+                                          elements=blinded[chunk], first_page=page) == z
+            assert log.used("jo", "a") == before
+        found = oblivious_pseudonyms(join_key, oprf.finalize(inputs[chunk], blinds[chunk], z))
+        recovered |= {g for g, p in zip(guesses[chunk], found) if p in b_list}
+        page, start = page + 1, start + step
+    assert start < len(guesses)  # the quota ran out before the dictionary did
+    assert log.used("jo", "a") <= quota
+    assert recovered <= b_only and len(recovered) <= quota - used < len(b_only), (len(recovered), quota - used)
+    # Owner b's quota is its own: a's certificate cannot spend it.
+    with pytest.raises(ServiceError) as err:
+        ds.evaluate_pseudonyms(study_id="jo", owner_id="b", contract_hash=contract.contract_hash,
+                               elements=blinded[:1], first_page=7)
+    assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_the_key_holder_refuses_hmac_pseudonyms_for_a_new_join_study(secure_cluster: Cluster) -> None:
+    with pytest.raises(ServiceError) as err:
+        _open(secure_cluster, "jh", pseudonyms="hmac")
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "oblivious pseudonyms" in err.value.details
