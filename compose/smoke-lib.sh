@@ -53,3 +53,35 @@ wait_healthy() {
   done
   fail "$1 is not healthy 120 s after its (re)start (state: $state)"
 }
+
+# $@ services: each running container has memory, CPU and process-count limits and rotated json-file logs
+# (what compose applied, read back from Docker: `docker inspect`).
+check_limits() {
+  local svc got
+  for svc in "$@"; do
+    got="$(docker inspect --format \
+      '{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}} {{.HostConfig.LogConfig.Type}} {{index .HostConfig.LogConfig.Config "max-size"}} {{index .HostConfig.LogConfig.Config "max-file"}}' \
+      "$("${D[@]}" ps -q "$svc")")"
+    read -r mem cpu pids log size files <<<"$got"
+    [ "${mem:-0}" -gt 0 ] && [ "${cpu:-0}" -gt 0 ] && [ "${pids:-0}" -gt 0 ] \
+      || fail "$svc runs without a memory, CPU or process-count limit (memory $mem, nano-CPUs $cpu, pids $pids)"
+    [ "$log" = json-file ] && [ -n "$size" ] && [ "$size" != "<no value>" ] && [ -n "$files" ] \
+      && [ "$files" != "<no value>" ] || fail "$svc logs are not rotated (driver $log, max-size $size, max-file $files)"
+    ok "$svc: memory $((mem / 1048576)) MiB, $(awk "BEGIN { print $cpu / 1e9 }") CPUs, $pids processes; logs $log $size x $files"
+  done
+}
+
+# $1 backup service, $2 text the ledger's `verify` must print: wait (60 s at most) for a scheduled backup in its
+# /backups that verifies and shows it; prints that backup's name.
+scheduled_backup_with() {
+  local svc=$1 want=$2 i newest out
+  for i in $(seq 30); do
+    newest="$("${D[@]}" exec -T "$svc" sh -c 'ls -1 /backups/ledger-*.sqlite3 2>/dev/null | tail -n 1')"
+    if [ -n "$newest" ] && out="$("${D[@]}" exec -T "$svc" dpagg ledger verify "$newest" 2>&1)" \
+        && grep -q "$want" <<<"$out"; then
+      echo "$newest"; return 0
+    fi
+    sleep 2
+  done
+  fail "$svc wrote no verified backup showing [$want] in 60 s (newest: ${newest:-none}; ${out:-})"
+}

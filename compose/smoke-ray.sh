@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Live smoke test of the `ray` profile (compose/ray.yml): the demo study with the computation server's
-# chunk work on a TLS Ray cluster (a head and a worker container), then checks of the cluster's boundaries.
+# chunk work on a TLS Ray cluster (a head and a worker container), then checks of the cluster's boundaries,
+# the worker's health check and the limits and log rotation of the Ray containers.
 #
 #   compose/smoke-ray.sh        # needs a Docker daemon and Compose v2, and the base image python:3.11-slim
 #
@@ -39,6 +40,12 @@ ok "every job exited 0"
 out="$("${D[@]}" logs --no-color --no-log-prefix query)"
 [ "$(grep -c '^bins \[' <<<"$out")" = 4 ] || { echo "$out" >&2; fail "the query did not print 4 ranges"; }
 ok "analyst query: $(grep -m1 '^bins \[' <<<"$out")"
+
+step "the worker's health check, limits and log rotation"
+[ "$(docker inspect --format '{{.State.Health.Status}}' "$("${D[@]}" ps -q ray-worker)")" = healthy ] \
+  || fail "ray-worker is not healthy"
+ok "ray-worker healthy (registered with the head as alive)"
+check_limits ray-head ray-worker computation
 
 step "the release ran on the cluster"
 nodes='import ray

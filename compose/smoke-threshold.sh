@@ -2,7 +2,8 @@
 # Live smoke test of the `threshold` profile (compose/threshold.yml): three key-share holders, each in its
 # own container, volume and network; key setup through the computation server; the demo study released
 # through all three; every holder's ledger charged alike; a holder stopped stops the next release before
-# anything is decrypted, and once restarted the release goes through; holders reach nobody but the CS.
+# anything is decrypted, and once restarted the release goes through; holders reach nobody but the CS; each
+# holder's ledger is backed up on a schedule into its own backup volume; limits and log rotation applied.
 #
 #   compose/smoke-threshold.sh        # needs a Docker daemon and Compose v2 (2.24+), and python:3.11-slim
 #
@@ -14,6 +15,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 project="${DPAGG_SMOKE_PROJECT:-dpagg-threshold-smoke-$$-$RANDOM}"
 export DPAGG_PORT="${DPAGG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 unset DPAGG_STUDY
+export DPAGG_BACKUP_INTERVAL=5  # holder-N-ledger-backup copies every 5 s here (default: hourly)
 D=(docker compose -f "$here/docker-compose.yml" -f "$here/threshold.yml" -p "$project" --profile demo
    --profile threshold)
 HOLDERS=(holder-1 holder-2 holder-3)
@@ -75,6 +77,16 @@ for h in "${HOLDERS[@]}"; do
   grep -q "^holder $h (.*): spent 1 of 1," <<<"$view" || fail "$h's ledger was not charged the study's budget"
 done
 ok "holder-1..3 each spent 1 of 1 on study demo"
+
+step "limits, log rotation and each holder's scheduled ledger backup"
+check_limits computation "${HOLDERS[@]}" holder-1-ledger-backup
+for h in "${HOLDERS[@]}"; do
+  wait_healthy "$h-ledger-backup"
+  b="$(scheduled_backup_with "$h-ledger-backup" "study demo: [0-9]* charge(s), 1 of 1 spent")"
+  "${D[@]}" exec -T "$h" sh -c '! ls /data | grep -qi backup' || fail "a backup sits on $h's data volume"
+  if "${D[@]}" exec -T "$h-ledger-backup" sh -c 'touch /data/x' 2>/dev/null; then fail "$h-ledger-backup can write $h's volume"; fi
+  ok "$h: scheduled backup $b ($h-ledger-backups) verifies with study demo spent; $h's volume read-only to it"
+done
 
 step "network separation: holders reach only the computation server"
 for h in "${HOLDERS[@]}"; do

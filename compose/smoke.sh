@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Live smoke test of the compose deployment: build, boot, run a whole study, check the trust
-# boundaries, restart the key holder, `down` then `up` again, a second study, tear down.
+# boundaries, the limits, log rotation and the scheduled ledger backup (into its own volume), restart
+# the key holder, restore its ledger from a scheduled backup, `down` then `up` again, a second study,
+# tear down.
 #
 #   compose/smoke.sh            # from anywhere; needs a Docker daemon and Compose v2
 #
@@ -14,6 +16,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 project="${DPAGG_SMOKE_PROJECT:-dpagg-smoke-$$-$RANDOM}"  # unique: nothing left by another run can collide
 export DPAGG_PORT="${DPAGG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 unset DPAGG_STUDY
+export DPAGG_BACKUP_INTERVAL=5  # the ledger-backup sidecar copies every 5 s here (default: hourly)
 C=(docker compose -f "$here/docker-compose.yml" -p "$project")
 D=("${C[@]}" --profile demo)
 
@@ -65,6 +68,18 @@ release1="$(sed -n 's/^release \(rel-[0-9a-f]*\) of study demo.*/\1/p' <<<"$(que
 release1="${release1%%$'\n'*}"  # the first, should there be several
 [ -n "$release1" ] || fail "no release id in the query output"
 
+step "limits, log rotation and the scheduled ledger backup"
+check_limits decryption computation ledger-backup
+wait_healthy ledger-backup
+backup="$(scheduled_backup_with ledger-backup "study demo: 2 charge(s), 1 of 1 spent")"
+ok "scheduled backup $backup (ledger-backups volume) verifies and holds study demo's charges"
+listing="$("${D[@]}" exec -T ledger-backup ls -A /backups)"
+! grep -qvE '^(ledger-|\.partial-)[0-9TZ]+\.sqlite3$' <<<"$listing" || fail "ledger-backups holds more than ledger backups: $listing"
+if "${D[@]}" exec -T ledger-backup sh -c 'touch /data/x' 2>/dev/null; then fail "ledger-backup can write the key holder's volume"; fi
+if "${D[@]}" exec -T ledger-backup python -c "$probe" decryption 50051 >/dev/null 2>&1; then fail "ledger-backup has a network"; fi
+"${D[@]}" exec -T decryption sh -c '! ls /data | grep -qi backup' || fail "a backup sits on the key holder's volume"
+ok "ledger-backup: key holder's volume read-only, no network; no backup on decryption-data"
+
 step "network separation"
 "${D[@]}" exec -T computation python -c "$probe" decryption 50051 >/dev/null || fail "computation cannot reach decryption"
 ok "computation -> decryption:50051 reachable"
@@ -76,7 +91,7 @@ done
 
 step "each party reads only its own keys"
 keys='import os
-for top in ("/ca", "/pki", "/owner", "/owner-keys", "/data", "/samples"):
+for top in ("/ca", "/pki", "/owner", "/owner-keys", "/data", "/samples", "/backups"):
     for d, _, files in os.walk(top):
         if "/state/" in d + "/":  # upload idempotency keys, not secrets
             continue
@@ -92,6 +107,9 @@ expect_keys() {  # $1 service, $2 how to run (exec|run), $3 expected readable se
   ok "$1 reads only: $got"
 }
 expect_keys decryption exec "/data/keys/secret_context.bin /pki/decryption.key"
+# The key holder's own sidecar, on its host: it mounts the key holder's volume read-only (no network) and
+# writes only ledger copies (no key material) to ledger-backups.
+expect_keys ledger-backup exec "/data/keys/secret_context.bin"
 expect_keys computation exec "/pki/computation.key"
 for n in 1 2 3; do expect_keys "owner-$n" run "/owner/owner-$n.signing.key /pki/owner-$n.key"; done
 expect_keys open-study run "/pki/operator.key"
@@ -99,17 +117,29 @@ expect_keys release run "/pki/operator.key"
 expect_keys query run "/pki/analyst.key"
 
 step "restart the decryption server: the ledger survives"
-"${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/before.sqlite3 >/dev/null
-before="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/before.sqlite3 | grep '^study')"
+"${D[@]}" exec -T ledger-backup dpagg ledger backup --data-dir /data --out /backups/before.sqlite3 >/dev/null
+before="$("${D[@]}" exec -T ledger-backup dpagg ledger verify /backups/before.sqlite3 | grep '^study')"
 "${D[@]}" restart decryption
 wait_healthy decryption
 wait_healthy computation
-"${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/after.sqlite3 >/dev/null
-after="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/after.sqlite3 | grep '^study')"
+"${D[@]}" exec -T ledger-backup dpagg ledger backup --data-dir /data --out /backups/after.sqlite3 >/dev/null
+after="$("${D[@]}" exec -T ledger-backup dpagg ledger verify /backups/after.sqlite3 | grep '^study')"
 [ "$before" = "$after" ] || fail "ledger changed across a restart: [$before] vs [$after]"
 grep -q "study demo: 2 charge(s), 1 of 1 spent" <<<"$after" || fail "unexpected ledger: $after"
 grep -q "ledger hash chain verified: 2 charge rows" <<<"$(log_of decryption)" || fail "no chain check logged"
 ok "ledger before and after: $after"
+
+step "restore the ledger from a scheduled backup (as compose/README.md says)"
+"${D[@]}" stop ledger-backup decryption >/dev/null
+restored="$("${D[@]}" run --rm --no-deps -T -v "${project}_ledger-backups:/backups" decryption \
+  dpagg ledger restore "$backup" --data-dir /data --acknowledge-rollback)" || fail "ledger restore failed"
+grep -q "^ledger restored from $backup" <<<"$restored" || fail "restore said: $restored"
+"${D[@]}" start decryption ledger-backup >/dev/null
+wait_healthy decryption
+wait_healthy computation
+wait_healthy ledger-backup
+scheduled_backup_with ledger-backup "study demo: 2 charge(s), 1 of 1 spent" >/dev/null
+ok "restored from $backup with the server stopped; served again, next scheduled backup the same"
 
 step "down, then up again (volumes kept): every job comes back"
 "${D[@]}" down
@@ -140,8 +170,8 @@ DPAGG_STUDY=demo2 "${D[@]}" up -d
 DPAGG_STUDY=demo2 "${D[@]}" wait query >/dev/null || true
 check_jobs
 check_query demo2
-"${D[@]}" exec -T decryption dpagg ledger backup --data-dir /data --out /data/backups/second.sqlite3 >/dev/null
-ledger="$("${D[@]}" exec -T decryption dpagg ledger verify /data/backups/second.sqlite3)"
+"${D[@]}" exec -T ledger-backup dpagg ledger backup --data-dir /data --out /backups/second.sqlite3 >/dev/null
+ledger="$("${D[@]}" exec -T ledger-backup dpagg ledger verify /backups/second.sqlite3)"
 grep -q "study demo2: 2 charge(s), 1 of 1 spent" <<<"$ledger" || fail "study demo2 not in the ledger: $ledger"
 grep -q "study demo: 2 charge(s), 1 of 1 spent" <<<"$ledger" || fail "study demo changed: $ledger"
 ok "study demo2 released; study demo untouched"

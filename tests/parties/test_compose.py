@@ -40,6 +40,8 @@ def test_every_service_runs_a_valid_dpagg_command_from_the_one_image(compose: di
         assert svc["image"] == "dpagg:local", name
         if name != "pki":
             assert svc["pull_policy"] == "never", name
+        if name == "ledger-backup":  # a shell loop around `dpagg ledger backup` (test_the_ledger_is_backed_up_...)
+            continue
         cmd = [c.replace("${DPAGG_STUDY:-demo}", "demo") for c in svc["command"]]
         assert cmd[0] == "dpagg", name
         parser.parse_args(cmd[1:])  # exits (fails the test) on an unknown subcommand or flag
@@ -58,7 +60,7 @@ def test_every_container_is_hardened(compose: dict[str, Any]) -> None:
         assert svc["user"] == "10001:10001", name
         assert svc.get("mem_limit"), name
         assert "/tmp" in svc["tmpfs"], name
-    jobs = [n for n, s in compose["services"].items() if n not in ("pki", "decryption", "computation")]
+    jobs = [n for n, s in compose["services"].items() if n not in ("pki", "decryption", "computation", "ledger-backup")]
     assert all(compose["services"][j].get("profiles") == ["demo"] for j in jobs), "demo jobs belong in a profile"
 
 
@@ -91,7 +93,7 @@ def test_networks_keep_the_key_holder_behind_the_computation_server(compose: dic
         assert "backend" not in svc.get("networks", []), f"{name} must not reach the decryption server"
         if svc.get("network_mode") != "none":
             assert svc["networks"] == ["frontend"], name
-    for name in ("pki", "sample-data", "owner-1-keygen"):
+    for name in ("pki", "sample-data", "owner-1-keygen", "ledger-backup"):
         assert services[name]["network_mode"] == "none", name
 
 
@@ -111,7 +113,7 @@ def test_image_is_reproducible_and_lean() -> None:
 def test_addresses_dependencies_and_volumes_are_consistent(compose: dict[str, Any]) -> None:
     services = compose["services"]
     listening = {name: _flag(svc["command"], "--port") for name, svc in services.items()
-                 if svc["command"][1].startswith("serve-")}
+                 if svc["command"][0] == "dpagg" and svc["command"][1].startswith("serve-")}
     assert listening == {"decryption": "50051", "computation": "50052"}
     for name, svc in services.items():
         cmd = svc["command"]
@@ -129,7 +131,7 @@ def test_addresses_dependencies_and_volumes_are_consistent(compose: dict[str, An
                 assert "healthcheck" in services[dep]
         for vol in svc.get("volumes", []):
             assert vol.split(":")[0] in compose["volumes"], f"{name}: undeclared volume {vol}"
-        if cmd[1] in ("serve-decryption", "serve-computation"):
+        if cmd[0] == "dpagg" and cmd[1] in ("serve-decryption", "serve-computation"):
             assert _flag(cmd, "--host") == "0.0.0.0" and _flag(cmd, "--data-dir") == "/data"
             assert any(v.endswith(":/data") for v in svc["volumes"]), f"{name} must keep its state on a volume"
     study = _flag(services["open-study"]["command"], "--study-id")
@@ -196,3 +198,87 @@ def test_every_networked_service_uses_mutual_tls_with_its_own_certificate(compos
     assert _flag(services["open-study"]["command"], "--owner-keys-dir") == "/owner-keys"
     # the servers serve under their service names, which `dpagg certs` puts in the certificates by default
     assert _flag(services["decryption"]["command"], "--computation-id") == "computation"
+
+
+_ENV_DEFAULT = re.compile(r"\$\{(DPAGG_[A-Z_]+):-([^}]+)\}")
+
+
+def env_default(value: object, what: str) -> tuple[str, str]:
+    """(variable, default) of a compose value written `${DPAGG_X:-default}`: set by the operator, with a default."""
+    m = _ENV_DEFAULT.fullmatch(str(value))
+    assert m, f"{what} is {value!r}, not ${{DPAGG_...:-default}}"
+    return m.group(1), m.group(2)
+
+
+def _bytes(size: str) -> int:
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    return int(float(size[:-1]) * units[size[-1].lower()]) if size[-1].lower() in units else int(size)
+
+
+def check_limits_and_logging(name: str, svc: dict[str, Any]) -> dict[str, float]:
+    """A service's rotated json-file logs and its memory, CPU and process-count limits (each `${DPAGG_X:-default}`).
+
+    Returns the defaults: memory in bytes, cpus, pids. `cpus` above the host's CPU count makes Docker refuse to
+    create the container, so each default fits a 2-CPU host (operators raise them on bigger ones)."""
+    log = svc.get("logging")
+    assert log and log["driver"] == "json-file", f"{name}: logs are not json-file"
+    size = env_default(log["options"]["max-size"], f"{name} max-size")
+    files = env_default(log["options"]["max-file"], f"{name} max-file")
+    assert size == ("DPAGG_LOG_MAX_SIZE", "10m") and files == ("DPAGG_LOG_MAX_FILE", "5"), name
+    memory = _bytes(env_default(svc.get("mem_limit"), f"{name} mem_limit")[1])
+    cpus = float(env_default(svc.get("cpus"), f"{name} cpus")[1])
+    pids = int(env_default(svc.get("pids_limit"), f"{name} pids_limit")[1])
+    assert 128 * 2**20 <= memory <= 8 * 2**30, (name, memory)
+    assert 0 < cpus <= 2, f"{name}: default cpus {cpus} would not start on a 2-CPU host"
+    assert 32 <= pids <= 4096, (name, pids)
+    return {"memory": memory, "cpus": cpus, "pids": pids}
+
+
+def test_every_service_has_rotated_logs_and_overridable_limits(compose: dict[str, Any]) -> None:
+    limits = {name: check_limits_and_logging(name, svc) for name, svc in compose["services"].items()}
+    servers = {name: limits[name] for name in ("decryption", "computation")}
+    assert max(limits, key=lambda n: limits[n]["memory"]) == "computation", "the CS needs the most memory"
+    assert servers["decryption"]["memory"] >= 2.5 * 2**30, "the key holder peaks at 2.3 GB (docs/scaling.md)"
+    for name in ("decryption", "computation"):
+        assert servers[name]["cpus"] >= limits["query"]["cpus"] and servers[name]["pids"] > limits["query"]["pids"]
+    names = {env_default(svc[key], key)[0] for svc in compose["services"].values() for key in ("mem_limit", "cpus")}
+    assert {"DPAGG_CS_MEMORY", "DPAGG_CS_CPUS", "DPAGG_DS_MEMORY", "DPAGG_DS_CPUS", "DPAGG_JOB_MEMORY"} <= names
+    readme = (ROOT / "compose" / "README.md").read_text()
+    assert all(n in readme for n in names | {"DPAGG_LOG_MAX_SIZE", "DPAGG_CS_PIDS"}), "the README names each knob"
+
+
+def backup_loop_command(svc: dict[str, Any]) -> str:
+    """The script of a ledger-backup service (`sh -c SCRIPT`), checked to run the project's own backup command."""
+    cmd = svc["command"]
+    assert cmd[:2] == ["sh", "-c"] and len(cmd) == 3, cmd
+    script = str(cmd[2])
+    line = next(ln.strip() for ln in script.splitlines() if "dpagg ledger backup" in ln)
+    args = line[line.index("dpagg ledger backup"):].split(";")[0].removesuffix("then").split()
+    out = _flag(args, "--out")
+    assert out is not None and out.startswith("/backups/") and _flag(args, "--data-dir") == "/data", line
+    build_parser().parse_args([a.replace("$$", "$") for a in args[1:]])
+    assert "mv /backups/.partial-" in script, "a copy is renamed to ledger-*.sqlite3 only once verified"
+    assert "sleep" in script and "$$DPAGG_BACKUP_INTERVAL" in script and "$$DPAGG_BACKUP_KEEP" in script
+    assert env_default(svc["environment"]["DPAGG_BACKUP_INTERVAL"], "interval") == ("DPAGG_BACKUP_INTERVAL", "3600")
+    assert env_default(svc["environment"]["DPAGG_BACKUP_KEEP"], "keep")[0] == "DPAGG_BACKUP_KEEP"
+    assert svc["network_mode"] == "none" and svc["restart"] == "unless-stopped"
+    assert "healthcheck" in svc and "start_period" in svc["healthcheck"]
+    return script
+
+
+def test_the_ledger_is_backed_up_on_a_schedule_to_a_volume_of_its_own(compose: dict[str, Any]) -> None:
+    """`ledger-backup` copies the key holder's ledger with `dpagg ledger backup` into `ledger-backups`, a volume
+    holding no key: the key holder's own volume (the BFV secret key) is mounted read-only, and nothing else
+    mounts the backups."""
+    services = compose["services"]
+    svc = services["ledger-backup"]
+    assert "profiles" not in svc, "it runs with the servers, not only in the demo"
+    backup_loop_command(svc)
+    assert svc["volumes"] == ["decryption-data:/data:ro", "ledger-backups:/backups"]
+    assert svc["depends_on"] == {"decryption": {"condition": "service_healthy"}}
+    assert "ledger-backups" in compose["volumes"]
+    users = sorted(n for n, s in services.items() if any(v.split(":")[0] == "ledger-backups" for v in s.get("volumes", [])))
+    assert users == ["ledger-backup"], users
+    assert not any(v.split(":")[0] == "ledger-backups" for v in services["decryption"]["volumes"])
+    text = DOCKERFILE.read_text()  # the mount point exists and is the service user's, so the new volume is too
+    assert re.search(r"mkdir -p [^\n]*/backups", text) and re.search(r"chown -R dpagg [^\n]*/backups", text)

@@ -9,6 +9,8 @@ import pytest
 
 from parties.cli import build_parser
 
+from .test_compose import check_limits_and_logging
+
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the compose files")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,3 +117,25 @@ def test_the_dockerfile_can_add_ray_and_owns_the_new_mount_points() -> None:
     assert 'ARG DPAGG_RAY=""' in text and 'pip install "$DPAGG_RAY"' in text
     for mount in ("ray-head", "ray-worker", "computation-ray", "/ray-tls"):
         assert mount in text
+
+
+def test_ray_services_have_rotated_logs_and_overridable_limits(ray_doc: dict[str, Any]) -> None:
+    services = ray_doc["services"]
+    limits = {name: check_limits_and_logging(name, services[name]) for name in ("ray-pki", *NODES)}
+    for name in NODES:  # Ray starts many processes and threads per node
+        assert limits[name]["pids"] >= 1024 and limits[name]["memory"] >= 2**30, name
+        assert services[name]["mem_limit"].startswith("${DPAGG_RAY_MEMORY:-"), name
+
+
+def test_the_worker_is_healthy_only_once_registered_and_the_cs_waits_for_it(ray_doc: dict[str, Any]) -> None:
+    services = ray_doc["services"]
+    head, worker = services["ray-head"], services["ray-worker"]
+    check = worker["healthcheck"]
+    assert check["test"][:3] == ["CMD", "python", "-c"] and "start_period" in check
+    code = check["test"][3]
+    compile(code, "ray-worker healthcheck", "exec")
+    head_gcs = f"{_ip(head)}:{_flag(head['command'], '--port')}"
+    assert f"GcsClient(address='{head_gcs}')" in code, "asks the head's GCS"
+    assert f"node_manager_address == '{_ip(worker)}'" in code and "ALIVE" in code, "about this node, alive"
+    assert services["computation"]["depends_on"]["ray-worker"]["condition"] == "service_healthy"
+    assert worker["depends_on"]["ray-head"]["condition"] == "service_healthy"

@@ -9,6 +9,8 @@ import pytest
 
 from parties.cli import build_parser
 
+from .test_compose import backup_loop_command, check_limits_and_logging
+
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the compose files")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +119,8 @@ def test_each_holder_has_its_own_certificate_volume_and_ledger(doc: dict[str, An
     for vol in [f"{h}-data" for h in HOLDERS] + [f"pki-{h}" for h in HOLDERS]:
         users = sorted(n for n, s in every.items() if any(v.split(":")[0] == vol for v in s.get("volumes", [])))
         owner = vol.removesuffix("-data").removeprefix("pki-")
-        assert users == sorted({owner, *(["holder-pki"] if vol.startswith("pki-") else [])}), (vol, users)
+        also = ["holder-pki"] if vol.startswith("pki-") else [f"{owner}-ledger-backup"]  # read-only, below
+        assert users == sorted({owner, *also}), (vol, users)
     assert sorted(n for n, s in every.items() if "ca:/ca" in s.get("volumes", [])) == ["holder-pki", "pki"]
 
 
@@ -155,3 +158,31 @@ def test_the_dockerfile_owns_the_holders_certificate_mount_points() -> None:
     line = text[text.index("for p in decryption"):]
     line = line[:line.index("done")]
     assert all(h in line.replace(";", " ").split() for h in HOLDERS), line
+
+
+def test_every_service_of_the_profile_has_rotated_logs_and_overridable_limits(doc: dict[str, Any]) -> None:
+    services = doc["services"]
+    new = [n for n, s in services.items() if s.get("profiles") == ["threshold"]]
+    assert {"holder-pki", *HOLDERS, "setup-key", *(f"{h}-ledger-backup" for h in HOLDERS)} <= set(new)
+    limits = {name: check_limits_and_logging(name, services[name]) for name in new}
+    for h in HOLDERS:  # a holder does the key holder's work on its share: as much memory as the single one
+        assert limits[h]["memory"] >= 2.5 * 2**30 and limits[h]["pids"] > limits["setup-key"]["pids"], h
+
+
+def test_each_holders_ledger_is_backed_up_on_a_schedule_to_its_own_volume(doc: dict[str, Any],
+                                                                          base: dict[str, Any]) -> None:
+    """holder-N-ledger-backup: the base file's backup loop on holder N's ledger, into holder-N-ledger-backups."""
+    services = doc["services"]
+    assert services["ledger-backup"]["profiles"] == ["single-key"], "the single key holder's backup stays off"
+    every = {**base["services"], **services}
+    for h in HOLDERS:
+        svc = services[f"{h}-ledger-backup"]
+        assert backup_loop_command(svc) == backup_loop_command(base["services"]["ledger-backup"])
+        assert svc["profiles"] == ["threshold"]
+        assert svc["volumes"] == [f"{h}-data:/data:ro", f"{h}-ledger-backups:/backups"], h
+        assert svc["depends_on"] == {h: {"condition": "service_healthy"}}
+        assert f"{h}-ledger-backups" in doc["volumes"]
+        users = sorted(n for n, s in every.items()
+                       if any(v.split(":")[0] == f"{h}-ledger-backups" for v in s.get("volumes", [])))
+        assert users == [f"{h}-ledger-backup"], users
+        assert svc["image"] == "dpagg:local" and svc["read_only"] is True and svc["user"] == "10001:10001"
