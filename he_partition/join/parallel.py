@@ -162,6 +162,12 @@ class _Block:
         """This worker's peak resident set in MB (benchmarks read it from the server's log)."""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+    @staticmethod
+    def usage() -> tuple[float, float]:
+        """(peak resident set in MB, CPU seconds) of this worker process so far."""
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_maxrss / 1024, r.ru_utime + r.ru_stime
+
     def partial(self, terms: Terms) -> Any | None:
         """sum of coef * totals over the part of each range inside this block (None if none is)."""
         parts = [(c, self.totals[k - self.lo]) for c, lo, hi in terms
@@ -250,9 +256,10 @@ class JoinEvaluator:
     def __exit__(self, *exc: Any) -> None:
         if self._key and exc[0] is None:
             try:
-                rss = self._executor.call(self._key, "peak_rss", [()] * len(self._bounds))
-                log.info("join release measured: %d cells over %d workers, peak RSS per worker %s MB", self.n,
-                         len(self._bounds), ", ".join(f"{r:.0f}" for r in rss))
+                use = self._executor.call(self._key, "usage", [()] * len(self._bounds))
+                log.info("join release measured: %d cells over %d workers, CPU per worker %s s, peak RSS per worker "
+                         "%s MB", self.n, len(self._bounds), ", ".join(f"{c:.1f}" for _, c in use),
+                         ", ".join(f"{r:.0f}" for r, _ in use))
             except Exception as exc_:  # noqa: BLE001 - a figure for the log: never fails a finished release
                 log.info("join release measured; the workers' peak RSS is unknown (%s)", type(exc_).__name__)
         if self._key:
