@@ -113,7 +113,12 @@ class _FileGroup(Sequence[bytes]):
             return [self[i] for i in range(*v.indices(self.values))]
         if not 0 <= v < self.values:
             raise IndexError(v)
-        return Path(self.template.format(index=self.first + v)).read_bytes()
+        path = Path(self.template.format(index=self.first + v))
+        try:
+            return path.read_bytes()
+        except FileNotFoundError as exc:
+            raise InvalidInputError(f"chunk {self.first + v} of a committed join upload is missing from "
+                                    f"{path.parent}: the data directory was altered") from exc
 
 
 #: Most cells a worker accumulates at once: its running sums (3-part products, ~0.6 MB each at the
