@@ -218,10 +218,15 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         total = time.perf_counter() - start
         rss: dict[str, Any] = {"decryption": _vm_hwm_mb(ds.pid), "computation": _vm_hwm_mb(cs.pid),
                                **{f"owner_{o}": round(m, 1) for o, _, _, m in owners}}
-        workers = [line.rsplit("worker ", 1)[-1] for line in (work / "cs.log").read_text().splitlines()
-                   if "peak RSS per worker" in line]
-        if workers:
+        cpu: dict[str, Any] = {"computation_server": _cpu_seconds(cs.pid)}
+        log_lines = (work / "cs.log").read_text().splitlines()
+        workers = [line.rsplit("peak RSS per worker ", 1)[-1] for line in log_lines if "peak RSS per worker" in line]
+        if workers:  # the last: after the release (the workers' peak over the products and the measurements)
             rss["computation_workers"] = workers[-1].removesuffix(" MB")
+        worker_cpu = [line.split("CPU per worker ", 1)[1].split(" s,", 1)[0] for line in log_lines
+                      if "CPU per worker" in line]
+        if worker_cpu:
+            cpu["computation_workers"] = worker_cpu[-1]
     finally:
         for proc in (cs, ds):
             proc.terminate()
@@ -240,8 +245,18 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         "bytes_uploaded_per_owner": [n for _, n, _, _ in owners],
         "bytes_to_key_holder": rel.bytes_to_decryption,
         "peak_rss_mb": {k: round(v, 1) if isinstance(v, float) else v for k, v in rss.items()},
+        "cpu_seconds": cpu,
         **_errors(summary, truth),
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (its own, not its children's: the workers report theirs)."""
+    import os
+    from pathlib import Path
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
 
 
 def _capacity(records: int, shared: int, pad_offset: int) -> int:
@@ -301,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['max_abs_error']} (cell noise sd {result['cell_noise_sd']})")
     print(json.dumps({"total_seconds": result["total_seconds"], "bins": result["bins"],
                       "bytes_uploaded_per_owner": result["bytes_uploaded_per_owner"][0],
-                      "peak_rss_mb": result["peak_rss_mb"]}))
+                      "peak_rss_mb": result["peak_rss_mb"],
+                      **({"cpu_seconds": result["cpu_seconds"]} if "cpu_seconds" in result else {})}))
     return 0
 
 

@@ -23,7 +23,7 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.execution import ChunkExecutor
 from he_partition.join.protocol import PSEUDONYM_BYTES, JoinTerms, place
 from he_partition.he.join_scheme import JoinScheme
-from he_partition.join.parallel import JoinEvaluator
+from he_partition.join.parallel import JoinEvaluator, UploadFiles
 from he_partition.join.release import bin_cells
 from he_partition.core.noise import RandomSource
 
@@ -281,10 +281,13 @@ class JoinCoordinator:
         return terms.groups(slots) * terms.values_of(contract.expected_owners.index(owner_id))
 
     def evaluator(self, contract: StudyContract, fetch: Any, chunks_of: Any,
-                  executor: ChunkExecutor | None = None) -> JoinEvaluator:
+                  executor: ChunkExecutor | None = None, templates: dict[str, str] | None = None) -> JoinEvaluator:
         """The release's evaluator over the committed uploads (a context manager; he_partition.join.parallel).
 
-        `chunks_of(owner_id, index)` reads a committed chunk; the cell totals are spread over
+        `templates[owner_id]`, where the store keeps chunks in files, is the path template of the
+        owner's chunk files: each worker then reads the ciphertexts of its block itself, one group
+        at a time (`UploadFiles`); otherwise `chunks_of(owner_id, index)` reads a committed chunk
+        here and the workers are sent the bytes of their rows and columns. The cell totals are spread over
         the workers of `executor` (the server's chunk executor; None: this process). Privacy: each measurement gets this server's discrete
         Laplace draws (scale sensitivity/epsilon per value, known only here), pads and
         flooding before it leaves (he_partition.join.release.noised_values).
@@ -292,8 +295,10 @@ class JoinCoordinator:
         terms = contract.join_terms()
         public, scheme = self._key(contract, fetch)
         groups = terms.groups(scheme.slots)
-        planes = [[_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
-                  for side, owner in enumerate(contract.expected_owners)]
+        planes: list[Sequence[Sequence[bytes]]] = [
+            UploadFiles(templates[owner], groups, terms.values_of(side)) if templates
+            else [_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
+            for side, owner in enumerate(contract.expected_owners)]
         return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, executor=executor)
 
 

@@ -306,8 +306,13 @@ class Releases:
                 tracker.chunk_sent()
                 yield c
 
+        try:  # chunk files: each worker reads its rows and columns itself, a group at a time
+            templates: dict[str, str] | None = {o: self._h.store.chunk_template(s) for o, s in by_owner.items()}
+        except NotImplementedError:  # an in-memory store: the chunks are read here
+            templates = None
         with self._h.joins.evaluator(contract, self._h.public_context,
-                                  lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.executor) as evaluator:
+                                     lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.executor,
+                                     templates) as evaluator:
 
             def measure(m: Measurement) -> IntArray:
                 tracker.start_measurement(m.kind, 0)  # the cells are counted once they are computed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -15,7 +16,7 @@ from he_partition.core.noise import SeededRandom
 from he_partition.core.summary import Summary
 from he_partition.execution import ChunkExecutor, InProcessExecutor, ProcessExecutor
 from he_partition.he.join_scheme import JoinScheme
-from he_partition.join.parallel import JoinEvaluator
+from he_partition.join.parallel import JoinEvaluator, UploadFiles
 from he_partition.join.protocol import JoinTerms
 from he_partition.join.release import bin_cells, release_table
 
@@ -35,15 +36,16 @@ def setup() -> tuple[JoinScheme, JoinScheme, Any]:
 
 
 def _release(setup: tuple[JoinScheme, JoinScheme, Any], executor: ChunkExecutor | None, seed: int,
-             before: Callable[[int], None] = lambda n: None) -> Summary:
+             before: Callable[[int], None] = lambda n: None, uploads: Any = None, **kw: Any) -> Summary:
     """A release at epsilon 1 (the noise is not zero): the computation server's draws from `seed`.
 
     `before(n)` runs before the n-th measurement reaches the evaluator (tests kill a worker there).
     """
     ds, pub, up = setup
+    up = uploads or up
     calls = [0]
     with JoinEvaluator(pub.public_bytes(), up[0], up[1], bin_cells(TERMS), SeededRandom(seed),
-                       executor=executor) as ev:
+                       executor=executor, **kw) as ev:
 
         def measure(m: Measurement) -> list[bytes]:
             before(calls[0])
@@ -86,6 +88,42 @@ def test_a_worker_killed_mid_release_is_rebuilt_and_sent_the_same_values(setup: 
         _assert_same(_release(setup, executor, 8, kill), reference)
         assert killed, "no worker was killed: the test did not exercise the retry"
         assert executor.worker_pids()[1] not in (None, killed[0])  # replaced
+    finally:
+        executor.close()
+
+
+def _in_files(up: Any, root: Path) -> tuple[UploadFiles, UploadFiles]:
+    """Both uploads written as a store's chunk files (value v of group g: chunk g * values + v)."""
+    out = []
+    for side, groups in enumerate(up):
+        (root / str(side)).mkdir()
+        template = str(root / str(side) / "chunk-{index}.bin")
+        for g, group in enumerate(groups):
+            for v, data in enumerate(group):
+                Path(template.format(index=g * len(group) + v)).write_bytes(data)
+        out.append(UploadFiles(template, len(groups), len(groups[0])))
+    return out[0], out[1]
+
+
+def test_workers_reading_the_chunk_files_in_passes_release_the_same_table(setup: Any, tmp_path: Path) -> None:
+    """The services' path: each worker reads its rows and columns from the files, a group at a time, in passes
+    of 3 cells (several per block); a worker killed mid-release is rebuilt from the files. Same values."""
+    reference = _release(setup, None, 9)
+    files = _in_files(setup[2], tmp_path)
+    _assert_same(_release(setup, None, 9, uploads=files, cells_per_pass=3), reference)
+    executor = ProcessExecutor(2)
+    killed: list[int] = []
+
+    def kill(n: int) -> None:
+        if n == 0:
+            pid = executor.worker_pids()[0]
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    try:
+        _assert_same(_release(setup, executor, 9, kill, uploads=files, cells_per_pass=3), reference)
+        assert killed, "no worker was killed: the test did not exercise the rebuild"
     finally:
         executor.close()
 
