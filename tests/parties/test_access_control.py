@@ -113,6 +113,10 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             decryption_pb2.DecryptJoinCellsRequest(header=decryption_pb2.DecryptJoinCellsHeader(
                 study_id="s1", release_id="r-join", release_epsilon=0.5, contract_hash="f" * 64, cell_count=1))]),
             timeout=t),
+        "Decryption/JoinCheckSeed": lambda ch: d(ch).JoinCheckSeed(decryption_pb2.JoinCheckSeedRequest(
+            study_id="s1", contract_hash="f" * 64), timeout=t),
+        "Decryption/CheckJoinUpload": lambda ch: d(ch).CheckJoinUpload(decryption_pb2.CheckJoinUploadRequest(
+            study_id="s1", contract_hash="f" * 64, owner_id="a", seed=b"s" * 32), timeout=t),
         "Computation/JoinExchange": lambda ch: c(ch).JoinExchange(computation_pb2.JoinExchangeRequest(
             study_id="s1", owner_id="a", public_key=b"k" * 32), timeout=t),
         "Computation/JoinPlacement": lambda ch: c(ch).JoinPlacement(computation_pb2.JoinPlacementRequest(
@@ -159,6 +163,8 @@ ALLOWED = {
     "Decryption/ReconcileCharges": {"operator"},
     "Decryption/ChargeDirectQueries": {"cs"},
     "Decryption/DecryptJoinCells": {"cs"},
+    "Decryption/JoinCheckSeed": {"cs"},
+    "Decryption/CheckJoinUpload": {"cs"},
     "Computation/JoinExchange": {"owner"},
     "Computation/JoinPlacement": {"owner"},
     "Computation/GetPublicContext": set(CALLERS),
