@@ -46,10 +46,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import tenseal.sealapi as seal
 
 from ..core.errors import InvalidInputError
 from ..core.noise import CipherRandom, RandomSource
+from ..he.join_checks import accumulate_weighted, plane_sum, square_minus_self
 from ..he.join_scheme import JoinScheme
 
 __all__ = ["SOUNDNESS_BITS", "SEED_BYTES", "check_rounds", "coefficients", "residues", "residues_plain",
@@ -85,12 +85,6 @@ def coefficients(seed: bytes, owner_id: str, rnd: int, group: int, plane: int, s
     return (words % np.uint64(plain_modulus)).astype(np.int64)
 
 
-def _plain(scheme: JoinScheme, values: IntArray) -> Any:
-    pt = seal.Plaintext()
-    scheme._encoder.encode(np.mod(values, scheme.plain_modulus).astype(np.uint64).tolist(), pt)
-    return pt
-
-
 def residues(scheme: JoinScheme, groups: Iterable[Sequence[bytes]], seed: bytes, owner_id: str,
              blind: RandomSource | None = None) -> list[bytes]:
     """The computation server's half: per round, Enc(rho * z) in slot 0, pads elsewhere, flooded (serialized).
@@ -106,30 +100,15 @@ def residues(scheme: JoinScheme, groups: Iterable[Sequence[bytes]], seed: bytes,
     rounds = check_rounds(t)
     source = blind if blind is not None else CipherRandom()
     rhos = [int(v) + 1 for v in source.integers(t - 1, rounds)]
-    ev = scheme._evaluator
     acc: list[Any] = [None] * rounds
     count = 0
     for g, planes in enumerate(groups):
         cts = [scheme.deserialize(p) for p in planes]
-        if not cts:
-            raise InvalidInputError("a group of a join upload holds no planes")
-        total = cts[0]
-        for ct in cts[1:]:
-            nxt = seal.Ciphertext()
-            ev.add(total, ct, nxt)
-            total = nxt
-        for k, ct in enumerate([*cts, total]):
-            e = seal.Ciphertext()
-            ev.square(ct, e)
-            ev.sub_inplace(e, ct)  # x^2 - x (3 parts minus 2: SEAL pads the smaller)
+        for k, ct in enumerate([*cts, plane_sum(scheme, cts)]):  # the planes, then their sum (k == values)
+            e = square_minus_self(scheme, ct)
             for rnd in range(rounds):
-                r = coefficients(seed, owner_id, rnd, g, k if k < len(cts) else len(cts), slots, t)
-                term = seal.Ciphertext()
-                ev.multiply_plain(e, _plain(scheme, r * rhos[rnd] % t), term)
-                if acc[rnd] is None:
-                    acc[rnd] = term
-                else:
-                    ev.add_inplace(acc[rnd], term)
+                r = coefficients(seed, owner_id, rnd, g, k, slots, t)
+                acc[rnd] = accumulate_weighted(scheme, acc[rnd], e, r * rhos[rnd] % t)
         count += 1
     if not count:
         raise InvalidInputError("a join upload with no groups cannot be checked")
