@@ -136,9 +136,9 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         "capacity": capacity, "groups": capacity // slots,
         "ciphertext_products": capacity // slots * bins * bins,
         "wellformed_check": {"rounds": check_rounds(owner_scheme.plain_modulus),
-                             "squarings": 2 * capacity // slots * (bins + 1),
+                             "squarings": 2 * capacity // slots * (bins + 1),  # both owners: planes and sums
                              "plain_products": 2 * capacity // slots * (bins + 1) * check_rounds(owner_scheme.plain_modulus),
-                             "rotations": 2 * 13 * check_rounds(owner_scheme.plain_modulus)},
+                             "relinearizations": 2 * capacity // slots * (bins + 1), "rotations": 0},
         "seconds": times, "total_seconds": round(total, 2),
         "bytes_uploaded_per_owner": [sum(len(x) for g in up for x in g) for up in uploads],
         "bytes_to_key_holder": sent, "public_key_bytes": len(public_bytes),

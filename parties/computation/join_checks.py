@@ -36,7 +36,7 @@ def check_join_uploads(contract: StudyContract, scheme: JoinScheme, chunks_of: C
 
     `chunks_of(owner, index)` reads a committed chunk; `decryption` is the key holder's client
     (join_check_seed, check_join_upload). Privacy: the key holder decrypts, per owner and round,
-    0 or a uniform nonzero residue (blinded here, padded and flooded): nothing of the records.
+    z = 0 in every slot for an honest upload (flooded): nothing of the records.
     """
     terms = contract.join_terms()
     seed, rounds = decryption.join_check_seed(study_id=contract.study_id, contract_hash=contract.contract_hash)

@@ -356,8 +356,8 @@ class DecryptionHandler:
                           residues: Sequence[bytes]) -> bool:
         """Decrypt one owner's blinded check residues and record whether its upload is well formed.
 
-        Privacy: each residue reveals 0 or a uniform nonzero value (the computation server's blind), nothing
-        about an honest owner's records; nothing is charged (he_partition.join.wellformed).
+        Privacy: an honest owner's residues are 0 in every slot (flooded): nothing about its records; a malformed
+        upload shows where it deviated. Nothing is charged (he_partition.join.wellformed).
         """
         contract = self.get_study(study_id)
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")

@@ -1,7 +1,7 @@
 """The key holder's record of each join study's well-formedness check (docs/join.md, "Checked uploads").
 
 The key holder chooses the seed of the check's random coefficients (`seed`: once per study
-and process, from the OS CSPRNG), decrypts the computation server's blinded residues for
+and process, from the OS CSPRNG), decrypts the computation server's flooded residues for
 each owner (`judge`) and records the outcome; `require_passed` is what DecryptJoinCells
 asks before it decrypts any cell of the study, so a computation server cannot skip the
 check. A failed owner stays failed (its committed upload cannot change). The record is kept
@@ -46,9 +46,10 @@ class JoinCheckBook:
 
     def judge(self, study_id: str, owners: Sequence[str], owner_id: str, seed: bytes, residues: Sequence[bytes],
               scheme: JoinScheme) -> bool:
-        """Decrypt slot 0 of each round's residue and record whether `owner_id`'s upload is well formed.
+        """Decrypt each round's residue and record whether `owner_id`'s upload is well formed (every slot 0).
 
-        Reveals 0 or a uniform nonzero residue per round (he_partition.join.wellformed); charges nothing.
+        Reveals 0 for an honest upload, for a malformed one its deviations (he_partition.join.wellformed);
+        charges nothing.
         """
         if owner_id not in owners:
             raise PermissionDeniedError(f"{owner_id!r} is not one of join study {study_id}'s owners "

@@ -205,10 +205,10 @@ class DecryptionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CheckJoinUpload(self, request, context):
-        """One owner's well-formedness check: one ciphertext per round, each holding
-        rho * sum r x(x-1) + r s(s-1) over that owner's upload in slot 0 (rho the computation
-        server's blind, every other slot a pad, flooded). This server decrypts slot 0 of each:
-        all 0, the owner's upload is recorded well formed; anything else, refused for good.
+        """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+        slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+        the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+        owner's upload is recorded well formed; anything else, refused for good.
         Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
         Only the computation server may call it.
         """

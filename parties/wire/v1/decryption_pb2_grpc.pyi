@@ -97,10 +97,10 @@ class DecryptionStub:
     committed. Only the computation server may call it.
     """
     CheckJoinUpload: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.CheckJoinUploadRequest, _decryption_pb2.CheckJoinUploadResponse]
-    """One owner's well-formedness check: one ciphertext per round, each holding
-    rho * sum r x(x-1) + r s(s-1) over that owner's upload in slot 0 (rho the computation
-    server's blind, every other slot a pad, flooded). This server decrypts slot 0 of each:
-    all 0, the owner's upload is recorded well formed; anything else, refused for good.
+    """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+    slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+    the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+    owner's upload is recorded well formed; anything else, refused for good.
     Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
     Only the computation server may call it.
     """
@@ -222,10 +222,10 @@ class DecryptionAsyncStub(DecryptionStub):
     committed. Only the computation server may call it.
     """
     CheckJoinUpload: _aio.UnaryUnaryMultiCallable[_decryption_pb2.CheckJoinUploadRequest, _decryption_pb2.CheckJoinUploadResponse]  # type: ignore[assignment]
-    """One owner's well-formedness check: one ciphertext per round, each holding
-    rho * sum r x(x-1) + r s(s-1) over that owner's upload in slot 0 (rho the computation
-    server's blind, every other slot a pad, flooded). This server decrypts slot 0 of each:
-    all 0, the owner's upload is recorded well formed; anything else, refused for good.
+    """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+    slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+    the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+    owner's upload is recorded well formed; anything else, refused for good.
     Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
     Only the computation server may call it.
     """
@@ -398,10 +398,10 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         request: _decryption_pb2.CheckJoinUploadRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.CheckJoinUploadResponse, _abc.Awaitable[_decryption_pb2.CheckJoinUploadResponse]]:
-        """One owner's well-formedness check: one ciphertext per round, each holding
-        rho * sum r x(x-1) + r s(s-1) over that owner's upload in slot 0 (rho the computation
-        server's blind, every other slot a pad, flooded). This server decrypts slot 0 of each:
-        all 0, the owner's upload is recorded well formed; anything else, refused for good.
+        """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+        slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+        the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+        owner's upload is recorded well formed; anything else, refused for good.
         Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
         Only the computation server may call it.
         """
