@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
 from typing import Any
@@ -36,6 +37,7 @@ from he_partition.join.protocol import CURRENT_JOIN_VERSION, MAX_JOIN_CAPACITY
 from he_partition.he.join_scheme import JoinParams, JoinScheme, join_plain_modulus
 from he_partition.join.parallel import JoinEvaluator
 from he_partition.join.release import bin_cells, cell_table, release_table
+from he_partition.join.wellformed import SEED_BYTES, check_rounds, residues, well_formed
 from he_partition.core.noise import SecureRandom
 
 from .common import write_result
@@ -123,6 +125,11 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         planes = encode_indicators(placement, value_of, bins, capacity, slots)
         uploads.append([[owner_scheme.serialize(owner_scheme.encrypt(p)) for p in g] for g in planes])
     t = step("owners_encrypt", t)
+    seed = os.urandom(SEED_BYTES)  # the key holder's (parties.decryption.join_checks)
+    for owner, up in zip("ab", uploads):  # the well-formedness check: the CS's residues, the key holder's decryption
+        if not well_formed(ds, [ds.deserialize_released(c) for c in residues(owner_scheme, up, seed, owner)]):
+            raise SystemExit(f"owner {owner}'s upload failed the well-formedness check")
+    t = step("wellformed_check", t)
     terms = JoinTerms(bins, bins, capacity, pad_epsilon, pad_offset, release=release, order=_order(bins),
                       version=CURRENT_JOIN_VERSION)
     with JoinEvaluator(public_bytes, uploads[0], uploads[1], bin_cells(terms), SecureRandom()) as ev:
@@ -149,6 +156,10 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         "padding": {"epsilon": pad_epsilon, "offset": pad_offset, "delta": pad_terms.delta, "posted": [len(ps_a), len(ps_b)]},
         "capacity": capacity, "groups": capacity // slots,
         "ciphertext_products": capacity // slots * bins * bins,
+        "wellformed_check": {"rounds": check_rounds(owner_scheme.plain_modulus),
+                             "squarings": 2 * capacity // slots * (bins + 1),  # both owners: planes and sums
+                             "plain_products": 2 * capacity // slots * (bins + 1) * check_rounds(owner_scheme.plain_modulus),
+                             "relinearizations": 2 * capacity // slots * (bins + 1), "rotations": 0},
         "seconds": times, "total_seconds": round(total, 2),
         "bytes_uploaded_per_owner": [sum(len(x) for g in up for x in g) for up in uploads],
         "bytes_to_key_holder": sent, "public_key_bytes": len(public_bytes),

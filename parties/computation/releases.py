@@ -27,6 +27,7 @@ from he_partition.protocol import EPSILON_TOLERANCE, MIN_RELEASE_EPSILON, Comput
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, NotFoundError, status_for
 from ..common.util import new_id, utc_now
+from .join_checks import check_join_uploads
 from .store import ReleaseProgress, ReleaseRecord, ReleaseState, Submission
 
 if TYPE_CHECKING:
@@ -298,6 +299,9 @@ class Releases:
         by_owner = {s.owner_id: s for s in subs}
         terms = contract.join_terms()
         self._h.joins.forget(contract)  # both uploads are committed: keys and pseudonym lists are no longer needed
+        # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted (join_checks).
+        check_join_uploads(contract, self._h.joins.scheme(contract, self._h.public_context),
+                           lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.decryption)
         sent = [0]
         tracker = self._tracker(record.release_id)
 

@@ -196,6 +196,22 @@ class DecryptionClient(BaseClient):
             raise InvalidInputError(f"the key holder answered {len(out)} elements for {len(elements)}")
         return out
 
+    def join_check_seed(self, *, study_id: str, contract_hash: str, timeout: float | None = None) -> tuple[bytes, int]:
+        """(seed, rounds) of a join study's well-formedness check, chosen by the key holder."""
+        resp = self._unary(lambda req, timeout: self._stub.JoinCheckSeed(req, timeout=timeout),
+                           decryption_pb2.JoinCheckSeedRequest(study_id=study_id, contract_hash=contract_hash),
+                           method="Decryption/JoinCheckSeed", timeout=timeout)
+        return bytes(resp.seed), int(resp.rounds)
+
+    def check_join_upload(self, *, study_id: str, contract_hash: str, owner_id: str, seed: bytes,
+                          residues: Sequence[bytes], timeout: float | None = None) -> bool:
+        """Send one owner's check residues; True when the key holder found its upload well formed."""
+        req = decryption_pb2.CheckJoinUploadRequest(study_id=study_id, contract_hash=contract_hash, owner_id=owner_id,
+                                                    seed=seed, residues=list(residues))
+        resp = self._unary(lambda req, timeout: self._stub.CheckJoinUpload(req, timeout=timeout), req,
+                           method="Decryption/CheckJoinUpload", timeout=timeout or RELEASE_TIMEOUT)
+        return bool(resp.well_formed)
+
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
                    strategy_params_json: str = "", domain_spec: str = "",

@@ -43,6 +43,7 @@ from .client import JoinCellsResult
 from ..common.sealing import Commitment, SealKeyPair
 from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
+from .join_checks import JoinCheckBook
 from .keys import KeyMaterial, load_or_create_join_keys
 from .oprf import PAGE_ELEMENTS, EvaluationLog
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
@@ -238,6 +239,8 @@ class DecryptionHandler:
         self._join_dir = join_keys_dir
         self._join: dict[int, JoinScheme] = {}
         self._join_lock = threading.Lock()
+        #: Each join study's well-formedness check: this server's seed and each owner's outcome (join_checks).
+        self.join_checks = JoinCheckBook()
 
     def close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> list[bytes]:
         """Close a sealed study's uploads on `commitments` (`CommitmentBook.close`): the owners' upload keys."""
@@ -389,6 +392,30 @@ class DecryptionHandler:
                  owner_id, len(elements), used, quota)
         return evaluated, used, quota
 
+    def join_check_seed(self, *, study_id: str, contract_hash: str) -> tuple[bytes, int]:
+        """(seed, rounds) of a join study's well-formedness check: chosen here, once per study (join_checks)."""
+        contract = self.get_study(study_id)
+        _check_contract_hash(contract, contract_hash, "no seed was issued")
+        terms = contract.join_terms()
+        return self.join_checks.seed(study_id, self.join_scheme(terms.version))
+
+    def check_join_upload(self, *, study_id: str, contract_hash: str, owner_id: str, seed: bytes,
+                          residues: Sequence[bytes]) -> bool:
+        """Decrypt one owner's blinded check residues and record whether its upload is well formed.
+
+        Privacy: an honest owner's residues are 0 in every slot (flooded): nothing about its records; a malformed
+        upload shows where it deviated. Nothing is charged (he_partition.join.wellformed).
+        """
+        contract = self.get_study(study_id)
+        _check_contract_hash(contract, contract_hash, "nothing was decrypted")
+        terms = contract.join_terms()
+        with self._decrypt_lock:
+            ok = self.join_checks.judge(study_id, contract.expected_owners, owner_id, seed, residues,
+                                        self.join_scheme(terms.version))
+        log.info("study %s: owner %s's join upload %s the well-formedness check", study_id, owner_id,
+                 "passed" if ok else "FAILED")
+        return ok
+
     def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
                            cells: Sequence[bytes], measurement: Measurement | None = None) -> JoinCellsResult:
         """Check a join measurement and its ciphertexts, charge the ledger, decrypt slot 0 of each, add noise.
@@ -430,6 +457,8 @@ class DecryptionHandler:
                                     f"{m.unit_sensitivity} (one record per identifier): its noise would be too small")
         if len(cells) != m.count:
             raise InvalidInputError(f"this {m.kind} measurement has {m.count} values, {len(cells)} ciphertexts arrived")
+        # Both owners' uploads must have passed the well-formedness check with this server's coefficients.
+        self.join_checks.require_passed(study_id, contract.expected_owners)
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
         scheme = self.join_scheme(terms.version)
         parsed = [scheme.deserialize_released(c) for c in cells]

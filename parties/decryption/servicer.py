@@ -187,6 +187,20 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         return decryption_pb2.EvaluatePseudonymsResponse(evaluated_elements=b"".join(evaluated),
                                                          evaluations_used=used, evaluation_quota=quota)
 
+    def JoinCheckSeed(self, request: decryption_pb2.JoinCheckSeedRequest,
+                      context: grpc.ServicerContext) -> decryption_pb2.JoinCheckSeedResponse:
+        self._computation_only(context, "ask for a join check seed")
+        seed, rounds = self.handler.join_check_seed(study_id=request.study_id, contract_hash=request.contract_hash)
+        return decryption_pb2.JoinCheckSeedResponse(seed=seed, rounds=rounds)
+
+    def CheckJoinUpload(self, request: decryption_pb2.CheckJoinUploadRequest,
+                        context: grpc.ServicerContext) -> decryption_pb2.CheckJoinUploadResponse:
+        self._computation_only(context, "check a join upload")
+        ok = self.handler.check_join_upload(study_id=request.study_id, contract_hash=request.contract_hash,
+                                            owner_id=request.owner_id, seed=request.seed,
+                                            residues=list(request.residues))
+        return decryption_pb2.CheckJoinUploadResponse(well_formed=ok)
+
     def ChargeDirectQueries(self, request: decryption_pb2.ChargeDirectQueriesRequest,
                             context: grpc.ServicerContext) -> decryption_pb2.ChargeDirectQueriesResponse:
         """gRPC: pay for a batch of direct range counts (computation server only).

@@ -115,6 +115,10 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             timeout=t),
         "Decryption/EvaluatePseudonyms": lambda ch: d(ch).EvaluatePseudonyms(decryption_pb2.EvaluatePseudonymsRequest(
             study_id="s1", owner_id="a", contract_hash="f" * 64, page=0, blinded_elements=b"\0" * 32), timeout=t),
+        "Decryption/JoinCheckSeed": lambda ch: d(ch).JoinCheckSeed(decryption_pb2.JoinCheckSeedRequest(
+            study_id="s1", contract_hash="f" * 64), timeout=t),
+        "Decryption/CheckJoinUpload": lambda ch: d(ch).CheckJoinUpload(decryption_pb2.CheckJoinUploadRequest(
+            study_id="s1", contract_hash="f" * 64, owner_id="a", seed=b"s" * 32), timeout=t),
         "Computation/JoinExchange": lambda ch: c(ch).JoinExchange(computation_pb2.JoinExchangeRequest(
             study_id="s1", owner_id="a", public_key=b"k" * 32), timeout=t),
         "Computation/JoinPlacement": lambda ch: c(ch).JoinPlacement(computation_pb2.JoinPlacementRequest(
@@ -162,6 +166,8 @@ ALLOWED = {
     "Decryption/ChargeDirectQueries": {"cs"},
     "Decryption/DecryptJoinCells": {"cs"},
     "Decryption/EvaluatePseudonyms": {"owner"},
+    "Decryption/JoinCheckSeed": {"cs"},
+    "Decryption/CheckJoinUpload": {"cs"},
     "Computation/JoinExchange": {"owner"},
     "Computation/JoinPlacement": {"owner"},
     "Computation/GetPublicContext": set(CALLERS),

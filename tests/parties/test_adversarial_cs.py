@@ -10,6 +10,8 @@ decryption server").
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import numpy as np
 import pytest
@@ -212,6 +214,19 @@ def test_a_scaled_aggregate_does_not_shrink_the_ds_noise(cluster: Cluster) -> No
     assert [ch.epsilon for ch in cluster.decryption().budget("s1").charges] == [0.01] * 4
 
 
+def _pass_join_check(ds: Any, contract: Any, scheme: Any) -> None:
+    """Play the computation server's well-formedness check (here over empty uploads: the key holder records the
+    outcome of residues it decrypts; it never sees the uploads themselves)."""
+    from he_partition.join.wellformed import residues
+
+    seed, _ = ds.join_check_seed(study_id=contract.study_id, contract_hash=contract.contract_hash)
+    terms = contract.join_terms()
+    for side, owner in enumerate(contract.expected_owners):
+        empty = [[scheme.serialize(scheme.encrypt([0])) for _ in range(terms.values_of(side))]]
+        assert ds.check_join_upload(study_id=contract.study_id, contract_hash=contract.contract_hash, owner_id=owner,
+                                    seed=seed, residues=residues(scheme, empty, seed, owner))
+
+
 def test_a_replayed_join_measurement_gets_the_same_answer(cluster: Cluster) -> None:
     """The join key holder fixes its draw per request too: the same cells in the same release are answered
     with the same draw (and charged again); on the former code each replay carried a fresh draw."""
@@ -229,6 +244,7 @@ def test_a_replayed_join_measurement_gets_the_same_answer(cluster: Cluster) -> N
                                             lambda k: pads.integers(0, scheme.plain_modulus, k)))
              for v in (7, 0, 3, 12)]
     m = PartitionSums(4, 0.5, 1, starts=(0, 1, 2, 3))
+    _pass_join_check(ds, contract, scheme)
     answers = [ds.decrypt_join_cells(study_id="j1", release_id="r1", release_epsilon=1.0, measurement=m,
                                      contract_hash=contract.contract_hash, cells=cells, cell_count=4).values
                for _ in range(2)]

@@ -106,6 +106,9 @@ def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(t
                                measurement=_partition_sums(), chunks=[b"x"], chunk_count=1,
                                contract_hash=contract.contract_hash)
     assert err.value.code.name == "FAILED_PRECONDITION" and "key-share holder 'h1'" in err.value.details
+    with pytest.raises(ServiceError) as err:  # nor the join's well-formedness check
+        h1.join_check_seed(study_id="s-full", contract_hash=contract.contract_hash)
+    assert err.value.code.name == "FAILED_PRECONDITION" and "joins use a single key holder" in err.value.details
     keys = {o: generate_signing_key() for o in ("a", "b")}
     with pytest.raises(ServiceError) as err:
         threshold.computation().open_study(study_id="s-join", domain_size=DOMAIN, epsilon=1.0,

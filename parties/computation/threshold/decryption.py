@@ -356,3 +356,9 @@ class ThresholdDecryption:
 
     def decrypt_join_cells(self, **kwargs: Any) -> JoinCellsResult:
         raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+
+    def join_check_seed(self, **kwargs: Any) -> tuple[bytes, int]:
+        raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+
+    def check_join_upload(self, **kwargs: Any) -> bool:
+        raise FailedPreconditionError(JOINS_SINGLE_HOLDER)

@@ -2,8 +2,9 @@
 
 Same service as the single decryption server (`dpagg.v1.Decryption`): GetPublicContext (the
 collective public context), OpenStudy / GetStudy / BudgetStatus / ChargeDirectQueries over this
-holder's own ledger, with receipts signed by this holder's own key. DecryptMeasurement and
-DecryptJoinCells need the whole key and answer FAILED_PRECONDITION; KeySetup runs this holder's
+holder's own ledger, with receipts signed by this holder's own key. DecryptMeasurement,
+DecryptJoinCells and the join check (JoinCheckSeed, CheckJoinUpload) need the whole key and answer
+FAILED_PRECONDITION; KeySetup runs this holder's
 side of the collective key setup and IssueShares its decryption shares of one measurement.
 """
 from __future__ import annotations
@@ -81,6 +82,14 @@ class KeyShareServicer(DecryptionServicer):
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER} "
                                       "(the shared OPRF key of docs/join.md, \"Oblivious pseudonyms with key "
                                       "holders\", is not built); nothing was evaluated")
+
+    def JoinCheckSeed(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._computation_only(context, "ask for a join check seed")
+        raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
+
+    def CheckJoinUpload(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._computation_only(context, "check a join upload")
+        raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
 
     def ReconcileCharges(self, request: decryption_pb2.ReconcileChargesRequest,
                          context: grpc.ServicerContext) -> decryption_pb2.ReconcileChargesResponse:

@@ -226,6 +226,42 @@ class DecryptJoinCellsRequest(_message.Message):
     cell: bytes
     def __init__(self, header: _Optional[_Union[DecryptJoinCellsHeader, _Mapping]] = ..., cell: _Optional[bytes] = ...) -> None: ...
 
+class JoinCheckSeedRequest(_message.Message):
+    __slots__ = ("study_id", "contract_hash")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    contract_hash: str
+    def __init__(self, study_id: _Optional[str] = ..., contract_hash: _Optional[str] = ...) -> None: ...
+
+class JoinCheckSeedResponse(_message.Message):
+    __slots__ = ("seed", "rounds")
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    seed: bytes
+    rounds: int
+    def __init__(self, seed: _Optional[bytes] = ..., rounds: _Optional[int] = ...) -> None: ...
+
+class CheckJoinUploadRequest(_message.Message):
+    __slots__ = ("study_id", "contract_hash", "owner_id", "seed", "residues")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    RESIDUES_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    contract_hash: str
+    owner_id: str
+    seed: bytes
+    residues: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, study_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., owner_id: _Optional[str] = ..., seed: _Optional[bytes] = ..., residues: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class CheckJoinUploadResponse(_message.Message):
+    __slots__ = ("well_formed",)
+    WELL_FORMED_FIELD_NUMBER: _ClassVar[int]
+    well_formed: bool
+    def __init__(self, well_formed: _Optional[bool] = ...) -> None: ...
+
 class DecryptJoinCellsResponse(_message.Message):
     __slots__ = ("values", "variance", "epsilon_charged", "epsilon_remaining")
     VALUES_FIELD_NUMBER: _ClassVar[int]

@@ -76,6 +76,16 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsResponse.FromString,
                 _registered_method=True)
+        self.JoinCheckSeed = channel.unary_unary(
+                '/dpagg.v1.Decryption/JoinCheckSeed',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckSeedRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckSeedResponse.FromString,
+                _registered_method=True)
+        self.CheckJoinUpload = channel.unary_unary(
+                '/dpagg.v1.Decryption/CheckJoinUpload',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.CheckJoinUploadRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.CheckJoinUploadResponse.FromString,
+                _registered_method=True)
         self.KeySetup = channel.unary_unary(
                 '/dpagg.v1.Decryption/KeySetup',
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.SerializeToString,
@@ -204,6 +214,28 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinCheckSeed(self, request, context):
+        """A join study's well-formedness check (docs/join.md, "Checked uploads"): the seed of
+        the random coefficients, chosen by this server once per study (the same seed on every
+        call while it runs) and the number of rounds. Asked for once both owners' uploads are
+        committed. Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckJoinUpload(self, request, context):
+        """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+        slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+        the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+        owner's upload is recorded well formed; anything else, refused for good.
+        Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
+        Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def KeySetup(self, request, context):
         """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
         step of the collective key setup (he_partition.he.threshold.setup), relayed by the
@@ -318,6 +350,16 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.EvaluatePseudonyms,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsResponse.SerializeToString,
+            ),
+            'JoinCheckSeed': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinCheckSeed,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckSeedRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckSeedResponse.SerializeToString,
+            ),
+            'CheckJoinUpload': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckJoinUpload,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.CheckJoinUploadRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.CheckJoinUploadResponse.SerializeToString,
             ),
             'KeySetup': grpc.unary_unary_rpc_method_handler(
                     servicer.KeySetup,
@@ -563,6 +605,60 @@ class Decryption:
             '/dpagg.v1.Decryption/EvaluatePseudonyms',
             dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.EvaluatePseudonymsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinCheckSeed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/JoinCheckSeed',
+            dpagg_dot_v1_dot_decryption__pb2.JoinCheckSeedRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.JoinCheckSeedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckJoinUpload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/CheckJoinUpload',
+            dpagg_dot_v1_dot_decryption__pb2.CheckJoinUploadRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.CheckJoinUploadResponse.FromString,
             options,
             channel_credentials,
             insecure,

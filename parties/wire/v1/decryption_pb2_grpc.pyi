@@ -101,6 +101,20 @@ class DecryptionStub:
     naming the quota); every page answered is logged with the study. Only a data
     owner of the study, for its own id.
     """
+    JoinCheckSeed: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.JoinCheckSeedRequest, _decryption_pb2.JoinCheckSeedResponse]
+    """A join study's well-formedness check (docs/join.md, "Checked uploads"): the seed of
+    the random coefficients, chosen by this server once per study (the same seed on every
+    call while it runs) and the number of rounds. Asked for once both owners' uploads are
+    committed. Only the computation server may call it.
+    """
+    CheckJoinUpload: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.CheckJoinUploadRequest, _decryption_pb2.CheckJoinUploadResponse]
+    """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+    slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+    the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+    owner's upload is recorded well formed; anything else, refused for good.
+    Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
+    Only the computation server may call it.
+    """
     KeySetup: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]
     """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
     step of the collective key setup (he_partition.he.threshold.setup), relayed by the
@@ -222,6 +236,20 @@ class DecryptionAsyncStub(DecryptionStub):
     index already answered: FAILED_PRECONDITION; past the quota: RESOURCE_EXHAUSTED,
     naming the quota); every page answered is logged with the study. Only a data
     owner of the study, for its own id.
+    """
+    JoinCheckSeed: _aio.UnaryUnaryMultiCallable[_decryption_pb2.JoinCheckSeedRequest, _decryption_pb2.JoinCheckSeedResponse]  # type: ignore[assignment]
+    """A join study's well-formedness check (docs/join.md, "Checked uploads"): the seed of
+    the random coefficients, chosen by this server once per study (the same seed on every
+    call while it runs) and the number of rounds. Asked for once both owners' uploads are
+    committed. Only the computation server may call it.
+    """
+    CheckJoinUpload: _aio.UnaryUnaryMultiCallable[_decryption_pb2.CheckJoinUploadRequest, _decryption_pb2.CheckJoinUploadResponse]  # type: ignore[assignment]
+    """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+    slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+    the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+    owner's upload is recorded well formed; anything else, refused for good.
+    Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
+    Only the computation server may call it.
     """
     KeySetup: _aio.UnaryUnaryMultiCallable[_decryption_pb2.KeySetupRequest, _decryption_pb2.KeySetupResponse]  # type: ignore[assignment]
     """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
@@ -389,6 +417,32 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         index already answered: FAILED_PRECONDITION; past the quota: RESOURCE_EXHAUSTED,
         naming the quota); every page answered is logged with the study. Only a data
         owner of the study, for its own id.
+        """
+
+    @_abc_1.abstractmethod
+    def JoinCheckSeed(
+        self,
+        request: _decryption_pb2.JoinCheckSeedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.JoinCheckSeedResponse, _abc.Awaitable[_decryption_pb2.JoinCheckSeedResponse]]:
+        """A join study's well-formedness check (docs/join.md, "Checked uploads"): the seed of
+        the random coefficients, chosen by this server once per study (the same seed on every
+        call while it runs) and the number of rounds. Asked for once both owners' uploads are
+        committed. Only the computation server may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def CheckJoinUpload(
+        self,
+        request: _decryption_pb2.CheckJoinUploadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.CheckJoinUploadResponse, _abc.Awaitable[_decryption_pb2.CheckJoinUploadResponse]]:
+        """One owner's well-formedness check: one ciphertext per round, each holding, slot by
+        slot, sum r x(x-1) + r s(s-1) over that owner's planes and groups (r the slot values of
+        the seed's random polynomials; flooded). This server decrypts every slot: all 0, the
+        owner's upload is recorded well formed; anything else, refused for good.
+        Nothing is charged. DecryptJoinCells refuses until both owners' uploads passed.
+        Only the computation server may call it.
         """
 
     @_abc_1.abstractmethod
