@@ -139,19 +139,25 @@ def load_or_create_noise_key(directory: Path | str, *, seed: int | None = None) 
     draw (it cannot average fresh ones). Generated on first use from the OS CSPRNG, or,
     for a seeded test server (`seed`), from the seed, so test runs are reproducible.
     """
+    return load_or_create_secret(directory, NOISE_KEY_FILE, "noise key", seed=seed)
+
+
+def load_or_create_secret(directory: Path | str, file_name: str, what: str, *, seed: int | None = None) -> bytes:
+    """A 32-byte secret of this key holder in `directory`/`file_name` (mode 0600, refused if others may read it),
+    generated on first use from the OS CSPRNG, or from `seed` for a seeded test server."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = d / NOISE_KEY_FILE
+    path = d / file_name
     if path.exists():
         mode = stat.S_IMODE(os.stat(path).st_mode)
         if mode & 0o077:
-            raise InvalidInputError(f"{path} has mode {mode:04o}: other users could read the noise key. "
+            raise InvalidInputError(f"{path} has mode {mode:04o}: other users could read the {what}. "
                                     f"Run: chmod 600 {path}")
         key = path.read_bytes()
         if len(key) != 32:
             raise InvalidInputError(f"{path} holds {len(key)} bytes, not 32: restore it from a backup")
         return key
-    key = os.urandom(32) if seed is None else hashlib.sha256(f"dpagg test noise key {seed}".encode()).digest()
+    key = os.urandom(32) if seed is None else hashlib.sha256(f"dpagg test {what} {seed}".encode()).digest()
     write_private_file(path, key)
-    log.info("generated the noise key in %s", d)
+    log.info("generated the %s in %s", what, d)
     return key

@@ -14,10 +14,7 @@ So an owner colluding with the computation server tests at most its quota of gue
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sqlite3
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +22,7 @@ from pathlib import Path
 from he_partition.core.errors import InvalidInputError
 
 from ..common.errors import FailedPreconditionError, QuotaExhaustedError
-from ..common.util import utc_now, write_private_file
+from ..common.util import utc_now
 
 __all__ = ["EvaluationLog", "Evaluation", "EVALUATIONS_FILE", "OPRF_KEY_FILE", "PAGE_ELEMENTS",
            "load_or_create_oprf_key"]
@@ -55,21 +52,9 @@ CREATE TABLE IF NOT EXISTS oprf_evaluations (
 def load_or_create_oprf_key(directory: Path | str, *, seed: int | None = None) -> bytes:
     """The 32-byte master OPRF secret (oprf_key.bin, 0600), generated on first use (from `seed` for a seeded
     test server); every join study's key is derived from it, so a restart answers every study alike."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = d / OPRF_KEY_FILE
-    if path.exists():
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-        if mode & 0o077:
-            raise InvalidInputError(f"{path} has mode {mode:04o}: other users could read the OPRF key. "
-                                    f"Run: chmod 600 {path}")
-        key = path.read_bytes()
-        if len(key) != 32:
-            raise InvalidInputError(f"{path} holds {len(key)} bytes, not 32: restore it from a backup")
-        return key
-    key = os.urandom(32) if seed is None else hashlib.sha256(f"dpagg test oprf key {seed}".encode()).digest()
-    write_private_file(path, key)
-    return key
+    from .keys import load_or_create_secret
+
+    return load_or_create_secret(directory, OPRF_KEY_FILE, "oprf key", seed=seed)
 
 
 @dataclass(frozen=True)
