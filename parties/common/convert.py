@@ -160,7 +160,11 @@ def summary_to_proto(s: Summary, *, release_id: str, study_id: str, owners: Sequ
     )
 
 
-def summary_from_proto(p: common_pb2.ReleaseSummary) -> Summary:
+def summary_from_proto(p: common_pb2.ReleaseSummary, *,
+                       partitions: tuple[Sequence[int], Sequence[int], Sequence[float]] | None = None) -> Summary:
+    """The summary of a message; `partitions`: (starts, sums, sum_variance) read elsewhere (in pages), in place of
+    the message's own lists."""
+    starts, sums, variance = partitions if partitions is not None else (p.starts, p.sums, p.sum_variance)
     try:
         params = json.loads(p.params_json) if p.params_json else {}
     except json.JSONDecodeError as exc:
@@ -171,9 +175,9 @@ def summary_from_proto(p: common_pb2.ReleaseSummary) -> Summary:
         strategy=p.strategy,
         noise_parties=int(p.noise_parties),
         contribution_bound=int(p.contribution_bound),
-        starts=tuple(p.starts),  # repeated int64 / double fields read as Python ints / floats
-        sums=tuple(p.sums),
-        sum_variance=tuple(p.sum_variance),
+        starts=tuple(starts),  # repeated int64 / double fields read as Python ints / floats
+        sums=tuple(sums),
+        sum_variance=tuple(variance),
         epsilon_spent=tuple((e.what, float(e.epsilon)) for e in p.epsilon_spent),
         params=params,
         estimator=p.estimator or "partition",

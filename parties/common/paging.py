@@ -187,7 +187,7 @@ def summary_pages(s: Summary, *, release_id: str, study_id: str, owners: Sequenc
 
 def summary_from_pages(pages: Iterable[analyst_pb2.ReleaseSummaryPage], method: str
                        ) -> tuple[common_pb2.ReleaseSummary, Summary]:
-    """(the whole ReleaseSummary message, the Summary) from a GetReleasePages stream.
+    """(the ReleaseSummary message without the partitions' lists, the Summary) from a GetReleasePages stream.
 
     DATA_LOSS when the pages do not add up to the head's lengths or come out of order.
     """
@@ -201,19 +201,26 @@ def summary_from_pages(pages: Iterable[analyst_pb2.ReleaseSummaryPage], method: 
     if len(want_values) != len(head.summary.released) or len(want_starts) != len(head.summary.released):
         raise ServiceError(grpc.StatusCode.DATA_LOSS, "the summary's head lists other lengths than measurements",
                            method=method)
-    whole = common_pb2.ReleaseSummary()  # the lists are filled in as the pages arrive (packed arrays, not objects)
+    whole = common_pb2.ReleaseSummary()  # the released measurements' lists are filled in as the pages arrive
     whole.CopyFrom(head.summary)
+    # The partitions' lists as Python objects, built page by page; equal sums and variances share one object
+    # (a variance takes a few distinct values in all; 8M partitions would otherwise hold 8M float objects).
+    starts: list[int] = []
+    sums: list[int] = []
+    variance: list[float] = []
+    same_sum: dict[int, int] = {}
+    same_var: dict[float, float] = {}  # apart from the sums: 2.0 must not become the int 2
     at = 0
     for msg in it:
         part = msg.WhichOneof("part")
         if part == "partitions" and at == 0:
             p = msg.partitions
-            if not len(p.starts) == len(p.sums) == len(p.sum_variance) or len(whole.starts) + len(p.starts) > n:
+            if not len(p.starts) == len(p.sums) == len(p.sum_variance) or len(starts) + len(p.starts) > n:
                 raise ServiceError(grpc.StatusCode.DATA_LOSS, "a page of partitions of unequal or too many lists",
                                    method=method)
-            whole.starts.extend(p.starts)
-            whole.sums.extend(p.sums)
-            whole.sum_variance.extend(p.sum_variance)
+            starts.extend(p.starts)
+            sums.extend([same_sum.setdefault(v, v) for v in p.sums])
+            variance.extend([same_var.setdefault(v, v) for v in p.sum_variance])
         elif part == "released" and 0 <= msg.released.index < len(want_values) and msg.released.index >= at:
             r = msg.released
             at = r.index
@@ -225,12 +232,14 @@ def summary_from_pages(pages: Iterable[analyst_pb2.ReleaseSummaryPage], method: 
                                    "announced", method=method)
         else:
             raise ServiceError(grpc.StatusCode.DATA_LOSS, f"a summary page out of order ({part})", method=method)
-    if (len(whole.starts) != n or [len(r.values) for r in whole.released] != want_values
+    if (len(starts) != n or [len(r.values) for r in whole.released] != want_values
             or [len(r.starts) for r in whole.released] != want_starts):
-        raise ServiceError(grpc.StatusCode.DATA_LOSS, f"the summary's pages ended early ({len(whole.starts)} of {n} "
+        raise ServiceError(grpc.StatusCode.DATA_LOSS, f"the summary's pages ended early ({len(starts)} of {n} "
                            "partitions)", method=method)
+    same_sum.clear()
+    same_var.clear()
     try:
-        summary = summary_from_proto(whole)
+        summary = summary_from_proto(whole, partitions=(starts, sums, variance))
     except (InvalidInputError, ValueError) as exc:
         raise ServiceError(grpc.StatusCode.DATA_LOSS, f"the summary's pages do not make a valid summary: {exc}",
                            method=method) from None

@@ -97,7 +97,9 @@ def test_summary_pages_that_end_early_or_overflow_are_data_loss(small_pages: Non
                 epsilon_spent=(("partition_sums", 1.0),), params={})
     pages = _pages_of(s)
     assert len(pages) == 1 + 2  # head + 10 partitions in pages of 5
-    assert paging.summary_from_pages(pages, "m")[1] == s
+    back = paging.summary_from_pages(pages, "m")[1]
+    assert back == s and back.to_json() == s.to_json()  # a variance 2.0 stays a float beside a sum of 2
+    assert all(type(v) is float for v in back.sum_variance) and all(type(v) is int for v in back.sums)
     for bad in (pages[:-1], pages[:1], pages + pages[1:2], [pages[1], pages[0], pages[2]]):
         with pytest.raises(ServiceError) as ei:
             paging.summary_from_pages(bad, "m")
