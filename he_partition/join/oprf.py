@@ -11,7 +11,7 @@ identifier; with k (the key holder), no party holds the identifiers. So an owner
 colludes with the computation server can test a guessed identifier only by spending one of
 the evaluations the key holder grants it (its quota: parties/decryption/oprf.py).
 
-The group operations are libsodium's (`rbcl` bundles them): crypto_core_ristretto255_from_hash
+The group operations are libsodium's (`rbcl` bundles them): _sodium().crypto_core_ristretto255_from_hash
 is RFC 9496's element derivation from 64 uniform bytes, as RFC 9380's hash_to_ristretto255
 uses it. Batches run in a few threads: the libsodium calls release the GIL.
 """
@@ -21,11 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
-
-from rbcl import (crypto_core_ristretto255_from_hash, crypto_core_ristretto255_is_valid_point,
-                  crypto_core_ristretto255_scalar_invert, crypto_core_ristretto255_scalar_reduce,
-                  crypto_scalarmult_ristretto255)
+from typing import Any, Callable, Sequence, TypeVar
 
 from ..core.errors import InvalidInputError
 
@@ -47,6 +43,20 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def _sodium() -> Any:
+    """libsodium's ristretto255 functions (`rbcl`), loaded on first use: rbcl writes its bundled library to the
+    temporary directory and loads it from there, which a hardened host mounts without exec (the compose
+    deployments' read-only containers); a server that never evaluates a join pseudonym must still start there."""
+    import rbcl
+
+    return rbcl
+
+
+def random_element(uniform: bytes) -> bytes:
+    """The ristretto255 element of 64 uniform bytes (RFC 9496's derivation): a uniformly random element."""
+    return bytes(_sodium().crypto_core_ristretto255_from_hash(uniform))
+
+
 def _i2osp(value: int, length: int) -> bytes:
     return value.to_bytes(length, "big")
 
@@ -66,12 +76,12 @@ def expand_message_xmd(msg: bytes, dst: bytes, length: int) -> bytes:
 
 def hash_to_group(msg: bytes) -> bytes:
     """HashToGroup of RFC 9497 (hash_to_ristretto255 of RFC 9380 with its DST): a 32-byte encoded element."""
-    return bytes(crypto_core_ristretto255_from_hash(expand_message_xmd(msg, _HASH_TO_GROUP_DST, 64)))
+    return bytes(_sodium().crypto_core_ristretto255_from_hash(expand_message_xmd(msg, _HASH_TO_GROUP_DST, 64)))
 
 
 def hash_to_scalar(msg: bytes, dst: bytes = _HASH_TO_SCALAR_DST) -> bytes:
     """HashToScalar of RFC 9497: 64 bytes of expand_message_xmd, read little-endian, reduced mod the group order."""
-    return bytes(crypto_core_ristretto255_scalar_reduce(expand_message_xmd(msg, dst, 64)))
+    return bytes(_sodium().crypto_core_ristretto255_scalar_reduce(expand_message_xmd(msg, dst, 64)))
 
 
 def _is_zero(scalar: bytes) -> bool:
@@ -114,7 +124,7 @@ def blind_scalars(seed: bytes, count: int, *, label: bytes = b"blind") -> list[b
     rule still answers it."""
     out = []
     for i in range(count):
-        s = bytes(crypto_core_ristretto255_scalar_reduce(hashlib.sha512(
+        s = bytes(_sodium().crypto_core_ristretto255_scalar_reduce(hashlib.sha512(
             b"dpagg/oprf-" + label + b"|" + seed + b"|" + i.to_bytes(8, "big")).digest()))
         out.append(s if not _is_zero(s) else (1).to_bytes(32, "little"))
     return out
@@ -131,7 +141,7 @@ def blind(inputs: Sequence[bytes], blinds: Sequence[bytes], *, threads: int | No
             element = hash_to_group(x)
             if _is_zero(element):
                 raise InvalidInputError("an input hashes to the identity element")  # pragma: no cover
-            out.append(bytes(crypto_scalarmult_ristretto255(r, element)))
+            out.append(bytes(_sodium().crypto_scalarmult_ristretto255(r, element)))
         return out
 
     return _batched(run, list(zip(inputs, blinds)), threads)
@@ -140,7 +150,7 @@ def blind(inputs: Sequence[bytes], blinds: Sequence[bytes], *, threads: int | No
 def check_elements(elements: Sequence[bytes]) -> None:
     """Refuse (InvalidInputError) anything that is not a valid ristretto255 encoding, before any work is booked."""
     for e in elements:
-        if len(e) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(e)):
+        if len(e) != ELEMENT_BYTES or not _sodium().crypto_core_ristretto255_is_valid_point(bytes(e)):
             raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
 
 
@@ -150,9 +160,9 @@ def blind_evaluate(key: bytes, elements: Sequence[bytes], *, threads: int | None
     def run(batch: Sequence[bytes]) -> list[bytes]:
         out = []
         for e in batch:
-            if len(e) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(e)):
+            if len(e) != ELEMENT_BYTES or not _sodium().crypto_core_ristretto255_is_valid_point(bytes(e)):
                 raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
-            out.append(bytes(crypto_scalarmult_ristretto255(key, bytes(e))))
+            out.append(bytes(_sodium().crypto_scalarmult_ristretto255(key, bytes(e))))
         return out
 
     return _batched(run, list(elements), threads)
@@ -167,9 +177,9 @@ def finalize(inputs: Sequence[bytes], blinds: Sequence[bytes], evaluated: Sequen
     def run(triples: Sequence[tuple[bytes, bytes, bytes]]) -> list[bytes]:
         out = []
         for x, r, z in triples:
-            if len(z) != ELEMENT_BYTES or not crypto_core_ristretto255_is_valid_point(bytes(z)):
+            if len(z) != ELEMENT_BYTES or not _sodium().crypto_core_ristretto255_is_valid_point(bytes(z)):
                 raise InvalidInputError("an evaluated element is not a valid ristretto255 encoding")
-            n = bytes(crypto_scalarmult_ristretto255(bytes(crypto_core_ristretto255_scalar_invert(r)), bytes(z)))
+            n = bytes(_sodium().crypto_scalarmult_ristretto255(bytes(_sodium().crypto_core_ristretto255_scalar_invert(r)), bytes(z)))
             out.append(hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest())
         return out
 
@@ -178,5 +188,5 @@ def finalize(inputs: Sequence[bytes], blinds: Sequence[bytes], evaluated: Sequen
 
 def evaluate(key: bytes, x: bytes) -> bytes:
     """The PRF directly (what blind, blind_evaluate and finalize compute together): only the key's holder can."""
-    n = bytes(crypto_scalarmult_ristretto255(key, hash_to_group(x)))
+    n = bytes(_sodium().crypto_scalarmult_ristretto255(key, hash_to_group(x)))
     return hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest()

@@ -31,7 +31,6 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from rbcl import crypto_core_ristretto255_from_hash
 
 from he_partition.he.bfv import context_fingerprint
 from he_partition.core.errors import DPAggError, InvalidInputError
@@ -240,7 +239,7 @@ def evaluation_batch(secret: bytes, inputs: list[bytes], pads: int) -> tuple[lis
     for k, i in enumerate(order):
         blinds[i] = scalars[k]
     elements = oprf.blind(inputs, blinds)
-    padding = [bytes(crypto_core_ristretto255_from_hash(hashlib.sha512(b"dpagg/oprf-pad|" + seed + j.to_bytes(8, "big"))
+    padding = [bytes(oprf.random_element(hashlib.sha512(b"dpagg/oprf-pad|" + seed + j.to_bytes(8, "big"))
                                                         .digest())) for j in range(pads)]
     batch = sorted(elements + padding)
     where = {e: k for k, e in enumerate(batch)}
