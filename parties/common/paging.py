@@ -61,21 +61,17 @@ def measurement_requests(header: decryption_pb2.DecryptMeasurementHeader, measur
     empty and follow the header (`starts_count`).
     """
     starts = measurement.starts if isinstance(measurement, PartitionSums) else ()
-    if len(starts) > PAGE_VALUES:
-        spec = measurement_to_proto(measurement, with_starts=False)
-        head = decryption_pb2.DecryptMeasurementHeader()
-        head.CopyFrom(header)
-        head.measurement.CopyFrom(spec)
+    paged = len(starts) > PAGE_VALUES
+    head = decryption_pb2.DecryptMeasurementHeader()
+    head.CopyFrom(header)
+    head.measurement.CopyFrom(measurement_to_proto(measurement, with_starts=not paged))
+    if paged:
         head.starts_count = len(starts)
-        yield decryption_pb2.DecryptMeasurementRequest(header=head)
+    yield decryption_pb2.DecryptMeasurementRequest(header=head)
+    if paged:
         for sl in _pages(len(starts)):
             yield decryption_pb2.DecryptMeasurementRequest(
                 starts=decryption_pb2.Int64Page(values=[int(s) for s in starts[sl]]))
-    else:
-        head = decryption_pb2.DecryptMeasurementHeader()
-        head.CopyFrom(header)
-        head.measurement.CopyFrom(measurement_to_proto(measurement))
-        yield decryption_pb2.DecryptMeasurementRequest(header=head)
     for c in chunks:
         yield decryption_pb2.DecryptMeasurementRequest(chunk=c)
 
@@ -101,17 +97,16 @@ def read_measurement_header(requests: Iterator[decryption_pb2.DecryptMeasurement
                                     "header in pages (measurement.starts then empty)")
         if want > header.measurement.domain_size:
             raise InvalidInputError(f"starts_count {want} exceeds the domain size {header.measurement.domain_size}")
-        got = 0
-        while got < want:
+        got = header.measurement.starts
+        while len(got) < want:
             msg = next(requests, None)
             if msg is None or msg.WhichOneof("part") != "starts":
-                raise InvalidInputError(f"{method}: {want} partition starts announced, {got} arrived before "
+                raise InvalidInputError(f"{method}: {want} partition starts announced, {len(got)} arrived before "
                                         f"{'the end' if msg is None else 'a ' + str(msg.WhichOneof('part'))}")
             page = msg.starts.values
-            if got + len(page) > want:
+            if len(got) + len(page) > want:
                 raise InvalidInputError(f"{method}: more than the announced {want} partition starts")
-            header.measurement.starts.extend(page)
-            got += len(page)
+            got.extend(page)
     return header, measurement_from_proto(header.measurement)
 
 
@@ -121,11 +116,9 @@ def values_replies(values: npt.NDArray[np.int64], **first: Any) -> Iterator[decr
     """A DecryptMeasurement reply stream: `first` (charge_id, epsilon_remaining, receipt) and value_count in
     the first message, the values in pages (one message when they fit one)."""
     n = len(values)
-    yield decryption_pb2.DecryptMeasurementResponse(values=values[:PAGE_VALUES].tolist(), value_count=n,
-                                                    **{k: v for k, v in first.items() if v is not None})
-    for sl in _pages(n):
-        if sl.start:
-            yield decryption_pb2.DecryptMeasurementResponse(values=values[sl].tolist())
+    opening = {"value_count": n, **{k: v for k, v in first.items() if v is not None}}
+    for i, sl in enumerate(list(_pages(n)) or [slice(0, 0)]):  # no values: still the one opening message
+        yield decryption_pb2.DecryptMeasurementResponse(values=values[sl].tolist(), **(opening if i == 0 else {}))
 
 
 def read_values(replies: Iterable[decryption_pb2.DecryptMeasurementResponse], method: str
