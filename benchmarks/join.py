@@ -182,6 +182,23 @@ def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], sta
              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
+def _owner_results(out: Any, procs: list[Any], limit: float = 3600.0) -> list[Any]:
+    """Each owner process's result; SystemExit as soon as one exits without one (its traceback is above)."""
+    import queue
+
+    results: list[Any] = []
+    deadline = time.monotonic() + limit
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=1.0))
+        except queue.Empty:
+            failed = [p.name for p in procs if p.exitcode not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                raise SystemExit(f"owner process(es) {', '.join(failed) or 'timed out'} ended without a result; "
+                                 "stopping the servers") from None
+    return results
+
+
 def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float, pad_offset: int,
                  seed: int, release: str = "cells", skew: float = 0.0) -> dict[str, Any]:
     """End to end through the services: servers and owners in their own processes, plaintext loopback."""
@@ -218,7 +235,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
                      for o, r in (("a", a), ("b", b))]
             for p in procs:
                 p.start()
-            owners = sorted(out.get(timeout=3600) for _ in procs)
+            owners = sorted(_owner_results(out, procs))
             for p in procs:
                 p.join()
             submitted = time.perf_counter()
@@ -239,6 +256,10 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         if worker_cpu:
             cpu["computation_workers"] = worker_cpu[-1]
     finally:
+        for owner in locals().get("procs", []):  # an owner that failed or still waits is stopped with the servers
+            if owner.is_alive():
+                owner.terminate()
+            owner.join(30)
         for proc in (cs, ds):
             proc.terminate()
             proc.wait(30)

@@ -525,15 +525,14 @@ class Summary:
 
 
 #: Lists at least this long are written by `_int_list_json` / `_float_list_json`, in blocks of `_BLOCK`.
-_LONG_LIST = 1024
-_BLOCK = 1 << 16
+_LONG_LIST, _BLOCK, _SEP = 1024, 1 << 16, (",", ":")
 
 
 def _int_list_json(values: Sequence[int]) -> str:
     """`json.dumps(values, separators=(",", ":"))` for a list of Python ints, one block of strings at a time."""
     if any(type(v) is not int for v in values):  # bools, numpy scalars: the encoder's own rules
         return json.dumps(list(values), separators=(",", ":"))
-    return "[" + ",".join(",".join(map(str, values[i:i + _BLOCK])) for i in range(0, len(values), _BLOCK)) + "]"
+    return "[" + ",".join(json.dumps(values[i:i + _BLOCK], separators=_SEP)[1:-1] for i in range(0, len(values), _BLOCK)) + "]"
 
 
 def _float_list_json(values: Sequence[float]) -> str:

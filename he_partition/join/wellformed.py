@@ -57,7 +57,8 @@ from ..core.errors import InvalidInputError
 from ..he.join_checks import accumulate_weighted, plane_sum, poly_slots, square_minus_self
 from ..he.join_scheme import JoinScheme
 
-__all__ = ["SOUNDNESS_BITS", "COEFF_BITS", "SEED_BYTES", "check_rounds", "coefficients", "residues", "residues_plain",
+__all__ = ["SOUNDNESS_BITS", "COEFF_BITS", "SEED_BYTES", "check_rounds", "coefficients", "finish", "partial_sums",
+           "residues", "residues_plain",
            "well_formed"]
 
 IntArray = npt.NDArray[np.int64]
@@ -92,6 +93,36 @@ def coefficients(seed: bytes, owner_id: str, rnd: int, group: int, plane: int, s
     return words % min(1 << COEFF_BITS, plain_modulus)
 
 
+def partial_sums(scheme: JoinScheme, groups: Iterable[tuple[int, Sequence[bytes]]], seed: bytes,
+                 owner_id: str) -> list[Any]:
+    """Each round's sum over the listed (group index, serialized planes) pairs, not yet noised (None per round if
+    there are none): a worker's share of `residues`; `finish` adds the shares up and floods them."""
+    t, slots = scheme.plain_modulus, scheme.slots
+    rounds = check_rounds(t)
+    acc: list[Any] = [None] * rounds
+    for g, planes in groups:
+        cts = [scheme.deserialize(p) for p in planes]
+        for k, ct in enumerate([*cts, plane_sum(scheme, cts)]):  # the planes, then their sum (k == values)
+            e = square_minus_self(scheme, ct)
+            for rnd in range(rounds):
+                acc[rnd] = accumulate_weighted(scheme, acc[rnd], e, coefficients(seed, owner_id, rnd, g, k, slots, t))
+    return acc
+
+
+def finish(scheme: JoinScheme, shares: Iterable[Sequence[Any]]) -> list[bytes]:
+    """Per round, the sum of the shares' sums, flooded and switched down (serialized): what the key holder decrypts."""
+    total: list[Any] | None = None
+    for share in shares:
+        total = list(share) if total is None else [a if b is None else b if a is None else plane_sum(scheme, [a, b])
+                                                   for a, b in zip(total, share)]
+    if total is None or any(a is None for a in total):
+        raise InvalidInputError("a join upload with no groups cannot be checked")
+    # Slot by slot, no rotation-sum: a rotation-sum would add about 12 bits of noise (measured 2^70 against 2^58),
+    # and an honest upload's slots are all 0, so there is nothing for pads to hide.
+    zeros = np.zeros(scheme.slots, dtype=np.int64)
+    return [scheme.serialize(scheme.noised(a, zeros, scheme.slots, lambda n: zeros[:n])) for a in total]
+
+
 def residues(scheme: JoinScheme, groups: Iterable[Sequence[bytes]], seed: bytes, owner_id: str) -> list[bytes]:
     """The computation server's half: per round, Enc(z) (every slot), flooded and switched down (serialized).
 
@@ -99,24 +130,9 @@ def residues(scheme: JoinScheme, groups: Iterable[Sequence[bytes]], seed: bytes,
     per value). Each plane x is squared once (x^2 - x, and s^2 - s for the sum s of the
     group's planes), multiplied by each round's polynomial and summed. Privacy: see the
     module docstring (all 0 for an honest upload; flooded as every released join value).
+    The server spreads the groups over its workers (`he_partition.join.check_workers`).
     """
-    t, slots = scheme.plain_modulus, scheme.slots
-    rounds = check_rounds(t)
-    acc: list[Any] = [None] * rounds
-    count = 0
-    for g, planes in enumerate(groups):
-        cts = [scheme.deserialize(p) for p in planes]
-        for k, ct in enumerate([*cts, plane_sum(scheme, cts)]):  # the planes, then their sum (k == values)
-            e = square_minus_self(scheme, ct)
-            for rnd in range(rounds):
-                acc[rnd] = accumulate_weighted(scheme, acc[rnd], e, coefficients(seed, owner_id, rnd, g, k, slots, t))
-        count += 1
-    if not count:
-        raise InvalidInputError("a join upload with no groups cannot be checked")
-    # Slot by slot, no rotation-sum: a rotation-sum would add about 12 bits of noise (measured 2^70 against 2^58),
-    # and an honest upload's slots are all 0, so there is nothing for pads to hide.
-    zeros = np.zeros(slots, dtype=np.int64)
-    return [scheme.serialize(scheme.noised(a, zeros, slots, lambda n: zeros[:n])) for a in acc]
+    return finish(scheme, [partial_sums(scheme, enumerate(groups), seed, owner_id)])
 
 
 def residues_plain(scheme: JoinScheme, planes: npt.ArrayLike, seed: bytes, owner_id: str) -> list[IntArray]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator
@@ -37,6 +37,7 @@ from ..decryption.client import DecryptionClient
 from .threshold.c1_forward import C1Signatures, owner_c1_parts
 from .sealed_uploads import SealedUploads
 from .join import JoinCoordinator
+from .folding import FoldQueue
 from .running import RunningAggregates
 from . import uploads
 from .releases import Releases
@@ -109,6 +110,8 @@ class ComputationHandler:
         root = store.aggregates_root()
         #: Running encrypted aggregates (one per study), folded at each commit; None for in-memory stores.
         self.running = RunningAggregates(root, durable=getattr(store, "durable", True)) if root else None
+        #: Commits ask for folds here; they run in the background, a burst of commits in a few passes.
+        self.folds = FoldQueue(self.fold_committed)
         self.releases = Releases(self)
         self.releases.recover_interrupted()
 
@@ -260,7 +263,7 @@ class ComputationHandler:
 
     # -- folding, forwarding and the executor ---------------------------------------------
     def fold_committed(self, study_id: str, backend: Any) -> None:
-        """Add the study's committed submissions not yet in its running aggregate to it (called at each commit).
+        """Add the study's committed submissions not yet in its running aggregate to it (after commits, by `folds`).
 
         The executor's workers read, parse, sum and write the chunks, each its share (this
         process only while they serve a release); this process syncs and swaps the manifest.
@@ -295,8 +298,25 @@ class ComputationHandler:
         if self.running is None:
             yield self.store.chunk_source(subs)
             return
-        with self.running.reading(subs, self.store.chunk_template) as templates:
-            yield ChunkFiles(templates)
+        with self.folds.reading(subs[0].meta.study_id) if subs else nullcontext():
+            self._fold_before_reading(subs)
+            with self.running.reading(subs, self.store.chunk_template) as templates:
+                yield ChunkFiles(templates)
+
+    def _fold_before_reading(self, subs: list[Submission]) -> None:
+        """Fold the owners the running aggregate lacks before a release or direct count reads it.
+
+        The reader would sum them anyway; summing them into a new generation first costs only
+        the writing, and the next reader (and the background pass, which then finds nothing
+        left) starts from one sum instead of doing it again.
+        """
+        assert self.running is not None
+        f = self.running.usable(subs)
+        missing = [s for s in subs if f is None or (s.owner_id, s.idempotency_key) not in f.uploads]
+        if (f is not None and missing) or len(missing) > 1:
+            contract = self.store.get_study(subs[0].meta.study_id)
+            if contract is not None and not contract.is_join:
+                self.fold_committed(contract.study_id, self.backend_for(contract))
 
     def wants_c1_signatures(self, study_id: str) -> bool:
         """True when the key holders take the study's c1 from the owners' signed c1 parts (the owners of a signed
@@ -409,7 +429,8 @@ class ComputationHandler:
         return values, sent[0]
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for background releases and commit-time work (used before shutdown and in tests)."""
+        """Wait for background releases and commit-time work, folds included (used before shutdown and in tests)."""
         for t in [*self._threads, *self.releases.threads]:
             t.join(timeout)
+        self.folds.wait_idle(timeout)
 

@@ -292,14 +292,24 @@ class JoinCoordinator:
         Laplace draws (scale sensitivity/epsilon per value, known only here), pads and
         flooding before it leaves (he_partition.join.release.noised_values).
         """
+        public = self.public_key(contract, fetch)
+        planes = self.uploads(contract, fetch, chunks_of, templates)
+        a, b = (planes[o] for o in contract.expected_owners)
+        return JoinEvaluator(public, a, b, bin_cells(contract.join_terms()), self.rng, executor=executor)
+
+    def public_key(self, contract: StudyContract, fetch: Any) -> bytes:
+        """The study's join key as public key bytes (what the workers load), fetched once (`scheme`)."""
+        return self._key(contract, fetch)[0]
+
+    def uploads(self, contract: StudyContract, fetch: Any, chunks_of: Any,
+                templates: dict[str, str] | None = None) -> dict[str, Sequence[Sequence[bytes]]]:
+        """Each owner's committed upload group by group: `UploadFiles` over `templates[owner_id]` (workers read the
+        files themselves), else read here with `chunks_of(owner_id, index)` when a group is asked for."""
         terms = contract.join_terms()
-        public, scheme = self._key(contract, fetch)
-        groups = terms.groups(scheme.slots)
-        planes: list[Sequence[Sequence[bytes]]] = [
-            UploadFiles(templates[owner], groups, terms.values_of(side)) if templates
-            else [_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
-            for side, owner in enumerate(contract.expected_owners)]
-        return JoinEvaluator(public, planes[0], planes[1], bin_cells(terms), self.rng, executor=executor)
+        groups = terms.groups(self.scheme(contract, fetch).slots)
+        return {owner: UploadFiles(templates[owner], groups, terms.values_of(side)) if templates
+                else [_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
+                for side, owner in enumerate(contract.expected_owners)}
 
 
 def _refuse_too_long(contract: StudyContract, owner_id: str, terms: JoinTerms, data: bytes) -> None:

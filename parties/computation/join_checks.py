@@ -10,9 +10,12 @@ and the release is refused (FAILED_PRECONDITION) before anything is charged or d
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator
+import time
+from typing import Any, Sequence
 
 from he_partition.he.join_scheme import JoinScheme
+from he_partition.execution.base import ChunkExecutor
+from he_partition.join.check_workers import parallel_residues
 from he_partition.join.wellformed import check_rounds, residues
 
 from ..common.contract import StudyContract
@@ -23,33 +26,35 @@ __all__ = ["check_join_uploads"]
 log = logging.getLogger("dpagg.join")
 
 
-def _groups(chunks_of: Callable[[str, int], bytes], owner: str, groups: int, values: int) -> Iterator[list[bytes]]:
-    """The owner's committed upload group by group (one group's ciphertexts in memory at a time)."""
-    for g in range(groups):
-        yield [chunks_of(owner, g * values + v) for v in range(values)]
-
-
-def check_join_uploads(contract: StudyContract, scheme: JoinScheme, chunks_of: Callable[[str, int], bytes],
-                       decryption: Any) -> None:
+def check_join_uploads(contract: StudyContract, public: bytes, uploads: dict[str, Sequence[Sequence[bytes]]],
+                       decryption: Any, executor: ChunkExecutor | None = None) -> None:
     """Check both owners' uploads with the key holder's coefficients; FailedPreconditionError naming any owner whose
     upload is not one-hot-or-empty 0/1 indicator planes (nothing is charged or decrypted then).
 
-    `chunks_of(owner, index)` reads a committed chunk; `decryption` is the key holder's client
-    (join_check_seed, check_join_upload). Privacy: the key holder decrypts, per owner and round,
-    z = 0 in every slot for an honest upload (flooded): nothing of the records.
+    `uploads[owner]` is the owner's committed upload group by group (`UploadFiles` where the
+    store keeps chunk files: each worker then reads its groups itself); `public` the study's join
+    key; `decryption` the key holder's client (join_check_seed, check_join_upload); `executor` the
+    server's workers, over which the groups are spread (None: this process). Privacy: the key
+    holder decrypts, per owner and round, z = 0 in every slot for an honest upload (flooded):
+    nothing of the records.
     """
-    terms = contract.join_terms()
+    scheme = JoinScheme.from_public(public)
     seed, rounds = decryption.join_check_seed(study_id=contract.study_id, contract_hash=contract.contract_hash)
     if rounds != check_rounds(scheme.plain_modulus):
         raise FailedPreconditionError(f"the key holder asks for {rounds} check rounds, this server computes "
                                       f"{check_rounds(scheme.plain_modulus)}: the servers' versions differ")
-    groups = terms.groups(scheme.slots)
     failed = []
-    for side, owner in enumerate(contract.expected_owners):
-        cts = residues(scheme, _groups(chunks_of, owner, groups, terms.values_of(side)), seed, owner)
+    began = time.monotonic()
+    for owner in contract.expected_owners:
+        upload = uploads[owner]
+        cts = (parallel_residues(public, upload, seed, owner, executor) if executor is not None
+               else residues(scheme, (upload[g] for g in range(len(upload))), seed, owner))
         if not decryption.check_join_upload(study_id=contract.study_id, contract_hash=contract.contract_hash,
                                             owner_id=owner, seed=seed, residues=cts):
             failed.append(owner)
+    log.info("study %s: both join uploads checked in %.2f s (%d groups each, %d workers)", contract.study_id,
+             time.monotonic() - began, len(uploads[contract.expected_owners[0]]),
+             executor.workers if executor is not None else 1)
     if failed:
         log.warning("study %s: the join upload of owner %s is not well formed; the release is refused",
                     contract.study_id, ", ".join(failed))

@@ -206,7 +206,10 @@ class Releases:
         compute = self._join_summary if contract.is_join else self._strategy_summary
         try:
             summary, sent = compute(record, contract, subs)
+            began = time.monotonic()
             text = summary.to_json()
+            log.info("release %s: summary computed after %.2f s, written as JSON in %.2f s", record.release_id,
+                     began - started, time.monotonic() - began)
             done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=text,
                            seconds=time.monotonic() - started, bytes_to_decryption=sent, summary_cache=(text, summary))
             self._h.store.save_release(done)
@@ -256,17 +259,23 @@ class Releases:
         tracker = self._tracker(record.release_id)
 
         def measure(m: Measurement) -> IntArray:
+            began = time.monotonic()
             tracker.start_measurement(m.kind, len(m.measured_chunks(backend.slots)))
             values, n = self._h.decrypt_on_executor(cs, contract, record.release_id, record.epsilon, m,
                                                     on_chunk=tracker.chunk_sent)
             tracker.measurement_done()
             sent[0] += n
+            log.info("release %s: measurement %s (%d chunks) took %.2f s", record.release_id, m.kind,
+                     len(m.measured_chunks(backend.slots)), time.monotonic() - began)
             return values
 
         with self._h.chunk_source(subs) as source:
             try:
                 # The executor's workers sum their chunk ranges and keep the sums for the whole release.
+                began = time.monotonic()
                 self._h.load_aggregate(record.release_id, contract, source, subs)
+                log.info("release %s: the workers summed the aggregate in %.2f s", record.release_id,
+                         time.monotonic() - began)
                 summary: Summary = run_strategy(strategy, measure)
             finally:
                 self._h.executor.drop(record.release_id)
@@ -299,9 +308,6 @@ class Releases:
         by_owner = {s.owner_id: s for s in subs}
         terms = contract.join_terms()
         self._h.joins.forget(contract)  # both uploads are committed: keys and pseudonym lists are no longer needed
-        # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted (join_checks).
-        check_join_uploads(contract, self._h.joins.scheme(contract, self._h.public_context),
-                           lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.decryption)
         sent = [0]
         tracker = self._tracker(record.release_id)
 
@@ -314,6 +320,12 @@ class Releases:
             templates: dict[str, str] | None = {o: self._h.store.chunk_template(s) for o, s in by_owner.items()}
         except NotImplementedError:  # an in-memory store: the chunks are read here
             templates = None
+        # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted (join_checks);
+        # the groups are spread over the workers, which read them as the cell totals do.
+        check_join_uploads(contract, self._h.joins.public_key(contract, self._h.public_context),
+                           self._h.joins.uploads(contract, self._h.public_context,
+                                                 lambda o, i: self._h.store.read_chunk(by_owner[o], i), templates),
+                           self._h.decryption, self._h.executor)
         with self._h.joins.evaluator(contract, self._h.public_context,
                                      lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.executor,
                                      templates) as evaluator:

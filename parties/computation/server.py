@@ -91,7 +91,8 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
         unlock()
         raise
     return ServerHandle(server, port, config.host, handler,
-                        [st.close, ds.close, lambda: handler.join(5.0), executor.close, unlock],
+                        [lambda: handler.folds.close(5.0), st.close, ds.close, lambda: handler.join(5.0),
+                         executor.close, unlock],
                         starters=[executor.start])  # the workers serve every fold, release and direct query
 
 

@@ -162,7 +162,7 @@ class UploadSession:
         if not self.duplicate and len(held) == self.meta.chunk_count:
             ciphertext_digest = self._verify()
             self._h.store.commit_upload(self.meta, self.signature if ciphertext_digest else b"", ciphertext_digest)
-            self._h.fold_committed(self.meta.study_id, self._backend)
+            self._h.folds.request(self.meta.study_id, self._backend)
             log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id, self.meta.owner_id,
                      len(held), sum(held.values()))
             self._h.forward_when_complete(self.meta.study_id)

@@ -99,3 +99,28 @@ def test_the_key_holder_sees_zeros_under_a_flood_far_wider_than_the_noise(
     assert not any(ds.decrypt(c).any() for c in bare)
     widest = max(max(abs(int(v)) for v in residual_view(ds, c)) for c in bare)
     assert widest < 2 ** 60, widest.bit_length()
+
+
+@pytest.mark.parametrize("executor", ["inprocess", "processes"])
+def test_the_check_spread_over_workers_decrypts_to_the_same_residues(schemes: tuple[JoinScheme, JoinScheme],
+                                                                   executor: str) -> None:
+    """Each worker sums its groups' share; the coordinator adds the shares and floods once: the key holder decrypts
+    exactly the serial check's values, honest (zeros) and malformed (nonzero where the owner deviated)."""
+    from he_partition.execution import InProcessExecutor, ProcessExecutor
+    from he_partition.join.check_workers import parallel_residues
+
+    ds, cs = schemes
+    planes = _planes(ds.slots, groups=3)
+    bad = planes.copy()
+    hit = int(np.flatnonzero(bad[2].sum(axis=0) == 1)[0])
+    bad[2, int(np.flatnonzero(bad[2, :, hit])[0]), hit] = 2  # in the group the second worker does not hold
+    pool = ProcessExecutor(2) if executor == "processes" else InProcessExecutor()
+    try:
+        for p, honest in ((planes, True), (bad, False)):
+            up = [[cs.serialize(cs.encrypt(x)) for x in g] for g in p]
+            cts = [ds.deserialize_released(c) for c in parallel_residues(cs.public_bytes(), up, SEED, "a", pool)]
+            assert well_formed(ds, cts) is honest
+            expected = residues_plain(ds, p, SEED, "a")
+            assert all(np.array_equal(ds.decrypt(c) % ds.plain_modulus, z) for c, z in zip(cts, expected))
+    finally:
+        pool.close()

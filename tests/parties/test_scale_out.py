@@ -149,6 +149,7 @@ def test_the_workers_start_with_the_server_serve_its_releases_and_stop_with_it(t
         cluster.open_study(domain_size=N, epsilon=1.0)
         for owner, h in zip(("a", "b", "c"), blocky_histograms(N)):
             assert cluster.owner(owner).submit("s1", h).committed
+            assert cluster.cs.handler.folds.wait_idle(60)
         assert folds == [True, True, True]  # each commit folded on the workers
         assert cluster.computation().run_release("s1", epsilon=0.5).state == "DONE"
         assert cluster.computation().run_release("s1", epsilon=0.5).state == "DONE"

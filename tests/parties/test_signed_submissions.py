@@ -142,6 +142,7 @@ def test_unsigned_wrongly_signed_tampered_and_replayed_uploads_are_refused_and_n
     assert res.committed  # type: ignore[attr-defined]
     assert cluster.cs.handler.store.get_submission("s1", "a").signature == good  # type: ignore[union-attr]
     assert cluster.computation().study_status("s1").submitted_owners == ("a",)
+    assert cluster.cs.handler.folds.wait_idle(60)  # the commit's fold runs in the background
     folded = running.current("s1")
     if contract.sealed:  # sealed chunks are summed only once the key holders close the uploads
         assert folded is None
