@@ -10,6 +10,7 @@ and the release is refused (FAILED_PRECONDITION) before anything is charged or d
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Sequence
 
@@ -21,13 +22,36 @@ from he_partition.join.wellformed import check_rounds, residues
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError
 
-__all__ = ["check_join_uploads"]
+__all__ = ["PassedChecks", "check_join_uploads"]
 
 log = logging.getLogger("dpagg.join")
 
 
+class PassedChecks:
+    """The checks this server saw pass: (study, contract hash, the uploads' (owner, idempotency key), seed).
+
+    A study released again while the key holder keeps the same seed (it has not restarted) need
+    not be checked again: the key holder still holds both owners' passes under that seed and lets
+    DecryptJoinCells through. A new seed, or other uploads, and the check runs again. The key
+    holder's record decides; this one only saves the work (in memory: a restart checks again).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._passed: set[tuple[str, str, tuple[tuple[str, str], ...], bytes]] = set()
+
+    def seen(self, key: tuple[str, str, tuple[tuple[str, str], ...], bytes]) -> bool:
+        with self._lock:
+            return key in self._passed
+
+    def add(self, key: tuple[str, str, tuple[tuple[str, str], ...], bytes]) -> None:
+        with self._lock:
+            self._passed.add(key)
+
+
 def check_join_uploads(contract: StudyContract, public: bytes, uploads: dict[str, Sequence[Sequence[bytes]]],
-                       decryption: Any, executor: ChunkExecutor | None = None) -> None:
+                       decryption: Any, executor: ChunkExecutor | None = None, *,
+                       passed: PassedChecks | None = None, upload_keys: tuple[tuple[str, str], ...] = ()) -> None:
     """Check both owners' uploads with the key holder's coefficients; FailedPreconditionError naming any owner whose
     upload is not one-hot-or-empty 0/1 indicator planes (nothing is charged or decrypted then).
 
@@ -43,6 +67,11 @@ def check_join_uploads(contract: StudyContract, public: bytes, uploads: dict[str
     if rounds != check_rounds(scheme.plain_modulus):
         raise FailedPreconditionError(f"the key holder asks for {rounds} check rounds, this server computes "
                                       f"{check_rounds(scheme.plain_modulus)}: the servers' versions differ")
+    key = (contract.study_id, contract.contract_hash, tuple(sorted(upload_keys)), bytes(seed))
+    if passed is not None and upload_keys and passed.seen(key):
+        log.info("study %s: both join uploads already passed the check under the key holder's current seed",
+                 contract.study_id)
+        return
     failed = []
     began = time.monotonic()
     for owner in contract.expected_owners:
@@ -62,3 +91,5 @@ def check_join_uploads(contract: StudyContract, public: bytes, uploads: dict[str
             f"join study {contract.study_id}: the upload of owner {', '.join(failed)} is not well formed (its "
             "indicator planes are not one-hot or empty 0/1 planes, checked under encryption): the release is "
             "refused and nothing was charged or released")
+    if passed is not None and upload_keys:
+        passed.add(key)

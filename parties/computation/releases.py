@@ -27,7 +27,7 @@ from he_partition.protocol import EPSILON_TOLERANCE, MIN_RELEASE_EPSILON, Comput
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, NotFoundError, status_for
 from ..common.util import new_id, utc_now
-from .join_checks import check_join_uploads
+from .join_checks import PassedChecks, check_join_uploads
 from .store import ReleaseProgress, ReleaseRecord, ReleaseState, Submission
 
 if TYPE_CHECKING:
@@ -99,6 +99,8 @@ class Releases:
         self._progress: dict[str, _Tracker] = {}
         #: Releases run with wait=False (`ComputationHandler.join` waits for them).
         self.threads: list[threading.Thread] = []
+        #: Join uploads that passed the well-formedness check, by the key holder's seed (join_checks).
+        self._passed_checks = PassedChecks()
 
     def recover_interrupted(self) -> None:
         for r in self._h.store.list_releases():
@@ -325,7 +327,8 @@ class Releases:
         check_join_uploads(contract, self._h.joins.public_key(contract, self._h.public_context),
                            self._h.joins.uploads(contract, self._h.public_context,
                                                  lambda o, i: self._h.store.read_chunk(by_owner[o], i), templates),
-                           self._h.decryption, self._h.executor)
+                           self._h.decryption, self._h.executor, passed=self._passed_checks,
+                           upload_keys=tuple((s.owner_id, s.idempotency_key) for s in subs))
         with self._h.joins.evaluator(contract, self._h.public_context,
                                      lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.executor,
                                      templates) as evaluator:

@@ -112,3 +112,35 @@ def test_the_key_holder_decrypts_no_join_cell_before_both_owners_passed(cluster:
     assert ds.budget("j1").charges[-1].kind == "join_padding"
     assert check("b", seed)
     assert len(decrypt().values) == 4
+
+
+def test_a_second_release_reuses_the_pass_until_the_key_holder_chooses_a_new_seed(cluster: Cluster,
+                                                                                  tmp_path: Path) -> None:
+    """The computation server skips the check when both uploads passed under the key holder's current seed, and
+    checks again once the key holder has a new one (after its restart it refuses cells until then)."""
+    from .test_join_services import _both, _open, _records
+
+    c = cluster
+    _open(c, epsilon=6.0)
+    a, b, _ = _records()
+    assert all(getattr(r, "committed", False) for r in _both(c, "j1", a, b, tmp_path).values())
+    checks: list[str] = []
+
+    def count(client: Any) -> None:
+        real = client.check_join_upload
+
+        def recording(**kw: Any) -> bool:
+            checks.append(kw["owner_id"])
+            ok: bool = real(**kw)
+            return ok
+
+        client.check_join_upload = recording
+
+    count(c.cs.handler.decryption)
+    assert c.computation().run_release("j1", epsilon=1.0).state == "DONE"
+    assert sorted(checks) == ["a", "b"]
+    assert c.computation().run_release("j1", epsilon=1.0).state == "DONE"
+    assert sorted(checks) == ["a", "b"]  # the same seed: not checked again
+    c.restart_ds()  # a new seed: the key holder refuses join cells until both owners pass again
+    assert c.computation().run_release("j1", epsilon=1.0).state == "DONE"
+    assert sorted(checks) == ["a", "a", "b", "b"]
