@@ -530,7 +530,7 @@ _LONG_LIST, _BLOCK, _SEP = 1024, 1 << 16, (",", ":")
 
 def _int_list_json(values: Sequence[int]) -> str:
     """`json.dumps(values, separators=(",", ":"))` for a list of Python ints, one block of strings at a time."""
-    if any(type(v) is not int for v in values):  # bools, numpy scalars: the encoder's own rules
+    if set(map(type, values)) - {int}:  # bools, numpy scalars: the encoder's own rules
         return json.dumps(list(values), separators=(",", ":"))
     return "[" + ",".join(json.dumps(values[i:i + _BLOCK], separators=_SEP)[1:-1] for i in range(0, len(values), _BLOCK)) + "]"
 
