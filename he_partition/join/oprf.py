@@ -175,15 +175,40 @@ def finalize(inputs: Sequence[bytes], blinds: Sequence[bytes], evaluated: Sequen
         raise InvalidInputError(f"{len(evaluated)} evaluated elements for {len(inputs)} inputs")
 
     def run(triples: Sequence[tuple[bytes, bytes, bytes]]) -> list[bytes]:
+        sodium = _sodium()
+        inverses = _inverses([r for _, r, _ in triples])
         out = []
-        for x, r, z in triples:
-            if len(z) != ELEMENT_BYTES or not _sodium().crypto_core_ristretto255_is_valid_point(bytes(z)):
+        for (x, _, z), r_inv in zip(triples, inverses):
+            if len(z) != ELEMENT_BYTES or not sodium.crypto_core_ristretto255_is_valid_point(bytes(z)):
                 raise InvalidInputError("an evaluated element is not a valid ristretto255 encoding")
-            n = bytes(_sodium().crypto_scalarmult_ristretto255(bytes(_sodium().crypto_core_ristretto255_scalar_invert(r)), bytes(z)))
+            n = bytes(sodium.crypto_scalarmult_ristretto255(r_inv, bytes(z)))
             out.append(hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest())
         return out
 
     return _batched(run, list(zip(inputs, blinds, evaluated)), threads)
+
+
+def _inverses(scalars: Sequence[bytes]) -> list[bytes]:
+    """r^-1 mod the group order for each non-zero scalar r, with one inversion for the whole batch (Montgomery's
+    trick: prefix products, one inversion, then two multiplications back per scalar; an inversion costs about 34
+    us against 0.7 us for a multiplication). Exactly the values a per-scalar inversion gives."""
+    sodium = _sodium()
+    if any(_is_zero(r) for r in scalars):
+        raise InvalidInputError("a blind is zero")
+    prefix: list[bytes] = []
+    acc = b""
+    for r in scalars:
+        acc = bytes(r) if not prefix else bytes(sodium.crypto_core_ristretto255_scalar_mul(acc, bytes(r)))
+        prefix.append(acc)
+    if not prefix:
+        return []
+    inv = bytes(sodium.crypto_core_ristretto255_scalar_invert(prefix[-1]))
+    out: list[bytes] = [b""] * len(scalars)
+    for i in range(len(scalars) - 1, 0, -1):
+        out[i] = bytes(sodium.crypto_core_ristretto255_scalar_mul(inv, prefix[i - 1]))
+        inv = bytes(sodium.crypto_core_ristretto255_scalar_mul(inv, bytes(scalars[i])))
+    out[0] = inv
+    return out
 
 
 def evaluate(key: bytes, x: bytes) -> bytes:

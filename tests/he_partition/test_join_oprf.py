@@ -111,3 +111,21 @@ def test_the_evaluation_quota_follows_the_declared_records_and_dummies() -> None
         JoinTerms.from_params({**base, "max_records": [10]}, domain_size=4)
     with pytest.raises(InvalidInputError, match="exceed the join capacity"):
         JoinTerms.from_params({**base, "max_records": [8000, 8000]}, domain_size=4)
+
+
+def test_the_batch_inversion_of_the_blinds_equals_one_inversion_each() -> None:
+    """Finalize unblinds with Montgomery's trick (one inversion per batch): the same inverses, the same PRF values."""
+    import rbcl
+
+    from he_partition.join.oprf import _inverses
+
+    blinds = oprf.blind_scalars(b"\x07" * 32, 300)
+    assert _inverses(blinds) == [bytes(rbcl.crypto_core_ristretto255_scalar_invert(r)) for r in blinds]
+    assert _inverses(blinds[:1]) == [bytes(rbcl.crypto_core_ristretto255_scalar_invert(blinds[0]))]
+    assert _inverses([]) == []
+    with pytest.raises(InvalidInputError, match="zero"):
+        _inverses([blinds[0], bytes(32)])
+    key = oprf.study_key(b"k" * 32, "s", "h")
+    inputs = [f"id|{i}".encode() for i in range(300)]
+    evaluated = oprf.blind_evaluate(key, oprf.blind(inputs, blinds))
+    assert oprf.finalize(inputs, blinds, evaluated) == [oprf.evaluate(key, x) for x in inputs]
