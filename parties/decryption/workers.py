@@ -185,7 +185,12 @@ class DecryptPool:
     def _submit(self, data: bytes, index: int, c1: C1 | None) -> tuple[ProcessPoolExecutor, Future[IntArray]]:
         with self._lock:
             pool = self._pool()
-            return pool, pool.submit(_check_and_decrypt, data, index, c1)
+            try:
+                return pool, pool.submit(_check_and_decrypt, data, index, c1)
+            except BrokenProcessPool as exc:  # a worker died while earlier chunks were in work
+                lost: Future[IntArray] = Future()  # `ChunkPipeline.values` then decrypts every chunk again
+                lost.set_exception(exc)
+                return pool, lost
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
         """Drop a broken executor (if it is still ours) and end its surviving workers (caller holds `_lock`)."""

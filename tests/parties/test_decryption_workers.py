@@ -179,6 +179,35 @@ def test_a_worker_dying_mid_measurement_is_retried_with_one_charge(tmp_path: Pat
     assert [r.outcome for r in handler.arrivals.rows("s1")] == ["answered"]
 
 
+def test_chunks_arriving_after_a_worker_died_are_decrypted_by_the_fresh_pool(
+        tmp_path: Path, keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """The first chunk's worker dies; the rest of the stream arrives only once the pool knows it is broken (the
+    order a fast death and a slow stream give): no chunk is refused, every value equals the in-process path's."""
+    import time
+
+    store, material, chunks = keys
+    marker = tmp_path / "die-once"
+    marker.touch()
+    pool = DecryptPool(2, secret_path=store.secret_path, die_marker=marker)
+    try:
+        pipeline = pool.pipeline()
+        pipeline.submit(chunks[0])
+        deadline = time.monotonic() + 60
+        while not getattr(pool._executor, "_broken", False) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert getattr(pool._executor, "_broken", False), "the worker did not die"
+        for c in chunks[1:]:
+            pipeline.submit(c)  # into the broken pool
+        assert pipeline.failed() is None  # a dead worker is no refusal
+        values = pipeline.values()
+    finally:
+        pool.close()
+    backend = BfvBackend(material.secret_context)
+    expected = [np.asarray(backend.deserialize_chunk(c).decrypt(), dtype=np.int64) for c in chunks]
+    assert [v.tolist() for v in values] == [e.tolist() for e in expected]
+    assert pool.restarts == 1 and not marker.exists()
+
+
 def test_pool_sizes(keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
     """0 or 1 worker: in-process (no processes); a negative count or a pool without a key is refused."""
     store, _, _ = keys
