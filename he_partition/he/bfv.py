@@ -30,6 +30,7 @@ import tenseal.sealapi as sealapi
 
 from ..core.backend import ChunkedVector, ChunkwiseArithmetic, IntArray, split_chunks
 from ..core.errors import InvalidInputError, PrecisionError
+from .seal_io import seal_dyn_array, seal_header, seal_version
 
 __all__ = [
     "BfvParams",
@@ -139,14 +140,10 @@ def seal_ciphertext_bytes(version: bytes, parms_id: Sequence[int], polys: npt.ND
     compression, total size), the parameter id, the NTT flag, size/degree/prime count,
     scale 1.0 and correction factor 1, then the coefficient array (RNS, polynomial-major).
     """
-    def header(size: int) -> bytes:
-        return b"\x5e\xa1" + version + b"\x00\x00\x00" + struct.pack("<Q", size)
-
-    data = np.ascontiguousarray(polys, dtype="<u8").tobytes()
-    dyn = header(16 + 8 + len(data)) + struct.pack("<Q", polys.size) + data
     body = (struct.pack("<4Q", *parms_id) + (b"\x01" if ntt else b"\x00")
-            + struct.pack("<QQQdQ", polys.shape[0], polys.shape[2], polys.shape[1], 1.0, 1) + dyn)
-    return header(16 + len(body)) + body
+            + struct.pack("<QQQdQ", polys.shape[0], polys.shape[2], polys.shape[1], 1.0, 1)
+            + seal_dyn_array(polys.reshape(-1), version))
+    return seal_header(16 + len(body), version) + body
 
 
 class _CiphertextCodec:
@@ -164,9 +161,7 @@ class _CiphertextCodec:
         self.moduli = [int(m.value()) for m in data.parms().coeff_modulus()]
         self.degree = int(data.parms().poly_modulus_degree())
         self.parms_id = [int(x) for x in seal.first_parms_id()]
-        probe = bytes(ts.bfv_vector(context, [0]).serialize())
-        at = probe.index(b"\x5e\xa1")  # SEAL's magic number starts its header
-        self._version = probe[at + 2 : at + 5]  # header size, major, minor version
+        self._version = seal_version()  # header size, major, minor version
         shape = _varint(slots)
         self._shape_field = b"\x0a" + _varint(len(shape)) + shape
 

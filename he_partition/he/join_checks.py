@@ -16,7 +16,7 @@ import tenseal.sealapi as seal
 
 from ..core.errors import InvalidInputError
 from .join_scheme import JoinScheme
-from .seal_io import load_seal_bytes, seal_bytes
+from .seal_io import load_seal_bytes, seal_dyn_array, seal_header
 
 __all__ = ["plane_sum", "square_minus_self", "accumulate_weighted", "poly_slots"]
 
@@ -51,22 +51,8 @@ def _poly(scheme: JoinScheme, coeffs: npt.NDArray[np.int64]) -> Any:
     0.1 ms, where parsing SEAL's hex-string form took 12.6 ms per polynomial); SEAL's load checks
     it against the context (degree, coefficients below t).
     """
-    data = np.ascontiguousarray(coeffs, dtype="<u8")
-    dyn = _header(16 + 8 + data.nbytes) + struct.pack("<Q", data.size) + data.tobytes()
-    body = bytes(32) + struct.pack("<Qd", data.size, 1.0) + dyn  # parms_id zero: coefficient form
-    return load_seal_bytes(seal.Plaintext(), scheme.context, _header(16 + len(body)) + body)
-
-
-def _header(total: int) -> bytes:
-    """SEAL's 16-byte serialization header of an uncompressed object of `total` bytes (this SEAL's version)."""
-    global _VERSION
-    if _VERSION is None:
-        probe = seal_bytes(seal.Plaintext("1"))
-        _VERSION = probe[2:5]  # header size, major, minor version
-    return b"\x5e\xa1" + _VERSION + b"\x00\x00\x00" + struct.pack("<Q", total)
-
-
-_VERSION: bytes | None = None
+    body = bytes(32) + struct.pack("<Qd", len(coeffs), 1.0) + seal_dyn_array(coeffs)  # parms_id zero: coefficient form
+    return load_seal_bytes(seal.Plaintext(), scheme.context, seal_header(16 + len(body)) + body)
 
 
 def poly_slots(scheme: JoinScheme, coeffs: npt.ArrayLike) -> npt.NDArray[np.int64]:

@@ -20,7 +20,8 @@ import numpy.typing as npt
 
 from he_partition.core.errors import InvalidInputError
 
-__all__ = ["seal_bytes", "load_seal_bytes", "ciphertext_polys", "plaintext_coeffs"]
+__all__ = ["seal_bytes", "load_seal_bytes", "ciphertext_polys", "plaintext_coeffs", "seal_version", "seal_header",
+           "seal_dyn_array"]
 
 _MAGIC = b"\x5e\xa1"
 _COMPR_NONE, _COMPR_ZLIB, _COMPR_ZSTD = 0, 1, 2
@@ -40,6 +41,33 @@ def seal_bytes(obj: Any) -> bytes:
         path = os.path.join(d, "obj")
         obj.save(path)
         return Path(path).read_bytes()
+
+
+_VERSION: list[bytes] = []
+
+
+def seal_version() -> bytes:
+    """SEAL's header bytes (header size, major, minor version) as the linked SEAL library writes them.
+
+    A property of the library, not of a context: probed once per process (saving a plaintext) and cached.
+    """
+    if not _VERSION:
+        import tenseal.sealapi as sealapi
+
+        _VERSION.append(seal_bytes(sealapi.Plaintext("1"))[2:5])
+    return _VERSION[0]
+
+
+def seal_header(total: int, version: bytes | None = None) -> bytes:
+    """SEAL's 16-byte header of an uncompressed object of `total` bytes: magic 0x5EA1, `version` (this library's by
+    default: `seal_version`), compression mode none, 2 reserved bytes, the total size (little-endian u64)."""
+    return _MAGIC + (version or seal_version()) + bytes([_COMPR_NONE]) + b"\x00\x00" + struct.pack("<Q", total)
+
+
+def seal_dyn_array(values: npt.ArrayLike, version: bytes | None = None) -> bytes:
+    """SEAL's uncompressed serialization of a DynArray of u64 `values`: its header, its length, the values."""
+    data = np.ascontiguousarray(values, dtype="<u8")
+    return seal_header(16 + 8 + data.nbytes, version) + struct.pack("<Q", data.size) + data.tobytes()
 
 
 def _body(data: bytes, what: str) -> bytes:

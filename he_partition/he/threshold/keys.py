@@ -23,27 +23,17 @@ import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import seal_ciphertext_bytes
-from he_partition.he.seal_io import load_seal_bytes, seal_bytes
+from he_partition.he.seal_io import load_seal_bytes, seal_bytes, seal_version as seal_io_version
 from he_partition.he.threshold.wire import common_polynomial, verify_reveals
 
 _SECRET_MAGIC = b"DPTK1"
 _SHARE_MAGIC = b"DPTP1"
 
 
-_VERSION: list[bytes] = []
-
-
 def seal_version(ctx: ts.Context) -> bytes:
-    """SEAL's header bytes (header size, major, minor) as this TenSEAL build writes them.
-
-    A property of the linked SEAL library, not of the context: probed once per process (an
-    encryption, ~3 ms) and cached.
-    """
-    if not _VERSION:
-        probe = bytes(ts.bfv_vector(ctx, [0]).serialize())
-        at = probe.index(b"\x5e\xa1")
-        _VERSION.append(probe[at + 2:at + 5])
-    return _VERSION[0]
+    """SEAL's header bytes (header size, major, minor) as this TenSEAL build writes them (`seal_io.seal_version`:
+    a property of the linked SEAL library, not of `ctx`; probed once per process and cached)."""
+    return seal_io_version()
 
 
 def key_moduli(ctx: ts.Context) -> list[int]:
