@@ -38,9 +38,10 @@ class _CheckShare:
         return [b"" if s is None else self._scheme.serialize(s) for s in sums]
 
 
-def parallel_residues(public: bytes, upload: Sequence[Sequence[bytes]], seed: bytes, owner_id: str,
-                      executor: ChunkExecutor) -> list[bytes]:
-    """`wellformed.residues` of `upload` (group by group), its groups spread over `executor`'s workers."""
+def parallel_residues(scheme: JoinScheme, public: bytes, upload: Sequence[Sequence[bytes]], seed: bytes,
+                      owner_id: str, executor: ChunkExecutor) -> list[bytes]:
+    """`wellformed.residues` of `upload` (group by group), its groups spread over `executor`'s workers, each loading
+    the scheme from `public` (the bytes of `scheme`'s public key); the shares are added up with `scheme`."""
     workers = max(1, executor.workers)
     shares = [list(range(w, len(upload), workers)) for w in range(workers)]
     key = f"join-check-{secrets.token_hex(8)}"
@@ -49,5 +50,4 @@ def parallel_residues(public: bytes, upload: Sequence[Sequence[bytes]], seed: by
         parts = executor.call(key, "run", [()] * workers)
     finally:
         executor.drop(key)
-    scheme = JoinScheme.from_public(public)
     return finish(scheme, [[scheme._parse(c) if c else None for c in part] for part in parts])

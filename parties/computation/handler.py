@@ -311,9 +311,7 @@ class ComputationHandler:
         left) starts from one sum instead of doing it again.
         """
         assert self.running is not None
-        f = self.running.usable(subs)
-        missing = [s for s in subs if f is None or (s.owner_id, s.idempotency_key) not in f.uploads]
-        if (f is not None and missing) or len(missing) > 1:
+        if self.running.sources(subs) > 1:
             contract = self.store.get_study(subs[0].meta.study_id)
             if contract is not None and not contract.is_join:
                 self.fold_committed(contract.study_id, self.backend_for(contract))

@@ -27,6 +27,10 @@ __all__ = ["PassedChecks", "check_join_uploads"]
 log = logging.getLogger("dpagg.join")
 
 
+#: (study, contract hash, the uploads' sorted (owner, idempotency key) pairs, the key holder's seed).
+_CheckKey = tuple[str, str, tuple[tuple[str, str], ...], bytes]
+
+
 class PassedChecks:
     """The checks this server saw pass: (study, contract hash, the uploads' (owner, idempotency key), seed).
 
@@ -38,36 +42,36 @@ class PassedChecks:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._passed: set[tuple[str, str, tuple[tuple[str, str], ...], bytes]] = set()
+        self._passed: set[_CheckKey] = set()
 
-    def seen(self, key: tuple[str, str, tuple[tuple[str, str], ...], bytes]) -> bool:
+    def seen(self, key: _CheckKey) -> bool:
         with self._lock:
             return key in self._passed
 
-    def add(self, key: tuple[str, str, tuple[tuple[str, str], ...], bytes]) -> None:
+    def add(self, key: _CheckKey) -> None:
         with self._lock:
             self._passed.add(key)
 
 
-def check_join_uploads(contract: StudyContract, public: bytes, uploads: dict[str, Sequence[Sequence[bytes]]],
-                       decryption: Any, executor: ChunkExecutor | None = None, *,
+def check_join_uploads(contract: StudyContract, scheme: JoinScheme, public: bytes,
+                       uploads: dict[str, Sequence[Sequence[bytes]]], decryption: Any,
+                       executor: ChunkExecutor | None = None, *,
                        passed: PassedChecks | None = None, upload_keys: tuple[tuple[str, str], ...] = ()) -> None:
     """Check both owners' uploads with the key holder's coefficients; FailedPreconditionError naming any owner whose
     upload is not one-hot-or-empty 0/1 indicator planes (nothing is charged or decrypted then).
 
     `uploads[owner]` is the owner's committed upload group by group (`UploadFiles` where the
-    store keeps chunk files: each worker then reads its groups itself); `public` the study's join
-    key; `decryption` the key holder's client (join_check_seed, check_join_upload); `executor` the
+    store keeps chunk files: each worker then reads its groups itself); `scheme` the study's join
+    scheme and `public` its public key's bytes (what the workers load); `decryption` the key holder's client (join_check_seed, check_join_upload); `executor` the
     server's workers, over which the groups are spread (None: this process). Privacy: the key
     holder decrypts, per owner and round, z = 0 in every slot for an honest upload (flooded):
     nothing of the records.
     """
-    scheme = JoinScheme.from_public(public)
     seed, rounds = decryption.join_check_seed(study_id=contract.study_id, contract_hash=contract.contract_hash)
     if rounds != check_rounds(scheme.plain_modulus):
         raise FailedPreconditionError(f"the key holder asks for {rounds} check rounds, this server computes "
                                       f"{check_rounds(scheme.plain_modulus)}: the servers' versions differ")
-    key = (contract.study_id, contract.contract_hash, tuple(sorted(upload_keys)), bytes(seed))
+    key: _CheckKey = (contract.study_id, contract.contract_hash, tuple(sorted(upload_keys)), bytes(seed))
     if passed is not None and upload_keys and passed.seen(key):
         log.info("study %s: both join uploads already passed the check under the key holder's current seed",
                  contract.study_id)
@@ -76,7 +80,7 @@ def check_join_uploads(contract: StudyContract, public: bytes, uploads: dict[str
     began = time.monotonic()
     for owner in contract.expected_owners:
         upload = uploads[owner]
-        cts = (parallel_residues(public, upload, seed, owner, executor) if executor is not None
+        cts = (parallel_residues(scheme, public, upload, seed, owner, executor) if executor is not None
                else residues(scheme, (upload[g] for g in range(len(upload))), seed, owner))
         if not decryption.check_join_upload(study_id=contract.study_id, contract_hash=contract.contract_hash,
                                             owner_id=owner, seed=seed, residues=cts):

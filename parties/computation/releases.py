@@ -324,7 +324,8 @@ class Releases:
             templates = None
         # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted (join_checks);
         # the groups are spread over the workers, which read them as the cell totals do.
-        check_join_uploads(contract, self._h.joins.public_key(contract, self._h.public_context),
+        check_join_uploads(contract, self._h.joins.scheme(contract, self._h.public_context),
+                           self._h.joins.public_key(contract, self._h.public_context),
                            self._h.joins.uploads(contract, self._h.public_context,
                                                  lambda o, i: self._h.store.read_chunk(by_owner[o], i), templates),
                            self._h.decryption, self._h.executor, passed=self._passed_checks,

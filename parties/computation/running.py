@@ -52,6 +52,11 @@ def _key(s: Submission) -> tuple[str, str]:
     return (s.owner_id, s.idempotency_key)
 
 
+def _unfolded(f: Folded | None, subs: list[Submission]) -> list[Submission]:
+    """The submissions of `subs` the aggregate `f` does not hold (all of them without one)."""
+    return [s for s in subs if f is None or _key(s) not in f.uploads]
+
+
 class RunningAggregates:
     """Running aggregates under `root` (one directory per study); one lock per study orders folds and reads."""
 
@@ -91,6 +96,12 @@ class RunningAggregates:
             return None
         return f
 
+    def sources(self, subs: list[Submission]) -> int:
+        """How many chunk files per index a reader of `subs` would sum now: the running sum (if usable) and each
+        owner not yet in it."""
+        f = self.usable(subs)
+        return (f is not None) + len(_unfolded(f, subs))
+
     @contextmanager
     def reading(self, subs: list[Submission], owner_template: Callable[[Submission], str]) -> Iterator[tuple[str, ...]]:
         """Chunk-file templates whose sum is the aggregate of `subs`: the running sum plus owners not yet in it.
@@ -109,7 +120,7 @@ class RunningAggregates:
                 templates = tuple(owner_template(s) for s in subs)
                 gen = None
             else:
-                templates = (f.template, *(owner_template(s) for s in subs if _key(s) not in f.uploads))
+                templates = (f.template, *(owner_template(s) for s in _unfolded(f, subs)))
                 gen = self._pin(f)
         try:
             yield templates
@@ -151,7 +162,7 @@ class RunningAggregates:
         with self._fold_lock(study_id):
             with self.lock(study_id):
                 f = self.usable(subs)
-                todo = [s for s in subs if f is None or _key(s) not in f.uploads]
+                todo = _unfolded(f, subs)
                 if not todo:
                     return f
                 templates = ([f.template] if f is not None else []) + [owner_template(s) for s in todo]

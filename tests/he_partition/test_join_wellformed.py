@@ -118,7 +118,7 @@ def test_the_check_spread_over_workers_decrypts_to_the_same_residues(schemes: tu
     try:
         for p, honest in ((planes, True), (bad, False)):
             up = [[cs.serialize(cs.encrypt(x)) for x in g] for g in p]
-            cts = [ds.deserialize_released(c) for c in parallel_residues(cs.public_bytes(), up, SEED, "a", pool)]
+            cts = [ds.deserialize_released(c) for c in parallel_residues(cs, cs.public_bytes(), up, SEED, "a", pool)]
             assert well_formed(ds, cts) is honest
             expected = residues_plain(ds, p, SEED, "a")
             assert all(np.array_equal(ds.decrypt(c) % ds.plain_modulus, z) for c, z in zip(cts, expected))
