@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import grpc
 import numpy as np
@@ -206,6 +206,35 @@ def blocky_histograms(n: int, owners: int = 3, seed: int = 5) -> list[np.ndarray
     rng = np.random.default_rng(seed)
     levels = np.repeat(rng.integers(5, 60, size=4), -(-n // 4))[:n]
     return [rng.poisson(levels / owners * (1 + 0.5 * i)).astype(np.int64) for i in range(owners)]
+
+
+@dataclass
+class JoinCells:
+    """A 2 x 2 join study opened on a cluster, and four released-cell ciphertexts of `values` as a computation server
+    sends them (noised, padded, flooded): for tests that talk to the key holder's DecryptJoinCells directly."""
+
+    contract: StudyContract
+    decryption: DecryptionClient
+    scheme: Any
+    cells: list[bytes]
+    measurement: Any
+
+
+def join_cells(cluster: "Cluster", values: Sequence[int], study_id: str = "j1") -> JoinCells:
+    import json
+
+    from he_partition.core.measurements import PartitionSums
+    from he_partition.he.join_scheme import JoinScheme
+
+    terms = {"shape": [2, 2], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 90, "release": "cells"}
+    contract = cluster.open_study(study_id=study_id, domain_size=4, epsilon=3.0, owners=("a", "b"), strategy="join",
+                                  strategy_params_json=json.dumps(terms))
+    ds = cluster.decryption()
+    scheme = JoinScheme.from_public(ds.public_context(study_id=study_id))
+    pads = np.random.default_rng(1)
+    cells = [scheme.serialize(scheme.noised(scheme.encrypt([v]), [0], 1,
+                                            lambda k: pads.integers(0, scheme.plain_modulus, k))) for v in values]
+    return JoinCells(contract, ds, scheme, cells, PartitionSums(4, 0.5, 1, starts=(0, 1, 2, 3)))
 
 
 def status_of(excinfo: pytest.ExceptionInfo[ServiceError]) -> grpc.StatusCode:

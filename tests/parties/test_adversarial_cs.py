@@ -20,7 +20,7 @@ from he_partition.core.measurements import MAX_DECODED_MAGNITUDE, PartitionSums
 from parties.common.errors import ServiceError
 
 from .adversarial_cs import AdversarialComputationServer
-from .conftest import Cluster, blocky_histograms, status_of
+from .conftest import Cluster, blocky_histograms, join_cells, status_of
 
 
 def _adversary(cluster: Cluster, *, epsilon: float, owners: tuple[str, ...] = ("a", "b"),
@@ -230,20 +230,8 @@ def _pass_join_check(ds: Any, contract: Any, scheme: Any) -> None:
 def test_a_replayed_join_measurement_gets_the_same_answer(cluster: Cluster) -> None:
     """The join key holder fixes its draw per request too: the same cells in the same release are answered
     with the same draw (and charged again); on the former code each replay carried a fresh draw."""
-    import json
-
-    from he_partition.he.join_scheme import JoinScheme
-
-    terms = {"shape": [2, 2], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 90, "release": "cells"}
-    contract = cluster.open_study(study_id="j1", domain_size=4, epsilon=3.0, owners=("a", "b"), strategy="join",
-                                  strategy_params_json=json.dumps(terms))
-    ds = cluster.decryption()
-    scheme = JoinScheme.from_public(ds.public_context(study_id="j1"))
-    pads = np.random.default_rng(1)
-    cells = [scheme.serialize(scheme.noised(scheme.encrypt([v]), [0], 1,
-                                            lambda k: pads.integers(0, scheme.plain_modulus, k)))
-             for v in (7, 0, 3, 12)]
-    m = PartitionSums(4, 0.5, 1, starts=(0, 1, 2, 3))
+    j = join_cells(cluster, (7, 0, 3, 12))
+    contract, ds, scheme, cells, m = j.contract, j.decryption, j.scheme, j.cells, j.measurement
     _pass_join_check(ds, contract, scheme)
     answers = [ds.decrypt_join_cells(study_id="j1", release_id="r1", release_epsilon=1.0, measurement=m,
                                      contract_hash=contract.contract_hash, cells=cells, cell_count=4).values

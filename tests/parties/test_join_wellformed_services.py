@@ -14,12 +14,10 @@ import grpc
 import numpy as np
 import pytest
 
-from he_partition.he.join_scheme import JoinScheme
 from he_partition.join.wellformed import check_rounds, residues
 from parties.common.errors import ServiceError
-from he_partition.core.measurements import PartitionSums
 
-from .conftest import Cluster
+from .conftest import Cluster, join_cells
 from .test_join_services import SHAPE, _both, _open, _records
 
 
@@ -71,17 +69,8 @@ def test_a_malformed_upload_is_refused_naming_its_owner(secure_cluster: Cluster,
 def test_the_key_holder_decrypts_no_join_cell_before_both_owners_passed(cluster: Cluster) -> None:
     """A computation server that skips the check, checks one owner only, or uses coefficients of its own choice
     gets no join cell decrypted and nothing charged."""
-    import json
-
-    terms = {"shape": [2, 2], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 90, "release": "cells"}
-    contract = cluster.open_study(study_id="j1", domain_size=4, epsilon=3.0, owners=("a", "b"), strategy="join",
-                                  strategy_params_json=json.dumps(terms))
-    ds = cluster.decryption()
-    scheme = JoinScheme.from_public(ds.public_context(study_id="j1"))
-    pads = np.random.default_rng(1)
-    cells = [scheme.serialize(scheme.noised(scheme.encrypt([v]), [0], 1,
-                                            lambda k: pads.integers(0, scheme.plain_modulus, k))) for v in (7, 0, 3, 1)]
-    m = PartitionSums(4, 0.5, 1, starts=(0, 1, 2, 3))
+    j = join_cells(cluster, (7, 0, 3, 1))
+    contract, ds, scheme, cells, m = j.contract, j.decryption, j.scheme, j.cells, j.measurement
 
     def decrypt() -> Any:
         return ds.decrypt_join_cells(study_id="j1", release_id="r1", release_epsilon=1.0, measurement=m,
