@@ -217,6 +217,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
     ds, ds_target = _start_server(["serve-decryption", "--data-dir", str(work / "ds"), "--insecure"], work, "ds")
     cs, cs_target = _start_server(["serve-computation", "--data-dir", str(work / "cs"), "--decryption", ds_target,
                                    "--insecure"], work, "cs")
+    procs: list[Any] = []
     try:
         capacity = _capacity(records, shared, pad_offset)
         terms = {"shape": [bins, bins], "capacity": capacity, "padding_epsilon": pad_epsilon,
@@ -256,7 +257,7 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         if worker_cpu:
             cpu["computation_workers"] = worker_cpu[-1]
     finally:
-        for owner in locals().get("procs", []):  # an owner that failed or still waits is stopped with the servers
+        for owner in procs:  # an owner that failed or still waits is stopped with the servers
             if owner.is_alive():
                 owner.terminate()
             owner.join(30)
