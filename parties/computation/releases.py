@@ -261,14 +261,14 @@ class Releases:
         tracker = self._tracker(record.release_id)
 
         def measure(m: Measurement) -> IntArray:
-            began = time.monotonic()
-            tracker.start_measurement(m.kind, len(m.measured_chunks(backend.slots)))
+            began, chunks = time.monotonic(), len(m.measured_chunks(backend.slots))
+            tracker.start_measurement(m.kind, chunks)
             values, n = self._h.decrypt_on_executor(cs, contract, record.release_id, record.epsilon, m,
                                                     on_chunk=tracker.chunk_sent)
             tracker.measurement_done()
             sent[0] += n
-            log.info("release %s: measurement %s (%d chunks) took %.2f s", record.release_id, m.kind,
-                     len(m.measured_chunks(backend.slots)), time.monotonic() - began)
+            log.info("release %s: measurement %s (%d chunks) took %.2f s", record.release_id, m.kind, chunks,
+                     time.monotonic() - began)
             return values
 
         with self._h.chunk_source(subs) as source:
