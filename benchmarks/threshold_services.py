@@ -3,6 +3,7 @@
 
     python benchmarks/threshold_services.py                     # 1,048,576 bins, K = 1 then K = 3
     python benchmarks/threshold_services.py --bins 4096         # a quick run
+    python benchmarks/threshold_services.py --threshold 2       # K = 3 as a 2-of-3 key
 
 Each case starts real `dpagg serve-*` processes on loopback (plaintext test setup): K = 1 is one
 decryption server and a computation server with `--decryption`; K = 3 is three decryption servers in
@@ -72,7 +73,8 @@ def _owner(index: int, study: str, n: int, cs: str, ready: Any, go: Any, out: An
     finish.wait(1800)
 
 
-def _servers(k: int, workdir: Path) -> tuple[dict[str, tuple[subprocess.Popen[bytes], str]], str, float]:
+def _servers(k: int, workdir: Path, threshold: int = 0) -> tuple[dict[str, tuple[subprocess.Popen[bytes], str]], str,
+                                                                 float]:
     """Start the key holder(s) and the CS; K > 1 runs the key setup. Returns ({name: (proc, addr)}, cs, setup_s)."""
     procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     if k == 1:
@@ -91,17 +93,17 @@ def _servers(k: int, workdir: Path) -> tuple[dict[str, tuple[subprocess.Popen[by
     setup_s = 0.0
     if k > 1:
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "parties.cli", "setup-key", "--computation", cs, "--insecure"],
-                       check=True, cwd=workdir, capture_output=True, timeout=600)
+        subprocess.run([sys.executable, "-m", "parties.cli", "setup-key", "--computation", cs, "--insecure",
+                        "--threshold", str(threshold)], check=True, cwd=workdir, capture_output=True, timeout=600)
         setup_s = time.monotonic() - t0
     return procs, cs, setup_s
 
 
-def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
+def run_case(n: int, k: int, owners: int, workdir: Path, threshold: int = 0) -> dict[str, Any]:
     from parties.computation.client import ComputationClient
     from parties.decryption.client import DecryptionClient
 
-    procs, cs, setup_s = _servers(k, workdir)
+    procs, cs, setup_s = _servers(k, workdir, threshold if k > 1 else 0)
     workers: list[Any] = []
     finish: Any = None
     try:
@@ -145,7 +147,7 @@ def run_case(n: int, k: int, owners: int, workdir: Path) -> dict[str, Any]:
     first = min(r["upload_start"] for r in results)
     last = max(r["upload_end"] for r in results)
     return {**_key_holder_work(k, workdir),
-        "bins": n, "holders": k, "owners": owners,
+        "bins": n, "holders": k, "threshold": (threshold or k) if k > 1 else 1, "owners": owners,
         "wall_first_upload_to_summary_s": round(done - first, 3),
         "upload_phase_s": round(last - first, 3),
         "release_s": round(done - last, 3),
@@ -207,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="K = 1 / K = 3 pairs, alternating (default 1)")
     ap.add_argument("--cases", default="1,3", help="which K to run, comma-separated (default 1,3; e.g. 3 to profile)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy every server's log to DIR/k<K>-<repeat>/")
+    ap.add_argument("--threshold", type=int, default=0, metavar="T",
+                    help="K > 1 cases use a T-of-K key (default: K-of-K); the release then asks T holders")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/threshold_services.json")
     args = ap.parse_args(argv)
     rows = []
@@ -215,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix=f"dpagg-bench-k{k}-") as tmp:
                 print(f"[{rep + 1}/{args.repeat}] {args.bins} bins, K = {k}, {args.owners} owners ...",
                       file=sys.stderr, flush=True)
-                rows.append(run_case(args.bins, k, args.owners, Path(tmp)))
+                rows.append(run_case(args.bins, k, args.owners, Path(tmp), args.threshold))
                 if args.keep_logs:
                     keep = Path(args.keep_logs) / f"k{k}-{rep + 1}"
                     keep.mkdir(parents=True, exist_ok=True)
@@ -230,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         from benchmarks.common import write_result
 
-        path = write_result("threshold_services", {
+        path = write_result("threshold_services" + (f"_t{args.threshold}" if args.threshold else ""), {
             "cases": rows, "ratios_k3_over_k1": ratios,
             "note": "loopback gRPC, plaintext test setup; every server and owner a separate process on one "
                     "machine shared with other jobs; wall = first upload byte -> summary stored; K = 1 and K = 3 "

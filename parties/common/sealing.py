@@ -49,7 +49,7 @@ from he_partition.core.errors import InvalidInputError
 from .util import write_file_atomic
 
 __all__ = ["SEALED_MAGIC", "Commitment", "SealKeyPair", "commitment_statement", "is_sealed", "open_chunk",
-           "open_key_share", "seal_chunk", "seal_upload_key", "sealed_key_shares", "upload_key_from_shares",
+           "open_key_share", "seal_chunk", "seal_to", "seal_upload_key", "sealed_key_shares", "upload_key_from_shares",
            "check_seal_public_key"]
 
 #: Every sealed chunk starts with these bytes (an opened chunk is a plain TenSEAL vector, which never does).
@@ -190,11 +190,32 @@ class SealKeyPair:
             write_file_atomic(path, raw, mode=0o600)  # never readable by others, not even for a moment
         return cls(X25519PrivateKey.from_private_bytes(path.read_bytes()))
 
+    def open(self, blob: bytes, context: bytes, what: str) -> bytes:
+        """Open a `seal_to` blob made for this key and `context`; InvalidInputError naming `what` otherwise."""
+        eph_public = bytes(blob[:32])
+        bound = b"dpagg/seal-to/v1" + _frame(self.public) + _frame(eph_public) + _frame(context)
+        try:
+            wrap = _hkdf(self._private.exchange(X25519PublicKey.from_public_bytes(eph_public)), salt=b"", info=bound)
+            return AESGCM(wrap).decrypt(b"\0" * 12, bytes(blob[32:]), bound)
+        except (InvalidTag, ValueError):
+            raise InvalidInputError(f"{what} does not open with this holder's seal key (made for another holder or "
+                                    "setup, or altered on the way)") from None
+
     def open_share(self, blob: bytes, holder: int, *, study_id: str, owner_id: str, idempotency_key: str,
                    contract_hash: str) -> bytes:
         """This holder's share of an owner's upload key; InvalidInputError when `blob` was not made for it."""
         return open_key_share(self._private, self.public, blob, holder, study_id=study_id, owner_id=owner_id,
                               idempotency_key=idempotency_key, contract_hash=contract_hash)
+
+
+def seal_to(public: bytes, data: bytes, context: bytes) -> bytes:
+    """`data` encrypted to the X25519 key `public` (a fresh ephemeral key, HKDF, AES-256-GCM), bound to `context`:
+    ephemeral public key || ciphertext || tag. Only the private key's holder opens it (`SealKeyPair.open`)."""
+    eph = X25519PrivateKey.generate()
+    eph_public = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    bound = b"dpagg/seal-to/v1" + _frame(public) + _frame(eph_public) + _frame(context)
+    wrap = _hkdf(eph.exchange(X25519PublicKey.from_public_bytes(public)), salt=b"", info=bound)
+    return eph_public + AESGCM(wrap).encrypt(b"\0" * 12, data, bound)
 
 
 def open_key_share(private: X25519PrivateKey, public: bytes, blob: bytes, holder: int, *, study_id: str,

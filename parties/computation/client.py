@@ -161,6 +161,8 @@ class ComputationClient(BaseClient):
 
     stub_class = computation_pb2_grpc.ComputationStub
     server_role = "computation"
+    #: The collective key's threshold t after `setup_key` (N for an N-of-N key; 0 before).
+    key_threshold: int = 0
 
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
@@ -312,14 +314,17 @@ class ComputationClient(BaseClient):
         return SubmitResponse(resp.committed, resp.duplicate, tuple(resp.received_chunks), resp.chunk_count,
                               resp.bytes_received)
 
-    def setup_key(self, *, timeout: float | None = None) -> tuple[str, tuple[str, ...], bool]:
+    def setup_key(self, *, threshold: int = 0, timeout: float | None = None) -> tuple[str, tuple[str, ...], bool]:
         """Threshold mode: have the computation server run the collective key setup through the key-share holders.
 
-        Returns (collective key fingerprint, holder names, already_active). Idempotent: an
-        active key is reported, not replaced. Needs an operator certificate.
+        `threshold` t > 0: a t-of-N key (any t of the N holders release; t > N/2). Returns
+        (collective key fingerprint, holder names, already_active); `key_threshold` then holds
+        the key's t (N for N-of-N). Idempotent: an active key is reported, not replaced (another t
+        than the active key's is refused). Needs an operator certificate.
         """
-        resp = self._unary(self._stub.SetupKey, computation_pb2.SetupKeyRequest(), method="Computation/SetupKey",
-                           timeout=timeout or 300.0, retry=True)
+        resp = self._unary(self._stub.SetupKey, computation_pb2.SetupKeyRequest(threshold=int(threshold)),
+                           method="Computation/SetupKey", timeout=timeout or 300.0, retry=True)
+        self.key_threshold = int(resp.threshold)
         return resp.fingerprint, tuple(resp.holders), bool(resp.already_active)
 
     def run_release(self, study_id: str, *, epsilon: float | str = "rest", force: bool = False, wait: bool = True,

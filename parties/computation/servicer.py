@@ -184,6 +184,6 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         if not isinstance(holders, ThresholdDecryption):
             raise FailedPreconditionError("this computation server has one decryption server (--decryption), which "
                                           "makes its own key; setup-key is for key-share holders (--holder)")
-        fingerprint, already = holders.setup_key()
+        fingerprint, already = holders.setup_key(int(request.threshold))
         return computation_pb2.SetupKeyResponse(fingerprint=fingerprint, holders=holders.names,
-                                                already_active=already)
+                                                already_active=already, threshold=holders.threshold or holders.k)

@@ -245,6 +245,12 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it runs no collective "
                                       "key setup; start key-share holders with --key-share NAME --holders ...")
 
+    def SignCharge(self, request: decryption_pb2.SignChargeRequest,
+                   context: grpc.ServicerContext) -> decryption_pb2.SignChargeResponse:
+        self._computation_only(context, "ask for a charge signature")
+        raise FailedPreconditionError("this decryption server holds the whole key (K = 1): it charges its own ledger "
+                                      "and signs no t-of-N charge log; nothing was signed")
+
     def IssueShares(self, request_iterator: Iterator[decryption_pb2.DecryptMeasurementRequest],
                     context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:
         self._computation_only(context, "ask for decryption shares")

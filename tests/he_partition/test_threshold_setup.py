@@ -183,3 +183,72 @@ def test_the_optional_galois_rounds_build_one_set_of_keys_every_holder_agrees_on
     fp = holders[0].fingerprint
     out = combine(ctx, raw, [decryption_share(ctx, holders[h].secret, fp, raw) for h in HOLDERS], HOLDERS, fp)
     assert out.tolist() == row[1:4096] + row[:1] + row[4097:] + row[4096:4097]
+
+
+def _tofn_through_dealing(ctx: ts.Context, threshold: int = 2) -> tuple[dict[int, HolderSetup], SetupRelay, bytes]:
+    session = secrets.token_bytes(16)
+    holders = {h: HolderSetup(ctx, session, h, HOLDERS, threshold) for h in HOLDERS}
+    relay = SetupRelay(ctx, session, HOLDERS)
+    for h, hs in holders.items():
+        relay.submit("seed commitment", h, hs.commit_seed())
+    for h, hs in holders.items():
+        relay.submit("seed contribution", h, hs.reveal_seed(relay.collected("seed commitment")))
+    for h, hs in holders.items():
+        relay.submit("key-share commitment", h, hs.commit_key(relay.collected("seed contribution")))
+    for h, hs in holders.items():
+        relay.submit("key share", h, hs.reveal_key(relay.collected("key-share commitment")))
+    fps = {h: hs.build_key(relay.collected("key share")) for h, hs in holders.items()}
+    dealt = {h: hs.deal_subshares() for h, hs in holders.items()}
+    for j, hs in holders.items():
+        hs.receive_subshares({i: dealt[i][j] for i in HOLDERS})
+    return holders, relay, fps[0]
+
+
+def test_a_t_of_n_setup_tests_every_participant_set_and_then_any_two_decrypt() -> None:
+    ctx = generate_secret_context()
+    holders, relay, fp = _tofn_through_dealing(ctx)
+    seed = holders[0].seed
+    ct = relay.test_ciphertext(holders[0].public_key, seed)
+    values: list[int] = []
+    for p in [(0, 1), (0, 2), (1, 2)]:
+        shares = {h: holders[h].test_share(ct, p) for h in p}
+        values += relay.combine_test(ct, shares, fp, p).tolist()
+    with pytest.raises(InvalidInputError, match="is at 'test share issued'"):
+        holders[0].test_share(ct, (0, 1))  # one test share per set
+    for hs in holders.values():
+        hs.confirm(values)
+        assert hs.state == "active"
+    from he_partition.he.threshold.context import vector_ciphertext
+    from he_partition.he.threshold.shamir import participant_secret
+
+    raw = vector_ciphertext(ts.bfv_vector(collective_context(ctx, holders[0].public_key), [7, 8, 9]).serialize())
+    for p in [(0, 1), (1, 2), (0, 2)]:
+        out = combine(ctx, raw, [decryption_share(ctx, participant_secret(ctx, holders[h].secret, p), fp, raw)
+                                 for h in p], list(p), fp)
+        assert out[:3].tolist() == [7, 8, 9]
+
+
+def test_a_t_of_n_setup_refuses_a_foreign_set_a_repeat_and_inconsistent_dealing() -> None:
+    ctx = generate_secret_context()
+    holders, relay, fp = _tofn_through_dealing(ctx)
+    ct = relay.test_ciphertext(holders[0].public_key, holders[0].seed)
+    with pytest.raises(InvalidInputError, match="a set of 2 holders that holds it"):
+        holders[0].test_share(ct, (1, 2))
+    holders[0].test_share(ct, (0, 1))
+    with pytest.raises(InvalidInputError, match="already"):
+        holders[0].test_share(ct, (0, 1))
+    # a dealer that sends holder 2 a sub-share off its polynomial: the set (1, 2) or (0, 2) decrypts noise
+    bad_holders, bad_relay, bad_fp = _tofn_through_dealing(ctx)
+    share2 = bad_holders[2]._tofn_share
+    assert share2 is not None
+    object.__setattr__(share2, "s_ntt", (share2.s_ntt + 1) % share2.s_ntt.max())
+    bad_ct = bad_relay.test_ciphertext(bad_holders[0].public_key, bad_holders[0].seed)
+    from he_partition.core.errors import ShareCombineError
+    with pytest.raises(ShareCombineError):
+        bad_relay.combine_test(bad_ct, {h: bad_holders[h].test_share(bad_ct, (1, 2)) for h in (1, 2)}, bad_fp, (1, 2))
+    h = HolderSetup(ctx, secrets.token_bytes(16), 0, HOLDERS, 2)
+    h.state = "active"
+    with pytest.raises(InvalidInputError, match="N-of-N shares"):
+        h.commit_galois([3])
+    with pytest.raises(InvalidInputError, match="strict majority"):
+        HolderSetup(ctx, secrets.token_bytes(16), 0, HOLDERS, 1)

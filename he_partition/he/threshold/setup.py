@@ -30,6 +30,14 @@ Rounds (K holders, `session` a unique id of this setup, e.g. 16 random bytes fro
    commitment is in, and every holder builds the collective GaloisKeys itself (two message rounds,
    one round of key material: Galois keys are linear in s).
 
+t-of-N keys (`threshold` t > N/2, `threshold.shamir`): between rounds 4 and 5, holder i deals its
+s_i (`deal_subshares`: one sub-share per holder, sealed and signed by the caller, relayed by the CS)
+and, once it holds every dealer's sub-share, keeps S_j = sum_i f_i(x_j) (`receive_subshares`). The
+test decryption then runs once per participant set of t holders (`subsets`), each holder sharing
+with its Lagrange-weighted S_j for that set only, at most once per set; `confirm` takes every set's
+combined decryption in order and activates S_j as the holder's secret only when each equals the
+test vector, so inconsistent dealing stops the setup before the key is used.
+
 A holder refuses (InvalidInputError naming the holder and the round) a step out of order, a
 message set missing a holder or naming a foreign one, a reveal not matching its commitment, and a
 second test share. The test share is the one share a holder issues without a study contract: it
@@ -51,13 +59,15 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.he.threshold.decrypt import combine, decryption_share
 from he_partition.he.threshold.galois import collective_galois_keys, holder_galois_share
 from he_partition.he.threshold.keys import HolderSecret, collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.threshold.shamir import SubShare, check_threshold, deal, participant_secret, receive, subsets
 from he_partition.he.threshold.wire import key_share_commitment
 
 _SEED_COMMIT = b"dpagg/keygen/seed-commit/v1"
 _SEED = b"dpagg/keygen/common-seed/v1"
 _TEST = b"dpagg/keygen/test-vector/v1"
 #: The rounds in order; a holder is in the state named by the last round it completed.
-ROUNDS = ("new", "seed committed", "seed revealed", "key committed", "key revealed", "test share issued", "active")
+ROUNDS = ("new", "seed committed", "seed revealed", "key committed", "key revealed", "dealt", "key received",
+          "test share issued", "active")
 
 
 def seed_commitment(session: bytes, holder: int, contribution: bytes) -> bytes:
@@ -94,12 +104,19 @@ def _complete(what: str, messages: dict[int, bytes], holders: Sequence[int]) -> 
 class HolderSetup:
     """One holder's side of the key setup: its secret s_i, its messages, and its own checks of everyone's."""
 
-    def __init__(self, ctx: ts.Context, session: bytes, holder: int, holders: Sequence[int]) -> None:
+    def __init__(self, ctx: ts.Context, session: bytes, holder: int, holders: Sequence[int],
+                 threshold: int | None = None) -> None:
         if len(session) < 16:
             raise InvalidInputError(f"a setup session id needs at least 16 bytes, got {len(session)}")
         if holder not in holders or len(set(holders)) != len(holders) or len(holders) < 2:
             raise InvalidInputError(f"holder {holder} must be one of >= 2 distinct holders, got {list(holders)}")
+        if threshold is not None:
+            check_threshold(threshold, holders)
         self.ctx, self.session, self.holder, self.holders = ctx, bytes(session), holder, list(holders)
+        #: t of a t-of-N key; None for N-of-N.
+        self.threshold = threshold
+        self._tofn_share: HolderSecret | None = None
+        self._test_sets: set[tuple[int, ...]] = set()
         self.state = "new"
         self._contribution = secrets.token_bytes(32)
         self._seed_commits: dict[int, bytes] = {}
@@ -168,23 +185,71 @@ class HolderSetup:
         self.fingerprint = key_fingerprint(self.public_key)
         return self.fingerprint
 
-    def test_share(self, ciphertext: bytes) -> bytes:
-        """Step 5: this holder's share of the setup's test ciphertext, once (smudged, no DP noise: the plaintext is public)."""
+    def deal_subshares(self) -> dict[int, SubShare]:
+        """t-of-N, after the key is built: this holder's sub-share of s_i for every holder (itself included).
+
+        Secret: the caller seals each to its recipient and signs it; the relay sees only sealed bytes."""
+        self._at("key revealed")
+        if self.threshold is None or not self.fingerprint:
+            raise InvalidInputError(f"holder {self.holder}: dealing needs a t-of-N setup with its key built")
+        assert self.secret is not None
+        self.state = "dealt"
+        return deal(self.ctx, self.secret, self.holders, self.threshold)
+
+    def receive_subshares(self, subshares: dict[int, SubShare]) -> None:
+        """t-of-N: S_j from every dealer's sub-share for this holder (refused: missing, foreign, misaddressed)."""
+        self._at("dealt")
+        assert self.threshold is not None
+        self._tofn_share = receive(self.ctx, self.holder, self.holders, self.threshold, subshares)
+        self.state = "key received"
+
+    def test_share(self, ciphertext: bytes, participants: Sequence[int] | None = None) -> bytes:
+        """Step 5: this holder's share of the setup's test ciphertext (smudged, no DP noise: the plaintext is public).
+
+        N-of-N: once. t-of-N: once per participant set of t holders that holds this holder, with
+        its Lagrange-weighted S_j for that set."""
         if not self.fingerprint:
             raise InvalidInputError(f"holder {self.holder} has no collective key yet: no test share")
-        self._at("key revealed")
-        assert self.secret is not None
-        self.state = "test share issued"  # before the share exists: a failure never allows a second try
-        return decryption_share(self.ctx, self.secret, self.fingerprint, ciphertext)
+        if self.threshold is None:
+            self._at("key revealed")
+            assert self.secret is not None
+            self.state = "test share issued"  # before the share exists: a failure never allows a second try
+            return decryption_share(self.ctx, self.secret, self.fingerprint, ciphertext)
+        self._at("key received")
+        assert self._tofn_share is not None
+        p = tuple(sorted(int(h) for h in participants or ()))
+        mine = [s for s in subsets(self.holders, self.threshold) if self.holder in s]
+        if p not in mine:
+            raise InvalidInputError(f"holder {self.holder}: a test share is for a set of {self.threshold} holders "
+                                    f"that holds it, got {list(p)}")
+        if p in self._test_sets:
+            raise InvalidInputError(f"holder {self.holder} issued its test share for holders {list(p)} already")
+        self._test_sets.add(p)  # before the share exists: a failure never allows a second try
+        if len(self._test_sets) == len(mine):
+            self.state = "test share issued"
+        return decryption_share(self.ctx, participant_secret(self.ctx, self._tofn_share, p), self.fingerprint,
+                                ciphertext)
 
     def confirm(self, decrypted: Sequence[int]) -> None:
-        """Mark the key active if the combined test decryption equals the test vector; else refuse (setup stopped)."""
+        """Mark the key active if the combined test decryption equals the test vector; else refuse (setup stopped).
+
+        t-of-N: `decrypted` is every participant set's decryption in `subsets` order, concatenated;
+        each must equal the test vector, then S_j becomes this holder's secret."""
         self._at("test share issued")
         expected = test_vector(self.seed, _slots(self.ctx), _plain_modulus(self.ctx))
-        if [int(v) for v in decrypted] != expected:
+        sets = subsets(self.holders, self.threshold) if self.threshold is not None else [tuple(self.holders)]
+        got = [int(v) for v in decrypted]
+        n = len(expected)
+        for i, p in enumerate(sets):
+            if got[i * n:(i + 1) * n] != expected:
+                self.state = "failed"
+                raise InvalidInputError(f"holder {self.holder}: the test decryption of holders {list(p)} does not "
+                                        "equal the test vector: setup stopped, the key is not activated")
+        if len(got) != n * len(sets):
             self.state = "failed"
-            raise InvalidInputError(f"holder {self.holder}: the test decryption does not equal the test vector: "
-                                    "setup stopped, the key is not activated")
+            raise InvalidInputError(f"holder {self.holder}: {len(got)} test values for {len(sets)} participant sets")
+        if self._tofn_share is not None:
+            self.secret = self._tofn_share
         self.state = "active"
 
     # Optional Galois rounds (joins, rotations), after the key is active; their own state, once per setup.
@@ -192,6 +257,9 @@ class HolderSetup:
     def commit_galois(self, elements: Sequence[int]) -> bytes:
         """Galois round 1: commit to this holder's Galois key share for `elements` (`threshold.galois`), once."""
         self._at("active")
+        if self.threshold is not None:
+            raise InvalidInputError(f"holder {self.holder}: collective Galois keys need the N-of-N shares s_i; a t-of-N "
+                                    "key has none")
         if self.galois_state != "none":
             raise InvalidInputError(f"holder {self.holder} made its Galois key share already: one per setup")
         assert self.secret is not None
@@ -259,7 +327,10 @@ class SetupRelay:
         """The test vector encrypted under the collective key."""
         return encrypt_sum(self.ctx, public_key, [test_vector(seed, _slots(self.ctx), _plain_modulus(self.ctx))])
 
-    def combine_test(self, ciphertext: bytes, shares: dict[int, bytes], fingerprint: bytes) -> npt.NDArray[np.int64]:
-        """The combined test decryption (n-of-n: refuses a missing or misbound share)."""
-        _complete("test share", shares, self.holders)
-        return combine(self.ctx, ciphertext, [shares[h] for h in self.holders], self.holders, fingerprint)
+    def combine_test(self, ciphertext: bytes, shares: dict[int, bytes], fingerprint: bytes,
+                     participants: Sequence[int] | None = None) -> npt.NDArray[np.int64]:
+        """The combined test decryption of the participant set (default every holder: n-of-n); refuses a missing
+        or misbound share."""
+        p = list(participants) if participants is not None else self.holders
+        _complete("test share", shares, p)
+        return combine(self.ctx, ciphertext, [shares[h] for h in p], p, fingerprint)

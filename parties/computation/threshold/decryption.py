@@ -8,11 +8,22 @@ measurement before anything is combined, with an error naming the holder and its
 Studies open at every holder (each keeps its own copy of the contract and its own ledger; the
 copies must be identical); budgets are read from every holder and the most spent one counts.
 It also relays the collective key setup (`setup_key`) and serves the collective public context.
+
+t-of-N keys (`setup_key(threshold=t)`): a measurement needs only t holders. Before anything is
+charged, this server asks every holder whether it is up and fixes the participant set, the first t
+that answered (fewer than t: refused, naming the holders missing, nothing charged); it then has
+those t sign the measurement's charge on the study's whole charge log (`SignCharge`, kept here in
+`charges/<study>.json` and shown to every holder with each request), asks them for their shares
+with the log, and combines their t shares. Studies and budgets are read from the holders that
+answer. Direct queries need every holder's ledger and are refused with a t-of-N key.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import secrets
+from fractions import Fraction
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +41,7 @@ from he_partition.he.threshold.context import collective_context_bytes, vector_c
 from he_partition.he.threshold.decrypt import combine
 from he_partition.he.threshold.keys import collective_public_key, key_fingerprint
 from he_partition.he.threshold.setup import SetupRelay, common_seed
+from he_partition.he.threshold.shamir import check_threshold, subsets
 
 from ...common.contract import StudyContract
 from ...common.errors import FailedPreconditionError, ServiceError, status_for
@@ -39,7 +51,11 @@ from ...common.tls import TlsConfig
 from ...common.util import new_id
 from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
 from ...decryption.forwarding import UploadForwarding
+from ...decryption.handler import charged_epsilon
+from ...decryption.keyshare.charges import ChargeEntry, SignedCharge, charge_request, dump_log, load_log
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
+from ...decryption.keyshare.resharing import HolderIdentity
+from ...common.contract import canonical_json
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
@@ -85,6 +101,13 @@ class ThresholdDecryption:
                 c.receipts = ReceiptBook(Path(data_dir) / f"ledger_receipts.{name}.jsonl")
             self.clients.append(c)
         self._template = generate_secret_context()  # parameters only; its own keys are never used
+        #: t of a t-of-N key (learned from the holders' status or the setup); None: N-of-N or not yet known.
+        self.threshold: int | None = None
+        self._known_threshold = False
+        self._charges_dir = Path(data_dir) / "charges" if data_dir is not None else None
+        self._logs: dict[str, list[SignedCharge]] = {}
+        self._pending: dict[str, SignedCharge] = {}
+        self._log_locks: dict[str, threading.Lock] = {}
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
         self._uploads = UploadForwarding(self._send_uploads)  # the owners' signed c1 parts, once per study
@@ -123,13 +146,69 @@ class ThresholdDecryption:
             raise HolderFailedError(code, f"key-share holder {name} {what}: {reason}{others}")
         return results
 
+    def _quorum(self, what: str, call: Callable[[KeyShareClient], T], timeout: float | None = None) -> dict[int, T]:
+        """t-of-N: `call` at every holder in parallel, the answers of those that gave one (holder index -> result);
+        fewer than t answers: HolderFailedError naming the holders missing and why, before anything else runs."""
+        assert self.threshold is not None
+        futures = [self._pool.submit(call, c) for c in self.clients]
+        got: dict[int, T] = {}
+        failures: list[tuple[str, Exception]] = []
+        for i, (c, f) in enumerate(zip(self.clients, futures)):
+            try:
+                got[i] = f.result(timeout=timeout)
+            except Exception as failed:  # a holder down is expected: t of N suffice
+                failures.append((c.name, failed))
+        if len(got) < self.threshold:
+            def short(e: Exception) -> str:
+                text = e.details if isinstance(e, ServiceError) else status_for(e)[1]
+                return text if len(text) <= 120 else text[:117] + "..."
+
+            reasons = "; ".join(f"{n}: {short(e)}" for n, e in failures)
+            raise HolderFailedError(grpc.StatusCode.UNAVAILABLE,
+                                    f"the t-of-N key needs {self.threshold} of {self.k} key-share holders and only "
+                                    f"{len(got)} {what}; missing: {', '.join(n for n, _ in failures)} ({reasons}); "
+                                    "nothing was charged or decrypted")
+        return got
+
+    def tofn(self) -> int | None:
+        """t of the holders' active t-of-N key, None for N-of-N (asked once; a holder down is tolerated)."""
+        with self._lock:
+            if self._known_threshold:
+                return self.threshold
+        replies: list[Any] = []
+        for c in self.clients:
+            try:
+                replies.append(c.key_setup("status", b"", self.names, retry=False, timeout=5.0))
+            except Exception:  # noqa: BLE001 - a holder down: the others tell the threshold
+                continue
+        ts_ = {r.threshold for r in replies if r.state == "active"}
+        with self._lock:
+            if len(ts_) == 1:
+                t = ts_.pop()
+                self.threshold = t if t < self.k else None
+                self._known_threshold = True
+            return self.threshold
+
     # -- key setup -------------------------------------------------------------------------
-    def setup_key(self) -> tuple[str, bool]:
-        """Run the collective key setup through every holder; (fingerprint, already_active)."""
+    def setup_key(self, threshold: int = 0) -> tuple[str, bool]:
+        """Run the collective key setup through every holder; (fingerprint, already_active).
+
+        `threshold` t > 0: a t-of-N key (t > N/2): after the key is built, each holder deals its
+        share to every holder (sealed to the recipient, signed; relayed here unread), and the test
+        decryption runs once per participant set of t holders."""
         names = self.names
+        if threshold:
+            check_threshold(int(threshold), list(range(self.k)))
         status = self._all("did not report its key state", lambda c: c.key_setup("status", b"", names))
         active = {s.fingerprint for s in status if s.state == "active"}
         if len(active) == 1 and all(s.state == "active" for s in status):
+            have = {s.threshold for s in status}
+            if threshold and have != {int(threshold)}:
+                raise FailedPreconditionError(f"the holders' collective key is already active with threshold "
+                                              f"{sorted(have)} of {self.k}, not {threshold}: it is not replaced")
+            with self._lock:
+                t = have.pop() if len(have) == 1 else self.k
+                self.threshold, self._known_threshold = (t if t < self.k else None), True
             return active.pop(), True
         if active:
             raise FailedPreconditionError("the holders disagree on the collective key: "
@@ -145,7 +224,7 @@ class ThresholdDecryption:
                 relay.submit(name, i, r.message)
             return relay.collected(name)
 
-        seed_commits = step("commit_seed")
+        seed_commits = step("commit_seed", threshold=int(threshold))
         contributions = step("reveal_seed", seed_commits)
         key_commits = step("commit_key", contributions)
         reveals = step("reveal_key", key_commits)
@@ -157,14 +236,42 @@ class ThresholdDecryption:
             raise FailedPreconditionError("the holders built different collective keys: setup stopped (relay "
                                           f"{fingerprint[:16]}, holders {[r.fingerprint[:16] for r in built]})")
         ct = relay.test_ciphertext(public_key, seed)
-        shares = step("test_share", ciphertext=ct)
-        values = relay.combine_test(ct, shares, key_fingerprint(public_key))
+        if threshold:
+            identities = {i: HolderIdentity(bytes.fromhex(s.seal_public_key), bytes.fromhex(s.signing_public_key))
+                          .to_bytes() for i, s in enumerate(status)}
+            dealt = step("deal", identities)
+            step("receive", dealt)
+            parts: list[int] = []
+            for p in subsets(range(self.k), int(threshold)):
+                futures = [self._pool.submit(self.clients[i].key_setup, "test_share", session, names, ciphertext=ct,
+                                             participants=p) for i in p]
+                shares = {i: r.message for i, r in zip(p, self._collect_some("refused a test share", p, futures))}
+                parts += relay.combine_test(ct, shares, key_fingerprint(public_key), p).tolist()
+            values = np.array(parts, dtype=np.int64)
+        else:
+            shares = step("test_share", ciphertext=ct)
+            values = relay.combine_test(ct, shares, key_fingerprint(public_key))
         confirmed = self._all("refused the test decryption",
                               lambda c: c.key_setup("confirm", session, names, values=values.tolist()))
         if any(r.fingerprint != fingerprint for r in confirmed):
             raise FailedPreconditionError("a holder activated another collective key: setup stopped")
-        log.info("collective key %s set up by holders %s", fingerprint[:16], ", ".join(names))
+        with self._lock:
+            self.threshold, self._known_threshold = (int(threshold) or None), True
+        log.info("collective key %s set up by holders %s (%s)", fingerprint[:16], ", ".join(names),
+                 f"any {threshold} of {self.k}" if threshold else f"all {self.k}")
         return fingerprint, False
+
+    def _collect_some(self, what: str, holders: Sequence[int], futures: list[Future[T]]) -> list[T]:
+        """Every result of `futures` (one per holder index in `holders`); the first failure as HolderFailedError."""
+        out: list[T] = []
+        for i, f in zip(holders, futures):
+            try:
+                out.append(f.result())
+            except Exception as failed:
+                code, reason = (failed.code, failed.details) if isinstance(failed, ServiceError) else \
+                    status_for(failed)
+                raise HolderFailedError(code, f"key-share holder {self.names[i]} {what}: {reason}") from None
+        return out
 
     # -- the decryption client's interface -------------------------------------------------
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
@@ -176,8 +283,12 @@ class ThresholdDecryption:
         with self._lock:
             if self._context is not None:
                 return self._context
-        contexts = self._all("did not serve the collective public context",
-                             lambda c: c.public_context(timeout=timeout))
+        if self.tofn() is not None:
+            contexts = list(self._quorum("served the collective public context",
+                                         lambda c: c.public_context(timeout=timeout)).values())
+        else:
+            contexts = self._all("did not serve the collective public context",
+                                 lambda c: c.public_context(timeout=timeout))
         fps = {context_fingerprint(d) for d in contexts}
         if len(fps) != 1:
             raise FailedPreconditionError(f"the key-share holders serve {len(fps)} different public contexts")
@@ -202,7 +313,8 @@ class ThresholdDecryption:
             status = self._all("did not report its seal key", lambda c: c.key_setup("status", b"", self.names))
             terms["holder_seal_keys"] = [s.seal_public_key for s in status]
         if terms.get("noise_tolerates") is None:
-            terms["noise_tolerates"] = self.k - 1
+            t = self.tofn()
+            terms["noise_tolerates"] = (t if t is not None else self.k) - 1
         opened = self._all("refused the study", lambda c: c.open_study(**terms))
         hashes = {c.contract_hash for c, _ in opened}
         if len(hashes) != 1:
@@ -211,13 +323,25 @@ class ThresholdDecryption:
         return opened[0][0], all(existed for _, existed in opened)
 
     def get_study(self, study_id: str, *, timeout: float | None = None) -> StudyContract:
-        contracts = self._all("did not return the study", lambda c: c.get_study(study_id, timeout=timeout))
+        if self.tofn() is not None:
+            contracts = list(self._quorum("returned the study", lambda c: c.get_study(study_id, timeout=timeout))
+                             .values())
+        else:
+            contracts = self._all("did not return the study", lambda c: c.get_study(study_id, timeout=timeout))
         if len({c.contract_hash for c in contracts}) != 1:
             raise FailedPreconditionError(f"the key-share holders hold different contracts for study {study_id}")
         return contracts[0]
 
     def budget(self, study_id: str, *, timeout: float | None = None) -> BudgetInfo:
         """Every holder's view (each checked against its receipts); the most spent one counts."""
+        if self.tofn() is not None:
+            got = self._quorum("reported the budget", lambda c: c.budget(study_id, timeout=timeout))
+            chain = float(sum((c.entry.epsilon for c in self._log(study_id)), Fraction(0)))
+            # the signed charge log is the spend: a holder's own ledger holds only the requests it answered
+            views = [v if v.spent >= chain else dataclasses.replace(
+                v, spent=chain, remaining=v.total - chain, available=max(0.0, v.available - (chain - v.spent)))
+                for v in got.values()]
+            return min(views, key=lambda v: (v.available, -v.spent))
         views = self._all("did not report the budget", lambda c: c.budget(study_id, timeout=timeout))
         spent = {n: v.spent for n, v in zip(self.names, views)}
         if len(set(spent.values())) > 1:
@@ -240,8 +364,16 @@ class ThresholdDecryption:
         """
         t0 = time.monotonic()
         self._await_forward(study_id)
+        members = list(range(self.k))
+        extra: dict[str, Any] = {}
+        t = self.tofn()
+        if t is not None:  # fix the participants and have them sign the charge, before any share is asked for
+            signed = self._charge(t, study_id, release_id, float(release_epsilon), measurement)
+            members = list(signed.entry.participants)
+            extra = {"charge_log": dump_log(self._log(study_id)), "participants": members}
+        clients = [self.clients[i] for i in members]
         t1 = time.monotonic()
-        arrived: list[list[bytes | None]] = [[None] * chunk_count for _ in self.clients]
+        arrived: list[list[bytes | None]] = [[None] * chunk_count for _ in clients]
         ready = threading.Condition()
 
         def on_share(i: int, j: int, share: bytes) -> None:
@@ -254,14 +386,14 @@ class ThresholdDecryption:
             try:
                 return c.issue_shares(study_id=study_id, release_id=release_id, release_epsilon=release_epsilon,
                                       measurement=measurement, chunk_count=chunk_count, contract_hash=contract_hash,
-                                      timeout=timeout, on_share=lambda j, share: on_share(i, j, share))
+                                      timeout=timeout, on_share=lambda j, share: on_share(i, j, share), **extra)
             finally:
                 with ready:
                     ready.notify_all()
 
         # the holders compute on the owners' signed c1, so they work while this server builds its chunks, and each
         # chunk is combined as soon as its K shares are in (the holders charged before their first share)
-        asked = [self._pool.submit(ask, i, c) for i, c in enumerate(self.clients)]
+        asked = [self._pool.submit(ask, i, c) for i, c in enumerate(clients)]
         try:
             sent = list(chunks)
         except BaseException:
@@ -270,7 +402,7 @@ class ThresholdDecryption:
             raise
         t2 = time.monotonic()
         if len(sent) != chunk_count:
-            self._collect("issued no shares", asked)
+            self._collect_some("issued no shares", members, asked)
             raise InvalidInputError(f"{len(sent)} chunks for a measurement announced with {chunk_count}")
         ctx = self._template
         slots = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
@@ -282,20 +414,108 @@ class ThresholdDecryption:
                     ready.wait(1.0)
                 shares = [a[j] for a in arrived]
             if any(s is None for s in shares):  # a holder failed: its error, naming it (nothing more is combined)
-                self._collect("issued no shares", asked)
+                self._collect_some("issued no shares", members, asked)
                 raise HolderFailedError(grpc.StatusCode.DATA_LOSS, f"a key-share holder stopped before chunk {j}")
             fp = fp or bytes.fromhex(self._fingerprint(study_id))  # read once every holder has answered
             full[index * slots:(index + 1) * slots] = combine(ctx, vector_ciphertext(sent[j]),
                                                               [s for s in shares if s is not None],
-                                                              list(range(self.k)), fp, bound_to_c1=True)
+                                                              members, fp, bound_to_c1=True)
         t3 = time.monotonic()
-        got = self._collect("issued no shares", asked)
+        got = self._collect_some("issued no shares", members, asked)
         values = measurement.decode(full[:measurement.domain_size], DEFAULT_PLAIN_MODULUS, check=False)
         refuse_implausible(values)
         log.info("study %s, release %s: %s of %d chunks: forward waited %.2f s, chunks built %.2f s, shares in and "
                  "combined %.2f s", study_id, release_id, measurement.kind, chunk_count, t1 - t0, t2 - t1, t3 - t2)
         return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,
                              min(g.epsilon_remaining for g in got))
+
+    # -- the t-of-N charge log ---------------------------------------------------------------
+    def _log_path(self, study_id: str) -> Path | None:
+        return self._charges_dir / f"{study_id}.json" if self._charges_dir is not None else None
+
+    def _log(self, study_id: str) -> list[SignedCharge]:
+        """The study's signed charge log as this server keeps it (memory, and `charges/<study>.json`)."""
+        with self._lock:
+            got = self._logs.get(study_id)
+            if got is None:
+                path = self._log_path(study_id)
+                raw = json.loads(path.read_text()) if path is not None and path.exists() else {}
+                got = self._logs[study_id] = load_log(json.dumps(raw.get("log", [])))
+                if raw.get("pending"):
+                    self._pending[study_id] = SignedCharge.from_dict(raw["pending"])
+            return got
+
+    def _save(self, study_id: str) -> None:
+        path = self._log_path(study_id)
+        if path is None:
+            return
+        pending = self._pending.get(study_id)
+        body = {"log": json.loads(dump_log(self._logs[study_id])), "pending": pending.to_dict() if pending else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body))
+        tmp.replace(path)
+
+    def _sign(self, t: int, charge: SignedCharge, log_: list[SignedCharge], holders: Sequence[int]) -> SignedCharge:
+        """Ask `holders` (in parallel) to sign `charge` on `log_`; the charge with every signature gathered."""
+        entry_json, log_json = json.dumps(charge.entry.to_dict()), dump_log(log_)
+        futures = {i: self._pool.submit(self.clients[i].sign_charge, charge.entry.study_id, entry_json, log_json)
+                   for i in holders}
+        refusals: list[str] = []
+        first: Exception | None = None
+        for i, f in futures.items():
+            try:
+                charge = charge.with_signature(i, f.result())
+            except Exception as failed:  # every holder's answer is collected; the refusals are reported together
+                reason = failed.details if isinstance(failed, ServiceError) else status_for(failed)[1]
+                refusals.append(f"{self.names[i]}: {reason}")
+                first = failed
+        if len(charge.signatures) < t:
+            code = first.code if isinstance(first, ServiceError) else \
+                status_for(first)[0] if first is not None else grpc.StatusCode.UNAVAILABLE
+            raise HolderFailedError(code, f"the charge of study {charge.entry.study_id} has {len(charge.signatures)} "
+                                          f"of the {t} holder signatures it needs ({'; '.join(refusals)}); nothing "
+                                          "was decrypted")
+        return charge
+
+    def _charge(self, t: int, study_id: str, release_id: str, release_epsilon: float,
+                measurement: Measurement) -> SignedCharge:
+        """This measurement's valid charge in the study's log: found (a retry), or proposed at the log's end with
+        the first t holders that answer as participants and signed by them.
+
+        Privacy: the charge spends charged_epsilon (the measurement's epsilon times 1 + L, for L1
+        sensitivity `measurement.sensitivity` under add/remove of one person with at most c
+        records) of the study's budget once t holders signed it; each holder signs only when the
+        whole log plus it fits the budget (`charges.ChargeBook.sign`). Draws no noise."""
+        contract = self.get_study(study_id)
+        request = charge_request(study_id, release_id, release_epsilon, canonical_json(measurement.to_dict()))
+        lock = self._log_locks.setdefault(study_id, threading.Lock())
+        with lock:
+            log_ = self._log(study_id)
+            for c in log_:
+                if c.entry.request == request:
+                    return c
+            up = sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
+                                                                      timeout=10.0)))
+            pending = self._pending.get(study_id)
+            if pending is not None and pending.entry.index == len(log_):  # an earlier charge short of signatures
+                done = self._sign(t, pending, log_, up)  # the holders that signed it sign no other entry there
+                log_.append(done)
+                self._pending.pop(study_id, None)
+                self._save(study_id)
+                if done.entry.request == request:
+                    return done
+            entry = ChargeEntry(study_id, len(log_), log_[-1].entry.digest() if log_ else "", request,
+                                Fraction(charged_epsilon(contract, measurement, release_epsilon)), tuple(up[:t]))
+            self._pending[study_id] = SignedCharge(entry)
+            self._save(study_id)
+            signed = self._sign(t, SignedCharge(entry), log_, entry.participants)
+            log_.append(signed)
+            self._pending.pop(study_id, None)
+            self._save(study_id)
+            log.info("study %s: charge %d (%.6g) signed by holders %s", study_id, entry.index, float(entry.epsilon),
+                     ", ".join(self.names[i] for i in entry.participants))
+            return signed
 
     def close_uploads(self, contract: StudyContract, commitments: Sequence[Commitment], *,
                       timeout: float | None = None) -> list[bytes]:
@@ -324,6 +544,10 @@ class ThresholdDecryption:
         self._uploads.forward(contract, uploads, included, background=background)
 
     def _send_uploads(self, contract: StudyContract, parts: list[OwnerC1Parts]) -> None:
+        if self.tofn() is not None:  # t holders suffice; a holder that missed them gets them at the next forward
+            self._quorum("took the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
+                                                                              contract.contract_hash, parts))
+            return
         self._all("refused the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
                                                                            contract.contract_hash, parts))
         log.info("study %s: c1 parts of %d owners forwarded to %d holders (%d bytes each)", contract.study_id,
@@ -351,6 +575,10 @@ class ThresholdDecryption:
         records, max-overlap accounting); draws no noise, so nobody knows noise from it.
         Returns the most expensive holder's answer.
         """
+        if self.tofn() is not None:
+            raise FailedPreconditionError("direct queries are not built for t-of-N keys (each range's claim lives in "
+                                          "every holder's own ledger): query the released summary; nothing was "
+                                          "charged")
         paid = self._all("refused the direct-query charge", lambda c: c.charge_direct_queries(**kwargs))
         return max(paid, key=lambda p: (p.epsilon_charged, -p.epsilon_remaining))
 

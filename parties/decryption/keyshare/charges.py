@@ -52,11 +52,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.protocol import EPSILON_TOLERANCE
 
 from ...common.errors import FailedPreconditionError
 from ...common.util import utc_now
 
-__all__ = ["ChargeBook", "ChargeEntry", "ChargeRules", "SignedCharge", "budget_collusion_tolerance", "chain_total"]
+__all__ = ["ChargeBook", "ChargeEntry", "ChargeRules", "SignedCharge", "budget_collusion_tolerance", "chain_total",
+           "charge_request", "dump_log", "load_log"]
 
 _TAG = b"dpagg/tofn-charge/v1\x00"
 GENESIS = ""
@@ -205,6 +207,29 @@ class ChargeRules:
         return total
 
 
+def charge_request(study_id: str, release_id: str, release_epsilon: float, spec_json: str) -> str:
+    """The request id a charge pays for (hex SHA-256): study, release, release epsilon and the measurement's
+    canonical spec. The computation server and every holder compute it from the request alone."""
+    h = hashlib.sha256(b"dpagg/tofn-request/v1\x00" + json.dumps(
+        [study_id, release_id, repr(float(release_epsilon))]).encode() + b"\x00" + spec_json.encode("utf-8"))
+    return h.hexdigest()
+
+
+def dump_log(log: Sequence[SignedCharge]) -> str:
+    return json.dumps([c.to_dict() for c in log], separators=(",", ":"))
+
+
+def load_log(text: str) -> list[SignedCharge]:
+    """A charge log from its JSON (`dump_log`); InvalidInputError for anything else."""
+    try:
+        raw = json.loads(text) if text else []
+    except ValueError as exc:
+        raise InvalidInputError(f"the charge log is not JSON: {exc}") from exc
+    if not isinstance(raw, list):
+        raise InvalidInputError("the charge log must be a JSON list of signed charges")
+    return [SignedCharge.from_dict(d) for d in raw]
+
+
 def chain_total(log: Sequence[SignedCharge]) -> Fraction:
     return sum((c.entry.epsilon for c in log), Fraction(0))
 
@@ -268,7 +293,7 @@ class ChargeBook:
             if any(c.entry.request == entry.request for c in log):
                 raise FailedPreconditionError(f"request {entry.request[:12]} is already charged in study "
                                               f"{entry.study_id!r}; reuse its charge")
-            if total + entry.epsilon > Fraction(budget):
+            if total + entry.epsilon > Fraction(budget) * (1 + Fraction(EPSILON_TOLERANCE)):
                 raise BudgetExhaustedError(f"study {entry.study_id!r}: the charge log spends {float(total):g} of "
                                            f"{float(budget):g}; {float(entry.epsilon):g} more does not fit "
                                            f"(holder {self.holder}'s check, nothing signed)")

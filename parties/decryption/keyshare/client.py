@@ -29,6 +29,8 @@ class SetupReply:
     state: str
     holder: int
     seal_public_key: str = ""
+    signing_public_key: str = ""
+    threshold: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,18 +52,29 @@ class KeyShareClient(DecryptionClient):
         self.server_label = f"key-share holder {name}"
 
     def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: Mapping[int, bytes] | None = None,
-                  *, ciphertext: bytes = b"", values: Sequence[int] = (), timeout: float | None = None) -> SetupReply:
+                  *, ciphertext: bytes = b"", values: Sequence[int] = (), threshold: int = 0,
+                  participants: Sequence[int] = (), timeout: float | None = None, retry: bool | None = None) -> SetupReply:
         """One step of the collective key setup at this holder (not retried: every step moves its state)."""
         req = decryption_pb2.KeySetupRequest(step=step, session=session, holders=list(holders),
                                              messages=dict(messages or {}), ciphertext=ciphertext,
-                                             values=[int(v) for v in values])
+                                             values=[int(v) for v in values], threshold=int(threshold),
+                                             participants=[int(p) for p in participants])
         resp = self._unary(self._stub.KeySetup, req, method="Decryption/KeySetup", timeout=timeout or 120.0,
-                           retry=step == "status")
-        return SetupReply(bytes(resp.message), resp.fingerprint, resp.state, int(resp.holder), resp.seal_public_key)
+                           retry=step == "status" if retry is None else retry)
+        return SetupReply(bytes(resp.message), resp.fingerprint, resp.state, int(resp.holder), resp.seal_public_key,
+                          resp.signing_public_key, int(resp.threshold))
+
+    def sign_charge(self, study_id: str, entry: str, charge_log: str, *, timeout: float | None = None) -> bytes:
+        """This holder's signature on a t-of-N charge entry appended to the study's whole `charge_log` (JSON)."""
+        req = decryption_pb2.SignChargeRequest(study_id=study_id, entry=entry, charge_log=charge_log)
+        resp = self._unary(self._stub.SignCharge, req, method="Decryption/SignCharge", timeout=timeout or 30.0,
+                           retry=True)  # a holder signs the same entry again (idempotent)
+        return bytes(resp.signature)
 
     def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                      chunk_count: int, contract_hash: str, timeout: float | None = None,
-                     chunks: Sequence[bytes] = (), on_share: Callable[[int, bytes], None] | None = None) -> HolderShares:
+                     chunks: Sequence[bytes] = (), on_share: Callable[[int, bytes], None] | None = None,
+                     charge_log: str = "", participants: Sequence[int] = ()) -> HolderShares:
         """Ask for this holder's share of each of the measurement's `chunk_count` measured chunks.
 
         The holder computes every share on the chunk's c1 as the owners signed it: the request
@@ -79,7 +92,8 @@ class KeyShareClient(DecryptionClient):
         """
         header = decryption_pb2.DecryptMeasurementHeader(
             study_id=study_id, release_id=release_id, release_epsilon=release_epsilon, chunk_count=chunk_count,
-            contract_hash=contract_hash, newest_receipt=self._shown(study_id))
+            contract_hash=contract_hash, newest_receipt=self._shown(study_id), charge_log=charge_log,
+            participants=[int(p) for p in participants])
 
         def requests() -> Iterator[decryption_pb2.DecryptMeasurementRequest]:
             return measurement_requests(header, measurement, chunks)

@@ -44,6 +44,7 @@ from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.threshold.c1 import C1Part, c1_digest
 from he_partition.he.threshold.decrypt import chunk_share, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.rns import mulmod
 from he_partition.he.threshold.wire import ciphertext_digest
 from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
 
@@ -307,7 +308,7 @@ def answered(holder: ThresholdHolder, label: bytes) -> bool:
 
 
 def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any,
-                       measured: Any, slots: int, charge: Any) -> MeasurementShares:
+                       measured: Any, slots: int, charge: Any, *, weights: list[int] | None = None) -> MeasurementShares:
     """This holder's shares of one measurement's chunks, charging `charge()` once before any share is computed.
 
     Each share is computed on the chunk's c1 as the owners signed it (`ThresholdHolder.product`:
@@ -327,6 +328,8 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
     CS's pads, so without the holders' it would read the data there) and keyed smudging.
     An identical repeat of an answered request (the retry after a lost reply) gets the
     identical shares again -- every noise is keyed by the request -- and is not charged again.
+    `weights` (t-of-N keys): this holder's Lagrange coefficient for the request's participant set,
+    one per prime of the data level; each share then carries lambda_j c1 S_j in place of c1 s_i.
     """
     with holder._lock:
         repeated = answered(holder, label)  # an identical request answered before or meanwhile: charged then
@@ -335,11 +338,11 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
             holder._db.execute("INSERT INTO threshold_requests (label_digest, label, chunks, created_at) "
                                "VALUES (?, ?, ?, ?)",
                                (hashlib.sha256(label).hexdigest(), label.decode("utf-8"), len(chunk_index), utc_now()))
-    return MeasurementShares(_shares(holder, label, study_id, chunk_index, noise, measured, slots), repeated)
+    return MeasurementShares(_shares(holder, label, study_id, chunk_index, noise, measured, slots, weights), repeated)
 
 
 def _shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any, measured: Any,
-            slots: int) -> Iterator[bytes]:
+            slots: int, weights: list[int] | None = None) -> Iterator[bytes]:
     """The shares of `measurement_shares`, one chunk at a time (the caller has charged; see there for the noise)."""
     plain_modulus = int(holder.ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
     # the label holds the measurement's spec hash; each chunk's sources are keyed by the label's SHA-256
@@ -353,5 +356,7 @@ def _shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: l
         pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v2" + request + at, stream=NOISE_STREAM)
         dp = padded_noise(chunk_noise, chunk_mask, pads, plain_modulus)
         product, moduli, bound = holder.product(study_id, index)
+        if weights is not None:  # lambda_j (c1 S_j): only the participant set's t shares combine
+            product = np.stack([mulmod(product[r], weights[r], q) for r, q in enumerate(moduli)])
         yield chunk_share(holder.ctx, holder.secret.holder, holder.key_fingerprint, product, moduli, bound,
                           dp_noise=dp, rng=smudge)

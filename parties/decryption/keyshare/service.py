@@ -9,6 +9,13 @@ A holder is a decryption server in key-share mode (`dpagg serve-decryption --key
   list, this holder's index and the collective key fingerprint (found again after a restart);
 - its own noise key and its own SQLite ledger, as the single decryption server does.
 
+A t-of-N key (`dpagg setup-key --threshold t`, t > N/2) keeps S_j, the holder's Shamir share of the
+key (`he_partition.he.threshold.shamir`), in `threshold_secret.bin` instead, and `collective.json`
+records t and every holder's identity keys (seal and signing: what charge signatures verify under).
+Each share request then carries the study's signed charge log and the participant set its charge
+fixed (`charges.ChargeBook`): the holder signs charges (`sign_charge`) and issues shares only
+within that log, so no routing of requests to different holders overspends a budget.
+
 The collective key fingerprint every contract carries is the SHA-256 of the public TenSEAL
 context built around the collective key (`threshold.context.collective_context`, deterministic
 bytes): what owners already check (`context_fingerprint` of the context they download), and it
@@ -23,6 +30,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
@@ -38,6 +46,7 @@ from he_partition.he.bfv import load_context
 from he_partition.he.threshold.context import collective_context_bytes
 from he_partition.he.threshold.keys import HolderSecret
 from he_partition.he.threshold.setup import HolderSetup
+from he_partition.he.threshold.shamir import lagrange
 from he_partition.protocol import MAX_NOISE_SCALE
 
 from ...common.contract import StudyContract, canonical_json
@@ -52,6 +61,9 @@ from ...common.sealing import Commitment, SealKeyPair
 from ..commitments import CommitmentBook
 from .uploads import OwnerC1Parts, UploadC1Book
 from ..ledger import Charge
+from ..receipts import ReceiptSigner
+from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_request, load_log
+from .resharing import HolderIdentity, deal_message, identities_digest, open_deal_message
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
@@ -108,6 +120,13 @@ class KeyShareService:
         self._lock = threading.Lock()
         # The X25519 key owners seal their upload keys to, and the sealed studies' closed commitment sets.
         self.seal = SealKeyPair.load_or_create(self.keys_dir)
+        #: This holder's Ed25519 key (its receipt key): signs its receipts, t-of-N charges and dealt sub-shares.
+        self.signer = ReceiptSigner.load_or_create(self.keys_dir)
+        #: t of an active t-of-N key (None: N-of-N), every holder's identity keys, and this holder's charge book.
+        self.threshold: int | None = None
+        self.identities: dict[int, HolderIdentity] = {}
+        self.charges: ChargeBook | None = None
+        self._setup_identities: dict[int, HolderIdentity] = {}
         self.commitments = CommitmentBook(self.seal, self.index, len(self.holders), Path(data_dir) / "commitments")
         self._load()
 
@@ -122,6 +141,10 @@ class KeyShareService:
                                     f"(this one index {meta['index']}), not the configured {list(self.holders)}")
         secret = HolderSecret.from_bytes(self.template, (self.keys_dir / SECRET_FILE).read_bytes())
         public = (self.keys_dir / PUBLIC_FILE).read_bytes()
+        if meta.get("threshold"):
+            self.threshold = int(meta["threshold"])
+            self.identities = {int(h): HolderIdentity.from_bytes(bytes.fromhex(v), int(h))
+                               for h, v in meta["identities"].items()}
         self._activate(public, secret)
         if self.active is None or self.active.fingerprint != meta["fingerprint"]:
             raise InvalidInputError(f"the collective key in {self.keys_dir} does not match its recorded fingerprint")
@@ -136,21 +159,35 @@ class KeyShareService:
         self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), CipherRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key,
                                          key_holders=len(self.holders))
+        if self.threshold is not None:
+            rules = ChargeRules({h: i.signing for h, i in self.identities.items()}, self.threshold)
+            self.charges = ChargeBook(self.index, self.signer._private, rules, self.keys_dir.parent / "charges.sqlite3")
 
     def _persist(self, setup: HolderSetup) -> None:
         assert setup.secret is not None
         self.keys_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_private_file(self.keys_dir / SECRET_FILE, setup.secret.to_bytes())
         write_file_atomic(self.keys_dir / PUBLIC_FILE, setup.public_key)
+        if setup.threshold is not None:
+            self.threshold, self.identities = setup.threshold, dict(self._setup_identities)
         self._activate(setup.public_key, setup.secret)
         assert self.active is not None
-        write_file_atomic(self.keys_dir / META_FILE, json.dumps(
-            {"holders": list(self.holders), "index": self.index, "fingerprint": self.active.fingerprint}).encode())
+        meta = {"holders": list(self.holders), "index": self.index, "fingerprint": self.active.fingerprint}
+        if self.threshold is not None:
+            meta.update(threshold=self.threshold, identities_sha256=identities_digest(self.identities),
+                        identities={str(h): i.to_bytes().hex() for h, i in sorted(self.identities.items())})
+        write_file_atomic(self.keys_dir / META_FILE, json.dumps(meta).encode())
         log.info("holder %s: collective key %s active", self.name, self.active.fingerprint[:16])
 
     def close(self) -> None:
         if self.holder is not None:
             self.holder.close()
+        if self.charges is not None:
+            self.charges.close()
+
+    @property
+    def identity(self) -> HolderIdentity:
+        return HolderIdentity(self.seal.public, self.signer.public_key)
 
     def require_active(self) -> DecryptionHandler:
         """The study/budget handler over this holder's ledger; FAILED_PRECONDITION before the key setup."""
@@ -161,8 +198,14 @@ class KeyShareService:
 
     # -- key setup ------------------------------------------------------------------------
     def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: dict[int, bytes],
-                  ciphertext: bytes, values: Sequence[int]) -> tuple[bytes, str, str]:
-        """One setup step: (this holder's message, fingerprint, state). See `HolderSetup` for the rounds."""
+                  ciphertext: bytes, values: Sequence[int], *, threshold: int = 0,
+                  participants: Sequence[int] = ()) -> tuple[bytes, str, str]:
+        """One setup step: (this holder's message, fingerprint, state). See `HolderSetup` for the rounds.
+
+        t-of-N (`threshold` > 0 at commit_seed): "deal" takes every holder's identity keys (as each
+        reported them) and returns this holder's sub-shares, each sealed to its recipient and signed;
+        "receive" takes every dealer's message and keeps S_j; "test_share" is asked once per
+        participant set that holds this holder."""
         with self._lock:
             if step == "status":  # the servicer adds this holder's seal key
                 return b"", self.active.fingerprint if self.active else "", "active" if self.active else (
@@ -174,7 +217,8 @@ class KeyShareService:
                 raise FailedPreconditionError(f"holder {self.name} already has an active collective key "
                                               f"{self.active.fingerprint[:16]}: it is not replaced")
             if step == "commit_seed":
-                self.setup = HolderSetup(self.template, session, self.index, list(range(len(self.holders))))
+                self.setup = HolderSetup(self.template, session, self.index, list(range(len(self.holders))),
+                                         int(threshold) or None)
                 return self.setup.commit_seed(), "", self.setup.state
             s = self.setup
             if s is None or not hmac.compare_digest(s.session, session):
@@ -188,8 +232,24 @@ class KeyShareService:
             if step == "build_key":
                 s.build_key(messages)
                 return s.fingerprint, context_fingerprint(collective_context_bytes(s.public_key)), s.state
+            if step == "deal":
+                idents = {h: HolderIdentity.from_bytes(m, h) for h, m in messages.items()}
+                if idents.get(self.index) != self.identity:
+                    raise InvalidInputError(f"the setup's identity list names other keys for holder {self.name} "
+                                            "than its own: setup stopped (the relay swapped keys)")
+                if sorted(idents) != list(range(len(self.holders))):
+                    raise InvalidInputError(f"the setup's identity list covers holders {sorted(idents)}, not all "
+                                            f"{len(self.holders)}: setup stopped")
+                self._setup_identities = idents
+                return deal_message(s.deal_subshares(), idents, session, self.index, self.signer._private), "", s.state
+            if step == "receive":
+                subs = {dealer: open_deal_message(self.template, m, session=session, dealer=dealer,
+                                                  recipient=self.index, identities=self._setup_identities,
+                                                  own_seal=self.seal) for dealer, m in messages.items()}
+                s.receive_subshares(subs)
+                return b"", "", s.state
             if step == "test_share":
-                return s.test_share(ciphertext), "", s.state
+                return s.test_share(ciphertext, [int(p) for p in participants] or None), "", s.state
             if step == "confirm":
                 s.confirm([int(v) for v in values])
                 self._persist(s)
@@ -219,6 +279,31 @@ class KeyShareService:
                                           "read another owner's (open the study through a current computation server)")
         if contract.sealed:
             self.commitments.check_contract(contract)
+        if self.threshold is not None and contract.noise_parties == 2 and contract.noise_tolerates >= self.threshold:
+            raise FailedPreconditionError(f"study {contract.study_id}: noise_tolerates {contract.noise_tolerates} must "
+                                          f"be below t = {self.threshold}: any t holders answer a t-of-N request, and "
+                                          "their shares must sum to a full draw; nothing was decrypted")
+
+    def sign_charge(self, study_id: str, entry_json: str, log_json: str) -> bytes:
+        """This holder's signature on one charge of a t-of-N study's charge log (`charges.ChargeBook.sign`).
+
+        Privacy: signs a spend of `entry.epsilon` against the study's budget (the contract's
+        epsilon) only when the whole log plus the entry fits it; the epsilon is that of a
+        measurement of L1 sensitivity c under add/remove of one person with at most c records
+        (checked again against the measurement before any share, `issue_shares`). Draws no noise."""
+        handler = self.require_active()
+        if self.charges is None:
+            raise FailedPreconditionError(f"key-share holder {self.name} holds an N-of-N key share: it charges its own "
+                                          "ledger and signs no charge log")
+        contract = handler.get_study(study_id)
+        self.check_contract(contract)
+        try:
+            entry = ChargeEntry.from_dict(json.loads(entry_json))
+        except ValueError as exc:
+            raise InvalidInputError(f"the charge entry is not JSON: {exc}") from exc
+        if entry.study_id != study_id:
+            raise InvalidInputError(f"the charge entry is for study {entry.study_id!r}, the request for {study_id!r}")
+        return self.charges.sign(entry, load_log(log_json), Fraction(contract.epsilon))
 
     def close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> list[bytes]:
         """Close `study_id`'s uploads on `commitments` (`CommitmentBook.close`): this holder's upload key shares."""
@@ -247,7 +332,8 @@ class KeyShareService:
         return chunks
 
     def issue_shares(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
-                     contract_hash: str, chunk_count: int) -> tuple[MeasurementShares, Charge | None]:
+                     contract_hash: str, chunk_count: int, charge_log: str = "",
+                     participants: Sequence[int] = ()) -> tuple[MeasurementShares, Charge | None]:
         """Check the measurement as the single key holder does, charge this holder's ledger, issue one share per chunk.
 
         The request names the measurement only: each share is computed on the measured chunk's
@@ -263,11 +349,23 @@ class KeyShareService:
         (the single key holder's draw), so the values stay epsilon-DP against the combiner
         with up to T holders; all K sum to K/(K - T) draws' variance. Drawn first from its own
         noise key keyed by the request, so only this holder knows it; the combiner sees only the sum.
+        t-of-N key: the request's charge must be in the study's signed `charge_log` with this holder
+        among its `participants` (`ChargeBook.authorize`), at exactly this measurement's charged
+        epsilon; the DP share is drawn for the t participants (any t - T of them sum to a full draw),
+        keyed by the request and the participant set; the share uses this holder's Lagrange weight
+        for that set (`shamir.lagrange`), so only those t shares combine.
         """
         handler = self.require_active()
         assert self.holder is not None and self.active is not None and self.holder.uploads is not None
         contract = handler.get_study(study_id)
         self.check_contract(contract)
+        parts = tuple(sorted(int(p) for p in participants))
+        if self.threshold is not None and isinstance(measurement, RangeCount):
+            raise FailedPreconditionError("direct queries are not built for t-of-N keys (their per-range claims "
+                                          "are per-holder ledgers): run releases; nothing was charged or decrypted")
+        if self.threshold is None and (charge_log or parts):
+            raise InvalidInputError(f"key-share holder {self.name} holds an N-of-N key share: a request names no "
+                                    "charge log or participants")
         slots = handler.backend.slots
         chunk_index = [int(i) for i in measurement.measured_chunks(slots)]
         if int(chunk_count) != len(chunk_index):
@@ -278,6 +376,22 @@ class KeyShareService:
         digest = chunks_digest(bound, chunk_index)
         spec_json = canonical_json(measurement.to_dict())  # once: a 1M-bin partition's spec is megabytes
         label = measurement_label(study_id, release_id, float(release_epsilon), spec_json, digest)
+        weights: list[int] | None = None
+        k = len(self.holders)
+        if self.threshold is not None:
+            assert self.charges is not None
+            request = charge_request(study_id, release_id, float(release_epsilon), spec_json)
+            signed = self.charges.authorize(study_id, request, load_log(charge_log))
+            if tuple(signed.entry.participants) != parts:
+                raise FailedPreconditionError(f"the request names participants {list(parts)}; its charge fixed "
+                                              f"{list(signed.entry.participants)}: nothing was decrypted")
+            want = Fraction(charged_epsilon(contract, measurement, float(release_epsilon)))
+            if signed.entry.epsilon != want:
+                raise FailedPreconditionError(f"the request's charge spends {float(signed.entry.epsilon):.12g}; this "
+                                              f"measurement costs {float(want):.12g}: nothing was decrypted")
+            weights = lagrange(parts, self.holder.uploads.moduli)[self.index]
+            label += b"|participants=" + ",".join(str(p) for p in parts).encode()
+            k = self.threshold  # the t participants' shares make the draw
         with self.holder._lock:
             repeat = answered(self.holder, label)
         if not repeat:  # an identical request answered before was checked and charged then
@@ -286,12 +400,11 @@ class KeyShareService:
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
-        k = len(self.holders)
         noise = np.zeros(measurement.domain_size, dtype=np.int64)
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
             # NB(1/(K - T)) per side: any K - T holders' shares sum to at least one full discrete Laplace draw
             d = tolerant_share(measurement.scale, k, contract.noise_tolerates, measurement.count,
-                                       holder_noise_source(self.noise_key, self.index, k, b"dp/" + label))
+                               holder_noise_source(self.noise_key, self.index, len(self.holders), b"dp/" + label))
             if isinstance(measurement, RangeCount) and measurement.lo > 0:  # no share on the CS's prefix mask
                 d = np.concatenate([np.zeros(1, dtype=np.int64), d])
             noise = np.asarray(measurement.noise_slots(d, DEFAULT_PLAIN_MODULUS), dtype=np.int64)
@@ -316,7 +429,8 @@ class KeyShareService:
 
         used = measurement.measured_slots()
         measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
-        result = measurement_shares(self.holder, label, study_id, chunk_index, noise, measured, slots, charge)
+        result = measurement_shares(self.holder, label, study_id, chunk_index, noise, measured, slots, charge,
+                                    weights=weights)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
                  "re-issues identical" if result.repeated else "issued", len(chunk_index), measurement.kind,
                  len(chunk_index))

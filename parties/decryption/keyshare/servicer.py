@@ -119,9 +119,24 @@ class KeyShareServicer(DecryptionServicer):
         self._computation_only(context, "run the collective key setup")
         message, fingerprint, state = self.service.key_setup(
             request.step, bytes(request.session), list(request.holders),
-            {int(k): bytes(v) for k, v in request.messages.items()}, bytes(request.ciphertext), list(request.values))
+            {int(k): bytes(v) for k, v in request.messages.items()}, bytes(request.ciphertext), list(request.values),
+            threshold=int(request.threshold), participants=[int(p) for p in request.participants])
         return decryption_pb2.KeySetupResponse(message=message, fingerprint=fingerprint, state=state,
-                                               holder=self.service.index, seal_public_key=self.service.seal.public_hex)
+                                               holder=self.service.index, seal_public_key=self.service.seal.public_hex,
+                                               signing_public_key=self.service.signer.public_key.hex(),
+                                               threshold=self.service.threshold or len(self.service.holders))
+
+    def SignCharge(self, request: decryption_pb2.SignChargeRequest,
+                   context: grpc.ServicerContext) -> decryption_pb2.SignChargeResponse:
+        """This holder's signature on one charge of a t-of-N study's log (`KeyShareService.sign_charge`).
+
+        Privacy: a signature is a holder's consent to spend the entry's epsilon (for a
+        measurement of L1 sensitivity c under add/remove of one person with at most c records)
+        from the study's budget; no noise, no decryption."""
+        self._computation_only(context, "ask for a charge signature")
+        study_id = check_id("study_id", request.study_id)
+        signature = self.service.sign_charge(study_id, request.entry, request.charge_log)
+        return decryption_pb2.SignChargeResponse(holder=self.service.index, signature=signature)
 
     def _close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> tuple[list[bytes], int]:
         return self.service.close_uploads(study_id, contract_hash, commitments), self.service.index
@@ -147,7 +162,8 @@ class KeyShareServicer(DecryptionServicer):
                                     "ciphertext the computation server sends; nothing was charged or decrypted")
         result, charge = self.service.issue_shares(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=float(header.release_epsilon),
-            measurement=measurement, contract_hash=header.contract_hash, chunk_count=int(header.chunk_count))
+            measurement=measurement, contract_hash=header.contract_hash, chunk_count=int(header.chunk_count),
+            charge_log=header.charge_log, participants=[int(p) for p in header.participants])
         for share in result.shares:
             yield decryption_pb2.IssueSharesResponse(share=share)
         remaining = handler.budget(header.study_id).remaining
@@ -172,8 +188,7 @@ def create_keyshare_server(config: DecryptionConfig, name: str, holders: tuple[s
         unlock()
         raise
     policy = AccessPolicy(config.tls is not None, server=f"key-share holder {name} ({config.data_dir})")
-    servicer = KeyShareServicer(service, policy, config.computation_ids,
-                                ReceiptSigner.load_or_create(config.data_dir / "keys"))
+    servicer = KeyShareServicer(service, policy, config.computation_ids, service.signer)
     try:
         server, port = create_server(
             [(decryption_pb2_grpc.add_DecryptionServicer_to_server, servicer, SERVICE_NAME)],

@@ -270,18 +270,22 @@ class JoinPlacementResponse(_message.Message):
     def __init__(self, ready: _Optional[bool] = ..., positions: _Optional[_Iterable[int]] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class SetupKeyRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("threshold",)
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    threshold: int
+    def __init__(self, threshold: _Optional[int] = ...) -> None: ...
 
 class SetupKeyResponse(_message.Message):
-    __slots__ = ("fingerprint", "holders", "already_active")
+    __slots__ = ("fingerprint", "holders", "already_active", "threshold")
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
     ALREADY_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     fingerprint: str
     holders: _containers.RepeatedScalarFieldContainer[str]
     already_active: bool
-    def __init__(self, fingerprint: _Optional[str] = ..., holders: _Optional[_Iterable[str]] = ..., already_active: _Optional[bool] = ...) -> None: ...
+    threshold: int
+    def __init__(self, fingerprint: _Optional[str] = ..., holders: _Optional[_Iterable[str]] = ..., already_active: _Optional[bool] = ..., threshold: _Optional[int] = ...) -> None: ...
 
 class LedgerReceiptsRequest(_message.Message):
     __slots__ = ("study_id",)

@@ -143,7 +143,7 @@ class GetStudyResponse(_message.Message):
     def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ...) -> None: ...
 
 class DecryptMeasurementHeader(_message.Message):
-    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count", "contract_hash", "newest_receipt", "starts_count")
+    __slots__ = ("study_id", "release_id", "release_epsilon", "measurement", "chunk_count", "contract_hash", "newest_receipt", "starts_count", "charge_log", "participants")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASE_EPSILON_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,8 @@ class DecryptMeasurementHeader(_message.Message):
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     NEWEST_RECEIPT_FIELD_NUMBER: _ClassVar[int]
     STARTS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_LOG_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     release_id: str
     release_epsilon: float
@@ -160,7 +162,9 @@ class DecryptMeasurementHeader(_message.Message):
     contract_hash: str
     newest_receipt: LedgerReceipt
     starts_count: int
-    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., newest_receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ..., starts_count: _Optional[int] = ...) -> None: ...
+    charge_log: str
+    participants: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, study_id: _Optional[str] = ..., release_id: _Optional[str] = ..., release_epsilon: _Optional[float] = ..., measurement: _Optional[_Union[_common_pb2.MeasurementSpec, _Mapping]] = ..., chunk_count: _Optional[int] = ..., contract_hash: _Optional[str] = ..., newest_receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ..., starts_count: _Optional[int] = ..., charge_log: _Optional[str] = ..., participants: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Int64Page(_message.Message):
     __slots__ = ("values",)
@@ -348,8 +352,26 @@ class ChargeDirectQueriesResponse(_message.Message):
     receipt: LedgerReceipt
     def __init__(self, epsilon_charged: _Optional[float] = ..., epsilon_direct_total: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charge_id: _Optional[int] = ..., already_charged: _Optional[bool] = ..., receipt: _Optional[_Union[LedgerReceipt, _Mapping]] = ...) -> None: ...
 
+class SignChargeRequest(_message.Message):
+    __slots__ = ("study_id", "entry", "charge_log")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_LOG_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    entry: str
+    charge_log: str
+    def __init__(self, study_id: _Optional[str] = ..., entry: _Optional[str] = ..., charge_log: _Optional[str] = ...) -> None: ...
+
+class SignChargeResponse(_message.Message):
+    __slots__ = ("holder", "signature")
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    holder: int
+    signature: bytes
+    def __init__(self, holder: _Optional[int] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
 class KeySetupRequest(_message.Message):
-    __slots__ = ("step", "session", "holders", "messages", "ciphertext", "values")
+    __slots__ = ("step", "session", "holders", "messages", "ciphertext", "values", "threshold", "participants")
     class MessagesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -363,27 +385,35 @@ class KeySetupRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
     step: str
     session: bytes
     holders: _containers.RepeatedScalarFieldContainer[str]
     messages: _containers.ScalarMap[int, bytes]
     ciphertext: bytes
     values: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, step: _Optional[str] = ..., session: _Optional[bytes] = ..., holders: _Optional[_Iterable[str]] = ..., messages: _Optional[_Mapping[int, bytes]] = ..., ciphertext: _Optional[bytes] = ..., values: _Optional[_Iterable[int]] = ...) -> None: ...
+    threshold: int
+    participants: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, step: _Optional[str] = ..., session: _Optional[bytes] = ..., holders: _Optional[_Iterable[str]] = ..., messages: _Optional[_Mapping[int, bytes]] = ..., ciphertext: _Optional[bytes] = ..., values: _Optional[_Iterable[int]] = ..., threshold: _Optional[int] = ..., participants: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class KeySetupResponse(_message.Message):
-    __slots__ = ("message", "fingerprint", "state", "holder", "seal_public_key")
+    __slots__ = ("message", "fingerprint", "state", "holder", "seal_public_key", "signing_public_key", "threshold")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     SEAL_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     message: bytes
     fingerprint: str
     state: str
     holder: int
     seal_public_key: str
-    def __init__(self, message: _Optional[bytes] = ..., fingerprint: _Optional[str] = ..., state: _Optional[str] = ..., holder: _Optional[int] = ..., seal_public_key: _Optional[str] = ...) -> None: ...
+    signing_public_key: str
+    threshold: int
+    def __init__(self, message: _Optional[bytes] = ..., fingerprint: _Optional[str] = ..., state: _Optional[str] = ..., holder: _Optional[int] = ..., seal_public_key: _Optional[str] = ..., signing_public_key: _Optional[str] = ..., threshold: _Optional[int] = ...) -> None: ...
 
 class IssueSharesResponse(_message.Message):
     __slots__ = ("share", "done")

@@ -111,6 +111,11 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesResponse.FromString,
                 _registered_method=True)
+        self.SignCharge = channel.unary_unary(
+                '/dpagg.v1.Decryption/SignCharge',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.SignChargeRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.SignChargeResponse.FromString,
+                _registered_method=True)
 
 
 class DecryptionServicer:
@@ -308,6 +313,19 @@ class DecryptionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SignCharge(self, request, context):
+        """Key-share holders of a t-of-N key only: this holder's Ed25519 signature on one charge
+        of a study's charge log (parties.decryption.keyshare.charges). The holder signs only an
+        entry appended to the study's whole valid log (every entry with t holder signatures,
+        chained), within the study's budget, and at most one entry per log position:
+        FAILED_PRECONDITION for a broken log, a log that omits a charge this holder signed, or
+        another entry signed at this position; RESOURCE_EXHAUSTED past the budget. Nothing is
+        decrypted. Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecryptionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -385,6 +403,11 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.ReconcileCharges,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesResponse.SerializeToString,
+            ),
+            'SignCharge': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignCharge,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.SignChargeRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.SignChargeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -794,6 +817,33 @@ class Decryption:
             '/dpagg.v1.Decryption/ReconcileCharges',
             dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.ReconcileChargesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SignCharge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/SignCharge',
+            dpagg_dot_v1_dot_decryption__pb2.SignChargeRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.SignChargeResponse.FromString,
             options,
             channel_credentials,
             insecure,

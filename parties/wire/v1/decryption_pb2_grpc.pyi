@@ -167,6 +167,15 @@ class DecryptionStub:
     times) is skipped, so a repeat books nothing. Adds spend only, never removes any,
     and books even past the study's total. Operators only.
     """
+    SignCharge: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.SignChargeRequest, _decryption_pb2.SignChargeResponse]
+    """Key-share holders of a t-of-N key only: this holder's Ed25519 signature on one charge
+    of a study's charge log (parties.decryption.keyshare.charges). The holder signs only an
+    entry appended to the study's whole valid log (every entry with t holder signatures,
+    chained), within the study's budget, and at most one entry per log position:
+    FAILED_PRECONDITION for a broken log, a log that omits a charge this holder signed, or
+    another entry signed at this position; RESOURCE_EXHAUSTED past the budget. Nothing is
+    decrypted. Only the computation server may call it.
+    """
 
 @_typing.type_check_only
 class DecryptionAsyncStub(DecryptionStub):
@@ -302,6 +311,15 @@ class DecryptionAsyncStub(DecryptionStub):
     match; a charge this ledger already holds (same release, kind and epsilon, as many
     times) is skipped, so a repeat books nothing. Adds spend only, never removes any,
     and books even past the study's total. Operators only.
+    """
+    SignCharge: _aio.UnaryUnaryMultiCallable[_decryption_pb2.SignChargeRequest, _decryption_pb2.SignChargeResponse]  # type: ignore[assignment]
+    """Key-share holders of a t-of-N key only: this holder's Ed25519 signature on one charge
+    of a study's charge log (parties.decryption.keyshare.charges). The holder signs only an
+    entry appended to the study's whole valid log (every entry with t holder signatures,
+    chained), within the study's budget, and at most one entry per log position:
+    FAILED_PRECONDITION for a broken log, a log that omits a charge this holder signed, or
+    another entry signed at this position; RESOURCE_EXHAUSTED past the budget. Nothing is
+    decrypted. Only the computation server may call it.
     """
 
 class DecryptionServicer(metaclass=_abc_1.ABCMeta):
@@ -525,6 +543,21 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         match; a charge this ledger already holds (same release, kind and epsilon, as many
         times) is skipped, so a repeat books nothing. Adds spend only, never removes any,
         and books even past the study's total. Operators only.
+        """
+
+    @_abc_1.abstractmethod
+    def SignCharge(
+        self,
+        request: _decryption_pb2.SignChargeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.SignChargeResponse, _abc.Awaitable[_decryption_pb2.SignChargeResponse]]:
+        """Key-share holders of a t-of-N key only: this holder's Ed25519 signature on one charge
+        of a study's charge log (parties.decryption.keyshare.charges). The holder signs only an
+        entry appended to the study's whole valid log (every entry with t holder signatures,
+        chained), within the study's budget, and at most one entry per log position:
+        FAILED_PRECONDITION for a broken log, a log that omits a charge this holder signed, or
+        another entry signed at this position; RESOURCE_EXHAUSTED past the budget. Nothing is
+        decrypted. Only the computation server may call it.
         """
 
 def add_DecryptionServicer_to_server(servicer: DecryptionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

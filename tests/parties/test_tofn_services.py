@@ -1,0 +1,107 @@
+"""A 2-of-3 key through real services (mutual TLS, gRPC on port 0, real ciphertexts, SQLite): any one holder down
+still releases, two down are refused before anything is charged, and no routing of the release overspends."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from parties.common.errors import ServiceError
+from parties.decryption.keyshare.charges import ChargeRules, SignedCharge
+
+from .test_threshold_services import HOLDERS, Threshold, _histograms
+
+
+@pytest.fixture
+def tofn(tmp_path: Path) -> Iterator[Threshold]:
+    t = Threshold.start(tmp_path)
+    try:
+        c = t.computation()
+        fp, names, already = c.setup_key(threshold=2)
+        assert not already and names == HOLDERS and c.key_threshold == 2
+        yield t
+    finally:
+        t.stop()
+
+
+def _wait_forwarded(t: Threshold, study: str) -> None:
+    """Wait for the uploads to be closed (every holder's upload-key share) and the c1 parts forwarded."""
+    for th in list(t.cs.handler._threads):
+        th.join(60)
+    t.combiner._await_forward(study)
+
+
+def _log(t: Threshold, study: str) -> list[SignedCharge]:
+    raw = json.loads((t.root / "cs" / "charges" / f"{study}.json").read_text())
+    return [SignedCharge.from_dict(d) for d in raw["log"]]
+
+
+def test_setup_keeps_shamir_shares_and_a_restart_finds_the_threshold(tofn: Threshold) -> None:
+    fp, names, already = tofn.computation().setup_key(threshold=2)
+    assert already
+    meta = json.loads((tofn.root / "h2" / "keys" / "collective.json").read_text())
+    assert meta["threshold"] == 2 and len(meta["identities"]) == 3 and meta["identities_sha256"]
+    tofn.stop_holder(1)
+    tofn.start_holder(1)
+    assert tofn.holders[1].handler.threshold == 2 and tofn.holders[1].handler.active.fingerprint == fp
+    with pytest.raises(ServiceError, match="already active with threshold"):
+        tofn.computation().setup_key(threshold=3)
+
+
+def test_any_one_holder_down_releases_and_two_down_are_refused_before_any_charge(tofn: Threshold) -> None:
+    tofn.open_and_submit("s1", epsilon=1.0)
+    _wait_forwarded(tofn, "s1")
+    truth = np.sum(_histograms(), axis=0)
+    for down in (0, 1, 2):
+        tofn.stop_holder(down)
+        try:
+            rel = tofn.computation().run_release("s1", epsilon=0.3)
+            assert rel.state == "DONE", rel.error_message
+            total = rel.summary.range_count(0, len(truth)).value
+            assert abs(total - truth.sum()) < 0.1 * truth.sum()  # a noisy release of the data, not noise
+        finally:
+            tofn.start_holder(down)
+    log = _log(tofn, "s1")
+    rules = ChargeRules({int(i): bytes.fromhex(v)[32:] for i, v in json.loads(
+        (tofn.root / "h1" / "keys" / "collective.json").read_text())["identities"].items()}, 2)
+    assert rules.check_log("s1", log) == pytest.approx(0.9, abs=1e-9)
+    sets = [c.entry.participants for c in log]  # two measurements per release, each to the two holders up
+    assert sets == [(1, 2), (1, 2), (0, 2), (0, 2), (0, 1), (0, 1)]
+    # a fourth release would pass the budget: the computation server refuses it, and so does every holder asked
+    # directly (a deviating server) to sign a charge past the budget on the whole log, with any participants
+    with pytest.raises(ServiceError, match="RESOURCE_EXHAUSTED"):
+        tofn.computation().run_release("s1", epsilon=0.3)
+    assert len(_log(tofn, "s1")) == len(log)
+    from fractions import Fraction
+    from parties.decryption.keyshare.charges import ChargeEntry, dump_log
+    entry = ChargeEntry("s1", len(log), log[-1].entry.digest(), "rogue", Fraction(3, 10), (0, 1))
+    for i in range(3):
+        with pytest.raises(ServiceError, match="RESOURCE_EXHAUSTED.*does not fit"):
+            tofn.combiner.clients[i].sign_charge("s1", json.dumps(entry.to_dict()), dump_log(log))
+        with pytest.raises(ServiceError, match="FAILED_PRECONDITION.*omits charge"):  # a log without the charges
+            tofn.combiner.clients[i].sign_charge("s1", json.dumps(ChargeEntry("s1", 0, "", "rogue", Fraction(3, 10),
+                                                                              (0, 1)).to_dict()), "[]")
+    # two holders down: refused before anything is charged, naming the missing holders
+    tofn.open_and_submit("s2", epsilon=1.0)
+    _wait_forwarded(tofn, "s2")
+    tofn.stop_holder(0)
+    tofn.stop_holder(2)
+    try:
+        with pytest.raises(ServiceError, match="UNAVAILABLE.*needs 2 of 3.*missing: h1, h3.*nothing was charged"):
+            tofn.computation().run_release("s2", epsilon=0.5)
+        assert not (tofn.root / "cs" / "charges" / "s2.json").exists() or not _log(tofn, "s2")
+        assert all(not h.handler.charges.view("s2")["signed"] for h in tofn.holders[1:2])
+    finally:
+        tofn.start_holder(0)
+        tofn.start_holder(2)
+
+
+def test_direct_queries_are_refused_with_a_t_of_n_key_naming_why(tofn: Threshold) -> None:
+    tofn.open_and_submit("s3", epsilon=1.0)
+    rel = tofn.computation().run_release("s3", epsilon=0.5)
+    assert rel.state == "DONE", rel.error_message
+    with pytest.raises(ServiceError, match="t-of-N"):
+        tofn.computation().direct_range_counts("s3", [(0, 10)], epsilon=0.1)
