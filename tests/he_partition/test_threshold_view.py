@@ -79,7 +79,7 @@ def _centred(view_rows: np.ndarray, moduli: list[int]) -> np.ndarray:
     return np.array([((v % big_q) - big_q if v % big_q > big_q // 2 else v % big_q) / big_q for v in total])
 
 
-def _attack(scenario: ThresholdScenario, who: str, trials: int = TRIALS) -> dict[str, Any]:
+def _attack(scenario: ThresholdScenario, who: str, trials: int = TRIALS, honest: int = 0) -> dict[str, Any]:
     """Run `trials` trials of `who` ('cs' or 'coalition') and every distinguisher on them (the polynomial and
     unmeasured-slot views are kept for the first TRIALS)."""
     a, b = _datasets()
@@ -99,7 +99,7 @@ def _attack(scenario: ThresholdScenario, who: str, trials: int = TRIALS) -> dict
             view = scenario.combined_view(x, trial)
             known: list[Any] = []
         else:
-            view, known = scenario.coalition_view(x, trial)
+            view, known = scenario.coalition_view(x, trial, honest)
         values, coeffs = decode(scenario.ctx, view)
         # the unmeasured slots with the CS's own pads removed: the data's prefix sums unless a holder padded them
         unpadded = (values[free] - np.asarray(view.pads)[free]) % scenario.t
@@ -207,3 +207,31 @@ def test_the_distinguishers_detect_a_broken_scheme(setup: dict[str, Any]) -> Non
         pooled = np.concatenate(out["residuals"]["a"][:4])
         assert stats.ks_2samp(pooled, _smudge_reference(3)).pvalue < 1e-100
         assert stats.kstest(pooled, stats.uniform(loc=-1, scale=2).cdf).pvalue < 1e-100
+
+
+def test_every_t_of_n_participant_set_gives_the_cs_and_the_other_participant_only_dp_values(
+        setup: dict[str, Any]) -> None:
+    """A 2-of-3 key (each holder's S_j, Lagrange-weighted for the set): for each of {0,1}, {0,2}, {1,2} the CS's
+    combined view and the view of the CS with the set's other participant pass the same attacks as the N-of-N
+    scheme: unmeasured slots uniform, the measured value within the DP bound (two NB(1/2) shares make a full draw;
+    the coalition faces one share, noisier than one of three, so the 3-holder bound holds), the residual the
+    participants' smudging."""
+    from he_partition.he.threshold.shamir import participant_secret, subsets
+
+    from .test_threshold_shamir import tofn
+
+    shares = tofn(setup, 2)
+    for p in subsets([0, 1, 2], 2):
+        scenario = ThresholdScenario(setup, _measurement(), holders=p,
+                                     secrets={j: participant_secret(setup["ctx"], shares[j], p) for j in p})
+        out = _attack(scenario, "cs")
+        _assert_unmeasured_slots_hide_the_data(out)
+        assert out["right"] <= chance_limit(TRIALS, _dp_bound(EPS_CS)), (p, out["right"])
+        for label in ("a", "b"):
+            assert stats.ks_2samp(np.concatenate(out["residuals"][label][:4]), _smudge_reference(2)).pvalue > 1e-9
+        out = _attack(scenario, "coalition", TRIALS, honest=p[0])
+        _assert_unmeasured_slots_hide_the_data(out)
+        assert out["right"] <= chance_limit(TRIALS, _dp_bound(EPS_COALITION)), (p, out["right"])
+        for label in ("a", "b"):
+            assert stats.kstest(np.concatenate(out["residuals"][label][:4]),
+                                stats.uniform(loc=-1, scale=2).cdf).pvalue > 1e-9

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -59,8 +59,12 @@ class ThresholdScenario:
     """K holders on one collective key (tests/he_partition/test_threshold.make_setup), one measurement per trial."""
 
     def __init__(self, setup: dict[str, Any], measurement: Measurement, *, bits: int = 70, dp: bool = True,
-                 pads: bool | None = None, holders: Sequence[int] = (0, 1, 2)) -> None:
+                 pads: bool | None = None, holders: Sequence[int] = (0, 1, 2),
+                 secrets: Mapping[int, Any] | None = None) -> None:
+        """`holders`: the holders whose shares combine; `secrets` (default the setup's s_i): what each multiplies
+        c1 by, e.g. a t-of-N participant's lambda_j S_j (`threshold.shamir.participant_secret`)."""
         self.s, self.m, self.bits, self.dp, self.holders = setup, measurement, bits, dp, list(holders)
+        self.secrets = dict(secrets) if secrets is not None else setup["secrets"]
         self.pads = dp if pads is None else pads
         self.ctx = setup["ctx"]
         self.public = BfvBackend(collective_context(self.ctx, setup["pk"]))
@@ -73,7 +77,8 @@ class ThresholdScenario:
         if not self.dp and not self.pads:
             return None
         d = discrete_laplace_share(Fraction(self.m.scale), len(self.holders), self.m.count,
-                                   holder_noise_source(b"view-test-noise-key-%d" % holder, holder, len(self.holders),
+                                   holder_noise_source(b"view-test-noise-key-%d" % holder, holder,
+                                                       max(len(self.holders), max(self.holders) + 1),
                                                        b"trial-%d" % trial)) * int(self.dp)
         measured = self.m.measured_slots()
         if not self.pads:
@@ -88,7 +93,7 @@ class ThresholdScenario:
         rng = SeededRandom(5000 + trial)
         eta = self.m.computation_noise(rng)
         slot_noise = ComputationSide(self.public, SeededRandom(5000 + trial)).slot_noise(self.m)
-        shares = {h: decryption_share(self.ctx, self.s["secrets"][h], self.s["fp"], ct, self.bits,
+        shares = {h: decryption_share(self.ctx, self.secrets[h], self.s["fp"], ct, self.bits,
                                       dp_noise=self.holder_noise(h, trial),
                                       rng=KeyedRandom(b"view-test-smudge-key-%d" % h, b"trial-%d" % trial))
                   for h in self.holders}
@@ -122,7 +127,7 @@ class ThresholdScenario:
         known = []
         for h in self.holders:
             if h != honest:  # c1 s_h, computed with the coalition's own secret (smudging of 2 bits: exact up to +-2)
-                phase = (phase + self.payload(decryption_share(self.ctx, self.s["secrets"][h], self.s["fp"], ct, 1))) % qs
+                phase = (phase + self.payload(decryption_share(self.ctx, self.secrets[h], self.s["fp"], ct, 1))) % qs
                 known.append(self.holder_noise(h, trial))
         view.phase = phase
         return view, known
