@@ -155,8 +155,10 @@ class ComputationHandler:
 
     @property
     def key_holders(self) -> int:
-        """K: the key-share holders in threshold mode, 1 with the single decryption server."""
-        return int(getattr(self.decryption, "k", 1))
+        """The key holders whose shares every released value carries: K in N-of-N threshold mode, t with a t-of-N
+        key (the t participants of each request), 1 with the single decryption server."""
+        combining = getattr(self.decryption, "combining", None)
+        return int(combining()) if callable(combining) else int(getattr(self.decryption, "k", 1))
 
     def ledger_receipts(self, study_id: str) -> list[tuple[str, list[Receipt]]]:
         """Every signed ledger receipt this server keeps for `study_id`: (holder name, receipts) per key holder

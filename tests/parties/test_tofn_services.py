@@ -62,6 +62,9 @@ def test_any_one_holder_down_releases_and_two_down_are_refused_before_any_charge
             assert rel.state == "DONE", rel.error_message
             total = rel.summary.range_count(0, len(truth)).value
             assert abs(total - truth.sum()) < 0.1 * truth.sum()  # a noisy release of the data, not noise
+            # each value carries the CS's draw and t = 2 holders' shares drawn for t - T = 1: 2 draws' variance
+            assert rel.summary.params["holder_noise"] == {"key_holders": 2, "noise_tolerates": 1,
+                                                          "holder_variance_factor": 2.0}
         finally:
             tofn.start_holder(down)
     log = _log(tofn, "s1")
@@ -105,3 +108,45 @@ def test_direct_queries_are_refused_with_a_t_of_n_key_naming_why(tofn: Threshold
     assert rel.state == "DONE", rel.error_message
     with pytest.raises(ServiceError, match="t-of-N"):
         tofn.computation().direct_range_counts("s3", [(0, 10)], epsilon=0.1)
+
+
+def test_a_release_with_one_holder_down_equals_the_single_key_path_once_the_two_holders_draws_are_accounted_for(
+        tmp_path: Path) -> None:
+    """Same data and computation-server seed through one decryption server and through a 2-of-3 key with holder
+    h1 stopped: for every measurement, the decrypted values minus the holder-side noise (the single server's keyed
+    draw; the two participants' keyed shares, recomputed from their noise keys, the request label and the
+    participant set) are equal value for value."""
+    from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
+
+    from .conftest import Cluster
+    from .test_threshold_services import OWNERS, DOMAIN, _Spy, _holder_label, _noise_key, _single_holder_draw
+
+    single = Cluster.start(tmp_path / "k1", cs_seed=12, secure=True)
+    try:
+        spy1 = _Spy(single.cs.handler.decryption)
+        single.open_study(study_id="s-eq", domain_size=DOMAIN, epsilon=1.0, owners=OWNERS, strategy="hier")
+        for o, h in zip(OWNERS, _histograms()):
+            single.owner(o).submit("s-eq", h)
+        assert single.computation().run_release("s-eq", epsilon=0.5).state == "DONE"
+    finally:
+        single.stop()
+    t = Threshold.start(tmp_path / "t2", cs_seed=12)
+    try:
+        t.computation().setup_key(threshold=2)
+        spy2 = _Spy(t.combiner)
+        t.open_and_submit("s-eq")
+        _wait_forwarded(t, "s-eq")
+        t.stop_holder(0)
+        assert t.computation().run_release("s-eq", epsilon=0.5).state == "DONE"
+    finally:
+        t.stop()
+    assert len(spy1.calls) == len(spy2.calls) >= 2
+    for (kw1, v1), (kw2, v2) in zip(spy1.calls, spy2.calls):
+        assert kw1["measurement"].to_dict() == kw2["measurement"].to_dict()
+        m = kw2["measurement"]
+        label = b"dp/" + _holder_label(kw2) + b"|participants=1,2"
+        own2 = sum(discrete_laplace_share(m.scale, 1, m.count, holder_noise_source(
+            _noise_key(tmp_path / "t2" / HOLDERS[j]), j, 3, label)) for j in (1, 2))
+        own1 = _single_holder_draw(tmp_path / "k1", kw1)
+        assert (v1 - own1).tolist() == (v2 - own2).tolist()
+        assert np.count_nonzero(own2) > 0

@@ -189,6 +189,11 @@ class ThresholdDecryption:
                 self._known_threshold = True
             return self.threshold
 
+    def combining(self) -> int:
+        """How many holders' shares (and DP noise shares) each decryption combines: t with a t-of-N key, else K."""
+        t = self.tofn()
+        return t if t is not None else self.k
+
     # -- key setup -------------------------------------------------------------------------
     def setup_key(self, threshold: int = 0) -> tuple[str, bool]:
         """Run the collective key setup through every holder; (fingerprint, already_active).
