@@ -195,6 +195,10 @@ def disagreements(views: Sequence[HolderView], missed: "dict[str, Counter[Charge
     are left out of the spend comparison; its MISSED BY lines say so instead.
     """
     missed = missed or {}
+    if any(v.budget is not None and v.budget.key_threshold for v in views):
+        # t-of-N: each holder's ledger holds the requests it answered, and a holder may be down; the signed charge
+        # log is the spend, and every holder checks it whole before it signs or answers (nothing to compare here)
+        return []
     lines = [f"DISAGREE: {v.name} did not answer ({v.error})" for v in views if v.budget is None]
     answered = [v for v in views if v.budget is not None]
     for figure in FIGURES:
@@ -230,8 +234,12 @@ def _view_dict(v: HolderView) -> dict[str, Any]:
     if v.budget is None:
         return {"address": v.address, "error": v.error}
     b = v.budget
-    return {"address": v.address, "total": b.total, "spent": b.spent, "remaining": b.remaining,
-            "available": b.available, "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem}
+    out = {"address": v.address, "total": b.total, "spent": b.spent, "remaining": b.remaining,
+           "available": b.available, "charges": [vars(c) for c in b.charges], "chain_problem": b.chain_problem}
+    if b.key_threshold:
+        out["charge_log"] = {"threshold": b.key_threshold, "charges": b.charge_log_entries,
+                             "spent": b.charge_log_spent, "signed": list(b.charges_signed)}
+    return out
 
 
 def budget_json(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None) -> dict[str, Any]:
@@ -258,8 +266,20 @@ def budget_lines(study_id: str, views: Sequence[HolderView], found: ReceiptFindi
         out.append(f"holder {v.name} ({v.address}): spent {b.spent:.12g} of {b.total:.12g}, remaining "
                    f"{b.remaining:.12g}; a new release may spend {epsilon_left(b.available, b.total)}; "
                    f"{len(b.charges)} charge(s)")
+        if b.key_threshold:
+            out.append(f"  its view of the signed charge log ({b.key_threshold}-of-N key): {b.charge_log_entries} "
+                       f"charge(s), {b.charge_log_spent:.12g} spent; it signed position(s) "
+                       f"{', '.join(str(i) for i in b.charges_signed) or 'none'}")
         out.extend(f"  #{n} {c.created_at} release {c.release_id}: {c.kind} {c.epsilon:.12g}"
                    for n, c in enumerate(b.charges, 1))
+    tofn = [v.budget for v in views if v.budget is not None and v.budget.key_threshold]
+    if tofn:  # own ledgers differ by design: each holds what its holder answered; the log is the spend
+        longest = max(tofn, key=lambda b: b.charge_log_entries)
+        out.append(f"t-of-N key: the study's spend is its signed charge log; the longest view a holder verified has "
+                   f"{longest.charge_log_entries} charge(s), {longest.charge_log_spent:.12g} of {longest.total:.12g} "
+                   "spent (a holder that was down catches up at its next request); each holder's own ledger holds "
+                   "the requests it answered")
+        return out
     problems = disagreements(views, found.missed if found else None)
     if found is not None:
         out.extend(found.rolled_back + found.missed_lines())

@@ -72,6 +72,12 @@ class BudgetInfo:
     available: float = 0.0
     #: The key holder's Ed25519 receipt public key (b"" from a server that does not report it).
     receipt_key: bytes = b""
+    #: A t-of-N key-share holder: t (0 otherwise), its view of the study's signed charge log (entries verified,
+    #: their epsilon) and the log positions it signed.
+    key_threshold: int = 0
+    charge_log_entries: int = 0
+    charge_log_spent: float = 0.0
+    charges_signed: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -427,6 +433,8 @@ class DecryptionClient(BaseClient):
             resp.study_id, resp.epsilon_total, resp.epsilon_spent, resp.epsilon_remaining,
             tuple(ChargeInfo(c.charge_id, c.release_id, c.kind, c.epsilon, c.created_at) for c in resp.charges),
             resp.epsilon_reserved, resp.chain_problem, resp.epsilon_available, bytes(resp.receipt_public_key),
+            int(resp.key_threshold), int(resp.charge_log_entries), float(resp.charge_log_spent),
+            tuple(int(i) for i in resp.charges_signed),
         )
 
     def reconcile_charges(self, study_id: str, receipts: Sequence[Receipt], *,

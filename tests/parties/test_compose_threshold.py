@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +73,10 @@ def test_every_new_service_runs_a_valid_dpagg_command_and_is_hardened(doc: dict[
         assert svc.get("mem_limit") and "/tmp" in svc["tmpfs"], name
         assert "ports" not in svc, f"{name} publishes no port"
     for name in ("holder-pki", *HOLDERS, "setup-key", "computation"):
-        cmd = services[name]["command"]
+        cmd = [re.sub(r"\$\{DPAGG_[A-Z_]+:-([^}]*)\}", r"\1", c) for c in services[name]["command"]]  # defaults
         assert cmd[0] == "dpagg", name
         parser.parse_args(cmd[1:])  # exits (fails the test) on an unknown subcommand or flag
+    assert services["setup-key"]["command"][-2:] == ["--threshold", "${DPAGG_KEY_THRESHOLD:-0}"]  # N-of-N unless set
     for name in HOLDERS:
         test = services[name]["healthcheck"]["test"]
         assert test[:2] == ["CMD", "dpagg"] and "dpagg.v1.Decryption" in test

@@ -150,3 +150,27 @@ def test_a_release_with_one_holder_down_equals_the_single_key_path_once_the_two_
         own1 = _single_holder_draw(tmp_path / "k1", kw1)
         assert (v1 - own1).tolist() == (v2 - own2).tolist()
         assert np.count_nonzero(own2) > 0
+
+
+def test_dpagg_budget_shows_each_holders_view_of_the_charge_log(tofn: Threshold) -> None:
+    from parties.cli.budgets import HolderView, budget_json, budget_lines
+    from parties.decryption.client import DecryptionClient
+
+    tofn.open_and_submit("s4", epsilon=1.0)
+    _wait_forwarded(tofn, "s4")
+    tofn.stop_holder(2)
+    try:
+        assert tofn.computation().run_release("s4", epsilon=0.4).state == "DONE"
+    finally:
+        tofn.start_holder(2)
+    views = []
+    for name, h in zip(HOLDERS, tofn.holders):
+        with DecryptionClient(h.target, tls=tofn.pki.tls("op", "operator")) as c:
+            views.append(HolderView(name, h.target, c.budget("s4")))
+    lines = budget_lines("s4", views)
+    text = "\n".join(lines)
+    assert "its view of the signed charge log (2-of-N key): 2 charge(s), 0.4 spent; it signed position(s) 0, 1" in text
+    assert "its view of the signed charge log (2-of-N key): 0 charge(s), 0 spent; it signed position(s) none" in text
+    assert "the longest view a holder verified has 2 charge(s), 0.4 of 1 spent" in text
+    report = budget_json("s4", views)
+    assert report["agree"] and report["holders"]["h1"]["charge_log"]["signed"] == [0, 1]

@@ -550,8 +550,10 @@ class ThresholdDecryption:
 
     def _send_uploads(self, contract: StudyContract, parts: list[OwnerC1Parts]) -> None:
         if self.tofn() is not None:  # t holders suffice; a holder that missed them gets them at the next forward
-            self._quorum("took the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
-                                                                              contract.contract_hash, parts))
+            took = self._quorum("took the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
+                                                                                     contract.contract_hash, parts))
+            log.info("study %s: c1 parts of %d owners forwarded to %d of %d holders (%s)", contract.study_id,
+                     len(parts), len(took), self.k, ", ".join(self.names[i] for i in sorted(took)))
             return
         self._all("refused the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
                                                                            contract.contract_hash, parts))

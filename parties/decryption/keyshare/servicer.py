@@ -91,6 +91,18 @@ class KeyShareServicer(DecryptionServicer):
         self._computation_only(context, "check a join upload")
         raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER}")
 
+    def BudgetStatus(self, request: decryption_pb2.BudgetStatusRequest,
+                     context: grpc.ServicerContext) -> decryption_pb2.BudgetStatusResponse:
+        """This holder's ledger, and with a t-of-N key its view of the study's signed charge log."""
+        resp = super().BudgetStatus(request, context)
+        if self.service.charges is not None:
+            view = self.service.charges.view(request.study_id)
+            resp.key_threshold = int(self.service.threshold or 0)
+            resp.charge_log_entries = int(view["charges"])
+            resp.charge_log_spent = float(view["spent"])
+            resp.charges_signed.extend(int(i) for i in view["signed"])
+        return resp
+
     def ReconcileCharges(self, request: decryption_pb2.ReconcileChargesRequest,
                          context: grpc.ServicerContext) -> decryption_pb2.ReconcileChargesResponse:
         """Book the charges the other holders' signed receipts prove and this ledger lacks (operators only).

@@ -299,7 +299,7 @@ class LedgerCharge(_message.Message):
     def __init__(self, charge_id: _Optional[int] = ..., release_id: _Optional[str] = ..., kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class BudgetStatusResponse(_message.Message):
-    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges", "epsilon_reserved", "chain_problem", "epsilon_available", "receipt_public_key")
+    __slots__ = ("study_id", "epsilon_total", "epsilon_spent", "epsilon_remaining", "charges", "epsilon_reserved", "chain_problem", "epsilon_available", "receipt_public_key", "key_threshold", "charge_log_entries", "charge_log_spent", "charges_signed")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,10 @@ class BudgetStatusResponse(_message.Message):
     CHAIN_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     EPSILON_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    KEY_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_LOG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_LOG_SPENT_FIELD_NUMBER: _ClassVar[int]
+    CHARGES_SIGNED_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     epsilon_total: float
     epsilon_spent: float
@@ -318,7 +322,11 @@ class BudgetStatusResponse(_message.Message):
     chain_problem: str
     epsilon_available: float
     receipt_public_key: bytes
-    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ..., chain_problem: _Optional[str] = ..., epsilon_available: _Optional[float] = ..., receipt_public_key: _Optional[bytes] = ...) -> None: ...
+    key_threshold: int
+    charge_log_entries: int
+    charge_log_spent: float
+    charges_signed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, study_id: _Optional[str] = ..., epsilon_total: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., epsilon_remaining: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_reserved: _Optional[float] = ..., chain_problem: _Optional[str] = ..., epsilon_available: _Optional[float] = ..., receipt_public_key: _Optional[bytes] = ..., key_threshold: _Optional[int] = ..., charge_log_entries: _Optional[int] = ..., charge_log_spent: _Optional[float] = ..., charges_signed: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ChargeDirectQueriesRequest(_message.Message):
     __slots__ = ("study_id", "request_id", "contract_hash", "ranges", "epsilon", "newest_receipt")

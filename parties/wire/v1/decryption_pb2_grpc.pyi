@@ -119,7 +119,10 @@ class DecryptionStub:
     """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
     step of the collective key setup (he_partition.he.threshold.setup), relayed by the
     computation server. `step` names it: "status", "commit_seed", "reveal_seed",
-    "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
+    "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
+    at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
+    sealed and signed, out) and "receive" (every dealer's message in) before the test
+    shares, which are then asked once per participant set. The holder checks
     the holder list against its own configuration and every message itself; a step out
     of order or a message that does not match its commitment stops the setup
     (INVALID_ARGUMENT). Only the computation server may call it.
@@ -264,7 +267,10 @@ class DecryptionAsyncStub(DecryptionStub):
     """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
     step of the collective key setup (he_partition.he.threshold.setup), relayed by the
     computation server. `step` names it: "status", "commit_seed", "reveal_seed",
-    "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
+    "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
+    at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
+    sealed and signed, out) and "receive" (every dealer's message in) before the test
+    shares, which are then asked once per participant set. The holder checks
     the holder list against its own configuration and every message itself; a step out
     of order or a message that does not match its commitment stops the setup
     (INVALID_ARGUMENT). Only the computation server may call it.
@@ -472,7 +478,10 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
         step of the collective key setup (he_partition.he.threshold.setup), relayed by the
         computation server. `step` names it: "status", "commit_seed", "reveal_seed",
-        "commit_key", "reveal_key", "build_key", "test_share", "confirm". The holder checks
+        "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
+        at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
+        sealed and signed, out) and "receive" (every dealer's message in) before the test
+        shares, which are then asked once per participant set. The holder checks
         the holder list against its own configuration and every message itself; a step out
         of order or a message that does not match its commitment stops the setup
         (INVALID_ARGUMENT). Only the computation server may call it.
