@@ -174,3 +174,34 @@ def test_dpagg_budget_shows_each_holders_view_of_the_charge_log(tofn: Threshold)
     assert "the longest view a holder verified has 2 charge(s), 0.4 of 1 spent" in text
     report = budget_json("s4", views)
     assert report["agree"] and report["holders"]["h1"]["charge_log"]["signed"] == [0, 1]
+
+
+def test_a_charge_short_of_signatures_is_completed_by_the_next_request_not_replaced(tofn: Threshold) -> None:
+    """h2 fails while signing the first charge (h1 signed it): the release fails and nothing is decrypted; h1 will
+    sign no other entry at that position, so the next request first completes the pending charge with the holders
+    that answer, then charges itself after it. The log stays one valid chain."""
+    import grpc
+
+    tofn.open_and_submit("s5", epsilon=1.0)
+    _wait_forwarded(tofn, "s5")
+    client = tofn.combiner.clients[1]
+    real = client.sign_charge
+
+    def fail_once(*a: object, **kw: object) -> bytes:
+        client.sign_charge = real  # type: ignore[method-assign]
+        raise ServiceError(grpc.StatusCode.UNAVAILABLE, "h2 went away while signing")
+
+    client.sign_charge = fail_once  # type: ignore[method-assign]
+    failed = tofn.computation().run_release("s5", epsilon=0.4)
+    assert failed.state == "FAILED" and "1 of the 2 holder signatures" in failed.error_message
+    assert "h2 went away" in failed.error_message and "nothing was decrypted" in failed.error_message
+    pending = json.loads((tofn.root / "cs" / "charges" / "s5.json").read_text())["pending"]
+    assert pending and pending["entry"]["index"] == 0
+    rel = tofn.computation().run_release("s5", epsilon=0.4)
+    assert rel.state == "DONE", rel.error_message
+    log = _log(tofn, "s5")
+    rules = ChargeRules({i: bytes.fromhex(v)[32:] for i, v in (
+        (int(k), v) for k, v in json.loads((tofn.root / "h1" / "keys" / "collective.json").read_text())
+        ["identities"].items())}, 2)
+    rules.check_log("s5", log)
+    assert log[0].entry.request == pending["entry"]["request"] and len(log) == 3  # the pending one, then 2
