@@ -33,11 +33,11 @@ caller's `__main__` (`he_partition.execution.spawning`), and each ends when its 
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util
 import os
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -273,7 +273,12 @@ def default_pool() -> OprfPool:
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
             _DEFAULT = OprfPool()
-            atexit.register(_DEFAULT.close)
+            # Not atexit: a multiprocessing child (an owner's process in the benchmarks) runs no atexit handler,
+            # and on its way out joins its children, these workers among them, before the executor's own exit
+            # hook could stop them; finalizers of priority >= 0 run before that join (and at a main process's
+            # exit). Above the queues' finalizers (priority 10), which stop the feeder that carries the workers'
+            # stop signal.
+            multiprocessing.util.Finalize(None, _DEFAULT.close, exitpriority=100)
         return _DEFAULT
 
 

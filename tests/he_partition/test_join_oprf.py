@@ -168,3 +168,19 @@ def test_the_worker_processes_give_exactly_the_in_process_values_and_a_dead_work
         assert oprf.blind_evaluate(key, blinded, pool=pool) == evaluated  # new workers
     finally:
         pool.close()
+
+
+def test_a_multiprocessing_child_that_used_the_default_pool_exits() -> None:
+    """A process started by multiprocessing (an owner's process in the benchmarks) joins its children on its way out
+    and runs no atexit handler: the default pool must end its workers first, or the child never exits."""
+    import multiprocessing
+
+    inputs = [oprf_input(f"id{i}") for i in range(oprf.MIN_POOLED_ELEMENTS)]
+    child = multiprocessing.get_context("spawn").Process(
+        target=oprf.blind, args=(inputs, oprf.blind_scalars(b"c" * 32, len(inputs))))
+    child.start()
+    child.join(120)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0
