@@ -13,20 +13,45 @@ the evaluations the key holder grants it (its quota: parties/decryption/oprf.py)
 
 The group operations are libsodium's (`rbcl` bundles them): _sodium().crypto_core_ristretto255_from_hash
 is RFC 9496's element derivation from 64 uniform bytes, as RFC 9380's hash_to_ristretto255
-uses it. Batches run in a few threads: the libsodium calls release the GIL.
+uses it.
+
+Big batches (`MIN_POOLED_ELEMENTS` elements or more: an owner's blind and finalize, a key
+holder's page of evaluations) run in local worker processes (`OprfPool`, one per core up to 16,
+spawned at a process's first big batch and reused until it exits): between libsodium's calls Python holds the GIL,
+so threads barely scale past two cores. The workers compute the same functions on slices of
+the batch, so the results are byte-identical to the in-process path's. Smaller batches, and
+every batch on a one-core host, run in this process (a few threads: the libsodium calls
+release the GIL).
+
+Where the key goes: the key holder's `blind_evaluate` hands its study key to its own pool's
+workers, local processes it spawned on its host, as an argument of each task through the
+pool's pipes; a worker holds it only while it evaluates a task, and it never crosses a network.
+The owners' blinds stay likewise in their own processes. Workers are spawned (never forked:
+the processes that call these batches run gRPC servers and channels), without re-running the
+caller's `__main__` (`he_partition.execution.spawning`), and each ends when its parent does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.util
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence, TypeVar
 
-from ..core.errors import InvalidInputError
+from ..core.errors import InvalidInputError, WorkerLostError
+from ..execution.spawning import without_user_main
 
 __all__ = ["ELEMENT_BYTES", "SCALAR_BYTES", "OUTPUT_BYTES", "CONTEXT", "derive_key", "study_key", "hash_to_group",
-           "hash_to_scalar", "blind", "check_elements", "blind_evaluate", "finalize", "evaluate", "blind_scalars"]
+           "hash_to_scalar", "blind", "check_elements", "blind_evaluate", "finalize", "evaluate", "blind_scalars",
+           "OprfPool", "default_pool", "default_workers", "MIN_POOLED_ELEMENTS"]
+
+log = logging.getLogger("dpagg.oprf")
 
 ELEMENT_BYTES = 32
 SCALAR_BYTES = 32
@@ -38,6 +63,15 @@ _HASH_TO_SCALAR_DST = b"HashToScalar-" + CONTEXT
 _DERIVE_DST = b"DeriveKeyPair" + CONTEXT
 #: Elements per thread task in the batch functions.
 _TASK = 2048
+#: Batches of fewer elements than this run in the calling process: below it, the round trips to the
+#: workers (and, at a process's first big batch, the workers' start: a spawn and the import of
+#: this package, about half a second, in parallel) cost about what the work saves.
+MIN_POOLED_ELEMENTS = 4096
+#: Fewest elements per worker task: smaller tasks cost more in pickling and round trips than they balance.
+_MIN_PROCESS_TASK = 512
+#: Most workers the default pool starts (`default_workers`): an owner's batch or a key holder's page
+#: (32,768 elements) gives each of 16 workers 2,048 or more elements.
+MAX_DEFAULT_WORKERS = 16
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -118,6 +152,152 @@ def _batched(fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: 
         return [x for part in pool.map(fn, parts) for x in part]
 
 
+def default_workers() -> int:
+    """The default pool's worker count: min(cores this process may use, 16); 0 (in-process) on one core or in a
+    daemonic process."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    if multiprocessing.current_process().daemon:  # a daemonic process may not start processes
+        return 0
+    return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
+
+
+def _exit_with_parent() -> None:
+    """Wait for the parent process to end, then end this worker (a SIGKILLed parent leaves no worker behind)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(0)
+
+
+def _init_worker() -> None:
+    """A worker's start: watch the parent, load libsodium once."""
+    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    _sodium()
+
+
+def _ready() -> None:
+    """A no-op: submitting it spawns a worker of a new pool."""
+
+
+class OprfPool:
+    """`workers` local processes that run the big OPRF batches; spawned at `start` or at the first batch that uses
+    them, kept until `close` (the default pool: until the process exits).
+
+    `workers` <= 1: no processes; `uses_processes` is False and every batch runs in the calling process.
+    `min_elements`: the smallest batch sent to the workers. `task`: elements per worker task (default: about four
+    tasks per worker, at least 512 elements each). A worker that dies fails the batch it was in with
+    WorkerLostError (nothing hangs); the next batch starts a new pool.
+    """
+
+    def __init__(self, workers: int | None = None, *, min_elements: int = MIN_POOLED_ELEMENTS,
+                 task: int | None = None) -> None:
+        self.workers = default_workers() if workers is None else workers
+        if self.workers < 0:
+            raise InvalidInputError(f"OPRF workers must be >= 0 (0 or 1: in-process), got {self.workers}")
+        if min_elements < 1 or (task is not None and task < 1):
+            raise InvalidInputError("an OPRF pool's min_elements and task are positive")
+        self.min_elements = min_elements
+        self.task = task
+        self._executor: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def uses_processes(self, count: int) -> bool:
+        """Whether a batch of `count` elements runs in the workers."""
+        return self.workers > 1 and count >= self.min_elements
+
+    def _pool(self) -> ProcessPoolExecutor:
+        """The executor, created with all its workers spawned (caller holds `_lock`)."""
+        if self._executor is None:
+            executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=_init_worker)
+            with without_user_main():  # the workers start now: they must not run the caller's script
+                for _ in range(self.workers):  # each submit finds no idle worker and spawns one
+                    executor.submit(_ready)
+            self._executor = executor
+        return self._executor
+
+    def start(self) -> None:
+        """Spawn the workers now, without waiting for them (a caller about to send a big batch); no-op in-process."""
+        if self.workers > 1:
+            with self._lock:
+                self._pool()
+
+    def _discard(self, broken: ProcessPoolExecutor) -> None:
+        """Drop a broken executor (if it is still ours) and end its surviving workers."""
+        with self._lock:
+            if self._executor is broken:
+                self._executor = None
+        for process in list((getattr(broken, "_processes", None) or {}).values()):
+            if process.is_alive():
+                process.kill()
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def map(self, fn: Callable[..., list[R]], items: Sequence[T], *args: Any) -> list[R]:
+        """fn(part, *args) for consecutive parts of `items` in the workers, concatenated in order: fn's value on
+        the whole of `items` for any fn that maps elements one by one. `fn` is a module-level function (workers
+        import it by name); its errors are raised here as the worker raised them."""
+        n = len(items)
+        size = self.task or max(_MIN_PROCESS_TASK, -(-n // (4 * self.workers)))
+        parts = [items[i:i + size] for i in range(0, n, size)]
+        with self._lock:
+            executor = self._pool()
+        try:
+            futures: list[Future[list[R]]] = [executor.submit(fn, part, *args) for part in parts]
+            results = [f.result() for f in futures]
+        except BrokenProcessPool as exc:
+            log.error("an OPRF worker process ended abruptly: %s", exc)
+            self._discard(executor)
+            raise WorkerLostError("an OPRF worker process ended abruptly (see the log: killed, out of memory?); "
+                                  "this batch gave no result and the next one starts new workers") from exc
+        return [x for part in results for x in part]
+
+    def close(self) -> None:
+        """End the workers (waiting for the batches in work); a later batch spawns new ones."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+_DEFAULT: OprfPool | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_pool() -> OprfPool:
+    """This process's pool (`default_workers` workers), created at first use (no process starts until a big batch
+    or `start`), closed when the process exits."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = OprfPool()
+            # Not atexit: a multiprocessing child (an owner's process in the benchmarks) runs no atexit handler,
+            # and on its way out joins its children, these workers among them, before the executor's own exit
+            # hook could stop them; finalizers of priority >= 0 run before that join (and at a main process's
+            # exit). Above the queues' finalizers (priority 10), which stop the feeder that carries the workers'
+            # stop signal.
+            multiprocessing.util.Finalize(None, _DEFAULT.close, exitpriority=100)
+        return _DEFAULT
+
+
+def _run(fn: Callable[..., list[R]], items: Sequence[T], args: tuple[Any, ...], threads: int | None,
+         pool: OprfPool | None) -> list[R]:
+    """fn over a batch: in `pool`'s workers (None: the default pool) if it is big enough, else in threads here."""
+    if pool is None and len(items) >= MIN_POOLED_ELEMENTS:
+        pool = default_pool()
+    if pool is not None and pool.uses_processes(len(items)):
+        try:
+            pool.start()
+        except OSError as exc:  # no processes here (a sandbox without semaphores or fork/exec): stay in-process
+            log.warning("OPRF worker processes cannot start (%s): batches run in this process", exc)
+            pool.workers = 0
+        else:
+            return pool.map(fn, items, *args)
+    return _batched(lambda part: fn(part, *args), items, threads)
+
+
 def blind_scalars(seed: bytes, count: int, *, label: bytes = b"blind") -> list[bytes]:
     """`count` non-zero scalars derived from a 32-byte secret `seed` (uniform mod the order, as RFC 9497's random
     blinds): a re-run with the same seed sends the same blinded elements, so the key holder's once-per-study
@@ -130,62 +310,78 @@ def blind_scalars(seed: bytes, count: int, *, label: bytes = b"blind") -> list[b
     return out
 
 
-def blind(inputs: Sequence[bytes], blinds: Sequence[bytes], *, threads: int | None = None) -> list[bytes]:
-    """Blind of RFC 9497 for a batch: r_i H(x_i) for each input x_i and its (secret, non-zero) blind r_i."""
+def _blind_part(pairs: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
+    out = []
+    for x, r in pairs:
+        element = hash_to_group(x)
+        if _is_zero(element):
+            raise InvalidInputError("an input hashes to the identity element")  # pragma: no cover
+        out.append(bytes(_sodium().crypto_scalarmult_ristretto255(r, element)))
+    return out
+
+
+def blind(inputs: Sequence[bytes], blinds: Sequence[bytes], *, threads: int | None = None,
+          pool: OprfPool | None = None) -> list[bytes]:
+    """Blind of RFC 9497 for a batch: r_i H(x_i) for each input x_i and its (secret, non-zero) blind r_i.
+
+    A big batch runs in `pool`'s workers (None: this process's default pool), a small one in `threads` threads."""
     if len(inputs) != len(blinds):
         raise InvalidInputError("one blind per input")
-
-    def run(pairs: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
-        out = []
-        for x, r in pairs:
-            element = hash_to_group(x)
-            if _is_zero(element):
-                raise InvalidInputError("an input hashes to the identity element")  # pragma: no cover
-            out.append(bytes(_sodium().crypto_scalarmult_ristretto255(r, element)))
-        return out
-
-    return _batched(run, list(zip(inputs, blinds)), threads)
+    return _run(_blind_part, list(zip(inputs, blinds)), (), threads, pool)
 
 
-def check_elements(elements: Sequence[bytes]) -> None:
-    """Refuse (InvalidInputError) anything that is not a valid ristretto255 encoding, before any work is booked."""
+def _check_part(elements: Sequence[bytes]) -> list[bytes]:
     for e in elements:
         if len(e) != ELEMENT_BYTES or not _sodium().crypto_core_ristretto255_is_valid_point(bytes(e)):
             raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
+    return []
 
 
-def blind_evaluate(key: bytes, elements: Sequence[bytes], *, threads: int | None = None) -> list[bytes]:
-    """BlindEvaluate of RFC 9497 for a batch: k B_i. Refuses anything that is not a valid, non-identity element."""
+def check_elements(elements: Sequence[bytes], *, pool: OprfPool | None = None) -> None:
+    """Refuse (InvalidInputError) anything that is not a valid ristretto255 encoding, before any work is booked.
 
-    def run(batch: Sequence[bytes]) -> list[bytes]:
-        out = []
-        for e in batch:
-            if len(e) != ELEMENT_BYTES or not _sodium().crypto_core_ristretto255_is_valid_point(bytes(e)):
-                raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
-            out.append(bytes(_sodium().crypto_scalarmult_ristretto255(key, bytes(e))))
-        return out
+    A big batch is checked in `pool`'s workers (None: this process's default pool)."""
+    _run(_check_part, list(elements), (), 1, pool)
 
-    return _batched(run, list(elements), threads)
+
+def _evaluate_part(elements: Sequence[bytes], key: bytes) -> list[bytes]:
+    out = []
+    for e in elements:
+        if len(e) != ELEMENT_BYTES or not _sodium().crypto_core_ristretto255_is_valid_point(bytes(e)):
+            raise InvalidInputError("a blinded element is not a valid ristretto255 encoding")
+        out.append(bytes(_sodium().crypto_scalarmult_ristretto255(key, bytes(e))))
+    return out
+
+
+def blind_evaluate(key: bytes, elements: Sequence[bytes], *, threads: int | None = None,
+                   pool: OprfPool | None = None) -> list[bytes]:
+    """BlindEvaluate of RFC 9497 for a batch: k B_i. Refuses anything that is not a valid, non-identity element.
+
+    A big batch runs in `pool`'s workers (None: this process's default pool), a small one in `threads` threads.
+    The key goes to those workers only: local processes this process spawned, through their pipes."""
+    return _run(_evaluate_part, list(elements), (bytes(key),), threads, pool)
+
+
+def _finalize_part(triples: Sequence[tuple[bytes, bytes, bytes]]) -> list[bytes]:
+    sodium = _sodium()
+    inverses = _inverses([r for _, r, _ in triples])
+    out = []
+    for (x, _, z), r_inv in zip(triples, inverses):
+        if len(z) != ELEMENT_BYTES or not sodium.crypto_core_ristretto255_is_valid_point(bytes(z)):
+            raise InvalidInputError("an evaluated element is not a valid ristretto255 encoding")
+        n = bytes(sodium.crypto_scalarmult_ristretto255(r_inv, bytes(z)))
+        out.append(hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest())
+    return out
 
 
 def finalize(inputs: Sequence[bytes], blinds: Sequence[bytes], evaluated: Sequence[bytes], *,
-             threads: int | None = None) -> list[bytes]:
-    """Finalize of RFC 9497 for a batch: SHA-512(I2OSP(len(x), 2) || x || I2OSP(32, 2) || r^-1 Z || "Finalize")."""
+             threads: int | None = None, pool: OprfPool | None = None) -> list[bytes]:
+    """Finalize of RFC 9497 for a batch: SHA-512(I2OSP(len(x), 2) || x || I2OSP(32, 2) || r^-1 Z || "Finalize").
+
+    A big batch runs in `pool`'s workers (None: this process's default pool), a small one in `threads` threads."""
     if not len(inputs) == len(blinds) == len(evaluated):
         raise InvalidInputError(f"{len(evaluated)} evaluated elements for {len(inputs)} inputs")
-
-    def run(triples: Sequence[tuple[bytes, bytes, bytes]]) -> list[bytes]:
-        sodium = _sodium()
-        inverses = _inverses([r for _, r, _ in triples])
-        out = []
-        for (x, _, z), r_inv in zip(triples, inverses):
-            if len(z) != ELEMENT_BYTES or not sodium.crypto_core_ristretto255_is_valid_point(bytes(z)):
-                raise InvalidInputError("an evaluated element is not a valid ristretto255 encoding")
-            n = bytes(sodium.crypto_scalarmult_ristretto255(r_inv, bytes(z)))
-            out.append(hashlib.sha512(_i2osp(len(x), 2) + x + _i2osp(len(n), 2) + n + b"Finalize").digest())
-        return out
-
-    return _batched(run, list(zip(inputs, blinds, evaluated)), threads)
+    return _run(_finalize_part, list(zip(inputs, blinds, evaluated)), (), threads, pool)
 
 
 def _inverses(scalars: Sequence[bytes]) -> list[bytes]:

@@ -225,8 +225,11 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     return result
 
 
-def evaluation_batch(secret: bytes, inputs: list[bytes], pads: int) -> tuple[list[bytes], list[bytes], list[int]]:
+def evaluation_batch(secret: bytes, inputs: list[bytes], pads: int, *,
+                     pool: oprf.OprfPool | None = None) -> tuple[list[bytes], list[bytes], list[int]]:
     """(the blinded elements to send, sorted; the blinds of `inputs`; where each input's element is in the batch).
+
+    A big batch is blinded in `pool`'s worker processes (None: this process's default pool, `oprf.blind`).
 
     Blinds and padding elements come from `secret` (this owner's private secret), so a re-run with the same
     records sends the same batch (the key holder answers each page once). The batch is sorted: uniformly random
@@ -238,7 +241,7 @@ def evaluation_batch(secret: bytes, inputs: list[bytes], pads: int) -> tuple[lis
     blinds: list[bytes] = [b""] * len(inputs)
     for k, i in enumerate(order):
         blinds[i] = scalars[k]
-    elements = oprf.blind(inputs, blinds)
+    elements = oprf.blind(inputs, blinds, pool=pool)
     padding = [bytes(oprf.random_element(hashlib.sha512(b"dpagg/oprf-pad|" + seed + j.to_bytes(8, "big"))
                                                         .digest())) for j in range(pads)]
     batch = sorted(elements + padding)
@@ -261,6 +264,8 @@ def _oblivious_outputs(owner: DataOwnerClient, contract: StudyContract, pair: Jo
         raise InvalidInputError(f"{len(ids)} records, but this owner's quota of oblivious evaluations in study "
                                 f"{contract.study_id} is {quota} (its declared records plus its dummies' allowance): "
                                 "bound the records or open a study that declares more")
+    if len(ids) >= oprf.MIN_POOLED_ELEMENTS:
+        oprf.default_pool().start()  # the workers start while the identifiers are prepared and the blinds drawn
     secret = pair.private_secret(contract.study_id)
     drawn = dummy_count(secret, terms.padding_epsilon, terms.padding_offset, label=b"private-dummy-count")
     pads = max(0, min(drawn, terms.dummy_allowance(), quota - len(ids)))

@@ -384,6 +384,8 @@ class DecryptionHandler:
             raise InvalidInputError(f"every blinded element is {oprf.ELEMENT_BYTES} bytes (ristretto255)")
         quota = terms.evaluation_quota(contract.expected_owners.index(owner_id))
         key = oprf.study_key(self._oprf_key, study_id, contract.contract_hash)
+        # A big page is checked and evaluated in this server's own OPRF worker processes (oprf.OprfPool: local,
+        # spawned by this process; the key reaches them through their pipes only), a small one here.
         oprf.check_elements(elements)  # invalid encodings are refused before anything is booked
         used = self.evaluations.admit(study_id, owner_id, int(page), len(elements),
                                       hashlib.sha256(b"".join(elements)).hexdigest(), quota)

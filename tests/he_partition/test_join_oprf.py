@@ -129,3 +129,58 @@ def test_the_batch_inversion_of_the_blinds_equals_one_inversion_each() -> None:
     inputs = [f"id|{i}".encode() for i in range(300)]
     evaluated = oprf.blind_evaluate(key, oprf.blind(inputs, blinds))
     assert oprf.finalize(inputs, blinds, evaluated) == [oprf.evaluate(key, x) for x in inputs]
+
+
+def test_the_worker_processes_give_exactly_the_in_process_values_and_a_dead_worker_fails_the_batch() -> None:
+    """A batch in spawned worker processes (forced here by a small threshold and small tasks: parts of 7 elements)
+    equals the in-process batch byte for byte; a worker's refusal is raised as the worker raised it; a worker that
+    dies fails its batch with WorkerLostError instead of hanging, and the next batch starts new workers."""
+    import os
+    import signal
+
+    from he_partition.core.errors import WorkerLostError
+
+    key = oprf.study_key(b"w" * 32, "s", "h")
+    inputs = [oprf_input(f"+44 7700 {i:07d}") for i in range(50)]
+    blinds = oprf.blind_scalars(b"b" * 32, len(inputs))
+    here = oprf.OprfPool(0)
+    pool = oprf.OprfPool(2, min_elements=10, task=7)
+    assert pool.uses_processes(10) and not pool.uses_processes(9) and not here.uses_processes(10**6)
+    try:
+        blinded = oprf.blind(inputs, blinds, pool=pool)
+        assert blinded == oprf.blind(inputs, blinds, pool=here)
+        evaluated = oprf.blind_evaluate(key, blinded, pool=pool)
+        assert evaluated == oprf.blind_evaluate(key, blinded, pool=here)
+        out = oprf.finalize(inputs, blinds, evaluated, pool=pool)
+        assert out == oprf.finalize(inputs, blinds, evaluated, pool=here) == [oprf.evaluate(key, x) for x in inputs]
+        oprf.check_elements(blinded, pool=pool)
+        with pytest.raises(InvalidInputError, match="not a valid ristretto255"):
+            oprf.check_elements(blinded[:20] + [b"\xff" * 32], pool=pool)
+        with pytest.raises(InvalidInputError, match="not a valid ristretto255"):
+            oprf.blind_evaluate(key, blinded[:20] + [b"\xff" * 32], pool=pool)
+        executor = pool._executor
+        assert executor is not None
+        worker = next(iter(executor._processes.values()))
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join()
+        with pytest.raises(WorkerLostError, match="OPRF worker process ended abruptly"):
+            oprf.blind_evaluate(key, blinded, pool=pool)
+        assert oprf.blind_evaluate(key, blinded, pool=pool) == evaluated  # new workers
+    finally:
+        pool.close()
+
+
+def test_a_multiprocessing_child_that_used_the_default_pool_exits() -> None:
+    """A process started by multiprocessing (an owner's process in the benchmarks) joins its children on its way out
+    and runs no atexit handler: the default pool must end its workers first, or the child never exits."""
+    import multiprocessing
+
+    inputs = [oprf_input(f"id{i}") for i in range(oprf.MIN_POOLED_ELEMENTS)]
+    child = multiprocessing.get_context("spawn").Process(
+        target=oprf.blind, args=(inputs, oprf.blind_scalars(b"c" * 32, len(inputs))))
+    child.start()
+    child.join(120)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0
