@@ -94,6 +94,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             decryption_pb2.DecryptMeasurementRequest(header=header),
             decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t)),
         "Decryption/KeySetup": lambda ch: d(ch).KeySetup(decryption_pb2.KeySetupRequest(step="status"), timeout=t),
+        "Decryption/SignCharge": lambda ch: d(ch).SignCharge(decryption_pb2.SignChargeRequest(study_id="s"),
+                                                             timeout=t),
         "Decryption/IssueShares": lambda ch: list(d(ch).IssueShares(iter([
             decryption_pb2.DecryptMeasurementRequest(header=header),
             decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t)),
@@ -157,6 +159,7 @@ ALLOWED = {
     "Decryption/OpenStudy": {"cs"},
     "Decryption/DecryptMeasurement": {"cs"},
     "Decryption/KeySetup": {"cs"},
+    "Decryption/SignCharge": {"cs"},
     "Decryption/IssueShares": {"cs"},
     "Decryption/ForwardUploads": {"cs"},
     "Decryption/CloseUploads": {"cs"},
