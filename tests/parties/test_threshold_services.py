@@ -419,3 +419,40 @@ def test_a_holder_with_a_rolled_back_ledger_cannot_make_the_study_overspend(
     assert code == "RESOURCE_EXHAUSTED" and "key-share holder h2" in message
     assert combines.calls == 0
     assert _spent(threshold, 1, "s-roll") == pytest.approx(1.0) and _spent(threshold, 2, "s-roll") == pytest.approx(1.0)
+
+
+def test_a_direct_query_does_not_show_the_combiner_the_prefix_count(threshold: Threshold,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The combiner's view of a direct range count [lo, hi) holds the prefix slot P[lo-1] + mu, mu the CS's own
+    mask: a CS that knows (or skips, as here) its mask would read the exact count of [0, lo) unless the holders'
+    shares noise that slot too. The attacker double records every combined slot vector of a direct query."""
+    import parties.computation.threshold.decryption as mod
+    from he_partition.core.measurements import RangeCount
+
+    real_noise = RangeCount.computation_noise
+
+    def no_mask(self: RangeCount, rng: Any) -> np.ndarray:  # a deviating CS: no prefix mask mu
+        out = np.asarray(real_noise(self, rng)).copy()
+        if self.lo > 0:
+            out[0] = 0
+        return out
+
+    monkeypatch.setattr(RangeCount, "computation_noise", no_mask)
+    seen: list[np.ndarray] = []
+    real_combine = mod.combine
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        got = real_combine(*a, **kw)
+        seen.append(np.asarray(got, dtype=np.int64).copy())
+        return got
+
+    monkeypatch.setattr(mod, "combine", spy)
+    threshold.open_and_submit("s-prefix", epsilon=1.0)
+    lo, hi = 20, 40
+    threshold.computation().direct_range_counts("s-prefix", [(lo, hi)], 0.5)
+    truth = np.cumsum(np.sum(_histograms(), axis=0))
+    t = 562949952847873
+    prefix_seen = [int((v[lo - 1] + t // 2) % t - t // 2) for v in seen]
+    assert prefix_seen, "no combined chunk was seen"
+    assert int(truth[lo - 1]) not in prefix_seen, "the combiner read the exact prefix count"
+    assert all(abs(p - int(truth[lo - 1])) > 50 for p in prefix_seen)  # noised at scale c / 2^-20

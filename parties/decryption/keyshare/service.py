@@ -25,6 +25,7 @@ material" is the collective context); decryption goes through `issue_shares` onl
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -39,7 +40,7 @@ import numpy as np
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
 from he_partition.core.measurements import Measurement, RangeCount
-from he_partition.core.noise import CipherRandom
+from he_partition.core.noise import CipherRandom, KeyedRandom
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
@@ -52,7 +53,7 @@ from he_partition.protocol import MAX_NOISE_SCALE
 from ...common.contract import StudyContract, canonical_json
 from ...common.errors import FailedPreconditionError
 from ...common.util import write_file_atomic, write_private_file
-from ..handler import DecryptionHandler, charged_epsilon, decryption_detail
+from ..handler import NOISE_STREAM, DecryptionHandler, charged_epsilon, decryption_detail
 from ..keys import KeyMaterial
 
 from .holder import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,
@@ -401,12 +402,20 @@ class KeyShareService:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
         noise = np.zeros(measurement.domain_size, dtype=np.int64)
+        d = np.zeros(measurement.count, dtype=np.int64)
         if contract.noise_parties == 2:  # the share is drawn before anything is charged or decrypted
             # NB(1/(K - T)) per side: any K - T holders' shares sum to at least one full discrete Laplace draw
             d = tolerant_share(measurement.scale, k, contract.noise_tolerates, measurement.count,
                                holder_noise_source(self.noise_key, self.index, len(self.holders), b"dp/" + label))
-            if isinstance(measurement, RangeCount) and measurement.lo > 0:  # no share on the CS's prefix mask
-                d = np.concatenate([np.zeros(1, dtype=np.int64), d])
+        prefix = isinstance(measurement, RangeCount) and measurement.lo > 0
+        if prefix:
+            # The combiner sees the prefix slot P[lo-1] + mu, and mu is its own mask: this holder's uniform pad r on
+            # both slots (the slot map is a running sum) hides the prefix from any coalition missing one holder,
+            # and cancels in the released count P[hi-1] - P[lo-1]. A one-time pad, no DP noise, nothing charged.
+            pad = KeyedRandom(self.noise_key, b"dpagg/threshold/prefix-pad/v1" + hashlib.sha256(label).digest(),
+                              stream=NOISE_STREAM).integers(DEFAULT_PLAIN_MODULUS, 1)
+            d = np.concatenate([np.asarray(pad, dtype=np.int64), d])
+        if contract.noise_parties == 2 or prefix:
             noise = np.asarray(measurement.noise_slots(d, DEFAULT_PLAIN_MODULUS), dtype=np.int64)
         detail = decryption_detail(contract, measurement, digest, spec_json=spec_json)
         paid: list[Charge] = []
