@@ -102,20 +102,33 @@ def test_any_one_holder_down_releases_and_two_down_are_refused_before_any_charge
         tofn.start_holder(2)
 
 
-def test_direct_queries_are_refused_with_a_t_of_n_key_naming_why(tofn: Threshold) -> None:
+def test_direct_queries_with_one_holder_down_are_charged_range_by_range_in_the_log(tofn: Threshold) -> None:
     tofn.open_and_submit("s3", epsilon=1.0)
-    rel = tofn.computation().run_release("s3", epsilon=0.5)
-    assert rel.state == "DONE", rel.error_message
-    with pytest.raises(ServiceError, match="t-of-N"):
-        tofn.computation().direct_range_counts("s3", [(0, 10)], epsilon=0.1)
+    _wait_forwarded(tofn, "s3")
+    truth = np.sum(_histograms(), axis=0)
+    tofn.stop_holder(0)
+    try:
+        got = tofn.computation().direct_range_counts("s3", [(0, 10), (5, 40), (17, 64)], 0.1, request_key="q1")
+        again = tofn.computation().direct_range_counts("s3", [(0, 10), (5, 40), (17, 64)], 0.1, request_key="q1")
+    finally:
+        tofn.start_holder(0)
+    for c, (lo, hi) in zip(got.counts, [(0, 10), (5, 40), (17, 64)]):
+        assert abs(c.value - truth[lo:hi].sum()) < 200  # scale c / 0.1 = 10 per draw: the data, not noise
+    assert [c.value for c in again.counts] == [c.value for c in got.counts] and again.epsilon_charged == 0
+    log = _log(tofn, "s3")
+    assert len(log) == 3 and all(c.entry.participants == (1, 2) for c in log)
+    assert float(sum(c.entry.epsilon for c in log)) == pytest.approx(0.3)  # each range in full
+    with pytest.raises(ServiceError, match="RESOURCE_EXHAUSTED.*each range in full"):
+        tofn.computation().direct_range_counts("s3", [(0, 10)] * 8, 0.1)  # 0.8 more does not fit 0.7 left
+    assert len(_log(tofn, "s3")) == 3
 
 
-def test_a_release_with_one_holder_down_equals_the_single_key_path_once_the_two_holders_draws_are_accounted_for(
+def test_a_release_and_direct_queries_with_one_holder_down_equal_the_single_key_path_once_the_draws_are_counted(
         tmp_path: Path) -> None:
     """Same data and computation-server seed through one decryption server and through a 2-of-3 key with holder
-    h1 stopped: for every measurement, the decrypted values minus the holder-side noise (the single server's keyed
-    draw; the two participants' keyed shares, recomputed from their noise keys, the request label and the
-    participant set) are equal value for value."""
+    h1 stopped (a release, then three direct range counts): for every measurement, the decrypted values minus the
+    holder-side noise (the single server's keyed draw; the two participants' keyed shares, recomputed from their
+    noise keys, the request label and the participant set) are equal value for value."""
     from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 
     from .conftest import Cluster
@@ -128,6 +141,7 @@ def test_a_release_with_one_holder_down_equals_the_single_key_path_once_the_two_
         for o, h in zip(OWNERS, _histograms()):
             single.owner(o).submit("s-eq", h)
         assert single.computation().run_release("s-eq", epsilon=0.5).state == "DONE"
+        single.computation().direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
     finally:
         single.stop()
     t = Threshold.start(tmp_path / "t2", cs_seed=12)
@@ -138,9 +152,10 @@ def test_a_release_with_one_holder_down_equals_the_single_key_path_once_the_two_
         _wait_forwarded(t, "s-eq")
         t.stop_holder(0)
         assert t.computation().run_release("s-eq", epsilon=0.5).state == "DONE"
+        t.computation().direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
     finally:
         t.stop()
-    assert len(spy1.calls) == len(spy2.calls) >= 2
+    assert len(spy1.calls) == len(spy2.calls) >= 5
     for (kw1, v1), (kw2, v2) in zip(spy1.calls, spy2.calls):
         assert kw1["measurement"].to_dict() == kw2["measurement"].to_dict()
         m = kw2["measurement"]

@@ -583,11 +583,40 @@ class ThresholdDecryption:
         Returns the most expensive holder's answer.
         """
         if self.tofn() is not None:
-            raise FailedPreconditionError("direct queries are not built for t-of-N keys (each range's claim lives in "
-                                          "every holder's own ledger): query the released summary; nothing was "
-                                          "charged")
+            return self._direct_precheck(**kwargs)
         paid = self._all("refused the direct-query charge", lambda c: c.charge_direct_queries(**kwargs))
         return max(paid, key=lambda p: (p.epsilon_charged, -p.epsilon_remaining))
+
+    def _direct_precheck(self, *, study_id: str, request_id: str, contract_hash: str,
+                         ranges: Sequence[tuple[int, int]], epsilon: float) -> DirectChargeInfo:
+        """t-of-N: a batch of direct range counts is charged range by range in the signed charge log, each in full
+        (charged_epsilon of the range, as a release measurement: sequential composition; the heaviest-overlap
+        accounting of one ledger is not built over the log), when its range is decrypted. Here: refuse a batch
+        whose ranges not yet charged do not fit what the log leaves (RESOURCE_EXHAUSTED), before anything is
+        charged or decrypted.
+
+        Privacy: spends nothing itself; each range later spends its epsilon (sensitivity c, add/remove of one
+        person with at most c records) through `_charge`. Draws no noise."""
+        from he_partition.core.errors import BudgetExhaustedError
+        from he_partition.core.measurements import range_count_batch
+
+        contract = self.get_study(study_id)
+        if contract.contract_hash != contract_hash:
+            raise FailedPreconditionError(f"the direct queries name another contract than study {study_id}'s; "
+                                          "nothing was charged")
+        ms = range_count_batch(contract.domain_size, epsilon, contract.person_bound, ranges, max_ranges=max(1, len(ranges)))
+        done = {c.entry.request for c in self._log(study_id)}
+        cost = Fraction(0)
+        for m in ms:
+            if charge_request(study_id, request_id, epsilon, canonical_json(m.to_dict())) not in done:
+                cost += Fraction(charged_epsilon(contract, m, epsilon))
+        spent = sum((c.entry.epsilon for c in self._log(study_id)), Fraction(0))
+        left = Fraction(contract.epsilon) - spent
+        if cost > left * (1 + Fraction(1, 10**9)):
+            raise BudgetExhaustedError(f"study {study_id}: {len(ms)} direct range(s) cost {float(cost):.12g} with a "
+                                       f"t-of-N key (each range in full); the signed charge log leaves "
+                                       f"{float(left):.12g}; nothing was charged or decrypted")
+        return DirectChargeInfo(float(cost), float(spent + cost), float(left - cost), 0, cost == 0)
 
     def decrypt_join_cells(self, **kwargs: Any) -> JoinCellsResult:
         raise FailedPreconditionError(JOINS_SINGLE_HOLDER)

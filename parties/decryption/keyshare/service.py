@@ -361,9 +361,6 @@ class KeyShareService:
         contract = handler.get_study(study_id)
         self.check_contract(contract)
         parts = tuple(sorted(int(p) for p in participants))
-        if self.threshold is not None and isinstance(measurement, RangeCount):
-            raise FailedPreconditionError("direct queries are not built for t-of-N keys (their per-range claims "
-                                          "are per-holder ledgers): run releases; nothing was charged or decrypted")
         if self.threshold is None and (charge_log or parts):
             raise InvalidInputError(f"key-share holder {self.name} holds an N-of-N key share: a request names no "
                                     "charge log or participants")
@@ -428,6 +425,8 @@ class KeyShareService:
             most c records; a direct range was paid by ChargeDirectQueries. Draws no noise, so
             nobody knows noise from it.
             """
+            if isinstance(measurement, RangeCount) and self.threshold is not None:
+                return  # t-of-N: the range's own charge in the signed log paid it (each range in full)
             if isinstance(measurement, RangeCount):
                 handler.ledger.claim_direct_decryption(study_id, release_id, measurement.lo, measurement.hi,
                                                        measurement.epsilon, detail)
