@@ -152,15 +152,24 @@ def _batched(fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: 
         return [x for part in pool.map(fn, parts) for x in part]
 
 
+#: The environment variable that sets the default pool's worker count (0 or 1: in-process, on threads).
+WORKERS_ENV = "DPAGG_OPRF_WORKERS"
+
+
 def default_workers() -> int:
-    """The default pool's worker count: min(cores this process may use, 16); 0 (in-process) on one core or in a
-    daemonic process."""
+    """The default pool's worker count: $DPAGG_OPRF_WORKERS if set, else min(cores this process may use, 16); 0
+    (in-process) on one core or in a daemonic process."""
+    if multiprocessing.current_process().daemon:  # a daemonic process may not start processes
+        return 0
+    given = os.environ.get(WORKERS_ENV, "").strip()
+    if given:
+        if not given.isdigit():
+            raise InvalidInputError(f"{WORKERS_ENV} must be a whole number of worker processes, got {given!r}")
+        return int(given)
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    if multiprocessing.current_process().daemon:  # a daemonic process may not start processes
-        return 0
     return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
 
 
@@ -298,16 +307,21 @@ def _run(fn: Callable[..., list[R]], items: Sequence[T], args: tuple[Any, ...], 
     return _batched(lambda part: fn(part, *args), items, threads)
 
 
-def blind_scalars(seed: bytes, count: int, *, label: bytes = b"blind") -> list[bytes]:
-    """`count` non-zero scalars derived from a 32-byte secret `seed` (uniform mod the order, as RFC 9497's random
-    blinds): a re-run with the same seed sends the same blinded elements, so the key holder's once-per-study
-    rule still answers it."""
+def _scalars_part(indices: Sequence[int], seed: bytes, label: bytes) -> list[bytes]:
     out = []
-    for i in range(count):
+    for i in indices:
         s = bytes(_sodium().crypto_core_ristretto255_scalar_reduce(hashlib.sha512(
-            b"dpagg/oprf-" + label + b"|" + seed + b"|" + i.to_bytes(8, "big")).digest()))
+            b"dpagg/oprf-" + label + b"|" + seed + b"|" + int(i).to_bytes(8, "big")).digest()))
         out.append(s if not _is_zero(s) else (1).to_bytes(32, "little"))
     return out
+
+
+def blind_scalars(seed: bytes, count: int, *, label: bytes = b"blind", pool: OprfPool | None = None) -> list[bytes]:
+    """`count` non-zero scalars derived from a 32-byte secret `seed` (uniform mod the order, as RFC 9497's random
+    blinds): a re-run with the same seed sends the same blinded elements, so the key holder's once-per-study
+    rule still answers it. A big batch is derived in `pool`'s workers (None: this process's default pool; the
+    seed goes only to this process's own local workers), a small one here: the same scalars either way."""
+    return _run(_scalars_part, list(range(count)), (bytes(seed), bytes(label)), 1, pool)
 
 
 def _blind_part(pairs: Sequence[tuple[bytes, bytes]]) -> list[bytes]:

@@ -184,3 +184,12 @@ def test_a_multiprocessing_child_that_used_the_default_pool_exits() -> None:
     if alive:
         child.kill()
     assert not alive and child.exitcode == 0
+
+
+def test_blind_scalars_from_the_workers_equal_those_derived_here() -> None:
+    pool = oprf.OprfPool(2, min_elements=8, task=7)
+    try:
+        assert oprf.blind_scalars(b"\x09" * 32, 40, pool=pool) == oprf.blind_scalars(b"\x09" * 32, 40,
+                                                                                      pool=oprf.OprfPool(0))
+    finally:
+        pool.close()
