@@ -9,13 +9,15 @@ child imports nothing of the caller's. Adds no noise, spends no budget.
 """
 from __future__ import annotations
 
+import os
+
 import sys
 import threading
 import types
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["without_user_main"]
+__all__ = ["usable_cores", "without_user_main"]
 
 _LOCK = threading.Lock()
 
@@ -33,3 +35,11 @@ def without_user_main() -> Iterator[None]:
         finally:
             if main is not None:
                 sys.modules["__main__"] = main
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; the machine's count where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

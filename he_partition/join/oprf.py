@@ -45,7 +45,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence, TypeVar
 
 from ..core.errors import InvalidInputError, WorkerLostError
-from ..execution.spawning import without_user_main
+from ..execution.spawning import usable_cores, without_user_main
 
 __all__ = ["ELEMENT_BYTES", "SCALAR_BYTES", "OUTPUT_BYTES", "CONTEXT", "derive_key", "study_key", "hash_to_group",
            "hash_to_scalar", "blind", "check_elements", "blind_evaluate", "finalize", "evaluate", "blind_scalars",
@@ -166,10 +166,7 @@ def default_workers() -> int:
         if not given.isdigit():
             raise InvalidInputError(f"{WORKERS_ENV} must be a whole number of worker processes, got {given!r}")
         return int(given)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
 
 

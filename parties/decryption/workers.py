@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from he_partition.core.backend import ChunkedVector
 from he_partition.core.errors import DPAggError, InvalidInputError, PrecisionError, WorkerLostError
-from he_partition.execution.spawning import without_user_main
+from he_partition.execution.spawning import usable_cores, without_user_main
 from he_partition.he.bfv import BfvBackend, load_context
 
 __all__ = ["ChunkPipeline", "DecryptPool", "PipelinedDecryption", "default_decrypt_workers", "MIN_POOLED_CHUNKS"]
@@ -66,10 +66,7 @@ _DIE_MARKER: Path | None = None
 
 def default_decrypt_workers() -> int:
     """The decryption server's default worker count: min(cores this process may use, 8); 0 (in-process) on one core."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
 
 

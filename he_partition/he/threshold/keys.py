@@ -76,11 +76,14 @@ def secret_plaintext_bytes(ctx: ts.Context, secret: "HolderSecret", parms_id: li
     return header(16 + len(body)) + body
 
 
-def _pack(magic: bytes, holder: int, arr: npt.NDArray[np.uint64]) -> bytes:
+def pack_residues(magic: bytes, holder: int, arr: npt.NDArray[np.uint64]) -> bytes:
+    """`magic`, the holder id and the shape, then the (k, N) residues little-endian: a holder secret or key share."""
     return magic + struct.pack(">BII", holder, arr.shape[0], arr.shape[1]) + arr.astype("<u8").tobytes()
 
 
-def _unpack(magic: bytes, data: bytes, what: str, moduli: list[int], degree: int) -> tuple[int, npt.NDArray[np.uint64]]:
+def unpack_residues(magic: bytes, data: bytes, what: str, moduli: list[int],
+                    degree: int) -> tuple[int, npt.NDArray[np.uint64]]:
+    """(holder id, residues) of `pack_residues` bytes, checked: magic, shape, size, every value reduced mod its prime."""
     head = len(magic) + 9
     if not isinstance(data, (bytes, bytearray)) or len(data) < head or not bytes(data).startswith(magic):
         raise InvalidInputError(f"not a {what} (wrong magic bytes or too short)")
@@ -102,11 +105,11 @@ class HolderSecret:
     s_ntt: npt.NDArray[np.uint64]
 
     def to_bytes(self) -> bytes:
-        return _pack(_SECRET_MAGIC, self.holder, self.s_ntt)
+        return pack_residues(_SECRET_MAGIC, self.holder, self.s_ntt)
 
     @classmethod
     def from_bytes(cls, ctx: ts.Context, data: bytes) -> "HolderSecret":
-        holder, arr = _unpack(_SECRET_MAGIC, data, "holder secret", key_moduli(ctx), _degree(ctx))
+        holder, arr = unpack_residues(_SECRET_MAGIC, data, "holder secret", key_moduli(ctx), _degree(ctx))
         return cls(holder, arr)
 
 
@@ -139,7 +142,7 @@ def holder_keygen(ctx: ts.Context, seed: bytes, holder: int) -> tuple[HolderSecr
     pk_ct = pk.data()
     p = _read(pk_ct.dyn_array(), 2 * k * n).reshape(2, k, n)
     b = (p[0] + ((p[1] - a) % q) * s) % q
-    return HolderSecret(holder, s.astype(np.uint64)), _pack(_SHARE_MAGIC, holder, b.astype(np.uint64))
+    return HolderSecret(holder, s.astype(np.uint64)), pack_residues(_SHARE_MAGIC, holder, b.astype(np.uint64))
 
 
 def collective_public_key(ctx: ts.Context, seed: bytes, commitments: dict[int, bytes],
@@ -154,7 +157,7 @@ def collective_public_key(ctx: ts.Context, seed: bytes, commitments: dict[int, b
     q = np.array(moduli, dtype=object)[:, None]
     total = np.zeros((len(moduli), n), dtype=object)
     for holder in sorted(reveals):
-        embedded, b = _unpack(_SHARE_MAGIC, reveals[holder], f"key share of holder {holder}", moduli, n)
+        embedded, b = unpack_residues(_SHARE_MAGIC, reveals[holder], f"key share of holder {holder}", moduli, n)
         if embedded != holder:
             raise InvalidInputError(f"key share revealed as holder {holder} names holder {embedded}")
         total = (total + b.astype(object)) % q

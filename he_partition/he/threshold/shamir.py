@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import struct
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -46,7 +45,7 @@ import tenseal as ts
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.rns import mulmod
-from he_partition.he.threshold.keys import HolderSecret, key_moduli
+from he_partition.he.threshold.keys import HolderSecret, key_moduli, pack_residues, unpack_residues
 
 __all__ = ["SubShare", "check_threshold", "deal", "evaluation_point", "lagrange", "participant_secret", "receive",
            "subsets", "uniform_residues"]
@@ -103,24 +102,16 @@ class SubShare:
     values: U64
 
     def to_bytes(self) -> bytes:
-        arr = np.ascontiguousarray(self.values, dtype="<u8")
-        return (_SUBSHARE_MAGIC + struct.pack(">BBBII", self.dealer, self.recipient, self.threshold, *arr.shape)
-                + arr.tobytes())
+        return _SUBSHARE_MAGIC + bytes([self.recipient, self.threshold]) + pack_residues(b"", self.dealer, self.values)
 
     @classmethod
     def from_bytes(cls, ctx: ts.Context, data: bytes) -> "SubShare":
-        head = len(_SUBSHARE_MAGIC) + 11
-        moduli = key_moduli(ctx)
-        degree = int(ctx.seal_context().data.key_context_data().parms().poly_modulus_degree())
+        head = len(_SUBSHARE_MAGIC) + 2
         if not isinstance(data, (bytes, bytearray)) or len(data) < head or not bytes(data).startswith(_SUBSHARE_MAGIC):
             raise InvalidInputError("not a key sub-share (wrong magic bytes or too short)")
-        dealer, recipient, threshold, k, n = struct.unpack(">BBBII", bytes(data[len(_SUBSHARE_MAGIC):head]))
-        if (k, n) != (len(moduli), degree) or len(data) != head + 8 * k * n:
-            raise InvalidInputError(f"key sub-share from holder {dealer} has shape ({k}, {n}) and {len(data)} bytes, "
-                                    f"expected ({len(moduli)}, {degree})")
-        arr = np.frombuffer(bytes(data), dtype="<u8", offset=head).reshape(k, n).astype(np.uint64)
-        if any(int(arr[j].max()) >= q for j, q in enumerate(moduli)):
-            raise InvalidInputError(f"key sub-share from holder {dealer} is not reduced modulo its primes")
+        recipient, threshold = bytes(data[len(_SUBSHARE_MAGIC):head])
+        degree = int(ctx.seal_context().data.key_context_data().parms().poly_modulus_degree())
+        dealer, arr = unpack_residues(b"", bytes(data[head:]), "key sub-share", key_moduli(ctx), degree)
         return cls(dealer, recipient, threshold, arr)
 
     def digest(self) -> bytes:
