@@ -13,7 +13,7 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import MAX_DECODED_MAGNITUDE
 from he_partition.core.noise_shares import MAX_HOLDERS
 from he_partition.join.protocol import JOIN_STRATEGY, JoinTerms
-from he_partition.protocol import STRATEGIES, make_strategy
+from he_partition.protocol import EPSILON_TOLERANCE, STRATEGIES, make_strategy
 
 from .contract_checks import (MAX_CORRELATION_SOURCE, _canonical_owner_keys, _shown, _check_leakage, _check_seal_keys,
                               _check_source, _owner_key_pairs, _whole)
@@ -463,3 +463,26 @@ class StudyContract:
 def contract_hash(contract: StudyContract) -> str:
     """SHA-256 (hex, lowercase) of `contract.canonical_json()` encoded as UTF-8 (proto/test-vectors.json)."""
     return hashlib.sha256(contract.canonical_json().encode("utf-8")).hexdigest()
+
+
+def scaled_charge(epsilon: float, multiplier: float, release_epsilon: float) -> float:
+    """epsilon x multiplier (1 + L), a product within EPSILON_TOLERANCE above `release_epsilon` counted as it."""
+    charge = float(epsilon) * multiplier
+    # (e / (1 + L)) * (1 + L) can exceed e by an ulp, and the ledger refuses a charge above
+    # its release's epsilon without slack: within EPSILON_TOLERANCE (the slack the ledger
+    # allows every sum) it is the release's epsilon.
+    if multiplier != 1.0 and release_epsilon < charge <= release_epsilon * (1 + EPSILON_TOLERANCE):
+        return release_epsilon
+    return charge
+
+
+def charged_epsilon(contract: "StudyContract", m: Any, release_epsilon: float = math.inf) -> float:
+    """What the ledger charges for a strategy measurement `m`: its DP epsilon times the noise multiplier 1 + L.
+
+    For a plain study (L = 0) that is `m.epsilon` (DP under add/remove of one person). For
+    a study with correlated records, `m` is noised at scale sensitivity / m.epsilon, so by
+    seed 003 (Theorems 5.1, 5.2) its Bayesian-DP leakage is at most (1 + L) * m.epsilon:
+    that is what it costs in the study's (Bayesian-DP) budget (a product within
+    EPSILON_TOLERANCE above `release_epsilon` counts as `release_epsilon`).
+    """
+    return scaled_charge(m.epsilon, contract.noise_multiplier, release_epsilon)

@@ -35,7 +35,7 @@ from he_partition.core.measurements import Measurement, PartitionSums, RangeCoun
 from he_partition.core.noise import KeyedRandom, RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
-from ..common.contract import StudyContract, canonical_json, check_id, join_terms_of
+from ..common.contract import StudyContract, canonical_json, charged_epsilon, check_id, join_terms_of, scaled_charge as _scaled
 from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id
@@ -133,28 +133,6 @@ class _LedgerBudget(Budget):
         self.last = self._ledger.charge(self._study_id, self._release_id, what,
                                         _scaled(epsilon, self._multiplier, self._release_epsilon),
                                         self._release_epsilon, self._detail)
-
-
-def _scaled(epsilon: float, multiplier: float, release_epsilon: float) -> float:
-    charge = float(epsilon) * multiplier
-    # (e / (1 + L)) * (1 + L) can exceed e by an ulp, and the ledger refuses a charge above
-    # its release's epsilon without slack: within EPSILON_TOLERANCE (the slack the ledger
-    # allows every sum) it is the release's epsilon.
-    if multiplier != 1.0 and release_epsilon < charge <= release_epsilon * (1 + EPSILON_TOLERANCE):
-        return release_epsilon
-    return charge
-
-
-def charged_epsilon(contract: StudyContract, m: Measurement, release_epsilon: float = math.inf) -> float:
-    """What the ledger charges for a strategy measurement `m`: its DP epsilon times the noise multiplier 1 + L.
-
-    For a plain study (L = 0) that is `m.epsilon` (DP under add/remove of one person). For
-    a study with correlated records, `m` is noised at scale sensitivity / m.epsilon, so by
-    seed 003 (Theorems 5.1, 5.2) its Bayesian-DP leakage is at most (1 + L) * m.epsilon:
-    that is what it costs in the study's (Bayesian-DP) budget (a product within
-    EPSILON_TOLERANCE above `release_epsilon` counts as `release_epsilon`).
-    """
-    return _scaled(m.epsilon, contract.noise_multiplier, release_epsilon)
 
 
 class _AnsweredBefore(Budget):

@@ -11,12 +11,14 @@ What it holds:
 - `c1`: the c1 part of ciphertexts, the owners' signed c1 and the check a holder runs on it.
 - `decrypt`: the holders' decryption shares (smudged, bound to the ciphertext or its c1) and
   the n-of-n combine.
+- `shamir`: t-of-N key shares (each holder's s_i Shamir-shared per RNS prime) and the Lagrange
+  weights that let any t holders' shares combine.
 
 May import `he_partition.core`, its siblings in `he_partition.he` (`bfv`, `rns`, `seal_io`) and
 TenSEAL; nothing above it (no party, network or storage).
 
-Privacy promise: no one short of all n holders learns anything about the secret key or a
-plaintext. Each share is smudged so the combiner's view of a ciphertext depends on the data only
+Privacy promise: no one short of all n holders (of t, with a t-of-N key) learns anything about the
+secret key or a plaintext. Each share is smudged so the combiner's view of a ciphertext depends on the data only
 through its plaintext, and a holder shares only ciphertexts whose c1 is the owners' signed
 aggregate, so a chosen ciphertext cannot read its secret off a share.
 """

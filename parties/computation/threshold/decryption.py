@@ -20,10 +20,8 @@ answer. Direct queries need every holder's ledger and are refused with a t-of-N 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import secrets
-from fractions import Fraction
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,11 +49,10 @@ from ...common.tls import TlsConfig
 from ...common.util import new_id
 from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
 from ...decryption.forwarding import UploadForwarding
-from ...decryption.handler import charged_epsilon
-from ...decryption.keyshare.charges import ChargeEntry, SignedCharge, charge_request, dump_log, load_log
+from ...decryption.keyshare.charges import SignedCharge, dump_log
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
 from ...decryption.keyshare.resharing import HolderIdentity
-from ...common.contract import canonical_json
+from .charge_log import StudyChargeLogs
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
@@ -104,10 +101,10 @@ class ThresholdDecryption:
         #: t of a t-of-N key (learned from the holders' status or the setup); None: N-of-N or not yet known.
         self.threshold: int | None = None
         self._known_threshold = False
-        self._charges_dir = Path(data_dir) / "charges" if data_dir is not None else None
-        self._logs: dict[str, list[SignedCharge]] = {}
-        self._pending: dict[str, SignedCharge] = {}
-        self._log_locks: dict[str, threading.Lock] = {}
+        #: Each t-of-N study's signed charge log (charges/<study>.json).
+        self.charges = StudyChargeLogs(Path(data_dir) / "charges" if data_dir is not None else None, self.names,
+                                       lambda i, study, entry, log_: self._pool.submit(
+                                           self.clients[i].sign_charge, study, entry, log_), HolderFailedError)
         self._context: bytes | None = None
         self._fps: dict[str, str] = {}
         self._uploads = UploadForwarding(self._send_uploads)  # the owners' signed c1 parts, once per study
@@ -341,7 +338,7 @@ class ThresholdDecryption:
         """Every holder's view (each checked against its receipts); the most spent one counts."""
         if self.tofn() is not None:
             got = self._quorum("reported the budget", lambda c: c.budget(study_id, timeout=timeout))
-            chain = float(sum((c.entry.epsilon for c in self._log(study_id)), Fraction(0)))
+            chain = float(self.charges.spent(study_id))
             # the signed charge log is the spend: a holder's own ledger holds only the requests it answered
             views = [v if v.spent >= chain else dataclasses.replace(
                 v, spent=chain, remaining=v.total - chain, available=max(0.0, v.available - (chain - v.spent)))
@@ -375,7 +372,7 @@ class ThresholdDecryption:
         if t is not None:  # fix the participants and have them sign the charge, before any share is asked for
             signed = self._charge(t, study_id, release_id, float(release_epsilon), measurement)
             members = list(signed.entry.participants)
-            extra = {"charge_log": dump_log(self._log(study_id)), "participants": members}
+            extra = {"charge_log": dump_log(self.charges.log(study_id)), "participants": members}
         clients = [self.clients[i] for i in members]
         t1 = time.monotonic()
         arrived: list[list[bytes | None]] = [[None] * chunk_count for _ in clients]
@@ -434,93 +431,15 @@ class ThresholdDecryption:
         return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,
                              min(g.epsilon_remaining for g in got))
 
-    # -- the t-of-N charge log ---------------------------------------------------------------
-    def _log_path(self, study_id: str) -> Path | None:
-        return self._charges_dir / f"{study_id}.json" if self._charges_dir is not None else None
-
-    def _log(self, study_id: str) -> list[SignedCharge]:
-        """The study's signed charge log as this server keeps it (memory, and `charges/<study>.json`)."""
-        with self._lock:
-            got = self._logs.get(study_id)
-            if got is None:
-                path = self._log_path(study_id)
-                raw = json.loads(path.read_text()) if path is not None and path.exists() else {}
-                got = self._logs[study_id] = load_log(json.dumps(raw.get("log", [])))
-                if raw.get("pending"):
-                    self._pending[study_id] = SignedCharge.from_dict(raw["pending"])
-            return got
-
-    def _save(self, study_id: str) -> None:
-        path = self._log_path(study_id)
-        if path is None:
-            return
-        pending = self._pending.get(study_id)
-        body = {"log": json.loads(dump_log(self._logs[study_id])), "pending": pending.to_dict() if pending else None}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body))
-        tmp.replace(path)
-
-    def _sign(self, t: int, charge: SignedCharge, log_: list[SignedCharge], holders: Sequence[int]) -> SignedCharge:
-        """Ask `holders` (in parallel) to sign `charge` on `log_`; the charge with every signature gathered."""
-        entry_json, log_json = json.dumps(charge.entry.to_dict()), dump_log(log_)
-        futures = {i: self._pool.submit(self.clients[i].sign_charge, charge.entry.study_id, entry_json, log_json)
-                   for i in holders}
-        refusals: list[str] = []
-        first: Exception | None = None
-        for i, f in futures.items():
-            try:
-                charge = charge.with_signature(i, f.result())
-            except Exception as failed:  # every holder's answer is collected; the refusals are reported together
-                reason = failed.details if isinstance(failed, ServiceError) else status_for(failed)[1]
-                refusals.append(f"{self.names[i]}: {reason}")
-                first = failed
-        if len(charge.signatures) < t:
-            code = first.code if isinstance(first, ServiceError) else \
-                status_for(first)[0] if first is not None else grpc.StatusCode.UNAVAILABLE
-            raise HolderFailedError(code, f"the charge of study {charge.entry.study_id} has {len(charge.signatures)} "
-                                          f"of the {t} holder signatures it needs ({'; '.join(refusals)}); nothing "
-                                          "was decrypted")
-        return charge
-
     def _charge(self, t: int, study_id: str, release_id: str, release_epsilon: float,
                 measurement: Measurement) -> SignedCharge:
-        """This measurement's valid charge in the study's log: found (a retry), or proposed at the log's end with
-        the first t holders that answer as participants and signed by them.
+        """The measurement's valid charge in the study's signed log, the participants the first t holders that
+        answer now (`StudyChargeLogs.charge`, which states what it spends)."""
+        def up() -> list[int]:
+            return sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
+                                                                        timeout=10.0)))
 
-        Privacy: the charge spends charged_epsilon (the measurement's epsilon times 1 + L, for L1
-        sensitivity `measurement.sensitivity` under add/remove of one person with at most c
-        records) of the study's budget once t holders signed it; each holder signs only when the
-        whole log plus it fits the budget (`charges.ChargeBook.sign`). Draws no noise."""
-        contract = self.get_study(study_id)
-        request = charge_request(study_id, release_id, release_epsilon, canonical_json(measurement.to_dict()))
-        lock = self._log_locks.setdefault(study_id, threading.Lock())
-        with lock:
-            log_ = self._log(study_id)
-            for c in log_:
-                if c.entry.request == request:
-                    return c
-            up = sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
-                                                                      timeout=10.0)))
-            pending = self._pending.get(study_id)
-            if pending is not None and pending.entry.index == len(log_):  # an earlier charge short of signatures
-                done = self._sign(t, pending, log_, up)  # the holders that signed it sign no other entry there
-                log_.append(done)
-                self._pending.pop(study_id, None)
-                self._save(study_id)
-                if done.entry.request == request:
-                    return done
-            entry = ChargeEntry(study_id, len(log_), log_[-1].entry.digest() if log_ else "", request,
-                                Fraction(charged_epsilon(contract, measurement, release_epsilon)), tuple(up[:t]))
-            self._pending[study_id] = SignedCharge(entry)
-            self._save(study_id)
-            signed = self._sign(t, SignedCharge(entry), log_, entry.participants)
-            log_.append(signed)
-            self._pending.pop(study_id, None)
-            self._save(study_id)
-            log.info("study %s: charge %d (%.6g) signed by holders %s", study_id, entry.index, float(entry.epsilon),
-                     ", ".join(self.names[i] for i in entry.participants))
-            return signed
+        return self.charges.charge(t, self.get_study(study_id), release_id, release_epsilon, measurement, up)
 
     def close_uploads(self, contract: StudyContract, commitments: Sequence[Commitment], *,
                       timeout: float | None = None) -> list[bytes]:
@@ -597,25 +516,15 @@ class ThresholdDecryption:
 
         Privacy: spends nothing itself; each range later spends its epsilon (sensitivity c, add/remove of one
         person with at most c records) through `_charge`. Draws no noise."""
-        from he_partition.core.errors import BudgetExhaustedError
         from he_partition.core.measurements import range_count_batch
 
         contract = self.get_study(study_id)
         if contract.contract_hash != contract_hash:
             raise FailedPreconditionError(f"the direct queries name another contract than study {study_id}'s; "
                                           "nothing was charged")
-        ms = range_count_batch(contract.domain_size, epsilon, contract.person_bound, ranges, max_ranges=max(1, len(ranges)))
-        done = {c.entry.request for c in self._log(study_id)}
-        cost = Fraction(0)
-        for m in ms:
-            if charge_request(study_id, request_id, epsilon, canonical_json(m.to_dict())) not in done:
-                cost += Fraction(charged_epsilon(contract, m, epsilon))
-        spent = sum((c.entry.epsilon for c in self._log(study_id)), Fraction(0))
-        left = Fraction(contract.epsilon) - spent
-        if cost > left * (1 + Fraction(1, 10**9)):
-            raise BudgetExhaustedError(f"study {study_id}: {len(ms)} direct range(s) cost {float(cost):.12g} with a "
-                                       f"t-of-N key (each range in full); the signed charge log leaves "
-                                       f"{float(left):.12g}; nothing was charged or decrypted")
+        ms = range_count_batch(contract.domain_size, epsilon, contract.person_bound, ranges,
+                               max_ranges=max(1, len(ranges)))
+        cost, spent, left = self.charges.direct_cost(contract, request_id, epsilon, ms)
         return DirectChargeInfo(float(cost), float(spent + cost), float(left - cost), 0, cost == 0)
 
     def decrypt_join_cells(self, **kwargs: Any) -> JoinCellsResult:

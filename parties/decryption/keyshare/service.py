@@ -50,10 +50,10 @@ from he_partition.he.threshold.setup import HolderSetup
 from he_partition.he.threshold.shamir import lagrange
 from he_partition.protocol import MAX_NOISE_SCALE
 
-from ...common.contract import StudyContract, canonical_json
+from ...common.contract import StudyContract, canonical_json, charged_epsilon
 from ...common.errors import FailedPreconditionError
 from ...common.util import write_file_atomic, write_private_file
-from ..handler import NOISE_STREAM, DecryptionHandler, charged_epsilon, decryption_detail
+from ..handler import NOISE_STREAM, DecryptionHandler, decryption_detail
 from ..keys import KeyMaterial
 
 from .holder import (MeasurementShares, ThresholdHolder, answered, chunks_digest, measurement_label,

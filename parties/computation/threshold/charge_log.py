@@ -1,0 +1,156 @@
+"""The computation server's copy of each t-of-N study's signed charge log, and the signing round.
+
+With a t-of-N key every measurement is paid by an entry of the study's charge log that t holders
+signed (`parties.decryption.keyshare.charges`: why, and why no routing overspends). This server
+keeps the log (`charges/<study>.json`, and in memory), proposes each entry at its end, gathers the
+participants' signatures and shows the whole log with every request. An entry that did not get its
+t signatures stays `pending`: the holders that signed it sign no other entry at its position, so
+the next charge of the study first completes it with the holders that answer.
+
+Privacy promise: holds no secret and draws no noise; a charge spends the study's budget only once
+t holders signed it, each after checking the whole log against the budget.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import Future
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import grpc
+
+from he_partition.core.errors import BudgetExhaustedError
+
+from ...common.contract import StudyContract, canonical_json, charged_epsilon
+from ...common.errors import ServiceError, status_for
+from ...decryption.keyshare.charges import ChargeEntry, SignedCharge, charge_request, dump_log, load_log
+
+__all__ = ["StudyChargeLogs"]
+
+log = logging.getLogger("dpagg.computation.threshold")
+
+#: ask(holder index, study id, entry JSON, log JSON) -> the holder's signature, as a future.
+AskSignature = Callable[[int, str, str, str], "Future[bytes]"]
+
+
+class StudyChargeLogs:
+    """Every t-of-N study's signed charge log at this server (`directory` None: memory only)."""
+
+    def __init__(self, directory: Path | None, names: Sequence[str], ask: AskSignature,
+                 failed: Callable[[grpc.StatusCode, str], Exception]) -> None:
+        self._dir, self._names, self._ask, self._failed = directory, list(names), ask, failed
+        self._logs: dict[str, list[SignedCharge]] = {}
+        self._pending: dict[str, SignedCharge] = {}
+        self._lock = threading.Lock()
+        self._study_locks: dict[str, threading.Lock] = {}
+
+    def _path(self, study_id: str) -> Path | None:
+        return self._dir / f"{study_id}.json" if self._dir is not None else None
+
+    def log(self, study_id: str) -> list[SignedCharge]:
+        """The study's log as this server keeps it (loaded from its file at first use)."""
+        with self._lock:
+            got = self._logs.get(study_id)
+            if got is None:
+                path = self._path(study_id)
+                raw = json.loads(path.read_text()) if path is not None and path.exists() else {}
+                got = self._logs[study_id] = load_log(json.dumps(raw.get("log", [])))
+                if raw.get("pending"):
+                    self._pending[study_id] = SignedCharge.from_dict(raw["pending"])
+            return got
+
+    def spent(self, study_id: str) -> Fraction:
+        return sum((c.entry.epsilon for c in self.log(study_id)), Fraction(0))
+
+    def _save(self, study_id: str) -> None:
+        path = self._path(study_id)
+        if path is None:
+            return
+        pending = self._pending.get(study_id)
+        body = {"log": json.loads(dump_log(self._logs[study_id])), "pending": pending.to_dict() if pending else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body))
+        tmp.replace(path)
+
+    def _sign(self, t: int, charge: SignedCharge, log_: list[SignedCharge], holders: Sequence[int]) -> SignedCharge:
+        """Ask `holders` (in parallel) to sign `charge` on `log_`; the charge with every signature gathered, or the
+        refusals together (the status of the first) when fewer than t signed."""
+        entry_json, log_json = json.dumps(charge.entry.to_dict()), dump_log(log_)
+        futures = {i: self._ask(i, charge.entry.study_id, entry_json, log_json) for i in holders}
+        refusals: list[str] = []
+        first: Exception | None = None
+        for i, f in futures.items():
+            try:
+                charge = charge.with_signature(i, f.result())
+            except Exception as failed:  # every holder's answer is collected; the refusals are reported together
+                reason = failed.details if isinstance(failed, ServiceError) else status_for(failed)[1]
+                refusals.append(f"{self._names[i]}: {reason}")
+                first = first or failed
+        if len(charge.signatures) < t:
+            code = first.code if isinstance(first, ServiceError) else \
+                status_for(first)[0] if first is not None else grpc.StatusCode.UNAVAILABLE
+            raise self._failed(code, f"the charge of study {charge.entry.study_id} has {len(charge.signatures)} of "
+                                     f"the {t} holder signatures it needs ({'; '.join(refusals)}); nothing was "
+                                     "decrypted")
+        return charge
+
+    def charge(self, t: int, contract: StudyContract, release_id: str, release_epsilon: float, measurement: Any,
+               up: Callable[[], list[int]]) -> SignedCharge:
+        """This measurement's valid charge in the study's log: found (a retry), or proposed at the log's end with
+        the first t holders of `up()` (those answering now) as participants and signed by them.
+
+        Privacy: the charge spends charged_epsilon (the measurement's epsilon times 1 + L, for L1
+        sensitivity `measurement.sensitivity` under add/remove of one person with at most c
+        records) of the study's budget once t holders signed it; each holder signs only when the
+        whole log plus it fits the budget (`charges.ChargeBook.sign`). Draws no noise."""
+        study_id = contract.study_id
+        request = charge_request(study_id, release_id, release_epsilon, canonical_json(measurement.to_dict()))
+        with self._lock:
+            lock = self._study_locks.setdefault(study_id, threading.Lock())
+        with lock:
+            log_ = self.log(study_id)
+            for c in log_:
+                if c.entry.request == request:
+                    return c
+            holders = up()
+            pending = self._pending.get(study_id)
+            if pending is not None and pending.entry.index == len(log_):  # an earlier charge short of signatures
+                done = self._sign(t, pending, log_, holders)  # the holders that signed it sign no other entry there
+                log_.append(done)
+                self._pending.pop(study_id, None)
+                self._save(study_id)
+                if done.entry.request == request:
+                    return done
+            entry = ChargeEntry(study_id, len(log_), log_[-1].entry.digest() if log_ else "", request,
+                                Fraction(charged_epsilon(contract, measurement, release_epsilon)), tuple(holders[:t]))
+            self._pending[study_id] = SignedCharge(entry)
+            self._save(study_id)
+            signed = self._sign(t, SignedCharge(entry), log_, entry.participants)
+            log_.append(signed)
+            self._pending.pop(study_id, None)
+            self._save(study_id)
+            log.info("study %s: charge %d (%.6g) signed by holders %s", study_id, entry.index, float(entry.epsilon),
+                     ", ".join(self._names[i] for i in entry.participants))
+            return signed
+
+    def direct_cost(self, contract: StudyContract, request_id: str, epsilon: float,
+                    measurements: Sequence[Any]) -> tuple[Fraction, Fraction, Fraction]:
+        """(what the batch's ranges not yet in the log cost, spent, left) for a batch of direct range counts, each
+        range charged in full (sequential composition); BudgetExhaustedError when it does not fit what the log
+        leaves. Spends nothing, draws no noise."""
+        study_id = contract.study_id
+        done = {c.entry.request for c in self.log(study_id)}
+        cost = sum((Fraction(charged_epsilon(contract, m, epsilon)) for m in measurements
+                    if charge_request(study_id, request_id, epsilon, canonical_json(m.to_dict())) not in done),
+                   Fraction(0))
+        spent = self.spent(study_id)
+        left = Fraction(contract.epsilon) - spent
+        if cost > left * (1 + Fraction(1, 10**9)):
+            raise BudgetExhaustedError(f"study {study_id}: {len(measurements)} direct range(s) cost {float(cost):.12g} "
+                                       "with a t-of-N key (each range in full); the signed charge log leaves "
+                                       f"{float(left):.12g}; nothing was charged or decrypted")
+        return cost, spent, left
