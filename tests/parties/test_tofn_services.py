@@ -81,6 +81,8 @@ def test_any_one_holder_down_releases_and_two_down_are_refused_before_any_charge
     from fractions import Fraction
     from parties.decryption.keyshare.charges import ChargeEntry, dump_log
     entry = ChargeEntry("s1", len(log), log[-1].entry.digest(), "rogue", Fraction(3, 10), (0, 1))
+    for c in tofn.combiner.clients:  # the restarted holders: past the channels' reconnect backoff
+        c.wait_ready(timeout=60)
     for i in range(3):
         with pytest.raises(ServiceError, match="RESOURCE_EXHAUSTED.*does not fit"):
             tofn.combiner.clients[i].sign_charge("s1", json.dumps(entry.to_dict()), dump_log(log))
