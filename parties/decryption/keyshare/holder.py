@@ -44,7 +44,7 @@ from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.threshold.c1 import C1Part, c1_digest
 from he_partition.he.threshold.decrypt import chunk_share, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold.keys import HolderSecret
-from he_partition.he.rns import mulmod
+from he_partition.he.threshold.shamir import participant_secret
 from he_partition.he.threshold.wire import ciphertext_digest
 from he_partition.protocol import STRATEGY_MEASUREMENT_KINDS
 
@@ -127,17 +127,35 @@ class ThresholdHolder:
         #: book, every ciphertext must carry its chunk's aggregate c1 before anything is charged,
         #: and a measurement's shares are computed on those c1 (`product`).
         self.uploads = uploads
-        #: (study, chunk) -> (c1 s_i, primes, c1 digest) of the signed aggregate c1: secret, memory only.
-        self._products: dict[tuple[str, int], tuple[npt.NDArray[np.uint64], list[int], bytes]] = {}
+        #: (study, chunk, participants) -> (c1 s_i, primes, c1 digest) of the signed aggregate c1: secret, memory
+        #: only (participants () for an N-of-N key).
+        self._products: dict[tuple[str, int, tuple[int, ...]], tuple[npt.NDArray[np.uint64], list[int], bytes]] = {}
+        #: t-of-N: participant set -> lambda_j S_j (`shamir.participant_secret`): secret, memory only.
+        self._weighted: dict[tuple[int, ...], HolderSecret] = {}
 
-    def product(self, study_id: str, chunk: int) -> tuple[npt.NDArray[np.uint64], list[int], bytes]:
+    def _secret_for(self, participants: tuple[int, ...]) -> HolderSecret:
+        """s_i (N-of-N, `participants` empty), or lambda_j S_j for a t-of-N participant set (made once per set)."""
+        if not participants:
+            return self.secret
+        with self._lock:
+            got = self._weighted.get(participants)
+        if got is None:
+            got = participant_secret(self.ctx, self.secret, participants)
+            with self._lock:
+                self._weighted[participants] = got
+        return got
+
+    def product(self, study_id: str, chunk: int,
+                participants: tuple[int, ...] = ()) -> tuple[npt.NDArray[np.uint64], list[int], bytes]:
         """(c1 s_i, the level's primes, c1_digest) for chunk `chunk` of `study_id`: c1 the owners' signed aggregate.
 
         The same for every measurement of the chunk (only the noise differs), so it is computed
-        once (`secret_product`) and kept in this process's memory; never stored or sent.
+        once (`secret_product`) and kept in this process's memory; never stored or sent. With a
+        t-of-N key and a participant set, c1 lambda_j S_j for that set, computed and kept alike
+        (every measurement of a release usually goes to the same set).
         FailedPreconditionError when no c1 parts were forwarded for the study.
         """
-        key = (study_id, int(chunk))
+        key = (study_id, int(chunk), tuple(participants))
         got = self._products.get(key)
         if got is None:
             if self.uploads is None:
@@ -145,7 +163,8 @@ class ThresholdHolder:
                                               "measurement")
             expected: C1Part = self.uploads.expected(study_id, int(chunk))
             parms = [int(x) for x in self.ctx.seal_context().data.first_parms_id()]
-            got = (secret_product(self.ctx, self.secret, parms, expected), self.uploads.moduli, c1_digest(expected))
+            got = (secret_product(self.ctx, self._secret_for(tuple(participants)), parms, expected),
+                   self.uploads.moduli, c1_digest(expected))
             with self._lock:
                 while len(self._products) >= MAX_KEPT_PRODUCTS:  # the oldest first (196 KB each at 3 primes)
                     del self._products[next(iter(self._products))]
@@ -308,7 +327,8 @@ def answered(holder: ThresholdHolder, label: bytes) -> bool:
 
 
 def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any,
-                       measured: Any, slots: int, charge: Any, *, weights: list[int] | None = None) -> MeasurementShares:
+                       measured: Any, slots: int, charge: Any, *,
+                       participants: tuple[int, ...] = ()) -> MeasurementShares:
     """This holder's shares of one measurement's chunks, charging `charge()` once before any share is computed.
 
     Each share is computed on the chunk's c1 as the owners signed it (`ThresholdHolder.product`:
@@ -328,8 +348,8 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
     CS's pads, so without the holders' it would read the data there) and keyed smudging.
     An identical repeat of an answered request (the retry after a lost reply) gets the
     identical shares again -- every noise is keyed by the request -- and is not charged again.
-    `weights` (t-of-N keys): this holder's Lagrange coefficient for the request's participant set,
-    one per prime of the data level; each share then carries lambda_j c1 S_j in place of c1 s_i.
+    `participants` (t-of-N keys): the request's participant set; each share then carries
+    c1 lambda_j S_j (this holder's Lagrange weight for the set) in place of c1 s_i.
     """
     with holder._lock:
         repeated = answered(holder, label)  # an identical request answered before or meanwhile: charged then
@@ -338,11 +358,12 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
             holder._db.execute("INSERT INTO threshold_requests (label_digest, label, chunks, created_at) "
                                "VALUES (?, ?, ?, ?)",
                                (hashlib.sha256(label).hexdigest(), label.decode("utf-8"), len(chunk_index), utc_now()))
-    return MeasurementShares(_shares(holder, label, study_id, chunk_index, noise, measured, slots, weights), repeated)
+    return MeasurementShares(_shares(holder, label, study_id, chunk_index, noise, measured, slots, participants),
+                             repeated)
 
 
 def _shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any, measured: Any,
-            slots: int, weights: list[int] | None = None) -> Iterator[bytes]:
+            slots: int, participants: tuple[int, ...] = ()) -> Iterator[bytes]:
     """The shares of `measurement_shares`, one chunk at a time (the caller has charged; see there for the noise)."""
     plain_modulus = int(holder.ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
     # the label holds the measurement's spec hash; each chunk's sources are keyed by the label's SHA-256
@@ -355,8 +376,6 @@ def _shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: l
         chunk_noise[:len(part)], chunk_mask[:len(part)] = part, measured[index * slots:(index + 1) * slots]
         pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v2" + request + at, stream=NOISE_STREAM)
         dp = padded_noise(chunk_noise, chunk_mask, pads, plain_modulus)
-        product, moduli, bound = holder.product(study_id, index)
-        if weights is not None:  # lambda_j (c1 S_j): only the participant set's t shares combine
-            product = np.stack([mulmod(product[r], weights[r], q) for r, q in enumerate(moduli)])
+        product, moduli, bound = holder.product(study_id, index, participants)  # with a set: only its t combine
         yield chunk_share(holder.ctx, holder.secret.holder, holder.key_fingerprint, product, moduli, bound,
                           dp_noise=dp, rng=smudge)

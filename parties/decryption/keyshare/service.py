@@ -47,7 +47,6 @@ from he_partition.he.bfv import load_context
 from he_partition.he.threshold.context import collective_context_bytes
 from he_partition.he.threshold.keys import HolderSecret
 from he_partition.he.threshold.setup import HolderSetup
-from he_partition.he.threshold.shamir import lagrange
 from he_partition.protocol import MAX_NOISE_SCALE
 
 from ...common.contract import StudyContract, canonical_json, charged_epsilon
@@ -353,8 +352,8 @@ class KeyShareService:
         t-of-N key: the request's charge must be in the study's signed `charge_log` with this holder
         among its `participants` (`ChargeBook.authorize`), at exactly this measurement's charged
         epsilon; the DP share is drawn for the t participants (any t - T of them sum to a full draw),
-        keyed by the request and the participant set; the share uses this holder's Lagrange weight
-        for that set (`shamir.lagrange`), so only those t shares combine.
+        keyed by the request and the participant set; the share uses this holder's Lagrange-weighted
+        key share for that set (`shamir.participant_secret`), so only those t shares combine.
         """
         handler = self.require_active()
         assert self.holder is not None and self.active is not None and self.holder.uploads is not None
@@ -369,14 +368,9 @@ class KeyShareService:
         if int(chunk_count) != len(chunk_index):
             raise InvalidInputError(f"the request announces {chunk_count} chunks; measurement {measurement.kind} "
                                     f"measures {len(chunk_index)}: nothing was charged or decrypted")
-        # c1 s_i of every measured chunk (FailedPrecondition when no owners' c1 parts were forwarded)
-        bound = [self.holder.product(study_id, i)[2] for i in chunk_index]
-        digest = chunks_digest(bound, chunk_index)
         spec_json = canonical_json(measurement.to_dict())  # once: a 1M-bin partition's spec is megabytes
-        label = measurement_label(study_id, release_id, float(release_epsilon), spec_json, digest)
-        weights: list[int] | None = None
         k = len(self.holders)
-        if self.threshold is not None:
+        if self.threshold is not None:  # the charge in the signed log, before anything is computed for the set
             assert self.charges is not None
             request = charge_request(study_id, release_id, float(release_epsilon), spec_json)
             signed = self.charges.authorize(study_id, request, load_log(charge_log))
@@ -387,9 +381,13 @@ class KeyShareService:
             if signed.entry.epsilon != want:
                 raise FailedPreconditionError(f"the request's charge spends {float(signed.entry.epsilon):.12g}; this "
                                               f"measurement costs {float(want):.12g}: nothing was decrypted")
-            weights = lagrange(parts, self.holder.uploads.moduli)[self.index]
-            label += b"|participants=" + ",".join(str(p) for p in parts).encode()
             k = self.threshold  # the t participants' shares make the draw
+        # c1 s_i (t-of-N: c1 lambda_j S_j) of every measured chunk (FailedPrecondition when no c1 parts were forwarded)
+        bound = [self.holder.product(study_id, i, parts)[2] for i in chunk_index]
+        digest = chunks_digest(bound, chunk_index)
+        label = measurement_label(study_id, release_id, float(release_epsilon), spec_json, digest)
+        if parts:
+            label += b"|participants=" + ",".join(str(p) for p in parts).encode()
         with self.holder._lock:
             repeat = answered(self.holder, label)
         if not repeat:  # an identical request answered before was checked and charged then
@@ -438,7 +436,7 @@ class KeyShareService:
         used = measurement.measured_slots()
         measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
         result = measurement_shares(self.holder, label, study_id, chunk_index, noise, measured, slots, charge,
-                                    weights=weights)
+                                    participants=parts)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
                  "re-issues identical" if result.repeated else "issued", len(chunk_index), measurement.kind,
                  len(chunk_index))
