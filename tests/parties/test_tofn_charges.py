@@ -289,3 +289,13 @@ def test_collusion_limit_k3_t2_and_k4_t3() -> None:
             assert total == 2 * 2 * EPS > BUDGET  # two branches of two charges each: the documented limit
         else:
             assert total <= BUDGET
+
+
+@pytest.mark.parametrize("text", ["[1]", "[[]]", '[{"entry": 3, "signatures": {}}]', '[{"signatures": 5}]', "{}",
+                                  '[{"entry": {"index": "x"}, "signatures": {}}]', "nonsense"])
+def test_a_malformed_log_is_refused_as_bad_input(text: str) -> None:
+    from he_partition.core.errors import InvalidInputError
+    from parties.decryption.keyshare.charges import load_log
+
+    with pytest.raises(InvalidInputError):
+        load_log(text)

@@ -108,7 +108,7 @@ class ChargeEntry:
             eps = Fraction(str(d["epsilon"]))
             entry = cls(str(d["study_id"]), int(d["index"]), str(d["previous"]), str(d["request"]), eps,
                         tuple(int(p) for p in d["participants"]))
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
             raise InvalidInputError(f"not a charge entry: {exc}") from exc
         if entry.index < 0 or not entry.epsilon > 0 or not entry.request:
             raise InvalidInputError(f"charge entry {entry.index}: index >= 0, epsilon > 0 and a request id needed")
@@ -135,9 +135,10 @@ class SignedCharge:
     def from_dict(cls, d: Mapping[str, Any]) -> "SignedCharge":
         try:
             sigs = {int(h): bytes.fromhex(s) for h, s in dict(d["signatures"]).items()}
-        except (KeyError, TypeError, ValueError) as exc:
+            entry = d["entry"]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidInputError(f"not a signed charge: {exc}") from exc
-        return cls(ChargeEntry.from_dict(d["entry"]), sigs)
+        return cls(ChargeEntry.from_dict(entry), sigs)
 
     def with_signature(self, holder: int, signature: bytes) -> "SignedCharge":
         return SignedCharge(self.entry, {**self.signatures, holder: signature})
