@@ -104,9 +104,10 @@ class StudyChargeLogs:
         the first t holders of `up()` (those answering now) as participants and signed by them.
 
         Privacy: the charge spends charged_epsilon (the measurement's epsilon times 1 + L, for L1
-        sensitivity `measurement.sensitivity` under add/remove of one person with at most c
-        records) of the study's budget once t holders signed it; each holder signs only when the
-        whole log plus it fits the budget (`charges.ChargeBook.sign`). Draws no noise."""
+        sensitivity `measurement.sensitivity`, neighbouring relation add/remove of one person with
+        at most c records) of the study's budget once t holders signed it; each holder signs only
+        when the whole log plus it fits the budget (`charges.ChargeBook.sign`). Draws no noise, so
+        nobody knows noise from it."""
         study_id = contract.study_id
         request = charge_request(study_id, release_id, release_epsilon, canonical_json(measurement.to_dict()))
         with self._lock:

@@ -434,7 +434,11 @@ class ThresholdDecryption:
     def _charge(self, t: int, study_id: str, release_id: str, release_epsilon: float,
                 measurement: Measurement) -> SignedCharge:
         """The measurement's valid charge in the study's signed log, the participants the first t holders that
-        answer now (`StudyChargeLogs.charge`, which states what it spends)."""
+        answer now (`StudyChargeLogs.charge`).
+
+        Privacy: spends the measurement's charged epsilon (sensitivity `measurement.sensitivity`,
+        neighbouring relation add/remove of one person with at most c records) once t holders
+        signed it. Draws no noise, so nobody knows noise from it."""
         def up() -> list[int]:
             return sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
                                                                         timeout=10.0)))
