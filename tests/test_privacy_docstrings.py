@@ -11,6 +11,7 @@ this test searches for, so a new noise draw or a new charge path without them fa
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -32,14 +33,27 @@ TERMS = {
 }
 
 
-def _body_without_docstring(src: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+def _segment(lines: list[bytes], node: ast.stmt) -> str:
+    """`ast.get_source_segment(src, node)` from the file's lines split once (that function splits the whole
+    source at every call, which made this scan quadratic in the file size)."""
+    if node.end_lineno is None or node.end_col_offset is None:
+        return ""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first][node.col_offset:node.end_col_offset].decode("utf-8")
+    parts = [lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]]
+    return b"".join(parts).decode("utf-8")
+
+
+def _body_without_docstring(lines: list[bytes], node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     body = node.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
         body = body[1:]
-    return "\n".join(ast.get_source_segment(src, stmt) or "" for stmt in body)
+    return "\n".join(_segment(lines, stmt) for stmt in body)
 
 
+@functools.lru_cache(maxsize=1)
 def in_scope_functions() -> list[tuple[str, str, str]]:
     """(location, name, docstring) of every function the rule covers."""
     found = []
@@ -48,10 +62,11 @@ def in_scope_functions() -> list[tuple[str, str, str]]:
             if "_pb2" in path.name:
                 continue
             src = path.read_text(encoding="utf-8")
+            lines = src.encode("utf-8").splitlines(keepends=True)
             for node in ast.walk(ast.parse(src)):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
-                if node.name in SPEND_NAMES or NOISE_OR_SPEND.search(_body_without_docstring(src, node)):
+                if node.name in SPEND_NAMES or NOISE_OR_SPEND.search(_body_without_docstring(lines, node)):
                     loc = f"{path.relative_to(ROOT)}:{node.lineno}"
                     found.append((loc, node.name, ast.get_docstring(node) or ""))
     return found

@@ -15,9 +15,10 @@ from parties.decryption.keyshare.charges import ChargeRules, SignedCharge
 from .test_threshold_services import HOLDERS, Threshold, _histograms
 
 
-@pytest.fixture
-def tofn(tmp_path: Path) -> Iterator[Threshold]:
-    t = Threshold.start(tmp_path)
+@pytest.fixture(scope="module")
+def tofn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Threshold]:
+    """One 2-of-3 deployment for the module's tests (each its own study; a test that stops holders restarts them)."""
+    t = Threshold.start(tmp_path_factory.mktemp("tofn"))
     try:
         c = t.computation()
         fp, names, already = c.setup_key(threshold=2)
