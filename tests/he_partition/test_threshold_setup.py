@@ -22,13 +22,14 @@ def ctx() -> ts.Context:
     return generate_secret_context()
 
 
-def _start(ctx: ts.Context) -> tuple[bytes, dict[int, HolderSetup], SetupRelay]:
+def _start(ctx: ts.Context, threshold: int | None = None) -> tuple[bytes, dict[int, HolderSetup], SetupRelay]:
     session = secrets.token_bytes(16)
-    return session, {h: HolderSetup(ctx, session, h, HOLDERS) for h in HOLDERS}, SetupRelay(ctx, session, HOLDERS)
+    return (session, {h: HolderSetup(ctx, session, h, HOLDERS, threshold) for h in HOLDERS},
+            SetupRelay(ctx, session, HOLDERS))
 
 
-def _through_round_3(ctx: ts.Context) -> tuple[bytes, dict[int, HolderSetup], SetupRelay]:
-    session, holders, relay = _start(ctx)
+def _through_round_3(ctx: ts.Context, threshold: int | None = None) -> tuple[bytes, dict[int, HolderSetup], SetupRelay]:
+    session, holders, relay = _start(ctx, threshold)
     for h, hs in holders.items():
         relay.submit("seed commitment", h, hs.commit_seed())
     for h, hs in holders.items():
@@ -186,15 +187,7 @@ def test_the_optional_galois_rounds_build_one_set_of_keys_every_holder_agrees_on
 
 
 def _tofn_through_dealing(ctx: ts.Context, threshold: int = 2) -> tuple[dict[int, HolderSetup], SetupRelay, bytes]:
-    session = secrets.token_bytes(16)
-    holders = {h: HolderSetup(ctx, session, h, HOLDERS, threshold) for h in HOLDERS}
-    relay = SetupRelay(ctx, session, HOLDERS)
-    for h, hs in holders.items():
-        relay.submit("seed commitment", h, hs.commit_seed())
-    for h, hs in holders.items():
-        relay.submit("seed contribution", h, hs.reveal_seed(relay.collected("seed commitment")))
-    for h, hs in holders.items():
-        relay.submit("key-share commitment", h, hs.commit_key(relay.collected("seed contribution")))
+    _, holders, relay = _through_round_3(ctx, threshold)
     for h, hs in holders.items():
         relay.submit("key share", h, hs.reveal_key(relay.collected("key-share commitment")))
     fps = {h: hs.build_key(relay.collected("key share")) for h, hs in holders.items()}
