@@ -148,6 +148,12 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the server log"
 
 
+def reason_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """A failed call's status code and its server's own words (a ServiceError's details, without the upstream
+    prefix `status_for` adds), or `status_for`'s for anything raised before a call: what a relay reports."""
+    return (exc.code, exc.details) if isinstance(exc, ServiceError) else status_for(exc)
+
+
 def code_of(exc: BaseException) -> grpc.StatusCode:
     """The status code an error stands for, whether a server returned it (ServiceError) or a client-side
     check raised it before any call (e.g. InvalidInputError -> INVALID_ARGUMENT)."""

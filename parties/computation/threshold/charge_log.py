@@ -25,8 +25,9 @@ import grpc
 from he_partition.core.errors import BudgetExhaustedError
 
 from ...common.contract import StudyContract, canonical_json, charged_epsilon
-from ...common.errors import ServiceError, status_for
-from ...decryption.keyshare.charges import ChargeEntry, SignedCharge, charge_request, dump_log, load_log
+from ...common.errors import reason_of
+from ...decryption.keyshare.charges import (ChargeEntry, SignedCharge, chain_total, charge_request, dump_log,
+                                            load_log)
 
 __all__ = ["StudyChargeLogs"]
 
@@ -63,7 +64,7 @@ class StudyChargeLogs:
             return got
 
     def spent(self, study_id: str) -> Fraction:
-        return sum((c.entry.epsilon for c in self.log(study_id)), Fraction(0))
+        return chain_total(self.log(study_id))
 
     def _save(self, study_id: str) -> None:
         path = self._path(study_id)
@@ -87,12 +88,10 @@ class StudyChargeLogs:
             try:
                 charge = charge.with_signature(i, f.result())
             except Exception as failed:  # every holder's answer is collected; the refusals are reported together
-                reason = failed.details if isinstance(failed, ServiceError) else status_for(failed)[1]
-                refusals.append(f"{self._names[i]}: {reason}")
+                refusals.append(f"{self._names[i]}: {reason_of(failed)[1]}")
                 first = first or failed
         if len(charge.signatures) < t:
-            code = first.code if isinstance(first, ServiceError) else \
-                status_for(first)[0] if first is not None else grpc.StatusCode.UNAVAILABLE
+            code = reason_of(first)[0] if first is not None else grpc.StatusCode.UNAVAILABLE
             raise self._failed(code, f"the charge of study {charge.entry.study_id} has {len(charge.signatures)} of "
                                      f"the {t} holder signatures it needs ({'; '.join(refusals)}); nothing was "
                                      "decrypted")

@@ -15,7 +15,7 @@ that answered (fewer than t: refused, naming the holders missing, nothing charge
 those t sign the measurement's charge on the study's whole charge log (`SignCharge`, kept here in
 `charges/<study>.json` and shown to every holder with each request), asks them for their shares
 with the log, and combines their t shares. Studies and budgets are read from the holders that
-answer. Direct queries need every holder's ledger and are refused with a t-of-N key.
+answer. A direct query's ranges are charged the same way, one charge per range.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from he_partition.he.threshold.setup import SetupRelay, common_seed
 from he_partition.he.threshold.shamir import check_threshold, subsets
 
 from ...common.contract import StudyContract
-from ...common.errors import FailedPreconditionError, ServiceError, status_for
+from ...common.errors import FailedPreconditionError, ServiceError, reason_of
 from ...common.receipts import ReceiptBook
 from ...common.sealing import Commitment, upload_key_from_shares
 from ...common.tls import TlsConfig
@@ -127,37 +127,38 @@ class ThresholdDecryption:
         """`call` at every holder in parallel; the first failure (in holder order) as HolderFailedError."""
         return self._collect(what, [self._pool.submit(call, c) for c in self.clients])
 
-    def _collect(self, what: str, futures: list[Future[T]]) -> list[T]:
-        """Every holder's result of `futures` (one per holder, in order); the first failure as HolderFailedError."""
-        results: list[Any] = []
+    def _outcomes(self, futures: Sequence[Future[T]],
+                  holders: Sequence[int] | None = None) -> tuple[dict[int, T], list[tuple[str, Exception]]]:
+        """(holder index -> result, [(holder name, failure)]) of `futures`, one per holder index in `holders`
+        (default: every holder, in order); every outcome is collected before anything is decided."""
+        got: dict[int, T] = {}
         failures: list[tuple[str, Exception]] = []
-        for c, f in zip(self.clients, futures):
+        for i, f in zip(range(self.k) if holders is None else holders, futures):
             try:
-                results.append(f.result())
-            except Exception as failed:  # every holder's outcome is collected before anything is decided
-                failures.append((c.name, failed))
+                got[i] = f.result()
+            except Exception as failed:  # noqa: BLE001 - reported, with the holder's name, by the caller
+                failures.append((self.names[i], failed))
+        return got, failures
+
+    def _collect(self, what: str, futures: list[Future[T]], holders: Sequence[int] | None = None) -> list[T]:
+        """Every holder's result of `futures` (one per holder index in `holders`, default every holder, in order);
+        the first failure as HolderFailedError, naming the others that failed."""
+        got, failures = self._outcomes(futures, holders)
         if failures:
             name, first = failures[0]
-            code, reason = (first.code, first.details) if isinstance(first, ServiceError) else status_for(first)
+            code, reason = reason_of(first)
             others = f" (also failed: {', '.join(n for n, _ in failures[1:])})" if len(failures) > 1 else ""
             raise HolderFailedError(code, f"key-share holder {name} {what}: {reason}{others}")
-        return results
+        return list(got.values())
 
-    def _quorum(self, what: str, call: Callable[[KeyShareClient], T], timeout: float | None = None) -> dict[int, T]:
+    def _quorum(self, what: str, call: Callable[[KeyShareClient], T]) -> dict[int, T]:
         """t-of-N: `call` at every holder in parallel, the answers of those that gave one (holder index -> result);
         fewer than t answers: HolderFailedError naming the holders missing and why, before anything else runs."""
         assert self.threshold is not None
-        futures = [self._pool.submit(call, c) for c in self.clients]
-        got: dict[int, T] = {}
-        failures: list[tuple[str, Exception]] = []
-        for i, (c, f) in enumerate(zip(self.clients, futures)):
-            try:
-                got[i] = f.result(timeout=timeout)
-            except Exception as failed:  # a holder down is expected: t of N suffice
-                failures.append((c.name, failed))
+        got, failures = self._outcomes([self._pool.submit(call, c) for c in self.clients])
         if len(got) < self.threshold:
             def short(e: Exception) -> str:
-                text = e.details if isinstance(e, ServiceError) else status_for(e)[1]
+                text = reason_of(e)[1]
                 return text if len(text) <= 120 else text[:117] + "..."
 
             reasons = "; ".join(f"{n}: {short(e)}" for n, e in failures)
@@ -247,7 +248,7 @@ class ThresholdDecryption:
             for p in subsets(range(self.k), int(threshold)):
                 futures = [self._pool.submit(self.clients[i].key_setup, "test_share", session, names, ciphertext=ct,
                                              participants=p) for i in p]
-                shares = {i: r.message for i, r in zip(p, self._collect_some("refused a test share", p, futures))}
+                shares = {i: r.message for i, r in zip(p, self._collect("refused a test share", futures, p))}
                 parts += relay.combine_test(ct, shares, key_fingerprint(public_key), p).tolist()
             values = np.array(parts, dtype=np.int64)
         else:
@@ -262,18 +263,6 @@ class ThresholdDecryption:
         log.info("collective key %s set up by holders %s (%s)", fingerprint[:16], ", ".join(names),
                  f"any {threshold} of {self.k}" if threshold else f"all {self.k}")
         return fingerprint, False
-
-    def _collect_some(self, what: str, holders: Sequence[int], futures: list[Future[T]]) -> list[T]:
-        """Every result of `futures` (one per holder index in `holders`); the first failure as HolderFailedError."""
-        out: list[T] = []
-        for i, f in zip(holders, futures):
-            try:
-                out.append(f.result())
-            except Exception as failed:
-                code, reason = (failed.code, failed.details) if isinstance(failed, ServiceError) else \
-                    status_for(failed)
-                raise HolderFailedError(code, f"key-share holder {self.names[i]} {what}: {reason}") from None
-        return out
 
     # -- the decryption client's interface -------------------------------------------------
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
@@ -404,7 +393,7 @@ class ThresholdDecryption:
             raise
         t2 = time.monotonic()
         if len(sent) != chunk_count:
-            self._collect_some("issued no shares", members, asked)
+            self._collect("issued no shares", asked, members)
             raise InvalidInputError(f"{len(sent)} chunks for a measurement announced with {chunk_count}")
         ctx = self._template
         slots = int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
@@ -416,14 +405,14 @@ class ThresholdDecryption:
                     ready.wait(1.0)
                 shares = [a[j] for a in arrived]
             if any(s is None for s in shares):  # a holder failed: its error, naming it (nothing more is combined)
-                self._collect_some("issued no shares", members, asked)
+                self._collect("issued no shares", asked, members)
                 raise HolderFailedError(grpc.StatusCode.DATA_LOSS, f"a key-share holder stopped before chunk {j}")
             fp = fp or bytes.fromhex(self._fingerprint(study_id))  # read once every holder has answered
             full[index * slots:(index + 1) * slots] = combine(ctx, vector_ciphertext(sent[j]),
                                                               [s for s in shares if s is not None],
                                                               members, fp, bound_to_c1=True)
         t3 = time.monotonic()
-        got = self._collect_some("issued no shares", members, asked)
+        got = self._collect("issued no shares", asked, members)
         values = measurement.decode(full[:measurement.domain_size], DEFAULT_PLAIN_MODULUS, check=False)
         refuse_implausible(values)
         log.info("study %s, release %s: %s of %d chunks: forward waited %.2f s, chunks built %.2f s, shares in and "
