@@ -32,11 +32,12 @@ different encryptions never share a key.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
@@ -120,6 +121,23 @@ def _share_context(place: bytes, holder: int, holder_public: bytes, ephemeral_pu
             + _frame(ephemeral_public))
 
 
+def _seal_with(eph: X25519PrivateKey, public: bytes, data: bytes, bind: Callable[[bytes], bytes]) -> bytes:
+    """eph_public || AES-256-GCM(data) under HKDF(ECDH(eph, public), info = bind(eph_public)), the same bytes as
+    associated data (one key per message, so the zero nonce is never reused)."""
+    eph_public = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    bound = bind(eph_public)
+    wrap = _hkdf(eph.exchange(X25519PublicKey.from_public_bytes(public)), salt=b"", info=bound)
+    return eph_public + AESGCM(wrap).encrypt(b"\0" * 12, data, bound)
+
+
+def _open_with(private: X25519PrivateKey, blob: bytes, bind: Callable[[bytes], bytes]) -> bytes:
+    """The data of a `_seal_with` blob (InvalidTag or ValueError when it was not made for this key and binding)."""
+    eph_public = bytes(blob[:32])
+    bound = bind(eph_public)
+    wrap = _hkdf(private.exchange(X25519PublicKey.from_public_bytes(eph_public)), salt=b"", info=bound)
+    return AESGCM(wrap).decrypt(b"\0" * 12, bytes(blob[32:]), bound)
+
+
 def sealed_key_shares(key: bytes, holder_public_keys: Sequence[str], *, study_id: str, owner_id: str,
                       idempotency_key: str, contract_hash: str) -> tuple[bytes, ...]:
     """Split `key` into len(holder_public_keys) XOR shares, share j encrypted to holder j's X25519 key.
@@ -142,10 +160,7 @@ def sealed_key_shares(key: bytes, holder_public_keys: Sequence[str], *, study_id
         holder_public = bytes.fromhex(check_seal_public_key(hex_key, f"holder_seal_keys[{j}]"))
         eph = X25519PrivateKey.from_private_bytes(
             _hkdf(key, salt=b"", info=b"dpagg/seal-share-ephemeral/v1" + place + j.to_bytes(4, "big")))
-        eph_public = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        context = _share_context(place, j, holder_public, eph_public)
-        wrap = _hkdf(eph.exchange(X25519PublicKey.from_public_bytes(holder_public)), salt=b"", info=context)
-        out.append(eph_public + AESGCM(wrap).encrypt(b"\0" * 12, share, context))
+        out.append(_seal_with(eph, holder_public, share, functools.partial(_share_context, place, j, holder_public)))
     return tuple(out)
 
 
@@ -192,11 +207,8 @@ class SealKeyPair:
 
     def open(self, blob: bytes, context: bytes, what: str) -> bytes:
         """Open a `seal_to` blob made for this key and `context`; InvalidInputError naming `what` otherwise."""
-        eph_public = bytes(blob[:32])
-        bound = b"dpagg/seal-to/v1" + _frame(self.public) + _frame(eph_public) + _frame(context)
         try:
-            wrap = _hkdf(self._private.exchange(X25519PublicKey.from_public_bytes(eph_public)), salt=b"", info=bound)
-            return AESGCM(wrap).decrypt(b"\0" * 12, bytes(blob[32:]), bound)
+            return _open_with(self._private, blob, lambda eph_public: _seal_to_binding(self.public, eph_public, context))
         except (InvalidTag, ValueError):
             raise InvalidInputError(f"{what} does not open with this holder's seal key (made for another holder or "
                                     "setup, or altered on the way)") from None
@@ -211,11 +223,12 @@ class SealKeyPair:
 def seal_to(public: bytes, data: bytes, context: bytes) -> bytes:
     """`data` encrypted to the X25519 key `public` (a fresh ephemeral key, HKDF, AES-256-GCM), bound to `context`:
     ephemeral public key || ciphertext || tag. Only the private key's holder opens it (`SealKeyPair.open`)."""
-    eph = X25519PrivateKey.generate()
-    eph_public = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    bound = b"dpagg/seal-to/v1" + _frame(public) + _frame(eph_public) + _frame(context)
-    wrap = _hkdf(eph.exchange(X25519PublicKey.from_public_bytes(public)), salt=b"", info=bound)
-    return eph_public + AESGCM(wrap).encrypt(b"\0" * 12, data, bound)
+    return _seal_with(X25519PrivateKey.generate(), public, data,
+                      lambda eph_public: _seal_to_binding(public, eph_public, context))
+
+
+def _seal_to_binding(public: bytes, ephemeral_public: bytes, context: bytes) -> bytes:
+    return b"dpagg/seal-to/v1" + _frame(public) + _frame(ephemeral_public) + _frame(context)
 
 
 def open_key_share(private: X25519PrivateKey, public: bytes, blob: bytes, holder: int, *, study_id: str,
@@ -225,11 +238,8 @@ def open_key_share(private: X25519PrivateKey, public: bytes, blob: bytes, holder
         raise InvalidInputError(f"owner {owner_id!r}'s upload key share for holder {holder} has {len(blob)} bytes, "
                                 f"expected {_SHARE_BLOB}")
     place = _place(study_id, owner_id, idempotency_key, contract_hash)
-    eph_public = bytes(blob[:32])
-    context = _share_context(place, holder, public, eph_public)
     try:
-        wrap = _hkdf(private.exchange(X25519PublicKey.from_public_bytes(eph_public)), salt=b"", info=context)
-        return AESGCM(wrap).decrypt(b"\0" * 12, bytes(blob[32:]), context)
+        return _open_with(private, blob, lambda eph_public: _share_context(place, holder, public, eph_public))
     except (InvalidTag, ValueError):
         raise InvalidInputError(f"owner {owner_id!r}'s upload key share does not open with holder {holder}'s seal "
                                 "key (made for another holder, study or upload)") from None
