@@ -9,6 +9,8 @@ child imports nothing of the caller's. Adds no noise, spends no budget.
 """
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.connection
 import os
 
 import sys
@@ -17,7 +19,7 @@ import types
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["usable_cores", "without_user_main"]
+__all__ = ["end_with_parent", "usable_cores", "without_user_main"]
 
 _LOCK = threading.Lock()
 
@@ -43,3 +45,16 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _exit_with_parent() -> None:
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(0)
+
+
+def end_with_parent() -> None:
+    """In a spawned worker: end it as soon as the process that spawned it ends (a watcher thread on the parent's
+    sentinel), so a SIGKILLed parent leaves no worker behind, waiting forever for work or holding a key."""
+    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()

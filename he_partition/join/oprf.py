@@ -45,7 +45,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence, TypeVar
 
 from ..core.errors import InvalidInputError, WorkerLostError
-from ..execution.spawning import usable_cores, without_user_main
+from ..execution.spawning import end_with_parent, usable_cores, without_user_main
 
 __all__ = ["ELEMENT_BYTES", "SCALAR_BYTES", "OUTPUT_BYTES", "CONTEXT", "derive_key", "study_key", "hash_to_group",
            "hash_to_scalar", "blind", "check_elements", "blind_evaluate", "finalize", "evaluate", "blind_scalars",
@@ -170,17 +170,10 @@ def default_workers() -> int:
     return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
 
 
-def _exit_with_parent() -> None:
-    """Wait for the parent process to end, then end this worker (a SIGKILLed parent leaves no worker behind)."""
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(0)
-
 
 def _init_worker() -> None:
     """A worker's start: watch the parent, load libsodium once."""
-    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    end_with_parent()
     _sodium()
 
 

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from he_partition.core.backend import ChunkedVector
 from he_partition.core.errors import DPAggError, InvalidInputError, PrecisionError, WorkerLostError
-from he_partition.execution.spawning import usable_cores, without_user_main
+from he_partition.execution.spawning import end_with_parent, usable_cores, without_user_main
 from he_partition.he.bfv import BfvBackend, load_context
 
 __all__ = ["ChunkPipeline", "DecryptPool", "PipelinedDecryption", "default_decrypt_workers", "MIN_POOLED_CHUNKS"]
@@ -70,19 +70,11 @@ def default_decrypt_workers() -> int:
     return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
 
 
-def _exit_with_parent() -> None:
-    """Wait for the server process to end, then end this worker (a SIGKILLed server leaves no worker behind
-    holding the secret key: a worker waiting for work would otherwise wait forever)."""
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(0)
-
 
 def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker: str | None) -> None:
     """Load the secret context in this worker (from the local key file, or bytes from the spawn pipe)."""
     global _BACKEND, _DIE_MARKER
-    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    end_with_parent()
     data = Path(secret_path).read_bytes() if secret_path is not None else secret_bytes
     assert data is not None
     _BACKEND = BfvBackend(load_context(data))
