@@ -40,6 +40,12 @@ def _log(t: Threshold, study: str) -> list[SignedCharge]:
     return [SignedCharge.from_dict(d) for d in raw["log"]]
 
 
+def _rules(t: Threshold) -> ChargeRules:
+    """The charge rules from a holder's recorded identity keys (each 32-byte seal key, then 32-byte signing key)."""
+    identities = json.loads((t.root / "h1" / "keys" / "collective.json").read_text())["identities"]
+    return ChargeRules({int(i): bytes.fromhex(v)[32:] for i, v in identities.items()}, 2)
+
+
 def test_setup_keeps_shamir_shares_and_a_restart_finds_the_threshold(tofn: Threshold) -> None:
     fp, names, already = tofn.computation().setup_key(threshold=2)
     assert already
@@ -69,9 +75,7 @@ def test_any_one_holder_down_releases_and_two_down_are_refused_before_any_charge
         finally:
             tofn.start_holder(down)
     log = _log(tofn, "s1")
-    rules = ChargeRules({int(i): bytes.fromhex(v)[32:] for i, v in json.loads(
-        (tofn.root / "h1" / "keys" / "collective.json").read_text())["identities"].items()}, 2)
-    assert rules.check_log("s1", log) == pytest.approx(0.9, abs=1e-9)
+    assert _rules(tofn).check_log("s1", log) == pytest.approx(0.9, abs=1e-9)
     sets = [c.entry.participants for c in log]  # two measurements per release, each to the two holders up
     assert sets == [(1, 2), (1, 2), (0, 2), (0, 2), (0, 1), (0, 1)]
     # a fourth release would pass the budget: the computation server refuses it, and so does every holder asked
@@ -218,8 +222,5 @@ def test_a_charge_short_of_signatures_is_completed_by_the_next_request_not_repla
     rel = tofn.computation().run_release("s5", epsilon=0.4)
     assert rel.state == "DONE", rel.error_message
     log = _log(tofn, "s5")
-    rules = ChargeRules({i: bytes.fromhex(v)[32:] for i, v in (
-        (int(k), v) for k, v in json.loads((tofn.root / "h1" / "keys" / "collective.json").read_text())
-        ["identities"].items())}, 2)
-    rules.check_log("s5", log)
+    _rules(tofn).check_log("s5", log)
     assert log[0].entry.request == pending["entry"]["request"] and len(log) == 3  # the pending one, then 2
