@@ -359,7 +359,7 @@ class DecryptionHandler:
         if not 0 < len(elements) <= PAGE_ELEMENTS:
             raise InvalidInputError(f"a page holds 1 to {PAGE_ELEMENTS} blinded elements, got {len(elements)}")
         if any(len(e) != oprf.ELEMENT_BYTES for e in elements):
-            raise InvalidInputError(f"every blinded element is {oprf.ELEMENT_BYTES} bytes (ristretto255)")
+            raise InvalidInputError(f"every blinded element is {oprf.ELEMENT_BYTES} bytes (Curve25519 u-coordinates)")
         quota = terms.evaluation_quota(contract.expected_owners.index(owner_id))
         key = oprf.study_key(self._oprf_key, study_id, contract.contract_hash)
         # A big page is checked and evaluated in this server's own OPRF worker processes (oprf.OprfPool: local,

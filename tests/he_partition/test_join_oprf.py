@@ -1,12 +1,13 @@
-"""The join's oblivious pseudonyms (he_partition.join.oprf): RFC 9497's test vectors, the blind evaluation's algebra,
-and what an owner that holds the join key can compute without the key holder (nothing that matches)."""
+"""The join's oblivious pseudonyms (he_partition.join.oprf): RFC 9497's test vectors read on Curve25519's x-line, the
+blind evaluation's algebra, and what an owner that holds the join key can compute without the key holder (nothing
+that matches)."""
 
 from __future__ import annotations
 
 import hashlib
 
 import pytest
-from rbcl import crypto_core_ristretto255_is_valid_point
+import rbcl
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.join import oprf
@@ -31,18 +32,51 @@ VECTORS = [
 ]
 
 
+def on_the_line(ristretto: bytes) -> bytes:
+    """A ristretto255 element as the u-coordinate of its prime-order point: 1 times its `line_element`."""
+    return oprf._multiply(oprf.line_scalar((1).to_bytes(32, "little")), oprf.line_element(ristretto), "an element")
+
+
 @pytest.mark.parametrize("x, blinded, evaluated, output", VECTORS)
-def test_the_oprf_reproduces_rfc_9497s_ristretto255_sha512_test_vectors(x: str, blinded: str, evaluated: str,
-                                                                         output: str) -> None:
+def test_the_oprf_reproduces_rfc_9497s_ristretto255_sha512_test_vectors_on_the_x_line(x: str, blinded: str,
+                                                                                      evaluated: str,
+                                                                                      output: str) -> None:
+    """Each step gives the RFC's element read as a u-coordinate; the RFC's own N gives the RFC's output under the
+    same Finalize hash, and the same N on the x-line gives this module's output."""
     key = oprf.derive_key(SEED, KEY_INFO)
     assert key.hex() == SK
     inp = bytes.fromhex(x)
     b = oprf.blind([inp], [BLIND])
-    assert b[0].hex() == blinded
+    assert b[0] == on_the_line(bytes.fromhex(blinded))
     z = oprf.blind_evaluate(key, b)
-    assert z[0].hex() == evaluated
-    assert oprf.finalize([inp], [BLIND], z)[0].hex() == output
-    assert oprf.evaluate(key, inp).hex() == output
+    assert z[0] == on_the_line(bytes.fromhex(evaluated))
+    n = bytes(rbcl.crypto_scalarmult_ristretto255(key, oprf.hash_to_group(inp)))  # the RFC's N
+    assert oprf._output(inp, n).hex() == output
+    assert oprf.finalize([inp], [BLIND], z) == [oprf.evaluate(key, inp)] == [oprf._output(inp, on_the_line(n))]
+
+
+def test_line_scalars_multiply_by_plus_or_minus_the_scalar_and_padding_is_a_uniform_group_element() -> None:
+    """X25519 with `line_scalar(t)` is t times the element for every t tried (ristretto255's own multiplication on the
+    line); the padding an owner sends is t G for uniform t, as a blinded element is r H(x) for uniform r."""
+    import os
+
+    h = oprf.hash_to_group(b"x")
+    for t in [1, 2, 7, 9, oprf.GROUP_ORDER - 1, 2 ** 251, 2 ** 252] + [int.from_bytes(os.urandom(32), "little")
+                                                                      for _ in range(50)]:
+        scalar = (t % oprf.GROUP_ORDER).to_bytes(32, "little")
+        c = int.from_bytes(oprf.line_scalar(scalar), "little")
+        assert c % 8 == 0 and 2 ** 254 <= c < 2 ** 255 and c % oprf.GROUP_ORDER in (t % oprf.GROUP_ORDER,
+                                                                                   -t % oprf.GROUP_ORDER)
+        assert oprf._multiply(oprf.line_scalar(scalar), oprf.line_element(h), "h") == on_the_line(
+            bytes(rbcl.crypto_scalarmult_ristretto255(scalar, h)))
+    # The scalars without one: zero, and the multiples 8j of 8 with 0 < j <= 2^252 - order (about 2^124) and their
+    # negatives: a uniform scalar is one of them with probability about 2^-126.
+    for t in (0, 8, 8 * (oprf.GROUP_ORDER - 2 ** 252), -8 % oprf.GROUP_ORDER):
+        with pytest.raises(InvalidInputError, match="no X25519 form"):
+            oprf.line_scalar(t.to_bytes(32, "little"))
+    uniform = bytes(range(64))
+    t = bytes(rbcl.crypto_core_ristretto255_scalar_reduce(uniform))
+    assert oprf.random_element(uniform) == on_the_line(bytes(rbcl.crypto_scalarmult_ristretto255_base(t)))
 
 
 def test_blind_evaluate_and_unblind_equal_direct_evaluation_and_the_blinded_elements_hide_the_input() -> None:
@@ -60,9 +94,12 @@ def test_blind_evaluate_and_unblind_equal_direct_evaluation_and_the_blinded_elem
     # per-study keys: the same identifier has unrelated values in two studies
     other = oprf.study_key(b"m" * 32, "study-2", "c" * 64)
     assert oprf.evaluate(other, inputs[0]) != out[0]
-    assert all(crypto_core_ristretto255_is_valid_point(b) for b in blinded)
-    with pytest.raises(InvalidInputError, match="not a valid ristretto255"):
-        oprf.blind_evaluate(key, [b"\xff" * 32])
+    assert all(len(b) == 32 and int.from_bytes(b, "little") < oprf.FIELD_PRIME for b in blinded)
+    for bad in (b"\xff" * 32, oprf.FIELD_PRIME.to_bytes(32, "little"), b"\x01" * 31):
+        with pytest.raises(InvalidInputError, match="not a canonical Curve25519 u-coordinate"):
+            oprf.blind_evaluate(key, [bad])
+    with pytest.raises(InvalidInputError, match="low-order point"):  # (0, 0): order 2
+        oprf.blind_evaluate(key, [bytes(32)])
 
 
 def test_an_owner_holding_the_join_key_computes_no_pseudonym_of_the_other_owners_customers() -> None:
@@ -153,10 +190,10 @@ def test_the_worker_processes_give_exactly_the_in_process_values_and_a_dead_work
         assert evaluated == oprf.blind_evaluate(key, blinded, pool=here)
         out = oprf.finalize(inputs, blinds, evaluated, pool=pool)
         assert out == oprf.finalize(inputs, blinds, evaluated, pool=here) == [oprf.evaluate(key, x) for x in inputs]
-        oprf.check_elements(blinded, pool=pool)
-        with pytest.raises(InvalidInputError, match="not a valid ristretto255"):
-            oprf.check_elements(blinded[:20] + [b"\xff" * 32], pool=pool)
-        with pytest.raises(InvalidInputError, match="not a valid ristretto255"):
+        oprf.check_elements(blinded)
+        with pytest.raises(InvalidInputError, match="not a canonical"):
+            oprf.check_elements(blinded[:20] + [b"\xff" * 32])
+        with pytest.raises(InvalidInputError, match="not a canonical"):
             oprf.blind_evaluate(key, blinded[:20] + [b"\xff" * 32], pool=pool)
         executor = pool._executor
         assert executor is not None

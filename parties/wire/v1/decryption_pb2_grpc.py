@@ -206,7 +206,8 @@ class DecryptionServicer:
 
     def EvaluatePseudonyms(self, request, context):
         """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
-        (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+        (RFC 9497 OPRF, mode 0x00, over Curve25519's prime-order group: 32-byte
+        u-coordinates, docs/join.md), each multiplied by the study's
         OPRF key (kept by this server, never served). The server sees uniformly random
         group elements only. Each owner is answered at most its quota of elements per
         study (its declared records plus its private dummies' allowance), each page

@@ -92,7 +92,8 @@ class DecryptionStub:
     """
     EvaluatePseudonyms: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.EvaluatePseudonymsRequest, _decryption_pb2.EvaluatePseudonymsResponse]
     """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
-    (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+    (RFC 9497 OPRF, mode 0x00, over Curve25519's prime-order group: 32-byte
+    u-coordinates, docs/join.md), each multiplied by the study's
     OPRF key (kept by this server, never served). The server sees uniformly random
     group elements only. Each owner is answered at most its quota of elements per
     study (its declared records plus its private dummies' allowance), each page
@@ -240,7 +241,8 @@ class DecryptionAsyncStub(DecryptionStub):
     """
     EvaluatePseudonyms: _aio.UnaryUnaryMultiCallable[_decryption_pb2.EvaluatePseudonymsRequest, _decryption_pb2.EvaluatePseudonymsResponse]  # type: ignore[assignment]
     """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
-    (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+    (RFC 9497 OPRF, mode 0x00, over Curve25519's prime-order group: 32-byte
+    u-coordinates, docs/join.md), each multiplied by the study's
     OPRF key (kept by this server, never served). The server sees uniformly random
     group elements only. Each owner is answered at most its quota of elements per
     study (its declared records plus its private dummies' allowance), each page
@@ -433,7 +435,8 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_decryption_pb2.EvaluatePseudonymsResponse, _abc.Awaitable[_decryption_pb2.EvaluatePseudonymsResponse]]:
         """A join study's oblivious pseudonyms: one page of an owner's blinded identifiers
-        (RFC 9497 OPRF, ristretto255-SHA512, mode 0x00), each multiplied by the study's
+        (RFC 9497 OPRF, mode 0x00, over Curve25519's prime-order group: 32-byte
+        u-coordinates, docs/join.md), each multiplied by the study's
         OPRF key (kept by this server, never served). The server sees uniformly random
         group elements only. Each owner is answered at most its quota of elements per
         study (its declared records plus its private dummies' allowance), each page
