@@ -156,10 +156,12 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
         "padding": {"epsilon": pad_epsilon, "offset": pad_offset, "delta": pad_terms.delta, "posted": [len(ps_a), len(ps_b)]},
         "capacity": capacity, "groups": capacity // slots,
         "ciphertext_products": capacity // slots * bins * bins,
+        # both owners: per group and round one squaring and 2 x bins plaintext products (NTT form); per round one
+        # relinearization
         "wellformed_check": {"rounds": check_rounds(owner_scheme.plain_modulus),
-                             "squarings": 2 * capacity // slots * (bins + 1),  # both owners: planes and sums
-                             "plain_products": 2 * capacity // slots * (bins + 1) * check_rounds(owner_scheme.plain_modulus),
-                             "relinearizations": 2 * capacity // slots * (bins + 1), "rotations": 0},
+                             "squarings": 2 * capacity // slots * check_rounds(owner_scheme.plain_modulus),
+                             "plain_products": 2 * capacity // slots * 2 * bins * check_rounds(owner_scheme.plain_modulus),
+                             "relinearizations": 2 * check_rounds(owner_scheme.plain_modulus), "rotations": 0},
         "seconds": times, "total_seconds": round(total, 2),
         "bytes_uploaded_per_owner": [sum(len(x) for g in up for x in g) for up in uploads],
         "bytes_to_key_holder": sent, "public_key_bytes": len(public_bytes),
@@ -256,6 +258,8 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
                       if "CPU per worker" in line]
         if worker_cpu:
             cpu["computation_workers"] = worker_cpu[-1]
+        checked = [line.split("both join uploads checked in ", 1)[1].split(" s", 1)[0] for line in log_lines
+                   if "both join uploads checked in " in line]
     finally:
         for owner in procs:  # an owner that failed or still waits is stopped with the servers
             if owner.is_alive():
@@ -273,7 +277,9 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         "ciphertext_products": capacity // 8192 * bins * bins,
         "seconds": {"open_study": round(opened - start, 2), "owners_until_both_committed": round(submitted - opened, 2),
                     **{f"owner_{o}": round(t, 2) for o, _, t, _ in owners},
-                    "release": round(released - submitted, 2), "release_server_side": round(rel.seconds or 0, 2)},
+                    "release": round(released - submitted, 2), "release_server_side": round(rel.seconds or 0, 2),
+                    # the well-formedness check inside the release (the computation server's log)
+                    **({"release_check": float(checked[-1])} if checked else {})},
         "total_seconds": round(total, 2),
         "bytes_uploaded_per_owner": [n for _, n, _, _ in owners],
         "bytes_to_key_holder": rel.bytes_to_decryption,

@@ -10,13 +10,26 @@ travels as plain integers; workers add only encryption and flooding randomness, 
 executor releases the same values under a seed, and a task retried after a worker died
 re-sends the same values.
 
-May import `he_partition.core` and `he_partition.he`; nothing above them.
+May import `he_partition.core` and `he_partition.he`; nothing above them. The names below load at first
+use (`he_partition.core.lazy`): the worker processes' helpers (`spawning`) import without the executors.
 """
 
-from .base import ChunkBytes, ChunkExecutor, ChunkFiles, ChunkSource, ChunkWorker, SimulatedOwners
-from .factory import make_executor
-from .inprocess import InProcessExecutor
-from .processes import ProcessExecutor
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..core.lazy import exports
+
+if TYPE_CHECKING:
+    from .base import ChunkBytes, ChunkExecutor, ChunkFiles, ChunkSource, ChunkWorker, SimulatedOwners
+    from .factory import make_executor
+    from .inprocess import InProcessExecutor
+    from .processes import ProcessExecutor
 
 __all__ = ["ChunkBytes", "ChunkExecutor", "ChunkFiles", "ChunkSource", "ChunkWorker", "InProcessExecutor",
            "ProcessExecutor", "SimulatedOwners", "make_executor"]
+
+__getattr__, __dir__ = exports(__name__, {
+    **dict.fromkeys(["ChunkBytes", "ChunkExecutor", "ChunkFiles", "ChunkSource", "ChunkWorker", "SimulatedOwners"],
+                    ".base"),
+    "make_executor": ".factory", "InProcessExecutor": ".inprocess", "ProcessExecutor": ".processes"})

@@ -1,8 +1,10 @@
 """The ciphertext operations of the join well-formedness check (he_partition.join.wellformed), on a JoinScheme.
 
-Kept next to the scheme (the only package that touches SEAL): the sum of a group's planes,
-x^2 - x of a plane, and a product with a plaintext of per-slot coefficients accumulated into
-a running sum (left unrelinearized, 3 parts; `JoinScheme.total` relinearizes once).
+Kept next to the scheme (the only package that touches SEAL): the sum of ciphertexts, a plane
+in NTT form (`to_ntt`), and a group's one-hot residue y^2 - sum_v A_v^2 x_v with y = sum_v A_v x_v
+for small random plaintext polynomials A_v (`one_hot_residue`): the plaintext products in NTT
+form (0.23 ms each, against 2.9 ms for SEAL's product with a coefficient-form plaintext), one
+squaring, left unrelinearized (3 parts) so a round's sum relinearizes once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..core.errors import InvalidInputError
 from .join_scheme import JoinScheme
 from .seal_io import load_seal_bytes, seal_dyn_array, seal_header
 
-__all__ = ["plane_sum", "square_minus_self", "accumulate_weighted", "poly_slots"]
+__all__ = ["plane_sum", "to_ntt", "one_hot_residue", "poly_slots"]
 
 
 def plane_sum(scheme: JoinScheme, cts: Sequence[Any]) -> Any:
@@ -33,14 +35,10 @@ def plane_sum(scheme: JoinScheme, cts: Sequence[Any]) -> Any:
     return total
 
 
-def square_minus_self(scheme: JoinScheme, ct: Any) -> Any:
-    """x^2 - x, slot by slot: one ciphertext squaring, relinearized (2 parts). Relinearized before the plaintext
-    products: a 3-part ciphertext times a small plaintext, relinearized after, measured 2^88 of noise, against
-    2^55 this way (he_partition.join.wellformed)."""
+def to_ntt(scheme: JoinScheme, ct: Any) -> Any:
+    """A copy of `ct` in NTT form (what `one_hot_residue` takes: its plaintext products are then pointwise)."""
     out = seal.Ciphertext()
-    scheme._evaluator.square(ct, out)
-    scheme._evaluator.relinearize_inplace(out, scheme._relin)
-    scheme._evaluator.sub_inplace(out, ct)
+    scheme._evaluator.transform_to_ntt(ct, out)
     return out
 
 
@@ -64,15 +62,32 @@ def poly_slots(scheme: JoinScheme, coeffs: npt.ArrayLike) -> npt.NDArray[np.int6
     return np.array(scheme._encoder.decode_uint64(_poly(scheme, c)), dtype=np.int64)
 
 
-def accumulate_weighted(scheme: JoinScheme, acc: Any | None, ct: Any, coeffs: npt.ArrayLike) -> Any:
-    """acc + ct * R, R the plaintext polynomial with coefficients `coeffs` (small: the product's noise grows with
-    their size, not with t): one plaintext product. Each slot is multiplied by R's value there (`poly_slots`)."""
-    c = np.asarray(coeffs, dtype=np.int64).ravel()
-    if c.size != scheme.slots or c.min(initial=0) < 0 or c.max(initial=0) >= scheme.plain_modulus:
-        raise InvalidInputError(f"a plaintext polynomial has {scheme.slots} coefficients in [0, t)")
-    term = seal.Ciphertext()
-    scheme._evaluator.multiply_plain(ct, _poly(scheme, c), term)
-    if acc is None:
-        return term
-    scheme._evaluator.add_inplace(acc, term)
-    return acc
+def one_hot_residue(scheme: JoinScheme, planes: Sequence[Any], coeffs: Sequence[npt.ArrayLike]) -> Any:
+    """y^2 - sum_v A_v (A_v x_v) with y = sum_v A_v x_v, for the planes x_v (in NTT form, `to_ntt`) and A_v the
+    plaintext polynomial with coefficients coeffs[v] (small: the products' noise grows with their size, not with
+    t). Slot by slot, with a_v the value of A_v there: (sum_v a_v x_v)^2 - sum_v a_v^2 x_v, 0 wherever the x_v are
+    0/1 with at most one set. One squaring, 2 x values plaintext products; 3 parts (not relinearized)."""
+    if not planes or len(planes) != len(coeffs):
+        raise InvalidInputError("one plaintext polynomial per indicator plane, and at least one plane")
+    ev = scheme._evaluator
+    y = lin = None
+    for ct, c in zip(planes, coeffs):
+        a = np.asarray(c, dtype=np.int64).ravel()
+        if a.size != scheme.slots or a.min(initial=0) < 0 or a.max(initial=0) >= scheme.plain_modulus:
+            raise InvalidInputError(f"a plaintext polynomial has {scheme.slots} coefficients in [0, t)")
+        plain = _poly(scheme, a)
+        ev.transform_to_ntt_inplace(plain, ct.parms_id())
+        ax, aax = seal.Ciphertext(), seal.Ciphertext()
+        ev.multiply_plain(ct, plain, ax)
+        ev.multiply_plain(ax, plain, aax)
+        if y is None:
+            y, lin = ax, aax
+        else:
+            ev.add_inplace(y, ax)
+            ev.add_inplace(lin, aax)
+    ev.transform_from_ntt_inplace(y)
+    ev.transform_from_ntt_inplace(lin)
+    out = seal.Ciphertext()
+    ev.square(y, out)
+    ev.sub_inplace(out, lin)
+    return out

@@ -89,7 +89,7 @@ def test_the_key_holder_decrypts_no_join_cell_before_both_owners_passed(cluster:
         check("a", b"\x01" * 32)
     assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION and "seed" in str(err.value)
     seed, rounds = ds.join_check_seed(study_id="j1", contract_hash=contract.contract_hash)
-    assert len(seed) == 32 and rounds == check_rounds(scheme.plain_modulus) == 5
+    assert len(seed) == 32 and rounds == check_rounds(scheme.plain_modulus) == 6
     assert ds.join_check_seed(study_id="j1", contract_hash=contract.contract_hash) == (seed, rounds)
     assert check("a", seed)
     with pytest.raises(ServiceError) as err:  # one owner only
