@@ -76,15 +76,14 @@ def check_join_uploads(contract: StudyContract, scheme: JoinScheme, public: byte
         log.info("study %s: both join uploads already passed the check under the key holder's current seed",
                  contract.study_id)
         return
-    failed = []
     began = time.monotonic()
-    for owner in contract.expected_owners:
-        upload = uploads[owner]
-        cts = (parallel_residues(scheme, public, upload, seed, owner, executor) if executor is not None
-               else residues(scheme, (upload[g] for g in range(len(upload))), seed, owner))
-        if not decryption.check_join_upload(study_id=contract.study_id, contract_hash=contract.contract_hash,
-                                            owner_id=owner, seed=seed, residues=cts):
-            failed.append(owner)
+    owners = {owner: uploads[owner] for owner in contract.expected_owners}
+    computed = (parallel_residues(scheme, public, owners, seed, executor) if executor is not None
+                else {owner: residues(scheme, (up[g] for g in range(len(up))), seed, owner)
+                      for owner, up in owners.items()})
+    failed = [owner for owner in owners
+              if not decryption.check_join_upload(study_id=contract.study_id, contract_hash=contract.contract_hash,
+                                                  owner_id=owner, seed=seed, residues=computed[owner])]
     log.info("study %s: both join uploads checked in %.2f s (%d groups each, %d workers)", contract.study_id,
              time.monotonic() - began, len(uploads[contract.expected_owners[0]]),
              executor.workers if executor is not None else 1)

@@ -104,8 +104,9 @@ def test_the_key_holder_sees_zeros_under_a_flood_far_wider_than_the_noise(
 @pytest.mark.parametrize("executor", ["inprocess", "processes"])
 def test_the_check_spread_over_workers_decrypts_to_the_same_residues(schemes: tuple[JoinScheme, JoinScheme],
                                                                    executor: str) -> None:
-    """Each worker sums its groups' share; the coordinator adds the shares and floods once: the key holder decrypts
-    exactly the serial check's values, honest (zeros) and malformed (nonzero where the owner deviated)."""
+    """Each worker sums its share of both owners' groups; the coordinator adds each owner's shares and floods once:
+    the key holder decrypts exactly the serial check's values, honest (zeros) and malformed (nonzero where the owner
+    deviated), and the other owner's stay zeros."""
     from he_partition.execution import InProcessExecutor, ProcessExecutor
     from he_partition.join.check_workers import parallel_residues
 
@@ -118,8 +119,11 @@ def test_the_check_spread_over_workers_decrypts_to_the_same_residues(schemes: tu
     try:
         for p, honest in ((planes, True), (bad, False)):
             up = [[cs.serialize(cs.encrypt(x)) for x in g] for g in p]
-            cts = [ds.deserialize_released(c) for c in parallel_residues(cs, cs.public_bytes(), up, SEED, "a", pool)]
+            other = [[cs.serialize(cs.encrypt(x)) for x in g] for g in planes[:2]]  # an honest second owner
+            both = parallel_residues(cs, cs.public_bytes(), {"a": up, "b": other}, SEED, pool)
+            cts = [ds.deserialize_released(c) for c in both["a"]]
             assert well_formed(ds, cts) is honest
+            assert well_formed(ds, [ds.deserialize_released(c) for c in both["b"]])
             expected = residues_plain(ds, p, SEED, "a")
             assert all(np.array_equal(ds.decrypt(c) % ds.plain_modulus, z) for c, z in zip(cts, expected))
     finally:
