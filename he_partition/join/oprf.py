@@ -85,7 +85,7 @@ _DERIVE_DST = b"DeriveKeyPair" + CONTEXT
 _TASK = 2048
 #: Batches of fewer elements than this run in the calling process: below it, the round trips to the
 #: workers (and, at a process's first big batch, the workers' start: a spawn and the import of
-#: this package, about half a second, in parallel) cost about what the work saves.
+#: this module and libsodium, about 0.2 s each, in parallel) cost about what the work saves.
 MIN_POOLED_ELEMENTS = 4096
 #: Fewest elements per worker task: smaller tasks cost more in pickling and round trips than they balance.
 _MIN_PROCESS_TASK = 512
