@@ -104,3 +104,24 @@ def test_the_key_holder_refuses_hmac_pseudonyms_for_a_new_join_study(secure_clus
     with pytest.raises(ServiceError) as err:
         _open(secure_cluster, "jh", pseudonyms="hmac")
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "oblivious pseudonyms" in err.value.details
+
+
+def test_a_key_holder_testing_for_torsion_cannot_tell_the_padding_from_the_records() -> None:
+    """The key holder's view of an owner's batch: records' blinded elements r H(x) and padding elements t G, sorted. A
+    u-coordinate carries a torsion component or not, and 1 times it on the line (X25519 with `line_scalar(1)`)
+    removes it: such a test tells a torsion-free element from one with torsion. Every element of the batch is
+    torsion-free, so the test tells the padding from the records nowhere; a padding of raw `line_element`s (s^2:
+    the decoded point plus the 2-torsion point) would have shown about 3 elements in 4 to it."""
+    from parties.data_owner.join import evaluation_batch
+
+    one = oprf.line_scalar((1).to_bytes(32, "little"))
+
+    def torsion_free(u: bytes) -> bool:
+        return oprf._multiply(one, u, "an element") == u
+
+    inputs = [oprf_input(f"+44 7700 9{i:05d}") for i in range(200)]
+    batch, _, where = evaluation_batch(b"s" * 32, inputs, pads=50)
+    padding = set(range(len(batch))) - set(where)
+    assert len(padding) == 50 and all(torsion_free(e) for e in batch)
+    raw = [oprf.line_element(oprf.hash_to_group(b"pad" + bytes([j]))) for j in range(50)]
+    assert sum(not torsion_free(u) for u in raw) > 25  # what the test would have seen of such a padding
