@@ -97,6 +97,11 @@ MAX_DEFAULT_WORKERS = 16
 FIELD_PRIME = 2 ** 255 - 19
 GROUP_ORDER = 2 ** 252 + 27742317777372353535851937790883648493
 _INV8 = pow(8, -1, GROUP_ORDER)
+#: The canonical u-coordinates of the points of small order on Curve25519 and its twist (libsodium's list): 0 and
+#: p - 1 (order 4 and 2), 1, and the two of order 8. A multiple of 8 times any of them is the identity.
+LOW_ORDER_U = frozenset({0, 1, FIELD_PRIME - 1,
+                         325606250916557431795983626356110631294008115727848805560023387167927233504,
+                         39382357235489614581723060781553021112529911719440698176882885853963445705823})
 #: The u-coordinate of Curve25519's base point (RFC 7748), a generator of the prime-order group.
 BASE_U = (9).to_bytes(ELEMENT_BYTES, "little")
 
@@ -402,11 +407,13 @@ def blind(inputs: Sequence[bytes], blinds: Sequence[bytes], *, threads: int | No
 
 
 def check_elements(elements: Sequence[bytes]) -> None:
-    """Refuse (InvalidInputError) anything that is not a canonical 32-byte u-coordinate, before any work is booked
-    (a fraction of a microsecond each: no workers)."""
+    """Refuse (InvalidInputError) anything that is not a canonical 32-byte u-coordinate, and the low-order points
+    (whose product would be the identity), before any work is booked (under a microsecond each: no workers)."""
     if not all(_canonical(e) for e in elements):
         raise InvalidInputError("a blinded element is not a canonical Curve25519 u-coordinate (32 bytes, below "
                                 "2^255 - 19)")
+    if any(int.from_bytes(e, "little") in LOW_ORDER_U for e in elements):
+        raise InvalidInputError("a blinded element is a low-order point (its product would be the identity)")
 
 
 def _evaluate_part(elements: Sequence[bytes], key: bytes) -> list[bytes]:

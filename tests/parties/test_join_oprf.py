@@ -71,6 +71,12 @@ def test_an_owner_colluding_with_the_cs_recovers_no_identifier_beyond_its_quota(
                                first_page=1)
     assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"its quota is {quota}" in err.value.details
     assert log.used("jo", "a") == used
+    # A page with a low-order point: INVALID_ARGUMENT, nothing booked (page 1 is answered below).
+    with pytest.raises(ServiceError) as err:
+        ds.evaluate_pseudonyms(study_id="jo", owner_id="a", contract_hash=contract.contract_hash,
+                               elements=[blinded[1000], bytes(32)], first_page=1)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "low-order point" in err.value.details
+    assert log.used("jo", "a") == used
     # Page by page until refused: every guess it gets evaluated is one of its quota.
     recovered: set[str] = set()
     page, start, step = 1, 1000, 25  # guesses it does not hold first (a's own are ids 0-999)
