@@ -28,8 +28,9 @@ libsodium's ristretto255 multiplication, which the protocol needs three of per i
   the ristretto255 group (up to the sign, which u-coordinates forget): the protocol's algebra,
   its hiding (B is uniform over that group) and its assumptions are RFC 9497's. Only the bytes of
   N differ from the RFC's: its test vectors hold for N read on the x-line (tests).
-- The key holder refuses an element that is not a canonical u-coordinate, or whose product is
-  the identity (X25519's all-zero output: low-order points). It does not test whether a u lies on
+- The key holder refuses an element that is not a canonical u-coordinate, or is one of the
+  low-order points (`LOW_ORDER_U`: X25519's product would be the identity), before it books
+  the page (`check_elements`). It does not test whether a u lies on
   the curve rather than its twist (a Python square test would cost three times the
   multiplication): Curve25519 is twist-secure, and with c a multiple of 8 such an input tells
   its sender nothing about k; the sender only spends its own quota on a useless value.
