@@ -127,7 +127,8 @@ def _x25519() -> Any:
 
 
 def line_scalar(scalar: bytes) -> bytes:
-    """The X25519 scalar c = 2^254 + 8m with c = +-t mod the group order, for the 32-byte little-endian scalar t.
+    """The X25519 scalar c = 2^254 + 8m with c = +-t mod the group order, for t the little-endian bytes `scalar`
+    (32 of them, or 64 uniform ones) reduced mod the group order.
 
     X25519 clamps its scalar (clears the low three bits and bit 255, sets bit 254); c is clamped already, so X25519
     multiplies by c exactly, and on u-coordinates by +-t alike. Refuses zero and the fraction of about 2^-126 of
@@ -163,9 +164,8 @@ def _multiply(scalar: bytes, u: bytes, what: str) -> bytes:
 
 def random_element(uniform: bytes) -> bytes:
     """A uniformly random element of the group (as `blind`'s elements are) from 64 uniform bytes: t G for t the bytes
-    reduced mod the group order."""
-    t = bytes(_sodium().crypto_core_ristretto255_scalar_reduce(uniform))
-    return _multiply(line_scalar(t), BASE_U, "the base point")
+    reduced mod the group order (`line_scalar` reduces them)."""
+    return _multiply(line_scalar(uniform), BASE_U, "the base point")
 
 
 def _i2osp(value: int, length: int) -> bytes:
