@@ -53,13 +53,18 @@ def _poly(scheme: JoinScheme, coeffs: npt.NDArray[np.int64]) -> Any:
     return load_seal_bytes(seal.Plaintext(), scheme.context, seal_header(16 + len(body)) + body)
 
 
-def poly_slots(scheme: JoinScheme, coeffs: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """The slot values (mod t) of the plaintext polynomial with coefficients `coeffs` (what a product with it
-    multiplies each slot by)."""
+def _checked_poly(scheme: JoinScheme, coeffs: npt.ArrayLike) -> Any:
+    """`_poly` of `coeffs`, refused (InvalidInputError) unless they are the scheme's N coefficients in [0, t)."""
     c = np.asarray(coeffs, dtype=np.int64).ravel()
     if c.size != scheme.slots or c.min(initial=0) < 0 or c.max(initial=0) >= scheme.plain_modulus:
         raise InvalidInputError(f"a plaintext polynomial has {scheme.slots} coefficients in [0, t)")
-    return np.array(scheme._encoder.decode_uint64(_poly(scheme, c)), dtype=np.int64)
+    return _poly(scheme, c)
+
+
+def poly_slots(scheme: JoinScheme, coeffs: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """The slot values (mod t) of the plaintext polynomial with coefficients `coeffs` (what a product with it
+    multiplies each slot by)."""
+    return np.array(scheme._encoder.decode_uint64(_checked_poly(scheme, coeffs)), dtype=np.int64)
 
 
 def one_hot_residue(scheme: JoinScheme, planes: Sequence[Any], coeffs: Sequence[npt.ArrayLike]) -> Any:
@@ -72,10 +77,7 @@ def one_hot_residue(scheme: JoinScheme, planes: Sequence[Any], coeffs: Sequence[
     ev = scheme._evaluator
     y = lin = None
     for ct, c in zip(planes, coeffs):
-        a = np.asarray(c, dtype=np.int64).ravel()
-        if a.size != scheme.slots or a.min(initial=0) < 0 or a.max(initial=0) >= scheme.plain_modulus:
-            raise InvalidInputError(f"a plaintext polynomial has {scheme.slots} coefficients in [0, t)")
-        plain = _poly(scheme, a)
+        plain = _checked_poly(scheme, c)
         ev.transform_to_ntt_inplace(plain, ct.parms_id())
         ax, aax = seal.Ciphertext(), seal.Ciphertext()
         ev.multiply_plain(ct, plain, ax)
