@@ -37,63 +37,36 @@ if TYPE_CHECKING:
     from .strategies.gap import GapParams, gap_partition, gap_strategy
     from .strategies.hier import HierParams, hier_strategy
     from .strategies.hilbert import RectangleCount, flatten, rectangle_count, rectangle_ranges, unflatten
-    from .core.measurements import HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, measurement_from_dict, owner_encoding
+    from .core.measurements import (
+        HaarCoefficients, Measurement, PartitionSums, PrefixDifferences, measurement_from_dict, owner_encoding,
+    )
     from .core.noise import CipherRandom, RandomSource, SecureRandom, SeededRandom, discrete_laplace, laplace_scale
     from .strategies.privelet import PriveletParams, privelet_strategy
-    from .protocol import DEFAULT_STRATEGY, STRATEGIES, Budget, ComputationSide, DecryptionSide, encrypt_histogram, make_strategy, release, run_strategy
+    from .protocol import (
+        DEFAULT_STRATEGY, STRATEGIES, Budget, ComputationSide, DecryptionSide, encrypt_histogram, make_strategy,
+        release, run_strategy,
+    )
     from .core.summary import RangeCount, ReleasedValues, Summary
 
-#: Each public name and the submodule that defines it.
-_SOURCES = {
-    "ChunkedVector": ".core.backend",
-    "PlainBackend": ".core.backend",
-    "VectorBackend": ".core.backend",
-    "BudgetExhaustedError": ".core.errors",
-    "DPAggError": ".core.errors",
-    "InvalidInputError": ".core.errors",
-    "MeasurementShapeError": ".core.errors",
-    "PrecisionError": ".core.errors",
-    "AutoParams": ".strategies.auto",
-    "auto_strategy": ".strategies.auto",
-    "DawaParams": ".strategies.dawa",
-    "dawa_strategy": ".strategies.dawa",
-    "IntervalTree": ".core.estimation",
-    "GapParams": ".strategies.gap",
-    "gap_partition": ".strategies.gap",
-    "gap_strategy": ".strategies.gap",
-    "HierParams": ".strategies.hier",
-    "hier_strategy": ".strategies.hier",
-    "RectangleCount": ".strategies.hilbert",
-    "flatten": ".strategies.hilbert",
-    "rectangle_count": ".strategies.hilbert",
-    "rectangle_ranges": ".strategies.hilbert",
-    "unflatten": ".strategies.hilbert",
-    "HaarCoefficients": ".core.measurements",
-    "Measurement": ".core.measurements",
-    "PartitionSums": ".core.measurements",
-    "PrefixDifferences": ".core.measurements",
-    "measurement_from_dict": ".core.measurements",
-    "owner_encoding": ".core.measurements",
-    "CipherRandom": ".core.noise",
-    "RandomSource": ".core.noise",
-    "SecureRandom": ".core.noise",
-    "SeededRandom": ".core.noise",
-    "discrete_laplace": ".core.noise",
-    "laplace_scale": ".core.noise",
-    "PriveletParams": ".strategies.privelet",
-    "privelet_strategy": ".strategies.privelet",
-    "DEFAULT_STRATEGY": ".protocol",
-    "STRATEGIES": ".protocol",
-    "Budget": ".protocol",
-    "ComputationSide": ".protocol",
-    "DecryptionSide": ".protocol",
-    "encrypt_histogram": ".protocol",
-    "make_strategy": ".protocol",
-    "release": ".protocol",
-    "run_strategy": ".protocol",
-    "RangeCount": ".core.summary",
-    "ReleasedValues": ".core.summary",
-    "Summary": ".core.summary",
+#: The public names each submodule defines.
+_MODULES = {
+    ".core.backend": ["ChunkedVector", "PlainBackend", "VectorBackend"],
+    ".core.errors": ["BudgetExhaustedError", "DPAggError", "InvalidInputError", "MeasurementShapeError",
+                     "PrecisionError"],
+    ".strategies.auto": ["AutoParams", "auto_strategy"],
+    ".strategies.dawa": ["DawaParams", "dawa_strategy"],
+    ".core.estimation": ["IntervalTree"],
+    ".strategies.gap": ["GapParams", "gap_partition", "gap_strategy"],
+    ".strategies.hier": ["HierParams", "hier_strategy"],
+    ".strategies.hilbert": ["RectangleCount", "flatten", "rectangle_count", "rectangle_ranges", "unflatten"],
+    ".core.measurements": ["HaarCoefficients", "Measurement", "PartitionSums", "PrefixDifferences",
+                           "measurement_from_dict", "owner_encoding"],
+    ".core.noise": ["CipherRandom", "RandomSource", "SecureRandom", "SeededRandom", "discrete_laplace",
+                    "laplace_scale"],
+    ".strategies.privelet": ["PriveletParams", "privelet_strategy"],
+    ".protocol": ["DEFAULT_STRATEGY", "STRATEGIES", "Budget", "ComputationSide", "DecryptionSide",
+                  "encrypt_histogram", "make_strategy", "release", "run_strategy"],
+    ".core.summary": ["RangeCount", "ReleasedValues", "Summary"],
 }
 
 __all__ = [
@@ -108,4 +81,4 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = exports(__name__, _SOURCES)
+__getattr__, __dir__ = exports(__name__, _MODULES)

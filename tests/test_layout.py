@@ -193,3 +193,20 @@ def test_the_sdk_namespace_is_exactly_its_all() -> None:
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "True []", out.stdout
+
+
+
+@pytest.mark.parametrize("package", ["he_partition", "he_partition.execution", "he_partition.join"])
+def test_a_package_with_names_loaded_at_first_use_resolves_each_of_its_public_names(package: str) -> None:
+    """The packages load their public names at first use (he_partition.core.lazy): in a fresh interpreter each name
+    in __all__ resolves, and a package's table of names per submodule offers exactly __all__."""
+    code = ("import importlib, json; p = importlib.import_module(%r); missing = [n for n in p.__all__ "
+            "if getattr(p, n, None) is None]; table = sorted(n for ns in getattr(p, '_MODULES', {}).values() "
+            "for n in ns); print(json.dumps([missing, table, sorted(p.__all__)]))") % package
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    missing, table, names = json.loads(out.stdout)
+    assert names and not missing
+    assert not table or table == names

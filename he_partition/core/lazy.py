@@ -5,14 +5,15 @@ time (no numpy, no SEAL, no strategies)."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 __all__ = ["exports"]
 
 
-def exports(package: str, sources: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """(__getattr__, __dir__) for `package` whose public name n is defined in the submodule sources[n] (relative,
-    ".protocol"); a name is imported at first use and then kept in the package's namespace."""
+def exports(package: str, modules: Mapping[str, Iterable[str]]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """(__getattr__, __dir__) for `package`, whose submodule m (relative: ".protocol") defines the public names
+    modules[m]; a name is imported at first use and then kept in the package's namespace."""
+    sources = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         source = sources.get(name)

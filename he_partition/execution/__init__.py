@@ -30,6 +30,5 @@ __all__ = ["ChunkBytes", "ChunkExecutor", "ChunkFiles", "ChunkSource", "ChunkWor
            "ProcessExecutor", "SimulatedOwners", "make_executor"]
 
 __getattr__, __dir__ = exports(__name__, {
-    **dict.fromkeys(["ChunkBytes", "ChunkExecutor", "ChunkFiles", "ChunkSource", "ChunkWorker", "SimulatedOwners"],
-                    ".base"),
-    "make_executor": ".factory", "InProcessExecutor": ".inprocess", "ProcessExecutor": ".processes"})
+    ".base": ["ChunkBytes", "ChunkExecutor", "ChunkFiles", "ChunkSource", "ChunkWorker", "SimulatedOwners"],
+    ".factory": ["make_executor"], ".inprocess": ["InProcessExecutor"], ".processes": ["ProcessExecutor"]})
