@@ -12,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
-
 import sys
 import threading
 import types

@@ -67,9 +67,9 @@ from typing import Any, Callable, Sequence, TypeVar
 from ..core.errors import InvalidInputError, WorkerLostError
 from ..execution.spawning import end_with_parent, usable_cores, without_user_main
 
-__all__ = ["ELEMENT_BYTES", "SCALAR_BYTES", "OUTPUT_BYTES", "CONTEXT", "derive_key", "study_key", "hash_to_group",
-           "hash_to_scalar", "line_element", "line_scalar", "random_element", "blind", "check_elements", "blind_evaluate",
-           "finalize", "evaluate", "blind_scalars",
+__all__ = ["ELEMENT_BYTES", "SCALAR_BYTES", "OUTPUT_BYTES", "CONTEXT", "FIELD_PRIME", "GROUP_ORDER", "LOW_ORDER_U",
+           "BASE_U", "derive_key", "study_key", "hash_to_group", "hash_to_scalar", "line_element", "line_scalar",
+           "random_element", "blind", "check_elements", "blind_evaluate", "finalize", "evaluate", "blind_scalars",
            "OprfPool", "default_pool", "default_workers", "MIN_POOLED_ELEMENTS"]
 
 log = logging.getLogger("dpagg.oprf")

@@ -35,7 +35,8 @@ from he_partition.core.measurements import Measurement, PartitionSums, RangeCoun
 from he_partition.core.noise import KeyedRandom, RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
-from ..common.contract import StudyContract, canonical_json, charged_epsilon, check_id, join_terms_of, scaled_charge as _scaled
+from ..common.contract import StudyContract, canonical_json, charged_epsilon, check_id, join_terms_of
+from ..common.contract import scaled_charge as _scaled
 from ..common.errors import FailedPreconditionError
 from ..common.signing import stream_digest
 from ..common.util import new_id

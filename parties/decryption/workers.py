@@ -70,7 +70,6 @@ def default_decrypt_workers() -> int:
     return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
 
 
-
 def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker: str | None) -> None:
     """Load the secret context in this worker (from the local key file, or bytes from the spawn pipe)."""
     global _BACKEND, _DIE_MARKER
