@@ -163,6 +163,7 @@ def test_a_release_and_direct_queries_with_one_holder_down_equal_the_single_key_
     finally:
         t.stop()
     assert len(spy1.calls) == len(spy2.calls) >= 5
+    drawn = 0
     for (kw1, v1), (kw2, v2) in zip(spy1.calls, spy2.calls):
         assert kw1["measurement"].to_dict() == kw2["measurement"].to_dict()
         m = kw2["measurement"]
@@ -171,7 +172,11 @@ def test_a_release_and_direct_queries_with_one_holder_down_equal_the_single_key_
             _noise_key(tmp_path / "t2" / HOLDERS[j]), j, 3, label)) for j in (1, 2))
         own1 = _single_holder_draw(tmp_path / "k1", kw1)
         assert (v1 - own1).tolist() == (v2 - own2).tolist()
-        assert np.count_nonzero(own2) > 0
+        # The holders' noise is really there: a draw of one value (a direct range count) is 0 with probability
+        # about 5 % at this scale, so a short measurement may show none; the run as a whole must.
+        assert np.count_nonzero(own2) > 0 or len(own2) < 3
+        drawn += int(np.count_nonzero(own2))
+    assert drawn > 0
 
 
 def test_dpagg_budget_shows_each_holders_view_of_the_charge_log(tofn: Threshold) -> None:
