@@ -156,6 +156,8 @@ class Deployment:
     ca: Any = None
     signing: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
     strategy: str = "auto"
+    #: The operator's study approval key (private, public): the key holder pins it, open_study signs with it.
+    approval: tuple[bytes, bytes] = field(default_factory=generate_signing_key)
 
     @classmethod
     def start(cls, workdir: Path, *, secure: bool, strategy: str = "auto") -> "Deployment":
@@ -165,7 +167,7 @@ class Deployment:
         if certs is not None:
             dep.ca = create_ca(certs)
         dep.ds.args = ["serve-decryption", "--data-dir", str(workdir / "ds"), *dep._transport(DS_ID, "decryption"),
-                       *(["--computation-id", CS_ID] if secure else [])]
+                       *(["--computation-id", CS_ID, "--operator-key", dep.approval[1].hex()] if secure else [])]
         dep.ds.start()
         try:
             dep.cs.args = ["serve-computation", "--data-dir", str(workdir / "cs"), "--decryption", dep.ds.target,
@@ -191,7 +193,8 @@ class Deployment:
         return TlsConfig.in_directory(self.certs, party)
 
     def computation(self, party: str = OPERATOR_ID, role: str = "operator", **kw: Any) -> ComputationClient:
-        return ComputationClient(self.cs.target, tls=self.tls(party, role), insecure=self.certs is None, **kw)
+        return ComputationClient(self.cs.target, tls=self.tls(party, role), insecure=self.certs is None,
+                                 approval_key=self.approval[0], **kw)
 
     def decryption(self, party: str = OPERATOR_ID, role: str = "operator", **kw: Any) -> DecryptionClient:
         return DecryptionClient(self.ds.target, tls=self.tls(party, role), insecure=self.certs is None, **kw)

@@ -35,7 +35,7 @@ trap cleanup EXIT
 
 check_jobs() {  # every one-shot job of the demo profile exited 0
   local svc
-  for svc in pki sample-data owner-1-keygen owner-2-keygen owner-3-keygen open-study owner-1 owner-2 owner-3 release query; do
+  for svc in pki operator-keygen sample-data owner-1-keygen owner-2-keygen owner-3-keygen open-study owner-1 owner-2 owner-3 release query; do
     [ "$(exit_code "$svc")" = 0 ] || { "${D[@]}" logs --no-color "$svc" >&2; fail "job $svc exited $(exit_code "$svc")"; }
   done
   ok "every job exited 0"
@@ -91,7 +91,7 @@ done
 
 step "each party reads only its own keys"
 keys='import os
-for top in ("/ca", "/pki", "/owner", "/owner-keys", "/data", "/samples", "/backups"):
+for top in ("/ca", "/pki", "/owner", "/owner-keys", "/data", "/samples", "/backups", "/operator", "/operator-public"):
     for d, _, files in os.walk(top):
         if "/state/" in d + "/":  # upload idempotency keys, not secrets
             continue
@@ -112,7 +112,7 @@ expect_keys decryption exec "/data/keys/secret_context.bin /pki/decryption.key"
 expect_keys ledger-backup exec "/data/keys/secret_context.bin"
 expect_keys computation exec "/pki/computation.key"
 for n in 1 2 3; do expect_keys "owner-$n" run "/owner/owner-$n.signing.key /pki/owner-$n.key"; done
-expect_keys open-study run "/pki/operator.key"
+expect_keys open-study run "/operator/operator.approval.key /pki/operator.key"
 expect_keys release run "/pki/operator.key"
 expect_keys query run "/pki/analyst.key"
 

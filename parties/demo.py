@@ -75,13 +75,16 @@ def run_demo(*, owners: int = 3, records: int = 3000, domain: str = "age:0:100:1
         with progress.step("starting the decryption and computation servers" + (" (mutual TLS)" if tls else "")):
             pki = _demo_pki(root / "pki", owner_ids) if tls else {}
             signing = {o: generate_signing_key() for o in owner_ids} if tls else {}
+            approval = generate_signing_key() if tls else None  # the operator's study approval key
             ds = create_decryption_server(DecryptionConfig(root / "decryption", noise_seed=noise_seed,
-                                                           tls=pki.get("decryption"), insecure=not tls)).start()
+                                                           tls=pki.get("decryption"), insecure=not tls,
+                                                           operator_keys=(approval[1],) if approval else ())).start()
             cs = create_computation_server(ComputationConfig(
                 root / "computation", ds.target, noise_seed=None if noise_seed is None else noise_seed + 1,
                 tls=pki.get("computation"), insecure=not tls)).start()
         try:
-            with ComputationClient(cs.target, tls=pki.get("operator"), insecure=not tls) as operator, \
+            with ComputationClient(cs.target, tls=pki.get("operator"), insecure=not tls,
+                                   approval_key=approval[0] if approval else None) as operator, \
                     DecryptionClient(ds.target, tls=pki.get("operator"), insecure=not tls) as key_holder, \
                     AnalystClient(cs.target, tls=pki.get("analyst"), insecure=not tls) as analyst:
                 with progress.step("opening the study (the decryption server makes its BFV key)"):

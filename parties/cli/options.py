@@ -24,6 +24,10 @@ ENV_STATE_DIR = "DPAGG_STATE_DIR"
 ENV_CA_CERT = "DPAGG_CA_CERT"
 ENV_CERT = "DPAGG_CERT"
 ENV_KEY = "DPAGG_KEY"
+#: The operator's study approval key (private, from `dpagg keygen`), which open-study signs with.
+ENV_APPROVAL_KEY = "DPAGG_APPROVAL_KEY"
+#: The operator approval public keys a key holder pins (comma-separated files or hex keys).
+ENV_OPERATOR_KEY = "DPAGG_OPERATOR_KEY"
 
 
 def print_json(obj: Any) -> None:
@@ -151,6 +155,44 @@ def tls_args(p: argparse.ArgumentParser) -> None:
                    help="name to verify in the server certificate instead of the dialled host")
     g.add_argument("--insecure", action="store_true",
                    help="TESTS ONLY: plaintext gRPC without identities; servers then skip every role check")
+
+
+def approval_key_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--approval-key", default=os.environ.get(ENV_APPROVAL_KEY), metavar="FILE",
+                   help="the operator's study approval key (an Ed25519 key from `dpagg keygen`; env "
+                        f"{ENV_APPROVAL_KEY}): the study's terms are signed with it, and key holders with TLS open "
+                        "only studies signed by a key they pin (--operator-key)")
+
+
+def approval_key(args: argparse.Namespace) -> bytes | None:
+    """The raw approval key named by --approval-key (None when none is given)."""
+    if not getattr(args, "approval_key", None):
+        return None
+    if getattr(args, "insecure", False) and not Path(args.approval_key).exists():
+        return None  # a plaintext test setup: its key holders pin nothing
+    from ..common.signing import load_private_key
+
+    if not Path(args.approval_key).exists():
+        raise DPAggError(f"--approval-key {args.approval_key}: no such file (make the operator's approval key with "
+                         "`dpagg keygen --out FILE`; key holders pin FILE's .pub)")
+    return load_private_key(args.approval_key)
+
+
+def operator_key_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--operator-key", action="append", metavar="FILE.pub|HEX",
+                   help="pin an operator approval public key (the .pub `dpagg keygen` wrote, or 64 hex digits); "
+                        "repeatable, comma-separated in env " + ENV_OPERATOR_KEY + ". This key holder opens only "
+                        "studies one of them signed; required with TLS")
+
+
+def operator_keys(args: argparse.Namespace) -> tuple[bytes, ...]:
+    """The pinned approval keys from --operator-key, else from the environment."""
+    from ..common.approval import load_operator_keys
+
+    given = list(args.operator_key or ())
+    if not given and not getattr(args, "insecure", False):  # a plaintext test server ignores the environment's
+        given = [v for v in os.environ.get(ENV_OPERATOR_KEY, "").split(",") if v]
+    return load_operator_keys(given)
 
 
 def seed_arg(p: argparse.ArgumentParser) -> None:

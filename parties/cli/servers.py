@@ -13,6 +13,8 @@ from .options import (
     computation_target,
     conn,
     decryption_target,
+    operator_key_arg,
+    operator_keys,
     refuse_seed_without_insecure,
     seed_arg,
     server_args,
@@ -28,7 +30,8 @@ def cmd_serve_decryption(args: argparse.Namespace) -> int:
     tls = tls_config(args)
     config = DecryptionConfig(Path(args.data_dir), host=args.host, port=args.port,
                               noise_seed=args.insecure_noise_seed, tls=tls, insecure=tls is None,
-                              computation_ids=tuple(args.computation_id or ()), decrypt_workers=args.decrypt_workers)
+                              computation_ids=tuple(args.computation_id or ()), decrypt_workers=args.decrypt_workers,
+                              operator_keys=operator_keys(args))
     if args.key_share or args.holders:
         from ..decryption.keyshare.servicer import serve_keyshare
 
@@ -109,6 +112,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--computation-id", action="append", metavar="ID",
                    help="party id of a computation server allowed to open studies and request decryptions "
                         "(repeatable; default: any certificate with role computation)")
+    operator_key_arg(p)
     seed_arg(p)
     tls_args(p)
 

@@ -14,8 +14,8 @@ from he_partition.join.protocol import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_R
 if TYPE_CHECKING:
     from ..common.contract import StudyContract
 
-from .options import (domain_size, domain_spec, Subparsers, command_adder, computation_target, conn, nonempty_id, owner_list, print_json,
-                      tls_args)
+from .options import (domain_size, domain_spec, Subparsers, approval_key, approval_key_arg, command_adder,
+                      computation_target, conn, nonempty_id, owner_list, print_json, tls_args)
 
 
 def _party(text: str) -> tuple[str, str, tuple[str, ...]]:
@@ -74,6 +74,11 @@ def cmd_certs(args: argparse.Namespace) -> int:
             pub_path = where / f"{party_id}.signing.pub"
             pub_path.write_text(public.hex() + "\n")
             entry.update(signing_key=str(key_path), signing_public_key=public.hex())
+        if role == "operator" and args.signing_keys:  # the key that signs study terms (parties.common.approval)
+            private, public = generate_signing_key()
+            key_path = save_private_key(where / f"{party_id}.approval.key", private)
+            (where / f"{party_id}.approval.pub").write_text(public.hex() + "\n")
+            entry.update(approval_key=str(key_path), approval_public_key=public.hex())
         written.append(entry)
     for node_id, hosts in args.ray_node or ():
         written += _issue_ray_node(ca, out / node_id if args.per_party_dirs else out, node_id, hosts, args, kept)
@@ -87,6 +92,9 @@ def cmd_certs(args: argparse.Namespace) -> int:
             print(f"  kept the existing certificates of {', '.join(kept)}")
         for e in written:
             extra = f", signing key {e['signing_key']} (public {e['signing_public_key']})" if "signing_key" in e else ""
+            if "approval_key" in e:
+                extra = (f", study approval key {e['approval_key']} (public {e['approval_public_key']}: every key "
+                         "holder pins it with --operator-key)")
             print(f"  {e['role']:<11} {e['party_id']}: {e['cert']}, key {e['key']}{extra}")
     return 0
 
@@ -149,7 +157,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
         raise DPAggError("give the domain: --domain COLUMN:LO:HI:BINS (or --domain-size N)")
     owner_keys = _owner_keys(args)
     correlation = _correlation_terms(args)
-    with ComputationClient(args.computation, **conn(args)) as cs:
+    with ComputationClient(args.computation, approval_key=approval_key(args), **conn(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=domain_size, epsilon=args.epsilon, expected_owners=args.owners,
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
@@ -222,7 +230,7 @@ def cmd_open_join(args: argparse.Namespace) -> int:
              "join_version": CURRENT_JOIN_VERSION, "pseudonyms": "oprf"}
     if args.max_records is not None:  # each owner's quota of oblivious evaluations follows its declared records
         terms["max_records"] = [int(x) for x in str(args.max_records).split(",")]
-    with ComputationClient(args.computation, **conn(args)) as cs:
+    with ComputationClient(args.computation, approval_key=approval_key(args), **conn(args)) as cs:
         contract, existed = cs.open_study(
             study_id=args.study_id or "", domain_size=rows * cols, epsilon=args.epsilon, expected_owners=args.owners,
             strategy="join", contribution_bound=1, strategy_params_json=json.dumps(terms),
@@ -423,6 +431,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--correlation-source", metavar="TEXT",
                    help="with --correlation-leakage: where L came from (recorded in the contract)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    approval_key_arg(p)
     tls_args(p)
 
     p = add("open-join", cmd_open_join, "open a join study (operator): the DP table of two owners' attributes over "
@@ -459,6 +468,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--owner-key", action="append", metavar="ID=HEX", help="an owner's Ed25519 public key; repeatable")
     p.add_argument("--owner-keys-dir", metavar="DIR", help="read owner keys from DIR/<owner>.signing.pub")
     p.add_argument("--json", action="store_true", help="print JSON")
+    approval_key_arg(p)
     tls_args(p)
 
     p = add("status", cmd_status, "show a study: contract, who submitted, releases")
@@ -482,7 +492,9 @@ def add_parser(sub: Subparsers) -> None:
                         "(docs/scaling.md); repeatable")
     p.add_argument("--signing-keys", action="store_true",
                    help="also create an Ed25519 submission-signing key for every data_owner (ID.signing.key, 0600, "
-                        "and ID.signing.pub); in a real deployment each owner runs `dpagg keygen` itself")
+                        "and ID.signing.pub) and a study approval key for every operator (ID.approval.key and "
+                        "ID.approval.pub, which key holders pin with --operator-key); in a real deployment each "
+                        "owner and the operator run `dpagg keygen` themselves")
     p.add_argument("--force", action="store_true", help="replace existing party keys and certificates")
     p.add_argument("--keep-existing", action="store_true",
                    help="skip parties whose key and certificate exist (checked: this CA, this role), so the "

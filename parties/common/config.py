@@ -118,6 +118,10 @@ class DecryptionConfig:
     #: Local processes checking and decrypting a measurement's chunks on this host as they arrive (0 or 1:
     #: in-process; None, the default: min(cores, 8), in-process on one core; docs/scaling.md).
     decrypt_workers: int | None = None
+    #: The operator approval keys this key holder accepts (raw 32-byte Ed25519 public keys,
+    #: `parties.common.approval`): it opens only studies one of them signed. Required with `tls`;
+    #: an insecure server without any opens unapproved studies (tests only).
+    operator_keys: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -126,6 +130,14 @@ class DecryptionConfig:
         if self.decrypt_workers is not None and self.decrypt_workers < 0:
             raise InvalidInputError(f"decrypt_workers must be >= 0 (0 or 1: in-process), got {self.decrypt_workers}")
         _check_transport("decryption server", self.tls, self.insecure, ("decryption",))
+        object.__setattr__(self, "operator_keys", tuple(bytes(k) for k in self.operator_keys))
+        if any(len(k) != 32 for k in self.operator_keys):
+            raise InvalidInputError("operator_keys must be raw 32-byte Ed25519 public keys")
+        if self.tls is not None and not self.operator_keys:
+            raise InvalidInputError(
+                "a key holder with TLS needs the operator's approval key (--operator-key FILE.pub, repeatable): it "
+                "opens only studies the operator signed, so the computation server cannot author one. Make it with "
+                "`dpagg keygen --out ops.approval.key` at the operator and pin ops.approval.pub here")
         object.__setattr__(self, "computation_ids", tuple(self.computation_ids))
         for cid in self.computation_ids:
             check_id("computation id", cid)

@@ -12,6 +12,7 @@ from he_partition.core.measurements import Measurement, measurement_from_dict
 from he_partition.core.summary import RangeCount, RangeCounts, ReleasedValues, Summary
 
 from .config import CONTEXT_CHUNK_BYTES
+from .approval import StudyApproval
 from .contract import StudyContract, check_id
 from .sealing import Commitment
 from .signing import OwnerSignature
@@ -208,7 +209,8 @@ def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expec
                        domain_spec: str, owner_keys: Mapping[str, str | bytes] | None, correlation_leakage: float,
                        correlation_source: str, max_organizations: int = 1,
                        holder_seal_keys: Sequence[str] = (),
-                       noise_tolerates: int | None = None) -> decryption_pb2.OpenStudyRequest:
+                       noise_tolerates: int | None = None,
+                       approval: StudyApproval | None = None) -> decryption_pb2.OpenStudyRequest:
     """The `dpagg.v1.OpenStudyRequest` both clients send (the inverse of `open_study_kwargs`).
 
     `noise_tolerates` None leaves the field unset: the receiver fills its default (K - 1 in
@@ -224,6 +226,9 @@ def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expec
     )
     if noise_tolerates is not None:
         request.noise_tolerates = int(noise_tolerates)
+    if approval is not None:
+        request.approval.CopyFrom(decryption_pb2.StudyApproval(
+            terms_json=approval.terms_json, operator_key=approval.operator_key, signature=approval.signature))
     return request
 
 
@@ -238,6 +243,8 @@ def open_study_kwargs(request: Any) -> dict[str, Any]:
         correlation_source=request.correlation_source, max_organizations=request.max_organizations,
         holder_seal_keys=tuple(getattr(request, "holder_seal_keys", ())),
         noise_tolerates=int(request.noise_tolerates) if request.HasField("noise_tolerates") else None,
+        approval=(StudyApproval(request.approval.terms_json, bytes(request.approval.operator_key),
+                                bytes(request.approval.signature)) if request.HasField("approval") else None),
     )
 
 

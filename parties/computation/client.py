@@ -16,8 +16,9 @@ from he_partition.core.summary import RangeCount, Summary
 from ..common.sealing import Commitment
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
+from ..common.approval import approve_study
 from ..common.contract import StudyContract
-from ..common.convert import (context_from_chunks, contract_from_proto, open_study_request, range_counts_from_proto,
+from ..common.convert import (context_from_chunks, contract_from_proto, open_study_kwargs, open_study_request, range_counts_from_proto,
                               ranges_to_proto, signatures_from_proto, summary_from_proto)
 from ..common.errors import ServiceError
 from he_partition.core.errors import InvalidInputError
@@ -164,14 +165,27 @@ class ComputationClient(BaseClient):
     #: The collective key's threshold t after `setup_key` (N for an N-of-N key; 0 before).
     key_threshold: int = 0
 
+    def __init__(self, target: str, *, approval_key: bytes | None = None, **kwargs: Any) -> None:
+        """`approval_key`: the operator's raw Ed25519 approval key that `open_study` signs studies with (None:
+        studies go unsigned, which only key holders without pinned approval keys accept). The rest: BaseClient."""
+        super().__init__(target, **kwargs)
+        self.approval_key = approval_key
+
     def open_study(self, *, domain_size: int, epsilon: float, expected_owners: Sequence[str], study_id: str = "",
                    strategy: str = "auto", contribution_bound: int = 1, noise_parties: int = 2,
                    strategy_params_json: str = "", domain_spec: str = "",
                    owner_keys: Mapping[str, str | bytes] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 1,
                    noise_tolerates: int | None = None,
+                   approval_key: bytes | None = None,
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Open a study (forwarded to the decryption server, which owns contracts and the ledger).
+
+        `approval_key`: the operator's raw Ed25519 approval key (`load_private_key` of a `dpagg keygen`
+        file); the terms are signed with it (parties.common.approval) and every key holder that pins
+        its public half checks the signature before it opens anything. Default: the key this client
+        was made with (`ComputationClient(..., approval_key=...)`); key holders with TLS refuse a
+        study without one.
 
         `epsilon` is the study's total privacy budget; every release spends from it.
         `owner_keys` maps every expected owner to its Ed25519 public key (raw or hex; see
@@ -197,6 +211,11 @@ class ComputationClient(BaseClient):
             expected_owners=expected_owners, strategy_params_json=strategy_params_json, domain_spec=domain_spec,
             owner_keys=owner_keys, correlation_leakage=correlation_leakage, correlation_source=correlation_source,
             max_organizations=max_organizations, noise_tolerates=noise_tolerates)
+        key = approval_key if approval_key is not None else self.approval_key
+        if key is not None:  # signed as the key holders will read the request
+            approval = approve_study(key, **open_study_kwargs(req))
+            req.approval.CopyFrom(decryption_pb2.StudyApproval(
+                terms_json=approval.terms_json, operator_key=approval.operator_key, signature=approval.signature))
         resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
         return contract_from_proto(resp.contract), resp.already_existed
 

@@ -17,6 +17,7 @@ from he_partition.core.measurements import Measurement
 
 from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
+from ..common.approval import StudyApproval
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError, ServiceError
 from ..common.receipts import Receipt, ReceiptBook
@@ -225,6 +226,7 @@ class DecryptionClient(BaseClient):
                    correlation_source: str = "", max_organizations: int = 1,
                    holder_seal_keys: Sequence[str] = (),
                    noise_tolerates: int | None = None,
+                   approval: StudyApproval | None = None,
                    timeout: float | None = None) -> tuple[StudyContract, bool]:
         """Create a study; returns (contract, already_existed). With your own `study_id` retries are idempotent.
 
@@ -236,7 +238,8 @@ class DecryptionClient(BaseClient):
         and charge are multiplied by 1 + L (see `StudyContract`).
         Only the computation server may call this (operators use `ComputationClient.open_study`).
         `noise_tolerates` None leaves the receiver's default (K - 1 at key-share holders, 0
-        here); see `StudyContract.noise_tolerates`.
+        here); see `StudyContract.noise_tolerates`. `approval`: the operator's signature on
+        the terms, relayed unchanged (parties.common.approval).
         """
         req = open_study_request(
             study_id=study_id, domain_size=domain_size, epsilon=epsilon, strategy=strategy,
@@ -244,7 +247,7 @@ class DecryptionClient(BaseClient):
             strategy_params_json=strategy_params_json, domain_spec=domain_spec, owner_keys=owner_keys,
             correlation_leakage=correlation_leakage, correlation_source=correlation_source,
             max_organizations=max_organizations, holder_seal_keys=holder_seal_keys,
-            noise_tolerates=noise_tolerates)
+            noise_tolerates=noise_tolerates, approval=approval)
         resp = self._unary(self._stub.OpenStudy, req, method="Decryption/OpenStudy", timeout=timeout,
                            retry=bool(study_id))
         return contract_from_proto(resp.contract), resp.already_existed

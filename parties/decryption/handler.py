@@ -35,9 +35,10 @@ from he_partition.core.measurements import Measurement, PartitionSums, RangeCoun
 from he_partition.core.noise import KeyedRandom, RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
 
+from ..common.approval import ApprovalBook, StudyApproval
 from ..common.contract import StudyContract, canonical_json, charged_epsilon, check_id, join_terms_of
 from ..common.contract import scaled_charge as _scaled
-from ..common.errors import FailedPreconditionError
+from ..common.errors import FailedPreconditionError, PermissionDeniedError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .client import JoinCellsResult
@@ -186,8 +187,11 @@ class DecryptionHandler:
                  decrypt_pool: DecryptPool | None = None, seal_key: SealKeyPair | None = None,
                  commitments_dir: Path | None = None, c1_dir: Path | None = None,
                  key_holders: int = 1, oprf_key: bytes | None = None,
-                 evaluations: EvaluationLog | None = None) -> None:
+                 evaluations: EvaluationLog | None = None, approvals: ApprovalBook | None = None) -> None:
         self.ledger = ledger
+        # The operator approval keys this holder pins and the approval it accepted for each study
+        # (parties.common.approval): with pins, only studies the operator signed are opened or served.
+        self.approvals = approvals if approvals is not None else ApprovalBook(())
         # The master secret of the join studies' OPRF keys (parties.decryption.oprf; never served) and the book of
         # the evaluations answered (each owner's quota). Without one (in-memory servers), a fresh one from the OS
         # (not from `rng`: a seeded server's draws stay what they were).
@@ -200,6 +204,8 @@ class DecryptionHandler:
         # K: 1 for the single decryption server, the number of key-share holders at a holder. A study's
         # noise_tolerates must be below it (StudyContract.check_key_holders); unset, it is K - 1.
         self.key_holders = key_holders
+        #: The noise_tolerates this holder fills in when the operator approved none (K - 1; t - 1 at a t-of-N holder).
+        self.max_noise_tolerates = key_holders - 1
         # Local worker processes for a measurement's per-chunk decryption (parties.decryption.workers).
         self.decrypt_pool = decrypt_pool
         self.require_signed = require_signed
@@ -266,14 +272,33 @@ class DecryptionHandler:
                    owner_keys: Mapping[str, str] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 0,
                    holder_seal_keys: Sequence[str] = (),
-                   noise_tolerates: int | None = None) -> tuple[StudyContract, bool]:
+                   noise_tolerates: int | None = None,
+                   approval: StudyApproval | None = None) -> tuple[StudyContract, bool]:
         """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys).
+
+        `approval`: the operator's signature on these terms (parties.common.approval). A holder that pins
+        approval keys refuses (PermissionDeniedError, nothing stored) a study without one, signed by a key it
+        does not pin, or asking for other terms than the signed ones; the approval is kept with the study, and
+        opening an existing study again with one approves it.
 
         `correlation_leakage` L > 0 makes `epsilon` a Bayesian-DP budget for correlated
         records (see StudyContract): every measurement then costs 1 + L times its DP epsilon.
         `noise_tolerates` T: None means K - 1 (`key_holders` - 1: 0 at the single decryption
         server); T >= K is refused (InvalidInputError naming noise_tolerates and K).
         """
+        if self.approvals.enforced:
+            if approval is None:
+                raise PermissionDeniedError(
+                    "the study carries no operator approval: this key holder opens only studies signed by an "
+                    "approval key it pins (dpagg open-study ... --approval-key FILE); the study was not opened")
+            requested = dict(study_id=study_id, domain_size=domain_size, epsilon=epsilon,
+                             expected_owners=list(expected_owners), strategy=strategy,
+                             contribution_bound=contribution_bound, noise_parties=noise_parties,
+                             strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+                             owner_keys=owner_keys, correlation_leakage=correlation_leakage,
+                             correlation_source=correlation_source, max_organizations=max_organizations,
+                             noise_tolerates=noise_tolerates)
+            approval.check_request(self.approvals.pinned, requested, default_tolerates=self.max_noise_tolerates)
         if self.require_signed and not owner_keys:
             raise InvalidInputError(
                 "owner_keys is empty: every expected owner's Ed25519 public key must be part of the study so that "
@@ -318,6 +343,8 @@ class DecryptionHandler:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
                                     f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")
         created, existed = self.ledger.create_study(contract)
+        if approval is not None and self.approvals.enforced:
+            self.approvals.keep(created.study_id, approval)
         if join:
             self._charge_join_padding(created)
         return created, existed
@@ -462,7 +489,11 @@ class DecryptionHandler:
                                max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
     def get_study(self, study_id: str) -> StudyContract:
-        return self.ledger.get_study(check_id("study_id", study_id))
+        """The study's contract; refused (FailedPreconditionError) when this holder pins approval keys and holds
+        no approval of the study by one of them, so nothing is closed, decrypted or evaluated for it."""
+        contract = self.ledger.get_study(check_id("study_id", study_id))
+        self.approvals.require(study_id)
+        return contract
 
     # -- decryption -------------------------------------------------------------
     def check_measurement(self, contract: StudyContract, m: Measurement, chunk_count: int, *, contract_hash: str,

@@ -7,6 +7,7 @@ import logging
 from parties.wire.v1 import decryption_pb2_grpc
 
 from ..common.access import AccessPolicy
+from ..common.approval import ApprovalBook
 from ..common.config import DecryptionConfig
 from ..common.limits import DECRYPTION_MAX_RECEIVE, server_options
 from ..common.server import ServerHandle, create_server
@@ -30,6 +31,8 @@ LEDGER_FILE = "ledger.sqlite3"
 KEYS_DIR = "keys"
 #: The owners' expected aggregate c1 per signed study (`UploadC1Book`: c1/STUDY.npy).
 C1_DIR = "c1"
+#: The operator's approval of each study this key holder opened (`ApprovalBook`: approvals/STUDY.json).
+APPROVALS_DIR = "approvals"
 
 
 def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | None = None) -> ServerHandle:
@@ -67,7 +70,8 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
                                 decrypt_pool=pool,
                                 seal_key=SealKeyPair.load_or_create(config.data_dir / KEYS_DIR),
                                 commitments_dir=config.data_dir / "commitments",
-                                c1_dir=config.data_dir / C1_DIR, oprf_key=oprf_key, evaluations=evaluations)
+                                c1_dir=config.data_dir / C1_DIR, oprf_key=oprf_key, evaluations=evaluations,
+                                approvals=ApprovalBook(config.operator_keys, config.data_dir / APPROVALS_DIR))
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids,
                                   ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))

@@ -23,6 +23,7 @@ from parties.common.config import ComputationConfig, DecryptionConfig, RetryPoli
 from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.common.server import ServerHandle
+from parties.common.approval import StudyApproval, approve_study
 from parties.common.signing import generate_signing_key
 from parties.common.tls import TlsConfig
 from parties.computation.client import ComputationClient
@@ -38,6 +39,14 @@ FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.05)
 
 #: Party ids of the servers, the operator and the analyst in a secure cluster.
 DS_ID, CS_ID, OPERATOR_ID, ANALYST_ID = "ds-1", "cs-1", "op", "analyst-1"
+#: The operator's study approval key (private, public) of every test deployment: secure key holders pin its
+#: public half, and the clients `Cluster.computation()` makes sign the studies they open with it.
+OPERATOR_APPROVAL = generate_signing_key()
+
+
+def approved(**terms: object) -> StudyApproval:
+    """The test operator's approval of open-study `terms`, for a caller that talks to a key holder directly."""
+    return approve_study(OPERATOR_APPROVAL[0], **terms)
 
 
 class Pki:
@@ -82,7 +91,8 @@ class Cluster:
     def _ds_config(root: Path, pki: Pki | None, port: int, seed: int) -> DecryptionConfig:
         return DecryptionConfig(root / "ds", port=port, noise_seed=seed, insecure=pki is None,
                                 tls=pki.tls(DS_ID, "decryption") if pki else None,
-                                computation_ids=(CS_ID,) if pki else ())
+                                computation_ids=(CS_ID,) if pki else (),
+                                operator_keys=(OPERATOR_APPROVAL[1],) if pki else ())
 
     @staticmethod
     def _cs_config(root: Path, pki: Pki | None, ds_target: str, port: int, seed: int) -> ComputationConfig:
@@ -115,7 +125,8 @@ class Cluster:
 
     def computation(self, party: str = OPERATOR_ID, role: str = "operator") -> ComputationClient:
         return self._keep(ComputationClient(self.cs.target, retry=FAST_RETRY,  # type: ignore[return-value]
-                                            tls=self.tls(party, role), insecure=self.pki is None))
+                                            tls=self.tls(party, role), insecure=self.pki is None,
+                                            approval_key=OPERATOR_APPROVAL[0]))
 
     def decryption(self, party: str = OPERATOR_ID, role: str = "operator") -> DecryptionClient:
         return self._keep(DecryptionClient(self.ds.target, retry=FAST_RETRY,  # type: ignore[return-value]

@@ -21,6 +21,9 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["DPAGG_STATE_DIR"] = str(tmp / "state")
+    # the operator's study approval key (`dpagg certs --signing-keys` makes it): key holders pin it, open-study signs
+    env["DPAGG_OPERATOR_KEY"] = str(tmp / "pki" / "op.approval.pub")
+    env["DPAGG_APPROVAL_KEY"] = str(tmp / "pki" / "op.approval.key")
     env.pop("DPAGG_COMPUTATION", None)
     env.pop("DPAGG_DECRYPTION", None)
     env.pop("DPAGG_ANALYST", None)
@@ -84,7 +87,7 @@ def test_a_whole_study_through_the_cli_processes(tmp_path: Path) -> None:
     assert info["created_ca"] and [p["party_id"] for p in info["parties"]] == ["ds", "cs", "op", "an", "h1", "h2"]
     for f in [*(tmp_path / "pki").glob("*.key")]:
         assert f.stat().st_mode & 0o777 == 0o600, f
-    assert len(list((tmp_path / "pki").glob("*.key"))) == 6 + 1 + 2  # parties, the CA, two signing keys
+    assert len(list((tmp_path / "pki").glob("*.key"))) == 6 + 1 + 2 + 1  # parties, the CA, two signing keys, approval
 
     env = _env(tmp_path)
     ds = subprocess.Popen([sys.executable, "-m", "parties.cli", "serve-decryption", "--data-dir", "ds", "--port", "0",

@@ -60,7 +60,8 @@ def test_every_container_is_hardened(compose: dict[str, Any]) -> None:
         assert svc["user"] == "10001:10001", name
         assert svc.get("mem_limit"), name
         assert "/tmp" in svc["tmpfs"], name
-    jobs = [n for n, s in compose["services"].items() if n not in ("pki", "decryption", "computation", "ledger-backup")]
+    jobs = [n for n, s in compose["services"].items()
+            if n not in ("pki", "operator-keygen", "decryption", "computation", "ledger-backup")]
     assert all(compose["services"][j].get("profiles") == ["demo"] for j in jobs), "demo jobs belong in a profile"
 
 
@@ -80,6 +81,21 @@ def test_each_party_mounts_only_its_own_keys(compose: dict[str, Any]) -> None:
         users = sorted(name for name, vols in mounts.items() if f"owner-{n}" in vols)
         assert users == sorted([f"owner-{n}", f"owner-{n}-keygen", "sample-data"]), users
     assert "--signing-keys" not in services["pki"]["command"]  # owners create their own signing keys
+
+
+def test_the_key_holder_pins_the_operators_approval_key_whose_private_half_only_the_operator_mounts(
+        compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    users = sorted(n for n, svc in services.items()
+                   if any(v.split(":")[0] == "operator-approval" for v in svc.get("volumes", [])))
+    assert users == ["open-study", "operator-keygen"]
+    assert "operator-approval:/operator:ro" in services["open-study"]["volumes"]
+    assert _flag(services["open-study"]["command"], "--approval-key") == "/operator/operator.approval.key"
+    ds = services["decryption"]
+    assert _flag(ds["command"], "--operator-key") == "/operator-public/operator.approval.pub"
+    assert "operator-public:/operator-public:ro" in ds["volumes"]
+    assert ds["depends_on"]["operator-keygen"]["condition"] == "service_completed_successfully"
+    assert services["operator-keygen"]["network_mode"] == "none"
 
 
 def test_networks_keep_the_key_holder_behind_the_computation_server(compose: dict[str, Any]) -> None:

@@ -115,7 +115,10 @@ def test_each_holder_has_its_own_certificate_volume_and_ledger(doc: dict[str, An
     for h in HOLDERS:
         assert f"pki-{h}:/pki/{h}" in pki["volumes"]
         svc = services[h]
-        assert sorted(svc["volumes"]) == sorted([f"{h}-data:/data", f"pki-{h}:/pki:ro"]), h
+        # its data, its certificate, and the operator's approval public key it pins (read-only)
+        assert sorted(svc["volumes"]) == sorted([f"{h}-data:/data", f"pki-{h}:/pki:ro",
+                                                 "operator-public:/operator-public:ro"]), h
+        assert svc["command"][svc["command"].index("--operator-key") + 1] == "/operator-public/operator.approval.pub"
         assert svc["environment"] == {"DPAGG_CA_CERT": "/pki/dpagg-ca.crt", "DPAGG_CERT": f"/pki/{h}.crt",
                                       "DPAGG_KEY": f"/pki/{h}.key"}
     every = {**base["services"], **services}

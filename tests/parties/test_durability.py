@@ -29,7 +29,7 @@ from parties.decryption.ledger import SqliteLedgerStore, exact_sum
 from parties.decryption.server import LEDGER_FILE
 
 from .sealed_helpers import close_and_send
-from .conftest import FAST_RETRY
+from .conftest import FAST_RETRY, OPERATOR_APPROVAL, approved
 
 ROOT = Path(__file__).resolve().parents[2]
 EPS = 0.02  # per measurement; the release declares 1.0 = 50 measurements
@@ -42,7 +42,8 @@ def _start(tmp: Path, pki: Path, port_file: Path) -> tuple[subprocess.Popen[byte
         proc = subprocess.Popen(
             [sys.executable, "-m", "parties.cli", "serve-decryption", "--data-dir", str(tmp / "ds"), "--port", "0",
              "--port-file", str(port_file), "--computation-id", "cs-1", "--ca-cert", str(pki / "dpagg-ca.crt"),
-             "--cert", str(pki / "ds-1.crt"), "--key", str(pki / "ds-1.key")],
+             "--cert", str(pki / "ds-1.crt"), "--key", str(pki / "ds-1.key"),
+             "--operator-key", OPERATOR_APPROVAL[1].hex()],
             cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=log)
     end = time.monotonic() + 60
     while not port_file.exists():
@@ -65,8 +66,9 @@ def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(t
         with DecryptionClient(target, tls=cs_tls, retry=FAST_RETRY) as ds:
             ds.wait_ready()
             owner_key, owner_public = generate_signing_key()
-            contract, _ = ds.open_study(study_id="s1", domain_size=64, epsilon=1.0, expected_owners=["a"],
-                                        strategy="gap", owner_keys={"a": owner_public})
+            terms = dict(study_id="s1", domain_size=64, epsilon=1.0, expected_owners=["a"], strategy="gap",
+                         owner_keys={"a": owner_public})
+            contract, _ = ds.open_study(**terms, approval=approved(**terms))  # type: ignore[arg-type]
             be = BfvBackend(load_context(ds.public_context()))
             chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.arange(64))).chunks[0])
             # a signed study: the owner's signed c1 first, as the computation server forwards it

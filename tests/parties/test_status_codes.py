@@ -18,7 +18,7 @@ from parties.common.tls import TlsConfig
 from parties.common.tls_diagnose import diagnose
 from parties.decryption.server import LEDGER_FILE, create_decryption_server
 
-from .conftest import CS_ID, Cluster
+from .conftest import CS_ID, OPERATOR_APPROVAL, Cluster
 
 
 def test_a_10_kb_study_id_is_refused_without_being_echoed(cluster: Cluster) -> None:
@@ -90,7 +90,8 @@ def test_an_expired_server_certificate_is_reported_as_expired(tmp_path: Path) ->
     issue_party_certificate(ca, pki, "ds-old", "decryption", valid_days=0)  # expired as soon as issued
     issue_party_certificate(ca, pki, CS_ID, "computation")
     ds = create_decryption_server(DecryptionConfig(tmp_path / "ds", port=0, tls=TlsConfig.in_directory(pki, "ds-old"),
-                                                   computation_ids=(CS_ID,))).start()
+                                                   computation_ids=(CS_ID,),
+                                                   operator_keys=(OPERATOR_APPROVAL[1],))).start()
     try:
         why = diagnose(ds.target, TlsConfig.in_directory(pki, CS_ID), role="decryption")
     finally:

@@ -10,7 +10,7 @@ import pytest
 
 from he_partition.core.measurements import Measurement
 from parties.common.errors import ServiceError
-from tests.parties.conftest import CS_ID, FAST_RETRY
+from tests.parties.conftest import CS_ID, FAST_RETRY, approved
 from tests.parties.test_threshold_services import (DOMAIN, HOLDERS, OWNERS, Threshold, _histograms, _spent, _Spy,
                                                    threshold)
 
@@ -83,6 +83,9 @@ def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Thre
                                    expected_owners=list(OWNERS), context_fingerprint=context_fingerprint(rogue),
                                    strategy="hier")
     threshold.ledger(0).create_study(foreign)
+    # approved by the operator (as if its terms were signed): what is refused below is the key it names
+    threshold.holders[0].handler.approvals.keep("s-foreign", approved(study_id="s-foreign", domain_size=DOMAIN,
+                                                                      epsilon=1.0, expected_owners=list(OWNERS)))
     threshold.combiner._context = None
     threshold.open_and_submit("s-real")
     spy = _Spy(threshold.combiner)

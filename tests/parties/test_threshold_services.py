@@ -23,7 +23,7 @@ from parties.decryption.handler import NOISE_STREAM
 from parties.common.contract import canonical_json
 from parties.decryption.keyshare.servicer import create_keyshare_server
 from parties.decryption.ledger import backup_ledger
-from tests.parties.conftest import CS_ID, FAST_RETRY, Cluster, Pki
+from tests.parties.conftest import CS_ID, FAST_RETRY, OPERATOR_APPROVAL, Cluster, Pki
 
 from parties.computation.client import ComputationClient
 from parties.data_owner.client import DataOwnerClient
@@ -64,7 +64,7 @@ class Threshold:
     def _holder_config(root: Path, pki: Pki, name: str, port: int) -> DecryptionConfig:
         seed = 100 + HOLDERS.index(name)
         return DecryptionConfig(root / name, port=port, noise_seed=seed, tls=pki.tls(name, "decryption"),
-                                computation_ids=(CS_ID,))
+                                computation_ids=(CS_ID,), operator_keys=(OPERATOR_APPROVAL[1],))
 
     def stop_holder(self, i: int) -> None:
         self.holders[i].stop()
@@ -79,7 +79,8 @@ class Threshold:
         return self.cs.handler.decryption
 
     def computation(self) -> ComputationClient:
-        c = ComputationClient(self.cs.target, retry=FAST_RETRY, tls=self.pki.tls("op", "operator"))
+        c = ComputationClient(self.cs.target, retry=FAST_RETRY, tls=self.pki.tls("op", "operator"),
+                              approval_key=OPERATOR_APPROVAL[0])
         self.clients.append(c)
         return c
 

@@ -229,3 +229,21 @@ def test_a_charge_short_of_signatures_is_completed_by_the_next_request_not_repla
     log = _log(tofn, "s5")
     _rules(tofn).check_log("s5", log)
     assert log[0].entry.request == pending["entry"]["request"] and len(log) == 3  # the pending one, then 2
+
+
+def test_the_computation_server_alone_opens_no_study_at_a_holder_of_a_t_of_n_key(tofn: Threshold) -> None:
+    """2 of 3: the CS's own study (an owner whose key it made) is refused by every holder; none stores it."""
+    from parties.common.errors import NotFoundError
+    from parties.common.signing import generate_signing_key
+
+    from .test_threshold_refusals import _as_computation_server
+
+    seals = [h.handler.seal.public_hex for h in tofn.holders]
+    for i in range(len(HOLDERS)):
+        with pytest.raises(ServiceError) as err:
+            _as_computation_server(tofn, i).open_study(
+                study_id="s-ghost", domain_size=64, epsilon=0.25, expected_owners=["ghost"], strategy="gap",
+                owner_keys={"ghost": generate_signing_key()[1]}, holder_seal_keys=seals, noise_tolerates=1)
+        assert err.value.code.name == "PERMISSION_DENIED" and "no operator approval" in err.value.details
+        with pytest.raises(NotFoundError):
+            tofn.ledger(i).get_study("s-ghost")

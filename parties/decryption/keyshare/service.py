@@ -49,6 +49,7 @@ from he_partition.he.threshold.keys import HolderSecret
 from he_partition.he.threshold.setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
 
+from ...common.approval import ApprovalBook
 from ...common.contract import StudyContract, canonical_json, charged_epsilon
 from ...common.errors import FailedPreconditionError
 from ...common.util import write_file_atomic, write_private_file
@@ -104,8 +105,10 @@ class KeyShareService:
     """One holder: setup state, the active key (from disk after a restart), the share decisions."""
 
     def __init__(self, name: str, holders: Sequence[str], data_dir: Path, noise_key: bytes, *,
-                 require_signed: bool = False) -> None:
+                 require_signed: bool = False, operator_keys: Sequence[bytes] = ()) -> None:
         self.name, self.holders = name, tuple(holders)
+        #: The operator approval keys this holder pins and the approvals it accepted (parties.common.approval).
+        self.approvals = ApprovalBook(operator_keys, Path(data_dir) / "approvals")
         self.index = holder_index(name, self.holders)
         self.keys_dir = Path(data_dir) / "keys"
         self.ledger_path = Path(data_dir) / "ledger.sqlite3"
@@ -158,7 +161,9 @@ class KeyShareService:
                                       self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir))
         self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), CipherRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key,
-                                         key_holders=len(self.holders))
+                                         key_holders=len(self.holders), approvals=self.approvals)
+        if self.threshold is not None:  # any t answer: the coalition the holders' noise tolerates is t - 1
+            self.handler.max_noise_tolerates = self.threshold - 1
         if self.threshold is not None:
             rules = ChargeRules({h: i.signing for h, i in self.identities.items()}, self.threshold)
             self.charges = ChargeBook(self.index, self.signer._private, rules, self.keys_dir.parent / "charges.sqlite3")

@@ -195,7 +195,8 @@ def create_keyshare_server(config: DecryptionConfig, name: str, holders: tuple[s
     unlock = lock_data_dir(config.data_dir, f"key-share holder {name}")
     try:
         noise_key = load_or_create_noise_key(config.data_dir / "keys", seed=config.noise_seed)
-        service = KeyShareService(name, holders, config.data_dir, noise_key, require_signed=config.tls is not None)
+        service = KeyShareService(name, holders, config.data_dir, noise_key, require_signed=config.tls is not None,
+                                  operator_keys=config.operator_keys)
     except BaseException:
         unlock()
         raise

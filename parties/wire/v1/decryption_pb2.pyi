@@ -82,7 +82,7 @@ class PublicContextChunk(_message.Message):
     def __init__(self, total_size: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class OpenStudyRequest(_message.Message):
-    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations", "holder_seal_keys", "noise_tolerates")
+    __slots__ = ("study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "strategy_params_json", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations", "holder_seal_keys", "noise_tolerates", "approval")
     class OwnerKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,7 @@ class OpenStudyRequest(_message.Message):
     MAX_ORGANIZATIONS_FIELD_NUMBER: _ClassVar[int]
     HOLDER_SEAL_KEYS_FIELD_NUMBER: _ClassVar[int]
     NOISE_TOLERATES_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     domain_size: int
     epsilon: float
@@ -120,7 +121,18 @@ class OpenStudyRequest(_message.Message):
     max_organizations: int
     holder_seal_keys: _containers.RepeatedScalarFieldContainer[str]
     noise_tolerates: int
-    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ..., holder_seal_keys: _Optional[_Iterable[str]] = ..., noise_tolerates: _Optional[int] = ...) -> None: ...
+    approval: StudyApproval
+    def __init__(self, study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., strategy_params_json: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ..., holder_seal_keys: _Optional[_Iterable[str]] = ..., noise_tolerates: _Optional[int] = ..., approval: _Optional[_Union[StudyApproval, _Mapping]] = ...) -> None: ...
+
+class StudyApproval(_message.Message):
+    __slots__ = ("terms_json", "operator_key", "signature")
+    TERMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    terms_json: str
+    operator_key: bytes
+    signature: bytes
+    def __init__(self, terms_json: _Optional[str] = ..., operator_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class OpenStudyResponse(_message.Message):
     __slots__ = ("contract", "already_existed")
