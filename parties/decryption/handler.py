@@ -339,6 +339,10 @@ class DecryptionHandler:
             noise_tolerates=self.key_holders - 1 if noise_tolerates is None else noise_tolerates,
         )
         contract.check_key_holders(self.key_holders)
+        if contract.sealed and self.commitments is not None:
+            # the seal keys are the relay's to fill in (the approval does not cover them): this holder's own must be
+            # at its place, or owners would seal their upload keys to whoever the relay named
+            self.commitments.check_contract(contract)
         if join and contract.join_terms().padding_epsilon >= contract.epsilon:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
                                     f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")

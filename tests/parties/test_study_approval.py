@@ -77,6 +77,14 @@ def test_a_relay_that_changes_an_approved_term_opens_nothing(secure_cluster: Clu
             cs.open_study(**{**terms, field: value}, approval=approval)
         assert status_of(err).name == "PERMISSION_DENIED" and f"request's {field}" in err.value.details, field
     assert not _stored(secure_cluster, "s-swap")
+    # the seal keys are the relay's to fill in: naming its own, owners would seal their upload keys to the CS
+    from parties.common.sealing import SealKeyPair
+
+    cs_seal = SealKeyPair.load_or_create(secure_cluster.root / "cs-own-seal").public_hex
+    with pytest.raises(ServiceError) as err:
+        cs.open_study(**terms, approval=approval, holder_seal_keys=[cs_seal])
+    assert status_of(err).name == "FAILED_PRECONDITION" and "not this holder's" in err.value.details
+    assert not _stored(secure_cluster, "s-swap")
     # the operator's own request, relayed unchanged, opens it; every later call on it is served
     contract, existed = secure_cluster.computation().open_study(**terms)  # type: ignore[arg-type]
     assert not existed and contract.owner_public_key("b") == keys["b"]
