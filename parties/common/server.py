@@ -174,15 +174,22 @@ class ServerHandle:
         the process ends there, whatever its threads are still doing (a call whose client left, a release
         thread): a stopped server must not keep gigabytes and a core for minutes.
         """
-        if port_file:
-            write_port_file(port_file, self.port)
-        serve(self.server, on_stop=self._close_all, stop_event=stop_event, on_start=self._run_starters)
-        self._stopped = True
-        if stop_event is None:
+        code = 1
+        try:
+            serve(self.server, on_stop=self._close_all, stop_event=stop_event, on_start=self._run_starters,
+                  on_listening=(lambda: write_port_file(port_file, self.port)) if port_file else None)
+            code = 0
+        except BaseException:
+            if stop_event is not None:
+                raise
+            log.exception("the server stopped with an error")
+        finally:
+            self._stopped = True
+        if stop_event is None:  # the process ends here, even when stopping failed: no thread keeps it alive
             logging.shutdown()
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
-            os._exit(0)
+            os._exit(code)
 
     def __enter__(self) -> "ServerHandle":
         return self.start()
@@ -199,32 +206,59 @@ def write_port_file(path: str | Path, port: int) -> None:
     tmp.replace(p)
 
 
+class _StopSignals:
+    """SIGINT and SIGTERM for a server process, noted without taking any lock.
+
+    A Python signal handler runs in the main thread between two bytecodes, wherever that thread is. The
+    handler this replaces called `threading.Event.set`, whose lock is a plain (non-reentrant) Lock: a
+    signal arriving while the main thread held it, on its way into or out of `Event.wait`, deadlocked the
+    process for good (the flaky "server still alive 20 s after SIGTERM"). This one only records the
+    signal number; the main thread polls it. A second signal exits at once (`os._exit` takes no lock).
+    """
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.signum:  # a second signal: stop waiting for in-flight calls
+            os.write(2, f"second signal {signum}: exiting without a graceful shutdown\n".encode())
+            os._exit(1)
+        self.signum = signum
+
+
 def serve(server: grpc.Server, *, grace: float = 5.0, on_stop: Callable[[], None] | None = None,
-          stop_event: threading.Event | None = None, on_start: Callable[[], None] | None = None) -> None:
+          stop_event: threading.Event | None = None, on_start: Callable[[], None] | None = None,
+          on_listening: Callable[[], None] | None = None) -> None:
     """Start `server` and block until SIGINT/SIGTERM (or `stop_event`), then stop gracefully.
 
     Health is switched to NOT_SERVING first so load balancers drain, in-flight calls get
-    `grace` seconds, then `on_stop` runs (close stores).
+    `grace` seconds, then `on_stop` runs (close stores). `on_listening` (writing the port
+    file) runs once the signal handlers are in place, so a signal sent as soon as the port is
+    known is a graceful stop, never the default action.
     """
     stop = stop_event or threading.Event()
     if stop_event is None:  # a server process: ciphertext-sized blocks go back to the system when freed
         return_big_blocks_to_the_os()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        if stop.is_set():  # a second signal: stop waiting for in-flight calls
-            log.warning("second signal %d: exiting without a graceful shutdown", signum)
-            os._exit(1)
-        log.info("signal %d: shutting down (in-flight calls get %.1f s)", signum, grace)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, on_signal)
+    signals = _StopSignals() if threading.current_thread() is threading.main_thread() else None
+    if signals is not None:
+        signals.install()
+    if on_listening is not None:
+        on_listening()
     server.start()
     if on_start is not None:
         on_start()
     try:
-        stop.wait()
+        if signals is None:
+            stop.wait()
+        else:
+            while not (signals.signum or stop.wait(0.2)):
+                pass
+            if signals.signum:
+                log.info("signal %d: shutting down (in-flight calls get %.1f s)", signals.signum, grace)
     finally:
         health_servicer = getattr(server, "_dpagg_health", None)
         if health_servicer is not None:
