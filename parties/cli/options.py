@@ -104,6 +104,27 @@ def upload_key(args: argparse.Namespace) -> str:
     return key
 
 
+def bounding_random(args: argparse.Namespace, key: str) -> Any:
+    """The random source of this upload's contribution bounding: a KeyedRandom under a 32-byte secret made
+    with the upload (0600 next to its key in the state directory), so a re-run of an interrupted submit keeps
+    the very records the first run kept and resumes, where fresh randomness would pick another subset.
+
+    The choice stays independent of the data (the bins kept per person are uniformly random under a key only
+    this owner holds); it adds no noise and spends no budget."""
+    from he_partition.core.noise import KeyedRandom
+
+    path = state_dir(args) / f"{args.study}.{args.owner}.{key}.bounding"
+    if path.is_file():
+        secret = path.read_bytes()
+    else:
+        from ..common.tls import write_private_file
+
+        secret = os.urandom(32)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private_file(path, secret)
+    return KeyedRandom(secret, f"dpagg contribution bounding|{args.study}|{args.owner}|{key}".encode())
+
+
 def tls_config(args: argparse.Namespace) -> "TlsConfig | None":
     """This party's mutual-TLS files from --ca-cert/--cert/--key (or DPAGG_CA_CERT/DPAGG_CERT/DPAGG_KEY).
 

@@ -13,7 +13,8 @@ from typing import Any
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_DECRYPTION
-from .options import (domain_spec, ENV_STATE_DIR, Subparsers, command_adder, computation_target, conn, print_json,
+from .options import (bounding_random, domain_spec, ENV_STATE_DIR, Subparsers, command_adder, computation_target, conn,
+                      print_json,
                       server_address, state_dir, tls_args, tls_config, upload_key, upload_key_path)
 
 
@@ -106,10 +107,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.value_column:
             domain = dataclasses.replace(domain, column=args.value_column)
         bounds = ContributionBounds(per_bin=args.per_bin, max_bins=args.max_bins)
-        hist = read_histogram(args.csv, domain, person_column=args.person_column, bounds=bounds,
-                              on_bad_value="drop" if args.drop_bad_values else "error", drop_hint="--drop-bad-values")
-        _check_careless_csv(args, hist)
         key = upload_key(args)
+        hist = read_histogram(args.csv, domain, person_column=args.person_column, bounds=bounds,
+                              on_bad_value="drop" if args.drop_bad_values else "error", drop_hint="--drop-bad-values",
+                              rng=bounding_random(args, key))  # a re-run keeps the same records, so it resumes
+        _check_careless_csv(args, hist)
         if not args.json:
             print(f"{args.csv}: {hist.records_read} records read, {hist.out_of_domain} outside the domain or "
                   f"unreadable, {hist.records_dropped} dropped by the contribution bound; submitting {hist.total} "

@@ -78,3 +78,29 @@ def test_cli_says_how_to_resume_and_the_rerun_sends_only_the_rest(cluster: Clust
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["committed"] and (out["chunks"], out["chunks_sent"]) == (3, 1)
+
+
+def test_an_interrupted_submit_of_the_sample_data_resumes(cluster: Cluster, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The sample data has people with more records than the contribution bound keeps: the records kept are chosen
+    at random, and a re-run once chose another subset ("the data differs from what the interrupted upload began
+    with"). The choice is now keyed by a secret made with the upload, so the re-run keeps the same records."""
+    from parties.cli import main
+    from parties.data_owner.dataset import write_sample_csv
+
+    cluster.open_study(domain_size=BINS, owners=("a",), domain_spec=f"age:0:100:{BINS}")
+    csv = tmp_path / "owner-1.csv"
+    write_sample_csv(csv, seed=7, n_records=3000, owner_index=0)
+    argv = ["submit", "--study", "s1", "--owner", "a", "--csv", str(csv), "--person-column", "person_id",
+            "--computation", cluster.cs.target, "--decryption", cluster.ds.target, "--insecure", "--no-progress",
+            "--state-dir", str(tmp_path / "state")]
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 1)
+        assert main(argv) == 130
+    first = capsys.readouterr().err
+    dropped = int(first.split(" dropped by the contribution bound")[0].rsplit(", ", 1)[1])
+    assert dropped > 0  # the bound did choose among a person's records
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["committed"] and (out["chunks"], out["chunks_sent"]) == (3, 2) and out["records_dropped"] == dropped
