@@ -103,15 +103,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     A reader that closes our stdout early (`| head`) stops only the output: the command's work and its
     exit code are what they would have been."""
-    real = sys.stdout
-    sys.stdout = _ReaderMayLeave(real)
+    real, real_err = sys.stdout, sys.stderr
+    # stderr too: progress and the one-line summary go there, and `dpagg submit ... 2>&1 | head -2` closed
+    # both; a write to the gone stderr raised, and the upload stopped before its first chunk
+    sys.stdout, sys.stderr = _ReaderMayLeave(real), _ReaderMayLeave(real_err)
     try:
         try:
             return _run(sys.argv[1:] if argv is None else list(argv))
         finally:  # also after --help's SystemExit
             sys.stdout.flush()
+            sys.stderr.flush()
     finally:
-        sys.stdout = real
+        sys.stdout, sys.stderr = real, real_err
 
 
 def _run(argv: list[str]) -> int:

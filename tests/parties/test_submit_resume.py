@@ -104,3 +104,28 @@ def test_an_interrupted_submit_of_the_sample_data_resumes(cluster: Cluster, tmp_
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["committed"] and (out["chunks"], out["chunks_sent"]) == (3, 2) and out["records_dropped"] == dropped
+
+
+def test_a_submit_whose_output_pipe_is_closed_still_uploads(cluster: Cluster, tmp_path: Path) -> None:
+    """`dpagg submit ... 2>&1 | head -2`: both streams go to a pipe whose reader leaves. The first write to the
+    gone stderr raised and the upload stopped before its first chunk (exit 1, nothing said)."""
+    import os
+    import subprocess
+    import sys
+
+    from .test_cli import _env
+
+    cluster.open_study(domain_size=BINS, owners=("a",), domain_spec=f"v:0:{BINS}:{BINS}")
+    csv = tmp_path / "a.csv"
+    csv.write_text("value\n" + "\n".join(str(v) for v in range(0, BINS, 7)) + "\n")
+    read, write = os.pipe()
+    os.close(read)  # the reader (`head -2`) is gone
+    try:
+        proc = subprocess.run([sys.executable, "-m", "parties.cli", "submit", "--study", "s1", "--owner", "a",
+                               "--csv", str(csv), "--value-column", "value", "--computation", cluster.cs.target,
+                               "--insecure", "--state-dir", str(tmp_path / "state")],
+                              stdout=write, stderr=write, env=_env(tmp_path), timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0
+    assert cluster.computation().study_status("s1").submitted_owners == ("a",)
