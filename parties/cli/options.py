@@ -50,7 +50,7 @@ def domain_spec(text: str) -> str:
     from ..data_owner.domain import DomainSpec
 
     try:
-        bins = DomainSpec.parse(text).n_bins
+        bins = DomainSpec.parse(text, max_bins=MAX_DOMAIN_SIZE).n_bins
     except DPAggError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if not 1 <= bins <= MAX_DOMAIN_SIZE:

@@ -166,3 +166,24 @@ def test_a_domain_a_study_cannot_hold_is_refused_where_it_is_typed(args: tuple[s
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--domain" in err and ("bins" in err or "domain spec" in err), err
+
+
+@pytest.mark.parametrize("spec", ["age:0:100:100000000", "age:edges:" + ",".join(map(str, range(20_000_000))),
+                                  "c:categories:" + ",".join("x" * 20_000_000)],
+                         ids=["equal-width", "edges", "categories"])
+def test_a_huge_domain_is_refused_before_it_is_built(spec: str) -> None:
+    """On the former code a 10^8-bin spec was built in full (27-35 s, 5.7 GB) before its size was checked."""
+    import tracemalloc
+
+    from he_partition.core.errors import InvalidInputError
+    from parties.common.contract import MAX_DOMAIN_SIZE
+    from parties.data_owner.domain import DomainSpec
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidInputError, match="a study holds 1 to 16,777,216 bins"):
+            DomainSpec.parse(spec, max_bins=MAX_DOMAIN_SIZE)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(spec) + (1 << 20), peak  # the text itself, not millions of edges
