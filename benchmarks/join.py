@@ -172,14 +172,16 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
 
 
 def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any,
-                   signing_key: bytes, ds: str) -> None:
+                   signing_key: bytes, ds: str, capacity: int) -> None:
     from parties.data_owner.client import DataOwnerClient
     from parties.data_owner.join import submit_join
 
     t0 = time.perf_counter()
     with DataOwnerClient(owner, computation=cs, decryption=ds, insecure=True, progress=False,
                          signing_key=signing_key) as client:
-        res = submit_join(client, study, records, idempotency_key=f"bench-{owner}", state_dir=state)
+        # The study declares no counts, so each owner's quota is the capacity: both owners here accept it.
+        res = submit_join(client, study, records, idempotency_key=f"bench-{owner}", state_dir=state,
+                          max_partner_records=capacity)
     out.put((owner, res.bytes_sent, time.perf_counter() - t0,
              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
@@ -234,7 +236,8 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
             opened = time.perf_counter()
             out: Any = mp.get_context("spawn").Queue()
             procs = [mp.get_context("spawn").Process(target=_owner_process, args=(o, "bench", cs_target, r,
-                                                                                 str(work / o), out, keys[o][0], ds_target))
+                                                                                 str(work / o), out, keys[o][0], ds_target,
+                                                                                 capacity))
                      for o, r in (("a", a), ("b", b))]
             for p in procs:
                 p.start()

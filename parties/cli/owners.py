@@ -13,9 +13,21 @@ from typing import Any
 from he_partition.core.errors import DPAggError
 
 from ..common.config import ENV_DECRYPTION
+from ..data_owner.join_quota import DEFAULT_PARTNER_FACTOR
 from .options import (bounding_random, domain_spec, ENV_STATE_DIR, Subparsers, command_adder, computation_target, conn,
                       print_json,
                       server_address, state_dir, tls_args, tls_config, upload_key, upload_key_path)
+
+
+def _record_count(text: str) -> int:
+    """argparse type of --max-partner-records: a whole number of records >= 1."""
+    try:
+        n = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of records") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"give a number of records >= 1, got {n}")
+    return n
 
 
 def cmd_join_submit(args: argparse.Namespace) -> int:
@@ -23,7 +35,7 @@ def cmd_join_submit(args: argparse.Namespace) -> int:
     from ..computation.client import ComputationClient
     from ..data_owner.client import DataOwnerClient
     from ..data_owner.domain import DomainSpec
-    from ..data_owner.join import read_join_csv, submit_join
+    from ..data_owner.join import join_quotas, read_join_csv, submit_join
 
     tls = tls_config(args)
     with ComputationClient(args.computation, **conn(args)) as cs:
@@ -45,10 +57,15 @@ def cmd_join_submit(args: argparse.Namespace) -> int:
         recs = read_join_csv(args.csv, spec, args.id_column or terms.identifier, drop_bad=args.drop_bad_values)
         if not recs.values:
             raise DPAggError(f"{args.csv}: no record inside the domain; refusing an empty submission")
+        # Both sides' counts and the other owner's quota, shown and accepted (or refused) before anything is sent.
+        quotas = join_quotas(contract, args.owner, len(recs.values), max_partner_records=args.max_partner_records)
         if not args.json:
             print(f"{args.csv}: {recs.records_read} records read, {recs.out_of_domain} outside the domain or "
-                  f"unreadable; joining {len(recs.values)} (waiting for the other owner if needed)", file=sys.stderr,
-                  flush=True)
+                  f"unreadable; joining {len(recs.values)}", file=sys.stderr, flush=True)
+            print(quotas.describe(), file=sys.stderr, flush=True)
+        quotas.check()
+        if not args.json:
+            print("waiting for the other owner if needed", file=sys.stderr, flush=True)
         signing_key = None
         if args.signing_key:
             from ..common.signing import load_private_key
@@ -57,11 +74,12 @@ def cmd_join_submit(args: argparse.Namespace) -> int:
         with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls, insecure=args.insecure,
                              signing_key=signing_key, progress=False) as owner:
             res = submit_join(owner, args.study, recs.values, idempotency_key=upload_key(args),
-                              state_dir=state_dir(args), wait_timeout=args.wait)
+                              state_dir=state_dir(args), wait_timeout=args.wait,
+                              max_partner_records=args.max_partner_records)
     if args.json:
         print_json({"study_id": res.study_id, "owner_id": res.owner_id, "committed": res.committed,
                      "duplicate": res.duplicate, "chunks": res.chunk_count, "bytes_sent": res.bytes_sent,
-                     "records": len(recs.values)})
+                     "records": len(recs.values), "quotas": quotas.as_dict()})
     elif res.duplicate:
         print(f"{args.owner} had already submitted to join study {args.study}; nothing sent")
     else:
@@ -201,6 +219,12 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--drop-bad-values", action="store_true",
                    help="skip rows with an empty identifier or value or a wrong number of fields")
     p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for the other owner (default 600)")
+    p.add_argument("--max-partner-records", type=_record_count, default=None, metavar="N",
+                   help="the most records you let the other owner claim: its quota of oblivious evaluations (its "
+                        "declared records plus the dummies' allowance, or the capacity when the study declares no "
+                        "counts) is how many guessed identifiers it could test against your list with the "
+                        "computation server; above N plus that allowance, nothing is sent (default "
+                        f"{DEFAULT_PARTNER_FACTOR} x your records; both sides' counts are printed first)")
     p.add_argument("--idempotency-key", help="upload key (default: kept in the state dir)")
     p.add_argument("--state-dir", help=f"where the upload key and your join key are kept (env {ENV_STATE_DIR}; "
                                        "default ~/.dpagg)")

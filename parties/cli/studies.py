@@ -450,7 +450,8 @@ def add_parser(sub: Subparsers) -> None:
                    help="each owner's largest record count: the capacity is sized for them and the padding, and "
                         "checked before the study opens (instead of --capacity); each owner's quota of oblivious "
                         "pseudonym evaluations is its count plus its dummies' allowance (with --capacity alone: the "
-                        "capacity)")
+                        "capacity); each owner's join-submit shows both counts and takes part only if the other's "
+                        "quota is within its --max-partner-records (default 4 x its own records)")
     p.add_argument("--epsilon", type=float, required=True, help="total budget: padding plus the table's release")
     p.add_argument("--padding-epsilon", type=float, default=0.1,
                    help="epsilon booked at once for the dummy padding that hides the intersection size from the "

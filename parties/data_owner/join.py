@@ -14,6 +14,13 @@ The X25519 private key is kept in `state_dir` (0600) so that a re-run posts the 
 upload is committed (a re-run then finds the committed upload and sends nothing). In a
 signed study the key is signed with the owner's contract-bound Ed25519 key, and the other
 owner's key is used only if its signature checks against the contract.
+
+Before it sends anything, the owner accepts the other owner's quota of oblivious evaluations
+(`join_quotas`): the quota follows the partner's declared record count, which whoever opened
+the study wrote, and a partner colluding with the computation server may test that many
+guessed identifiers against this owner's list. Both sides' counts and quotas are logged, and
+a partner quota above `max_partner_records` (default `DEFAULT_PARTNER_FACTOR` x this owner's
+records) plus the dummies' allowance is refused before the join key is posted.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import hmac
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,8 +52,12 @@ from ..common.join_keys import sign_join_key, verify_join_key
 from ..common.tls import write_private_file
 from .client import DataOwnerClient, EncryptedHistogram, SubmitResult
 from .domain import DomainSpec
+from .join_quota import DEFAULT_PARTNER_FACTOR, JoinQuotas, join_quotas
 
-__all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS", "evaluation_batch"]
+__all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS", "evaluation_batch", "JoinQuotas",
+           "join_quotas", "DEFAULT_PARTNER_FACTOR"]
+
+log = logging.getLogger("dpagg.join")
 
 #: Pseudonyms per JoinPlacement message (16 MB; gRPC's message cap is 64 MB); longer lists go in parts.
 PART_PSEUDONYMS = 500_000
@@ -152,8 +164,14 @@ def _scheme(owner: DataOwnerClient, contract: StudyContract) -> JoinScheme:
 
 def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int], *, idempotency_key: str,
                 state_dir: Path | str | None = None, wait_timeout: float = 600.0, poll_interval: float = 0.5,
-                progress: bool | None = None) -> SubmitResult:
+                progress: bool | None = None, max_partner_records: int | None = None) -> SubmitResult:
     """Run this owner's side of join study `study_id` with `records` (identifier -> attribute bin).
+
+    Before anything is sent (its join key, an evaluation page, pseudonyms, an upload), both sides' declared
+    counts and quotas are logged (`join_quotas`; "dpagg.join", INFO) and the study is refused
+    (FailedPreconditionError, nothing kept) if the other owner's quota of oblivious evaluations exceeds
+    `max_partner_records` (default DEFAULT_PARTNER_FACTOR x len(records)) plus the dummies' allowance: with the
+    computation server it could test that many guessed identifiers against this owner's list.
 
     Privacy: nothing about identifiers or values leaves unencrypted: the key holder receives
     blinded identifiers (uniformly random group elements, their count padded with up to
@@ -182,6 +200,9 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     if status.state == "COMMITTED":  # a re-run after the upload: nothing to send, and the key is not needed
         _forget_key(state, study_id, owner.owner_id)
         return SubmitResult(study_id, owner.owner_id, idempotency_key, True, True, status.chunk_count, 0, 0, 1, 0.0)
+    quotas = join_quotas(contract, owner.owner_id, len(records), max_partner_records=max_partner_records)
+    log.info("%s", quotas.describe())
+    quotas.check()  # before this owner's join key, any evaluation page or upload leaves
     pair = _key_pair(state, study_id, owner.owner_id)
     # The study's public join key (tens of MB with the rotation keys) is fetched while this owner waits for the
     # other one; it is public, and nothing below depends on when it arrived.

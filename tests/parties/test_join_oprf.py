@@ -13,7 +13,9 @@ import pytest
 
 from he_partition.join import oprf
 from he_partition.join.protocol import JoinKeyPair, oblivious_pseudonyms, oprf_input, pseudonyms
-from parties.common.errors import ServiceError
+from parties.common.errors import FailedPreconditionError, ServiceError
+from parties.common.join_keys import sign_join_key
+from parties.data_owner.join import _key_pair, submit_join
 
 from .conftest import Cluster
 from .test_join_services import SHAPE, TERMS, _both, _records
@@ -104,6 +106,47 @@ def test_an_owner_colluding_with_the_cs_recovers_no_identifier_beyond_its_quota(
         ds.evaluate_pseudonyms(study_id="jo", owner_id="b", contract_hash=contract.contract_hash,
                                elements=blinded[:1], first_page=7)
     assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_an_owner_refuses_an_inflated_partner_quota_before_it_sends_anything(secure_cluster: Cluster,
+                                                                            tmp_path: Path) -> None:
+    """The study's opener declares the colluding owner b 7,000 records against a's 1,000: b's quota of 7,172
+    evaluations would let it, with the computation server, test about 6,000 guessed identifiers against a's list
+    (200,000 declared recovered all 500 of a's customers b lacks). b has posted its join key, so the code before
+    went on to evaluate a's page; now a's client refuses before its key, any page or upload leaves, naming both
+    counts and the flag. A study with no declared counts grants b the capacity: refused alike. Run again with a
+    bound that covers b's claim, a takes part and both commit (nothing was lost)."""
+    c = secure_cluster
+    contract = _open(c, "jq", max_records=[1000, 7000])
+    allowance = 2 * TERMS["padding_offset"]
+    a, b, _ = _records()
+    colluder = _key_pair(tmp_path / "b", "jq", "b")  # kept where b's own client finds it on the re-run
+    c.owner("b").computation.join_exchange("jq", "b", colluder.public_bytes,
+                                           sign_join_key(c.signing_key("b")[0], contract, "b", colluder.public_bytes))
+
+    def refused(study: str, held: list[str]) -> str:
+        with pytest.raises(FailedPreconditionError) as err:
+            submit_join(c.owner("a"), study, a, idempotency_key="k-a", state_dir=tmp_path / "a", wait_timeout=2,
+                        poll_interval=0.05)
+        assert "refusing to take part" in str(err.value) and "Nothing was sent" in str(err.value)
+        assert c.ds.handler.evaluations.used(study, "a") == 0  # no evaluation page of a's
+        # The computation server holds only b's key: no join key, pseudonyms or upload of a's.
+        assert sorted(f.name for f in (c.root / "cs" / "join" / study).glob("*")) == held
+        assert c.computation().study_status(study).submitted_owners == ()
+        return str(err.value)
+
+    text = refused("jq", ["b.x25519", "b.x25519.sig"])
+    assert f"{7000 + allowance:,} oblivious evaluations (it declared 7,000 records)" in text, text
+    assert f"your bound of {4000 + allowance:,} (4,000 records, the default 4 x your 1,000" in text, text
+    assert "--max-partner-records 7000" in text and "max_partner_records=7000" in text, text
+    assert not (tmp_path / "a").exists()  # not even a's join key was made
+    _open(c, "jq0")  # no declared counts: each owner's quota is the capacity
+    text = refused("jq0", [])
+    assert "declares no record counts, so its quota is the capacity, 8,192" in text, text
+    assert f"--max-partner-records {8192 - allowance}" in text, text
+    out = _both(c, "jq", a, b, tmp_path, max_partner_records=7000)  # a accepts b's claim this time
+    assert all(getattr(r, "committed", False) for r in out.values()), out
+    assert c.ds.handler.evaluations.used("jq", "a") >= len(a)
 
 
 def test_the_key_holder_refuses_hmac_pseudonyms_for_a_new_join_study(secure_cluster: Cluster) -> None:

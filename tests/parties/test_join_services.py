@@ -40,13 +40,18 @@ def _records(seed: int = 1) -> tuple[dict[str, int], dict[str, int], np.ndarray]
     return a, b, truth
 
 
-def _both(c: Cluster, study_id: str, a: dict[str, int], b: dict[str, int], tmp: Path) -> dict[str, Any]:
+def _both(c: Cluster, study_id: str, a: dict[str, int], b: dict[str, int], tmp: Path,
+          max_partner_records: int = 8192) -> dict[str, Any]:
+    """Both owners' submit_join in threads. Each accepts a partner quota up to `max_partner_records` (plus the
+    dummies' allowance): TERMS declares no counts, so each quota is the capacity, 8,192, above the default 4 x
+    1,000 records."""
     out: dict[str, Any] = {}
 
     def run(owner: str, records: dict[str, int]) -> None:
         try:
             out[owner] = submit_join(c.owner(owner), study_id, records, idempotency_key=f"k-{owner}",
-                                     state_dir=tmp / owner, wait_timeout=120, poll_interval=0.05)
+                                     state_dir=tmp / owner, wait_timeout=120, poll_interval=0.05,
+                                     max_partner_records=max_partner_records)
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             out[owner] = exc
 
@@ -285,10 +290,17 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
                                               for e in emails[200:]))
     codes: dict[str, int] = {}
 
-    def submit(owner: str, csv: Path) -> None:
+    def submit(owner: str, csv: Path, *bound: str) -> None:
         codes[owner] = main(["join-submit", "--study", "jc", "--owner", owner, "--csv", str(csv), "--state-dir",
                              str(tmp_path / owner), "--wait", "120", "--signing-key",
-                             str(tmp_path / f"{owner}.signing.key"), "--decryption", cluster.ds.target, *conn])
+                             str(tmp_path / f"{owner}.signing.key"), "--decryption", cluster.ds.target, *bound, *conn])
+
+    quota = 400 + 2 * stated["padding_offset"]  # shop's declared 400 records and its dummies' allowance
+    submit("bank", bank, "--max-partner-records", "399")  # bank accepts less than shop declared: nothing is sent
+    err = capsys.readouterr().err
+    assert codes["bank"] == 1 and "the other owner shop: declared 400 records, quota " + f"{quota:,}" in err, err
+    assert "refusing to take part in join study jc" in err and "--max-partner-records 400" in err, err
+    assert not (cluster.root / "cs" / "join" / "jc").exists()  # nothing posted to the computation server
 
     threads = [threading.Thread(target=submit, args=("bank", bank)), threading.Thread(target=submit,
                                                                                         args=("shop", shop))]
