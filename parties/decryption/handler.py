@@ -49,7 +49,8 @@ from .join_checks import JoinCheckBook
 from .keys import KeyMaterial, load_or_create_join_keys
 from .oprf import PAGE_ELEMENTS, EvaluationLog
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
-from .refusals import MAX_REFUSALS_PER_KEY, MAX_REFUSALS_PER_STUDY, RefusalGate, refusal_after_charge
+from .refusals import (FAILED_JOIN_CHECK, MAX_REFUSALS_PER_KEY, MAX_REFUSALS_PER_STUDY, RefusalGate,
+                       refusal_after_charge)
 from .workers import ChunkPipeline, DecryptPool, FloodedDecryption, PipelinedDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
@@ -405,9 +406,14 @@ class DecryptionHandler:
         contract = self.get_study(study_id)
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")
         terms = contract.join_terms()
-        with self._decrypt_lock:
-            ok = self.join_checks.judge(study_id, contract.expected_owners, owner_id, seed, residues,
-                                        self.join_scheme(terms.version))
+        with self.refusals.admitted(study_id, contract.context_fingerprint):  # a failure counts toward the caps
+            with self._decrypt_lock:
+                ok = self.join_checks.judge(study_id, contract.expected_owners, owner_id, seed, residues,
+                                            self.join_scheme(terms.version))
+            if not ok:
+                self.arrivals.record(study_id=study_id, release_id=f"join-check:{owner_id}", kind="join_check",
+                                     chunks=len(residues), ciphertext_digest=stream_digest(residues).hex(),
+                                     outcome="refused", reason=FAILED_JOIN_CHECK)
         log.info("study %s: owner %s's join upload %s the well-formedness check", study_id, owner_id,
                  "passed" if ok else "FAILED")
         return ok
@@ -428,6 +434,12 @@ class DecryptionHandler:
         only it knows that draw. Every
         ciphertext passes the integrity check (noise budget) before the charge; the charge
         is committed before any value leaves.
+
+        Only public facts are checked before the charge (the contract, the measurement's
+        shape, the well-formedness record, the refusal caps, that each cell parses); the
+        integrity check (noise budget, a function of the join key) runs after it: a
+        refusal then is charged, recorded in `arrivals` with the one text of
+        `refusal_after_charge`, and counts toward the caps (`RefusalGate`).
         """
         contract = self.get_study(study_id)
         check_id("release_id", release_id)
@@ -458,18 +470,32 @@ class DecryptionHandler:
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
         scheme = self.join_scheme(terms.version)
         parsed = [scheme.deserialize_released(c) for c in cells]
-        with self._decrypt_lock:
-            for i, ct in enumerate(parsed):
-                budget = scheme.noise_budget(ct)
-                if budget < JOIN_MIN_BUDGET:
-                    raise PrecisionError(f"ciphertext {i}: {budget} bits of noise budget: not made under this study's "
-                                         "join key, or corrupted; nothing was charged or decrypted")
-            digest = stream_digest(cells).hex()
-            charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
-                                        decryption_detail(contract, m, digest))
-            # This server's draw is fixed by the request, as for every other measurement (`_request_noise`).
-            noise = self._request_noise(study_id, release_id, eps, m, digest)
-            values = decrypt_values(scheme, parsed, m, noise, noise_parties=contract.noise_parties)
+        digest = stream_digest(cells).hex()
+        with self.refusals.admitted(study_id, contract.context_fingerprint):
+            charge: Charge | None = None
+            try:
+                with self._decrypt_lock:
+                    charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
+                                                decryption_detail(contract, m, digest))
+                    # This server's draw is fixed by the request, as for every other measurement (`_request_noise`).
+                    noise = self._request_noise(study_id, release_id, eps, m, digest)
+                    # After the charge: every cell's budget read (no early exit), then the decryption.
+                    intact = [scheme.noise_budget(ct) >= JOIN_MIN_BUDGET for ct in parsed]
+                    if not all(intact):
+                        raise PrecisionError(f"join ciphertext {intact.index(False)} has too little noise budget")
+                    values = decrypt_values(scheme, parsed, m, noise, noise_parties=contract.noise_parties)
+            except Exception as exc:
+                if charge is None:
+                    self.record_refusal(study_id, release_id, m.kind, cells, exc, digest=digest)
+                    raise
+                log.warning("study %s, join release %s: after the charge: %s: %s", study_id, release_id,
+                            type(exc).__name__, exc)
+                refusal = refusal_after_charge(study_id, self.refusals.per_study)
+                self.record_refusal(study_id, release_id, m.kind, cells, refusal, digest=digest,
+                                    charged=charge.epsilon)
+                raise refusal from None
+            self.arrivals.record(study_id=study_id, release_id=release_id, kind=m.kind, chunks=len(cells),
+                                 ciphertext_digest=digest, outcome="answered", epsilon_charged=charge.epsilon)
         log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
                  m.kind, len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)

@@ -8,7 +8,9 @@ with the one text `refusal_after_charge` gives (it does not say which check refu
 which chunk), and the refusals are capped: after MAX_REFUSALS_PER_STUDY of a study, or
 MAX_REFUSALS_PER_KEY of all studies under the same key (the contract's context fingerprint),
 the server decrypts nothing more for that study (or key) and says so (FAILED_PRECONDITION,
-before any charge: the count is what the computation server has already been told).
+before any charge: the count is what the computation server has already been told). A join
+upload's failed well-formedness check (a verdict on a decryption, free of charge by design)
+counts toward the same caps.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from he_partition.core.errors import PrecisionError
 from ..common.errors import FailedPreconditionError
 from .arrivals import ArrivalLog
 
-__all__ = ["MAX_REFUSALS_PER_STUDY", "MAX_REFUSALS_PER_KEY", "REFUSED_AFTER_CHARGE", "RefusalGate",
+__all__ = ["FAILED_JOIN_CHECK", "MAX_REFUSALS_PER_STUDY", "MAX_REFUSALS_PER_KEY", "REFUSED_AFTER_CHARGE", "RefusalGate",
            "refusal_after_charge"]
 
 #: Refusals after the charge one study may cause; then the server decrypts nothing more for it.
@@ -33,6 +35,9 @@ MAX_REFUSALS_PER_STUDY = 8
 MAX_REFUSALS_PER_KEY = 64
 #: The words that open every refusal after the charge (and mark it in `arrivals`).
 REFUSED_AFTER_CHARGE = "refused after the charge"
+#: The `arrivals` reason of a join upload's failed well-formedness check (a decryption's verdict, uncharged:
+#: it counts toward the same caps, and the owner's upload stays failed).
+FAILED_JOIN_CHECK = "failed the join well-formedness check (counted with the refusals after the charge)"
 
 
 def refusal_after_charge(study_id: str, cap: int) -> PrecisionError:
@@ -71,7 +76,8 @@ class RefusalGate:
 
     def refused(self, study_id: str, key: str) -> tuple[int, int]:
         """(refusals after the charge of `study_id`, of every study under `key`), from `arrivals`."""
-        by_study = self._arrivals.refusals_containing(REFUSED_AFTER_CHARGE)
+        by_study = Counter(self._arrivals.refusals_containing(REFUSED_AFTER_CHARGE))
+        by_study.update(self._arrivals.refusals_containing(FAILED_JOIN_CHECK))
         return by_study.get(study_id, 0), sum(n for s, n in by_study.items() if self._key_of(s) == key)
 
     @contextmanager

@@ -126,3 +126,38 @@ def test_the_refusal_cap_per_key_spans_studies(cluster: Cluster) -> None:
     refused = first.ask(garbage)
     assert "MAX_REFUSALS_PER_KEY" in refused and "cap of 3" in refused
     assert len(cluster.decryption().budget("s1").charges) == 1  # the refusal at the cap charged nothing
+
+
+def test_join_cells_and_checks_read_the_join_key_only_after_the_charge_or_as_a_kept_failure(cluster: Cluster) -> None:
+    """The join path under the same rule. A cell under another join key (its noise budget, a function of the
+    key, is 0) is refused after the charge, in the one text, charged and recorded; on the former code it was
+    refused before the charge ("nothing was charged"). A well-formedness check whose residues were made under
+    another key answers False like a malformed upload (kept, and counted toward the caps), where the former
+    code refused it with a text of its own, as often as asked."""
+    from he_partition.he.join_scheme import JoinScheme
+    from he_partition.join.wellformed import residues
+
+    from .conftest import join_cells
+
+    j = join_cells(cluster, (7, 0, 3, 1))
+    contract, ds, scheme, m = j.contract, j.decryption, j.scheme, j.measurement
+    other = JoinScheme.generate(scheme.params)
+    seed, _ = ds.join_check_seed(study_id="j1", contract_hash=contract.contract_hash)
+    empty = [[scheme.serialize(scheme.encrypt([0])) for _ in range(2)]]
+    for owner in ("a", "b"):
+        assert ds.check_join_upload(study_id="j1", contract_hash=contract.contract_hash, owner_id=owner, seed=seed,
+                                    residues=residues(scheme, empty, seed, owner))
+    foreign = [*j.cells[:3], other.serialize(other.encrypt([1]))]
+    with pytest.raises(ServiceError) as ei:
+        ds.decrypt_join_cells(study_id="j1", release_id="r1", release_epsilon=1.0, measurement=m,
+                              contract_hash=contract.contract_hash, cells=foreign, cell_count=4)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and ei.value.details.startswith("refused after the charge")
+    assert [c.kind for c in ds.budget("j1").charges] == ["join_padding", m.kind]
+    rows = cluster.ds.handler.arrivals.rows("j1")
+    assert [(r.outcome, r.epsilon_charged) for r in rows] == [("refused", pytest.approx(m.epsilon))]
+
+    alien = [[other.serialize(other.encrypt([0])) for _ in range(2)]]
+    assert not ds.check_join_upload(study_id="j1", contract_hash=contract.contract_hash, owner_id="a", seed=seed,
+                                    residues=residues(other, alien, seed, "a"))
+    assert [r.outcome for r in cluster.ds.handler.arrivals.rows("j1")] == ["refused", "refused"]
+    assert cluster.ds.handler.refusals.refused("j1", contract.context_fingerprint) == (2, 2)
