@@ -431,9 +431,7 @@ class DecryptionHandler:
         one shared customer, who is in one cell: contribution bound 1). The values decrypted
         here already carry the computation server's draw of scale sensitivity/epsilon; with
         noise_parties == 2 this server adds its own independent draw of that scale, and
-        only it knows that draw. Every
-        ciphertext passes the integrity check (noise budget) before the charge; the charge
-        is committed before any value leaves.
+        only it knows that draw. The charge is committed before any value leaves.
 
         Only public facts are checked before the charge (the contract, the measurement's
         shape, the well-formedness record, the refusal caps, that each cell parses); the
