@@ -48,6 +48,14 @@ class FailureOracle:
             polys[1, j, 0] = c1 % q
         return self.codec.vector_bytes(polys)
 
+    def garbage(self, seed: int) -> bytes:
+        """A chunk whose c0 is uniform modulo each prime (c1 = 0): its phase is noise, so its budget is 0."""
+        rng = np.random.default_rng(seed)
+        polys = np.zeros((2, len(self.codec.moduli), self.codec.degree), dtype=np.uint64)
+        for j, q in enumerate(self.codec.moduli):
+            polys[0, j] = rng.integers(0, q, self.codec.degree, dtype=np.uint64)
+        return self.codec.vector_bytes(polys)
+
     def ask(self, data: bytes) -> str:
         """'answered', or the refusal's text."""
         self.asked += 1
@@ -95,7 +103,7 @@ def test_the_failure_oracle_learns_no_key_bit_and_its_refusals_are_charged_and_c
     # Probes sized for the check after the flood: refused, charged, in one text whatever s_j is.
     big = 14 * (1 << 108) // 10
     texts = [oracle.probe(j, big) for j in (ones[0], others[0], ones[1], others[1])]
-    texts += [oracle.ask(oracle.chunk({j: 1 << 150}, 1 << 150)) for j in range(MAX_REFUSALS_PER_STUDY - len(texts))]
+    texts += [oracle.ask(oracle.garbage(j)) for j in range(MAX_REFUSALS_PER_STUDY - len(texts))]
     assert len(set(texts)) == 1 and texts[0].startswith("refused after the charge"), texts
     assert "chunk" not in texts[0] and "budget" not in texts[0] and "implausibly" not in texts[0]
     rows = cluster.ds.handler.arrivals.rows("s1")
@@ -120,7 +128,7 @@ def test_the_refusal_cap_per_key_spans_studies(cluster: Cluster) -> None:
     for sid in ("s1", "s2"):
         cluster.open_study(study_id=sid, domain_size=64, owners=("a",), epsilon=10.0, signed=False)
     first, second = FailureOracle(cluster, "s1"), FailureOracle(cluster, "s2")
-    garbage = first.chunk({0: 1 << 150}, 1 << 150)
+    garbage = first.garbage(0)
     assert [first.ask(garbage)[:24], second.ask(garbage)[:24], second.ask(garbage)[:24]] == [
         "refused after the charge"] * 3
     refused = first.ask(garbage)
