@@ -275,6 +275,9 @@ class BfvBackend(ChunkwiseArithmetic):
         blurs the phase c0 + c1 s by 2^109 before the integrity check (`decrypt_flooded`), so
         whether a chosen ciphertext passes no longer resolves the key. InvalidInputError when
         `data` is no 2-part chunk at this context's first level (a public fact of the bytes).
+        Privacy: spends no epsilon and is no DP noise (no sensitivity or neighbouring relation
+        applies: it changes no slot value of an honest chunk); who knows e: only the key holder,
+        whose flood `key` derives it (`DecryptionHandler` derives the key from its noise key).
         """
         from .join_scheme import flood_residues  # join_scheme imports this module's helpers
         from .threshold.c1 import ciphertext_parts
