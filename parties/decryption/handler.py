@@ -662,66 +662,65 @@ class DecryptionHandler:
         """
         digest = stream_digest(chunks).hex()  # of the chunks as sent: it keys the draw and names the request
         budget: Budget | None = None
-        with ExitStack() as admitted:
+        admitted = ExitStack()  # this request's hold on the refusal caps (`RefusalGate.admitted`)
+        try:
+            contract = self.get_study(study_id)
+            check_id("release_id", release_id)
+            self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
+                                   release_id=release_id, release_epsilon=float(release_epsilon))
+            admitted.enter_context(self.refusals.admitted(study_id, contract.context_fingerprint))
+            pool = self.decrypt_pool
+            if pipeline is None and pool is not None and pool.uses_pool(len(chunks)):
+                # The workers parse, flood, check and decrypt each chunk (a caller that did not stream them).
+                pipeline = pool.pipeline(self._flood_key)
+                c1 = None if signed is not None else self.signed_c1(contract, measurement)
+                for j, c in enumerate(signed if signed is not None else chunks):
+                    pipeline.submit(c, None if c1 is None else c1[j])
+            if pipeline is not None and pipeline.flood_key != self._flood_key:
+                raise InvalidInputError("the chunk pipeline was not made by this decryption server "
+                                        "(decrypt_pipeline): its chunks do not carry its flood")
+            if pipeline is None and signed is None:  # a signed study: the owners' aggregate c1 in place of the one sent
+                c1 = self.signed_c1(contract, measurement)
+                signed = chunks if c1 is None else [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
+            # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
+            # `checked`: the same chunks already parsed and flooded as they arrived; with a pipeline, the
+            # workers hold them (their index stands in for the chunk here) and only their parsing is awaited.
+            if pipeline is not None:
+                pipeline.arrived()
+                sent: Iterator[Any] = iter(range(len(chunks)))
+            elif checked is not None:
+                sent = iter(checked)
+            else:
+                assert signed is not None
+                sent = (self.checked_chunk(c, j) for j, c in enumerate(signed))
+            wanted = set(measurement.measured_chunks(self.backend.slots))
+            vector = ChunkedVector(contract.domain_size, tuple(
+                next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
+            stream = self._noise_stream(study_id, release_id, digest)
+            spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
+            detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
+            prior = None if isinstance(measurement, RangeCount) else next(
+                (c for c in self.ledger.charges(study_id) if c.release_id == release_id and c.detail == detail), None)
+            if isinstance(measurement, RangeCount):
+                budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
+            elif prior is not None:  # the very request answered (or refused after its charge) before
+                budget = _AnsweredBefore(prior)
+            else:
+                budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
+                                       detail, contract.noise_multiplier)
+            side = DecryptionSide(PipelinedDecryption(self.backend, pipeline) if pipeline is not None
+                                  else FloodedDecryption(self.backend),
+                                  self._request_noise(study_id, release_id, float(release_epsilon),
+                                                      measurement, digest, stream=stream, spec_json=spec),
+                                  budget, contract.noise_parties)
+            # In-process: one user of the secret-key decryptor at a time; the workers have their own.
+            with self._decrypt_lock if pipeline is None else nullcontext():
+                started = time.monotonic()
+                # The integrity check (after the flood), the decode and the magnitude check: after the charge.
+                values = side.decrypt_measurement(measurement, vector)
+                took = time.monotonic() - started
+        except Exception as exc:
             try:
-                contract = self.get_study(study_id)
-                check_id("release_id", release_id)
-                self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
-                                       release_id=release_id, release_epsilon=float(release_epsilon))
-                admitted.enter_context(self.refusals.admitted(study_id, contract.context_fingerprint))
-                pool = self.decrypt_pool
-                if pipeline is None and pool is not None and pool.uses_pool(len(chunks)):
-                    # The workers parse, flood, check and decrypt each chunk (a caller that did not stream them).
-                    pipeline = pool.pipeline(self._flood_key)
-                    c1 = None if signed is not None else self.signed_c1(contract, measurement)
-                    for j, c in enumerate(signed if signed is not None else chunks):
-                        pipeline.submit(c, None if c1 is None else c1[j])
-                if pipeline is not None and pipeline.flood_key != self._flood_key:
-                    raise InvalidInputError("the chunk pipeline was not made by this decryption server "
-                                            "(decrypt_pipeline): its chunks do not carry its flood")
-                if pipeline is None and signed is None:  # a signed study: the owners' aggregate c1 in place of the one sent
-                    c1 = self.signed_c1(contract, measurement)
-                    signed = chunks if c1 is None else [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
-                # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
-                # `checked`: the same chunks already parsed and flooded as they arrived; with a pipeline, the
-                # workers hold them (their index stands in for the chunk here) and only their parsing is awaited.
-                if pipeline is not None:
-                    pipeline.arrived()
-                    sent: Iterator[Any] = iter(range(len(chunks)))
-                elif checked is not None:
-                    sent = iter(checked)
-                else:
-                    assert signed is not None
-                    sent = (self.checked_chunk(c, j) for j, c in enumerate(signed))
-                wanted = set(measurement.measured_chunks(self.backend.slots))
-                vector = ChunkedVector(contract.domain_size, tuple(
-                    next(sent) if i in wanted else None
-                    for i in range(n_chunks(contract.domain_size, self.backend.slots))))
-                stream = self._noise_stream(study_id, release_id, digest)
-                spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
-                detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
-                prior = None if isinstance(measurement, RangeCount) else next(
-                    (c for c in self.ledger.charges(study_id) if c.release_id == release_id and c.detail == detail),
-                    None)
-                if isinstance(measurement, RangeCount):
-                    budget = _DirectClaim(self.ledger, study_id, release_id, measurement, detail)
-                elif prior is not None:  # the very request answered (or refused after its charge) before
-                    budget = _AnsweredBefore(prior)
-                else:
-                    budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon),
-                                           contract.epsilon, detail, contract.noise_multiplier)
-                side = DecryptionSide(PipelinedDecryption(self.backend, pipeline) if pipeline is not None
-                                      else FloodedDecryption(self.backend),
-                                      self._request_noise(study_id, release_id, float(release_epsilon),
-                                                          measurement, digest, stream=stream, spec_json=spec),
-                                      budget, contract.noise_parties)
-                # In-process: one user of the secret-key decryptor at a time; the workers have their own.
-                with self._decrypt_lock if pipeline is None else nullcontext():
-                    started = time.monotonic()
-                    # The integrity check (after the flood), the decode and the magnitude check: after the charge.
-                    values = side.decrypt_measurement(measurement, vector)
-                    took = time.monotonic() - started
-            except Exception as exc:
                 if pipeline is not None:
                     pipeline.discard()
                 charged = budget.last.epsilon if type(budget) is _LedgerBudget and budget.last is not None else 0.0
@@ -735,7 +734,10 @@ class DecryptionHandler:
                     raise refusal from None
                 self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest,
                                     charged=charged)
-                raise
+            finally:
+                admitted.close()  # after the refusal is recorded: the caps count it
+            raise
+        try:
             charges = self.ledger.charges(study_id)
             if isinstance(budget, (_LedgerBudget, _AnsweredBefore)):
                 assert budget.last is not None  # DecryptionSide charges before it decrypts
@@ -745,6 +747,8 @@ class DecryptionHandler:
             self.arrivals.record(study_id=study_id, release_id=release_id, kind=measurement.kind, chunks=len(chunks),
                                  ciphertext_digest=digest, outcome="answered",
                                  epsilon_charged=paid.epsilon if isinstance(budget, _LedgerBudget) and paid else 0.0)
+        finally:
+            admitted.close()
         log.info("study %s, %s %s: decrypted %s (%d chunks, %d values) in %.3f s%s", study_id,
                  "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
                  measurement.kind, len(chunks), len(values), took,
