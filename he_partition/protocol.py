@@ -227,10 +227,10 @@ class DecryptionSide:
     release (in-process trusted-curator baseline). Every value leaving it is an integer.
 
     The one rule (docs/threat-model.md, "What a deviating computation server learns from
-    the decryption server"): the draw is fixed before anything data-dependent is looked
-    at, and every check deciding what to answer runs on public facts (shapes, the
-    contract, the ciphertext's noise budget) or on values that already carry the draw.
-    A refusal caused by data is then post-processing of the noised values it paid for.
+    the decryption server"): the draw is fixed and the budget charged before anything
+    that depends on the secret key is looked at; the checks before the charge run on
+    public facts only (shapes, the contract). The integrity check (noise budget) and the
+    magnitude check run after the charge, so every refusal they cause is paid for.
     """
 
     def __init__(self, backend: VectorBackend, rng: RandomSource, budget: Budget, noise_parties: int = 2) -> None:
@@ -244,18 +244,18 @@ class DecryptionSide:
         self.noise_parties = noise_parties
 
     def decrypt_measurement(self, m: Measurement, ciphertext: ChunkedVector, *, verified: bool = False) -> IntArray:
-        """Verify (unless `verified`: the caller checked each chunk as it arrived), draw, charge, decrypt, noise, check.
+        """Draw, charge, then verify (unless `verified`), decrypt, noise and check the magnitude.
 
         Privacy: this side's discrete Laplace draw of scale m.sensitivity / m.epsilon
         (only the decryption side knows it; none with noise_parties == 1) is taken from
-        `rng` first; then m.epsilon is charged to `budget`; then the values are decrypted,
-        decoded, noised, and only then checked for magnitude (PrecisionError, the epsilon
-        stays spent). So both the values and a refusal are m.epsilon-DP against either
-        server; neighbouring relation add/remove of one person with at most c records (in
-        m.sensitivity). A backend may have decrypted the chunks already, inside the key
+        `rng` first; then m.epsilon is charged to `budget`; only then are the ciphertexts
+        integrity-checked (`backend.verify`, PrecisionError: the epsilon stays spent),
+        decrypted, decoded, noised, and checked for magnitude (PrecisionError, the epsilon
+        stays spent). Neighbouring relation add/remove of one person with at most c records
+        (in m.sensitivity). A backend may have decrypted the chunks already, inside the key
         holder's processes (the decryption server's pipeline, `parties.decryption.workers`):
-        its `verify` then waits for their integrity checks, and the values are read here, by
-        `decrypt`, only after the charge; a refused check or charge leaves them unread.
+        the values and check outcomes are read here only after the charge; a refused charge
+        leaves them unread.
         """
         if ciphertext.length != m.domain_size:
             raise InvalidInputError(f"ciphertext has {ciphertext.length} slots in use, measurement expects {m.domain_size}")
@@ -265,11 +265,11 @@ class DecryptionSide:
                 f"{float(m.scale):.6g} exceeds {MAX_NOISE_SCALE} (the noise alone would pass the decode bound); "
                 "nothing was charged or decrypted"
             )
-        if not verified:
-            self.backend.verify(ciphertext)  # wrong key or corrupt: refused before anything is charged
         own = (discrete_laplace(m.scale, m.count, self.rng) if self.noise_parties == 2
                else np.zeros(m.count, dtype=np.int64))
         self.budget.charge(m.kind, m.epsilon)
+        if not verified:
+            self.backend.verify(ciphertext)  # wrong key or corrupt: refused after the charge (a function of s)
         values = m.decode(self.backend.decrypt(ciphertext, verified=True), self.backend.plain_modulus,
                           check=False) + own
         refuse_implausible(values)

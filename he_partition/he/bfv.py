@@ -17,6 +17,7 @@ side's noise encryption).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import struct
 import tempfile
@@ -36,6 +37,7 @@ __all__ = [
     "BfvParams",
     "BfvBackend",
     "FLOOD_BITS",
+    "FLOODED_MIN_BUDGET_BITS",
     "MIN_NOISE_BUDGET_BITS",
     "generate_secret_context",
     "public_context_bytes",
@@ -50,6 +52,17 @@ FLOOD_BITS = 61
 #: an honest flooded ciphertext keeps about 48 bits (measured); one made under another key,
 #: or with corrupted coefficients, has 0.
 MIN_NOISE_BUDGET_BITS = 20
+
+#: The decryption server's integrity check after its own flood (`BfvBackend.holder_flooded`):
+#: an honest chunk keeps 2 bits of noise budget then (measured: the flood is 2^108 at these
+#: parameters, Delta / 2 = 2^110), a foreign-key or corrupt one 0. Budget >= 1 bit is the
+#: budget at which SEAL's decryption is still exact.
+FLOODED_MIN_BUDGET_BITS = 1
+#: The decryption server's own flood is 2^(bit length of Delta - HOLDER_FLOOD_MARGIN_BITS) wide:
+#: 2^108 for Delta ~ 2^111 (N = 8192, primes [60, 50, 50], t of 49 bits), a quarter of Delta / 2,
+#: so |honest noise (< 2^62) + flood| stays below Delta / 2 and decoding stays exact.
+HOLDER_FLOOD_MARGIN_BITS = 4
+_HOLDER_FLOOD_TAG = b"dpagg/holder-flood/v1"
 
 
 @dataclass(frozen=True)
@@ -243,6 +256,59 @@ class BfvBackend(ChunkwiseArithmetic):
         polys[0] = self._codec.residues(r)
         return ts.bfv_vector_from(self.context, self._codec.vector_bytes(polys))
 
+    @property
+    def holder_flood_bits(self) -> int:
+        """The width (bits) of the decryption server's own flood at this context: Delta's bit length minus 4."""
+        delta = 1
+        for q in self._codec.moduli:
+            delta *= q
+        return (delta // self.plain_modulus).bit_length() - HOLDER_FLOOD_MARGIN_BITS
+
+    def holder_flooded(self, data: bytes, key: bytes, *, chunk: int = 0) -> bytes:
+        """The serialized chunk `data` with the key holder's own flood e added to c0: (c0 + e, c1).
+
+        e is uniform on [-2^holder_flood_bits, 2^holder_flood_bits) per coefficient (2^108 at the
+        project's parameters), drawn from SHAKE-256 of HMAC-SHA256(`key`, the chunk's level and
+        coefficients): the same ciphertext gets the same e, so sending it again cannot average
+        the flood away, and any other ciphertext gets an independent one. It changes no slot
+        value of an honest chunk (its noise, < 2^62, plus e stays below Delta / 2 = 2^110), but it
+        blurs the phase c0 + c1 s by 2^109 before the integrity check (`decrypt_flooded`), so
+        whether a chosen ciphertext passes no longer resolves the key. InvalidInputError when
+        `data` is no 2-part chunk at this context's first level (a public fact of the bytes).
+        Privacy: spends no epsilon and is no DP noise (no sensitivity or neighbouring relation
+        applies: it changes no slot value of an honest chunk); who knows e: only the key holder,
+        whose flood `key` derives it (`DecryptionHandler` derives the key from its noise key).
+        """
+        from .join_scheme import flood_residues  # join_scheme imports this module's helpers
+        from .threshold.c1 import ciphertext_parts
+        from .threshold.context import vector_ciphertext
+
+        try:
+            parms_id, moduli, polys = ciphertext_parts(self.context, vector_ciphertext(data))
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"chunk {chunk}: {exc}; nothing was charged or decrypted") from None
+        if parms_id != self._codec.parms_id:
+            raise InvalidInputError(f"chunk {chunk} is at another level than this key's first one: nothing was "
+                                    "charged or decrypted")
+        seed = hmac.new(key, _HOLDER_FLOOD_TAG + struct.pack("<4Q", *parms_id) + polys.tobytes(),
+                        hashlib.sha256).digest()
+        words = np.frombuffer(hashlib.shake_256(seed).digest(16 * self.slots), dtype="<u8").reshape(self.slots, 2)
+        e = flood_residues(words, moduli, bits=self.holder_flood_bits)
+        q = np.array(moduli, dtype=np.uint64)[:, None]
+        polys[0] = (polys[0] + e) % q  # both below q < 2^61: no overflow
+        return self._codec.vector_bytes(polys)
+
+    def decrypt_flooded(self, chunk: Any) -> tuple[IntArray, bool]:
+        """(slot values, passed) of one chunk that carries the key holder's flood (`holder_flooded`).
+
+        `passed`: its noise budget is at least FLOODED_MIN_BUDGET_BITS (another key or a corrupt
+        chunk has 0). The chunk is decrypted either way, so the work does not depend on the
+        outcome; the caller reads both only after the charge.
+        """
+        chunk.link_context(self.context)
+        passed = self.noise_budget(chunk) >= FLOODED_MIN_BUDGET_BITS
+        return np.asarray(chunk.decrypt(), dtype=np.int64), passed
+
     def noise_budget(self, chunk: Any) -> int:
         """SEAL's invariant noise budget of one chunk, in bits (secret key needed)."""
         if self._decryptor is None:
@@ -255,8 +321,9 @@ class BfvBackend(ChunkwiseArithmetic):
         """Refuse chunks whose invariant noise budget is below MIN_NOISE_BUDGET_BITS (another key, corruption).
 
         An honest flooded ciphertext keeps ~49 bits; a foreign-key one has 0, and so does one
-        whose coefficients were altered above the flooding level. The check reveals nothing
-        that decryption would not, and runs before the ledger is charged.
+        whose coefficients were altered above the flooding level. Whether it passes is a function
+        of the phase c0 + c1 s: the decryption server runs its own check (`decrypt_flooded`,
+        after its flood) only after the charge; this one serves in-process callers.
         """
         for i, c in enumerate(a.chunks):
             if c is None:  # not sent: no measured slot

@@ -134,7 +134,8 @@ def _version_of(factory: Callable[[], Any], data: bytes, what: str, params: Join
     return f"not a valid {what} for {params.describe()}"
 
 
-def flood_residues(words: npt.NDArray[np.uint64], moduli: Sequence[int]) -> npt.NDArray[np.uint64]:
+def flood_residues(words: npt.NDArray[np.uint64], moduli: Sequence[int], *,
+                   bits: int = FLOOD_BITS) -> npt.NDArray[np.uint64]:
     """The flood's coefficients r mod each prime, shape (len(moduli), n), from n pairs of random 64-bit words.
 
     Each pair (lo, hi) is one integer r = ((hi mod 2^(FLOOD_BITS + 1 - 64)) 2^64 + lo) - 2^FLOOD_BITS:
@@ -143,11 +144,14 @@ def flood_residues(words: npt.NDArray[np.uint64], moduli: Sequence[int]) -> npt.
     uint64 arithmetic (lo mod q plus table look-ups for the high word's 16-bit pieces, tables
     made once with `rns.mulmod`) instead of Python integers: the values of
     `int(words) % 2^(FLOOD_BITS + 1) - 2^FLOOD_BITS` reduced mod q, exactly (tests compare them).
-    Draws nothing itself: the caller passes OS CSPRNG words.
+    Draws nothing itself: the caller passes OS CSPRNG words. `bits` (65 to 111; FLOOD_BITS by
+    default) sets the width: the decryption server's own flood (`bfv.BfvBackend.holder_flooded`) is narrower.
     """
+    if not 64 < bits <= 111:
+        raise InvalidInputError(f"a flood of 2^{bits} is outside what flood_residues draws (2^65 to 2^111)")
     words = np.asarray(words, dtype=np.uint64)
     lo = words[:, 0]
-    hi = words[:, 1] & np.uint64((1 << (FLOOD_BITS + 1 - 64)) - 1)  # 47 bits: three 16-bit pieces
+    hi = words[:, 1] & np.uint64((1 << (bits + 1 - 64)) - 1)  # at most 48 bits: three 16-bit pieces
     pieces = [((hi >> np.uint64(16 * k)) & np.uint64(0xFFFF)).astype(np.intp) for k in range(3)]
     out = np.empty((len(moduli), len(lo)), dtype=np.uint64)
     for j, (q, tables) in enumerate(zip(moduli, _flood_tables(tuple(int(q) for q in moduli)))):
@@ -155,7 +159,7 @@ def flood_residues(words: npt.NDArray[np.uint64], moduli: Sequence[int]) -> npt.
         v = tables[0][pieces[0]] + tables[1][pieces[1]]  # each table entry < q < 2^61: sums stay below 2^64
         v = np.where(v >= qq, v - qq, v) + tables[2][pieces[2]]
         v = np.where(v >= qq, v - qq, v) + lo % qq
-        out[j] = (v + np.uint64(q - (1 << FLOOD_BITS) % q)) % qq
+        out[j] = (v + np.uint64(q - (1 << bits) % q)) % qq
     return out
 
 

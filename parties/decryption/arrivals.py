@@ -80,6 +80,14 @@ class ArrivalLog:
             cur = self._db.execute(query + " ORDER BY arrival_id", (study_id,) if study_id is not None else ())
             return [Arrival(*row) for row in cur.fetchall()]
 
+    def refusals_containing(self, marker: str) -> dict[str, int]:
+        """Per study, how many refused arrivals' reasons contain `marker` (the refusals after the charge)."""
+        pattern = "%" + marker.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self._lock:
+            cur = self._db.execute("SELECT study_id, COUNT(*) FROM arrivals WHERE outcome = 'refused' AND reason LIKE ? "
+                                   "ESCAPE '\\' GROUP BY study_id", (pattern,))
+            return {str(s): int(n) for s, n in cur.fetchall()}
+
     def close(self) -> None:
         with self._lock:
             self._db.close()

@@ -8,13 +8,14 @@ keyed draw before any data-dependent check), so a reviewer reads the whole bound
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import math
 import os
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from he_partition.join.protocol import JOIN_STRATEGY
 from he_partition.join.release import decrypt_values
 from he_partition.he.join_scheme import MIN_NOISE_BUDGET_BITS as JOIN_MIN_BUDGET
 from he_partition.he.join_scheme import JoinParams, JoinScheme
-from he_partition.core.errors import InvalidInputError, PrecisionError
+from he_partition.core.errors import DPAggError, InvalidInputError, PrecisionError, WorkerLostError
 from he_partition.core.measurements import Measurement, PartitionSums, RangeCount, range_count_batch
 from he_partition.core.noise import KeyedRandom, RandomSource
 from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS, Budget, DecryptionSide
@@ -49,7 +50,9 @@ from .join_checks import JoinCheckBook
 from .keys import KeyMaterial, load_or_create_join_keys
 from .oprf import PAGE_ELEMENTS, EvaluationLog
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
-from .workers import ChunkPipeline, DecryptPool, PipelinedDecryption
+from .refusals import (FAILED_JOIN_CHECK, MAX_REFUSALS_PER_KEY, MAX_REFUSALS_PER_STUDY, RefusalGate,
+                       refusal_after_charge)
+from .workers import ChunkPipeline, DecryptPool, FloodedDecryption, PipelinedDecryption
 from .ledger import Charge, DirectCharge, LedgerStore, available, check_charge, exact_reserved, exact_sum
 
 __all__ = ["DecryptionHandler", "BudgetReport", "DecryptedMeasurement", "MAX_DIRECT_RANGES"]
@@ -123,6 +126,7 @@ class _LedgerBudget(Budget):
         self._detail = detail
         self._multiplier = multiplier
         self.last: Charge | None = None
+        self.charged = False
 
     def charge(self, what: str, epsilon: float) -> None:
         """Write the ledger row for one measurement: `epsilon` times the noise multiplier.
@@ -135,6 +139,7 @@ class _LedgerBudget(Budget):
         self.last = self._ledger.charge(self._study_id, self._release_id, what,
                                         _scaled(epsilon, self._multiplier, self._release_epsilon),
                                         self._release_epsilon, self._detail)
+        self.charged = True
 
 
 class _AnsweredBefore(Budget):
@@ -147,11 +152,13 @@ class _AnsweredBefore(Budget):
     def __init__(self, prior: Charge) -> None:
         super().__init__(total=math.inf)
         self.last: Charge | None = prior
+        self.charged = False
 
     def charge(self, what: str, epsilon: float) -> None:
         """Spends no epsilon: the first answer's row (`last`) paid `epsilon` for these very values, at the
         measurement's sensitivity under add/remove of one person (the neighbouring relation). The answer is the
         same decryption plus the same keyed draw, which only this key holder knows, so nothing new is released."""
+        self.charged = True
 
 
 class _DirectClaim(Budget):
@@ -161,6 +168,7 @@ class _DirectClaim(Budget):
     def __init__(self, ledger: LedgerStore, study_id: str, request_id: str, m: RangeCount, detail: str) -> None:
         super().__init__(total=math.inf)
         self._ledger, self._study_id, self._request_id, self._m, self._detail = ledger, study_id, request_id, m, detail
+        self.charged = False
 
     def charge(self, what: str, epsilon: float) -> None:
         """Claim the paid range once instead of spending again.
@@ -172,6 +180,7 @@ class _DirectClaim(Budget):
         """
         self._ledger.claim_direct_decryption(self._study_id, self._request_id, self._m.lo, self._m.hi,
                                              self._m.epsilon, self._detail)
+        self.charged = True
 
 
 class DecryptionHandler:
@@ -187,7 +196,8 @@ class DecryptionHandler:
                  decrypt_pool: DecryptPool | None = None, seal_key: SealKeyPair | None = None,
                  commitments_dir: Path | None = None, c1_dir: Path | None = None,
                  key_holders: int = 1, oprf_key: bytes | None = None,
-                 evaluations: EvaluationLog | None = None, approvals: ApprovalBook | None = None) -> None:
+                 evaluations: EvaluationLog | None = None, approvals: ApprovalBook | None = None,
+                 refusal_cap: int = MAX_REFUSALS_PER_STUDY, key_refusal_cap: int = MAX_REFUSALS_PER_KEY) -> None:
         self.ledger = ledger
         # The operator approval keys this holder pins and the approval it accepted for each study
         # (parties.common.approval): with pins, only studies the operator signed are opened or served.
@@ -216,6 +226,12 @@ class DecryptionHandler:
         self._noise_key = noise_key if noise_key is not None else b"".join(
             int(v).to_bytes(8, "big") for v in rng.integers(1 << 62, 4))
         self.arrivals = arrivals if arrivals is not None else ArrivalLog()
+        # The key of this server's own flood on every chunk before its integrity check and decode
+        # (`BfvBackend.holder_flooded`): derived from the noise key, handed to the local workers only.
+        self._flood_key = hmac.new(self._noise_key, b"dpagg/holder-flood-key/v1", hashlib.sha256).digest()
+        # Refusals after the charge, capped per study and per key (parties.decryption.refusals).
+        self._study_keys: dict[str, str] = {}
+        self.refusals = RefusalGate(self.arrivals, self._key_of, per_study=refusal_cap, per_key=key_refusal_cap)
         self.backend = BfvBackend(keys.secret_context)
         #: The owners' signed c1 parts of each signed study, summed per chunk (kept under `c1_dir` across
         #: restarts): the only c1 this server decrypts a signed study's measurements with.
@@ -421,9 +437,14 @@ class DecryptionHandler:
         contract = self.get_study(study_id)
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")
         terms = contract.join_terms()
-        with self._decrypt_lock:
-            ok = self.join_checks.judge(study_id, contract.expected_owners, owner_id, seed, residues,
-                                        self.join_scheme(terms.version))
+        with self.refusals.admitted(study_id, contract.context_fingerprint):  # a failure counts toward the caps
+            with self._decrypt_lock:
+                ok = self.join_checks.judge(study_id, contract.expected_owners, owner_id, seed, residues,
+                                            self.join_scheme(terms.version))
+            if not ok:
+                self.arrivals.record(study_id=study_id, release_id=f"join-check:{owner_id}", kind="join_check",
+                                     chunks=len(residues), ciphertext_digest=stream_digest(residues).hex(),
+                                     outcome="refused", reason=FAILED_JOIN_CHECK)
         log.info("study %s: owner %s's join upload %s the well-formedness check", study_id, owner_id,
                  "passed" if ok else "FAILED")
         return ok
@@ -441,9 +462,13 @@ class DecryptionHandler:
         one shared customer, who is in one cell: contribution bound 1). The values decrypted
         here already carry the computation server's draw of scale sensitivity/epsilon; with
         noise_parties == 2 this server adds its own independent draw of that scale, and
-        only it knows that draw. Every
-        ciphertext passes the integrity check (noise budget) before the charge; the charge
-        is committed before any value leaves.
+        only it knows that draw. The charge is committed before any value leaves.
+
+        Only public facts are checked before the charge (the contract, the measurement's
+        shape, the well-formedness record, the refusal caps, that each cell parses); the
+        integrity check (noise budget, a function of the join key) runs after it: a
+        refusal then is charged, recorded in `arrivals` with the one text of
+        `refusal_after_charge`, and counts toward the caps (`RefusalGate`).
         """
         contract = self.get_study(study_id)
         check_id("release_id", release_id)
@@ -474,18 +499,32 @@ class DecryptionHandler:
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
         scheme = self.join_scheme(terms.version)
         parsed = [scheme.deserialize_released(c) for c in cells]
-        with self._decrypt_lock:
-            for i, ct in enumerate(parsed):
-                budget = scheme.noise_budget(ct)
-                if budget < JOIN_MIN_BUDGET:
-                    raise PrecisionError(f"ciphertext {i}: {budget} bits of noise budget: not made under this study's "
-                                         "join key, or corrupted; nothing was charged or decrypted")
-            digest = stream_digest(cells).hex()
-            charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
-                                        decryption_detail(contract, m, digest))
-            # This server's draw is fixed by the request, as for every other measurement (`_request_noise`).
-            noise = self._request_noise(study_id, release_id, eps, m, digest)
-            values = decrypt_values(scheme, parsed, m, noise, noise_parties=contract.noise_parties)
+        digest = stream_digest(cells).hex()
+        with self.refusals.admitted(study_id, contract.context_fingerprint):
+            charge: Charge | None = None
+            try:
+                with self._decrypt_lock:
+                    charge = self.ledger.charge(study_id, release_id, m.kind, m.epsilon, eps,
+                                                decryption_detail(contract, m, digest))
+                    # This server's draw is fixed by the request, as for every other measurement (`_request_noise`).
+                    noise = self._request_noise(study_id, release_id, eps, m, digest)
+                    # After the charge: every cell's budget read (no early exit), then the decryption.
+                    intact = [scheme.noise_budget(ct) >= JOIN_MIN_BUDGET for ct in parsed]
+                    if not all(intact):
+                        raise PrecisionError(f"join ciphertext {intact.index(False)} has too little noise budget")
+                    values = decrypt_values(scheme, parsed, m, noise, noise_parties=contract.noise_parties)
+            except Exception as exc:
+                if charge is None:
+                    self.record_refusal(study_id, release_id, m.kind, cells, exc, digest=digest)
+                    raise
+                log.warning("study %s, join release %s: after the charge: %s: %s", study_id, release_id,
+                            type(exc).__name__, exc)
+                refusal = refusal_after_charge(study_id, self.refusals.per_study)
+                self.record_refusal(study_id, release_id, m.kind, cells, refusal, digest=digest,
+                                    charged=charge.epsilon)
+                raise refusal from None
+            self.arrivals.record(study_id=study_id, release_id=release_id, kind=m.kind, chunks=len(cells),
+                                 ciphertext_digest=digest, outcome="answered", epsilon_charged=charge.epsilon)
         log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
                  m.kind, len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)
@@ -498,6 +537,15 @@ class DecryptionHandler:
         contract = self.ledger.get_study(check_id("study_id", study_id))
         self.approvals.require(study_id)
         return contract
+
+    def _key_of(self, study_id: str) -> str:
+        """The fingerprint of the key `study_id`'s contract names (what the per-key refusal cap counts by)."""
+        if study_id not in self._study_keys:
+            try:
+                self._study_keys[study_id] = self.ledger.get_study(study_id).context_fingerprint
+            except DPAggError:
+                return ""
+        return self._study_keys[study_id]
 
     # -- decryption -------------------------------------------------------------
     def check_measurement(self, contract: StudyContract, m: Measurement, chunk_count: int, *, contract_hash: str,
@@ -590,33 +638,29 @@ class DecryptionHandler:
         """A pipeline through the local workers for a measurement of `chunk_count` (public) chunks, or None:
         in-process (no pool, or too few chunks to pay for the round trips)."""
         pool = self.decrypt_pool
-        return pool.pipeline() if pool is not None and pool.uses_pool(chunk_count) else None
+        return pool.pipeline(self._flood_key) if pool is not None and pool.uses_pool(chunk_count) else None
 
     def with_signed_c1(self, data: bytes, index: int, c1: Any) -> bytes:
         """Measurement chunk `index` (bytes) with c1 replaced by the owners' aggregate c1 `c1`: what is decrypted.
 
         The computation server chooses c0 only (its noise, pads and flood are there); whatever c1
         it sent is ignored, so a scaled or re-randomized ciphertext decrypts to noise and fails
-        the integrity check (`checked_chunk`) before any charge.
+        the integrity check, after the charge (`decrypt_measurement`).
         """
         return self.backend.with_c1(data, c1, chunk=index)
 
     def checked_chunk(self, data: bytes, index: int) -> Any:
-        """One received chunk, parsed and through the integrity check (refused: InvalidInputError / PrecisionError)."""
-        chunk = self.backend.deserialize_chunk(data)
-        try:
-            with self._decrypt_lock:  # one user of the secret-key decryptor at a time
-                self.backend.verify(ChunkedVector(self.backend.slots, (chunk,)))
-        except PrecisionError as exc:
-            raise PrecisionError(str(exc).replace("chunk 0", f"chunk {index}")) from None
-        return chunk
+        """One received chunk (as decrypted: in a signed study with the owners' c1), parsed and carrying this
+        server's own flood (`BfvBackend.holder_flooded`); refused (InvalidInputError) only when the bytes are no
+        chunk of this key's first level, a public fact. Its integrity check runs after the charge."""
+        return self.backend.deserialize_chunk(self.backend.holder_flooded(data, self._flood_key, chunk=index))
 
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Sequence[bytes], contract_hash: str,
                             checked: Sequence[Any] | None = None,
                             signed: Sequence[bytes] | None = None,
                             pipeline: ChunkPipeline | None = None) -> DecryptedMeasurement:
-        """Fix this server's draw, charge the ledger, then decrypt, decode, add the draw and check the noised values.
+        """Fix this server's draw, charge the ledger, then flood, check, decrypt, decode, add the draw and check again.
 
         Privacy: this server's discrete Laplace draw (scale sensitivity/epsilon per value,
         noise_parties == 2; only this server knows it) is fixed first, from its noise key
@@ -624,57 +668,66 @@ class DecryptionHandler:
         request an independent one. Then the ledger row for `charged_epsilon`
         (`measurement.epsilon`, times 1 + L in a study with correlated records, where it
         is a Bayesian-DP charge in the same units as `release_epsilon`) is committed (and
-        refused with BudgetExhaustedError if it does not fit) before decryption; a request
-        identical to one already charged (same release, contract, measurement and bytes:
-        the same row detail) is answered from that row, with the same draw and so the same
-        values, and is not charged again (`_AnsweredBefore`). The
-        decoded values are the measurement (sensitivity `measurement.sensitivity` under
-        add/remove of one person with at most c records) plus the computation server's
-        draw plus this server's. Before the charge every chunk passes the integrity check
-        (noise budget: a foreign key or corrupt ciphertext is refused and nothing is
-        charged; in a signed study what is decrypted is each chunk's c0 with the owners'
-        aggregate c1, `with_signed_c1`: `signed` when the caller built them as the chunks
-        arrived, with `checked` their parsed and checked form);
-        after it, noised values above 2^44 are refused (the epsilon stays
-        spent, and the refusal is post-processing of the noised values). Every request
-        that reaches this point is recorded in `arrivals`, answered or refused; the ledger
-        row also records what it paid for (`decryption_detail`).
+        refused with BudgetExhaustedError if it does not fit) before anything that depends
+        on the secret key is read; a request identical to one already charged (same
+        release, contract, measurement and bytes: the same row detail) is answered from
+        that row, with the same draw and so the same values, and is not charged again
+        (`_AnsweredBefore`). The decoded values are the measurement (sensitivity
+        `measurement.sensitivity` under add/remove of one person with at most c records)
+        plus the computation server's draw plus this server's.
 
-        With the local worker pool (`pipeline`, or built here from the chunks when the pool
-        takes a measurement of this many chunks), the workers parse, check and decrypt each
-        chunk, possibly before the charge (as the chunks arrived), but the slot values stay in
-        this process and are read only after the charge committed: this thread fixes the
-        draw's source, waits for every chunk's integrity check (a refusal: nothing charged),
-        charges, and only then decodes and adds its draw. A refused check or charge discards
-        the values; nothing is released and nobody outside the key holder saw them.
+        Before the charge only public facts are checked: the contract and the measurement's
+        shape (`check_measurement`), the refusal caps (`RefusalGate`), and that the bytes are
+        chunks of this key's first level. Every chunk carries this server's own flood
+        (`checked_chunk`, `BfvBackend.holder_flooded`: uniform on +-2^108, keyed by the
+        ciphertext, exact decoding kept) before its integrity check (noise budget) and its
+        decode; in a signed study what is decrypted is each chunk's c0 with the owners'
+        aggregate c1 (`with_signed_c1`: `signed` when the caller built them as the chunks
+        arrived, `checked` their parsed, flooded form). After the charge, a chunk that
+        fails the integrity check or noised values above 2^44 are refused with the one text
+        of `refusal_after_charge` (whichever check refused; the epsilon stays spent), and
+        such refusals are capped per study and per key. Every request that reaches this
+        point is recorded in `arrivals`, answered or refused, with what it was charged; the
+        ledger row also records what it paid for (`decryption_detail`).
+
+        With the local worker pool (`pipeline`, made by `decrypt_pipeline`, or built here
+        from the chunks when the pool takes a measurement of this many chunks), the workers
+        parse, flood, check and decrypt each chunk as it arrives, but their values and check
+        outcomes stay in this process and are read only after the charge committed.
         """
         digest = stream_digest(chunks).hex()  # of the chunks as sent: it keys the draw and names the request
         budget: Budget | None = None
+        admitted = ExitStack()  # this request's hold on the refusal caps (`RefusalGate.admitted`)
         try:
             contract = self.get_study(study_id)
             check_id("release_id", release_id)
             self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                    release_id=release_id, release_epsilon=float(release_epsilon))
+            admitted.enter_context(self.refusals.admitted(study_id, contract.context_fingerprint))
             pool = self.decrypt_pool
             if pipeline is None and pool is not None and pool.uses_pool(len(chunks)):
-                # The workers parse, check and decrypt each chunk (a caller that did not stream them through a pipeline).
-                pipeline = pool.pipeline()
+                # The workers parse, flood, check and decrypt each chunk (a caller that did not stream them).
+                pipeline = pool.pipeline(self._flood_key)
                 c1 = None if signed is not None else self.signed_c1(contract, measurement)
                 for j, c in enumerate(signed if signed is not None else chunks):
                     pipeline.submit(c, None if c1 is None else c1[j])
+            if pipeline is not None and pipeline.flood_key != self._flood_key:
+                raise InvalidInputError("the chunk pipeline was not made by this decryption server "
+                                        "(decrypt_pipeline): its chunks do not carry its flood")
             if pipeline is None and signed is None:  # a signed study: the owners' aggregate c1 in place of the one sent
                 c1 = self.signed_c1(contract, measurement)
                 signed = chunks if c1 is None else [self.with_signed_c1(c, j, c1[j]) for j, c in enumerate(chunks)]
             # Only the chunks holding measured slots travel; the others are pads the decryption needs not see.
-            # `checked`: the same chunks already parsed and integrity-checked as they arrived; with a pipeline,
-            # the workers hold them (their index stands in for the chunk here).
+            # `checked`: the same chunks already parsed and flooded as they arrived; with a pipeline, the
+            # workers hold them (their index stands in for the chunk here) and only their parsing is awaited.
             if pipeline is not None:
+                pipeline.arrived()
                 sent: Iterator[Any] = iter(range(len(chunks)))
             elif checked is not None:
                 sent = iter(checked)
             else:
                 assert signed is not None
-                sent = (self.backend.deserialize_chunk(c) for c in signed)
+                sent = (self.checked_chunk(c, j) for j, c in enumerate(signed))
             wanted = set(measurement.measured_chunks(self.backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
@@ -691,32 +744,46 @@ class DecryptionHandler:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
             side = DecryptionSide(PipelinedDecryption(self.backend, pipeline) if pipeline is not None
-                                  else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
-                                                                    measurement, digest, stream=stream,
-                                                                    spec_json=spec),
+                                  else FloodedDecryption(self.backend),
+                                  self._request_noise(study_id, release_id, float(release_epsilon),
+                                                      measurement, digest, stream=stream, spec_json=spec),
                                   budget, contract.noise_parties)
             # In-process: one user of the secret-key decryptor at a time; the workers have their own.
             with self._decrypt_lock if pipeline is None else nullcontext():
                 started = time.monotonic()
-                # With a pipeline, `verify` (before the draw and the charge) waits for the workers' checks.
-                values = side.decrypt_measurement(measurement, vector,
-                                                  verified=checked is not None and pipeline is None)
+                # The integrity check (after the flood), the decode and the magnitude check: after the charge.
+                values = side.decrypt_measurement(measurement, vector)
                 took = time.monotonic() - started
         except Exception as exc:
-            if pipeline is not None:
-                pipeline.discard()
-            charged = budget.last.epsilon if type(budget) is _LedgerBudget and budget.last is not None else 0.0
-            self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest, charged=charged)
+            try:
+                if pipeline is not None:
+                    pipeline.discard()
+                charged = budget.last.epsilon if type(budget) is _LedgerBudget and budget.last is not None else 0.0
+                if getattr(budget, "charged", False) and not isinstance(exc, WorkerLostError):
+                    # After the charge: one text for whatever refused (a function of the secret key otherwise).
+                    log.warning("study %s, release %s: after the charge: %s: %s", study_id, release_id,
+                                type(exc).__name__, exc)
+                    refusal = refusal_after_charge(study_id, self.refusals.per_study)
+                    self.record_refusal(study_id, release_id, measurement.kind, chunks, refusal, digest=digest,
+                                        charged=charged)
+                    raise refusal from None
+                self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest,
+                                    charged=charged)
+            finally:
+                admitted.close()  # after the refusal is recorded: the caps count it
             raise
-        charges = self.ledger.charges(study_id)
-        if isinstance(budget, (_LedgerBudget, _AnsweredBefore)):
-            assert budget.last is not None  # DecryptionSide charges before it decrypts
-            paid: Charge | None = budget.last
-        else:
-            paid = next((c for c in charges if c.release_id == release_id), None)
-        self.arrivals.record(study_id=study_id, release_id=release_id, kind=measurement.kind, chunks=len(chunks),
-                             ciphertext_digest=digest, outcome="answered",
-                             epsilon_charged=paid.epsilon if isinstance(budget, _LedgerBudget) and paid else 0.0)
+        try:
+            charges = self.ledger.charges(study_id)
+            if isinstance(budget, (_LedgerBudget, _AnsweredBefore)):
+                assert budget.last is not None  # DecryptionSide charges before it decrypts
+                paid: Charge | None = budget.last
+            else:
+                paid = next((c for c in charges if c.release_id == release_id), None)
+            self.arrivals.record(study_id=study_id, release_id=release_id, kind=measurement.kind, chunks=len(chunks),
+                                 ciphertext_digest=digest, outcome="answered",
+                                 epsilon_charged=paid.epsilon if isinstance(budget, _LedgerBudget) and paid else 0.0)
+        finally:
+            admitted.close()
         log.info("study %s, %s %s: decrypted %s (%d chunks, %d values) in %.3f s%s", study_id,
                  "direct query" if isinstance(measurement, RangeCount) else "release", release_id,
                  measurement.kind, len(chunks), len(values), took,

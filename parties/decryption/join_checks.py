@@ -49,7 +49,8 @@ class JoinCheckBook:
         """Decrypt each round's residue and record whether `owner_id`'s upload is well formed (every slot 0).
 
         Reveals 0 for an honest upload, for a malformed one its deviations (he_partition.join.wellformed);
-        charges nothing.
+        charges nothing. A residue without noise budget left (another key, corruption) is a failure like a
+        malformed upload (False, kept): the answer is one bit, and after it the owner's upload stays failed.
         """
         if owner_id not in owners:
             raise PermissionDeniedError(f"{owner_id!r} is not one of join study {study_id}'s owners "
@@ -64,11 +65,10 @@ class JoinCheckBook:
             raise InvalidInputError(f"the well-formedness check has {rounds} rounds, {len(residues)} ciphertexts "
                                     "arrived")
         parsed = [scheme.deserialize_released(r) for r in residues]
-        for i, ct in enumerate(parsed):
-            if scheme.noise_budget(ct) < MIN_NOISE_BUDGET_BITS:
-                raise InvalidInputError(f"check ciphertext {i} has too little noise budget: not made under this "
-                                        "study's join key, or corrupted; nothing was recorded")
-        ok = well_formed(scheme, parsed)
+        # Whether a residue has noise budget left is a function of the join key, as is the decoded residue: both
+        # end in the one answer False (kept, as any failure), never in a refusal of its own.
+        intact = [scheme.noise_budget(ct) >= MIN_NOISE_BUDGET_BITS for ct in parsed]
+        ok = all(intact) and well_formed(scheme, parsed)
         with self._lock:
             if self._studies.get(study_id) is st:
                 st.outcome[owner_id] = st.outcome.get(owner_id, True) and ok  # a failure stays

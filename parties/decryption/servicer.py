@@ -103,8 +103,9 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         signed_c1 = self.handler.signed_c1(contract, measurement)
         if self.handler.decrypt_pool is not None:  # local decrypt workers load the key while the chunks arrive
             self.handler.decrypt_pool.warm(int(header.chunk_count))
-        # Enough chunks: each goes to the key holder's local workers as it arrives (parsed, checked and decrypted
-        # there, once); their values stay in this process until the charge (`DecryptionHandler.decrypt_measurement`).
+        # Enough chunks: each goes to the key holder's local workers as it arrives (parsed, flooded, checked and
+        # decrypted there, once); their values and integrity outcomes stay in this process until the charge
+        # (`DecryptionHandler.decrypt_measurement`).
         pipeline = self.handler.decrypt_pipeline(int(header.chunk_count))
         chunks: list[bytes] = []
         signed: list[bytes] = []  # in-process: what is decrypted, the chunks or their c0 with the owners' c1
@@ -119,13 +120,14 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                 chunks.append(msg.chunk)
                 if pipeline is not None:
                     pipeline.submit(msg.chunk, None if signed_c1 is None else signed_c1[j])
-                    refused = pipeline.failed()  # a chunk a worker already refused ends the stream here
+                    refused = pipeline.failed()  # bytes a worker could not parse end the stream here (public)
                     if refused is not None:
                         raise refused.with_traceback(None) from None
                     continue
                 signed.append(msg.chunk if signed_c1 is None else self.handler.with_signed_c1(msg.chunk, j,
                                                                                             signed_c1[j]))
-                # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
+                # Parse and flood each chunk as it arrives, while the sender encrypts the next one (its integrity
+                # check, a function of the secret key, runs after the charge).
                 checked.append(self.handler.checked_chunk(signed[j], j))
         except Exception as exc:  # chunks that reached this server are recorded, refused or not
             if pipeline is not None:

@@ -8,18 +8,23 @@ the bytes handed to it through the spawn pipe; the secret key never crosses a ne
 The pipeline (`ChunkPipeline`): as each chunk of a DecryptMeasurement stream arrives, the
 servicer hands its bytes (and, in a signed study, the owners' aggregate c1 of that chunk) to
 the pool and keeps receiving. A worker parses the chunk once, puts the owners' c1 in place
-(signed study), runs the integrity check (noise budget) and decrypts it, and returns the
-chunk's slot values (mod t, centred) or the integrity error.
+(signed study), adds the key holder's own flood to c0 (`BfvBackend.holder_flooded`, keyed by
+the handler's flood key, which reaches the worker with each chunk through its pipe), reads
+the integrity check (noise budget) and decrypts it, and returns the chunk's slot values
+(mod t, centred) with the check's outcome; it raises only for bytes that are no chunk of
+this context (a public fact).
 
 Privacy: what is decrypted when, and who sees it. Chunks are decrypted as they arrive, before
 the ledger is charged, but only inside the key holder's own processes (the server process
 and its local workers); the slot values wait in the server process (`ChunkPipeline`) and are
 read only by `DecryptionSide.decrypt_measurement` after the charge commits. What stays in the
 coordinator (the handler's thread), in its order: the keyed noise draw (fixed from the noise
-key and the request before anything data-dependent is read), waiting for every chunk's
-integrity check (`PipelinedDecryption.verify`), the one ledger transaction, then decoding,
-adding the draw and the magnitude check. An integrity failure or a refused charge discards
-the values and nothing is released; nobody outside the key holder sees them before the charge.
+key and the request before anything data-dependent is read), waiting for every chunk to be
+parsed (`ChunkPipeline.arrived`: refusals of public facts only), the one ledger transaction,
+then the integrity outcomes (`PipelinedDecryption.verify`), decoding, adding the draw and the
+magnitude check. A refused charge discards the values and nothing is released; a failed
+integrity check after the charge is a charged refusal. Nobody outside the key holder sees a
+value or an integrity outcome before the charge.
 Workers compute a deterministic function of the chunk bytes, so the released values are
 byte-identical to the in-process path under the same noise key, and a worker that dies is
 replaced and the measurement's chunks are decrypted again from their bytes: the released
@@ -44,14 +49,16 @@ import numpy.typing as npt
 from he_partition.core.backend import ChunkedVector
 from he_partition.core.errors import DPAggError, InvalidInputError, PrecisionError, WorkerLostError
 from he_partition.execution.spawning import end_with_parent, usable_cores, without_user_main
-from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS, BfvBackend, load_context
 
-__all__ = ["ChunkPipeline", "DecryptPool", "PipelinedDecryption", "default_decrypt_workers", "MIN_POOLED_CHUNKS"]
+__all__ = ["ChunkPipeline", "DecryptPool", "FloodedDecryption", "PipelinedDecryption", "default_decrypt_workers", "MIN_POOLED_CHUNKS"]
 
 log = logging.getLogger("dpagg.decryption")
 
 IntArray = npt.NDArray[np.int64]
 C1 = npt.NDArray[np.uint64]
+#: A chunk as a worker returns it: (slot values, whether it passed the integrity check).
+Checked = tuple[IntArray, bool]
 
 #: Measurements with fewer chunks than this are parsed, checked and decrypted in the handler's
 #: process (a round trip to a worker costs more than one or two chunks' ~2.3 ms of work).
@@ -84,10 +91,11 @@ def _ready() -> None:
     """A no-op: submitting it spawns a worker of a new pool."""
 
 
-def _check_and_decrypt(data: bytes, index: int, c1: C1 | None) -> IntArray:
+def _check_and_decrypt(data: bytes, index: int, c1: C1 | None, flood_key: bytes | None = None) -> tuple[IntArray, bool]:
     """Chunk `index` of a measurement: parsed once, its c1 replaced by the owners' `c1` (signed study),
-    integrity-checked, decrypted. Its slot values centred in (-t/2, t/2], or the refusal raised
-    (InvalidInputError: not a chunk of this context; PrecisionError: failed the integrity check)."""
+    flooded with the key holder's own noise (`flood_key`; None: not flooded, checked at the unflooded
+    MIN_NOISE_BUDGET_BITS), decrypted. (Its slot values centred in (-t/2, t/2], whether it passed the
+    integrity check); InvalidInputError raised when the bytes are not a chunk of this context."""
     if _DIE_MARKER is not None:
         try:
             _DIE_MARKER.unlink()  # fault injection for the retry test: exactly one worker dies, once
@@ -99,12 +107,11 @@ def _check_and_decrypt(data: bytes, index: int, c1: C1 | None) -> IntArray:
     assert backend is not None
     if c1 is not None:
         data = backend.with_c1(data, c1, chunk=index)
-    vector = ChunkedVector(backend.slots, (backend.deserialize_chunk(data),))
-    try:
-        backend.verify(vector)
-    except PrecisionError as exc:
-        raise PrecisionError(str(exc).replace("chunk 0", f"chunk {index}")) from None
-    return backend.decrypt(vector, verified=True)
+    if flood_key is not None:
+        return backend.decrypt_flooded(backend.deserialize_chunk(backend.holder_flooded(data, flood_key, chunk=index)))
+    chunk = backend.deserialize_chunk(data)
+    passed = backend.noise_budget(chunk) >= MIN_NOISE_BUDGET_BITS
+    return backend.decrypt(ChunkedVector(backend.slots, (chunk,)), verified=True), passed
 
 
 class DecryptPool:
@@ -166,17 +173,21 @@ class DecryptPool:
         if self.uses_pool(chunk_count):
             self.start()
 
-    def pipeline(self) -> ChunkPipeline:
-        """A new measurement's pipeline: hand it each chunk as it arrives (`ChunkPipeline.submit`)."""
-        return ChunkPipeline(self)
+    def pipeline(self, flood_key: bytes | None = None) -> ChunkPipeline:
+        """A new measurement's pipeline: hand it each chunk as it arrives (`ChunkPipeline.submit`).
 
-    def _submit(self, data: bytes, index: int, c1: C1 | None) -> tuple[ProcessPoolExecutor, Future[IntArray]]:
+        `flood_key`: the key holder's flood key (`DecryptionHandler.decrypt_pipeline` passes it; None:
+        chunks are not flooded, for callers that check unflooded chunks)."""
+        return ChunkPipeline(self, flood_key)
+
+    def _submit(self, data: bytes, index: int, c1: C1 | None,
+                flood_key: bytes | None = None) -> tuple[ProcessPoolExecutor, Future[Checked]]:
         with self._lock:
             pool = self._pool()
             try:
-                return pool, pool.submit(_check_and_decrypt, data, index, c1)
+                return pool, pool.submit(_check_and_decrypt, data, index, c1, flood_key)
             except BrokenProcessPool as exc:  # a worker died while earlier chunks were in work
-                lost: Future[IntArray] = Future()  # `ChunkPipeline.values` then decrypts every chunk again
+                lost: Future[Checked] = Future()  # `ChunkPipeline.values` then decrypts every chunk again
                 lost.set_exception(exc)
                 return pool, lost
 
@@ -191,7 +202,8 @@ class DecryptPool:
             proc.kill()
             proc.join(10)
 
-    def _decrypt_again(self, sent: Sequence[tuple[bytes, C1 | None]], broken: ProcessPoolExecutor) -> list[IntArray]:
+    def _decrypt_again(self, sent: Sequence[tuple[bytes, C1 | None]], broken: ProcessPoolExecutor,
+                       flood_key: bytes | None = None) -> list[Checked]:
         """After a worker died: every chunk of the measurement checked and decrypted again by a fresh pool, in order."""
         with self._lock:
             self._replace(broken)
@@ -202,7 +214,7 @@ class DecryptPool:
                 try:
                     size = max(1, len(sent) // (4 * self.workers))
                     return list(pool.map(_check_and_decrypt, [d for d, _ in sent], range(len(sent)),
-                                         [c for _, c in sent], chunksize=size))
+                                         [c for _, c in sent], [flood_key] * len(sent), chunksize=size))
                 except BrokenProcessPool:
                     self._replace(pool)
             self.restarts += 1
@@ -219,30 +231,33 @@ class DecryptPool:
 class ChunkPipeline:
     """One measurement's chunks in the key holder's workers: each parsed, checked and decrypted as it arrives.
 
-    Privacy: the slot values the workers return stay in this object, in the key holder's
-    process; `values` hands them to `PipelinedDecryption`, whose `decrypt` the decryption side
-    calls only after the ledger charge committed. A refusal (`failed`, `values`) or a refused
-    charge drops the object, and with it the values: nothing is released.
+    Privacy: the slot values and integrity outcomes the workers return stay in this object,
+    in the key holder's process; `values` hands them to `PipelinedDecryption`, whose `verify`
+    and `decrypt` the decryption side calls only after the ledger charge committed. Before
+    the charge only `failed` and `arrived` are read, and they raise only for bytes that are
+    no chunk (public). A refusal or a refused charge drops the object, and with it the values.
     """
 
-    def __init__(self, pool: DecryptPool) -> None:
+    def __init__(self, pool: DecryptPool, flood_key: bytes | None = None) -> None:
         self._pool = pool
+        self.flood_key = flood_key
         self._sent: list[tuple[bytes, C1 | None]] = []
-        self._futures: list[tuple[ProcessPoolExecutor, Future[IntArray]]] = []
-        self._seen = 0  # chunks before this one are known to have passed the check
-        self._values: list[IntArray] | None = None
+        self._futures: list[tuple[ProcessPoolExecutor, Future[Checked]]] = []
+        self._seen = 0  # chunks before this one are known to have been parsed
+        self._values: list[Checked] | None = None
 
     def __len__(self) -> int:
         return len(self._sent)
 
     def submit(self, data: bytes, c1: C1 | None = None) -> None:
         """Hand the next chunk (its bytes; in a signed study the owners' aggregate c1 it is decrypted with) to a worker."""
-        self._futures.append(self._pool._submit(data, len(self._sent), c1))
+        self._futures.append(self._pool._submit(data, len(self._sent), c1, self.flood_key))
         self._sent.append((data, c1))
 
     def failed(self) -> DPAggError | None:
-        """The refusal of the first chunk a worker already refused, if any (non-blocking; chunks still in work
-        and a dead worker count as not failed). Lets the servicer refuse a stream before it ends."""
+        """The refusal of the first chunk a worker already refused as no chunk of this context, if any
+        (non-blocking; chunks still in work and a dead worker count as not failed). Lets the servicer refuse a
+        stream before it ends; a failed integrity check is no refusal here (it is read after the charge)."""
         while self._seen < len(self._futures):
             future = self._futures[self._seen][1]
             if not future.done():
@@ -255,20 +270,37 @@ class ChunkPipeline:
             self._seen += 1
         return None
 
+    def arrived(self) -> None:
+        """Wait until every chunk is parsed and decrypted; raise only the refusal of bytes that are no chunk.
+
+        What the handler waits for before the charge: the integrity outcomes stay unread.
+        """
+        self._checked()
+
     def values(self) -> list[IntArray]:
-        """Every chunk's slot values, in order, once all workers answered; the first chunk's refusal raised.
+        """Every chunk's slot values, in order, once all workers answered; PrecisionError naming the first chunk
+        that failed the integrity check. Called after the charge (`PipelinedDecryption`).
 
         A worker that died: all chunks are checked and decrypted again by a fresh pool
         (deterministic: the same values), up to the pool's retries, then WorkerLostError.
         """
+        out = self._checked()
+        for i, (_, passed) in enumerate(out):
+            if not passed:
+                raise PrecisionError(f"ciphertext chunk {i} failed the decryption integrity check (its noise budget "
+                                     "is too small): it was made under another key or is corrupt")
+        return [v for v, _ in out]
+
+    def _checked(self) -> list[Checked]:
+        """(values, passed) of every chunk, in order; refusals of bytes that are no chunk raised."""
         if self._values is None:
-            out: list[IntArray] = []
+            out: list[Checked] = []
             for pool, future in self._futures:
                 try:
                     out.append(future.result())
                 except BrokenProcessPool:
                     self.discard()
-                    out = self._pool._decrypt_again(self._sent, pool)
+                    out = self._pool._decrypt_again(self._sent, pool, self.flood_key)
                     break
                 except DPAggError as exc:
                     self.discard()
@@ -287,9 +319,9 @@ class ChunkPipeline:
 class PipelinedDecryption:
     """The backend view `DecryptionSide` decrypts through when a measurement's chunks went to the workers.
 
-    Everything comes from `backend`, except: `verify` waits for every chunk's integrity check
-    (and decryption) in the workers and raises the first refusal; `decrypt` (called after the
-    ledger charge) assembles the slot values the workers returned, zeros for unsent chunks.
+    Everything comes from `backend`, except: `verify` (called after the ledger charge) reads
+    every chunk's integrity outcome from the workers and raises the first refusal; `decrypt`
+    assembles the slot values the workers returned, zeros for unsent chunks.
     """
 
     def __init__(self, backend: BfvBackend, pipeline: ChunkPipeline) -> None:
@@ -312,4 +344,37 @@ class PipelinedDecryption:
         done = iter(self._pipeline.values())
         slots = self._backend.slots
         parts = [np.zeros(slots, dtype=np.int64) if c is None else next(done) for c in a.chunks]
+        return np.concatenate(parts)[: a.length] if parts else np.zeros(0, dtype=np.int64)
+
+
+class FloodedDecryption:
+    """The backend view `DecryptionSide` decrypts through when the handler flooded the chunks itself (in-process).
+
+    `verify` (called after the ledger charge) reads every chunk's integrity outcome with
+    `BfvBackend.decrypt_flooded` (each chunk decrypted whatever its outcome: the work does not
+    depend on it) and raises the first refusal; `decrypt` assembles those values.
+    """
+
+    def __init__(self, backend: BfvBackend) -> None:
+        self._backend = backend
+        self._done: list[Checked | None] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def verify(self, a: ChunkedVector) -> None:
+        """PrecisionError naming the first chunk whose flooded noise budget is below FLOODED_MIN_BUDGET_BITS."""
+        self._done = [None if c is None else self._backend.decrypt_flooded(c) for c in a.chunks]
+        for i, d in enumerate(self._done):
+            if d is not None and not d[1]:
+                raise PrecisionError(f"ciphertext chunk {i} failed the decryption integrity check (its noise "
+                                     "budget is too small): it was made under another key or is corrupt")
+
+    def decrypt(self, a: ChunkedVector, *, verified: bool = False) -> IntArray:
+        """As `BfvBackend.decrypt` of the flooded chunks (the same values for an honest chunk)."""
+        if not verified or self._done is None:
+            self.verify(a)
+        assert self._done is not None
+        slots = self._backend.slots
+        parts = [np.zeros(slots, dtype=np.int64) if d is None else d[0] for d in self._done]
         return np.concatenate(parts)[: a.length] if parts else np.zeros(0, dtype=np.int64)

@@ -217,3 +217,24 @@ def test_flooded_residual_is_large_and_budget_still_decrypts(keys) -> None:
     assert ds.noise_budget(chunk) >= 40
     fresh = residual_view(ds, encrypt_histogram(public, x).chunks[0])
     assert np.max(np.abs(fresh)) < 2**10  # a fresh encryption's noise, before flooding
+
+
+def test_the_key_holders_own_flood_keeps_honest_decodes_exact_and_is_fixed_by_the_ciphertext() -> None:
+    """The decryption server's flood (`BfvBackend.holder_flooded`, 2^108 at these parameters, Delta / 2 = 2^110):
+    an honest flooded chunk decodes to the same slots and keeps 2 bits of budget (>= FLOODED_MIN_BUDGET_BITS);
+    the same ciphertext gets the same flood (a re-sent request cannot average it), another key's chunk has 0."""
+    from he_partition.he.bfv import FLOODED_MIN_BUDGET_BITS
+
+    ds, owner = generate_backends()
+    assert ds.holder_flood_bits == 108
+    values = np.arange(-4096, 4096, dtype=np.int64) * 1000
+    data = owner.serialize_chunk(owner.encrypt(values).chunks[0] + owner._flood())
+    key = bytes(range(32))
+    once, twice = ds.holder_flooded(data, key), ds.holder_flooded(data, key)
+    assert once == twice and once != ds.holder_flooded(data, bytes(32))
+    decoded, passed = ds.decrypt_flooded(ds.deserialize_chunk(once))
+    assert passed and np.array_equal(decoded, values)
+    assert ds.noise_budget(ds.deserialize_chunk(once)) == 2 >= FLOODED_MIN_BUDGET_BITS
+    other, _ = generate_backends()
+    foreign = ds.holder_flooded(other.serialize_chunk(other.encrypt(values).chunks[0]), key)
+    assert not ds.decrypt_flooded(ds.deserialize_chunk(foreign))[1]

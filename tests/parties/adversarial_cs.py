@@ -89,14 +89,14 @@ class AdversarialComputationServer:
                 for _, c in self.backend.noised_chunks(agg, noise, keep=m.measured_chunks(self.backend.slots))]
 
     def ask(self, release_id: str, release_epsilon: float, m: Measurement, chunks: list[bytes]) -> IntArray | None:
-        """The DS's answer (values), or None when it refused for data reasons (FAILED_PRECONDITION/INVALID_ARGUMENT)."""
+        """The DS's answer (values), or None when it refused for data reasons (after the charge)."""
         self.requests += 1
         try:
             return self.ds.decrypt_measurement(study_id=self.study_id, release_id=release_id,
                                                release_epsilon=release_epsilon, measurement=m, chunks=chunks,
                                                chunk_count=len(chunks), contract_hash=self.contract_hash).values
         except ServiceError as exc:
-            if "implausibly large" in exc.details:
+            if exc.details.startswith("refused after the charge") or "implausibly large" in exc.details:
                 return None
             raise
 

@@ -93,7 +93,7 @@ def test_foreign_key_ciphertext_with_a_forged_fingerprint_fails_the_decryption_i
         cluster: Cluster) -> None:
     """A malicious owner can claim the right fingerprint: the computation server cannot tell (it has no
     secret key), so the ciphertext is stored; the decryption server's noise-budget check then refuses the
-    release before anything is charged."""
+    release at its first measurement, after that measurement's charge (the check reads the secret key)."""
     cluster.open_study(domain_size=64, owners=("a", "b"))
     cluster.owner("b").submit("s1", np.ones(64, dtype=int))
     be = BfvBackend(load_context(public_context_bytes(generate_secret_context())))
@@ -106,8 +106,8 @@ def test_foreign_key_ciphertext_with_a_forged_fingerprint_fails_the_decryption_i
     rel_id = cluster.computation().study_status("s1").release_ids[-1]
     st = cluster.computation().release_status(rel_id)
     assert st.state == "FAILED" and st.error_code == "INVALID_ARGUMENT" and st.summary is None
-    # The integrity check runs before the ledger: nothing was charged, and no error text carries a value.
-    assert cluster.decryption().budget("s1").charges == ()
+    # The integrity check runs after the charge: the first measurement is paid, and no error text carries a value.
+    assert [c.kind for c in cluster.decryption().budget("s1").charges] == ["prefix_differences"]
     assert not re.search(r"\d{4,}|e[+-]\d", err.details + (st.error_message or ""))
     assert cluster.analyst().list_releases("s1") == []
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
 
@@ -19,7 +18,6 @@ from he_partition.he.threshold.c1 import c1_of_vector
 from parties.decryption.handler import DecryptedMeasurement, DecryptionHandler
 from parties.decryption.keys import KeyMaterial, KeyStore
 from parties.decryption.ledger import SqliteLedgerStore
-from parties.common.errors import ServiceError
 from parties.common.config import DecryptionConfig
 from parties.decryption.server import KEYS_DIR, create_decryption_server
 from parties.decryption.workers import DecryptPool, default_decrypt_workers
@@ -110,10 +108,11 @@ def test_streamed_pipeline_releases_the_in_process_values(tmp_path: Path,
     assert rows[0] == rows[1] == rows[2] and len(rows[0]) == 1
 
 
-def test_a_chunk_the_workers_refuse_charges_nothing(tmp_path: Path,
-                                                    keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
-    """A chunk under another key, streamed to the workers: refused by the integrity check (naming the chunk),
-    no ledger row, the request recorded as refused, nothing released."""
+def test_a_chunk_the_workers_refuse_is_refused_after_the_charge(tmp_path: Path,
+                                                                keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
+    """A chunk under another key, streamed to the workers: its integrity check (a function of the secret key) is
+    read only after the charge, so the refusal is charged (the ledger row stays, `arrivals` records the epsilon)
+    and says only "refused after the charge", not which check or chunk; nothing is released."""
     store, material, chunks = keys
     other = BfvBackend(load_context(KeyStore(tmp_path / "other").load_or_create().public_bytes))
     foreign = other.serialize_chunk(other.encrypt(np.ones(other.slots, dtype=np.int64)).chunks[0])
@@ -125,13 +124,14 @@ def test_a_chunk_the_workers_refuse_charges_nothing(tmp_path: Path,
         assert pipeline is not None
         for c in bad:
             pipeline.submit(c)
-        with pytest.raises(PrecisionError, match="chunk 2 failed the decryption integrity check"):
+        with pytest.raises(PrecisionError, match="^refused after the charge: ") as refused:
             handler.decrypt_measurement(study_id="s1", release_id="r1", release_epsilon=0.5, measurement=M,
                                         chunks=bad, contract_hash=contract_hash, pipeline=pipeline)
     finally:
         pool.close()
-    assert handler.ledger.charges("s1") == []
-    assert [r.outcome for r in handler.arrivals.rows("s1")] == ["refused"]
+    assert "chunk" not in str(refused.value) and "noise budget" not in str(refused.value)
+    assert [c.epsilon for c in handler.ledger.charges("s1")] == [pytest.approx(0.5)]
+    assert [(r.outcome, r.epsilon_charged) for r in handler.arrivals.rows("s1")] == [("refused", pytest.approx(0.5))]
 
 
 def test_workers_decrypt_with_the_c1_they_are_given(keys: tuple[KeyStore, KeyMaterial, list[bytes]]) -> None:
@@ -235,7 +235,7 @@ def test_the_default_worker_count(tmp_path: Path) -> None:
 def test_the_servicer_streams_chunks_to_the_workers_with_the_same_answers(cluster: Cluster) -> None:
     """Through gRPC, a signed study: the same request answered in-process and then with the DS's chunks streamed to
     its workers (which decrypt each c0 with the owners' aggregate c1) gets the same values; a chunk the workers
-    refuse (owner b's c1 missing from the c0) is refused before any charge."""
+    refuse (owner b's c1 missing from the c0) is refused after its charge, in the one text of such refusals."""
     owners = ("a", "b")
     contract = cluster.open_study(domain_size=64, owners=owners, epsilon=10.0, signed=True)
     adv = AdversarialComputationServer(cluster.decryption(), contract,
@@ -250,12 +250,11 @@ def test_the_servicer_streams_chunks_to_the_workers_with_the_same_answers(cluste
     try:
         second = adv.ask("r1", 0.5, m, chunks)
         assert pool._executor is not None  # the workers decrypted it
-        with pytest.raises(ServiceError) as ei:
-            adv.ask("r2", 0.5, m, adv.chunks(m, np.zeros(4, dtype=np.int64), aggregate=adv.uploads["a"]))
+        refused = adv.ask("r2", 0.5, m, adv.chunks(m, np.zeros(4, dtype=np.int64), aggregate=adv.uploads["a"]))
     finally:
         pool.close()
     assert first is not None and second is not None and np.array_equal(first, second)
-    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and "integrity check" in ei.value.details
-    # the repeat is answered from the first charge (the same draw, the same values): charged once
-    assert [c.release_id for c in cluster.decryption().budget("s1").charges] == ["r1"]
+    assert refused is None  # "refused after the charge" (AdversarialComputationServer.ask)
+    # the repeat is answered from the first charge (the same draw, the same values): charged once; r2 paid too
+    assert [c.release_id for c in cluster.decryption().budget("s1").charges] == ["r1", "r2"]
     assert [r.outcome for r in cluster.ds.handler.arrivals.rows("s1")] == ["answered", "answered", "refused"]

@@ -212,7 +212,7 @@ def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders
     Refuses (`ShareCombineError`, an InvalidInputError, naming the holder or the problem) a
     missing, duplicate, foreign, other-key or other-ciphertext share, a share payload of the wrong
     size or level or not reduced mod its prime, and -- the integrity check the single key holder
-    makes before it charges (docs/threshold.md section 3 step 3), made here because no holder can
+    makes (after its charge; docs/threshold.md section 3 step 3), made here because no holder can
     measure a noise budget alone -- a combined value whose invariant noise budget is below
     `min_budget` bits (default `bfv.MIN_NOISE_BUDGET_BITS` = 20; an honest K = 3 combine with
     B = 70 smudging has ~38): a share made with another secret or relabelled as another holder's,
