@@ -266,8 +266,11 @@ class DecryptionHandler:
                    owner_keys: Mapping[str, str] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 0,
                    holder_seal_keys: Sequence[str] = (),
-                   noise_tolerates: int | None = None) -> tuple[StudyContract, bool]:
+                   noise_tolerates: int | None = None, key_fingerprint: str = "") -> tuple[StudyContract, bool]:
         """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys).
+
+        `key_fingerprint`: the key the study is opened under when not this server's (a key-share
+        holder's own key for the study, `keyshare.service.KeyShareService.open_study`).
 
         `correlation_leakage` L > 0 makes `epsilon` a Bayesian-DP budget for correlated
         records (see StudyContract): every measurement then costs 1 + L times its DP epsilon.
@@ -292,7 +295,7 @@ class DecryptionHandler:
             strategy_params_json = _oblivious_join_params(strategy_params_json)
         # A join's terms are checked before its key version is looked up, so bad terms never create a key.
         fingerprint = (context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
-                                           .public_bytes()) if join else self.fingerprint)
+                                           .public_bytes()) if join else key_fingerprint or self.fingerprint)
         if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
             holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(

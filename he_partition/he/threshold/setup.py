@@ -38,6 +38,12 @@ with its Lagrange-weighted S_j for that set only, at most once per set; `confirm
 combined decryption in order and activates S_j as the holder's secret only when each equals the
 test vector, so inconsistent dealing stops the setup before the key is used.
 
+A key per study: the computation server runs these rounds once per study when it opens it, with a
+session that names the study (`study_session`: "study:" + the study id + a zero byte + 16 random
+bytes). Every commitment, the common seed and every dealt sub-share are bound to the session, so a
+message of one study's setup never serves another's, and each holder files the key under the study
+the session names (`session_study`).
+
 A holder refuses (InvalidInputError naming the holder and the round) a step out of order, a
 message set missing a holder or naming a foreign one, a reveal not matching its commitment, and a
 second test share. The test share is the one share a holder issues without a study contract: it
@@ -68,6 +74,27 @@ _TEST = b"dpagg/keygen/test-vector/v1"
 #: The rounds in order; a holder is in the state named by the last round it completed.
 ROUNDS = ("new", "seed committed", "seed revealed", "key committed", "key revealed", "dealt", "key received",
           "test share issued", "active")
+
+
+_STUDY_SESSION = b"study:"
+
+
+def study_session(study_id: str, nonce: bytes) -> bytes:
+    """The setup session of study `study_id`'s key: "study:" + id + NUL + `nonce` (>= 16 random bytes)."""
+    if len(nonce) < 16:
+        raise InvalidInputError(f"a setup session nonce needs at least 16 bytes, got {len(nonce)}")
+    return _STUDY_SESSION + study_id.encode("ascii") + b"\x00" + bytes(nonce)
+
+
+def session_study(session: bytes) -> str:
+    """The study a setup session names (`study_session`); "" for a session that names none."""
+    head, sep, nonce = bytes(session).partition(b"\x00")
+    if not head.startswith(_STUDY_SESSION) or not sep or len(nonce) < 16:
+        return ""
+    try:
+        return head[len(_STUDY_SESSION):].decode("ascii")
+    except UnicodeDecodeError:
+        return ""
 
 
 def seed_commitment(session: bytes, holder: int, contribution: bytes) -> bytes:

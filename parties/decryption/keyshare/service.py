@@ -1,27 +1,38 @@
-"""A key-share holder's state: its key store, its side of the key setup, its share decisions.
+"""A key-share holder's state: its key store, its side of each study's key setup, its share decisions.
 
 A holder is a decryption server in key-share mode (`dpagg serve-decryption --key-share NAME
 --holders N1,N2,...`). It keeps, in its own data directory:
 
-- `keys/threshold_secret.bin` (mode 0600): its secret share s_i, written only once the setup's
-  test decryption succeeded; never served;
-- `keys/collective_key.bin` and `keys/collective.json`: the collective public key, the holder
-  list, this holder's index and the collective key fingerprint (found again after a restart);
+- `keys/deployment.json`: the deployment `dpagg setup-key` fixed: the holder list, this holder's
+  index, t of a t-of-N deployment (null: N-of-N) and every holder's identity keys (seal and
+  signing: what sub-shares are sealed to and charge signatures verify under) with their digest;
+- `keys/studies/<study>/` (mode 0700), one per study, made when the study is opened: `secret.bin`
+  (mode 0600), this holder's share of the study's own collective key (s_i, or with a t-of-N
+  deployment S_j, its Shamir share, `he_partition.he.threshold.shamir`), written only once that
+  study's setup test decryption succeeded and never served; `public_key.bin`, the study's
+  collective public key; `key.json`, the study id and the key's fingerprint. Erased when the
+  study ends (its budget fully spent, `retire_if_ended`);
+- a legacy collective key (`keys/threshold_secret.bin`, `collective_key.bin`, `collective.json`)
+  when the holder set one up before keys were made per study: the studies opened under it keep
+  it; no new study is opened under it;
 - its own noise key and its own SQLite ledger, as the single decryption server does.
 
-A t-of-N key (`dpagg setup-key --threshold t`, t > N/2) keeps S_j, the holder's Shamir share of the
-key (`he_partition.he.threshold.shamir`), in `threshold_secret.bin` instead, and `collective.json`
-records t and every holder's identity keys (seal and signing: what charge signatures verify under).
-Each share request then carries the study's signed charge log and the participant set its charge
-fixed (`charges.ChargeBook`): the holder signs charges (`sign_charge`) and issues shares only
-within that log, so no routing of requests to different holders overspends a budget.
+A key per study: the computation server runs the setup rounds (`HolderSetup`) for each study
+before it opens it, with a session that names the study (`setup.study_session`); `OpenStudy` of a
+new study is refused unless this holder built the study's key, and the contract names that key's
+fingerprint (this holder's choice, not the relay's). Every later request of a study is checked
+against the key this holder built FOR THAT STUDY (`check_contract`, `key_of`): a key share
+recovered in one study opens that study only, and a ciphertext of one study never decrypts under
+another's key.
 
-The collective key fingerprint every contract carries is the SHA-256 of the public TenSEAL
-context built around the collective key (`threshold.context.collective_context`, deterministic
-bytes): what owners already check (`context_fingerprint` of the context they download), and it
-binds the key. Once the key is active, studies, budgets and direct-query charges go through the
-single decryption server's `DecryptionHandler` over this holder's ledger (its public "key
-material" is the collective context); decryption goes through `issue_shares` only.
+A key fingerprint is the SHA-256 of the public TenSEAL context built around the collective key
+(`threshold.context.collective_context`, deterministic bytes): what owners already check
+(`context_fingerprint` of the context they download), and it binds the key. Once the deployment is
+fixed, studies, budgets and direct-query charges go through the single decryption server's
+`DecryptionHandler` over this holder's ledger; decryption goes through `issue_shares` only.
+With a t-of-N deployment each share request carries the study's signed charge log and the
+participant set its charge fixed (`charges.ChargeBook`): the holder signs charges (`sign_charge`)
+and issues shares only within that log.
 """
 from __future__ import annotations
 
@@ -29,11 +40,12 @@ import hashlib
 import hmac
 import json
 import logging
+import shutil
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -46,11 +58,11 @@ from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.bfv import load_context
 from he_partition.he.threshold.context import collective_context_bytes
 from he_partition.he.threshold.keys import HolderSecret
-from he_partition.he.threshold.setup import HolderSetup
+from he_partition.he.threshold.setup import HolderSetup, session_study
 from he_partition.protocol import MAX_NOISE_SCALE
 
-from ...common.contract import StudyContract, canonical_json, charged_epsilon
-from ...common.errors import FailedPreconditionError
+from ...common.contract import StudyContract, canonical_json, charged_epsilon, check_id
+from ...common.errors import FailedPreconditionError, NotFoundError
 from ...common.util import write_file_atomic, write_private_file
 from ..handler import NOISE_STREAM, DecryptionHandler, decryption_detail
 from ..keys import KeyMaterial
@@ -72,6 +84,10 @@ log = logging.getLogger("dpagg.decryption.keyshare")
 SECRET_FILE = "threshold_secret.bin"
 PUBLIC_FILE = "collective_key.bin"
 META_FILE = "collective.json"
+DEPLOYMENT_FILE = "deployment.json"
+#: Each study's key: keys/studies/<study>/{secret.bin (0600), public_key.bin, key.json}.
+STUDIES_DIR = "studies"
+STUDY_SECRET, STUDY_PUBLIC, STUDY_META = "secret.bin", "public_key.bin", "key.json"
 #: The refusal of the full-key RPCs on a holder, and of joins in threshold mode.
 JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs relinearization keys, whose "
                        "collective (two-round) protocol is not built (docs/threshold.md, section 8); run join "
@@ -90,7 +106,7 @@ def holder_index(name: str, holders: Sequence[str]) -> int:
 
 @dataclass(frozen=True)
 class ActiveKey:
-    """An active collective key as one holder keeps it."""
+    """A collective key as one holder keeps it: a study's own key, or the legacy key (`study_id` "")."""
 
     holders: tuple[str, ...]
     index: int
@@ -98,86 +114,228 @@ class ActiveKey:
     context: bytes
     fingerprint: str
     secret: HolderSecret
+    study_id: str = ""
 
 
 class KeyShareService:
-    """One holder: setup state, the active key (from disk after a restart), the share decisions."""
+    """One holder: its deployment, each study's key (from disk after a restart), the share decisions."""
 
     def __init__(self, name: str, holders: Sequence[str], data_dir: Path, noise_key: bytes, *,
                  require_signed: bool = False) -> None:
         self.name, self.holders = name, tuple(holders)
         self.index = holder_index(name, self.holders)
         self.keys_dir = Path(data_dir) / "keys"
+        self.studies_dir = self.keys_dir / STUDIES_DIR
         self.ledger_path = Path(data_dir) / "ledger.sqlite3"
         self.c1_dir = Path(data_dir) / "c1"  # the owners' expected aggregate c1 per study (keyshare.uploads)
         self.noise_key = noise_key
         self.require_signed = require_signed
         self.template = generate_secret_context()  # BFV parameters only; its own keys are never used
-        self.setup: HolderSetup | None = None
+        #: The running setups of study keys, by study id (one each; a new session for a study replaces it).
+        self.setups: dict[str, HolderSetup] = {}
+        #: The legacy collective key (set up before keys were made per study), or None.
         self.active: ActiveKey | None = None
+        #: True once `dpagg setup-key` fixed the deployment (t and the holders' identities), or a legacy key exists.
+        self.deployed = False
         self.holder: ThresholdHolder | None = None
         self.handler: DecryptionHandler | None = None
         self._lock = threading.Lock()
+        self._keys_lock = threading.Lock()
+        self._study_keys: dict[str, ActiveKey] = {}
         # The X25519 key owners seal their upload keys to, and the sealed studies' closed commitment sets.
         self.seal = SealKeyPair.load_or_create(self.keys_dir)
         #: This holder's Ed25519 key (its receipt key): signs its receipts, t-of-N charges and dealt sub-shares.
         self.signer = ReceiptSigner.load_or_create(self.keys_dir)
-        #: t of an active t-of-N key (None: N-of-N), every holder's identity keys, and this holder's charge book.
+        #: t of a t-of-N deployment (None: N-of-N), every holder's identity keys, and this holder's charge book.
         self.threshold: int | None = None
         self.identities: dict[int, HolderIdentity] = {}
         self.charges: ChargeBook | None = None
-        self._setup_identities: dict[int, HolderIdentity] = {}
         self.commitments = CommitmentBook(self.seal, self.index, len(self.holders), Path(data_dir) / "commitments")
         self._load()
 
     # -- key store ------------------------------------------------------------------------
     def _load(self) -> None:
-        meta_path = self.keys_dir / META_FILE
-        if not meta_path.exists():
+        meta_path, deployment_path = self.keys_dir / META_FILE, self.keys_dir / DEPLOYMENT_FILE
+        legacy = json.loads(meta_path.read_text()) if meta_path.exists() else None
+        deployment = json.loads(deployment_path.read_text()) if deployment_path.exists() else None
+        for what, meta in (("collective key", legacy), ("deployment", deployment)):
+            if meta is not None and (tuple(meta["holders"]) != self.holders or int(meta["index"]) != self.index):
+                raise InvalidInputError(f"the {what} in {self.keys_dir} is for holders {meta['holders']} (this one "
+                                        f"index {meta['index']}), not the configured {list(self.holders)}")
+        source = deployment if deployment is not None else legacy
+        if source is None:
             return
-        meta = json.loads(meta_path.read_text())
-        if tuple(meta["holders"]) != self.holders or int(meta["index"]) != self.index:
-            raise InvalidInputError(f"the collective key in {self.keys_dir} is for holders {meta['holders']} "
-                                    f"(this one index {meta['index']}), not the configured {list(self.holders)}")
-        secret = HolderSecret.from_bytes(self.template, (self.keys_dir / SECRET_FILE).read_bytes())
-        public = (self.keys_dir / PUBLIC_FILE).read_bytes()
-        if meta.get("threshold"):
-            self.threshold = int(meta["threshold"])
-            self.identities = {int(h): HolderIdentity.from_bytes(bytes.fromhex(v), int(h))
-                               for h, v in meta["identities"].items()}
-        self._activate(public, secret)
-        if self.active is None or self.active.fingerprint != meta["fingerprint"]:
-            raise InvalidInputError(f"the collective key in {self.keys_dir} does not match its recorded fingerprint")
+        if source.get("threshold"):
+            self.threshold = int(source["threshold"])
+        self.identities = {int(h): HolderIdentity.from_bytes(bytes.fromhex(v), int(h))
+                           for h, v in source.get("identities", {}).items()}
+        if legacy is not None:
+            secret = HolderSecret.from_bytes(self.template, (self.keys_dir / SECRET_FILE).read_bytes())
+            self.active = self._key((self.keys_dir / PUBLIC_FILE).read_bytes(), secret)
+            if self.active.fingerprint != legacy["fingerprint"]:
+                raise InvalidInputError(f"the collective key in {self.keys_dir} does not match its recorded "
+                                        "fingerprint")
+        self._start()
+        self._retire_ended()
 
-    def _activate(self, public_key: bytes, secret: HolderSecret) -> None:
+    def _key(self, public_key: bytes, secret: HolderSecret, study_id: str = "") -> ActiveKey:
         data = collective_context_bytes(public_key)
-        ctx = load_context(data)
-        fp = context_fingerprint(data)
-        self.active = ActiveKey(self.holders, self.index, public_key, data, fp, secret)
-        self.holder = ThresholdHolder(self.template, secret, len(self.holders), bytes.fromhex(fp), self.noise_key,
-                                      self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir))
-        self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), CipherRandom(),
+        return ActiveKey(self.holders, self.index, public_key, data, context_fingerprint(data), secret, study_id)
+
+    def _start(self) -> None:
+        """The deployment is fixed: the study/budget handler and the share decisions over this holder's ledger."""
+        self.deployed = True
+        if self.active is not None:  # the legacy key's context: what GetPublicContext served without a study
+            material = KeyMaterial(load_context(self.active.context), self.active.context)
+        else:  # BFV parameters only: every study names its own key (`open_study`)
+            material = KeyMaterial(self.template, b"")
+        legacy = self.active
+        self.holder = ThresholdHolder(self.template, legacy.secret if legacy else None, len(self.holders),
+                                      bytes.fromhex(legacy.fingerprint) if legacy else b"", self.noise_key,
+                                      self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir),
+                                      keys=self._secret_of, index=self.index)
+        self.handler = DecryptionHandler(self.holder.ledger, material, CipherRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key,
                                          key_holders=len(self.holders))
         if self.threshold is not None:
             rules = ChargeRules({h: i.signing for h, i in self.identities.items()}, self.threshold)
             self.charges = ChargeBook(self.index, self.signer._private, rules, self.keys_dir.parent / "charges.sqlite3")
 
-    def _persist(self, setup: HolderSetup) -> None:
-        assert setup.secret is not None
+    def _deploy(self, threshold: int, identities: dict[int, HolderIdentity]) -> tuple[str, bool]:
+        """Fix this deployment's t (0: N-of-N) and holders' identity keys, once; (identities digest, already)."""
+        t = int(threshold) or None
+        if identities.get(self.index) != self.identity:
+            raise InvalidInputError(f"the deployment's identity list names other keys for holder {self.name} than "
+                                    "its own: refused (the relay swapped keys)")
+        if sorted(identities) != list(range(len(self.holders))):
+            raise InvalidInputError(f"the deployment's identity list covers holders {sorted(identities)}, not all "
+                                    f"{len(self.holders)}: refused")
+        digest = identities_digest(identities)
+        if self.deployed:
+            have = self.threshold or len(self.holders)
+            if have != (t or len(self.holders)):
+                raise FailedPreconditionError(f"holder {self.name} is deployed with threshold {have} of "
+                                              f"{len(self.holders)}, not {t or len(self.holders)}: it is not replaced")
+            if (self.keys_dir / DEPLOYMENT_FILE).exists():
+                if identities_digest(self.identities) != digest:
+                    raise FailedPreconditionError(f"holder {self.name} is deployed with other holders' identity "
+                                                  "keys: the deployment is not replaced")
+                return digest, True
+            if self.threshold is not None and identities_digest(self.identities) != digest:
+                raise FailedPreconditionError(f"holder {self.name}'s legacy t-of-N key names other holders' identity "
+                                              "keys: the deployment is not replaced")
+        meta = {"holders": list(self.holders), "index": self.index, "threshold": t, "identities_sha256": digest,
+                "identities": {str(h): i.to_bytes().hex() for h, i in sorted(identities.items())}}
         self.keys_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_private_file(self.keys_dir / SECRET_FILE, setup.secret.to_bytes())
-        write_file_atomic(self.keys_dir / PUBLIC_FILE, setup.public_key)
-        if setup.threshold is not None:
-            self.threshold, self.identities = setup.threshold, dict(self._setup_identities)
-        self._activate(setup.public_key, setup.secret)
-        assert self.active is not None
-        meta = {"holders": list(self.holders), "index": self.index, "fingerprint": self.active.fingerprint}
-        if self.threshold is not None:
-            meta.update(threshold=self.threshold, identities_sha256=identities_digest(self.identities),
-                        identities={str(h): i.to_bytes().hex() for h, i in sorted(self.identities.items())})
-        write_file_atomic(self.keys_dir / META_FILE, json.dumps(meta).encode())
-        log.info("holder %s: collective key %s active", self.name, self.active.fingerprint[:16])
+        write_file_atomic(self.keys_dir / DEPLOYMENT_FILE, json.dumps(meta).encode())
+        if not self.deployed:
+            self.threshold, self.identities = t, dict(identities)
+            self._start()
+        else:
+            self.identities = dict(identities)
+        log.info("holder %s: deployment fixed (%s of %d holders, identities %s)", self.name,
+                 f"any {t}" if t else "all", len(self.holders), digest[:16])
+        return digest, False
+
+    def study_key(self, study_id: str) -> ActiveKey | None:
+        """This holder's key of `study_id` (from memory, or its key store after a restart); None when it has none."""
+        with self._keys_lock:
+            got = self._study_keys.get(study_id)
+            if got is not None:
+                return got
+            folder = self.studies_dir / check_id("study_id", study_id)
+            if not (folder / STUDY_META).exists():
+                return None
+            meta = json.loads((folder / STUDY_META).read_text())
+            secret = HolderSecret.from_bytes(self.template, (folder / STUDY_SECRET).read_bytes())
+            got = self._key((folder / STUDY_PUBLIC).read_bytes(), secret, study_id)
+            if meta.get("study_id") != study_id or got.fingerprint != meta.get("fingerprint"):
+                raise FailedPreconditionError(f"holder {self.name}'s key store for study {study_id} does not match its "
+                                              "recorded study and fingerprint: nothing was decrypted")
+            self._study_keys[study_id] = got
+            return got
+
+    def key_of(self, contract: StudyContract) -> ActiveKey:
+        """The key this holder built for the study (or, for a study opened before keys were made per study, the
+        legacy key its contract names); FailedPreconditionError when it holds none (never set up here, or
+        erased when the study ended)."""
+        key = self.study_key(contract.study_id)
+        if key is None and self.active is not None and hmac.compare_digest(contract.context_fingerprint,
+                                                                          self.active.fingerprint):
+            key = self.active
+        if key is None:
+            raise FailedPreconditionError(f"holder {self.name} holds no key for study {contract.study_id} (never set "
+                                          "up here, or erased when the study ended): nothing was decrypted")
+        return key
+
+    def _secret_of(self, study_id: str) -> tuple[HolderSecret, bytes]:
+        handler = self.require_active()
+        key = self.key_of(handler.get_study(study_id))
+        return key.secret, bytes.fromhex(key.fingerprint)
+
+    def _persist_study(self, study_id: str, setup: HolderSetup) -> ActiveKey:
+        assert setup.secret is not None
+        key = self._key(setup.public_key, setup.secret, study_id)
+        folder = self.studies_dir / study_id
+        self.studies_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder.mkdir(exist_ok=True, mode=0o700)
+        write_private_file(folder / STUDY_SECRET, setup.secret.to_bytes())
+        write_file_atomic(folder / STUDY_PUBLIC, setup.public_key)
+        write_file_atomic(folder / STUDY_META, json.dumps({"study_id": study_id, "fingerprint": key.fingerprint,
+                                                          "threshold": setup.threshold}).encode())
+        with self._keys_lock:
+            self._study_keys[study_id] = key
+        log.info("holder %s: study %s's key %s active", self.name, study_id, key.fingerprint[:16])
+        return key
+
+    def erase_study_key(self, study_id: str) -> bool:
+        """Erase this holder's share of `study_id`'s key (files and memory); True when there was one."""
+        with self._keys_lock:
+            key = self._study_keys.pop(study_id, None)
+            folder = self.studies_dir / check_id("study_id", study_id)
+            existed = folder.exists() or key is not None
+            shutil.rmtree(folder, ignore_errors=True)
+        if self.holder is not None:
+            self.holder.forget_products(study_id)
+            if key is not None:
+                self.holder.forget_key(bytes.fromhex(key.fingerprint))
+        if existed:
+            log.info("holder %s: study %s ended, its key share erased", self.name, study_id)
+        return existed
+
+    def study_ended(self, contract: StudyContract) -> bool:
+        """True when the study's whole budget is spent: this holder's ledger (N-of-N), the study's signed
+        charge log (t-of-N) books exactly its epsilon."""
+        handler = self.require_active()
+        if self.charges is not None:
+            spent = Fraction(self.charges.view(contract.study_id)["spent"])
+        else:
+            spent = Fraction(handler.budget(contract.study_id).spent)
+        return spent >= Fraction(contract.epsilon)
+
+    def retire_if_ended(self, study_id: str) -> bool:
+        """Erase the study's key share once the study ended (`study_ended`); True when it was erased now.
+
+        Retention: a study's key share lives from its open-study setup until its budget is fully
+        spent; then no further measurement can be charged, so nothing can be decrypted under it."""
+        handler = self.require_active()
+        try:
+            contract = handler.get_study(study_id)
+        except NotFoundError:
+            return False
+        if self.study_key(study_id) is None or not self.study_ended(contract):
+            return False
+        return self.erase_study_key(study_id)
+
+    def _retire_ended(self) -> None:
+        """At start: erase the key shares of studies that ended while the holder ran (or before)."""
+        if not self.studies_dir.exists():
+            return
+        for folder in sorted(self.studies_dir.iterdir()):
+            try:
+                self.retire_if_ended(folder.name)
+            except (InvalidInputError, FailedPreconditionError) as exc:  # a stray folder: say so, keep it
+                log.warning("holder %s: study key folder %s not checked: %s", self.name, folder.name, exc)
 
     def close(self) -> None:
         if self.holder is not None:
@@ -190,11 +348,43 @@ class KeyShareService:
         return HolderIdentity(self.seal.public, self.signer.public_key)
 
     def require_active(self) -> DecryptionHandler:
-        """The study/budget handler over this holder's ledger; FAILED_PRECONDITION before the key setup."""
+        """The study/budget handler over this holder's ledger; FAILED_PRECONDITION before the deployment is fixed."""
         if self.handler is None:
-            raise FailedPreconditionError(f"key-share holder {self.name} has no collective key yet: run "
+            raise FailedPreconditionError(f"key-share holder {self.name} is not deployed yet: run "
                                           "`dpagg setup-key --computation HOST:PORT` first")
         return self.handler
+
+    # -- studies --------------------------------------------------------------------------
+    def open_study(self, **terms: object) -> tuple[StudyContract, bool]:
+        """Open a study under the key this holder built for it (its setup ran first); an existing study is found
+        again as it was. A new study without its own key here is refused: no study shares a key."""
+        handler = self.require_active()
+        study_id = check_id("study_id", terms.get("study_id") or "")
+        try:
+            existing = handler.get_study(study_id)
+        except NotFoundError:
+            existing = None
+        key = self.study_key(study_id)
+        if existing is not None:
+            fingerprint = existing.context_fingerprint
+        elif key is None:
+            raise FailedPreconditionError(f"holder {self.name} has no key for study {study_id}: each study gets its "
+                                          "own key, set up when the computation server opens it; the study was not "
+                                          "opened")
+        else:
+            fingerprint = key.fingerprint
+        return handler.open_study(**terms, key_fingerprint=fingerprint)  # type: ignore[arg-type]
+
+    def public_context(self, study_id: str) -> tuple[bytes, str]:
+        """(collective public context, fingerprint) of `study_id`'s key; without a study, the legacy key's."""
+        if study_id:
+            key = self.key_of(self.require_active().get_study(study_id))
+        elif self.active is not None:
+            key = self.active
+        else:
+            raise FailedPreconditionError(f"key-share holder {self.name} holds a key per study: name the study "
+                                          "whose public context you want")
+        return key.context, key.fingerprint
 
     # -- key setup ------------------------------------------------------------------------
     def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: dict[int, bytes],
@@ -202,25 +392,46 @@ class KeyShareService:
                   participants: Sequence[int] = ()) -> tuple[bytes, str, str]:
         """One setup step: (this holder's message, fingerprint, state). See `HolderSetup` for the rounds.
 
-        t-of-N (`threshold` > 0 at commit_seed): "deal" takes every holder's identity keys (as each
-        reported them) and returns this holder's sub-shares, each sealed to its recipient and signed;
-        "receive" takes every dealer's message and keeps S_j; "test_share" is asked once per
-        participant set that holds this holder."""
+        "status": this holder's state ("deployed" once `setup-key` fixed the deployment); "deploy"
+        (`setup-key`): fixes t (`threshold`, 0 for N-of-N) and every holder's identity keys
+        (`messages`, as each reported them), once; returns their digest. Every other step belongs
+        to the setup of the study the session names (`setup.session_study`), run at open-study:
+        refused before the deployment, for a study already opened, and with another t than the
+        deployment's. With a t-of-N deployment, "deal" seals this holder's sub-shares to the
+        deployment's identity keys (the relay's list must equal them) and signs them; "receive"
+        takes every dealer's message and keeps S_j; "test_share" is asked once per participant
+        set that holds this holder. "confirm" files the key under the study (mode 0600)."""
         with self._lock:
             if step == "status":  # the servicer adds this holder's seal key
-                return b"", self.active.fingerprint if self.active else "", "active" if self.active else (
-                    self.setup.state if self.setup else "none")
+                return (b"", self.active.fingerprint if self.active else "",
+                        "deployed" if self.deployed else "none")
             if tuple(holders) != self.holders:
                 raise InvalidInputError(f"the setup names holders {list(holders)}; holder {self.name} is configured "
                                         f"with {list(self.holders)}: setup refused")
-            if self.active is not None:
-                raise FailedPreconditionError(f"holder {self.name} already has an active collective key "
-                                              f"{self.active.fingerprint[:16]}: it is not replaced")
+            if step == "deploy":
+                idents = {h: HolderIdentity.from_bytes(m, h) for h, m in messages.items()}
+                digest, already = self._deploy(int(threshold), idents)
+                return b"", digest, "already deployed" if already else "deployed"
+            study_id = session_study(session)
+            if not study_id:
+                raise InvalidInputError(f"setup session {session.hex()[:16]} names no study: each study's key is set "
+                                        "up when the study is opened")
+            check_id("study_id", study_id)
+            handler = self.require_active()
             if step == "commit_seed":
-                self.setup = HolderSetup(self.template, session, self.index, list(range(len(self.holders))),
-                                         int(threshold) or None)
-                return self.setup.commit_seed(), "", self.setup.state
-            s = self.setup
+                try:
+                    handler.get_study(study_id)
+                    raise FailedPreconditionError(f"study {study_id} is open at holder {self.name}: its key is not "
+                                                  "replaced")
+                except NotFoundError:
+                    pass
+                if (int(threshold) or None) != self.threshold:
+                    raise FailedPreconditionError(f"the setup asks for threshold {int(threshold) or 'N'}; holder "
+                                                  f"{self.name} is deployed with {self.threshold or 'N'}: refused")
+                setup = HolderSetup(self.template, session, self.index, list(range(len(self.holders))), self.threshold)
+                self.setups[study_id] = setup
+                return setup.commit_seed(), "", setup.state
+            s = self.setups.get(study_id)
             if s is None or not hmac.compare_digest(s.session, session):
                 raise InvalidInputError(f"holder {self.name} has no setup session {session.hex()[:16]}: setup stopped")
             if step == "reveal_seed":
@@ -234,17 +445,13 @@ class KeyShareService:
                 return s.fingerprint, context_fingerprint(collective_context_bytes(s.public_key)), s.state
             if step == "deal":
                 idents = {h: HolderIdentity.from_bytes(m, h) for h, m in messages.items()}
-                if idents.get(self.index) != self.identity:
-                    raise InvalidInputError(f"the setup's identity list names other keys for holder {self.name} "
-                                            "than its own: setup stopped (the relay swapped keys)")
-                if sorted(idents) != list(range(len(self.holders))):
-                    raise InvalidInputError(f"the setup's identity list covers holders {sorted(idents)}, not all "
-                                            f"{len(self.holders)}: setup stopped")
-                self._setup_identities = idents
+                if idents != self.identities:
+                    raise InvalidInputError(f"the setup's identity list differs from the deployment's holder {self.name} "
+                                            "keeps: setup stopped (the relay swapped keys)")
                 return deal_message(s.deal_subshares(), idents, session, self.index, self.signer._private), "", s.state
             if step == "receive":
                 subs = {dealer: open_deal_message(self.template, m, session=session, dealer=dealer,
-                                                  recipient=self.index, identities=self._setup_identities,
+                                                  recipient=self.index, identities=self.identities,
                                                   own_seal=self.seal) for dealer, m in messages.items()}
                 s.receive_subshares(subs)
                 return b"", "", s.state
@@ -252,26 +459,31 @@ class KeyShareService:
                 return s.test_share(ciphertext, [int(p) for p in participants] or None), "", s.state
             if step == "confirm":
                 s.confirm([int(v) for v in values])
-                self._persist(s)
-                self.setup = None
-                assert self.active is not None
-                return b"", self.active.fingerprint, "active"
+                try:
+                    handler.get_study(study_id)
+                    raise FailedPreconditionError(f"study {study_id} was opened during its key setup: its key is not "
+                                                  "replaced")
+                except NotFoundError:
+                    pass
+                key = self._persist_study(study_id, s)
+                del self.setups[study_id]
+                return b"", key.fingerprint, "active"
             raise InvalidInputError(f"unknown key setup step {step!r}")
 
     # -- studies and shares ---------------------------------------------------------------
     def check_contract(self, contract: StudyContract) -> None:
-        """Refuse a contract that names another key than this holder's collective key (or a join), or whose
-        noise_tolerates is not below the K holders."""
-        assert self.active is not None
+        """Refuse a contract that names another key than the one this holder built for the study (or a join), or
+        whose noise_tolerates is not below the K holders."""
         if contract.is_join:
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         try:
             contract.check_key_holders(len(self.holders))
         except InvalidInputError as exc:
             raise FailedPreconditionError(f"study {contract.study_id}: {exc}; nothing was decrypted") from exc
-        if not hmac.compare_digest(contract.context_fingerprint, self.active.fingerprint):
+        key = self.key_of(contract)
+        if not hmac.compare_digest(contract.context_fingerprint, key.fingerprint):
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}, "
-                                          f"not holder {self.name}'s collective key {self.active.fingerprint[:16]}: "
+                                          f"not the key {key.fingerprint[:16]} holder {self.name} built for it: "
                                           "nothing was decrypted")
         if contract.signed and not contract.sealed:
             raise FailedPreconditionError(f"study {contract.study_id} is signed but pins no key holder seal keys: "
@@ -356,7 +568,7 @@ class KeyShareService:
         key share for that set (`shamir.participant_secret`), so only those t shares combine.
         """
         handler = self.require_active()
-        assert self.holder is not None and self.active is not None and self.holder.uploads is not None
+        assert self.holder is not None and self.holder.uploads is not None
         contract = handler.get_study(study_id)
         self.check_contract(contract)
         parts = tuple(sorted(int(p) for p in participants))
@@ -437,8 +649,14 @@ class KeyShareService:
         measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
         result = measurement_shares(self.holder, label, study_id, chunk_index, noise, measured, slots, charge,
                                     participants=parts)
+        if not isinstance(measurement, RangeCount):  # paid direct ranges may follow a batch that spent the rest
+            result = MeasurementShares(self._then_retire(study_id, result.shares), result.repeated)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
                  "re-issues identical" if result.repeated else "issued", len(chunk_index), measurement.kind,
                  len(chunk_index))
         return result, (paid[0] if paid else None)
 
+    def _then_retire(self, study_id: str, shares: Iterator[bytes]) -> Iterator[bytes]:
+        """`shares`, then the study's key share erased when this measurement ended the study (`retire_if_ended`)."""
+        yield from shares
+        self.retire_if_ended(study_id)
