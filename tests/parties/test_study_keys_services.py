@@ -142,3 +142,55 @@ def test_a_study_that_spent_its_budget_loses_its_key_shares(deployment: Threshol
     participants = [n for i, n in enumerate(HOLDERS) if (t.root / n / "keys" / "studies" / "k-ends").exists()]
     # the holders that answered the last measurement erased their share once it was issued
     assert len(participants) <= (3 - (t.combiner.tofn() or 3)), participants
+
+
+def test_a_legacy_collective_key_keeps_the_studies_opened_under_it(tmp_path: Path) -> None:
+    """Holders that set up one collective key before keys were made per study (their key stores written here as that
+    code wrote them, the study opened in their ledgers under that key) keep releasing that study after the upgrade;
+    a study opened afterwards gets its own key."""
+    import json
+    import secrets
+
+    from he_partition.he.bfv import context_fingerprint
+    from he_partition.he.threshold.context import collective_context_bytes
+    from he_partition.he.threshold.setup import HolderSetup, SetupRelay
+    from parties.common.util import write_private_file
+
+    from .test_threshold_services import OWNERS as ALL, DOMAIN as WIDE, _histograms
+
+    ctx, session, ids = generate_secret_context(), secrets.token_bytes(16), [0, 1, 2]
+    setups, relay = {h: HolderSetup(ctx, session, h, ids) for h in ids}, SetupRelay(ctx, session, ids)
+    for name, call in (("c", lambda s: s.commit_seed()), ("r", lambda s: s.reveal_seed(relay.collected("c"))),
+                       ("k", lambda s: s.commit_key(relay.collected("r"))),
+                       ("p", lambda s: s.reveal_key(relay.collected("k")))):
+        for h, s in setups.items():
+            relay.submit(name, h, call(s))
+    for s in setups.values():
+        s.build_key(relay.collected("p"))
+    public = setups[0].public_key
+    legacy = context_fingerprint(collective_context_bytes(public))
+    for i, name in enumerate(HOLDERS):
+        keys = tmp_path / name / "keys"
+        write_private_file(keys / "threshold_secret.bin", setups[i].secret.to_bytes())
+        (keys / "collective_key.bin").write_bytes(public)
+        (keys / "collective.json").write_text(json.dumps({"holders": list(HOLDERS), "index": i, "fingerprint": legacy}))
+    t = Threshold.start(tmp_path)
+    try:
+        assert all(h.handler.active.fingerprint == legacy for h in t.holders)
+        t.computation().setup_key()  # records the deployment (N-of-N, as the legacy key); the legacy key stays
+        for o in ALL:
+            t.signing.setdefault(o, generate_signing_key())
+        terms = dict(study_id="s-legacy", domain_size=WIDE, epsilon=1.0, expected_owners=list(ALL), strategy="hier",
+                     owner_keys={o: t.signing[o][1].hex() for o in ALL}, noise_tolerates=2,
+                     holder_seal_keys=tuple(h.handler.seal.public_hex for h in t.holders))
+        for h in t.holders:  # opened before the upgrade, under the one collective key
+            h.handler.require_active().open_study(**terms, key_fingerprint=legacy)
+        contract = t.open_and_submit("s-legacy")  # the CS finds it at every holder: no new key
+        assert contract.context_fingerprint == legacy
+        rel = t.computation().run_release("s-legacy", epsilon=1.0)
+        truth = np.sum(_histograms(), axis=0)
+        assert rel.state == "DONE" and abs(rel.summary.range_count(0, WIDE).value - truth.sum()) < 0.1 * truth.sum()
+        assert t.open_and_submit("s-new").context_fingerprint not in (legacy, contract.context_fingerprint)
+        assert all(h.handler.active is not None for h in t.holders)  # a legacy study's end keeps the shared key
+    finally:
+        t.stop()
