@@ -20,8 +20,10 @@ Rounds (K holders, `session` a unique id of this setup, e.g. 16 random bytes fro
    holder checks every p_j against its commitment and builds the collective key p = sum p_j and
    its fingerprint (`key_fingerprint`) itself: the rogue-key defence (no holder can choose p_K as
    a function of the others' shares).
-5. **test decryption**: the relay encrypts the test vector (derived from the common seed, so
-   every holder knows it) under p; each holder issues one share for it (smudged, no DP noise:
+5. **test decryption**: the test vector (derived from the common seed, so every holder knows it)
+   under p as (p + Delta m, a) (`setup_test_ciphertext`: every party computes it from public
+   values, and a holder shares no other ciphertext at setup, so the relay chooses no c1 a holder
+   decrypts); each holder issues one share for it (smudged, no DP noise:
    the plaintext is public), once per session; the relay combines and sends the result; each
    holder compares it with the test vector itself and only then marks the key active.
 6. **Galois keys (optional, once)**: the relay names the Galois elements; holder i commits to its
@@ -60,11 +62,14 @@ from typing import Sequence
 import numpy as np
 import numpy.typing as npt
 import tenseal as ts
+import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
+from he_partition.he.bfv import seal_ciphertext_bytes
 from he_partition.he.threshold.decrypt import combine, decryption_share
 from he_partition.he.threshold.galois import collective_galois_keys, holder_galois_share
-from he_partition.he.threshold.keys import HolderSecret, collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.seal_io import ciphertext_polys, seal_bytes, seal_version
+from he_partition.he.threshold.keys import HolderSecret, collective_public_key, holder_keygen, key_fingerprint, load_seal
 from he_partition.he.threshold.shamir import SubShare, check_threshold, deal, participant_secret, receive, subsets
 from he_partition.he.threshold.wire import key_share_commitment
 
@@ -237,6 +242,9 @@ class HolderSetup:
         its Lagrange-weighted S_j for that set."""
         if not self.fingerprint:
             raise InvalidInputError(f"holder {self.holder} has no collective key yet: no test share")
+        if not hmac.compare_digest(bytes(ciphertext), setup_test_ciphertext(self.ctx, self.public_key, self.seed)):
+            raise InvalidInputError(f"holder {self.holder}: the ciphertext is not the setup's test ciphertext "
+                                    "(p + Delta m, a), the only one a holder shares at setup: no test share")
         if self.threshold is None:
             self._at("key revealed")
             assert self.secret is not None
@@ -320,6 +328,29 @@ class HolderSetup:
         return hashlib.sha256(b"dpagg/collective-galois/v1" + self.fingerprint + self.galois_keys).digest()
 
 
+def setup_test_ciphertext(ctx: ts.Context, public_key: bytes, seed: bytes) -> bytes:
+    """The setup's test ciphertext: (p + Delta m, a) at the data level, m the test vector, (p, a) the collective key.
+
+    Every holder and the relay compute it alike from public values (the key and the seed), and a
+    holder shares no other at setup: its c1 is the common polynomial a, so the share a s_i + smudging
+    shows nothing that p_i = -(a s_i) + e_i does not (e_i stays under the smudging), whereas a c1 the
+    relay chose (floor(Delta / 3)) would show s_i whole. It decrypts as a fresh encryption with u = 1
+    and no encryption error: c0 + c1 s = e + Delta m, e the collective key's error.
+    """
+    _, _, polys = ciphertext_polys(public_key)  # the PublicKey's (p, a): key level, NTT form
+    sealctx = ctx.seal_context().data
+    k = len(sealctx.first_context_data().parms().coeff_modulus())
+    data = seal_ciphertext_bytes(seal_version(), [int(x) for x in sealctx.first_parms_id()],
+                                 np.ascontiguousarray(polys[:, :k, :]), ntt=True)
+    ct = load_seal(seal.Ciphertext, ctx, data, "test ciphertext")
+    evaluator = seal.Evaluator(sealctx)
+    evaluator.transform_from_ntt_inplace(ct)
+    plain = seal.Plaintext()
+    seal.BatchEncoder(sealctx).encode(test_vector(seed, _slots(ctx), _plain_modulus(ctx)), plain)
+    evaluator.add_plain_inplace(ct, plain)
+    return seal_bytes(ct)
+
+
 def _slots(ctx: ts.Context) -> int:
     return int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
 
@@ -351,8 +382,8 @@ class SetupRelay:
         return dict(got)
 
     def test_ciphertext(self, public_key: bytes, seed: bytes) -> bytes:
-        """The test vector encrypted under the collective key."""
-        return encrypt_sum(self.ctx, public_key, [test_vector(seed, _slots(self.ctx), _plain_modulus(self.ctx))])
+        """The test vector under the collective key, as every holder computes it (`setup_test_ciphertext`)."""
+        return setup_test_ciphertext(self.ctx, public_key, seed)
 
     def combine_test(self, ciphertext: bytes, shares: dict[int, bytes], fingerprint: bytes,
                      participants: Sequence[int] | None = None) -> npt.NDArray[np.int64]:
