@@ -657,6 +657,10 @@ class KeyShareService:
         return result, (paid[0] if paid else None)
 
     def _then_retire(self, study_id: str, shares: Iterator[bytes]) -> Iterator[bytes]:
-        """`shares`, then the study's key share erased when this measurement ended the study (`retire_if_ended`)."""
+        """`shares`, then the study's key share erased when this measurement ended the study (`retire_if_ended`).
+        An erasure that fails is logged (the shares are out; the next start erases it)."""
         yield from shares
-        self.retire_if_ended(study_id)
+        try:
+            self.retire_if_ended(study_id)
+        except OSError as exc:
+            log.warning("holder %s: study %s ended but its key share was not erased: %s", self.name, study_id, exc)
