@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import grpc
 import numpy as np
@@ -37,11 +36,8 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, n_chunks
 from he_partition.core.measurements import Measurement, refuse_implausible
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
-from he_partition.he.threshold.context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold.context import vector_ciphertext
 from he_partition.he.threshold.decrypt import combine
-from he_partition.he.threshold.keys import collective_public_key, key_fingerprint
-from he_partition.he.threshold.setup import SetupRelay, common_seed, study_session
-from he_partition.he.threshold.shamir import check_threshold, subsets
 
 from ...common.contract import StudyContract, check_id
 from ...common.errors import FailedPreconditionError, ServiceError, reason_of
@@ -53,8 +49,8 @@ from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, Jo
 from ...decryption.forwarding import UploadForwarding
 from ...decryption.keyshare.charges import SignedCharge, dump_log
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
-from ...decryption.keyshare.resharing import HolderIdentity
 from .charge_log import StudyChargeLogs
+from .key_setup import fix_deployment, setup_study_key
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
@@ -196,89 +192,12 @@ class ThresholdDecryption:
 
     # -- deployment and each study's key ----------------------------------------------------
     def setup_key(self, threshold: int = 0) -> tuple[str, bool]:
-        """Fix the deployment at every holder: t (`threshold` > 0: t-of-N, t > N/2; 0: N-of-N) and every
-        holder's identity keys; (the identities' digest, already_deployed). No key is made here: each study
-        gets its own collective key when it is opened (`open_study`). Idempotent: a deployment is reported,
-        not replaced (another t is refused); without `threshold`, the deployed t stands."""
-        names = self.names
-        if threshold:
-            check_threshold(int(threshold), list(range(self.k)))
-        status = self._all("did not report its key state", lambda c: c.key_setup("status", b"", names))
-        have = {s.threshold for s in status if s.state == "deployed"}
-        if not threshold and len(have) == 1 and all(s.state == "deployed" for s in status):
-            t = have.pop()
-            threshold = t if t < self.k else 0
-        identities = {i: HolderIdentity(bytes.fromhex(s.seal_public_key), bytes.fromhex(s.signing_public_key))
-                      .to_bytes() for i, s in enumerate(status)}
-        replies = self._all("refused the deployment", lambda c: c.key_setup("deploy", b"", names, identities,
-                                                                          threshold=int(threshold)))
-        digests = {r.fingerprint for r in replies}
-        if len(digests) != 1:
-            raise FailedPreconditionError("the holders recorded different identity lists: " + ", ".join(
-                f"{n}: {r.fingerprint[:16]}" for n, r in zip(names, replies)))
-        with self._lock:
-            self.threshold, self._known_threshold = (int(threshold) or None), True
-        already = all(r.state == "already deployed" for r in replies)
-        log.info("deployment of holders %s (%s) %s; each study gets its own key at open-study", ", ".join(names),
-                 f"any {threshold} of {self.k}" if threshold else f"all {self.k}",
-                 "already fixed" if already else "fixed")
-        return digests.pop(), already
+        """Fix the deployment at every holder (`key_setup.fix_deployment`); (identities digest, already_deployed)."""
+        return fix_deployment(self, threshold)
 
     def setup_study_key(self, study_id: str) -> str:
-        """Run the collective key setup for `study_id` through every holder (all K, also with a t-of-N key: the
-        dealing needs every holder); the key's fingerprint. The session names the study
-        (`study_session`), so each holder files the key under that study and no message of one study's
-        setup serves another's.
-
-        t-of-N: after the key is built, each holder deals its share to every holder (sealed to the
-        recipient, signed; relayed here unread), and the test decryption runs once per participant set of
-        t holders."""
-        names = self.names
-        threshold = self.tofn() or 0
-        session = study_session(study_id, secrets.token_bytes(16))
-        relay = SetupRelay(self._template, session, list(range(self.k)))
-
-        def step(name: str, messages: Mapping[int, bytes] | None = None, **kw: Any) -> dict[int, bytes]:
-            replies = self._all(f"refused setup step {name} of study {study_id}'s key",
-                                lambda c: c.key_setup(name, session, names, messages, **kw))
-            for i, r in enumerate(replies):
-                relay.submit(name, i, r.message)
-            return relay.collected(name)
-
-        seed_commits = step("commit_seed", threshold=int(threshold))
-        contributions = step("reveal_seed", seed_commits)
-        key_commits = step("commit_key", contributions)
-        reveals = step("reveal_key", key_commits)
-        seed = common_seed(session, contributions)
-        public_key = collective_public_key(self._template, seed, key_commits, reveals)
-        fingerprint = context_fingerprint(collective_context_bytes(public_key))
-        built = self._all("refused to build the key", lambda c: c.key_setup("build_key", session, names, reveals))
-        if any(r.fingerprint != fingerprint for r in built):
-            raise FailedPreconditionError("the holders built different collective keys: setup stopped (relay "
-                                          f"{fingerprint[:16]}, holders {[r.fingerprint[:16] for r in built]})")
-        ct = relay.test_ciphertext(public_key, seed)
-        if threshold:
-            status = self._all("did not report its key state", lambda c: c.key_setup("status", b"", names))
-            identities = {i: HolderIdentity(bytes.fromhex(s.seal_public_key), bytes.fromhex(s.signing_public_key))
-                          .to_bytes() for i, s in enumerate(status)}
-            dealt = step("deal", identities)
-            step("receive", dealt)
-            parts: list[int] = []
-            for p in subsets(range(self.k), int(threshold)):
-                futures = [self._pool.submit(self.clients[i].key_setup, "test_share", session, names, ciphertext=ct,
-                                             participants=p) for i in p]
-                shares = {i: r.message for i, r in zip(p, self._collect("refused a test share", futures, p))}
-                parts += relay.combine_test(ct, shares, key_fingerprint(public_key), p).tolist()
-            values = np.array(parts, dtype=np.int64)
-        else:
-            shares = step("test_share", ciphertext=ct)
-            values = relay.combine_test(ct, shares, key_fingerprint(public_key))
-        confirmed = self._all("refused the test decryption",
-                              lambda c: c.key_setup("confirm", session, names, values=values.tolist()))
-        if any(r.fingerprint != fingerprint for r in confirmed):
-            raise FailedPreconditionError("a holder activated another collective key: setup stopped")
-        log.info("study %s: collective key %s set up by holders %s", study_id, fingerprint[:16], ", ".join(names))
-        return fingerprint
+        """Set up `study_id`'s own collective key at every holder (`key_setup.setup_study_key`); its fingerprint."""
+        return setup_study_key(self, study_id)
 
     # -- the decryption client's interface -------------------------------------------------
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:

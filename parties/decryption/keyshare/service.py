@@ -1,35 +1,17 @@
 """A key-share holder's state: its key store, its side of each study's key setup, its share decisions.
 
 A holder is a decryption server in key-share mode (`dpagg serve-decryption --key-share NAME
---holders N1,N2,...`). It keeps, in its own data directory:
+--holders N1,N2,...`). It keeps, in its own data directory, its key store (`study_keys`: the
+deployment `dpagg setup-key` fixed, each study's own key share, a legacy collective key), its own
+noise key and its own SQLite ledger, as the single decryption server does.
 
-- `keys/deployment.json`: the deployment `dpagg setup-key` fixed: the holder list, this holder's
-  index, t of a t-of-N deployment (null: N-of-N) and every holder's identity keys (seal and
-  signing: what sub-shares are sealed to and charge signatures verify under) with their digest;
-- `keys/studies/<study>/` (mode 0700), one per study, made when the study is opened: `secret.bin`
-  (mode 0600), this holder's share of the study's own collective key (s_i, or with a t-of-N
-  deployment S_j, its Shamir share, `he_partition.he.threshold.shamir`), written only once that
-  study's setup test decryption succeeded and never served; `public_key.bin`, the study's
-  collective public key; `key.json`, the study id and the key's fingerprint. Erased when the
-  study ends (its budget fully spent, `retire_if_ended`);
-- a legacy collective key (`keys/threshold_secret.bin`, `collective_key.bin`, `collective.json`)
-  when the holder set one up before keys were made per study: the studies opened under it keep
-  it; no new study is opened under it;
-- its own noise key and its own SQLite ledger, as the single decryption server does.
+A key per study (`study_setup`, run before the CS opens the study): `OpenStudy` of a new study is
+refused unless this holder built its key, whose fingerprint the holder writes into the contract;
+every later request is checked against the key built FOR THAT STUDY (`check_contract`, `key_of`),
+so a key share recovered in one study opens that study only.
 
-A key per study: the computation server runs the setup rounds (`HolderSetup`) for each study
-before it opens it, with a session that names the study (`setup.study_session`); `OpenStudy` of a
-new study is refused unless this holder built the study's key, and the contract names that key's
-fingerprint (this holder's choice, not the relay's). Every later request of a study is checked
-against the key this holder built FOR THAT STUDY (`check_contract`, `key_of`): a key share
-recovered in one study opens that study only, and a ciphertext of one study never decrypts under
-another's key.
-
-A key fingerprint is the SHA-256 of the public TenSEAL context built around the collective key
-(`threshold.context.collective_context`, deterministic bytes): what owners already check
-(`context_fingerprint` of the context they download), and it binds the key. Once the deployment is
-fixed, studies, budgets and direct-query charges go through the single decryption server's
-`DecryptionHandler` over this holder's ledger; decryption goes through `issue_shares` only.
+Once the deployment is fixed, studies, budgets and direct-query charges go through the single
+decryption server's `DecryptionHandler` over this holder's ledger; decryption: `issue_shares` only.
 With a t-of-N deployment each share request carries the study's signed charge log and the
 participant set its charge fixed (`charges.ChargeBook`): the holder signs charges (`sign_charge`)
 and issues shares only within that log.
@@ -40,9 +22,7 @@ import hashlib
 import hmac
 import json
 import logging
-import shutil
 import threading
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -54,16 +34,13 @@ from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
 from he_partition.core.measurements import Measurement, RangeCount
 from he_partition.core.noise import CipherRandom, KeyedRandom
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
-from he_partition.he.bfv import context_fingerprint, generate_secret_context
+from he_partition.he.bfv import generate_secret_context
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold.context import collective_context_bytes
 from he_partition.he.threshold.keys import HolderSecret
-from he_partition.he.threshold.setup import HolderSetup, session_study
 from he_partition.protocol import MAX_NOISE_SCALE
 
 from ...common.contract import StudyContract, canonical_json, charged_epsilon, check_id
 from ...common.errors import FailedPreconditionError, NotFoundError
-from ...common.util import write_file_atomic, write_private_file
 from ..handler import NOISE_STREAM, DecryptionHandler, decryption_detail
 from ..keys import KeyMaterial
 
@@ -75,19 +52,14 @@ from .uploads import OwnerC1Parts, UploadC1Book
 from ..ledger import Charge
 from ..receipts import ReceiptSigner
 from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_request, load_log
-from .resharing import HolderIdentity, deal_message, identities_digest, open_deal_message
+from .resharing import HolderIdentity
+from .study_keys import ActiveKey, StudyKeyStore
+from .study_setup import StudySetups
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
 log = logging.getLogger("dpagg.decryption.keyshare")
 
-SECRET_FILE = "threshold_secret.bin"
-PUBLIC_FILE = "collective_key.bin"
-META_FILE = "collective.json"
-DEPLOYMENT_FILE = "deployment.json"
-#: Each study's key: keys/studies/<study>/{secret.bin (0600), public_key.bin, key.json}.
-STUDIES_DIR = "studies"
-STUDY_SECRET, STUDY_PUBLIC, STUDY_META = "secret.bin", "public_key.bin", "key.json"
 #: The refusal of the full-key RPCs on a holder, and of joins in threshold mode.
 JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs relinearization keys, whose "
                        "collective (two-round) protocol is not built (docs/threshold.md, section 8); run join "
@@ -104,19 +76,6 @@ def holder_index(name: str, holders: Sequence[str]) -> int:
     return names.index(name)
 
 
-@dataclass(frozen=True)
-class ActiveKey:
-    """A collective key as one holder keeps it: a study's own key, or the legacy key (`study_id` "")."""
-
-    holders: tuple[str, ...]
-    index: int
-    public_key: bytes
-    context: bytes
-    fingerprint: str
-    secret: HolderSecret
-    study_id: str = ""
-
-
 class KeyShareService:
     """One holder: its deployment, each study's key (from disk after a restart), the share decisions."""
 
@@ -125,14 +84,14 @@ class KeyShareService:
         self.name, self.holders = name, tuple(holders)
         self.index = holder_index(name, self.holders)
         self.keys_dir = Path(data_dir) / "keys"
-        self.studies_dir = self.keys_dir / STUDIES_DIR
         self.ledger_path = Path(data_dir) / "ledger.sqlite3"
         self.c1_dir = Path(data_dir) / "c1"  # the owners' expected aggregate c1 per study (keyshare.uploads)
         self.noise_key = noise_key
         self.require_signed = require_signed
         self.template = generate_secret_context()  # BFV parameters only; its own keys are never used
+        self.store = StudyKeyStore(self.keys_dir, self.template, self.holders, self.index, name)
         #: The running setups of study keys, by study id (one each; a new session for a study replaces it).
-        self.setups: dict[str, HolderSetup] = {}
+        self.study_setups = StudySetups(self)
         #: The legacy collective key (set up before keys were made per study), or None.
         self.active: ActiveKey | None = None
         #: True once `dpagg setup-key` fixed the deployment (t and the holders' identities), or a legacy key exists.
@@ -140,8 +99,6 @@ class KeyShareService:
         self.holder: ThresholdHolder | None = None
         self.handler: DecryptionHandler | None = None
         self._lock = threading.Lock()
-        self._keys_lock = threading.Lock()
-        self._study_keys: dict[str, ActiveKey] = {}
         # The X25519 key owners seal their upload keys to, and the sealed studies' closed commitment sets.
         self.seal = SealKeyPair.load_or_create(self.keys_dir)
         #: This holder's Ed25519 key (its receipt key): signs its receipts, t-of-N charges and dealt sub-shares.
@@ -155,34 +112,18 @@ class KeyShareService:
 
     # -- key store ------------------------------------------------------------------------
     def _load(self) -> None:
-        meta_path, deployment_path = self.keys_dir / META_FILE, self.keys_dir / DEPLOYMENT_FILE
-        legacy = json.loads(meta_path.read_text()) if meta_path.exists() else None
-        deployment = json.loads(deployment_path.read_text()) if deployment_path.exists() else None
-        for what, meta in (("collective key", legacy), ("deployment", deployment)):
-            if meta is not None and (tuple(meta["holders"]) != self.holders or int(meta["index"]) != self.index):
-                raise InvalidInputError(f"the {what} in {self.keys_dir} is for holders {meta['holders']} (this one "
-                                        f"index {meta['index']}), not the configured {list(self.holders)}")
-        source = deployment if deployment is not None else legacy
+        source = self.store.deployment()
         if source is None:
             return
         if source.get("threshold"):
             self.threshold = int(source["threshold"])
         self.identities = {int(h): HolderIdentity.from_bytes(bytes.fromhex(v), int(h))
                            for h, v in source.get("identities", {}).items()}
-        if legacy is not None:
-            secret = HolderSecret.from_bytes(self.template, (self.keys_dir / SECRET_FILE).read_bytes())
-            self.active = self._key((self.keys_dir / PUBLIC_FILE).read_bytes(), secret)
-            if self.active.fingerprint != legacy["fingerprint"]:
-                raise InvalidInputError(f"the collective key in {self.keys_dir} does not match its recorded "
-                                        "fingerprint")
-        self._start()
+        self.active = self.store.legacy()
+        self.activate_deployment()
         self._retire_ended()
 
-    def _key(self, public_key: bytes, secret: HolderSecret, study_id: str = "") -> ActiveKey:
-        data = collective_context_bytes(public_key)
-        return ActiveKey(self.holders, self.index, public_key, data, context_fingerprint(data), secret, study_id)
-
-    def _start(self) -> None:
+    def activate_deployment(self) -> None:
         """The deployment is fixed: the study/budget handler and the share decisions over this holder's ledger."""
         self.deployed = True
         if self.active is not None:  # the legacy key's context: what GetPublicContext served without a study
@@ -201,59 +142,9 @@ class KeyShareService:
             rules = ChargeRules({h: i.signing for h, i in self.identities.items()}, self.threshold)
             self.charges = ChargeBook(self.index, self.signer._private, rules, self.keys_dir.parent / "charges.sqlite3")
 
-    def _deploy(self, threshold: int, identities: dict[int, HolderIdentity]) -> tuple[str, bool]:
-        """Fix this deployment's t (0: N-of-N) and holders' identity keys, once; (identities digest, already)."""
-        t = int(threshold) or None
-        if identities.get(self.index) != self.identity:
-            raise InvalidInputError(f"the deployment's identity list names other keys for holder {self.name} than "
-                                    "its own: refused (the relay swapped keys)")
-        if sorted(identities) != list(range(len(self.holders))):
-            raise InvalidInputError(f"the deployment's identity list covers holders {sorted(identities)}, not all "
-                                    f"{len(self.holders)}: refused")
-        digest = identities_digest(identities)
-        if self.deployed:
-            have = self.threshold or len(self.holders)
-            if have != (t or len(self.holders)):
-                raise FailedPreconditionError(f"holder {self.name} is deployed with threshold {have} of "
-                                              f"{len(self.holders)}, not {t or len(self.holders)}: it is not replaced")
-            if (self.keys_dir / DEPLOYMENT_FILE).exists():
-                if identities_digest(self.identities) != digest:
-                    raise FailedPreconditionError(f"holder {self.name} is deployed with other holders' identity "
-                                                  "keys: the deployment is not replaced")
-                return digest, True
-            if self.threshold is not None and identities_digest(self.identities) != digest:
-                raise FailedPreconditionError(f"holder {self.name}'s legacy t-of-N key names other holders' identity "
-                                              "keys: the deployment is not replaced")
-        meta = {"holders": list(self.holders), "index": self.index, "threshold": t, "identities_sha256": digest,
-                "identities": {str(h): i.to_bytes().hex() for h, i in sorted(identities.items())}}
-        self.keys_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_file_atomic(self.keys_dir / DEPLOYMENT_FILE, json.dumps(meta).encode())
-        if not self.deployed:
-            self.threshold, self.identities = t, dict(identities)
-            self._start()
-        else:
-            self.identities = dict(identities)
-        log.info("holder %s: deployment fixed (%s of %d holders, identities %s)", self.name,
-                 f"any {t}" if t else "all", len(self.holders), digest[:16])
-        return digest, False
-
     def study_key(self, study_id: str) -> ActiveKey | None:
-        """This holder's key of `study_id` (from memory, or its key store after a restart); None when it has none."""
-        with self._keys_lock:
-            got = self._study_keys.get(study_id)
-            if got is not None:
-                return got
-            folder = self.studies_dir / check_id("study_id", study_id)
-            if not (folder / STUDY_META).exists():
-                return None
-            meta = json.loads((folder / STUDY_META).read_text())
-            secret = HolderSecret.from_bytes(self.template, (folder / STUDY_SECRET).read_bytes())
-            got = self._key((folder / STUDY_PUBLIC).read_bytes(), secret, study_id)
-            if meta.get("study_id") != study_id or got.fingerprint != meta.get("fingerprint"):
-                raise FailedPreconditionError(f"holder {self.name}'s key store for study {study_id} does not match its "
-                                              "recorded study and fingerprint: nothing was decrypted")
-            self._study_keys[study_id] = got
-            return got
+        """This holder's key of `study_id` (`StudyKeyStore.study`); None when it has none."""
+        return self.store.study(study_id)
 
     def key_of(self, contract: StudyContract) -> ActiveKey:
         """The key this holder built for the study (or, for a study opened before keys were made per study, the
@@ -273,28 +164,9 @@ class KeyShareService:
         key = self.key_of(handler.get_study(study_id))
         return key.secret, bytes.fromhex(key.fingerprint)
 
-    def _persist_study(self, study_id: str, setup: HolderSetup) -> ActiveKey:
-        assert setup.secret is not None
-        key = self._key(setup.public_key, setup.secret, study_id)
-        folder = self.studies_dir / study_id
-        self.studies_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        folder.mkdir(exist_ok=True, mode=0o700)
-        write_private_file(folder / STUDY_SECRET, setup.secret.to_bytes())
-        write_file_atomic(folder / STUDY_PUBLIC, setup.public_key)
-        write_file_atomic(folder / STUDY_META, json.dumps({"study_id": study_id, "fingerprint": key.fingerprint,
-                                                          "threshold": setup.threshold}).encode())
-        with self._keys_lock:
-            self._study_keys[study_id] = key
-        log.info("holder %s: study %s's key %s active", self.name, study_id, key.fingerprint[:16])
-        return key
-
     def erase_study_key(self, study_id: str) -> bool:
-        """Erase this holder's share of `study_id`'s key (files and memory); True when there was one."""
-        with self._keys_lock:
-            key = self._study_keys.pop(study_id, None)
-            folder = self.studies_dir / check_id("study_id", study_id)
-            existed = folder.exists() or key is not None
-            shutil.rmtree(folder, ignore_errors=True)
+        """Erase this holder's share of `study_id`'s key (files and every copy in memory); True when there was one."""
+        existed, key = self.store.erase_study(study_id)
         if self.holder is not None:
             self.holder.forget_products(study_id)
             if key is not None:
@@ -329,13 +201,11 @@ class KeyShareService:
 
     def _retire_ended(self) -> None:
         """At start: erase the key shares of studies that ended while the holder ran (or before)."""
-        if not self.studies_dir.exists():
-            return
-        for folder in sorted(self.studies_dir.iterdir()):
+        for study_id in self.store.study_ids():
             try:
-                self.retire_if_ended(folder.name)
+                self.retire_if_ended(study_id)
             except (InvalidInputError, FailedPreconditionError) as exc:  # a stray folder: say so, keep it
-                log.warning("holder %s: study key folder %s not checked: %s", self.name, folder.name, exc)
+                log.warning("holder %s: study key folder %s not checked: %s", self.name, study_id, exc)
 
     def close(self) -> None:
         if self.holder is not None:
@@ -410,65 +280,10 @@ class KeyShareService:
                                         f"with {list(self.holders)}: setup refused")
             if step == "deploy":
                 idents = {h: HolderIdentity.from_bytes(m, h) for h, m in messages.items()}
-                digest, already = self._deploy(int(threshold), idents)
+                digest, already = self.study_setups.deploy(int(threshold), idents)
                 return b"", digest, "already deployed" if already else "deployed"
-            study_id = session_study(session)
-            if not study_id:
-                raise InvalidInputError(f"setup session {session.hex()[:16]} names no study: each study's key is set "
-                                        "up when the study is opened")
-            check_id("study_id", study_id)
-            handler = self.require_active()
-            if step == "commit_seed":
-                try:
-                    handler.get_study(study_id)
-                    raise FailedPreconditionError(f"study {study_id} is open at holder {self.name}: its key is not "
-                                                  "replaced")
-                except NotFoundError:
-                    pass
-                if (int(threshold) or None) != self.threshold:
-                    raise FailedPreconditionError(f"the setup asks for threshold {int(threshold) or 'N'}; holder "
-                                                  f"{self.name} is deployed with {self.threshold or 'N'}: refused")
-                setup = HolderSetup(self.template, session, self.index, list(range(len(self.holders))), self.threshold)
-                self.setups[study_id] = setup
-                return setup.commit_seed(), "", setup.state
-            s = self.setups.get(study_id)
-            if s is None or not hmac.compare_digest(s.session, session):
-                raise InvalidInputError(f"holder {self.name} has no setup session {session.hex()[:16]}: setup stopped")
-            if step == "reveal_seed":
-                return s.reveal_seed(messages), "", s.state
-            if step == "commit_key":
-                return s.commit_key(messages), "", s.state
-            if step == "reveal_key":
-                return s.reveal_key(messages), "", s.state
-            if step == "build_key":
-                s.build_key(messages)
-                return s.fingerprint, context_fingerprint(collective_context_bytes(s.public_key)), s.state
-            if step == "deal":
-                idents = {h: HolderIdentity.from_bytes(m, h) for h, m in messages.items()}
-                if idents != self.identities:
-                    raise InvalidInputError(f"the setup's identity list differs from the deployment's holder {self.name} "
-                                            "keeps: setup stopped (the relay swapped keys)")
-                return deal_message(s.deal_subshares(), idents, session, self.index, self.signer._private), "", s.state
-            if step == "receive":
-                subs = {dealer: open_deal_message(self.template, m, session=session, dealer=dealer,
-                                                  recipient=self.index, identities=self.identities,
-                                                  own_seal=self.seal) for dealer, m in messages.items()}
-                s.receive_subshares(subs)
-                return b"", "", s.state
-            if step == "test_share":
-                return s.test_share(ciphertext, [int(p) for p in participants] or None), "", s.state
-            if step == "confirm":
-                s.confirm([int(v) for v in values])
-                try:
-                    handler.get_study(study_id)
-                    raise FailedPreconditionError(f"study {study_id} was opened during its key setup: its key is not "
-                                                  "replaced")
-                except NotFoundError:
-                    pass
-                key = self._persist_study(study_id, s)
-                del self.setups[study_id]
-                return b"", key.fingerprint, "active"
-            raise InvalidInputError(f"unknown key setup step {step!r}")
+            return self.study_setups.step(step, session, messages, ciphertext, values, threshold=threshold,
+                                          participants=participants)
 
     # -- studies and shares ---------------------------------------------------------------
     def check_contract(self, contract: StudyContract) -> None:
