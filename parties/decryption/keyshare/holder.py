@@ -6,8 +6,9 @@ ledger (the decryption server's `SqliteLedgerStore`, one file per holder, with a
 shares it issued in the same file). It decides alone, in this order, from its own state only:
 
 1. the contract: the study is registered at this holder, the request's contract hash is the
-   study's, the study's `context_fingerprint` is the collective key's fingerprint this holder
-   built (a relay that swapped in its own key gets nothing), the measurement's kind is one the
+   study's, the study's `context_fingerprint` is the fingerprint of the key this holder built
+   for that study (`key_for`: a relay that swapped in its own key, or another study's, gets
+   nothing), the measurement's kind is one the
    study's strategy uses, its sensitivity is at least the person bound, its epsilon within the
    release's and the release's within the study's;
 2. one share per ciphertext: a request for a ciphertext digest it already answered gets the
