@@ -53,16 +53,17 @@ ok "every job exited 0"
 [ -z "$("${D[@]}" ps -a -q decryption 2>/dev/null)" ] || fail "the single-key decryption server runs in this profile"
 ok "no single-key decryption server"
 
-step "key setup printed the collective key's fingerprint"
+step "setup-key fixed the deployment; the study got its own key at open-study"
 setup="$(log_of setup-key)"
 echo "$setup" | sed 's/^/   /'
-fp="$(sed -n 's/^collective key \([0-9a-f]\{64\}\) (set up; holders holder-1, holder-2, holder-3)$/\1/p' <<<"$setup")"
-[ -n "$fp" ] || fail "setup-key printed no collective key fingerprint for holder-1..3"
-ok "collective key fingerprint $fp"
+digest="$(sed -n 's/^deployment \([0-9a-f]\{64\}\) (fixed; holders holder-1, holder-2, holder-3; all 3 of 3 release;.*$/\1/p' \
+  <<<"$setup")"
+[ -n "$digest" ] || fail "setup-key printed no deployment digest for holder-1..3"
+ok "deployment digest $digest"
 again="$("${D[@]}" run --rm --no-deps -T setup-key 2>&1)" || { echo "$again" >&2; fail "a second setup-key failed"; }
-grep -q "^collective key $fp (already active;" <<<"$again" || { echo "$again" >&2
-  fail "a second setup-key did not report the same key $fp as already active"; }
-ok "a second setup-key reports the same key, already active (not replaced)"
+grep -q "^deployment $digest (already fixed;" <<<"$again" || { echo "$again" >&2
+  fail "a second setup-key did not report the same deployment $digest as already fixed"; }
+ok "a second setup-key reports the same deployment, already fixed (not replaced)"
 
 step "the demo study released through the three holders; the analyst's query answered"
 out="$(log_of query)"
@@ -77,6 +78,10 @@ for h in "${HOLDERS[@]}"; do
   grep -q "^holder $h (.*): spent 1 of 1," <<<"$view" || fail "$h's ledger was not charged the study's budget"
 done
 ok "holder-1..3 each spent 1 of 1 on study demo"
+for h in "${HOLDERS[@]}"; do  # the study ended (its budget spent): its key shares are gone, its ledger stays
+  "${D[@]}" exec -T "$h" sh -c '! test -e /data/keys/studies/demo' || fail "$h still keeps study demo's key share"
+done
+ok "holder-1..3 erased study demo's key share once its budget was spent"
 
 step "limits, log rotation and each holder's scheduled ledger backup"
 check_limits computation "${HOLDERS[@]}" holder-1-ledger-backup

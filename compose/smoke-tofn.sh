@@ -41,9 +41,9 @@ for svc in setup-key open-study owner-1 owner-2 owner-3 release query; do
 done
 setup="$(log_of setup-key)"
 echo "$setup" | sed 's/^/   /'
-grep -q "^collective key [0-9a-f]\{64\} (set up; holders holder-1, holder-2, holder-3; any 2 of 3 release)$" \
-  <<<"$setup" || fail "setup-key did not set up a 2-of-3 key"
-ok "a 2-of-3 key; the demo study released and queried"
+grep -q "^deployment [0-9a-f]\{64\} (fixed; holders holder-1, holder-2, holder-3; any 2 of 3 release;" \
+  <<<"$setup" || fail "setup-key did not fix a 2-of-3 deployment"
+ok "a 2-of-3 deployment (each study its own 2-of-3 key); the demo study released and queried"
 
 step "study demo2: the owners upload with every holder up, then holder-2 stops"
 DPAGG_STUDY=demo2 "${D[@]}" up -d owner-1 owner-2 owner-3

@@ -77,10 +77,11 @@ def cmd_setup_key(args: argparse.Namespace) -> int:
     from ..computation.client import ComputationClient
 
     with ComputationClient(args.computation, **conn(args)) as c:
-        fingerprint, holders, already = c.setup_key(threshold=args.threshold)
+        digest, holders, already = c.setup_key(threshold=args.threshold)
         t = c.key_threshold
-    print(f"collective key {fingerprint} ({'already active' if already else 'set up'}; holders {', '.join(holders)}; "
-          f"{'any ' + str(t) if t < len(holders) else 'all ' + str(len(holders))} of {len(holders)} release)")
+    print(f"deployment {digest} ({'already fixed' if already else 'fixed'}; holders {', '.join(holders)}; "
+          f"{'any ' + str(t) if t < len(holders) else 'all ' + str(len(holders))} of {len(holders)} release; "
+          "each study gets its own collective key when it is opened)")
     return 0
 
 
@@ -142,11 +143,12 @@ def add_parser(sub: Subparsers) -> None:
     server_args(p, 50053)
     tls_args(p)
 
-    p = add("setup-key", cmd_setup_key, "threshold mode: set up the collective key through the key-share holders "
-                                        "(idempotent) and print its fingerprint")
+    p = add("setup-key", cmd_setup_key, "threshold mode: fix the key-share holders' deployment (t and every "
+                                        "holder's identity keys; idempotent) and print its digest; each study's "
+                                        "collective key is set up when the study is opened")
     p.add_argument("--computation", **computation_target())
     p.add_argument("--threshold", type=int, default=0, metavar="T",
-                   help="a t-of-N key: any T of the N holders release (T > N/2; e.g. 2 of 3); default: all N")
+                   help="t-of-N keys: any T of the N holders release (T > N/2; e.g. 2 of 3); default: all N")
     tls_args(p)
 
     p = add("health", cmd_health, "check a server's gRPC health (exit 0 when SERVING); for container probes")

@@ -334,12 +334,13 @@ class ComputationClient(BaseClient):
                               resp.bytes_received)
 
     def setup_key(self, *, threshold: int = 0, timeout: float | None = None) -> tuple[str, tuple[str, ...], bool]:
-        """Threshold mode: have the computation server run the collective key setup through the key-share holders.
+        """Threshold mode: have the computation server fix the key-share holders' deployment.
 
-        `threshold` t > 0: a t-of-N key (any t of the N holders release; t > N/2). Returns
-        (collective key fingerprint, holder names, already_active); `key_threshold` then holds
-        the key's t (N for N-of-N). Idempotent: an active key is reported, not replaced (another t
-        than the active key's is refused). Needs an operator certificate.
+        `threshold` t > 0: t-of-N keys (any t of the N holders release; t > N/2). Returns
+        (the digest of every holder's identity keys, holder names, already_fixed); `key_threshold`
+        then holds t (N for N-of-N). Each study's collective key is set up when the study is
+        opened. Idempotent: a deployment is reported, not replaced (another t is refused). Needs
+        an operator certificate.
         """
         resp = self._unary(self._stub.SetupKey, computation_pb2.SetupKeyRequest(threshold=int(threshold)),
                            method="Computation/SetupKey", timeout=timeout or 300.0, retry=True)

@@ -124,7 +124,7 @@ class ComputationHandler:
                 return self._keys.backend
             data = self._cached_context()
             if data is None or context_fingerprint(data) != want:
-                data = self.decryption.public_context()
+                data = self.decryption.public_context(study_id=contract.study_id)  # the study's own key
             got = context_fingerprint(data)
             if got != want:
                 raise FailedPreconditionError(

@@ -175,8 +175,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
 
     def SetupKey(self, request: computation_pb2.SetupKeyRequest,
                  context: grpc.ServicerContext) -> computation_pb2.SetupKeyResponse:
-        """Threshold mode: run the collective key setup through the holders (operators only; idempotent)."""
-        self.policy.require(context, ["operator"], action="set up the collective key")
+        """Threshold mode: fix the holders' deployment, t and identity keys (operators only; idempotent); each
+        study's key is set up when it is opened."""
+        self.policy.require(context, ["operator"], action="fix the key-share holders' deployment")
         from ..common.errors import FailedPreconditionError
         from .threshold.decryption import ThresholdDecryption
 

@@ -288,10 +288,12 @@ class DecryptionHandler:
                    owner_keys: Mapping[str, str] | None = None, correlation_leakage: float = 0.0,
                    correlation_source: str = "", max_organizations: int = 0,
                    holder_seal_keys: Sequence[str] = (),
-                   noise_tolerates: int | None = None,
+                   noise_tolerates: int | None = None, key_fingerprint: str = "",
                    approval: StudyApproval | None = None) -> tuple[StudyContract, bool]:
         """Create (or idempotently find) a study bound to this server's public key (and the owners' signing keys).
 
+        `key_fingerprint`: the key the study is opened under when not this server's (a key-share
+        holder's own key for the study, `keyshare.service.KeyShareService.open_study`).
         `approval`: the operator's signature on these terms (parties.common.approval). A holder that pins
         approval keys refuses (PermissionDeniedError, nothing stored) a study without one, signed by a key it
         does not pin, or asking for other terms than the signed ones; the approval is kept with the study, and
@@ -302,19 +304,13 @@ class DecryptionHandler:
         `noise_tolerates` T: None means K - 1 (`key_holders` - 1: 0 at the single decryption
         server); T >= K is refused (InvalidInputError naming noise_tolerates and K).
         """
-        if self.approvals.enforced:
-            if approval is None:
-                raise PermissionDeniedError(
-                    "the study carries no operator approval: this key holder opens only studies signed by an "
-                    "approval key it pins (dpagg open-study ... --approval-key FILE); the study was not opened")
-            requested = dict(study_id=study_id, domain_size=domain_size, epsilon=epsilon,
-                             expected_owners=list(expected_owners), strategy=strategy,
-                             contribution_bound=contribution_bound, noise_parties=noise_parties,
-                             strategy_params_json=strategy_params_json, domain_spec=domain_spec,
-                             owner_keys=owner_keys, correlation_leakage=correlation_leakage,
-                             correlation_source=correlation_source, max_organizations=max_organizations,
-                             noise_tolerates=noise_tolerates)
-            approval.check_request(self.approvals.pinned, requested, default_tolerates=self.max_noise_tolerates)
+        self.check_approval(approval, study_id=study_id, domain_size=domain_size, epsilon=epsilon,
+                            expected_owners=list(expected_owners), strategy=strategy,
+                            contribution_bound=contribution_bound, noise_parties=noise_parties,
+                            strategy_params_json=strategy_params_json, domain_spec=domain_spec,
+                            owner_keys=owner_keys, correlation_leakage=correlation_leakage,
+                            correlation_source=correlation_source, max_organizations=max_organizations,
+                            noise_tolerates=noise_tolerates)
         if self.require_signed and not owner_keys:
             raise InvalidInputError(
                 "owner_keys is empty: every expected owner's Ed25519 public key must be part of the study so that "
@@ -333,7 +329,7 @@ class DecryptionHandler:
             strategy_params_json = _oblivious_join_params(strategy_params_json)
         # A join's terms are checked before its key version is looked up, so bad terms never create a key.
         fingerprint = (context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
-                                           .public_bytes()) if join else self.fingerprint)
+                                           .public_bytes()) if join else key_fingerprint or self.fingerprint)
         if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
             holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(
@@ -368,6 +364,17 @@ class DecryptionHandler:
         if join:
             self._charge_join_padding(created)
         return created, existed
+
+    def check_approval(self, approval: StudyApproval | None, **requested: Any) -> None:
+        """Refuse (PermissionDeniedError) open-study terms that no approval key this holder pins signed exactly
+        (parties.common.approval); nothing when it pins none (an insecure test server)."""
+        if not self.approvals.enforced:
+            return
+        if approval is None:
+            raise PermissionDeniedError(
+                "the study carries no operator approval: this key holder opens only studies signed by an "
+                "approval key it pins (dpagg open-study ... --approval-key FILE); the study was not opened")
+        approval.check_request(self.approvals.pinned, requested, default_tolerates=self.max_noise_tolerates)
 
     def _charge_join_padding(self, contract: StudyContract) -> None:
         """Book the padding epsilon of a join study once, when it opens.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import secrets
 
+import numpy as np
 import pytest
 import tenseal as ts
 
@@ -245,3 +246,32 @@ def test_a_t_of_n_setup_refuses_a_foreign_set_a_repeat_and_inconsistent_dealing(
         h.commit_galois([3])
     with pytest.raises(InvalidInputError, match="strict majority"):
         HolderSetup(ctx, secrets.token_bytes(16), 0, HOLDERS, 1)
+
+
+def test_a_relay_choosing_the_test_ciphertext_gets_no_test_share(ctx: ts.Context) -> None:
+    """The test share is the one share a holder issues without a contract; a relay that sends its own ciphertext
+    there (c1 = floor(Delta / 3), `threshold_attacker.crafted_ciphertext`) would read s_i whole from it, then confirm
+    the test vector (it knows the seed) and know the key it activates. A holder shares only the setup's own test
+    ciphertext (p + Delta m, a), which every party computes from the public key and the seed."""
+    from he_partition.he.threshold.wire import DecryptionShare
+
+    from .threshold_attacker import N, crafted_ciphertext, secret_coefficients, secret_from_crafted_share
+
+    session, holders, relay = _through_round_3(ctx)
+    for h, hs in holders.items():
+        relay.submit("key share", h, hs.reveal_key(relay.collected("key-share commitment")))
+    for hs in holders.values():
+        hs.build_key(relay.collected("key share"))
+    crafted, c1 = crafted_ciphertext(ctx)
+    try:
+        raw = holders[0].test_share(crafted)
+    except InvalidInputError as refused:
+        assert "test ciphertext" in str(refused)
+    else:
+        payload = np.frombuffer(DecryptionShare.from_bytes(raw).payload, dtype="<u8").reshape(-1, N).astype(np.uint64)
+        recovered = secret_from_crafted_share(ctx, payload, c1)
+        assert recovered != secret_coefficients(ctx, holders[0].secret), "the relay read holder 0's s_i whole"
+    # the setup's own test ciphertext is shared, and decrypts to the test vector
+    ct = relay.test_ciphertext(holders[0].public_key, holders[0].seed)
+    got = relay.combine_test(ct, {h: hs.test_share(ct) for h, hs in holders.items()}, holders[0].fingerprint)
+    assert got.tolist() == test_vector(holders[0].seed, 8192, 562949952847873)

@@ -31,13 +31,14 @@ def _honest_request(t: Threshold, study: str) -> dict[str, Any]:
                                "contract_hash")}
 
 
-def _public(t: Threshold) -> BfvBackend:
-    return BfvBackend(load_context(t.combiner.public_context()))
+def _public(t: Threshold, study: str) -> BfvBackend:
+    """The public key of `study` (each study has its own collective key)."""
+    return BfvBackend(load_context(t.combiner.public_context(study_id=study)))
 
 
-def _crafted_chunk(t: Threshold) -> bytes:
+def _crafted_chunk(t: Threshold, study: str) -> bytes:
     """The chosen ciphertext of tests/he_partition/threshold_attacker.py as a TenSEAL vector: c1 = floor(Delta / 3)."""
-    ctx = _public(t).context
+    ctx = _public(t, study).context
     codec = _CiphertextCodec(ctx, 8192)
     big_q = int(np.prod(np.array(codec.moduli, dtype=object)))
     t_mod = int(ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
@@ -63,7 +64,7 @@ def test_the_chosen_ciphertext_attack_gets_nothing_and_nothing_is_charged(thresh
     ask = _honest_request(threshold, "s-cc")
     spent = [_spent(threshold, i, "s-cc") for i in range(3)]
     assert all(h.handler.holder.uploads.has("s-cc") for h in threshold.holders)  # forwarded before the release
-    for code, message in _refused(threshold, ask, [_crafted_chunk(threshold)], "rel-crafted"):
+    for code, message in _refused(threshold, ask, [_crafted_chunk(threshold, ask["study_id"])], "rel-crafted"):
         assert code == "INVALID_ARGUMENT" and "header only" in message and "nothing was charged" in message
     assert [_spent(threshold, i, "s-cc") for i in range(3)] == spent
     # what a deviating CS can ask for instead: shares of the signed c1, bound to it; they decrypt no crafted c1
@@ -75,11 +76,11 @@ def test_the_chosen_ciphertext_attack_gets_nothing_and_nothing_is_charged(thresh
 
     got = [_as_computation_server(threshold, i).issue_shares(**{**ask, "chunks": (), "release_id": "rel-2"})
            for i in range(3)]
-    signed = c1_of_vector(_public(threshold).context, ask["chunks"][0])  # the honest chunk's c1: the owners' sum
+    signed = c1_of_vector(_public(threshold, ask["study_id"]).context, ask["chunks"][0])  # the honest chunk's c1: the owners' sum
     assert all(DecryptionShare.from_bytes(g.shares[0]).ciphertext_digest == c1_digest(signed) for g in got)
-    fp = bytes.fromhex(threshold.holders[0].handler.active.fingerprint)
+    fp = bytes.fromhex(threshold.holders[0].handler.study_key(ask["study_id"]).fingerprint)
     with pytest.raises(InvalidInputError, match="for another ciphertext"):
-        combine(threshold.combiner._template, vector_ciphertext(_crafted_chunk(threshold)),
+        combine(threshold.combiner._template, vector_ciphertext(_crafted_chunk(threshold, ask["study_id"])),
                 [g.shares[0] for g in got], [0, 1, 2], fp, bound_to_c1=True)
 
 
@@ -105,7 +106,7 @@ def _parts(t: Threshold, study: str) -> dict[str, OwnerC1Parts]:
     out = {}
     for s in h.store.submissions(study):
         sig = h.c1_signatures.get(study, s.meta.owner_id, s.meta.idempotency_key)
-        out[s.meta.owner_id] = owner_c1_parts(_public(t).context, s, h.store.read_chunk, sig)
+        out[s.meta.owner_id] = owner_c1_parts(_public(t, study).context, s, h.store.read_chunk, sig)
     return out
 
 
@@ -154,14 +155,14 @@ def test_a_cs_that_drops_an_owner_from_the_aggregate_gets_shares_that_do_not_dec
 
     ask = _honest_request(threshold, "s-drop")
     h = threshold.cs.handler
-    be = _public(threshold)
+    be = _public(threshold, "s-drop")
     be.noise_in_c0 = True
     two = [be.deserialize_chunk(h.store.read_chunk(s, 0)) for s in h.store.submissions("s-drop")
            if s.meta.owner_id != "c"]
     chunk = be.serialize_chunk(two[0] + two[1] + np.arange(8192).tolist())  # noise on c0, owner c left out
     got = [_as_computation_server(threshold, i).issue_shares(**{**ask, "chunks": (), "release_id": "rel-drop"})
            for i in range(3)]
-    fp = bytes.fromhex(threshold.holders[0].handler.active.fingerprint)
+    fp = bytes.fromhex(threshold.holders[0].handler.study_key(ask["study_id"]).fingerprint)
     with pytest.raises(InvalidInputError, match="for another ciphertext"):  # the shares are of all three owners' c1
         combine(threshold.combiner._template, vector_ciphertext(chunk), [g.shares[0] for g in got], [0, 1, 2], fp,
                 bound_to_c1=True)

@@ -48,12 +48,12 @@ def test_an_identical_request_gets_identical_shares_charged_once_and_wrong_share
     from he_partition.he.threshold.decrypt import combine
     shares = [_as_computation_server(threshold, i).issue_shares(**ask).shares[0] for i in range(3)]
     ct = vector_ciphertext(kw["chunks"][0])
-    fp = bytes.fromhex(threshold.holders[0].handler.active.fingerprint)
+    fp = bytes.fromhex(threshold.holders[0].handler.study_key("s-share").fingerprint)
     with pytest.raises(InvalidInputError, match="duplicate"):
         combine(threshold.combiner._template, ct, [shares[0], shares[0], shares[2]], [0, 1, 2], fp, bound_to_c1=True)
     # the shares are bound to the chunk's signed c1: a ciphertext with any other c1 does not combine with them
     from he_partition.he.bfv import BfvBackend, load_context
-    be = BfvBackend(load_context(threshold.combiner.public_context()))
+    be = BfvBackend(load_context(threshold.combiner.public_context(study_id="s-share")))
     other = be.serialize_chunk(be.deserialize_chunk(kw["chunks"][0]) + be.encrypt(np.zeros(8192, np.int64)).chunks[0])
     with pytest.raises(InvalidInputError, match="for another ciphertext"):
         combine(threshold.combiner._template, vector_ciphertext(other), shares, [0, 1, 2], fp, bound_to_c1=True)
@@ -69,13 +69,13 @@ def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Thre
     rogue = public_context_bytes(generate_secret_context())  # the CS's own key pair: it could decrypt alone
     contract = threshold.open_and_submit("s-rogue-ok")
     # owners check the context against the contract's fingerprint: a CS serving its own key gets no upload
-    threshold.combiner._context = rogue
     keys = {o: generate_signing_key() for o in OWNERS}
     threshold.signing.update(keys)
     contract2, _ = threshold.computation().open_study(
         study_id="s-rogue", domain_size=DOMAIN, epsilon=1.0, expected_owners=list(OWNERS), strategy="hier",
         owner_keys={o: keys[o][1] for o in OWNERS})
-    assert contract2.context_fingerprint == contract.context_fingerprint != context_fingerprint(rogue)
+    threshold.combiner._contexts["s-rogue"] = rogue
+    assert context_fingerprint(rogue) != contract2.context_fingerprint != contract.context_fingerprint
     with pytest.raises(InvalidInputError, match="is not the key of study"):
         threshold.owner("a").submit("s-rogue", _histograms()[0])
     # a contract naming another key (written into a holder's ledger) gets no share from that holder
@@ -86,7 +86,6 @@ def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Thre
     # approved by the operator (as if its terms were signed): what is refused below is the key it names
     threshold.holders[0].handler.approvals.keep("s-foreign", approved(study_id="s-foreign", domain_size=DOMAIN,
                                                                       epsilon=1.0, expected_owners=list(OWNERS)))
-    threshold.combiner._context = None
     threshold.open_and_submit("s-real")
     spy = _Spy(threshold.combiner)
     assert threshold.computation().run_release("s-real", epsilon=0.5).state == "DONE"
@@ -95,7 +94,7 @@ def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Thre
         _as_computation_server(threshold, 0).issue_shares(
             study_id="s-foreign", release_id="rel-x", release_epsilon=0.5, measurement=spy_kw["measurement"],
             chunk_count=spy_kw["chunk_count"], contract_hash=foreign.contract_hash)
-    assert err.value.code.name == "FAILED_PRECONDITION" and "not holder h1's collective key" in err.value.details
+    assert err.value.code.name == "FAILED_PRECONDITION" and "h1 holds no key for study s-foreign" in err.value.details
     assert _spent(threshold, 0, "s-foreign") == 0
 
 
@@ -161,13 +160,15 @@ def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> Non
                    "--executor", "inprocess", *[a for h, t in zip(HOLDERS, targets) for a in ("--holder", f"{h}={t}")],
                    *_creds("cs"))
         first = dpagg(tmp_path, "setup-key", "--computation", cs, *_creds("op")).stdout
-        fp = first.split()[2]
-        assert len(fp) == 64 and "set up" in first and "h1, h2, h3" in first
-        assert "already active" in dpagg(tmp_path, "setup-key", "--computation", cs, *_creds("op")).stdout
+        digest = first.split()[1]
+        assert len(digest) == 64 and "(fixed;" in first and "h1, h2, h3" in first and "own collective key" in first
+        again = dpagg(tmp_path, "setup-key", "--computation", cs, *_creds("op")).stdout
+        assert f"deployment {digest} (already fixed;" in again
         opened = json.loads(dpagg(tmp_path, "open-study", "--computation", cs, "--study-id", "thr", "--domain",
                                   "age:0:100:20", "--epsilon", "1", "--owners", "o1,o2", "--strategy", "hier",
                                   "--owner-keys-dir", "pki", "--json", *_creds("op")).stdout)
-        assert opened["context_fingerprint"] == fp
+        keys = [json.loads((tmp_path / h / "keys" / "studies" / "thr" / "key.json").read_text()) for h in HOLDERS]
+        assert [k["fingerprint"] for k in keys] == [opened["context_fingerprint"]] * 3  # the study's own key
         assert opened["noise_tolerates"] == 2  # K - 1 by default: each holder's share is a full draw
         refused = dpagg(tmp_path, "open-study", "--computation", cs, "--study-id", "thr-t3", "--domain-size", "20",
                         "--epsilon", "1", "--owners", "o1,o2", "--owner-keys-dir", "pki", "--noise-tolerates", "3",
@@ -186,6 +187,7 @@ def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> Non
                                                             "holder_variance_factor": 3.0}
         status = dpagg(tmp_path, "status", "thr", "--computation", cs, *_creds("op")).stdout
         assert "noise tolerates 2 colluding holder(s)" in status and "(K = 3: 3x)" in status
+        assert not any((tmp_path / h / "keys" / "studies" / "thr").exists() for h in HOLDERS)  # spent: erased
         for h, t in zip(HOLDERS, targets):  # every holder charged its own ledger for the whole release
             budget = json.loads(dpagg(tmp_path, "budget", "thr", "--decryption", t, "--json", *_creds("op")).stdout)
             assert budget["spent"] == pytest.approx(1.0), h
@@ -203,12 +205,13 @@ def test_a_rogue_key_share_in_the_setup_is_refused_by_every_holder_and_activates
 
     from he_partition.he.bfv import generate_secret_context
     from he_partition.he.threshold.keys import holder_keygen
-    from he_partition.he.threshold.setup import common_seed
+    from he_partition.he.threshold.setup import common_seed, study_session
 
     t = Threshold.start(tmp_path)
     try:
+        t.computation().setup_key()  # the deployment; the study's key is set up below
         hs = [_as_computation_server(t, i) for i in range(3)]
-        session = pysecrets.token_bytes(16)
+        session = study_session("s-rs", pysecrets.token_bytes(16))
 
         def step(name: str, messages: dict[int, bytes] | None = None) -> dict[int, bytes]:
             return {i: h.key_setup(name, session, HOLDERS, messages).message for i, h in enumerate(hs)}
@@ -223,9 +226,9 @@ def test_a_rogue_key_share_in_the_setup_is_refused_by_every_holder_and_activates
         with pytest.raises(ServiceError) as err:  # a holder list other than the holder's own configuration
             hs[0].key_setup("commit_seed", session, ("h1", "h2", "evil"))
         assert err.value.code.name == "INVALID_ARGUMENT" and "configured" in err.value.details
-        assert all(h.handler.active is None for h in t.holders)
-        fp, _, already = t.computation().setup_key()  # an honest setup afterwards: a new session
-        assert not already and [h.handler.active.fingerprint for h in t.holders] == [fp] * 3
+        assert all(h.handler.study_key("s-rs") is None for h in t.holders)
+        contract = t.open_and_submit("s-rs")  # an honest setup afterwards: a new session
+        assert [h.handler.study_key("s-rs").fingerprint for h in t.holders] == [contract.context_fingerprint] * 3
     finally:
         t.stop()
 
@@ -233,6 +236,7 @@ def test_a_rogue_key_share_in_the_setup_is_refused_by_every_holder_and_activates
 def test_malformed_setup_steps_and_chunks_are_refused_with_the_problem_named_and_nothing_charged(
         threshold: Threshold) -> None:
     from he_partition.he.bfv import _varint
+    from he_partition.he.threshold.setup import study_session
 
     threshold.open_and_submit("s-bad")
     spy = _Spy(threshold.combiner)
@@ -257,7 +261,10 @@ def test_malformed_setup_steps_and_chunks_are_refused_with_the_problem_named_and
         with pytest.raises(ServiceError) as err:
             h1.key_setup(step, session, HOLDERS, messages)
         assert err.value.code.name in ("INVALID_ARGUMENT", "FAILED_PRECONDITION"), err.value
-    assert threshold.holders[0].handler.active is not None  # an active key is never replaced
+    assert threshold.holders[0].handler.study_key("s-bad") is not None  # a study's key is never replaced
+    with pytest.raises(ServiceError) as err:  # nor set up again once the study is open
+        h1.key_setup("commit_seed", study_session("s-bad", b"n" * 16), HOLDERS)
+    assert err.value.code.name == "FAILED_PRECONDITION" and "not replaced" in err.value.details
 
 
 def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold) -> None:
@@ -274,7 +281,7 @@ def test_the_combiner_reads_nothing_in_the_unmeasured_slots(threshold: Threshold
     from parties.computation.threshold.c1_forward import owner_c1_parts
 
     contract = threshold.open_and_submit("s-pads")
-    ctx = load_context(threshold.combiner.public_context())
+    ctx = load_context(threshold.combiner.public_context(study_id="s-pads"))
     slots = 8192
     values = (np.arange(slots) * 7 + 1000).tolist()
     # the holders compute on the owners' signed c1 (docs/threshold.md, section 3a): the combiner forwards them and

@@ -125,15 +125,22 @@ def threshold(tmp_path: Path) -> Iterator[Threshold]:
         t.stop()
 
 
-def test_setup_gives_one_fingerprint_every_holder_agrees_on_and_a_restart_keeps_it(threshold: Threshold) -> None:
-    fp, names, already = threshold.computation().setup_key()
+def test_each_study_gets_its_own_key_every_holder_agrees_on_and_a_restart_keeps_it(threshold: Threshold) -> None:
+    digest, names, already = threshold.computation().setup_key()
     assert already and names == HOLDERS
-    assert [h.handler.active.fingerprint for h in threshold.holders] == [fp] * 3
+    assert all(h.handler.deployed and h.handler.active is None for h in threshold.holders)
+    first = threshold.open_and_submit("s-fp")
+    second = threshold.open_and_submit("s-fp2")
+    fp = first.context_fingerprint
+    assert [h.handler.study_key("s-fp").fingerprint for h in threshold.holders] == [fp] * 3
+    assert second.context_fingerprint != fp  # a key per study
+    again, existed = threshold.computation().open_study(
+        study_id="s-fp", domain_size=DOMAIN, epsilon=1.0, expected_owners=list(OWNERS), strategy="hier",
+        owner_keys={o: threshold.signing[o][1] for o in OWNERS})
+    assert existed and again.context_fingerprint == fp  # opened again: the same key, no new setup
     threshold.stop_holder(1)
     threshold.start_holder(1)
-    assert threshold.holders[1].handler.active.fingerprint == fp
-    contract = threshold.open_and_submit("s-fp")
-    assert contract.context_fingerprint == fp
+    assert threshold.holders[1].handler.study_key("s-fp").fingerprint == fp
 
 
 def test_a_release_through_three_holders_is_done(threshold: Threshold) -> None:
@@ -402,7 +409,8 @@ def test_a_holder_with_a_rolled_back_ledger_cannot_make_the_study_overspend(
     threshold.open_and_submit("s-roll")
     old = threshold.root / "h1-ledger-before.sqlite3"
     backup_ledger(threshold.root / "h1" / "ledger.sqlite3", old)
-    assert threshold.computation().run_release("s-roll", epsilon=1.0).state == "DONE"
+    # 0.6 of 1.0: the study has not ended, so its key shares stand (a study that spent all is erased everywhere)
+    assert threshold.computation().run_release("s-roll", epsilon=0.6).state == "DONE"
     threshold.stop_holder(0)
     for suffix in ("", "-wal", "-shm"):
         (threshold.root / "h1" / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
@@ -410,16 +418,16 @@ def test_a_holder_with_a_rolled_back_ledger_cannot_make_the_study_overspend(
     threshold.start_holder(0)
     assert _spent(threshold, 0, "s-roll") == 0  # h1 believes the budget is unspent
     combines = _Combines(monkeypatch)
-    code, message = _refused(threshold, "s-roll", 1.0)  # the honest CS: h1 reports less spend than its receipts
+    code, message = _refused(threshold, "s-roll", 0.6)  # the honest CS: h1 reports less spend than its receipts
     assert code == "FAILED_PRECONDITION" and "h1" in message, message
     # a CS without receipts that trusts h1's view: h2 and h3 refuse, nothing is decrypted
     threshold.combiner.clients[0].receipts = None
     monkeypatch.setattr(threshold.combiner, "budget", lambda study_id, **kw: threshold.combiner.clients[0].budget(
         study_id))
-    code, message = _refused(threshold, "s-roll", 1.0)
+    code, message = _refused(threshold, "s-roll", 0.6)
     assert code == "RESOURCE_EXHAUSTED" and "key-share holder h2" in message
     assert combines.calls == 0
-    assert _spent(threshold, 1, "s-roll") == pytest.approx(1.0) and _spent(threshold, 2, "s-roll") == pytest.approx(1.0)
+    assert _spent(threshold, 1, "s-roll") == pytest.approx(0.6) and _spent(threshold, 2, "s-roll") == pytest.approx(0.6)
 
 
 def test_a_direct_query_does_not_show_the_combiner_the_prefix_count(threshold: Threshold,

@@ -42,19 +42,24 @@ def _log(t: Threshold, study: str) -> list[SignedCharge]:
 
 def _rules(t: Threshold) -> ChargeRules:
     """The charge rules from a holder's recorded identity keys (each 32-byte seal key, then 32-byte signing key)."""
-    identities = json.loads((t.root / "h1" / "keys" / "collective.json").read_text())["identities"]
+    identities = json.loads((t.root / "h1" / "keys" / "deployment.json").read_text())["identities"]
     return ChargeRules({int(i): bytes.fromhex(v)[32:] for i, v in identities.items()}, 2)
 
 
-def test_setup_keeps_shamir_shares_and_a_restart_finds_the_threshold(tofn: Threshold) -> None:
-    fp, names, already = tofn.computation().setup_key(threshold=2)
+def test_setup_fixes_the_deployment_a_study_gets_its_own_shamir_key_and_a_restart_finds_both(tofn: Threshold) -> None:
+    digest, names, already = tofn.computation().setup_key(threshold=2)
     assert already
-    meta = json.loads((tofn.root / "h2" / "keys" / "collective.json").read_text())
-    assert meta["threshold"] == 2 and len(meta["identities"]) == 3 and meta["identities_sha256"]
+    meta = json.loads((tofn.root / "h2" / "keys" / "deployment.json").read_text())
+    assert meta["threshold"] == 2 and len(meta["identities"]) == 3 and meta["identities_sha256"] == digest
+    contract = tofn.open_and_submit("s-key")
+    key = tofn.holders[1].handler.study_key("s-key")
+    assert key is not None and key.fingerprint == contract.context_fingerprint
+    assert (tofn.root / "h2" / "keys" / "studies" / "s-key" / "secret.bin").stat().st_mode & 0o777 == 0o600
     tofn.stop_holder(1)
     tofn.start_holder(1)
-    assert tofn.holders[1].handler.threshold == 2 and tofn.holders[1].handler.active.fingerprint == fp
-    with pytest.raises(ServiceError, match="already active with threshold"):
+    assert tofn.holders[1].handler.threshold == 2
+    assert tofn.holders[1].handler.study_key("s-key").fingerprint == contract.context_fingerprint
+    with pytest.raises(ServiceError, match="deployed with threshold 2 of 3"):
         tofn.computation().setup_key(threshold=3)
 
 

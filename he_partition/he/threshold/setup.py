@@ -20,8 +20,10 @@ Rounds (K holders, `session` a unique id of this setup, e.g. 16 random bytes fro
    holder checks every p_j against its commitment and builds the collective key p = sum p_j and
    its fingerprint (`key_fingerprint`) itself: the rogue-key defence (no holder can choose p_K as
    a function of the others' shares).
-5. **test decryption**: the relay encrypts the test vector (derived from the common seed, so
-   every holder knows it) under p; each holder issues one share for it (smudged, no DP noise:
+5. **test decryption**: the test vector (derived from the common seed, so every holder knows it)
+   under p as (p + Delta m, a) (`setup_test_ciphertext`: every party computes it from public
+   values, and a holder shares no other ciphertext at setup, so the relay chooses no c1 a holder
+   decrypts); each holder issues one share for it (smudged, no DP noise:
    the plaintext is public), once per session; the relay combines and sends the result; each
    holder compares it with the test vector itself and only then marks the key active.
 6. **Galois keys (optional, once)**: the relay names the Galois elements; holder i commits to its
@@ -37,6 +39,12 @@ test decryption then runs once per participant set of t holders (`subsets`), eac
 with its Lagrange-weighted S_j for that set only, at most once per set; `confirm` takes every set's
 combined decryption in order and activates S_j as the holder's secret only when each equals the
 test vector, so inconsistent dealing stops the setup before the key is used.
+
+A key per study: the computation server runs these rounds once per study when it opens it, with a
+session that names the study (`study_session`: "study:" + the study id + a zero byte + 16 random
+bytes). Every commitment, the common seed and every dealt sub-share are bound to the session, so a
+message of one study's setup never serves another's, and each holder files the key under the study
+the session names (`session_study`).
 
 A holder refuses (InvalidInputError naming the holder and the round) a step out of order, a
 message set missing a holder or naming a foreign one, a reveal not matching its commitment, and a
@@ -54,11 +62,14 @@ from typing import Sequence
 import numpy as np
 import numpy.typing as npt
 import tenseal as ts
+import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
+from he_partition.he.bfv import seal_ciphertext_bytes
 from he_partition.he.threshold.decrypt import combine, decryption_share
 from he_partition.he.threshold.galois import collective_galois_keys, holder_galois_share
-from he_partition.he.threshold.keys import HolderSecret, collective_public_key, encrypt_sum, holder_keygen, key_fingerprint
+from he_partition.he.seal_io import ciphertext_polys, seal_bytes, seal_version
+from he_partition.he.threshold.keys import HolderSecret, collective_public_key, holder_keygen, key_fingerprint, load_seal
 from he_partition.he.threshold.shamir import SubShare, check_threshold, deal, participant_secret, receive, subsets
 from he_partition.he.threshold.wire import key_share_commitment
 
@@ -68,6 +79,27 @@ _TEST = b"dpagg/keygen/test-vector/v1"
 #: The rounds in order; a holder is in the state named by the last round it completed.
 ROUNDS = ("new", "seed committed", "seed revealed", "key committed", "key revealed", "dealt", "key received",
           "test share issued", "active")
+
+
+_STUDY_SESSION = b"study:"
+
+
+def study_session(study_id: str, nonce: bytes) -> bytes:
+    """The setup session of study `study_id`'s key: "study:" + id + NUL + `nonce` (>= 16 random bytes)."""
+    if len(nonce) < 16:
+        raise InvalidInputError(f"a setup session nonce needs at least 16 bytes, got {len(nonce)}")
+    return _STUDY_SESSION + study_id.encode("ascii") + b"\x00" + bytes(nonce)
+
+
+def session_study(session: bytes) -> str:
+    """The study a setup session names (`study_session`); "" for a session that names none."""
+    head, sep, nonce = bytes(session).partition(b"\x00")
+    if not head.startswith(_STUDY_SESSION) or not sep or len(nonce) < 16:
+        return ""
+    try:
+        return head[len(_STUDY_SESSION):].decode("ascii")
+    except UnicodeDecodeError:
+        return ""
 
 
 def seed_commitment(session: bytes, holder: int, contribution: bytes) -> bytes:
@@ -210,6 +242,9 @@ class HolderSetup:
         its Lagrange-weighted S_j for that set."""
         if not self.fingerprint:
             raise InvalidInputError(f"holder {self.holder} has no collective key yet: no test share")
+        if not hmac.compare_digest(bytes(ciphertext), setup_test_ciphertext(self.ctx, self.public_key, self.seed)):
+            raise InvalidInputError(f"holder {self.holder}: the ciphertext is not the setup's test ciphertext "
+                                    "(p + Delta m, a), the only one a holder shares at setup: no test share")
         if self.threshold is None:
             self._at("key revealed")
             assert self.secret is not None
@@ -293,6 +328,29 @@ class HolderSetup:
         return hashlib.sha256(b"dpagg/collective-galois/v1" + self.fingerprint + self.galois_keys).digest()
 
 
+def setup_test_ciphertext(ctx: ts.Context, public_key: bytes, seed: bytes) -> bytes:
+    """The setup's test ciphertext: (p + Delta m, a) at the data level, m the test vector, (p, a) the collective key.
+
+    Every holder and the relay compute it alike from public values (the key and the seed), and a
+    holder shares no other at setup: its c1 is the common polynomial a, so the share a s_i + smudging
+    shows nothing that p_i = -(a s_i) + e_i does not (e_i stays under the smudging), whereas a c1 the
+    relay chose (floor(Delta / 3)) would show s_i whole. It decrypts as a fresh encryption with u = 1
+    and no encryption error: c0 + c1 s = e + Delta m, e the collective key's error.
+    """
+    _, _, polys = ciphertext_polys(public_key)  # the PublicKey's (p, a): key level, NTT form
+    sealctx = ctx.seal_context().data
+    k = len(sealctx.first_context_data().parms().coeff_modulus())
+    data = seal_ciphertext_bytes(seal_version(), [int(x) for x in sealctx.first_parms_id()],
+                                 np.ascontiguousarray(polys[:, :k, :]), ntt=True)
+    ct = load_seal(seal.Ciphertext, ctx, data, "test ciphertext")
+    evaluator = seal.Evaluator(sealctx)
+    evaluator.transform_from_ntt_inplace(ct)
+    plain = seal.Plaintext()
+    seal.BatchEncoder(sealctx).encode(test_vector(seed, _slots(ctx), _plain_modulus(ctx)), plain)
+    evaluator.add_plain_inplace(ct, plain)
+    return seal_bytes(ct)
+
+
 def _slots(ctx: ts.Context) -> int:
     return int(ctx.seal_context().data.first_context_data().parms().poly_modulus_degree())
 
@@ -324,8 +382,8 @@ class SetupRelay:
         return dict(got)
 
     def test_ciphertext(self, public_key: bytes, seed: bytes) -> bytes:
-        """The test vector encrypted under the collective key."""
-        return encrypt_sum(self.ctx, public_key, [test_vector(seed, _slots(self.ctx), _plain_modulus(self.ctx))])
+        """The test vector under the collective key, as every holder computes it (`setup_test_ciphertext`)."""
+        return setup_test_ciphertext(self.ctx, public_key, seed)
 
     def combine_test(self, ciphertext: bytes, shares: dict[int, bytes], fingerprint: bytes,
                      participants: Sequence[int] | None = None) -> npt.NDArray[np.int64]:

@@ -7,9 +7,11 @@ all K are in (n-of-n: the combine needs every share; a holder down or refusing s
 measurement before anything is combined, with an error naming the holder and its reason).
 Studies open at every holder (each keeps its own copy of the contract and its own ledger; the
 copies must be identical); budgets are read from every holder and the most spent one counts.
-It also relays the collective key setup (`setup_key`) and serves the collective public context.
+It also relays the deployment (`setup_key`: t and the holders' identity keys, once) and each
+study's collective key setup (`setup_study_key`, run by `open_study`: a key per study), and serves
+each study's collective public context.
 
-t-of-N keys (`setup_key(threshold=t)`): a measurement needs only t holders. Before anything is
+t-of-N deployments (`setup_key(threshold=t)`): a measurement needs only t holders. Before anything is
 charged, this server asks every holder whether it is up and fixes the participant set, the first t
 that answered (fewer than t: refused, naming the holders missing, nothing charged); it then has
 those t sign the measurement's charge on the study's whole charge log (`SignCharge`, kept here in
@@ -21,12 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import grpc
 import numpy as np
@@ -35,13 +36,10 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, n_chunks
 from he_partition.core.measurements import Measurement, refuse_implausible
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
-from he_partition.he.threshold.context import collective_context_bytes, vector_ciphertext
+from he_partition.he.threshold.context import vector_ciphertext
 from he_partition.he.threshold.decrypt import combine
-from he_partition.he.threshold.keys import collective_public_key, key_fingerprint
-from he_partition.he.threshold.setup import SetupRelay, common_seed
-from he_partition.he.threshold.shamir import check_threshold, subsets
 
-from ...common.contract import StudyContract
+from ...common.contract import StudyContract, check_id
 from ...common.errors import FailedPreconditionError, ServiceError, reason_of
 from ...common.receipts import ReceiptBook
 from ...common.sealing import Commitment, upload_key_from_shares
@@ -51,8 +49,8 @@ from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, Jo
 from ...decryption.forwarding import UploadForwarding
 from ...decryption.keyshare.charges import SignedCharge, dump_log
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
-from ...decryption.keyshare.resharing import HolderIdentity
 from .charge_log import StudyChargeLogs
+from .key_setup import fix_deployment, setup_study_key
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
@@ -105,7 +103,7 @@ class ThresholdDecryption:
         self.charges = StudyChargeLogs(Path(data_dir) / "charges" if data_dir is not None else None, self.names,
                                        lambda i, study, entry, log_: self._pool.submit(
                                            self.clients[i].sign_charge, study, entry, log_), HolderFailedError)
-        self._context: bytes | None = None
+        self._contexts: dict[str, bytes] = {}  # study id -> its collective public context ("": the legacy key)
         self._fps: dict[str, str] = {}
         self._uploads = UploadForwarding(self._send_uploads)  # the owners' signed c1 parts, once per study
         self._lock = threading.Lock()
@@ -179,7 +177,7 @@ class ThresholdDecryption:
                 replies.append(c.key_setup("status", b"", self.names, retry=False, timeout=5.0))
             except Exception:  # noqa: BLE001 - a holder down: the others tell the threshold
                 continue
-        ts_ = {r.threshold for r in replies if r.state == "active"}
+        ts_ = {r.threshold for r in replies if r.state == "deployed"}
         with self._lock:
             if len(ts_) == 1:
                 t = ts_.pop()
@@ -192,126 +190,74 @@ class ThresholdDecryption:
         t = self.tofn()
         return t if t is not None else self.k
 
-    # -- key setup -------------------------------------------------------------------------
+    # -- deployment and each study's key ----------------------------------------------------
     def setup_key(self, threshold: int = 0) -> tuple[str, bool]:
-        """Run the collective key setup through every holder; (fingerprint, already_active).
+        """Fix the deployment at every holder (`key_setup.fix_deployment`); (identities digest, already_deployed)."""
+        return fix_deployment(self, threshold)
 
-        `threshold` t > 0: a t-of-N key (t > N/2): after the key is built, each holder deals its
-        share to every holder (sealed to the recipient, signed; relayed here unread), and the test
-        decryption runs once per participant set of t holders."""
-        names = self.names
-        if threshold:
-            check_threshold(int(threshold), list(range(self.k)))
-        status = self._all("did not report its key state", lambda c: c.key_setup("status", b"", names))
-        active = {s.fingerprint for s in status if s.state == "active"}
-        if len(active) == 1 and all(s.state == "active" for s in status):
-            have = {s.threshold for s in status}
-            if threshold and have != {int(threshold)}:
-                raise FailedPreconditionError(f"the holders' collective key is already active with threshold "
-                                              f"{sorted(have)} of {self.k}, not {threshold}: it is not replaced")
-            with self._lock:
-                t = have.pop() if len(have) == 1 else self.k
-                self.threshold, self._known_threshold = (t if t < self.k else None), True
-            return active.pop(), True
-        if active:
-            raise FailedPreconditionError("the holders disagree on the collective key: "
-                                          + ", ".join(f"{n}: {s.fingerprint[:16] or s.state}"
-                                                      for n, s in zip(names, status)))
-        session = secrets.token_bytes(16)
-        relay = SetupRelay(self._template, session, list(range(self.k)))
-
-        def step(name: str, messages: Mapping[int, bytes] | None = None, **kw: Any) -> dict[int, bytes]:
-            replies = self._all(f"refused setup step {name}", lambda c: c.key_setup(name, session, names, messages,
-                                                                                  **kw))
-            for i, r in enumerate(replies):
-                relay.submit(name, i, r.message)
-            return relay.collected(name)
-
-        seed_commits = step("commit_seed", threshold=int(threshold))
-        contributions = step("reveal_seed", seed_commits)
-        key_commits = step("commit_key", contributions)
-        reveals = step("reveal_key", key_commits)
-        seed = common_seed(session, contributions)
-        public_key = collective_public_key(self._template, seed, key_commits, reveals)
-        fingerprint = context_fingerprint(collective_context_bytes(public_key))
-        built = self._all("refused to build the key", lambda c: c.key_setup("build_key", session, names, reveals))
-        if any(r.fingerprint != fingerprint for r in built):
-            raise FailedPreconditionError("the holders built different collective keys: setup stopped (relay "
-                                          f"{fingerprint[:16]}, holders {[r.fingerprint[:16] for r in built]})")
-        ct = relay.test_ciphertext(public_key, seed)
-        if threshold:
-            identities = {i: HolderIdentity(bytes.fromhex(s.seal_public_key), bytes.fromhex(s.signing_public_key))
-                          .to_bytes() for i, s in enumerate(status)}
-            dealt = step("deal", identities)
-            step("receive", dealt)
-            parts: list[int] = []
-            for p in subsets(range(self.k), int(threshold)):
-                futures = [self._pool.submit(self.clients[i].key_setup, "test_share", session, names, ciphertext=ct,
-                                             participants=p) for i in p]
-                shares = {i: r.message for i, r in zip(p, self._collect("refused a test share", futures, p))}
-                parts += relay.combine_test(ct, shares, key_fingerprint(public_key), p).tolist()
-            values = np.array(parts, dtype=np.int64)
-        else:
-            shares = step("test_share", ciphertext=ct)
-            values = relay.combine_test(ct, shares, key_fingerprint(public_key))
-        confirmed = self._all("refused the test decryption",
-                              lambda c: c.key_setup("confirm", session, names, values=values.tolist()))
-        if any(r.fingerprint != fingerprint for r in confirmed):
-            raise FailedPreconditionError("a holder activated another collective key: setup stopped")
-        with self._lock:
-            self.threshold, self._known_threshold = (int(threshold) or None), True
-        log.info("collective key %s set up by holders %s (%s)", fingerprint[:16], ", ".join(names),
-                 f"any {threshold} of {self.k}" if threshold else f"all {self.k}")
-        return fingerprint, False
+    def setup_study_key(self, study_id: str) -> str:
+        """Set up `study_id`'s own collective key at every holder (`key_setup.setup_study_key`); its fingerprint."""
+        return setup_study_key(self, study_id)
 
     # -- the decryption client's interface -------------------------------------------------
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
-        """The collective public context; every holder must serve the same one."""
+        """The collective public context of `study_id`'s key (each study has its own); every holder asked must
+        serve the same one. Without a study: the holders' legacy collective key, where they have one."""
+        with self._lock:
+            if study_id in self._contexts:
+                return self._contexts[study_id]
         if study_id:
             contract = self.get_study(study_id)
             if contract.is_join:
                 raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
-        with self._lock:
-            if self._context is not None:
-                return self._context
         if self.tofn() is not None:
             contexts = list(self._quorum("served the collective public context",
-                                         lambda c: c.public_context(timeout=timeout)).values())
+                                         lambda c: c.public_context(study_id=study_id, timeout=timeout)).values())
         else:
             contexts = self._all("did not serve the collective public context",
-                                 lambda c: c.public_context(timeout=timeout))
+                                 lambda c: c.public_context(study_id=study_id, timeout=timeout))
         fps = {context_fingerprint(d) for d in contexts}
         if len(fps) != 1:
             raise FailedPreconditionError(f"the key-share holders serve {len(fps)} different public contexts")
         with self._lock:
-            self._context = contexts[0]
+            self._contexts[study_id] = contexts[0]
         return contexts[0]
 
     def open_study(self, **terms: Any) -> tuple[StudyContract, bool]:
-        """Open the study at every holder under one id; their contracts must be identical.
+        """Set up the study's own collective key at every holder, then open the study at every holder under one
+        id; their contracts must be identical and name that key (each holder fills in the key it built).
 
-        `noise_tolerates` not given (None) is filled with K - 1: the holders' noise then
-        tolerates the same coalition as the key (the computation server with any K - 1
-        holders still faces one full discrete Laplace draw), at K times the holders' noise
-        variance. Every holder gets the same number, so the contracts agree; a holder refuses
-        T >= K.
+        A study already open at every holder is found again (no new key). `noise_tolerates` not
+        given (None) is filled with K - 1: the holders' noise then tolerates the same coalition as
+        the key (the computation server with any K - 1 holders still faces one full discrete Laplace
+        draw), at K times the holders' noise variance. Every holder gets the same number, so the
+        contracts agree; a holder refuses T >= K.
         """
         if terms.get("strategy") == "join":
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         terms = dict(terms)
-        terms["study_id"] = terms.get("study_id") or new_id("study")
+        terms["study_id"] = check_id("study_id", terms.get("study_id") or new_id("study"))
         if terms.get("owner_keys"):  # owners seal their uploads to every holder (parties.common.sealing)
             status = self._all("did not report its seal key", lambda c: c.key_setup("status", b"", self.names))
             terms["holder_seal_keys"] = [s.seal_public_key for s in status]
         if terms.get("noise_tolerates") is None:
             t = self.tofn()
             terms["noise_tolerates"] = (t if t is not None else self.k) - 1
+        if not self._open_everywhere(terms["study_id"]):
+            t0 = time.monotonic()
+            self.setup_study_key(terms["study_id"])
+            log.info("study %s: its key set up in %.2f s", terms["study_id"], time.monotonic() - t0)
         opened = self._all("refused the study", lambda c: c.open_study(**terms))
         hashes = {c.contract_hash for c, _ in opened}
         if len(hashes) != 1:
             raise FailedPreconditionError(f"the key-share holders hold different contracts for study "
                                           f"{terms['study_id']}")
         return opened[0][0], all(existed for _, existed in opened)
+
+    def _open_everywhere(self, study_id: str) -> bool:
+        """True when every holder has `study_id` open already (a repeated open-study: its key stands)."""
+        found = self._outcomes([self._pool.submit(lambda c: c.get_study(study_id), c) for c in self.clients])[0]
+        return len(found) == self.k
 
     def get_study(self, study_id: str, *, timeout: float | None = None) -> StudyContract:
         if self.tofn() is not None:

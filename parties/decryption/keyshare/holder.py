@@ -6,8 +6,9 @@ ledger (the decryption server's `SqliteLedgerStore`, one file per holder, with a
 shares it issued in the same file). It decides alone, in this order, from its own state only:
 
 1. the contract: the study is registered at this holder, the request's contract hash is the
-   study's, the study's `context_fingerprint` is the collective key's fingerprint this holder
-   built (a relay that swapped in its own key gets nothing), the measurement's kind is one the
+   study's, the study's `context_fingerprint` is the fingerprint of the key this holder built
+   for that study (`key_for`: a relay that swapped in its own key, or another study's, gets
+   nothing), the measurement's kind is one the
    study's strategy uses, its sensitivity is at least the person bound, its epsilon within the
    release's and the release's within the study's;
 2. one share per ciphertext: a request for a ciphertext digest it already answered gets the
@@ -33,7 +34,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -55,7 +56,11 @@ from ..handler import NOISE_STREAM
 from .uploads import UploadC1Book
 from ..ledger import SqliteLedgerStore
 
-__all__ = ["MeasurementShares", "ShareRequest", "ThresholdHolder"]
+__all__ = ["MeasurementShares", "ShareRequest", "StudyKeys", "ThresholdHolder"]
+
+#: Study id -> (this holder's share of the study's key, the key's fingerprint); FailedPreconditionError when the
+#: holder holds no key for the study (`KeyShareService.key_of`).
+StudyKeys = Callable[[str], "tuple[HolderSecret, bytes]"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS threshold_requests (
@@ -110,14 +115,21 @@ MAX_KEPT_PRODUCTS = 1024
 class ThresholdHolder:
     """Holder `secret.holder` of `holders` key-share holders: decides alone whether to issue its share."""
 
-    def __init__(self, ctx: Any, secret: HolderSecret, holders: int, key_fingerprint: bytes,
-                 noise_key: bytes, ledger_path: Path | str, *, uploads: UploadC1Book | None = None) -> None:
+    def __init__(self, ctx: Any, secret: HolderSecret | None, holders: int, key_fingerprint: bytes,
+                 noise_key: bytes, ledger_path: Path | str, *, uploads: UploadC1Book | None = None,
+                 keys: StudyKeys | None = None, index: int = 0) -> None:
         if len(noise_key) < 16:
             raise InvalidInputError(f"a holder's noise key needs at least 16 bytes, got {len(noise_key)}")
-        if len(key_fingerprint) != 32:
+        if secret is not None and len(key_fingerprint) != 32:
             raise InvalidInputError(f"a collective key fingerprint has 32 bytes, got {len(key_fingerprint)}")
+        if secret is None and keys is None:
+            raise InvalidInputError("a holder needs a key share or a study key store")
         self.ctx, self.secret, self.holders = ctx, secret, int(holders)
+        self.index = secret.holder if secret is not None else int(index)
         self.key_fingerprint = bytes(key_fingerprint)
+        #: study id -> (this holder's share of the study's key, the key's fingerprint): a key per study. Without
+        #: one, every study is under `secret` (the library form; a deployment's legacy collective key).
+        self._keys = keys
         self._noise_key = bytes(noise_key)
         self.ledger = SqliteLedgerStore(ledger_path)
         self._db = sqlite3.connect(Path(ledger_path), isolation_level=None, check_same_thread=False, timeout=30.0)
@@ -131,18 +143,27 @@ class ThresholdHolder:
         #: only (participants () for an N-of-N key).
         self._products: dict[tuple[str, int, tuple[int, ...]], tuple[npt.NDArray[np.uint64], list[int], bytes]] = {}
         #: t-of-N: participant set -> lambda_j S_j (`shamir.participant_secret`): secret, memory only.
-        self._weighted: dict[tuple[int, ...], HolderSecret] = {}
+        self._weighted: dict[tuple[bytes, tuple[int, ...]], HolderSecret] = {}
 
-    def _secret_for(self, participants: tuple[int, ...]) -> HolderSecret:
-        """s_i (N-of-N, `participants` empty), or lambda_j S_j for a t-of-N participant set (made once per set)."""
+    def key_for(self, study_id: str) -> tuple[HolderSecret, bytes]:
+        """(this holder's share, the key fingerprint) of the key `study_id` is under (FailedPrecondition: none)."""
+        if self._keys is not None:
+            return self._keys(study_id)
+        assert self.secret is not None
+        return self.secret, self.key_fingerprint
+
+    def _secret_for(self, study_id: str, participants: tuple[int, ...]) -> HolderSecret:
+        """The study's s_i (N-of-N, `participants` empty), or lambda_j S_j for a t-of-N participant set (made once
+        per key and set)."""
+        secret, fp = self.key_for(study_id)
         if not participants:
-            return self.secret
+            return secret
         with self._lock:
-            got = self._weighted.get(participants)
+            got = self._weighted.get((fp, participants))
         if got is None:
-            got = participant_secret(self.ctx, self.secret, participants)
+            got = participant_secret(self.ctx, secret, participants)
             with self._lock:
-                self._weighted[participants] = got
+                self._weighted[(fp, participants)] = got
         return got
 
     def product(self, study_id: str, chunk: int,
@@ -163,7 +184,7 @@ class ThresholdHolder:
                                               "measurement")
             expected: C1Part = self.uploads.expected(study_id, int(chunk))
             parms = [int(x) for x in self.ctx.seal_context().data.first_parms_id()]
-            got = (secret_product(self.ctx, self._secret_for(tuple(participants)), parms, expected),
+            got = (secret_product(self.ctx, self._secret_for(study_id, tuple(participants)), parms, expected),
                    self.uploads.moduli, c1_digest(expected))
             with self._lock:
                 while len(self._products) >= MAX_KEPT_PRODUCTS:  # the oldest first (196 KB each at 3 primes)
@@ -177,6 +198,12 @@ class ThresholdHolder:
             for key in [k for k in self._products if k[0] == study_id]:
                 del self._products[key]
 
+    def forget_key(self, fingerprint: bytes) -> None:
+        """Drop the kept Lagrange-weighted shares of the key `fingerprint` (its study's key was erased)."""
+        with self._lock:
+            for key in [k for k in self._weighted if k[0] == fingerprint]:
+                del self._weighted[key]
+
     def close(self) -> None:
         self.ledger.close()
         self._db.close()
@@ -184,7 +211,7 @@ class ThresholdHolder:
     def register_study(self, contract: StudyContract) -> None:
         """Accept a study whose contract names this holder's collective key (by fingerprint) and whose
         noise_tolerates is below this deployment's K holders."""
-        if not hmac.compare_digest(contract.context_fingerprint, self.key_fingerprint.hex()):
+        if not hmac.compare_digest(contract.context_fingerprint, self.key_for(contract.study_id)[1].hex()):
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}..., "
                                           "not this holder's collective key: not registered")
         try:
@@ -199,8 +226,9 @@ class ThresholdHolder:
         if not hmac.compare_digest(req.contract_hash, contract.contract_hash):
             raise FailedPreconditionError(f"the request's contract hash differs from study {contract.study_id}'s: "
                                           "nothing was decrypted")
-        if not hmac.compare_digest(bytes(req.key_fingerprint), self.key_fingerprint) or \
-                not hmac.compare_digest(contract.context_fingerprint, self.key_fingerprint.hex()):
+        fp = self.key_for(contract.study_id)[1]
+        if not hmac.compare_digest(bytes(req.key_fingerprint), fp) or \
+                not hmac.compare_digest(contract.context_fingerprint, fp.hex()):
             raise FailedPreconditionError("the request is not under this holder's collective key: nothing was decrypted")
         try:
             contract.check_key_holders(self.holders)
@@ -270,11 +298,11 @@ class ThresholdHolder:
                                                   "request: one share per ciphertext, nothing was decrypted")
                 return bytes(stored[1])
             self.ledger.charge(req.study_id, req.release_id, req.kind, float(req.epsilon), float(req.release_epsilon),
-                               json.dumps({"holder": self.secret.holder, "ciphertext_digest": digest.hex()}))
+                               json.dumps({"holder": self.index, "ciphertext_digest": digest.hex()}))
             scale = laplace_scale(req.sensitivity, req.epsilon)
             # NB(1/(K - T)) per side: any K - T holders' shares sum to at least one full discrete Laplace draw
             noise = tolerant_share(scale, self.holders, contract.noise_tolerates, req.slots,
-                                           holder_noise_source(self._noise_key, self.secret.holder, self.holders,
+                                           holder_noise_source(self._noise_key, self.index, self.holders,
                                                                b"dp/" + label))
             # the slots past the measured ones get this holder's own pads: the combiner knows the CS's pads
             n = self._slot_count()
@@ -283,7 +311,8 @@ class ThresholdHolder:
                                       np.arange(n) < req.slots,
                                       KeyedRandom(self._noise_key, b"dpagg/threshold/pads/v1" + label), plain_modulus)
             smudge = KeyedRandom(self._noise_key, b"dpagg/threshold/smudge/v1" + label)
-            share = decryption_share(self.ctx, self.secret, self.key_fingerprint, bytes(req.ciphertext),
+            secret, fp = self.key_for(req.study_id)
+            share = decryption_share(self.ctx, secret, fp, bytes(req.ciphertext),
                                      dp_noise=slot_noise, rng=smudge)
             self._db.execute("INSERT INTO threshold_shares (ciphertext_digest, request, share, created_at) "
                              "VALUES (?, ?, ?, ?)", (digest.hex(), label.decode("utf-8"), share, utc_now()))
@@ -377,5 +406,5 @@ def _shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: l
         pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v2" + request + at, stream=NOISE_STREAM)
         dp = padded_noise(chunk_noise, chunk_mask, pads, plain_modulus)
         product, moduli, bound = holder.product(study_id, index, participants)  # with a set: only its t combine
-        yield chunk_share(holder.ctx, holder.secret.holder, holder.key_fingerprint, product, moduli, bound,
+        yield chunk_share(holder.ctx, holder.index, holder.key_for(study_id)[1], product, moduli, bound,
                           dp_noise=dp, rng=smudge)

@@ -10,10 +10,11 @@ travels as (`deal_message`):
   recipient's seal key and the sealed bytes: the relay cannot swap, replay from another session or
   re-address a sub-share, and the recipient checks the seal key named is its own.
 
-The holders' identity keys (seal and signing) are those each holder reported at the start of the
-setup (`identities`): the computation server relays them, like every setup message. Each holder
-keeps the whole list with its key (`collective.json`) and `dpagg budget` prints its digest, so the
-operators can compare it out of band; a relay that swapped keys at setup is then seen.
+The holders' identity keys (seal and signing) are those each holder reported when `dpagg setup-key`
+fixed the deployment: the computation server relays them, like every setup message. Each holder
+keeps the whole list (`deployment.json`; a legacy key's `collective.json`) and `dpagg setup-key`
+prints its digest, so the operators can compare it out of band; a relay that swapped keys then is
+seen. Every study's dealing is sealed to and checked under that recorded list.
 """
 from __future__ import annotations
 

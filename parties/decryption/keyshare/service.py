@@ -1,27 +1,20 @@
-"""A key-share holder's state: its key store, its side of the key setup, its share decisions.
+"""A key-share holder's state: its key store, its side of each study's key setup, its share decisions.
 
 A holder is a decryption server in key-share mode (`dpagg serve-decryption --key-share NAME
---holders N1,N2,...`). It keeps, in its own data directory:
+--holders N1,N2,...`). It keeps, in its own data directory, its key store (`study_keys`: the
+deployment `dpagg setup-key` fixed, each study's own key share, a legacy collective key), its own
+noise key and its own SQLite ledger, as the single decryption server does.
 
-- `keys/threshold_secret.bin` (mode 0600): its secret share s_i, written only once the setup's
-  test decryption succeeded; never served;
-- `keys/collective_key.bin` and `keys/collective.json`: the collective public key, the holder
-  list, this holder's index and the collective key fingerprint (found again after a restart);
-- its own noise key and its own SQLite ledger, as the single decryption server does.
+A key per study (`study_setup`, run before the CS opens the study): `OpenStudy` of a new study is
+refused unless this holder built its key, whose fingerprint the holder writes into the contract;
+every later request is checked against the key built FOR THAT STUDY (`check_contract`, `key_of`),
+so a key share recovered in one study opens that study only.
 
-A t-of-N key (`dpagg setup-key --threshold t`, t > N/2) keeps S_j, the holder's Shamir share of the
-key (`he_partition.he.threshold.shamir`), in `threshold_secret.bin` instead, and `collective.json`
-records t and every holder's identity keys (seal and signing: what charge signatures verify under).
-Each share request then carries the study's signed charge log and the participant set its charge
-fixed (`charges.ChargeBook`): the holder signs charges (`sign_charge`) and issues shares only
-within that log, so no routing of requests to different holders overspends a budget.
-
-The collective key fingerprint every contract carries is the SHA-256 of the public TenSEAL
-context built around the collective key (`threshold.context.collective_context`, deterministic
-bytes): what owners already check (`context_fingerprint` of the context they download), and it
-binds the key. Once the key is active, studies, budgets and direct-query charges go through the
-single decryption server's `DecryptionHandler` over this holder's ledger (its public "key
-material" is the collective context); decryption goes through `issue_shares` only.
+Once the deployment is fixed, studies, budgets and direct-query charges go through the single
+decryption server's `DecryptionHandler` over this holder's ledger; decryption: `issue_shares` only.
+With a t-of-N deployment each share request carries the study's signed charge log and the
+participant set its charge fixed (`charges.ChargeBook`): the holder signs charges (`sign_charge`)
+and issues shares only within that log.
 """
 from __future__ import annotations
 
@@ -30,10 +23,9 @@ import hmac
 import json
 import logging
 import threading
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -42,17 +34,14 @@ from he_partition.core.backend import DEFAULT_PLAIN_MODULUS
 from he_partition.core.measurements import Measurement, RangeCount
 from he_partition.core.noise import CipherRandom, KeyedRandom
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
-from he_partition.he.bfv import context_fingerprint, generate_secret_context
+from he_partition.he.bfv import generate_secret_context
 from he_partition.he.bfv import load_context
-from he_partition.he.threshold.context import collective_context_bytes
 from he_partition.he.threshold.keys import HolderSecret
-from he_partition.he.threshold.setup import HolderSetup
 from he_partition.protocol import MAX_NOISE_SCALE
 
-from ...common.approval import ApprovalBook
-from ...common.contract import StudyContract, canonical_json, charged_epsilon
-from ...common.errors import FailedPreconditionError
-from ...common.util import write_file_atomic, write_private_file
+from ...common.approval import ApprovalBook, StudyApproval
+from ...common.contract import StudyContract, canonical_json, charged_epsilon, check_id
+from ...common.errors import FailedPreconditionError, NotFoundError
 from ..handler import NOISE_STREAM, DecryptionHandler, decryption_detail
 from ..keys import KeyMaterial
 
@@ -64,15 +53,14 @@ from .uploads import OwnerC1Parts, UploadC1Book
 from ..ledger import Charge
 from ..receipts import ReceiptSigner
 from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_request, load_log
-from .resharing import HolderIdentity, deal_message, identities_digest, open_deal_message
+from .resharing import HolderIdentity
+from .study_keys import ActiveKey, StudyKeyStore
+from .study_setup import StudySetups
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
 log = logging.getLogger("dpagg.decryption.keyshare")
 
-SECRET_FILE = "threshold_secret.bin"
-PUBLIC_FILE = "collective_key.bin"
-META_FILE = "collective.json"
 #: The refusal of the full-key RPCs on a holder, and of joins in threshold mode.
 JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs relinearization keys, whose "
                        "collective (two-round) protocol is not built (docs/threshold.md, section 8); run join "
@@ -89,20 +77,8 @@ def holder_index(name: str, holders: Sequence[str]) -> int:
     return names.index(name)
 
 
-@dataclass(frozen=True)
-class ActiveKey:
-    """An active collective key as one holder keeps it."""
-
-    holders: tuple[str, ...]
-    index: int
-    public_key: bytes
-    context: bytes
-    fingerprint: str
-    secret: HolderSecret
-
-
 class KeyShareService:
-    """One holder: setup state, the active key (from disk after a restart), the share decisions."""
+    """One holder: its deployment, each study's key (from disk after a restart), the share decisions."""
 
     def __init__(self, name: str, holders: Sequence[str], data_dir: Path, noise_key: bytes, *,
                  require_signed: bool = False, operator_keys: Sequence[bytes] = ()) -> None:
@@ -116,8 +92,13 @@ class KeyShareService:
         self.noise_key = noise_key
         self.require_signed = require_signed
         self.template = generate_secret_context()  # BFV parameters only; its own keys are never used
-        self.setup: HolderSetup | None = None
+        self.store = StudyKeyStore(self.keys_dir, self.template, self.holders, self.index, name)
+        #: The running setups of study keys, by study id (one each; a new session for a study replaces it).
+        self.study_setups = StudySetups(self)
+        #: The legacy collective key (set up before keys were made per study), or None.
         self.active: ActiveKey | None = None
+        #: True once `dpagg setup-key` fixed the deployment (t and the holders' identities), or a legacy key exists.
+        self.deployed = False
         self.holder: ThresholdHolder | None = None
         self.handler: DecryptionHandler | None = None
         self._lock = threading.Lock()
@@ -125,41 +106,39 @@ class KeyShareService:
         self.seal = SealKeyPair.load_or_create(self.keys_dir)
         #: This holder's Ed25519 key (its receipt key): signs its receipts, t-of-N charges and dealt sub-shares.
         self.signer = ReceiptSigner.load_or_create(self.keys_dir)
-        #: t of an active t-of-N key (None: N-of-N), every holder's identity keys, and this holder's charge book.
+        #: t of a t-of-N deployment (None: N-of-N), every holder's identity keys, and this holder's charge book.
         self.threshold: int | None = None
         self.identities: dict[int, HolderIdentity] = {}
         self.charges: ChargeBook | None = None
-        self._setup_identities: dict[int, HolderIdentity] = {}
         self.commitments = CommitmentBook(self.seal, self.index, len(self.holders), Path(data_dir) / "commitments")
         self._load()
 
     # -- key store ------------------------------------------------------------------------
     def _load(self) -> None:
-        meta_path = self.keys_dir / META_FILE
-        if not meta_path.exists():
+        source = self.store.deployment()
+        if source is None:
             return
-        meta = json.loads(meta_path.read_text())
-        if tuple(meta["holders"]) != self.holders or int(meta["index"]) != self.index:
-            raise InvalidInputError(f"the collective key in {self.keys_dir} is for holders {meta['holders']} "
-                                    f"(this one index {meta['index']}), not the configured {list(self.holders)}")
-        secret = HolderSecret.from_bytes(self.template, (self.keys_dir / SECRET_FILE).read_bytes())
-        public = (self.keys_dir / PUBLIC_FILE).read_bytes()
-        if meta.get("threshold"):
-            self.threshold = int(meta["threshold"])
-            self.identities = {int(h): HolderIdentity.from_bytes(bytes.fromhex(v), int(h))
-                               for h, v in meta["identities"].items()}
-        self._activate(public, secret)
-        if self.active is None or self.active.fingerprint != meta["fingerprint"]:
-            raise InvalidInputError(f"the collective key in {self.keys_dir} does not match its recorded fingerprint")
+        if source.get("threshold"):
+            self.threshold = int(source["threshold"])
+        self.identities = {int(h): HolderIdentity.from_bytes(bytes.fromhex(v), int(h))
+                           for h, v in source.get("identities", {}).items()}
+        self.active = self.store.legacy()
+        self.activate_deployment()
+        self._retire_ended()
 
-    def _activate(self, public_key: bytes, secret: HolderSecret) -> None:
-        data = collective_context_bytes(public_key)
-        ctx = load_context(data)
-        fp = context_fingerprint(data)
-        self.active = ActiveKey(self.holders, self.index, public_key, data, fp, secret)
-        self.holder = ThresholdHolder(self.template, secret, len(self.holders), bytes.fromhex(fp), self.noise_key,
-                                      self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir))
-        self.handler = DecryptionHandler(self.holder.ledger, KeyMaterial(ctx, data), CipherRandom(),
+    def activate_deployment(self) -> None:
+        """The deployment is fixed: the study/budget handler and the share decisions over this holder's ledger."""
+        self.deployed = True
+        if self.active is not None:  # the legacy key's context: what GetPublicContext served without a study
+            material = KeyMaterial(load_context(self.active.context), self.active.context)
+        else:  # BFV parameters only: every study names its own key (`open_study`)
+            material = KeyMaterial(self.template, b"")
+        legacy = self.active
+        self.holder = ThresholdHolder(self.template, legacy.secret if legacy else None, len(self.holders),
+                                      bytes.fromhex(legacy.fingerprint) if legacy else b"", self.noise_key,
+                                      self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir),
+                                      keys=self._secret_of, index=self.index)
+        self.handler = DecryptionHandler(self.holder.ledger, material, CipherRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key,
                                          key_holders=len(self.holders), approvals=self.approvals)
         if self.threshold is not None:  # any t answer: the coalition the holders' noise tolerates is t - 1
@@ -168,21 +147,70 @@ class KeyShareService:
             rules = ChargeRules({h: i.signing for h, i in self.identities.items()}, self.threshold)
             self.charges = ChargeBook(self.index, self.signer._private, rules, self.keys_dir.parent / "charges.sqlite3")
 
-    def _persist(self, setup: HolderSetup) -> None:
-        assert setup.secret is not None
-        self.keys_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_private_file(self.keys_dir / SECRET_FILE, setup.secret.to_bytes())
-        write_file_atomic(self.keys_dir / PUBLIC_FILE, setup.public_key)
-        if setup.threshold is not None:
-            self.threshold, self.identities = setup.threshold, dict(self._setup_identities)
-        self._activate(setup.public_key, setup.secret)
-        assert self.active is not None
-        meta = {"holders": list(self.holders), "index": self.index, "fingerprint": self.active.fingerprint}
-        if self.threshold is not None:
-            meta.update(threshold=self.threshold, identities_sha256=identities_digest(self.identities),
-                        identities={str(h): i.to_bytes().hex() for h, i in sorted(self.identities.items())})
-        write_file_atomic(self.keys_dir / META_FILE, json.dumps(meta).encode())
-        log.info("holder %s: collective key %s active", self.name, self.active.fingerprint[:16])
+    def study_key(self, study_id: str) -> ActiveKey | None:
+        """This holder's key of `study_id` (`StudyKeyStore.study`); None when it has none."""
+        return self.store.study(study_id)
+
+    def key_of(self, contract: StudyContract) -> ActiveKey:
+        """The key this holder built for the study (or, for a study opened before keys were made per study, the
+        legacy key its contract names); FailedPreconditionError when it holds none (never set up here, or
+        erased when the study ended)."""
+        key = self.study_key(contract.study_id)
+        if key is None and self.active is not None and hmac.compare_digest(contract.context_fingerprint,
+                                                                          self.active.fingerprint):
+            key = self.active
+        if key is None:
+            raise FailedPreconditionError(f"holder {self.name} holds no key for study {contract.study_id} (never set "
+                                          "up here, or erased when the study ended): nothing was decrypted")
+        return key
+
+    def _secret_of(self, study_id: str) -> tuple[HolderSecret, bytes]:
+        handler = self.require_active()
+        key = self.key_of(handler.get_study(study_id))
+        return key.secret, bytes.fromhex(key.fingerprint)
+
+    def erase_study_key(self, study_id: str) -> bool:
+        """Erase this holder's share of `study_id`'s key (files and every copy in memory); True when there was one."""
+        existed, key = self.store.erase_study(study_id)
+        if self.holder is not None:
+            self.holder.forget_products(study_id)
+            if key is not None:
+                self.holder.forget_key(bytes.fromhex(key.fingerprint))
+        if existed:
+            log.info("holder %s: study %s ended, its key share erased", self.name, study_id)
+        return existed
+
+    def study_ended(self, contract: StudyContract) -> bool:
+        """True when the study's whole budget is spent: this holder's ledger (N-of-N), the study's signed
+        charge log (t-of-N) books exactly its epsilon."""
+        handler = self.require_active()
+        if self.charges is not None:
+            spent = Fraction(self.charges.view(contract.study_id)["spent"])
+        else:
+            spent = Fraction(handler.budget(contract.study_id).spent)
+        return spent >= Fraction(contract.epsilon)
+
+    def retire_if_ended(self, study_id: str) -> bool:
+        """Erase the study's key share once the study ended (`study_ended`); True when it was erased now.
+
+        Retention: a study's key share lives from its open-study setup until its budget is fully
+        spent; then no further measurement can be charged, so nothing can be decrypted under it."""
+        handler = self.require_active()
+        try:
+            contract = handler.get_study(study_id)
+        except NotFoundError:
+            return False
+        if self.study_key(study_id) is None or not self.study_ended(contract):
+            return False
+        return self.erase_study_key(study_id)
+
+    def _retire_ended(self) -> None:
+        """At start: erase the key shares of studies that ended while the holder ran (or before)."""
+        for study_id in self.store.study_ids():
+            try:
+                self.retire_if_ended(study_id)
+            except (InvalidInputError, FailedPreconditionError) as exc:  # a stray folder: say so, keep it
+                log.warning("holder %s: study key folder %s not checked: %s", self.name, study_id, exc)
 
     def close(self) -> None:
         if self.holder is not None:
@@ -195,11 +223,47 @@ class KeyShareService:
         return HolderIdentity(self.seal.public, self.signer.public_key)
 
     def require_active(self) -> DecryptionHandler:
-        """The study/budget handler over this holder's ledger; FAILED_PRECONDITION before the key setup."""
+        """The study/budget handler over this holder's ledger; FAILED_PRECONDITION before the deployment is fixed."""
         if self.handler is None:
-            raise FailedPreconditionError(f"key-share holder {self.name} has no collective key yet: run "
+            raise FailedPreconditionError(f"key-share holder {self.name} is not deployed yet: run "
                                           "`dpagg setup-key --computation HOST:PORT` first")
         return self.handler
+
+    # -- studies --------------------------------------------------------------------------
+    def open_study(self, **terms: object) -> tuple[StudyContract, bool]:
+        """Open a study under the key this holder built for it (its setup ran first); an existing study is found
+        again as it was. A new study without its own key here is refused: no study shares a key."""
+        handler = self.require_active()
+        study_id = check_id("study_id", terms.get("study_id") or "")
+        # the operator's approval first: nothing of this holder's (its keys, its ledger) answers an unapproved study
+        approval = terms.get("approval")
+        handler.check_approval(approval if isinstance(approval, StudyApproval) else None,
+                               **{k: v for k, v in terms.items() if k != "approval"})
+        try:
+            existing = handler.ledger.get_study(study_id)
+        except NotFoundError:
+            existing = None
+        key = self.study_key(study_id)
+        if existing is not None:
+            fingerprint = existing.context_fingerprint
+        elif key is None:
+            raise FailedPreconditionError(f"holder {self.name} has no key for study {study_id}: each study gets its "
+                                          "own key, set up when the computation server opens it; the study was not "
+                                          "opened")
+        else:
+            fingerprint = key.fingerprint
+        return handler.open_study(**terms, key_fingerprint=fingerprint)  # type: ignore[arg-type]
+
+    def public_context(self, study_id: str) -> tuple[bytes, str]:
+        """(collective public context, fingerprint) of `study_id`'s key; without a study, the legacy key's."""
+        if study_id:
+            key = self.key_of(self.require_active().get_study(study_id))
+        elif self.active is not None:
+            key = self.active
+        else:
+            raise FailedPreconditionError(f"key-share holder {self.name} holds a key per study: name the study "
+                                          "whose public context you want")
+        return key.context, key.fingerprint
 
     # -- key setup ------------------------------------------------------------------------
     def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: dict[int, bytes],
@@ -207,76 +271,43 @@ class KeyShareService:
                   participants: Sequence[int] = ()) -> tuple[bytes, str, str]:
         """One setup step: (this holder's message, fingerprint, state). See `HolderSetup` for the rounds.
 
-        t-of-N (`threshold` > 0 at commit_seed): "deal" takes every holder's identity keys (as each
-        reported them) and returns this holder's sub-shares, each sealed to its recipient and signed;
-        "receive" takes every dealer's message and keeps S_j; "test_share" is asked once per
-        participant set that holds this holder."""
+        "status": this holder's state ("deployed" once `setup-key` fixed the deployment); "deploy"
+        (`setup-key`): fixes t (`threshold`, 0 for N-of-N) and every holder's identity keys
+        (`messages`, as each reported them), once; returns their digest. Every other step belongs
+        to the setup of the study the session names (`setup.session_study`), run at open-study:
+        refused before the deployment, for a study already opened, and with another t than the
+        deployment's. With a t-of-N deployment, "deal" seals this holder's sub-shares to the
+        deployment's identity keys (the relay's list must equal them) and signs them; "receive"
+        takes every dealer's message and keeps S_j; "test_share" is asked once per participant
+        set that holds this holder. "confirm" files the key under the study (mode 0600)."""
         with self._lock:
             if step == "status":  # the servicer adds this holder's seal key
-                return b"", self.active.fingerprint if self.active else "", "active" if self.active else (
-                    self.setup.state if self.setup else "none")
+                return (b"", self.active.fingerprint if self.active else "",
+                        "deployed" if self.deployed else "none")
             if tuple(holders) != self.holders:
                 raise InvalidInputError(f"the setup names holders {list(holders)}; holder {self.name} is configured "
                                         f"with {list(self.holders)}: setup refused")
-            if self.active is not None:
-                raise FailedPreconditionError(f"holder {self.name} already has an active collective key "
-                                              f"{self.active.fingerprint[:16]}: it is not replaced")
-            if step == "commit_seed":
-                self.setup = HolderSetup(self.template, session, self.index, list(range(len(self.holders))),
-                                         int(threshold) or None)
-                return self.setup.commit_seed(), "", self.setup.state
-            s = self.setup
-            if s is None or not hmac.compare_digest(s.session, session):
-                raise InvalidInputError(f"holder {self.name} has no setup session {session.hex()[:16]}: setup stopped")
-            if step == "reveal_seed":
-                return s.reveal_seed(messages), "", s.state
-            if step == "commit_key":
-                return s.commit_key(messages), "", s.state
-            if step == "reveal_key":
-                return s.reveal_key(messages), "", s.state
-            if step == "build_key":
-                s.build_key(messages)
-                return s.fingerprint, context_fingerprint(collective_context_bytes(s.public_key)), s.state
-            if step == "deal":
+            if step == "deploy":
                 idents = {h: HolderIdentity.from_bytes(m, h) for h, m in messages.items()}
-                if idents.get(self.index) != self.identity:
-                    raise InvalidInputError(f"the setup's identity list names other keys for holder {self.name} "
-                                            "than its own: setup stopped (the relay swapped keys)")
-                if sorted(idents) != list(range(len(self.holders))):
-                    raise InvalidInputError(f"the setup's identity list covers holders {sorted(idents)}, not all "
-                                            f"{len(self.holders)}: setup stopped")
-                self._setup_identities = idents
-                return deal_message(s.deal_subshares(), idents, session, self.index, self.signer._private), "", s.state
-            if step == "receive":
-                subs = {dealer: open_deal_message(self.template, m, session=session, dealer=dealer,
-                                                  recipient=self.index, identities=self._setup_identities,
-                                                  own_seal=self.seal) for dealer, m in messages.items()}
-                s.receive_subshares(subs)
-                return b"", "", s.state
-            if step == "test_share":
-                return s.test_share(ciphertext, [int(p) for p in participants] or None), "", s.state
-            if step == "confirm":
-                s.confirm([int(v) for v in values])
-                self._persist(s)
-                self.setup = None
-                assert self.active is not None
-                return b"", self.active.fingerprint, "active"
-            raise InvalidInputError(f"unknown key setup step {step!r}")
+                digest, already = self.study_setups.deploy(int(threshold), idents)
+                return b"", digest, "already deployed" if already else "deployed"
+            return self.study_setups.step(step, session, messages, ciphertext, values, threshold=threshold,
+                                          participants=participants)
 
     # -- studies and shares ---------------------------------------------------------------
     def check_contract(self, contract: StudyContract) -> None:
-        """Refuse a contract that names another key than this holder's collective key (or a join), or whose
-        noise_tolerates is not below the K holders."""
-        assert self.active is not None
+        """Refuse a contract that names another key than the one this holder built for the study (or a join), or
+        whose noise_tolerates is not below the K holders."""
         if contract.is_join:
             raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         try:
             contract.check_key_holders(len(self.holders))
         except InvalidInputError as exc:
             raise FailedPreconditionError(f"study {contract.study_id}: {exc}; nothing was decrypted") from exc
-        if not hmac.compare_digest(contract.context_fingerprint, self.active.fingerprint):
+        key = self.key_of(contract)
+        if not hmac.compare_digest(contract.context_fingerprint, key.fingerprint):
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}, "
-                                          f"not holder {self.name}'s collective key {self.active.fingerprint[:16]}: "
+                                          f"not the key {key.fingerprint[:16]} holder {self.name} built for it: "
                                           "nothing was decrypted")
         if contract.signed and not contract.sealed:
             raise FailedPreconditionError(f"study {contract.study_id} is signed but pins no key holder seal keys: "
@@ -361,7 +392,7 @@ class KeyShareService:
         key share for that set (`shamir.participant_secret`), so only those t shares combine.
         """
         handler = self.require_active()
-        assert self.holder is not None and self.active is not None and self.holder.uploads is not None
+        assert self.holder is not None and self.holder.uploads is not None
         contract = handler.get_study(study_id)
         self.check_contract(contract)
         parts = tuple(sorted(int(p) for p in participants))
@@ -442,8 +473,18 @@ class KeyShareService:
         measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)
         result = measurement_shares(self.holder, label, study_id, chunk_index, noise, measured, slots, charge,
                                     participants=parts)
+        if not isinstance(measurement, RangeCount):  # paid direct ranges may follow a batch that spent the rest
+            result = MeasurementShares(self._then_retire(study_id, result.shares), result.repeated)
         log.info("holder %s, study %s, request %s: %s %s shares of %s (%d chunks)", self.name, study_id, release_id,
                  "re-issues identical" if result.repeated else "issued", len(chunk_index), measurement.kind,
                  len(chunk_index))
         return result, (paid[0] if paid else None)
 
+    def _then_retire(self, study_id: str, shares: Iterator[bytes]) -> Iterator[bytes]:
+        """`shares`, then the study's key share erased when this measurement ended the study (`retire_if_ended`).
+        An erasure that fails is logged (the shares are out; the next start erases it)."""
+        yield from shares
+        try:
+            self.retire_if_ended(study_id)
+        except OSError as exc:
+            log.warning("holder %s: study %s ended but its key share was not erased: %s", self.name, study_id, exc)

@@ -1,11 +1,12 @@
 """The Decryption service of a key-share holder and the server that runs it.
 
 Same service as the single decryption server (`dpagg.v1.Decryption`): GetPublicContext (the
-collective public context), OpenStudy / GetStudy / BudgetStatus / ChargeDirectQueries over this
+collective public context of the study named: each study has its own key), OpenStudy (a new study
+only under the key this holder built for it) / GetStudy / BudgetStatus / ChargeDirectQueries over this
 holder's own ledger, with receipts signed by this holder's own key. DecryptMeasurement,
 DecryptJoinCells and the join check (JoinCheckSeed, CheckJoinUpload) need the whole key and answer
 FAILED_PRECONDITION; KeySetup runs this holder's
-side of the collective key setup and IssueShares its decryption shares of one measurement.
+side of the deployment (`setup-key`) and of each study's key setup, and IssueShares its decryption shares of one measurement.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import grpc
 from parties.wire.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 
-from ...common.access import AccessPolicy
+from ...common.access import ANY_ROLE, AccessPolicy
 from ...common.config import DecryptionConfig
 from ...common.contract import check_id
+from ...common.convert import context_to_chunks, contract_to_proto, open_study_kwargs
 from ...common.paging import read_measurement_header
 from ...common.errors import FailedPreconditionError
 from ...common.limits import DECRYPTION_MAX_RECEIVE, server_options
@@ -64,7 +66,16 @@ class KeyShareServicer(DecryptionServicer):
                 f"a signed study must pin every key holder's seal key in holder order, with key holder "
                 f"{self.service.name}'s own ({self.service.seal.public_hex[:16]}) at place {self.service.index}: "
                 "the study was not opened")
-        return super().OpenStudy(request, context)
+        contract, existed = self.service.open_study(**open_study_kwargs(request))
+        return decryption_pb2.OpenStudyResponse(contract=contract_to_proto(contract), already_existed=existed)
+
+    def GetPublicContext(self, request: decryption_pb2.GetPublicContextRequest,
+                         context: grpc.ServicerContext) -> Iterator[decryption_pb2.PublicContextChunk]:
+        """The collective public context of the study named (each study has its own key); without a study, the
+        legacy collective key's, where this holder has one."""
+        self.policy.require(context, ANY_ROLE, action="download the public context")
+        data, fingerprint = self.service.public_context(request.study_id)
+        yield from context_to_chunks(data, fingerprint)
 
     def DecryptMeasurement(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
         self._computation_only(context, "ask for a decryption")
@@ -220,7 +231,8 @@ def serve_keyshare(config: DecryptionConfig, name: str, holders: tuple[str, ...]
     """Run a key-share holder until SIGINT/SIGTERM."""
     handle = create_keyshare_server(config, name, holders)
     service: KeyShareService = handle.handler
-    log.info("key-share holder %s (%d of %d: %s) listening on %s; data dir %s; collective key %s", name,
+    log.info("key-share holder %s (%d of %d: %s) listening on %s; data dir %s; %s%s", name,
              service.index + 1, len(holders), ",".join(holders), handle.target, config.data_dir,
-             service.active.fingerprint if service.active else "not set up yet (dpagg setup-key)")
+             "deployed, a key per study" if service.deployed else "not deployed yet (dpagg setup-key)",
+             f"; legacy collective key {service.active.fingerprint}" if service.active else "")
     handle.serve(port_file=port_file)

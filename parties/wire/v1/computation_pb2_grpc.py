@@ -187,10 +187,10 @@ class ComputationServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetupKey(self, request, context):
-        """Threshold mode only (K >= 2 key-share holders): run the collective key setup
-        through the holders (commit-then-reveal rounds, then a test decryption) and return
-        the collective key's fingerprint. Idempotent: an active key is reported, not
-        replaced. Operators only.
+        """Threshold mode only (K >= 2 key-share holders): fix the deployment at every holder
+        (t and every holder's identity keys) and return its digest; each study's collective
+        key is set up when the study is opened (commit-then-reveal rounds, then a test
+        decryption). Idempotent: a deployment is reported, not replaced. Operators only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -90,10 +90,10 @@ class ComputationStub:
     smaller than the release's epsilon (then nothing is decrypted).
     """
     SetupKey: _grpc.UnaryUnaryMultiCallable[_computation_pb2.SetupKeyRequest, _computation_pb2.SetupKeyResponse]
-    """Threshold mode only (K >= 2 key-share holders): run the collective key setup
-    through the holders (commit-then-reveal rounds, then a test decryption) and return
-    the collective key's fingerprint. Idempotent: an active key is reported, not
-    replaced. Operators only.
+    """Threshold mode only (K >= 2 key-share holders): fix the deployment at every holder
+    (t and every holder's identity keys) and return its digest; each study's collective
+    key is set up when the study is opened (commit-then-reveal rounds, then a test
+    decryption). Idempotent: a deployment is reported, not replaced. Operators only.
     """
     ReleaseStatus: _grpc.UnaryUnaryMultiCallable[_computation_pb2.ReleaseStatusRequest, _computation_pb2.ReleaseStatusResponse]
     """The state of a release."""
@@ -169,10 +169,10 @@ class ComputationAsyncStub(ComputationStub):
     smaller than the release's epsilon (then nothing is decrypted).
     """
     SetupKey: _aio.UnaryUnaryMultiCallable[_computation_pb2.SetupKeyRequest, _computation_pb2.SetupKeyResponse]  # type: ignore[assignment]
-    """Threshold mode only (K >= 2 key-share holders): run the collective key setup
-    through the holders (commit-then-reveal rounds, then a test decryption) and return
-    the collective key's fingerprint. Idempotent: an active key is reported, not
-    replaced. Operators only.
+    """Threshold mode only (K >= 2 key-share holders): fix the deployment at every holder
+    (t and every holder's identity keys) and return its digest; each study's collective
+    key is set up when the study is opened (commit-then-reveal rounds, then a test
+    decryption). Idempotent: a deployment is reported, not replaced. Operators only.
     """
     ReleaseStatus: _aio.UnaryUnaryMultiCallable[_computation_pb2.ReleaseStatusRequest, _computation_pb2.ReleaseStatusResponse]  # type: ignore[assignment]
     """The state of a release."""
@@ -299,10 +299,10 @@ class ComputationServicer(metaclass=_abc_1.ABCMeta):
         request: _computation_pb2.SetupKeyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_computation_pb2.SetupKeyResponse, _abc.Awaitable[_computation_pb2.SetupKeyResponse]]:
-        """Threshold mode only (K >= 2 key-share holders): run the collective key setup
-        through the holders (commit-then-reveal rounds, then a test decryption) and return
-        the collective key's fingerprint. Idempotent: an active key is reported, not
-        replaced. Operators only.
+        """Threshold mode only (K >= 2 key-share holders): fix the deployment at every holder
+        (t and every holder's identity keys) and return its digest; each study's collective
+        key is set up when the study is opened (commit-then-reveal rounds, then a test
+        decryption). Idempotent: a deployment is reported, not replaced. Operators only.
         """
 
     @_abc_1.abstractmethod

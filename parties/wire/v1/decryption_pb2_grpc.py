@@ -244,8 +244,10 @@ class DecryptionServicer:
 
     def KeySetup(self, request, context):
         """Key-share holders only (`dpagg serve-decryption --key-share NAME`): one
-        step of the collective key setup (he_partition.he.threshold.setup), relayed by the
-        computation server. `step` names it: "status", "commit_seed", "reveal_seed",
+        step of a study's collective key setup (he_partition.he.threshold.setup), relayed by the
+        computation server when it opens the study (the session names the study: a key per
+        study), or "deploy" (`dpagg setup-key`: t and every holder's identity keys, once; its
+        digest out). `step` names it: "status", "deploy", "commit_seed", "reveal_seed",
         "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
         at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
         sealed and signed, out) and "receive" (every dealer's message in) before the test
