@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,14 +57,21 @@ def study_terms(*, study_id: str, domain_size: int, epsilon: float, expected_own
     the approval does not cover (the holders' seal keys, the approval itself, a timeout)."""
     keys = {str(o): (k.hex() if isinstance(k, (bytes, bytearray)) else str(k)).lower()
             for o, k in (owner_keys or {}).items()}
-    return {"study_id": str(study_id), "domain_size": int(domain_size), "epsilon": float(epsilon),
+    return {"study_id": str(study_id), "domain_size": int(domain_size), "epsilon": _number(epsilon),
             "expected_owners": sorted(str(o) for o in expected_owners), "strategy": str(strategy or "auto"),
             "contribution_bound": int(contribution_bound or 1), "noise_parties": int(noise_parties or 2),
             "strategy_params_json": str(strategy_params_json or ""), "domain_spec": str(domain_spec or ""),
-            "owner_keys": keys, "correlation_leakage": float(correlation_leakage or 0.0),
+            "owner_keys": keys, "correlation_leakage": _number(correlation_leakage or 0.0),
             "correlation_source": str(correlation_source or ""),
             "max_organizations": int(max_organizations or 1),
             "noise_tolerates": None if noise_tolerates is None else int(noise_tolerates)}
+
+
+def _number(value: float) -> float | str:
+    """A float as JSON carries it; NaN and the infinities as text, so that terms a key holder will refuse by name
+    can still be signed and sent (JSON has no such numbers)."""
+    f = float(value)
+    return f if math.isfinite(f) else repr(f)
 
 
 @dataclass(frozen=True)
