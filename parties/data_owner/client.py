@@ -179,7 +179,7 @@ class DataOwnerClient:
         if self._context is not None and self._context[0] == contract.context_fingerprint:
             return self._context[1]
         source = self.decryption if self.decryption is not None else self.computation
-        data = source.public_context()
+        data = source.public_context(study_id=contract.study_id)  # the study's own key
         fp = context_fingerprint(data)
         if fp != contract.context_fingerprint:
             raise InvalidInputError(
@@ -198,7 +198,7 @@ class DataOwnerClient:
         if self._context is not None and self._context[0] == enc.context_fingerprint:
             return self._context[1].context
         source = self.decryption if self.decryption is not None else self.computation
-        return load_context(source.public_context())
+        return load_context(source.public_context(study_id=enc.study_id))
 
     def encrypt(self, study_id: str, histogram: Any, *, progress: bool | None = None) -> EncryptedHistogram:
         """Validate the counts and encrypt them for the study (nothing is sent).

@@ -14,6 +14,7 @@ import math
 import os
 import threading
 import time
+from collections import OrderedDict
 from contextlib import nullcontext
 import uuid
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from he_partition.core.accounting import exact_decimal
 from he_partition.core.backend import ChunkedVector, n_chunks
 from he_partition.he.bfv import BfvBackend, context_fingerprint
 from he_partition.join import oprf
@@ -37,7 +39,7 @@ from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS,
 
 from ..common.contract import StudyContract, canonical_json, charged_epsilon, check_id, join_terms_of
 from ..common.contract import scaled_charge as _scaled
-from ..common.errors import FailedPreconditionError
+from ..common.errors import FailedPreconditionError, NotFoundError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .client import JoinCellsResult
@@ -45,7 +47,7 @@ from ..common.sealing import Commitment, SealKeyPair
 from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
 from .join_checks import JoinCheckBook
-from .keys import KeyMaterial, load_or_create_join_keys
+from .keys import KeyMaterial, StudyKeyStore, load_or_create_join_keys
 from .oprf import PAGE_ELEMENTS, EvaluationLog
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
 from .workers import ChunkPipeline, DecryptPool, PipelinedDecryption
@@ -69,6 +71,8 @@ IntArray = npt.NDArray[np.int64]
 
 #: Most ranges one direct-query batch may pay for (bounds the accounting work per call).
 MAX_DIRECT_RANGES = 10_000
+#: Most studies' keys kept loaded at once (`DecryptionHandler.study_key`); others are loaded from the key store.
+MAX_LOADED_STUDY_KEYS = 16
 
 @dataclass(frozen=True)
 class BudgetReport:
@@ -186,8 +190,15 @@ class DecryptionHandler:
                  decrypt_pool: DecryptPool | None = None, seal_key: SealKeyPair | None = None,
                  commitments_dir: Path | None = None, c1_dir: Path | None = None,
                  key_holders: int = 1, oprf_key: bytes | None = None,
-                 evaluations: EvaluationLog | None = None) -> None:
+                 evaluations: EvaluationLog | None = None, study_keys: StudyKeyStore | None = None) -> None:
         self.ledger = ledger
+        #: A key per study (the single decryption server): each new study gets a fresh key from here, and its
+        #: contract names that key. None (key-share holders, in-memory tests): every study uses `keys`. A study
+        #: whose contract names `keys` (one opened before keys were per study) keeps it either way.
+        self.study_keys = study_keys
+        self._loaded: OrderedDict[str, tuple[KeyMaterial, BfvBackend]] = OrderedDict()
+        self._keys_lock = threading.Lock()
+        self._open_lock = threading.Lock()
         # The master secret of the join studies' OPRF keys (parties.decryption.oprf; never served) and the book of
         # the evaluations answered (each owner's quota). Without one (in-memory servers), a fresh one from the OS
         # (not from `rng`: a seeded server's draws stay what they were).
@@ -212,7 +223,8 @@ class DecryptionHandler:
         self.arrivals = arrivals if arrivals is not None else ArrivalLog()
         self.backend = BfvBackend(keys.secret_context)
         #: The owners' signed c1 parts of each signed study, summed per chunk (kept under `c1_dir` across
-        #: restarts): the only c1 this server decrypts a signed study's measurements with.
+        #: restarts): the only c1 this server decrypts a signed study's measurements with. It keeps public c1
+        #: values per study and reads only the parameters (moduli, degree) of the context, which every key shares.
         self.uploads = UploadC1Book(keys.secret_context, c1_dir)
         self._decrypt_lock = threading.Lock()
         self._join_dir = join_keys_dir
@@ -242,12 +254,95 @@ class DecryptionHandler:
             return self._join[version]
 
     def public_key_for(self, study_id: str = "") -> tuple[bytes, str]:
-        """(public key bytes, fingerprint): the release context, or a join study's join key."""
+        """(public key bytes, fingerprint): a study's key (its own, or the server key a study opened before keys
+        were per study names), a join study's join key, or, without a study, the server key."""
         contract = self.get_study(study_id) if study_id else None
         if contract is not None and contract.is_join:
             data = self.join_scheme(contract.join_terms().version).public_bytes()
             return data, context_fingerprint(data)
+        if contract is not None:
+            key = self.study_key(contract)
+            return key.public_bytes, key.fingerprint
         return self.public_context, self.fingerprint
+
+    # -- a key per study ----------------------------------------------------------
+    def study_key(self, contract: StudyContract) -> KeyMaterial:
+        """The key `contract` names: the server key (`keys`: studies opened before keys were per study, and every
+        study without a `study_keys` store) or the study's own, from the key store.
+
+        FailedPreconditionError (nothing is decrypted) when the study's key was erased (the study ended), is
+        missing, or is not the one the contract names. No other key is ever tried.
+        """
+        return self._study_entry(contract)[0]
+
+    def backend_for(self, contract: StudyContract) -> BfvBackend:
+        """The secret-key backend of `contract`'s key (`study_key`): the only one its chunks are checked and
+        decrypted with."""
+        return self._study_entry(contract)[1]
+
+    def _study_entry(self, contract: StudyContract) -> tuple[KeyMaterial, BfvBackend]:
+        want = contract.context_fingerprint
+        if want == self.keys.fingerprint:
+            return self.keys, self.backend
+        sid = contract.study_id
+        with self._keys_lock:
+            entry = self._loaded.get(sid)
+            if entry is not None and entry[0].fingerprint == want:
+                self._loaded.move_to_end(sid)
+                return entry
+            key = self.study_keys.load(sid) if self.study_keys is not None else None
+            if key is None:
+                why = self.study_keys.erased(sid) if self.study_keys is not None else ""
+                raise FailedPreconditionError(
+                    f"study {sid}'s key ({want[:16]}) was erased when the study ended ({why}): nothing of it can "
+                    "be decrypted any more" if why else
+                    f"study {sid}'s key ({want[:16]}) is not in this decryption server's key store: restore its "
+                    "key directory from a backup; nothing was decrypted")
+            if key.fingerprint != want:
+                raise FailedPreconditionError(
+                    f"the key in study {sid}'s key directory ({key.fingerprint[:16]}) is not the key its contract "
+                    f"names ({want[:16]}): restore the study's key from a backup; nothing was decrypted")
+            entry = (key, BfvBackend(key.secret_context))
+            self._loaded[sid] = entry
+            while len(self._loaded) > MAX_LOADED_STUDY_KEYS:
+                self._loaded.popitem(last=False)
+            return entry
+
+    def _worker_key(self, contract: StudyContract | None) -> str | bytes | None:
+        """What the local decrypt workers load `contract`'s secret key from (None: the server key they start with)."""
+        if contract is None or contract.context_fingerprint == self.keys.fingerprint or self.study_keys is None:
+            return None
+        self.study_key(contract)  # refused here when the key is erased, missing or not the contract's
+        return self.study_keys.secret_ref(contract.study_id)
+
+    def end_if_spent(self, study_id: str) -> bool:
+        """Erase the study's own key once the study has ended; True when it was erased now.
+
+        A study ends when nothing more of it can be decrypted: its budget is spent to the last
+        epsilon (no new charge fits) and every direct range count it paid for has been decrypted.
+        A repeat of a request answered before is then refused too (its values were returned once).
+        The server key of studies opened before keys were per study is never erased here: other
+        studies share it.
+        """
+        if self.study_keys is None:
+            return False
+        contract = self.get_study(study_id)
+        if contract.is_join or contract.context_fingerprint == self.keys.fingerprint:
+            return False
+        spent = exact_sum(c.epsilon for c in self.ledger.charges(study_id))
+        if spent < exact_decimal(contract.epsilon) or self.ledger.unclaimed_direct(study_id) > 0:
+            return False
+        with self._keys_lock:
+            self._loaded.pop(study_id, None)
+            erased = self.study_keys.erase(study_id, f"its budget of epsilon {contract.epsilon:g} is spent")
+        if erased:
+            log.info("study %s ended (budget spent): its key is erased", study_id)
+        return erased
+
+    def end_spent_studies(self) -> list[str]:
+        """`end_if_spent` for every study (at start-up: a server that stopped between the last charge and the
+        erasure finishes it); the ids of the studies whose key was erased now."""
+        return [c.study_id for c in self.ledger.list_studies() if self.end_if_spent(c.study_id)]
 
     # -- public key ---------------------------------------------------------------
     @property
@@ -290,13 +385,26 @@ class DecryptionHandler:
                 "(dpagg open-join --owner-keys-dir DIR or --owner-key ID=HEX), also on an --insecure server")
         if join:
             strategy_params_json = _oblivious_join_params(strategy_params_json)
-        # A join's terms are checked before its key version is looked up, so bad terms never create a key.
-        fingerprint = (context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
-                                           .public_bytes()) if join else self.fingerprint)
+        study_id = study_id or new_id("study")
+        fresh: KeyMaterial | None = None
+        if join:  # A join's terms are checked before its key version is looked up, so bad terms never create a key.
+            fingerprint = context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
+                                              .public_bytes())
+        elif self.study_keys is None:
+            fingerprint = self.fingerprint
+        else:
+            # A study that exists keeps the key its contract names (an idempotent re-open compares the same terms);
+            # a new one gets a fresh key, kept only once its terms are accepted below.
+            existing = self._existing_study(check_id("study_id", study_id))
+            if existing is not None:
+                fingerprint = existing.context_fingerprint
+            else:
+                fresh = self.study_keys.load(study_id) or self.study_keys.generate()  # a key left by a failed open
+                fingerprint = fresh.fingerprint
         if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
             holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(
-            study_id=study_id or new_id("study"),
+            study_id=study_id,
             domain_size=domain_size,
             epsilon=epsilon,
             expected_owners=expected_owners,
@@ -317,10 +425,23 @@ class DecryptionHandler:
         if join and contract.join_terms().padding_epsilon >= contract.epsilon:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
                                     f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")
-        created, existed = self.ledger.create_study(contract)
+        if fresh is None:
+            created, existed = self.ledger.create_study(contract)
+        else:
+            assert self.study_keys is not None
+            with self._open_lock:  # one key per study id, even when two opens of a new id race
+                if self._existing_study(contract.study_id) is None:
+                    self.study_keys.keep(contract.study_id, fresh)
+                created, existed = self.ledger.create_study(contract)
         if join:
             self._charge_join_padding(created)
         return created, existed
+
+    def _existing_study(self, study_id: str) -> StudyContract | None:
+        try:
+            return self.ledger.get_study(study_id)
+        except NotFoundError:
+            return None
 
     def _charge_join_padding(self, contract: StudyContract) -> None:
         """Book the padding epsilon of a join study once, when it opens.
@@ -551,11 +672,14 @@ class DecryptionHandler:
             return None
         return [self.uploads.expected(contract.study_id, i) for i in m.measured_chunks(self.backend.slots)]
 
-    def decrypt_pipeline(self, chunk_count: int) -> ChunkPipeline | None:
-        """A pipeline through the local workers for a measurement of `chunk_count` (public) chunks, or None:
-        in-process (no pool, or too few chunks to pay for the round trips)."""
+    def decrypt_pipeline(self, chunk_count: int, contract: StudyContract | None = None) -> ChunkPipeline | None:
+        """A pipeline through the local workers for a measurement of `chunk_count` (public) chunks of `contract`'s
+        study (its key; None: the server key), or None: in-process (no pool, or too few chunks to pay for the
+        round trips)."""
         pool = self.decrypt_pool
-        return pool.pipeline() if pool is not None and pool.uses_pool(chunk_count) else None
+        if pool is None or not pool.uses_pool(chunk_count):
+            return None
+        return pool.pipeline(self._worker_key(contract))
 
     def with_signed_c1(self, data: bytes, index: int, c1: Any) -> bytes:
         """Measurement chunk `index` (bytes) with c1 replaced by the owners' aggregate c1 `c1`: what is decrypted.
@@ -566,12 +690,14 @@ class DecryptionHandler:
         """
         return self.backend.with_c1(data, c1, chunk=index)
 
-    def checked_chunk(self, data: bytes, index: int) -> Any:
-        """One received chunk, parsed and through the integrity check (refused: InvalidInputError / PrecisionError)."""
-        chunk = self.backend.deserialize_chunk(data)
+    def checked_chunk(self, data: bytes, index: int, contract: StudyContract | None = None) -> Any:
+        """One received chunk, parsed and through the integrity check under `contract`'s key (None: the server
+        key); refused: InvalidInputError / PrecisionError."""
+        backend = self.backend if contract is None else self.backend_for(contract)
+        chunk = backend.deserialize_chunk(data)
         try:
             with self._decrypt_lock:  # one user of the secret-key decryptor at a time
-                self.backend.verify(ChunkedVector(self.backend.slots, (chunk,)))
+                backend.verify(ChunkedVector(backend.slots, (chunk,)))
         except PrecisionError as exc:
             raise PrecisionError(str(exc).replace("chunk 0", f"chunk {index}")) from None
         return chunk
@@ -620,10 +746,11 @@ class DecryptionHandler:
             check_id("release_id", release_id)
             self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                    release_id=release_id, release_epsilon=float(release_epsilon))
+            backend = self.backend_for(contract)  # the study's key, and no other
             pool = self.decrypt_pool
             if pipeline is None and pool is not None and pool.uses_pool(len(chunks)):
                 # The workers parse, check and decrypt each chunk (a caller that did not stream them through a pipeline).
-                pipeline = pool.pipeline()
+                pipeline = pool.pipeline(self._worker_key(contract))
                 c1 = None if signed is not None else self.signed_c1(contract, measurement)
                 for j, c in enumerate(signed if signed is not None else chunks):
                     pipeline.submit(c, None if c1 is None else c1[j])
@@ -639,10 +766,10 @@ class DecryptionHandler:
                 sent = iter(checked)
             else:
                 assert signed is not None
-                sent = (self.backend.deserialize_chunk(c) for c in signed)
-            wanted = set(measurement.measured_chunks(self.backend.slots))
+                sent = (backend.deserialize_chunk(c) for c in signed)
+            wanted = set(measurement.measured_chunks(backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
-                next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
+                next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, backend.slots))))
             stream = self._noise_stream(study_id, release_id, digest)
             spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
             detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
@@ -655,8 +782,8 @@ class DecryptionHandler:
             else:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
-            side = DecryptionSide(PipelinedDecryption(self.backend, pipeline) if pipeline is not None
-                                  else self.backend, self._request_noise(study_id, release_id, float(release_epsilon),
+            side = DecryptionSide(PipelinedDecryption(backend, pipeline) if pipeline is not None
+                                  else backend, self._request_noise(study_id, release_id, float(release_epsilon),
                                                                     measurement, digest, stream=stream,
                                                                     spec_json=spec),
                                   budget, contract.noise_parties)
@@ -672,6 +799,8 @@ class DecryptionHandler:
                 pipeline.discard()
             charged = budget.last.epsilon if type(budget) is _LedgerBudget and budget.last is not None else 0.0
             self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest, charged=charged)
+            if charged:
+                self._end_after_charge(study_id)
             raise
         charges = self.ledger.charges(study_id)
         if isinstance(budget, (_LedgerBudget, _AnsweredBefore)):
@@ -688,8 +817,16 @@ class DecryptionHandler:
                  "" if paid is None else (f", answered again from charge #{paid.charge_id} (not charged again)"
                                           if isinstance(budget, _AnsweredBefore)
                                           else f", charged epsilon {paid.epsilon:.6g}"))
+        self._end_after_charge(study_id)
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
+
+    def _end_after_charge(self, study_id: str) -> None:
+        """`end_if_spent` after a measurement was paid for; a failure to erase is logged, never the caller's."""
+        try:
+            self.end_if_spent(study_id)
+        except Exception as exc:  # noqa: BLE001 - the answer stands; the next start-up sweep erases it
+            log.error("study %s: its key could not be erased after its budget was spent: %s", study_id, exc)
 
     def record_refusal(self, study_id: str, release_id: str, kind: str, chunks: Sequence[bytes], exc: BaseException,
                        *, digest: str = "", charged: float = 0.0) -> None:

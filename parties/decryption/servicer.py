@@ -105,7 +105,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
             self.handler.decrypt_pool.warm(int(header.chunk_count))
         # Enough chunks: each goes to the key holder's local workers as it arrives (parsed, checked and decrypted
         # there, once); their values stay in this process until the charge (`DecryptionHandler.decrypt_measurement`).
-        pipeline = self.handler.decrypt_pipeline(int(header.chunk_count))
+        pipeline = self.handler.decrypt_pipeline(int(header.chunk_count), contract)
         chunks: list[bytes] = []
         signed: list[bytes] = []  # in-process: what is decrypted, the chunks or their c0 with the owners' c1
         checked: list[object] = []
@@ -126,7 +126,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                 signed.append(msg.chunk if signed_c1 is None else self.handler.with_signed_c1(msg.chunk, j,
                                                                                             signed_c1[j]))
                 # Parse and integrity-check each chunk as it arrives, while the sender encrypts the next one.
-                checked.append(self.handler.checked_chunk(signed[j], j))
+                checked.append(self.handler.checked_chunk(signed[j], j, contract))
         except Exception as exc:  # chunks that reached this server are recorded, refused or not
             if pipeline is not None:
                 pipeline.discard()

@@ -3,7 +3,9 @@
 Only local processes (`concurrent.futures.ProcessPoolExecutor`, spawn start method): no Ray,
 no remote executor, no socket. Each worker loads the secret context itself, from the key
 store's file on this host (`secret_path`, mode 0600) or, for an in-memory server (tests), from
-the bytes handed to it through the spawn pipe; the secret key never crosses a network.
+the bytes handed to it through the spawn pipe; the secret key never crosses a network. A study
+with its own key names it with each chunk (`KeyRef`: its key file, or its bytes in memory); the
+worker loads it once and keeps a few.
 
 The pipeline (`ChunkPipeline`): as each chunk of a DecryptMeasurement stream arrives, the
 servicer hands its bytes (and, in a signed study, the owners' aggregate c1 of that chunk) to
@@ -28,6 +30,7 @@ values and the ledger row are those of the first attempt (`tests/parties/test_de
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -62,6 +65,13 @@ MAX_DEFAULT_WORKERS = 8
 
 _BACKEND: BfvBackend | None = None
 _DIE_MARKER: Path | None = None
+#: A worker's loaded study keys (a key per study), by what they were loaded from (`_study_backend`).
+_STUDY_BACKENDS: dict[str, BfvBackend] = {}
+#: Most study keys one worker keeps loaded.
+MAX_WORKER_KEYS = 8
+#: What names a study's secret key to a worker: its file on this host, or (in-memory servers) its bytes; None:
+#: the server key the worker started with.
+KeyRef = str | bytes | None
 
 
 def default_decrypt_workers() -> int:
@@ -84,10 +94,26 @@ def _ready() -> None:
     """A no-op: submitting it spawns a worker of a new pool."""
 
 
-def _check_and_decrypt(data: bytes, index: int, c1: C1 | None) -> IntArray:
-    """Chunk `index` of a measurement: parsed once, its c1 replaced by the owners' `c1` (signed study),
-    integrity-checked, decrypted. Its slot values centred in (-t/2, t/2], or the refusal raised
-    (InvalidInputError: not a chunk of this context; PrecisionError: failed the integrity check)."""
+def _study_backend(key: KeyRef) -> BfvBackend:
+    """The backend of the key `key` names (loaded once per worker, a few kept), or the server key's."""
+    if key is None:
+        assert _BACKEND is not None
+        return _BACKEND
+    name = key if isinstance(key, str) else hashlib.sha256(key).hexdigest()
+    backend = _STUDY_BACKENDS.pop(name, None)
+    if backend is None:
+        backend = BfvBackend(load_context(Path(key).read_bytes() if isinstance(key, str) else key))
+    _STUDY_BACKENDS[name] = backend  # the newest last
+    while len(_STUDY_BACKENDS) > MAX_WORKER_KEYS:
+        _STUDY_BACKENDS.pop(next(iter(_STUDY_BACKENDS)))
+    return backend
+
+
+def _check_and_decrypt(data: bytes, index: int, c1: C1 | None, key: KeyRef = None) -> IntArray:
+    """Chunk `index` of a measurement under the key `key` names (a study's own; None: the server key): parsed
+    once, its c1 replaced by the owners' `c1` (signed study), integrity-checked, decrypted. Its slot values
+    centred in (-t/2, t/2], or the refusal raised (InvalidInputError: not a chunk of this context;
+    PrecisionError: failed the integrity check)."""
     if _DIE_MARKER is not None:
         try:
             _DIE_MARKER.unlink()  # fault injection for the retry test: exactly one worker dies, once
@@ -95,8 +121,7 @@ def _check_and_decrypt(data: bytes, index: int, c1: C1 | None) -> IntArray:
             pass
         else:
             os._exit(1)
-    backend = _BACKEND
-    assert backend is not None
+    backend = _study_backend(key)
     if c1 is not None:
         data = backend.with_c1(data, c1, chunk=index)
     vector = ChunkedVector(backend.slots, (backend.deserialize_chunk(data),))
@@ -166,15 +191,17 @@ class DecryptPool:
         if self.uses_pool(chunk_count):
             self.start()
 
-    def pipeline(self) -> ChunkPipeline:
-        """A new measurement's pipeline: hand it each chunk as it arrives (`ChunkPipeline.submit`)."""
-        return ChunkPipeline(self)
+    def pipeline(self, key: KeyRef = None) -> ChunkPipeline:
+        """A new measurement's pipeline under the key `key` names (a study's own; None: the server key): hand it
+        each chunk as it arrives (`ChunkPipeline.submit`)."""
+        return ChunkPipeline(self, key)
 
-    def _submit(self, data: bytes, index: int, c1: C1 | None) -> tuple[ProcessPoolExecutor, Future[IntArray]]:
+    def _submit(self, data: bytes, index: int, c1: C1 | None,
+                key: KeyRef = None) -> tuple[ProcessPoolExecutor, Future[IntArray]]:
         with self._lock:
             pool = self._pool()
             try:
-                return pool, pool.submit(_check_and_decrypt, data, index, c1)
+                return pool, pool.submit(_check_and_decrypt, data, index, c1, key)
             except BrokenProcessPool as exc:  # a worker died while earlier chunks were in work
                 lost: Future[IntArray] = Future()  # `ChunkPipeline.values` then decrypts every chunk again
                 lost.set_exception(exc)
@@ -191,7 +218,8 @@ class DecryptPool:
             proc.kill()
             proc.join(10)
 
-    def _decrypt_again(self, sent: Sequence[tuple[bytes, C1 | None]], broken: ProcessPoolExecutor) -> list[IntArray]:
+    def _decrypt_again(self, sent: Sequence[tuple[bytes, C1 | None]], broken: ProcessPoolExecutor,
+                       key: KeyRef = None) -> list[IntArray]:
         """After a worker died: every chunk of the measurement checked and decrypted again by a fresh pool, in order."""
         with self._lock:
             self._replace(broken)
@@ -202,7 +230,7 @@ class DecryptPool:
                 try:
                     size = max(1, len(sent) // (4 * self.workers))
                     return list(pool.map(_check_and_decrypt, [d for d, _ in sent], range(len(sent)),
-                                         [c for _, c in sent], chunksize=size))
+                                         [c for _, c in sent], [key] * len(sent), chunksize=size))
                 except BrokenProcessPool:
                     self._replace(pool)
             self.restarts += 1
@@ -225,8 +253,9 @@ class ChunkPipeline:
     charge drops the object, and with it the values: nothing is released.
     """
 
-    def __init__(self, pool: DecryptPool) -> None:
+    def __init__(self, pool: DecryptPool, key: KeyRef = None) -> None:
         self._pool = pool
+        self._key = key
         self._sent: list[tuple[bytes, C1 | None]] = []
         self._futures: list[tuple[ProcessPoolExecutor, Future[IntArray]]] = []
         self._seen = 0  # chunks before this one are known to have passed the check
@@ -237,7 +266,7 @@ class ChunkPipeline:
 
     def submit(self, data: bytes, c1: C1 | None = None) -> None:
         """Hand the next chunk (its bytes; in a signed study the owners' aggregate c1 it is decrypted with) to a worker."""
-        self._futures.append(self._pool._submit(data, len(self._sent), c1))
+        self._futures.append(self._pool._submit(data, len(self._sent), c1, self._key))
         self._sent.append((data, c1))
 
     def failed(self) -> DPAggError | None:
@@ -268,7 +297,7 @@ class ChunkPipeline:
                     out.append(future.result())
                 except BrokenProcessPool:
                     self.discard()
-                    out = self._pool._decrypt_again(self._sent, pool)
+                    out = self._pool._decrypt_again(self._sent, pool, self._key)
                     break
                 except DPAggError as exc:
                     self.discard()
