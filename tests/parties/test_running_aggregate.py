@@ -56,7 +56,8 @@ class Sent:
 
 def assert_cs_view_is_the_oracle(cluster: Cluster, sent: Sent, hs: list[np.ndarray], seed: int) -> None:
     """Every measurement the CS sent decrypts to the oracle's aggregate + the seeded draws, in the same order."""
-    assert_sent_is_the_oracle(cluster.ds.handler.backend, sent.measurements, hs, seed)
+    assert_sent_is_the_oracle(cluster.ds.handler.backend_for(cluster.ds.handler.get_study("s1")), sent.measurements,
+                              hs, seed)
 
 
 def _manifest(cluster: Cluster) -> dict[str, Any]:

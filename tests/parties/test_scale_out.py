@@ -104,7 +104,7 @@ def test_a_worker_killed_mid_release_sends_the_same_values_and_is_charged_once(t
         assert killer.killed, "no worker was killed: the test did not exercise the retry"
         assert killer.worker_pids()[1] not in (None, killer.killed[0])  # replaced
         charges = [c.epsilon for c in cluster.ds.handler.ledger.charges("s1")]
-        secret = cluster.ds.handler.backend
+        secret = cluster.ds.handler.backend_for(cluster.ds.handler.get_study("s1"))
     finally:
         killer.close()
         cluster.stop()

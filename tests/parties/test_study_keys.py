@@ -92,7 +92,7 @@ def test_a_ciphertext_replayed_from_another_study_opens_nothing_of_it(secure_clu
     would be a's bins. With a key per study it decrypts under B's key: refused or noise, never a's bins."""
     cluster = secure_cluster
     hs = [np.arange(N) % 7 + 3, np.arange(N) % 5 + 1]
-    a = cluster.open_study(study_id="s-a", domain_size=N, owners=("a", "b"))
+    cluster.open_study(study_id="s-a", domain_size=N, owners=("a", "b"))
     for owner, h in zip("ab", hs):
         cluster.owner(owner).submit("s-a", h)
     assert cluster.computation().run_release("s-a", epsilon=0.5).state == "DONE"  # A closed: its chunks opened
