@@ -9,13 +9,15 @@ temporary data directory) is started once; OpenStudy is timed over gRPC for `--s
 studies with a fresh key each (the default), then for as many on the one server key (the
 handler's key store switched off: how studies were opened before keys were per study). Also
 timed: generating one key pair alone (`generate_secret_context`), the first GetPublicContext of
-a study (the server loads its key) and the time to erase a study's key. Storage per study: the
-bytes of its key directory (secret and public context). Writes benchmarks/results/study_keys.json.
+a study, the time to erase a study's key, and OpenStudy of `--join-studies` join studies (each with its
+own join key, public key with rotation keys). Storage per study: the bytes of its key directory
+(secret and public context; for a join study its join key pair). Writes benchmarks/results/study_keys.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -24,6 +26,7 @@ from typing import Any
 
 from he_partition.he.bfv import generate_secret_context
 from parties.common.config import DecryptionConfig
+from parties.common.signing import generate_signing_key
 from parties.decryption.client import DecryptionClient
 from parties.decryption.keys import STUDY_KEYS_DIR
 from parties.decryption.server import KEYS_DIR, create_decryption_server
@@ -43,7 +46,15 @@ def _open(ds: DecryptionClient, study_id: str) -> float:
     return time.perf_counter() - t0
 
 
-def run(studies: int) -> dict[str, Any]:
+def _open_join(ds: DecryptionClient, study_id: str, owner_keys: dict[str, bytes]) -> float:
+    terms = {"shape": [4, 3], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 90, "release": "cells"}
+    t0 = time.perf_counter()
+    ds.open_study(study_id=study_id, domain_size=12, epsilon=3.0, expected_owners=["a", "b"], strategy="join",
+                  strategy_params_json=json.dumps(terms), owner_keys=owner_keys)
+    return time.perf_counter() - t0
+
+
+def run(studies: int, join_studies: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "ds"
         handle = create_decryption_server(DecryptionConfig(data_dir, port=0, insecure=True, decrypt_workers=0)).start()
@@ -57,6 +68,8 @@ def run(studies: int) -> dict[str, Any]:
                     t0 = time.perf_counter()
                     ds.public_context(study_id=f"own-{i}")
                     fetch.append(time.perf_counter() - t0)
+                owner_keys = {o: generate_signing_key()[1] for o in ("a", "b")}
+                joins = [_open_join(ds, f"join-{i}", owner_keys) for i in range(join_studies)]
                 handler = handle.handler
                 keys, handler.study_keys = handler.study_keys, None
                 try:
@@ -65,6 +78,7 @@ def run(studies: int) -> dict[str, Any]:
                     handler.study_keys = keys
             root = data_dir / KEYS_DIR / STUDY_KEYS_DIR
             sizes = [sum(p.stat().st_size for p in (root / f"own-{i}").iterdir()) for i in range(studies)]
+            join_sizes = [sum(p.stat().st_size for p in (root / f"join-{i}").iterdir()) for i in range(join_studies)]
             secret = (root / "own-0" / "secret_context.bin").stat().st_size
             public = (root / "own-0" / "public_context.bin").stat().st_size
             assert keys is not None
@@ -90,14 +104,18 @@ def run(studies: int) -> dict[str, Any]:
         "erase_key": _summary(erase),
         "storage_per_study_bytes": {"total": int(statistics.median(sizes)), "secret_context": secret,
                                     "public_context": public},
+        "join_studies": join_studies,
+        **({"open_join_study_own_key": _summary(joins),
+            "storage_per_join_study_bytes": int(statistics.median(join_sizes))} if join_studies else {}),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--studies", type=int, default=20, help="studies opened each way (default 20)")
+    parser.add_argument("--join-studies", type=int, default=3, help="join studies opened (default 3)")
     args = parser.parse_args()
-    result = run(args.studies)
+    result = run(args.studies, args.join_studies)
     path = write_result("study_keys", {"benchmark": "study_keys", "k": 1, **result})
     print(path.read_text())
 

@@ -197,6 +197,8 @@ class DecryptionHandler:
         #: whose contract names `keys` (one opened before keys were per study) keeps it either way.
         self.study_keys = study_keys
         self._loaded: OrderedDict[str, tuple[KeyMaterial, BfvBackend]] = OrderedDict()
+        self._loaded_join: OrderedDict[str, tuple[str, JoinScheme]] = OrderedDict()  # study -> (fingerprint, key)
+        self._join_fingerprints: dict[int, str] = {}  # the shared join key of each version
         self._keys_lock = threading.Lock()
         self._open_lock = threading.Lock()
         # The master secret of the join studies' OPRF keys (parties.decryption.oprf; never served) and the book of
@@ -258,8 +260,8 @@ class DecryptionHandler:
         were per study names), a join study's join key, or, without a study, the server key."""
         contract = self.get_study(study_id) if study_id else None
         if contract is not None and contract.is_join:
-            data = self.join_scheme(contract.join_terms().version).public_bytes()
-            return data, context_fingerprint(data)
+            data = self.join_scheme_for(contract).public_bytes()
+            return data, contract.context_fingerprint
         if contract is not None:
             key = self.study_key(contract)
             return key.public_bytes, key.fingerprint
@@ -308,6 +310,36 @@ class DecryptionHandler:
                 self._loaded.popitem(last=False)
             return entry
 
+    def join_scheme_for(self, contract: StudyContract) -> JoinScheme:
+        """The join key `contract` names: the join study's own (`study_keys`), or the key holder's join key of its
+        scheme version (`join_scheme`: join studies opened before join keys were per study, and every join study
+        of a server without `study_keys`). FailedPreconditionError when it was erased (the study ended) or is
+        missing; no other key is tried."""
+        sid, want, version = contract.study_id, contract.context_fingerprint, contract.join_terms().version
+        with self._keys_lock:
+            entry = self._loaded_join.get(sid)
+            if entry is not None and entry[0] == want:
+                self._loaded_join.move_to_end(sid)
+                return entry[1]
+        own = self.study_keys.load_join(sid, version) if self.study_keys is not None else None
+        if own is not None and context_fingerprint(own.public_bytes()) == want:
+            with self._keys_lock:
+                self._loaded_join[sid] = (want, own)
+                while len(self._loaded_join) > MAX_LOADED_STUDY_KEYS:
+                    self._loaded_join.popitem(last=False)
+            return own
+        why = self.study_keys.erased(sid) if self.study_keys is not None else ""
+        if why:
+            raise FailedPreconditionError(f"join study {sid}'s key ({want[:16]}) was erased when the study ended "
+                                          f"({why}): nothing of it can be decrypted any more")
+        shared = self.join_scheme(version)
+        if version not in self._join_fingerprints:
+            self._join_fingerprints[version] = context_fingerprint(shared.public_bytes())
+        if self._join_fingerprints[version] != want:
+            raise FailedPreconditionError(f"join study {sid}'s key ({want[:16]}) is not in this key holder's key "
+                                          "store: restore its key directory from a backup; nothing was decrypted")
+        return shared
+
     def _worker_key(self, contract: StudyContract | None) -> str | bytes | None:
         """What the local decrypt workers load `contract`'s secret key from (None: the server key they start with)."""
         if contract is None or contract.context_fingerprint == self.keys.fingerprint or self.study_keys is None:
@@ -327,13 +359,14 @@ class DecryptionHandler:
         if self.study_keys is None:
             return False
         contract = self.get_study(study_id)
-        if contract.is_join or contract.context_fingerprint == self.keys.fingerprint:
-            return False
+        if contract.context_fingerprint == self.keys.fingerprint:
+            return False  # the server key: not the study's own
         spent = exact_sum(c.epsilon for c in self.ledger.charges(study_id))
         if spent < exact_decimal(contract.epsilon) or self.ledger.unclaimed_direct(study_id) > 0:
             return False
         with self._keys_lock:
             self._loaded.pop(study_id, None)
+            self._loaded_join.pop(study_id, None)
             erased = self.study_keys.erase(study_id, f"its budget of epsilon {contract.epsilon:g} is spent")
         if erased:
             log.info("study %s ended (budget spent): its key is erased", study_id)
@@ -387,20 +420,22 @@ class DecryptionHandler:
             strategy_params_json = _oblivious_join_params(strategy_params_json)
         study_id = study_id or new_id("study")
         fresh: KeyMaterial | None = None
-        if join:  # A join's terms are checked before its key version is looked up, so bad terms never create a key.
-            fingerprint = context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
-                                              .public_bytes())
+        fresh_join: JoinScheme | None = None
+        # A join's terms are checked before its key version is looked up, so bad terms never create a key.
+        version = join_terms_of(strategy_params_json, domain_size).version if join else 0
+        existing = self._existing_study(check_id("study_id", study_id)) if self.study_keys is not None else None
+        if existing is not None:
+            # A study that exists keeps the key its contract names (an idempotent re-open compares the same terms).
+            fingerprint = existing.context_fingerprint
         elif self.study_keys is None:
-            fingerprint = self.fingerprint
-        else:
-            # A study that exists keeps the key its contract names (an idempotent re-open compares the same terms);
-            # a new one gets a fresh key, kept only once its terms are accepted below.
-            existing = self._existing_study(check_id("study_id", study_id))
-            if existing is not None:
-                fingerprint = existing.context_fingerprint
-            else:
-                fresh = self.study_keys.load(study_id) or self.study_keys.generate()  # a key left by a failed open
-                fingerprint = fresh.fingerprint
+            fingerprint = context_fingerprint(self.join_scheme(version).public_bytes()) if join else self.fingerprint
+        elif join:  # a new join study: its own join key, kept only once its terms are accepted below
+            fresh_join = (self.study_keys.load_join(study_id, version)  # a key left by an open that failed
+                          or JoinScheme.generate(JoinParams.for_version(version)))
+            fingerprint = context_fingerprint(fresh_join.public_bytes())
+        else:  # a new study: a fresh key, kept only once its terms are accepted below
+            fresh = self.study_keys.load(study_id) or self.study_keys.generate()
+            fingerprint = fresh.fingerprint
         if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
             holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(
@@ -425,13 +460,24 @@ class DecryptionHandler:
         if join and contract.join_terms().padding_epsilon >= contract.epsilon:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
                                     f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")
-        if fresh is None:
+        if fresh is None and fresh_join is None:
             created, existed = self.ledger.create_study(contract)
         else:
             assert self.study_keys is not None
             with self._open_lock:  # one key per study id, even when two opens of a new id race
                 if self._existing_study(contract.study_id) is None:
-                    self.study_keys.keep(contract.study_id, fresh)
+                    if fresh is not None:
+                        self.study_keys.keep(contract.study_id, fresh)
+                        with self._keys_lock:  # its first use needs not load it again
+                            self._loaded[contract.study_id] = (fresh, BfvBackend(fresh.secret_context))
+                            while len(self._loaded) > MAX_LOADED_STUDY_KEYS:
+                                self._loaded.popitem(last=False)
+                    if fresh_join is not None:
+                        self.study_keys.keep_join(contract.study_id, fresh_join, version)
+                        with self._keys_lock:
+                            self._loaded_join[contract.study_id] = (fingerprint, fresh_join)
+                            while len(self._loaded_join) > MAX_LOADED_STUDY_KEYS:
+                                self._loaded_join.popitem(last=False)
                 created, existed = self.ledger.create_study(contract)
         if join:
             self._charge_join_padding(created)
@@ -498,8 +544,7 @@ class DecryptionHandler:
         """(seed, rounds) of a join study's well-formedness check: chosen here, once per study (join_checks)."""
         contract = self.get_study(study_id)
         _check_contract_hash(contract, contract_hash, "no seed was issued")
-        terms = contract.join_terms()
-        return self.join_checks.seed(study_id, self.join_scheme(terms.version))
+        return self.join_checks.seed(study_id, self.join_scheme_for(contract))
 
     def check_join_upload(self, *, study_id: str, contract_hash: str, owner_id: str, seed: bytes,
                           residues: Sequence[bytes]) -> bool:
@@ -510,10 +555,9 @@ class DecryptionHandler:
         """
         contract = self.get_study(study_id)
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")
-        terms = contract.join_terms()
         with self._decrypt_lock:
             ok = self.join_checks.judge(study_id, contract.expected_owners, owner_id, seed, residues,
-                                        self.join_scheme(terms.version))
+                                        self.join_scheme_for(contract))
         log.info("study %s: owner %s's join upload %s the well-formedness check", study_id, owner_id,
                  "passed" if ok else "FAILED")
         return ok
@@ -562,7 +606,7 @@ class DecryptionHandler:
         # Both owners' uploads must have passed the well-formedness check with this server's coefficients.
         self.join_checks.require_passed(study_id, contract.expected_owners)
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
-        scheme = self.join_scheme(terms.version)
+        scheme = self.join_scheme_for(contract)
         parsed = [scheme.deserialize_released(c) for c in cells]
         with self._decrypt_lock:
             for i, ct in enumerate(parsed):
@@ -579,6 +623,7 @@ class DecryptionHandler:
         log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
                  m.kind, len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)
+        self._end_after_charge(study_id)
         return JoinCellsResult(values, contract.noise_parties * m.noise_variance, charge.epsilon,
                                max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 

@@ -98,7 +98,8 @@ class KeyStore:
 
 class StudyKeyStore:
     """A fresh BFV key per study: `directory`/STUDY_ID/ (mode 0700) holds that study's secret_context.bin
-    (0600) and public_context.bin, each as in `KeyStore`. `directory` None: the keys live in memory (tests).
+    (0600) and public_context.bin, each as in `KeyStore`, or, for a join study, its own join key pair
+    (`join_key_files`, `keep_join`). `directory` None: the keys live in memory (tests).
 
     A key is made (`generate`) and kept (`keep`) when its study opens, found again (`load`) on
     every later use of the study, and erased (`erase`) when the study ends; the erased study's
@@ -110,6 +111,7 @@ class StudyKeyStore:
         self.directory = Path(directory) if directory is not None else None
         self.params = params
         self._memory: dict[str, KeyMaterial] = {}
+        self._memory_join: dict[str, "JoinScheme"] = {}
         self._erased: dict[str, str] = {}
 
     def _store(self, study_id: str) -> KeyStore:
@@ -144,6 +146,30 @@ class StudyKeyStore:
             return None
         return store.load_or_create(self.params)
 
+    def keep_join(self, study_id: str, scheme: "JoinScheme", version: int) -> None:
+        """Write join study `study_id`'s own join key of scheme `version` (secret 0600; `join_key_files` names)."""
+        if self.directory is None:
+            self._memory_join[study_id] = scheme
+            self._erased.pop(study_id, None)
+            return
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        d = self._store(study_id).directory
+        d.mkdir(exist_ok=True, mode=0o700)
+        secret_name, public_name = join_key_files(version)
+        write_file_atomic(d / public_name, scheme.public_bytes())
+        write_private_file(d / secret_name, scheme.secret_bytes())
+        (d / ERASED_FILE).unlink(missing_ok=True)
+        log.info("generated join study %s's join key pair (version %d)", study_id, version)
+
+    def load_join(self, study_id: str, version: int) -> "JoinScheme | None":
+        """Join study `study_id`'s own join key of `version`, or None (a study on the shared key, or erased)."""
+        if self.directory is None:
+            return self._memory_join.get(study_id)
+        d = self._store(study_id).directory
+        if not (d / join_key_files(version)[0]).exists():
+            return None
+        return load_or_create_join_keys(d, version)
+
     def secret_ref(self, study_id: str) -> str | bytes:
         """What a local decrypt worker loads `study_id`'s secret key from: its file on this host, or (in memory)
         the serialized secret context, handed over the worker's spawn pipe."""
@@ -166,16 +192,17 @@ class StudyKeyStore:
         """
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if self.directory is None:
-            had = self._memory.pop(study_id, None) is not None
+            had = (self._memory.pop(study_id, None) is not None) | (self._memory_join.pop(study_id, None) is not None)
             if had:
                 self._erased[study_id] = f"{when} {reason}"
             return had
         store = self._store(study_id)
-        if not store.secret_path.exists():
+        files = [p for p in (store.secret_path, store.public_path, *_join_files(store.directory)) if p.exists()]
+        if not files:
             return False
         write_file_atomic(store.directory / ERASED_FILE, f"{when} {reason}\n".encode())
-        store.secret_path.unlink()
-        store.public_path.unlink(missing_ok=True)
+        for p in files:
+            p.unlink()
         log.info("erased study %s's BFV key: %s", study_id, reason)
         return True
 
@@ -184,7 +211,15 @@ class StudyKeyStore:
         if self.directory is None:
             return 0
         store = self._store(study_id)
-        return sum(p.stat().st_size for p in (store.secret_path, store.public_path) if p.exists())
+        return sum(p.stat().st_size for p in (store.secret_path, store.public_path, *_join_files(store.directory))
+                   if p.exists())
+
+
+def _join_files(directory: Path) -> list[Path]:
+    """The join key files (every version) in a study's key directory."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.startswith("join_") and p.suffix == ".bin")
 
 
 if TYPE_CHECKING:

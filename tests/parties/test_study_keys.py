@@ -18,7 +18,7 @@ from parties.common.contract import StudyContract
 from parties.common.errors import ServiceError
 from parties.data_owner.client import EncryptedHistogram
 
-from .conftest import Cluster
+from .conftest import Cluster, join_cells
 
 N = 64  # one chunk: small and fast
 
@@ -66,13 +66,16 @@ def test_a_study_opened_under_the_server_key_keeps_it(cluster: Cluster) -> None:
     keys, handler.study_keys = handler.study_keys, None  # as the server opened studies before
     try:
         old = cluster.open_study(study_id="s-old", domain_size=N)
+        old_join = join_cells(cluster, (1, 2, 3, 4), study_id="j-old").contract
     finally:
         handler.study_keys = keys
     assert old.context_fingerprint == handler.fingerprint
+    assert not (_key_dir(cluster) / "studies" / "j-old").exists()  # on the key holder's join key of version 1
     cluster.restart_ds()
     new = cluster.open_study(study_id="s-new", domain_size=N)
     assert new.context_fingerprint != old.context_fingerprint
-    assert context_fingerprint(cluster.decryption().public_context(study_id="s-old")) == old.context_fingerprint
+    for c in (old, old_join):
+        assert context_fingerprint(cluster.decryption().public_context(study_id=c.study_id)) == c.context_fingerprint
     for study in ("s-old", "s-new"):
         for owner, h in zip("abc", np.ones((3, N), dtype=np.int64)):
             cluster.owner(owner).submit(study, h)
@@ -150,3 +153,23 @@ def test_an_ended_studys_key_is_erased(cluster: Cluster) -> None:
     cluster.restart_ds()  # still erased, and the study's contract and ledger stay
     assert cluster.decryption().budget("s-end").remaining == 0
     assert cluster.decryption().get_study("s-end") == contract
+
+
+def test_join_cells_replayed_from_another_join_study_decrypt_to_nothing_of_it(cluster: Cluster) -> None:
+    """Join studies have their own join key too: cells of join study j1 sent as j2's are refused by j2's
+    integrity check (on the former code both used the key holder's one join key and j2 released j1's cells)."""
+    from .test_adversarial_cs import _pass_join_check
+
+    values = (7000, 0, 3000, 12000)
+    j1 = join_cells(cluster, values, study_id="j1")
+    j2 = join_cells(cluster, (1, 1, 1, 1), study_id="j2")
+    _pass_join_check(j2.decryption, j2.contract, j2.scheme)
+    try:
+        got = j2.decryption.decrypt_join_cells(study_id="j2", release_id="r1", release_epsilon=1.0,
+                                               measurement=j2.measurement, contract_hash=j2.contract.contract_hash,
+                                               cells=j1.cells, cell_count=4).values
+    except ServiceError as refused:
+        assert refused.code == grpc.StatusCode.INVALID_ARGUMENT and "join key" in refused.details
+    else:
+        assert not np.all(np.abs(np.asarray(got) - np.asarray(values)) < 100), "join study j2 released j1's cells"
+    assert j1.contract.context_fingerprint != j2.contract.context_fingerprint
