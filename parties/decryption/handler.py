@@ -14,7 +14,6 @@ import math
 import os
 import threading
 import time
-from collections import OrderedDict
 from contextlib import nullcontext
 import uuid
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
 from .join_checks import JoinCheckBook
 from .keys import KeyMaterial, StudyKeyStore, load_or_create_join_keys
+from .study_keys import KeyRef, StudyKeys
 from .oprf import PAGE_ELEMENTS, EvaluationLog
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
 from .workers import ChunkPipeline, DecryptPool, PipelinedDecryption
@@ -71,8 +71,6 @@ IntArray = npt.NDArray[np.int64]
 
 #: Most ranges one direct-query batch may pay for (bounds the accounting work per call).
 MAX_DIRECT_RANGES = 10_000
-#: Most studies' keys kept loaded at once (`DecryptionHandler.study_key`); others are loaded from the key store.
-MAX_LOADED_STUDY_KEYS = 16
 
 @dataclass(frozen=True)
 class BudgetReport:
@@ -192,15 +190,6 @@ class DecryptionHandler:
                  key_holders: int = 1, oprf_key: bytes | None = None,
                  evaluations: EvaluationLog | None = None, study_keys: StudyKeyStore | None = None) -> None:
         self.ledger = ledger
-        #: A key per study (the single decryption server): each new study gets a fresh key from here, and its
-        #: contract names that key. None (key-share holders, in-memory tests): every study uses `keys`. A study
-        #: whose contract names `keys` (one opened before keys were per study) keeps it either way.
-        self.study_keys = study_keys
-        self._loaded: OrderedDict[str, tuple[KeyMaterial, BfvBackend]] = OrderedDict()
-        self._loaded_join: OrderedDict[str, tuple[str, JoinScheme]] = OrderedDict()  # study -> (fingerprint, key)
-        self._join_fingerprints: dict[int, str] = {}  # the shared join key of each version
-        self._keys_lock = threading.Lock()
-        self._open_lock = threading.Lock()
         # The master secret of the join studies' OPRF keys (parties.decryption.oprf; never served) and the book of
         # the evaluations answered (each owner's quota). Without one (in-memory servers), a fresh one from the OS
         # (not from `rng`: a seeded server's draws stay what they were).
@@ -224,6 +213,10 @@ class DecryptionHandler:
             int(v).to_bytes(8, "big") for v in rng.integers(1 << 62, 4))
         self.arrivals = arrivals if arrivals is not None else ArrivalLog()
         self.backend = BfvBackend(keys.secret_context)
+        #: The key each study's contract names (a key per study, `study_keys`: each new study gets a fresh key
+        #: from that store; None: key-share holders, in-memory tests, where every study is on `keys`). A study
+        #: whose contract names `keys` (one opened before keys were per study) keeps it either way.
+        self.keyring = StudyKeys(keys, self.backend, study_keys, self.join_scheme)
         #: The owners' signed c1 parts of each signed study, summed per chunk (kept under `c1_dir` across
         #: restarts): the only c1 this server decrypts a signed study's measurements with. It keeps public c1
         #: values per study and reads only the parameters (moduli, degree) of the context, which every key shares.
@@ -268,84 +261,33 @@ class DecryptionHandler:
         return self.public_context, self.fingerprint
 
     # -- a key per study ----------------------------------------------------------
-    def study_key(self, contract: StudyContract) -> KeyMaterial:
-        """The key `contract` names: the server key (`keys`: studies opened before keys were per study, and every
-        study without a `study_keys` store) or the study's own, from the key store.
+    @property
+    def study_keys(self) -> StudyKeyStore | None:
+        """The store of the studies' own keys (None: every study on the server key `keys`)."""
+        return self.keyring.store
 
-        FailedPreconditionError (nothing is decrypted) when the study's key was erased (the study ended), is
-        missing, or is not the one the contract names. No other key is ever tried.
-        """
-        return self._study_entry(contract)[0]
+    @study_keys.setter
+    def study_keys(self, store: StudyKeyStore | None) -> None:
+        self.keyring.store = store
+
+    def study_key(self, contract: StudyContract) -> KeyMaterial:
+        """The key `contract` names (`StudyKeys.entry`): the study's own, or the server key `keys` (studies opened
+        before keys were per study). FailedPreconditionError (nothing decrypted) when it was erased (the study
+        ended), is missing or is another key; no other key is ever tried."""
+        return self.keyring.entry(contract)[0]
 
     def backend_for(self, contract: StudyContract) -> BfvBackend:
         """The secret-key backend of `contract`'s key (`study_key`): the only one its chunks are checked and
         decrypted with."""
-        return self._study_entry(contract)[1]
-
-    def _study_entry(self, contract: StudyContract) -> tuple[KeyMaterial, BfvBackend]:
-        want = contract.context_fingerprint
-        if want == self.keys.fingerprint:
-            return self.keys, self.backend
-        sid = contract.study_id
-        with self._keys_lock:
-            entry = self._loaded.get(sid)
-            if entry is not None and entry[0].fingerprint == want:
-                self._loaded.move_to_end(sid)
-                return entry
-            key = self.study_keys.load(sid) if self.study_keys is not None else None
-            if key is None:
-                why = self.study_keys.erased(sid) if self.study_keys is not None else ""
-                raise FailedPreconditionError(
-                    f"study {sid}'s key ({want[:16]}) was erased when the study ended ({why}): nothing of it can "
-                    "be decrypted any more" if why else
-                    f"study {sid}'s key ({want[:16]}) is not in this decryption server's key store: restore its "
-                    "key directory from a backup; nothing was decrypted")
-            if key.fingerprint != want:
-                raise FailedPreconditionError(
-                    f"the key in study {sid}'s key directory ({key.fingerprint[:16]}) is not the key its contract "
-                    f"names ({want[:16]}): restore the study's key from a backup; nothing was decrypted")
-            entry = (key, BfvBackend(key.secret_context))
-            self._loaded[sid] = entry
-            while len(self._loaded) > MAX_LOADED_STUDY_KEYS:
-                self._loaded.popitem(last=False)
-            return entry
+        return self.keyring.entry(contract)[1]
 
     def join_scheme_for(self, contract: StudyContract) -> JoinScheme:
-        """The join key `contract` names: the join study's own (`study_keys`), or the key holder's join key of its
-        scheme version (`join_scheme`: join studies opened before join keys were per study, and every join study
-        of a server without `study_keys`). FailedPreconditionError when it was erased (the study ended) or is
-        missing; no other key is tried."""
-        sid, want, version = contract.study_id, contract.context_fingerprint, contract.join_terms().version
-        with self._keys_lock:
-            entry = self._loaded_join.get(sid)
-            if entry is not None and entry[0] == want:
-                self._loaded_join.move_to_end(sid)
-                return entry[1]
-        own = self.study_keys.load_join(sid, version) if self.study_keys is not None else None
-        if own is not None and context_fingerprint(own.public_bytes()) == want:
-            with self._keys_lock:
-                self._loaded_join[sid] = (want, own)
-                while len(self._loaded_join) > MAX_LOADED_STUDY_KEYS:
-                    self._loaded_join.popitem(last=False)
-            return own
-        why = self.study_keys.erased(sid) if self.study_keys is not None else ""
-        if why:
-            raise FailedPreconditionError(f"join study {sid}'s key ({want[:16]}) was erased when the study ended "
-                                          f"({why}): nothing of it can be decrypted any more")
-        shared = self.join_scheme(version)
-        if version not in self._join_fingerprints:
-            self._join_fingerprints[version] = context_fingerprint(shared.public_bytes())
-        if self._join_fingerprints[version] != want:
-            raise FailedPreconditionError(f"join study {sid}'s key ({want[:16]}) is not in this key holder's key "
-                                          "store: restore its key directory from a backup; nothing was decrypted")
-        return shared
+        """The join key `contract` names (`StudyKeys.join`): the join study's own, or the key holder's join key of
+        its scheme version (`join_scheme`: join studies opened before join keys were per study)."""
+        return self.keyring.join(contract)
 
-    def _worker_key(self, contract: StudyContract | None) -> str | bytes | None:
-        """What the local decrypt workers load `contract`'s secret key from (None: the server key they start with)."""
-        if contract is None or contract.context_fingerprint == self.keys.fingerprint or self.study_keys is None:
-            return None
-        self.study_key(contract)  # refused here when the key is erased, missing or not the contract's
-        return self.study_keys.secret_ref(contract.study_id)
+    def _worker_key(self, contract: StudyContract | None) -> KeyRef:
+        return self.keyring.worker_key(contract)
 
     def end_if_spent(self, study_id: str) -> bool:
         """Erase the study's own key once the study has ended; True when it was erased now.
@@ -353,21 +295,16 @@ class DecryptionHandler:
         A study ends when nothing more of it can be decrypted: its budget is spent to the last
         epsilon (no new charge fits) and every direct range count it paid for has been decrypted.
         A repeat of a request answered before is then refused too (its values were returned once).
-        The server key of studies opened before keys were per study is never erased here: other
-        studies share it.
+        The server key and the shared join keys (studies opened before keys were per study) are
+        never erased here: other studies share them.
         """
-        if self.study_keys is None:
-            return False
         contract = self.get_study(study_id)
-        if contract.context_fingerprint == self.keys.fingerprint:
-            return False  # the server key: not the study's own
+        if self.study_keys is None or contract.context_fingerprint == self.fingerprint:
+            return False
         spent = exact_sum(c.epsilon for c in self.ledger.charges(study_id))
         if spent < exact_decimal(contract.epsilon) or self.ledger.unclaimed_direct(study_id) > 0:
             return False
-        with self._keys_lock:
-            self._loaded.pop(study_id, None)
-            self._loaded_join.pop(study_id, None)
-            erased = self.study_keys.erase(study_id, f"its budget of epsilon {contract.epsilon:g} is spent")
+        erased = self.keyring.erase(contract, f"its budget of epsilon {contract.epsilon:g} is spent")
         if erased:
             log.info("study %s ended (budget spent): its key is erased", study_id)
         return erased
@@ -419,23 +356,19 @@ class DecryptionHandler:
         if join:
             strategy_params_json = _oblivious_join_params(strategy_params_json)
         study_id = study_id or new_id("study")
-        fresh: KeyMaterial | None = None
-        fresh_join: JoinScheme | None = None
         # A join's terms are checked before its key version is looked up, so bad terms never create a key.
-        version = join_terms_of(strategy_params_json, domain_size).version if join else 0
+        version = join_terms_of(strategy_params_json, domain_size).version if join else None
+        # A study that exists keeps the key its contract names (an idempotent re-open compares the same terms); a
+        # new one gets a fresh key (`keep` writes it once its terms are accepted below) when there is a key store.
         existing = self._existing_study(check_id("study_id", study_id)) if self.study_keys is not None else None
+        fresh = self.keyring.fresh(study_id, version) if existing is None else None
         if existing is not None:
-            # A study that exists keeps the key its contract names (an idempotent re-open compares the same terms).
             fingerprint = existing.context_fingerprint
-        elif self.study_keys is None:
-            fingerprint = context_fingerprint(self.join_scheme(version).public_bytes()) if join else self.fingerprint
-        elif join:  # a new join study: its own join key, kept only once its terms are accepted below
-            fresh_join = (self.study_keys.load_join(study_id, version)  # a key left by an open that failed
-                          or JoinScheme.generate(JoinParams.for_version(version)))
-            fingerprint = context_fingerprint(fresh_join.public_bytes())
-        else:  # a new study: a fresh key, kept only once its terms are accepted below
-            fresh = self.study_keys.load(study_id) or self.study_keys.generate()
-            fingerprint = fresh.fingerprint
+        elif fresh is not None:
+            fingerprint, keep = fresh
+        else:
+            fingerprint = (context_fingerprint(self.join_scheme(version).public_bytes()) if version is not None
+                           else self.fingerprint)
         if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
             holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(
@@ -460,24 +393,12 @@ class DecryptionHandler:
         if join and contract.join_terms().padding_epsilon >= contract.epsilon:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
                                     f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")
-        if fresh is None and fresh_join is None:
+        if fresh is None:
             created, existed = self.ledger.create_study(contract)
         else:
-            assert self.study_keys is not None
-            with self._open_lock:  # one key per study id, even when two opens of a new id race
+            with self.keyring.open_lock:  # one key per study id, even when two opens of a new id race
                 if self._existing_study(contract.study_id) is None:
-                    if fresh is not None:
-                        self.study_keys.keep(contract.study_id, fresh)
-                        with self._keys_lock:  # its first use needs not load it again
-                            self._loaded[contract.study_id] = (fresh, BfvBackend(fresh.secret_context))
-                            while len(self._loaded) > MAX_LOADED_STUDY_KEYS:
-                                self._loaded.popitem(last=False)
-                    if fresh_join is not None:
-                        self.study_keys.keep_join(contract.study_id, fresh_join, version)
-                        with self._keys_lock:
-                            self._loaded_join[contract.study_id] = (fingerprint, fresh_join)
-                            while len(self._loaded_join) > MAX_LOADED_STUDY_KEYS:
-                                self._loaded_join.popitem(last=False)
+                    keep()
                 created, existed = self.ledger.create_study(contract)
         if join:
             self._charge_join_padding(created)
