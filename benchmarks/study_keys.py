@@ -8,8 +8,9 @@ A decryption server (`create_decryption_server`, plaintext on loopback, SQLite l
 temporary data directory) is started once; OpenStudy is timed over gRPC for `--studies` new
 studies with a fresh key each (the default), then for as many on the one server key (the
 handler's key store switched off: how studies were opened before keys were per study). Also
-timed: generating one key pair alone (`generate_secret_context`), the first GetPublicContext of
-a study, the time to erase a study's key, and OpenStudy of `--join-studies` join studies (each with its
+timed: generating one key pair alone (`generate_secret_context`), GetPublicContext of a study whose key
+is loaded, of a study's first use after a restart (the key is loaded from the key store), and of the
+server key, the time to erase a study's key, and OpenStudy of `--join-studies` join studies (each with its
 own join key, public key with rotation keys). Storage per study: the bytes of its key directory
 (secret and public context; for a join study its join key pair). Writes benchmarks/results/study_keys.json.
 """
@@ -21,6 +22,7 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from parties.common.signing import generate_signing_key
 from parties.decryption.client import DecryptionClient
 from parties.decryption.keys import STUDY_KEYS_DIR
 from parties.decryption.server import KEYS_DIR, create_decryption_server
+from parties.decryption.study_keys import MAX_LOADED_STUDY_KEYS
 
 from benchmarks.common import write_result
 
@@ -54,20 +57,26 @@ def _open_join(ds: DecryptionClient, study_id: str, owner_keys: dict[str, bytes]
     return time.perf_counter() - t0
 
 
+def _fetch(ds: DecryptionClient, study_id: str) -> float:
+    t0 = time.perf_counter()
+    ds.public_context(study_id=study_id)
+    return time.perf_counter() - t0
+
+
 def run(studies: int, join_studies: int) -> dict[str, Any]:
+    loaded_max = MAX_LOADED_STUDY_KEYS
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "ds"
-        handle = create_decryption_server(DecryptionConfig(data_dir, port=0, insecure=True, decrypt_workers=0)).start()
+        config = DecryptionConfig(data_dir, port=0, insecure=True, decrypt_workers=0)
+        handle = create_decryption_server(config).start()
         try:
             with DecryptionClient(handle.target, insecure=True) as ds:
                 ds.wait_ready()
                 _open(ds, "warm-up")  # the first call pays for the channel
                 own = [_open(ds, f"own-{i}") for i in range(studies)]
-                fetch = []
-                for i in range(studies):
-                    t0 = time.perf_counter()
-                    ds.public_context(study_id=f"own-{i}")
-                    fetch.append(time.perf_counter() - t0)
+                recent = [f"own-{i}" for i in range(max(0, studies - loaded_max), studies)]  # still loaded
+                fetch = [_fetch(ds, s) for s in recent]
+                fetch_server = [_fetch(ds, "") for _ in recent]
                 owner_keys = {o: generate_signing_key()[1] for o in ("a", "b")}
                 joins = [_open_join(ds, f"join-{i}", owner_keys) for i in range(join_studies)]
                 handler = handle.handler
@@ -76,6 +85,12 @@ def run(studies: int, join_studies: int) -> dict[str, Any]:
                     shared = [_open(ds, f"shared-{i}") for i in range(studies)]
                 finally:
                     handler.study_keys = keys
+            handle.stop()  # a restart: the first use of each study loads its key from the key store
+            handle = create_decryption_server(replace(config, port=handle.port)).start()
+            with DecryptionClient(handle.target, insecure=True) as ds:
+                ds.wait_ready()
+                fetch_loading = [_fetch(ds, s) for s in recent]
+            keys = handle.handler.study_keys
             root = data_dir / KEYS_DIR / STUDY_KEYS_DIR
             sizes = [sum(p.stat().st_size for p in (root / f"own-{i}").iterdir()) for i in range(studies)]
             join_sizes = [sum(p.stat().st_size for p in (root / f"join-{i}").iterdir()) for i in range(join_studies)]
@@ -100,7 +115,9 @@ def run(studies: int, join_studies: int) -> dict[str, Any]:
         "open_study_server_key": _summary(shared),
         "open_study_extra_ms_median": round((statistics.median(own) - statistics.median(shared)) * 1000, 2),
         "key_generation_alone": _summary(generate),
-        "first_public_context_fetch": _summary(fetch),
+        "public_context_fetch_study_key_loaded": _summary(fetch),
+        "public_context_fetch_study_key_first_after_restart": _summary(fetch_loading),
+        "public_context_fetch_server_key": _summary(fetch_server),
         "erase_key": _summary(erase),
         "storage_per_study_bytes": {"total": int(statistics.median(sizes)), "secret_context": secret,
                                     "public_context": public},
