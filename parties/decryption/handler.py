@@ -294,9 +294,11 @@ class DecryptionHandler:
 
         A study ends when nothing more of it can be decrypted: its budget is spent to the last
         epsilon (no new charge fits) and every direct range count it paid for has been decrypted.
-        A repeat of a request answered before is then refused too (its values were returned once).
-        The server key and the shared join keys (studies opened before keys were per study) are
-        never erased here: other studies share them.
+        Called after a measurement was answered or refused after its charge, so a server that stops
+        between the last charge and its answer keeps the key until the computation server's re-send
+        of that request (`_AnsweredBefore`) is answered. A repeat after that is refused (its values
+        were returned once). The server key and the shared join keys (studies opened before keys
+        were per study) are never erased here: other studies share them.
         """
         contract = self.get_study(study_id)
         if self.study_keys is None or contract.context_fingerprint == self.fingerprint:
@@ -308,11 +310,6 @@ class DecryptionHandler:
         if erased:
             log.info("study %s ended (budget spent): its key is erased", study_id)
         return erased
-
-    def end_spent_studies(self) -> list[str]:
-        """`end_if_spent` for every study (at start-up: a server that stopped between the last charge and the
-        erasure finishes it); the ids of the studies whose key was erased now."""
-        return [c.study_id for c in self.ledger.list_studies() if self.end_if_spent(c.study_id)]
 
     # -- public key ---------------------------------------------------------------
     @property
@@ -791,7 +788,7 @@ class DecryptionHandler:
         """`end_if_spent` after a measurement was paid for; a failure to erase is logged, never the caller's."""
         try:
             self.end_if_spent(study_id)
-        except Exception as exc:  # noqa: BLE001 - the answer stands; the next start-up sweep erases it
+        except Exception as exc:  # noqa: BLE001 - the answer stands; the next answer of the study erases it
             log.error("study %s: its key could not be erased after its budget was spent: %s", study_id, exc)
 
     def record_refusal(self, study_id: str, release_id: str, kind: str, chunks: Sequence[bytes], exc: BaseException,

@@ -37,7 +37,7 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
 
     Every new study gets its own key (keys/studies/STUDY_ID/, `StudyKeyStore`); the server key in
     keys/ is served without a study id and stays the key of the studies opened before keys were
-    per study. At start, studies that ended (budget spent) but still hold a key have it erased.
+    per study; a study's own key is erased when the study ends (`DecryptionHandler.end_if_spent`).
     Restarting on the same data directory keeps the keys, every study and every charge.
     With `config.tls` the port is mutual TLS and every RPC checks the caller's role;
     with `config.insecure` it is plaintext and unchecked (a warning is logged).
@@ -72,13 +72,7 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
                                 commitments_dir=config.data_dir / "commitments",
                                 c1_dir=config.data_dir / C1_DIR, oprf_key=oprf_key, evaluations=evaluations,
                                 study_keys=StudyKeyStore(config.data_dir / KEYS_DIR / STUDY_KEYS_DIR))
-    try:
-        ended = handler.end_spent_studies()
-    except Exception as exc:  # noqa: BLE001 - started anyway; the next start or charge tries again
-        log.error("erasing the keys of ended studies failed: %s", exc)
-    else:
-        if ended:
-            log.info("erased the keys of %d ended studies: %s", len(ended), ", ".join(ended))
+
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids,
                                   ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))
