@@ -168,7 +168,10 @@ class StudyKeyStore:
         d = self._store(study_id).directory
         if not (d / join_key_files(version)[0]).exists():
             return None
-        return load_or_create_join_keys(d, version)
+        try:
+            return load_or_create_join_keys(d, version)
+        except FileNotFoundError:  # erased while it was read
+            return None
 
     def secret_ref(self, study_id: str) -> str | bytes:
         """What a local decrypt worker loads `study_id`'s secret key from: its file on this host, or (in memory)

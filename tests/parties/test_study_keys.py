@@ -173,3 +173,24 @@ def test_join_cells_replayed_from_another_join_study_decrypt_to_nothing_of_it(cl
     else:
         assert not np.all(np.abs(np.asarray(got) - np.asarray(values)) < 100), "join study j2 released j1's cells"
     assert j1.contract.context_fingerprint != j2.contract.context_fingerprint
+
+
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_the_study_key_store_keeps_finds_and_erases_each_studys_key(tmp_path: Path, on_disk: bool) -> None:
+    """The key store alone, on disk and in memory: a key kept is found again (and only for its study), its
+    workers' reference loads the same secret, and an erased key is gone with the reason kept."""
+    from parties.decryption.keys import StudyKeyStore
+
+    store = StudyKeyStore(tmp_path / "studies" if on_disk else None)
+    key = store.generate()
+    assert store.load("s1") is None and store.erased("s1") == ""
+    store.keep("s1", key)
+    again = store.load("s1")
+    assert again is not None and again.fingerprint == key.fingerprint and store.load("s2") is None
+    ref = store.secret_ref("s1")
+    secret = load_context(Path(ref).read_bytes() if isinstance(ref, str) else ref)
+    assert secret.is_private() and isinstance(ref, str) == on_disk
+    assert store.erase("s1", "its budget is spent") and not store.erase("s1", "again")
+    assert store.load("s1") is None and "its budget is spent" in store.erased("s1")
+    if on_disk:
+        assert sorted(p.name for p in (tmp_path / "studies" / "s1").iterdir()) == ["erased.txt"]
