@@ -168,9 +168,17 @@ class StudyKeyStore:
         d = self._store(study_id).directory
         if not (d / join_key_files(version)[0]).exists():
             return None
+        from he_partition.he.join_scheme import JoinParams, JoinScheme
+
+        secret_path, public_path = (d / name for name in join_key_files(version))
         try:
-            return load_or_create_join_keys(d, version)
-        except FileNotFoundError:  # erased while it was read
+            mode = stat.S_IMODE(os.stat(secret_path).st_mode)
+            if mode & 0o077:
+                raise InvalidInputError(f"{secret_path} has mode {mode:04o}: other users could read the secret key. "
+                                        f"Run: chmod 600 {secret_path}")
+            return JoinScheme.from_secret(public_path.read_bytes(), secret_path.read_bytes(),
+                                          JoinParams.for_version(version))
+        except FileNotFoundError:  # erased while it was read: never made again here
             return None
 
     def secret_ref(self, study_id: str) -> str | bytes:
