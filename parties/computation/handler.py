@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,12 @@ log = logging.getLogger("dpagg.computation")
 
 IntArray = npt.NDArray[np.int64]
 
+#: The one public context kept before keys were per study (read if it is the key a study names).
 PUBLIC_CONTEXT_FILE = "public_context.bin"
+#: The studies' public contexts, one file per key: public_contexts/FINGERPRINT.bin.
+PUBLIC_CONTEXTS_DIR = "public_contexts"
+#: Most keys' backends kept loaded at once; others are read again from `PUBLIC_CONTEXTS_DIR`.
+MAX_LOADED_KEYS = 16
 
 
 @dataclass(frozen=True)
@@ -65,10 +71,14 @@ class StudyState:
 
 @dataclass
 class _KeyCache:
-    fingerprint: str = ""
-    backend: BfvBackend | None = None
-    context: bytes = b""
+    """The public keys this server has loaded, by fingerprint (a key per study): (backend, context bytes)."""
+
+    loaded: "OrderedDict[str, tuple[BfvBackend, bytes]]" = field(default_factory=OrderedDict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def context_of(self, backend: Any) -> bytes:
+        """The serialized context `backend` was loaded from (b"" when it is not one of ours)."""
+        return next((data for b, data in self.loaded.values() if b is backend), b"")
 
 
 def _close_when_idle(stream: Generator[Any, None, None], timeout: float = 120.0) -> None:
@@ -117,41 +127,54 @@ class ComputationHandler:
 
     # -- keys and studies -----------------------------------------------------------------
     def backend_for(self, contract: StudyContract) -> BfvBackend:
-        """A public-key BFV backend for the study's key (fetched from the decryption server, cached on disk)."""
+        """A public-key BFV backend for the study's key, the one its contract names (a key per study): fetched
+        from the decryption server for that study, checked against the contract's fingerprint, kept on disk."""
+        return self._key_of(contract)[0]
+
+    def _key_of(self, contract: StudyContract) -> tuple[BfvBackend, bytes]:
         want = contract.context_fingerprint
         with self._keys.lock:
-            if self._keys.backend is not None and self._keys.fingerprint == want:
-                return self._keys.backend
-            data = self._cached_context()
-            if data is None or context_fingerprint(data) != want:
-                data = self.decryption.public_context(study_id=contract.study_id)  # the study's own key
+            entry = self._keys.loaded.get(want)
+            if entry is not None:
+                self._keys.loaded.move_to_end(want)
+                return entry
+            data = self._cached_context(want)
+            if data is None:
+                data = self.decryption.public_context(study_id=contract.study_id)
             got = context_fingerprint(data)
             if got != want:
                 raise FailedPreconditionError(
                     f"study {contract.study_id} was opened under key {want[:16]} but the decryption server now "
-                    f"serves key {got[:16]}; the study cannot continue, open a new one"
+                    f"serves key {got[:16]} for it; the study cannot continue, open a new one"
                 )
             ctx = load_context(data)
             if ctx.is_private():
                 raise InvalidInputError("the decryption server served a context holding a secret key; refusing it")
-            self._keys.backend = BfvBackend(ctx)
-            self._keys.backend.noise_in_c0 = bool(getattr(self.decryption, "noise_in_c0", False))
-            self._keys.fingerprint = got
-            self._keys.context = data
+            backend = BfvBackend(ctx)
+            backend.noise_in_c0 = bool(getattr(self.decryption, "noise_in_c0", False))
             if self.data_dir is not None:
-                write_file_atomic(self.data_dir / PUBLIC_CONTEXT_FILE, data)
-            return self._keys.backend
+                (self.data_dir / PUBLIC_CONTEXTS_DIR).mkdir(exist_ok=True)
+                write_file_atomic(self.data_dir / PUBLIC_CONTEXTS_DIR / f"{got}.bin", data)
+            self._keys.loaded[got] = (backend, data)
+            while len(self._keys.loaded) > MAX_LOADED_KEYS:
+                self._keys.loaded.popitem(last=False)
+            return backend, data
 
     def public_context(self, study_id: str = "") -> bytes:
         """The decryption server's public context as it serves it now (relayed to parties that cannot reach it);
         for a join study, its join key."""
         return self.decryption.public_context(study_id=study_id)
 
-    def _cached_context(self) -> bytes | None:
+    def _cached_context(self, fingerprint: str) -> bytes | None:
+        """The public context of key `fingerprint` this server kept on disk (None: not kept, or not that key)."""
         if self.data_dir is None:
             return None
-        p = self.data_dir / PUBLIC_CONTEXT_FILE
-        return p.read_bytes() if p.exists() else None
+        for p in (self.data_dir / PUBLIC_CONTEXTS_DIR / f"{fingerprint}.bin", self.data_dir / PUBLIC_CONTEXT_FILE):
+            if p.exists():
+                data = p.read_bytes()
+                if context_fingerprint(data) == fingerprint:
+                    return data
+        return None
 
     @property
     def key_holders(self) -> int:
@@ -280,7 +303,7 @@ class ComputationHandler:
             return  # sealed chunks are folded once the uploads close and open
         store = self.store
         with self._keys.lock:
-            context = self._keys.context if self._keys.backend is backend else b""
+            context = self._keys.context_of(backend)
 
         def write_sums(templates: tuple[str, ...], count: int, out_template: str) -> None:
             # On the executor's workers, each its share of the chunks; while they serve a release, here.
@@ -386,8 +409,7 @@ class ComputationHandler:
         go to the key holders (once per study), and the workers add the noise (and, for the single
         decryption server, the flood) to c0 only (`noise_in_c0_context`).
         """
-        backend = self.backend_for(contract)
-        context = self._keys.context
+        backend, context = self._key_of(contract)
         marker = self._forward_c1(contract, list(subs or []))
         if marker is not None:
             context = marker + context

@@ -179,7 +179,7 @@ class DataOwnerClient:
         if self._context is not None and self._context[0] == contract.context_fingerprint:
             return self._context[1]
         source = self.decryption if self.decryption is not None else self.computation
-        data = source.public_context(study_id=contract.study_id)  # the study's own key (a key per study)
+        data = source.public_context(study_id=contract.study_id)  # the study's own key
         fp = context_fingerprint(data)
         if fp != contract.context_fingerprint:
             raise InvalidInputError(

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from he_partition.core.accounting import exact_decimal
 from he_partition.core.backend import ChunkedVector, n_chunks
 from he_partition.he.bfv import BfvBackend, context_fingerprint
 from he_partition.join import oprf
@@ -39,7 +40,7 @@ from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS,
 from ..common.approval import ApprovalBook, StudyApproval
 from ..common.contract import StudyContract, canonical_json, charged_epsilon, check_id, join_terms_of
 from ..common.contract import scaled_charge as _scaled
-from ..common.errors import FailedPreconditionError, PermissionDeniedError
+from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
 from ..common.signing import stream_digest
 from ..common.util import new_id
 from .client import JoinCellsResult
@@ -47,7 +48,8 @@ from ..common.sealing import Commitment, SealKeyPair
 from .arrivals import ArrivalLog
 from .commitments import CommitmentBook
 from .join_checks import JoinCheckBook
-from .keys import KeyMaterial, load_or_create_join_keys
+from .keys import KeyMaterial, StudyKeyStore, load_or_create_join_keys
+from .study_keys import KeyRef, StudyKeys
 from .oprf import PAGE_ELEMENTS, EvaluationLog
 from .keyshare.uploads import OwnerC1Parts, UploadC1Book
 from .refusals import (FAILED_JOIN_CHECK, MAX_REFUSALS_PER_KEY, MAX_REFUSALS_PER_STUDY, RefusalGate,
@@ -197,7 +199,8 @@ class DecryptionHandler:
                  commitments_dir: Path | None = None, c1_dir: Path | None = None,
                  key_holders: int = 1, oprf_key: bytes | None = None,
                  evaluations: EvaluationLog | None = None, approvals: ApprovalBook | None = None,
-                 refusal_cap: int = MAX_REFUSALS_PER_STUDY, key_refusal_cap: int = MAX_REFUSALS_PER_KEY) -> None:
+                 refusal_cap: int = MAX_REFUSALS_PER_STUDY, key_refusal_cap: int = MAX_REFUSALS_PER_KEY,
+                 study_keys: StudyKeyStore | None = None) -> None:
         self.ledger = ledger
         # The operator approval keys this holder pins and the approval it accepted for each study
         # (parties.common.approval): with pins, only studies the operator signed are opened or served.
@@ -233,8 +236,13 @@ class DecryptionHandler:
         self._study_keys: dict[str, str] = {}
         self.refusals = RefusalGate(self.arrivals, self._key_of, per_study=refusal_cap, per_key=key_refusal_cap)
         self.backend = BfvBackend(keys.secret_context)
+        #: The key each study's contract names (a key per study, `study_keys`: each new study gets a fresh key
+        #: from that store; None: key-share holders, in-memory tests, where every study is on `keys`). A study
+        #: whose contract names `keys` (one opened before keys were per study) keeps it either way.
+        self.keyring = StudyKeys(keys, self.backend, study_keys, self.join_scheme)
         #: The owners' signed c1 parts of each signed study, summed per chunk (kept under `c1_dir` across
-        #: restarts): the only c1 this server decrypts a signed study's measurements with.
+        #: restarts): the only c1 this server decrypts a signed study's measurements with. It keeps public c1
+        #: values per study and reads only the parameters (moduli, degree) of the context, which every key shares.
         self.uploads = UploadC1Book(keys.secret_context, c1_dir)
         self._decrypt_lock = threading.Lock()
         self._join_dir = join_keys_dir
@@ -264,12 +272,67 @@ class DecryptionHandler:
             return self._join[version]
 
     def public_key_for(self, study_id: str = "") -> tuple[bytes, str]:
-        """(public key bytes, fingerprint): the release context, or a join study's join key."""
+        """(public key bytes, fingerprint): a study's key (its own, or the server key a study opened before keys
+        were per study names), a join study's join key, or, without a study, the server key."""
         contract = self.get_study(study_id) if study_id else None
         if contract is not None and contract.is_join:
-            data = self.join_scheme(contract.join_terms().version).public_bytes()
-            return data, context_fingerprint(data)
+            data = self.join_scheme_for(contract).public_bytes()
+            return data, contract.context_fingerprint
+        if contract is not None:
+            key = self.study_key(contract)
+            return key.public_bytes, key.fingerprint
         return self.public_context, self.fingerprint
+
+    # -- a key per study ----------------------------------------------------------
+    @property
+    def study_keys(self) -> StudyKeyStore | None:
+        """The store of the studies' own keys (None: every study on the server key `keys`)."""
+        return self.keyring.store
+
+    @study_keys.setter
+    def study_keys(self, store: StudyKeyStore | None) -> None:
+        self.keyring.store = store
+
+    def study_key(self, contract: StudyContract) -> KeyMaterial:
+        """The key `contract` names (`StudyKeys.entry`): the study's own, or the server key `keys` (studies opened
+        before keys were per study). FailedPreconditionError (nothing decrypted) when it was erased (the study
+        ended), is missing or is another key; no other key is ever tried."""
+        return self.keyring.entry(contract)[0]
+
+    def backend_for(self, contract: StudyContract) -> BfvBackend:
+        """The secret-key backend of `contract`'s key (`study_key`): the only one its chunks are checked and
+        decrypted with."""
+        return self.keyring.entry(contract)[1]
+
+    def join_scheme_for(self, contract: StudyContract) -> JoinScheme:
+        """The join key `contract` names (`StudyKeys.join`): the join study's own, or the key holder's join key of
+        its scheme version (`join_scheme`: join studies opened before join keys were per study)."""
+        return self.keyring.join(contract)
+
+    def _worker_key(self, contract: StudyContract | None) -> KeyRef:
+        return self.keyring.worker_key(contract)
+
+    def end_if_spent(self, study_id: str) -> bool:
+        """Erase the study's own key once the study has ended; True when it was erased now.
+
+        A study ends when nothing more of it can be decrypted: its budget is spent to the last
+        epsilon (no new charge fits) and every direct range count it paid for has been decrypted.
+        Called after a measurement was answered or refused after its charge, so a server that stops
+        between the last charge and its answer keeps the key until the computation server's re-send
+        of that request (`_AnsweredBefore`) is answered. A repeat after that is refused (its values
+        were returned once). The server key and the shared join keys (studies opened before keys
+        were per study) are never erased here: other studies share them.
+        """
+        contract = self.get_study(study_id)
+        if self.study_keys is None or contract.context_fingerprint == self.fingerprint:
+            return False
+        spent = exact_sum(c.epsilon for c in self.ledger.charges(study_id))
+        if spent < exact_decimal(contract.epsilon) or self.ledger.unclaimed_direct(study_id) > 0:
+            return False
+        erased = self.keyring.erase(contract, f"its budget of epsilon {contract.epsilon:g} is spent")
+        if erased:
+            log.info("study %s ended (budget spent): its key is erased", study_id)
+        return erased
 
     # -- public key ---------------------------------------------------------------
     @property
@@ -327,13 +390,24 @@ class DecryptionHandler:
                 "(dpagg open-join --owner-keys-dir DIR or --owner-key ID=HEX), also on an --insecure server")
         if join:
             strategy_params_json = _oblivious_join_params(strategy_params_json)
+        study_id = study_id or new_id("study")
         # A join's terms are checked before its key version is looked up, so bad terms never create a key.
-        fingerprint = (context_fingerprint(self.join_scheme(join_terms_of(strategy_params_json, domain_size).version)
-                                           .public_bytes()) if join else key_fingerprint or self.fingerprint)
+        version = join_terms_of(strategy_params_json, domain_size).version if join else None
+        # A study that exists keeps the key its contract names (an idempotent re-open compares the same terms); a
+        # new one gets a fresh key (`keep` writes it once its terms are accepted below) when there is a key store.
+        existing = self._existing_study(check_id("study_id", study_id)) if self.study_keys is not None else None
+        fresh = self.keyring.fresh(study_id, version) if existing is None else None
+        if existing is not None:
+            fingerprint = existing.context_fingerprint
+        elif fresh is not None:
+            fingerprint, keep = fresh
+        else:  # a key-share holder names the key it built for the study (`key_fingerprint`)
+            fingerprint = (context_fingerprint(self.join_scheme(version).public_bytes()) if version is not None
+                           else key_fingerprint or self.fingerprint)
         if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
             holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(
-            study_id=study_id or new_id("study"),
+            study_id=study_id,
             domain_size=domain_size,
             epsilon=epsilon,
             expected_owners=expected_owners,
@@ -358,7 +432,13 @@ class DecryptionHandler:
         if join and contract.join_terms().padding_epsilon >= contract.epsilon:
             raise InvalidInputError(f"the join's padding epsilon {contract.join_terms().padding_epsilon:g} must be "
                                     f"below the study's epsilon {contract.epsilon:g} (the release spends the rest)")
-        created, existed = self.ledger.create_study(contract)
+        if fresh is None:
+            created, existed = self.ledger.create_study(contract)
+        else:
+            with self.keyring.open_lock:  # one key per study id, even when two opens of a new id race
+                if self._existing_study(contract.study_id) is None:
+                    keep()
+                created, existed = self.ledger.create_study(contract)
         if approval is not None and self.approvals.enforced:
             self.approvals.keep(created.study_id, approval)
         if join:
@@ -375,6 +455,12 @@ class DecryptionHandler:
                 "the study carries no operator approval: this key holder opens only studies signed by an "
                 "approval key it pins (dpagg open-study ... --approval-key FILE); the study was not opened")
         approval.check_request(self.approvals.pinned, requested, default_tolerates=self.max_noise_tolerates)
+
+    def _existing_study(self, study_id: str) -> StudyContract | None:
+        try:
+            return self.ledger.get_study(study_id)
+        except NotFoundError:
+            return None
 
     def _charge_join_padding(self, contract: StudyContract) -> None:
         """Book the padding epsilon of a join study once, when it opens.
@@ -431,8 +517,7 @@ class DecryptionHandler:
         """(seed, rounds) of a join study's well-formedness check: chosen here, once per study (join_checks)."""
         contract = self.get_study(study_id)
         _check_contract_hash(contract, contract_hash, "no seed was issued")
-        terms = contract.join_terms()
-        return self.join_checks.seed(study_id, self.join_scheme(terms.version))
+        return self.join_checks.seed(study_id, self.join_scheme_for(contract))
 
     def check_join_upload(self, *, study_id: str, contract_hash: str, owner_id: str, seed: bytes,
                           residues: Sequence[bytes]) -> bool:
@@ -443,11 +528,11 @@ class DecryptionHandler:
         """
         contract = self.get_study(study_id)
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")
-        terms = contract.join_terms()
+        contract.join_terms()  # a join study's: refused by name otherwise
         with self.refusals.admitted(study_id, contract.context_fingerprint):  # a failure counts toward the caps
             with self._decrypt_lock:
                 ok = self.join_checks.judge(study_id, contract.expected_owners, owner_id, seed, residues,
-                                            self.join_scheme(terms.version))
+                                            self.join_scheme_for(contract))
             if not ok:
                 self.arrivals.record(study_id=study_id, release_id=f"join-check:{owner_id}", kind="join_check",
                                      chunks=len(residues), ciphertext_digest=stream_digest(residues).hex(),
@@ -504,7 +589,7 @@ class DecryptionHandler:
         # Both owners' uploads must have passed the well-formedness check with this server's coefficients.
         self.join_checks.require_passed(study_id, contract.expected_owners)
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
-        scheme = self.join_scheme(terms.version)
+        scheme = self.join_scheme_for(contract)
         parsed = [scheme.deserialize_released(c) for c in cells]
         digest = stream_digest(cells).hex()
         with self.refusals.admitted(study_id, contract.context_fingerprint):
@@ -535,6 +620,7 @@ class DecryptionHandler:
         log.info("study %s, join release %s: decrypted %s (%d values), charged epsilon %.6g", study_id, release_id,
                  m.kind, len(cells), charge.epsilon)
         charges = self.ledger.charges(study_id)
+        self._end_after_charge(study_id)
         return JoinCellsResult(values, contract.noise_parties * m.noise_variance, charge.epsilon,
                                max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
@@ -641,11 +727,14 @@ class DecryptionHandler:
             return None
         return [self.uploads.expected(contract.study_id, i) for i in m.measured_chunks(self.backend.slots)]
 
-    def decrypt_pipeline(self, chunk_count: int) -> ChunkPipeline | None:
-        """A pipeline through the local workers for a measurement of `chunk_count` (public) chunks, or None:
-        in-process (no pool, or too few chunks to pay for the round trips)."""
+    def decrypt_pipeline(self, chunk_count: int, contract: StudyContract | None = None) -> ChunkPipeline | None:
+        """A pipeline through the local workers for a measurement of `chunk_count` (public) chunks of `contract`'s
+        study (its key; None: the server key), or None: in-process (no pool, or too few chunks to pay for the
+        round trips)."""
         pool = self.decrypt_pool
-        return pool.pipeline(self._flood_key) if pool is not None and pool.uses_pool(chunk_count) else None
+        if pool is None or not pool.uses_pool(chunk_count):
+            return None
+        return pool.pipeline(self._flood_key, self._worker_key(contract))
 
     def with_signed_c1(self, data: bytes, index: int, c1: Any) -> bytes:
         """Measurement chunk `index` (bytes) with c1 replaced by the owners' aggregate c1 `c1`: what is decrypted.
@@ -656,11 +745,13 @@ class DecryptionHandler:
         """
         return self.backend.with_c1(data, c1, chunk=index)
 
-    def checked_chunk(self, data: bytes, index: int) -> Any:
-        """One received chunk (as decrypted: in a signed study with the owners' c1), parsed and carrying this
-        server's own flood (`BfvBackend.holder_flooded`); refused (InvalidInputError) only when the bytes are no
-        chunk of this key's first level, a public fact. Its integrity check runs after the charge."""
-        return self.backend.deserialize_chunk(self.backend.holder_flooded(data, self._flood_key, chunk=index))
+    def checked_chunk(self, data: bytes, index: int, contract: StudyContract | None = None) -> Any:
+        """One received chunk (as decrypted: in a signed study with the owners' c1), parsed under `contract`'s key
+        (None: the server key) and carrying this server's own flood (`BfvBackend.holder_flooded`); refused
+        (InvalidInputError) only when the bytes are no chunk of this key's first level, a public fact. Its
+        integrity check runs after the charge."""
+        backend = self.backend if contract is None else self.backend_for(contract)
+        return backend.deserialize_chunk(backend.holder_flooded(data, self._flood_key, chunk=index))
 
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Sequence[bytes], contract_hash: str,
@@ -711,10 +802,11 @@ class DecryptionHandler:
             self.check_measurement(contract, measurement, len(chunks), contract_hash=contract_hash,
                                    release_id=release_id, release_epsilon=float(release_epsilon))
             admitted.enter_context(self.refusals.admitted(study_id, contract.context_fingerprint))
+            backend = self.backend_for(contract)  # the study's key, and no other
             pool = self.decrypt_pool
             if pipeline is None and pool is not None and pool.uses_pool(len(chunks)):
                 # The workers parse, flood, check and decrypt each chunk (a caller that did not stream them).
-                pipeline = pool.pipeline(self._flood_key)
+                pipeline = pool.pipeline(self._flood_key, self._worker_key(contract))
                 c1 = None if signed is not None else self.signed_c1(contract, measurement)
                 for j, c in enumerate(signed if signed is not None else chunks):
                     pipeline.submit(c, None if c1 is None else c1[j])
@@ -734,10 +826,10 @@ class DecryptionHandler:
                 sent = iter(checked)
             else:
                 assert signed is not None
-                sent = (self.checked_chunk(c, j) for j, c in enumerate(signed))
-            wanted = set(measurement.measured_chunks(self.backend.slots))
+                sent = (self.checked_chunk(c, j, contract) for j, c in enumerate(signed))
+            wanted = set(measurement.measured_chunks(backend.slots))
             vector = ChunkedVector(contract.domain_size, tuple(
-                next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, self.backend.slots))))
+                next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, backend.slots))))
             stream = self._noise_stream(study_id, release_id, digest)
             spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
             detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
@@ -750,8 +842,8 @@ class DecryptionHandler:
             else:
                 budget = _LedgerBudget(self.ledger, study_id, release_id, float(release_epsilon), contract.epsilon,
                                        detail, contract.noise_multiplier)
-            side = DecryptionSide(PipelinedDecryption(self.backend, pipeline) if pipeline is not None
-                                  else FloodedDecryption(self.backend),
+            side = DecryptionSide(PipelinedDecryption(backend, pipeline) if pipeline is not None
+                                  else FloodedDecryption(backend),
                                   self._request_noise(study_id, release_id, float(release_epsilon),
                                                       measurement, digest, stream=stream, spec_json=spec),
                                   budget, contract.noise_parties)
@@ -773,9 +865,13 @@ class DecryptionHandler:
                     refusal = refusal_after_charge(study_id, self.refusals.per_study)
                     self.record_refusal(study_id, release_id, measurement.kind, chunks, refusal, digest=digest,
                                         charged=charged)
+                    if charged:
+                        self._end_after_charge(study_id)
                     raise refusal from None
                 self.record_refusal(study_id, release_id, measurement.kind, chunks, exc, digest=digest,
                                     charged=charged)
+                if charged:
+                    self._end_after_charge(study_id)
             finally:
                 admitted.close()  # after the refusal is recorded: the caps count it
             raise
@@ -797,8 +893,16 @@ class DecryptionHandler:
                  "" if paid is None else (f", answered again from charge #{paid.charge_id} (not charged again)"
                                           if isinstance(budget, _AnsweredBefore)
                                           else f", charged epsilon {paid.epsilon:.6g}"))
+        self._end_after_charge(study_id)
         return DecryptedMeasurement(np.asarray(values, dtype=np.int64), paid,
                                     max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
+
+    def _end_after_charge(self, study_id: str) -> None:
+        """`end_if_spent` after a measurement was paid for; a failure to erase is logged, never the caller's."""
+        try:
+            self.end_if_spent(study_id)
+        except Exception as exc:  # noqa: BLE001 - the answer stands; the next answer of the study erases it
+            log.error("study %s: its key could not be erased after its budget was spent: %s", study_id, exc)
 
     def record_refusal(self, study_id: str, release_id: str, kind: str, chunks: Sequence[bytes], exc: BaseException,
                        *, digest: str = "", charged: float = 0.0) -> None:

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,19 @@ from typing import Any
 from he_partition.he.bfv import BfvParams, context_fingerprint, generate_secret_context, load_context, public_context_bytes
 from he_partition.core.errors import InvalidInputError
 
+from ..common.contract import check_id
 from ..common.util import write_file_atomic, write_private_file
 
-__all__ = ["KeyMaterial", "KeyStore", "load_or_create_noise_key"]
+__all__ = ["KeyMaterial", "KeyStore", "StudyKeyStore", "load_or_create_noise_key"]
 
 log = logging.getLogger("dpagg.decryption.keys")
 
 SECRET_FILE = "secret_context.bin"
 PUBLIC_FILE = "public_context.bin"
+#: Under the key directory: one directory per study with its own key (`StudyKeyStore`).
+STUDY_KEYS_DIR = "studies"
+#: Left in a study's key directory when its key is erased (`StudyKeyStore.erase`): why and when, no secret.
+ERASED_FILE = "erased.txt"
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,143 @@ class KeyStore:
         if not self.public_path.exists():
             write_file_atomic(self.public_path, public)
         return KeyMaterial(secret, public)
+
+
+class StudyKeyStore:
+    """A fresh BFV key per study: `directory`/STUDY_ID/ (mode 0700) holds that study's secret_context.bin
+    (0600) and public_context.bin, each as in `KeyStore`, or, for a join study, its own join key pair
+    (`join_key_files`, `keep_join`). `directory` None: the keys live in memory (tests).
+
+    A key is made (`generate`) and kept (`keep`) when its study opens, found again (`load`) on
+    every later use of the study, and erased (`erase`) when the study ends; the erased study's
+    directory keeps ERASED_FILE (why and when) so a later request is told what happened.
+    Every key has the same parameters (`BfvParams`): only the secret and public keys differ.
+    """
+
+    def __init__(self, directory: Path | str | None, params: BfvParams = BfvParams()) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        self.params = params
+        self._memory: dict[str, KeyMaterial] = {}
+        self._memory_join: dict[str, "JoinScheme"] = {}
+        self._erased: dict[str, str] = {}
+
+    def _store(self, study_id: str) -> KeyStore:
+        assert self.directory is not None
+        return KeyStore(self.directory / check_id("study_id", study_id))
+
+    def generate(self) -> KeyMaterial:
+        """A fresh key pair, not yet kept anywhere (kept by `keep` once the study's terms are accepted)."""
+        secret = generate_secret_context(self.params)
+        return KeyMaterial(secret, public_context_bytes(secret))
+
+    def keep(self, study_id: str, material: KeyMaterial) -> None:
+        """Write `study_id`'s key: the secret context straight into a 0600 file, the public one next to it."""
+        if self.directory is None:
+            self._memory[study_id] = material
+            self._erased.pop(study_id, None)
+            return
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store = self._store(study_id)
+        store.directory.mkdir(exist_ok=True, mode=0o700)
+        write_private_file(store.secret_path, bytes(material.secret_context.serialize(save_secret_key=True)))
+        write_file_atomic(store.public_path, material.public_bytes)
+        (store.directory / ERASED_FILE).unlink(missing_ok=True)
+        log.info("generated study %s's BFV key pair (fingerprint %s)", study_id, material.fingerprint[:16])
+
+    def load(self, study_id: str) -> KeyMaterial | None:
+        """`study_id`'s key, or None when it has none (never made, or erased: `erased` says why)."""
+        if self.directory is None:
+            return self._memory.get(study_id)
+        store = self._store(study_id)
+        if not store.secret_path.exists():
+            return None
+        return store.load_or_create(self.params)
+
+    def keep_join(self, study_id: str, scheme: "JoinScheme", version: int) -> None:
+        """Write join study `study_id`'s own join key of scheme `version` (secret 0600; `join_key_files` names)."""
+        if self.directory is None:
+            self._memory_join[study_id] = scheme
+            self._erased.pop(study_id, None)
+            return
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        d = self._store(study_id).directory
+        d.mkdir(exist_ok=True, mode=0o700)
+        secret_name, public_name = join_key_files(version)
+        write_file_atomic(d / public_name, scheme.public_bytes())
+        write_private_file(d / secret_name, scheme.secret_bytes())
+        (d / ERASED_FILE).unlink(missing_ok=True)
+        log.info("generated join study %s's join key pair (version %d)", study_id, version)
+
+    def load_join(self, study_id: str, version: int) -> "JoinScheme | None":
+        """Join study `study_id`'s own join key of `version`, or None (a study on the shared key, or erased)."""
+        if self.directory is None:
+            return self._memory_join.get(study_id)
+        d = self._store(study_id).directory
+        if not (d / join_key_files(version)[0]).exists():
+            return None
+        from he_partition.he.join_scheme import JoinParams, JoinScheme
+
+        secret_path, public_path = (d / name for name in join_key_files(version))
+        try:
+            mode = stat.S_IMODE(os.stat(secret_path).st_mode)
+            if mode & 0o077:
+                raise InvalidInputError(f"{secret_path} has mode {mode:04o}: other users could read the secret key. "
+                                        f"Run: chmod 600 {secret_path}")
+            return JoinScheme.from_secret(public_path.read_bytes(), secret_path.read_bytes(),
+                                          JoinParams.for_version(version))
+        except FileNotFoundError:  # erased while it was read: never made again here
+            return None
+
+    def secret_ref(self, study_id: str) -> str | bytes:
+        """What a local decrypt worker loads `study_id`'s secret key from: its file on this host, or (in memory)
+        the serialized secret context, handed over the worker's spawn pipe."""
+        if self.directory is None:
+            return bytes(self._memory[study_id].secret_context.serialize(save_secret_key=True))
+        return str(self._store(study_id).secret_path)
+
+    def erased(self, study_id: str) -> str:
+        """Why and when `study_id`'s key was erased ("" when it was not)."""
+        if self.directory is None:
+            return self._erased.get(study_id, "")
+        marker = self._store(study_id).directory / ERASED_FILE
+        return marker.read_text(encoding="utf-8").strip() if marker.exists() else ""
+
+    def erase(self, study_id: str, reason: str) -> bool:
+        """Delete `study_id`'s secret and public key files (False when there were none) and leave ERASED_FILE.
+
+        The files are unlinked, not overwritten: what the file system, its snapshots or a backup
+        of the key directory kept is outside this store (docs/threat-model.md, retention).
+        """
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if self.directory is None:
+            had = (self._memory.pop(study_id, None) is not None) | (self._memory_join.pop(study_id, None) is not None)
+            if had:
+                self._erased[study_id] = f"{when} {reason}"
+            return had
+        store = self._store(study_id)
+        files = [p for p in (store.secret_path, store.public_path, *_join_files(store.directory)) if p.exists()]
+        if not files:
+            return False
+        write_file_atomic(store.directory / ERASED_FILE, f"{when} {reason}\n".encode())
+        for p in files:
+            p.unlink()
+        log.info("erased study %s's BFV key: %s", study_id, reason)
+        return True
+
+    def size_on_disk(self, study_id: str) -> int:
+        """Bytes of `study_id`'s key files (0 in memory or when erased)."""
+        if self.directory is None:
+            return 0
+        store = self._store(study_id)
+        return sum(p.stat().st_size for p in (store.secret_path, store.public_path, *_join_files(store.directory))
+                   if p.exists())
+
+
+def _join_files(directory: Path) -> list[Path]:
+    """The join key files (every version) in a study's key directory."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.startswith("join_") and p.suffix == ".bin")
 
 
 if TYPE_CHECKING:

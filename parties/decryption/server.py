@@ -17,7 +17,7 @@ from ..common.sealing import SealKeyPair
 from .handler import DecryptionHandler
 from .arrivals import ARRIVALS_FILE, ArrivalLog
 from .oprf import EVALUATIONS_FILE, EvaluationLog, load_or_create_oprf_key
-from .keys import KeyStore, load_or_create_noise_key
+from .keys import STUDY_KEYS_DIR, KeyStore, StudyKeyStore, load_or_create_noise_key
 from .workers import DecryptPool, default_decrypt_workers
 from .ledger import LedgerStore, SqliteLedgerStore
 from .receipts import ReceiptSigner
@@ -38,7 +38,10 @@ APPROVALS_DIR = "approvals"
 def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | None = None) -> ServerHandle:
     """Load (or create) the key in `config.data_dir/keys`, open the ledger, build the server (not started).
 
-    Restarting on the same data directory keeps the key, every study and every charge.
+    Every new study gets its own key (keys/studies/STUDY_ID/, `StudyKeyStore`); the server key in
+    keys/ is served without a study id and stays the key of the studies opened before keys were
+    per study; a study's own key is erased when the study ends (`DecryptionHandler.end_if_spent`).
+    Restarting on the same data directory keeps the keys, every study and every charge.
     With `config.tls` the port is mutual TLS and every RPC checks the caller's role;
     with `config.insecure` it is plaintext and unchecked (a warning is logged).
     """
@@ -71,7 +74,8 @@ def create_decryption_server(config: DecryptionConfig, *, ledger: LedgerStore | 
                                 seal_key=SealKeyPair.load_or_create(config.data_dir / KEYS_DIR),
                                 commitments_dir=config.data_dir / "commitments",
                                 c1_dir=config.data_dir / C1_DIR, oprf_key=oprf_key, evaluations=evaluations,
-                                approvals=ApprovalBook(config.operator_keys, config.data_dir / APPROVALS_DIR))
+                                approvals=ApprovalBook(config.operator_keys, config.data_dir / APPROVALS_DIR),
+                                study_keys=StudyKeyStore(config.data_dir / KEYS_DIR / STUDY_KEYS_DIR))
     policy = AccessPolicy(config.tls is not None, server=f"decryption server ({config.data_dir})")
     servicer = DecryptionServicer(handler, policy, config.computation_ids,
                                   ReceiptSigner.load_or_create(config.data_dir / KEYS_DIR))

@@ -106,7 +106,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         # Enough chunks: each goes to the key holder's local workers as it arrives (parsed, flooded, checked and
         # decrypted there, once); their values and integrity outcomes stay in this process until the charge
         # (`DecryptionHandler.decrypt_measurement`).
-        pipeline = self.handler.decrypt_pipeline(int(header.chunk_count))
+        pipeline = self.handler.decrypt_pipeline(int(header.chunk_count), contract)
         chunks: list[bytes] = []
         signed: list[bytes] = []  # in-process: what is decrypted, the chunks or their c0 with the owners' c1
         checked: list[object] = []
@@ -128,7 +128,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                                                                                             signed_c1[j]))
                 # Parse and flood each chunk as it arrives, while the sender encrypts the next one (its integrity
                 # check, a function of the secret key, runs after the charge).
-                checked.append(self.handler.checked_chunk(signed[j], j))
+                checked.append(self.handler.checked_chunk(signed[j], j, contract))
         except Exception as exc:  # chunks that reached this server are recorded, refused or not
             if pipeline is not None:
                 pipeline.discard()

@@ -3,7 +3,9 @@
 Only local processes (`concurrent.futures.ProcessPoolExecutor`, spawn start method): no Ray,
 no remote executor, no socket. Each worker loads the secret context itself, from the key
 store's file on this host (`secret_path`, mode 0600) or, for an in-memory server (tests), from
-the bytes handed to it through the spawn pipe; the secret key never crosses a network.
+the bytes handed to it through the spawn pipe; the secret key never crosses a network. A study
+with its own key names it with each chunk (`KeyRef`: its key file, or its bytes in memory); the
+worker loads it once and keeps a few.
 
 The pipeline (`ChunkPipeline`): as each chunk of a DecryptMeasurement stream arrives, the
 servicer hands its bytes (and, in a signed study, the owners' aggregate c1 of that chunk) to
@@ -33,6 +35,7 @@ values and the ledger row are those of the first attempt (`tests/parties/test_de
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -69,6 +72,13 @@ MAX_DEFAULT_WORKERS = 8
 
 _BACKEND: BfvBackend | None = None
 _DIE_MARKER: Path | None = None
+#: A worker's loaded study keys (a key per study), by what they were loaded from (`_study_backend`).
+_STUDY_BACKENDS: dict[str, BfvBackend] = {}
+#: Most study keys one worker keeps loaded.
+MAX_WORKER_KEYS = 8
+#: What names a study's secret key to a worker: its file on this host, or (in-memory servers) its bytes; None:
+#: the server key the worker started with.
+KeyRef = str | bytes | None
 
 
 def default_decrypt_workers() -> int:
@@ -91,11 +101,28 @@ def _ready() -> None:
     """A no-op: submitting it spawns a worker of a new pool."""
 
 
-def _check_and_decrypt(data: bytes, index: int, c1: C1 | None, flood_key: bytes | None = None) -> tuple[IntArray, bool]:
-    """Chunk `index` of a measurement: parsed once, its c1 replaced by the owners' `c1` (signed study),
-    flooded with the key holder's own noise (`flood_key`; None: not flooded, checked at the unflooded
-    MIN_NOISE_BUDGET_BITS), decrypted. (Its slot values centred in (-t/2, t/2], whether it passed the
-    integrity check); InvalidInputError raised when the bytes are not a chunk of this context."""
+def _study_backend(key: KeyRef) -> BfvBackend:
+    """The backend of the key `key` names (loaded once per worker, a few kept), or the server key's."""
+    if key is None:
+        assert _BACKEND is not None
+        return _BACKEND
+    name = key if isinstance(key, str) else hashlib.sha256(key).hexdigest()
+    backend = _STUDY_BACKENDS.pop(name, None)
+    if backend is None:
+        backend = BfvBackend(load_context(Path(key).read_bytes() if isinstance(key, str) else key))
+    _STUDY_BACKENDS[name] = backend  # the newest last
+    while len(_STUDY_BACKENDS) > MAX_WORKER_KEYS:
+        _STUDY_BACKENDS.pop(next(iter(_STUDY_BACKENDS)))
+    return backend
+
+
+def _check_and_decrypt(data: bytes, index: int, c1: C1 | None, flood_key: bytes | None = None,
+                       key: KeyRef = None) -> tuple[IntArray, bool]:
+    """Chunk `index` of a measurement under the key `key` names (a study's own; None: the server key): parsed
+    once, its c1 replaced by the owners' `c1` (signed study), flooded with the key holder's own noise
+    (`flood_key`; None: not flooded, checked at the unflooded MIN_NOISE_BUDGET_BITS), decrypted. (Its slot
+    values centred in (-t/2, t/2], whether it passed the integrity check); InvalidInputError raised when the
+    bytes are not a chunk of this context."""
     if _DIE_MARKER is not None:
         try:
             _DIE_MARKER.unlink()  # fault injection for the retry test: exactly one worker dies, once
@@ -103,8 +130,7 @@ def _check_and_decrypt(data: bytes, index: int, c1: C1 | None, flood_key: bytes 
             pass
         else:
             os._exit(1)
-    backend = _BACKEND
-    assert backend is not None
+    backend = _study_backend(key)
     if c1 is not None:
         data = backend.with_c1(data, c1, chunk=index)
     if flood_key is not None:
@@ -173,19 +199,20 @@ class DecryptPool:
         if self.uses_pool(chunk_count):
             self.start()
 
-    def pipeline(self, flood_key: bytes | None = None) -> ChunkPipeline:
-        """A new measurement's pipeline: hand it each chunk as it arrives (`ChunkPipeline.submit`).
+    def pipeline(self, flood_key: bytes | None = None, key: KeyRef = None) -> ChunkPipeline:
+        """A new measurement's pipeline under the key `key` names (a study's own; None: the server key): hand it
+        each chunk as it arrives (`ChunkPipeline.submit`).
 
         `flood_key`: the key holder's flood key (`DecryptionHandler.decrypt_pipeline` passes it; None:
         chunks are not flooded, for callers that check unflooded chunks)."""
-        return ChunkPipeline(self, flood_key)
+        return ChunkPipeline(self, flood_key, key)
 
-    def _submit(self, data: bytes, index: int, c1: C1 | None,
-                flood_key: bytes | None = None) -> tuple[ProcessPoolExecutor, Future[Checked]]:
+    def _submit(self, data: bytes, index: int, c1: C1 | None, flood_key: bytes | None = None,
+                key: KeyRef = None) -> tuple[ProcessPoolExecutor, Future[Checked]]:
         with self._lock:
             pool = self._pool()
             try:
-                return pool, pool.submit(_check_and_decrypt, data, index, c1, flood_key)
+                return pool, pool.submit(_check_and_decrypt, data, index, c1, flood_key, key)
             except BrokenProcessPool as exc:  # a worker died while earlier chunks were in work
                 lost: Future[Checked] = Future()  # `ChunkPipeline.values` then decrypts every chunk again
                 lost.set_exception(exc)
@@ -203,7 +230,7 @@ class DecryptPool:
             proc.join(10)
 
     def _decrypt_again(self, sent: Sequence[tuple[bytes, C1 | None]], broken: ProcessPoolExecutor,
-                       flood_key: bytes | None = None) -> list[Checked]:
+                       flood_key: bytes | None = None, key: KeyRef = None) -> list[Checked]:
         """After a worker died: every chunk of the measurement checked and decrypted again by a fresh pool, in order."""
         with self._lock:
             self._replace(broken)
@@ -214,7 +241,8 @@ class DecryptPool:
                 try:
                     size = max(1, len(sent) // (4 * self.workers))
                     return list(pool.map(_check_and_decrypt, [d for d, _ in sent], range(len(sent)),
-                                         [c for _, c in sent], [flood_key] * len(sent), chunksize=size))
+                                         [c for _, c in sent], [flood_key] * len(sent), [key] * len(sent),
+                                         chunksize=size))
                 except BrokenProcessPool:
                     self._replace(pool)
             self.restarts += 1
@@ -238,9 +266,10 @@ class ChunkPipeline:
     no chunk (public). A refusal or a refused charge drops the object, and with it the values.
     """
 
-    def __init__(self, pool: DecryptPool, flood_key: bytes | None = None) -> None:
+    def __init__(self, pool: DecryptPool, flood_key: bytes | None = None, key: KeyRef = None) -> None:
         self._pool = pool
         self.flood_key = flood_key
+        self._key = key
         self._sent: list[tuple[bytes, C1 | None]] = []
         self._futures: list[tuple[ProcessPoolExecutor, Future[Checked]]] = []
         self._seen = 0  # chunks before this one are known to have been parsed
@@ -251,7 +280,7 @@ class ChunkPipeline:
 
     def submit(self, data: bytes, c1: C1 | None = None) -> None:
         """Hand the next chunk (its bytes; in a signed study the owners' aggregate c1 it is decrypted with) to a worker."""
-        self._futures.append(self._pool._submit(data, len(self._sent), c1, self.flood_key))
+        self._futures.append(self._pool._submit(data, len(self._sent), c1, self.flood_key, self._key))
         self._sent.append((data, c1))
 
     def failed(self) -> DPAggError | None:
@@ -300,7 +329,7 @@ class ChunkPipeline:
                     out.append(future.result())
                 except BrokenProcessPool:
                     self.discard()
-                    out = self._pool._decrypt_again(self._sent, pool, self.flood_key)
+                    out = self._pool._decrypt_again(self._sent, pool, self.flood_key, self._key)
                     break
                 except DPAggError as exc:
                     self.discard()

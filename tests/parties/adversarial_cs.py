@@ -51,7 +51,7 @@ class AdversarialComputationServer:
     requests: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        self.backend = BfvBackend(load_context(self.ds.public_context()))
+        self.backend = BfvBackend(load_context(self.ds.public_context(study_id=self.contract.study_id)))
         # as the CS of a signed study adds its noise and flood (to c0 only); an unsigned study: a fresh encryption
         self.backend.noise_in_c0 = self.backend.flood_in_c0 = self.contract.signed
         self.uploads = {o: self.backend.encrypt(owner_encoding(h)) for o, h in zip(self.owner_keys, self.histograms)}

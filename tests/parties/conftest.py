@@ -164,7 +164,7 @@ class Cluster:
         owner's key (as its client does), forwarded to the decryption server; returns the chunks it keeps."""
         from .sealed_helpers import close_and_send
 
-        ctx = load_context(self.ds.handler.public_context)
+        ctx = load_context(self.ds.handler.public_key_for(contract.study_id)[0])
         parts = [sign_c1_parts(self.signing_key(o)[0], study_id=contract.study_id, owner_id=o, idempotency_key=key,
                                contract_hash=contract.contract_hash,
                                parts=[c1_bytes(c1_of_vector(ctx, c)) for c in chunks]) for o, chunks in uploads.items()]

@@ -64,7 +64,7 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
     """One call per RPC of every service. Requests decode, but those that would change state are invalid
     (an allowed caller gets a validation error instead), so only the access decision is observed."""
     contract = cluster.ds.handler.get_study("s1")
-    be = BfvBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_key_for("s1")[0]))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.ones(64, dtype=int))).chunks[0])
     header = decryption_pb2.DecryptMeasurementHeader(
         study_id="s1", release_id="r-matrix", release_epsilon=0.5, chunk_count=1, contract_hash="f" * 64,

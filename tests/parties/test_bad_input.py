@@ -28,8 +28,9 @@ def _nothing_stored(cluster: Cluster, study: str = "s1", owner: str = "a") -> No
 
 def _raw_upload(cluster: Cluster, *, chunks: list[bytes], study: str = "s1", owner: str = "a",
                 domain_length: int = 64, fingerprint: str | None = None, key: str = "k1") -> object:
-    fp = fingerprint if fingerprint is not None else cluster.ds.handler.fingerprint
     known = cluster.ds.handler.ledger.list_studies()
+    fp = fingerprint if fingerprint is not None else next(
+        (c.context_fingerprint for c in known if c.study_id == study), cluster.ds.handler.fingerprint)
     contract_hash = next((c.contract_hash for c in known if c.study_id == study), "0" * 64)
     return cluster.computation().submit_chunks(study_id=study, owner_id=owner, idempotency_key=key,
                                                domain_length=domain_length, context_fingerprint=fp,
@@ -45,7 +46,7 @@ def _code(fn: object, *args: object, **kw: object) -> ServiceError:
 
 def test_wrong_domain_length(cluster: Cluster) -> None:
     cluster.open_study(domain_size=64)
-    be = BfvBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_key_for("s1")[0]))
     chunk = be.serialize_chunk(be.encrypt(np.zeros(65)).chunks[0])
     err = _code(_raw_upload, cluster, chunks=[chunk], domain_length=65)  # refused by the server
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "65 bins" in err.details and "64" in err.details
@@ -68,7 +69,7 @@ def test_bytes_that_are_not_a_ciphertext(cluster: Cluster) -> None:
 
 def test_bad_chunk_after_good_ones_discards_the_whole_upload(cluster: Cluster) -> None:
     cluster.open_study(domain_size=8192 + 10)
-    be = BfvBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_key_for("s1")[0]))
     good = be.serialize_chunk(be.encrypt(np.zeros(8192)).chunks[0])
     err = _code(_raw_upload, cluster, chunks=[good, b"\x00" * 100], domain_length=8192 + 10)
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT
@@ -126,7 +127,7 @@ def test_unknown_study(cluster: Cluster) -> None:
 
 def test_unknown_owner(cluster: Cluster) -> None:
     cluster.open_study(domain_size=64)
-    be = BfvBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_key_for("s1")[0]))
     chunk = be.serialize_chunk(be.encrypt(np.zeros(64)).chunks[0])
     err = _code(_raw_upload, cluster, chunks=[chunk], owner="mallory")
     assert err.code == grpc.StatusCode.PERMISSION_DENIED and "mallory" in err.details

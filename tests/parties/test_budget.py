@@ -18,8 +18,8 @@ from parties.decryption.server import LEDGER_FILE
 from .conftest import Cluster
 
 
-def _encrypted_prefix(cluster: Cluster, hist: np.ndarray) -> tuple[list[bytes], BfvBackend]:
-    be = BfvBackend(load_context(cluster.decryption().public_context()))
+def _encrypted_prefix(cluster: Cluster, hist: np.ndarray, study_id: str = "s1") -> tuple[list[bytes], BfvBackend]:
+    be = BfvBackend(load_context(cluster.decryption().public_context(study_id=study_id)))
     vec: ChunkedVector = be.encrypt(owner_encoding(hist))
     return [be.serialize_chunk(c) for c in vec.chunks], be
 

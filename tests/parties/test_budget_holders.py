@@ -49,7 +49,7 @@ class Holder:
         """One measurement decrypted and charged at this holder (a real ciphertext under its own key)."""
         with self.client() as ds:
             contract = ds.get_study("s1")
-            be = BfvBackend(load_context(ds.public_context()))
+            be = BfvBackend(load_context(ds.public_context(study_id="s1")))
             chunks = [be.serialize_chunk(c) for c in be.encrypt(owner_encoding(np.arange(64))).chunks]
             ds.decrypt_measurement(study_id="s1", release_id=release_id, release_epsilon=epsilon,
                                    measurement=PrefixDifferences(64, epsilon, 2), chunks=chunks, chunk_count=1,

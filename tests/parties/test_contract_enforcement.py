@@ -18,7 +18,7 @@ from .conftest import CS_ID, Cluster
 
 
 def _chunks(cluster: Cluster, n: int) -> list[bytes]:
-    be = BfvBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_key_for("s1")[0]))
     return [be.serialize_chunk(c) for c in be.encrypt(owner_encoding(np.arange(n) % 7)).chunks]
 
 

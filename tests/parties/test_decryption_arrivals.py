@@ -62,7 +62,7 @@ def test_one_owner_uploading_garbage_costs_one_measurement_and_says_so(cluster: 
     cluster.owner("a").submit("s1", blocky_histograms(64, 1)[0])
     b = cluster.owner("b")
     enc = b.encrypt("s1", np.zeros(64, dtype=np.int64))
-    be = BfvBackend(load_context(cluster.decryption().public_context()))
+    be = BfvBackend(load_context(cluster.decryption().public_context(study_id="s1")))
     garbage = np.random.default_rng(3).integers(0, be.plain_modulus, 64)
     enc = dataclasses.replace(enc, chunks=tuple(be.serialize_chunk(c) for c in be.encrypt(garbage).chunks))
     b.upload(enc, idempotency_key="garbage")

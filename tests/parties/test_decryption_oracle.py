@@ -123,10 +123,15 @@ def test_the_failure_oracle_learns_no_key_bit_and_its_refusals_are_charged_and_c
 
 def test_the_refusal_cap_per_key_spans_studies(cluster: Cluster) -> None:
     """Studies under one key share its cap: a computation server cannot reset the count by opening another study
-    (here the key's cap is lowered to 3 so that two studies reach it)."""
+    (here the key's cap is lowered to 3 so that two studies reach it). New studies each get a key of their own, so
+    the shared key is the server's legacy one: two studies opened on it before keys were made per study."""
+    import dataclasses
+
     cluster.ds.handler.refusals.per_key = 3
-    for sid in ("s1", "s2"):
-        cluster.open_study(study_id=sid, domain_size=64, owners=("a",), epsilon=10.0, signed=False)
+    template = cluster.open_study(study_id="s0", domain_size=64, owners=("a",), epsilon=10.0, signed=False)
+    for sid in ("s1", "s2"):  # written as a former server left them: under its one key
+        cluster.ds.handler.ledger.create_study(dataclasses.replace(
+            template, study_id=sid, context_fingerprint=cluster.ds.handler.fingerprint))
     first, second = FailureOracle(cluster, "s1"), FailureOracle(cluster, "s2")
     garbage = first.garbage(0)
     assert [first.ask(garbage)[:24], second.ask(garbage)[:24], second.ask(garbage)[:24]] == [
@@ -134,6 +139,8 @@ def test_the_refusal_cap_per_key_spans_studies(cluster: Cluster) -> None:
     refused = first.ask(garbage)
     assert "MAX_REFUSALS_PER_KEY" in refused and "cap of 3" in refused
     assert len(cluster.decryption().budget("s1").charges) == 1  # the refusal at the cap charged nothing
+    # a study on a key of its own keeps its own count
+    assert FailureOracle(cluster, "s0").ask(garbage)[:24] == "refused after the charge"
 
 
 def test_join_cells_and_checks_read_the_join_key_only_after_the_charge_or_as_a_kept_failure(cluster: Cluster) -> None:

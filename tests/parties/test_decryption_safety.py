@@ -73,7 +73,7 @@ def test_two_concurrent_releases_from_two_computation_servers_never_overspend(se
 def test_concurrent_decryptions_of_many_releases_fit_the_budget_exactly(secure_cluster: Cluster) -> None:
     cluster = secure_cluster
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0, strategy="gap")
-    be = BfvBackend(load_context(cluster.ds.handler.public_context))
+    be = BfvBackend(load_context(cluster.ds.handler.public_key_for("s1")[0]))
     chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.arange(64))).chunks[0])
     cluster.forward_c1(contract, {"a": [chunk]})  # a signed study: the DS decrypts with the owner's signed c1
     barrier = threading.Barrier(8)

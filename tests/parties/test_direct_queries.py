@@ -121,7 +121,7 @@ def test_states_that_cannot_answer_are_refused(cluster: Cluster) -> None:
 def test_the_decryption_server_decrypts_only_paid_ranges_and_each_once(cluster: Cluster) -> None:
     contract = cluster.open_study(domain_size=64, owners=("a",))
     ds = cluster.decryption()
-    be = BfvBackend(load_context(ds.public_context()))
+    be = BfvBackend(load_context(ds.public_context(study_id=contract.study_id)))
     vec: ChunkedVector = be.encrypt(owner_encoding(np.arange(64)))
     m = RangeCount(64, 0.1, 1, lo=0, hi=10)
     chunks = [be.serialize_chunk(c) for c in ComputationSide(be, SeededRandom(5)).measure(vec, m).chunks]

@@ -69,7 +69,7 @@ def test_sigkill_mid_release_leaves_a_consistent_ledger_and_no_uncharged_value(t
             terms = dict(study_id="s1", domain_size=64, epsilon=1.0, expected_owners=["a"], strategy="gap",
                          owner_keys={"a": owner_public})
             contract, _ = ds.open_study(**terms, approval=approved(**terms))  # type: ignore[arg-type]
-            be = BfvBackend(load_context(ds.public_context()))
+            be = BfvBackend(load_context(ds.public_context(study_id="s1")))
             chunk = be.serialize_chunk(be.encrypt(owner_encoding(np.arange(64))).chunks[0])
             # a signed study: the owner's signed c1 first, as the computation server forwards it
             close_and_send(ds, contract, [sign_c1_parts(

@@ -333,9 +333,10 @@ def test_a_join_study_through_the_cli(cluster: Cluster, tmp_path: Path, capsys: 
 
 def test_a_version_1_study_keeps_its_key_and_releases_next_to_a_version_2_study(cluster: Cluster,
                                                                                 tmp_path: Path) -> None:
-    """A contract that names no join_version (one opened before versions existed) stays on version 1: the key
-    holder's join_secret.bin / join_public.bin, loaded again after a restart; a version 2 study gets its own
-    key pair (join_v2_*.bin). Both release their tables, and neither key serves the other's study."""
+    """A contract that names no join_version (one opened before versions existed) stays on version 1: the
+    join_secret.bin / join_public.bin, loaded again after a restart; a version 2 study gets join_v2_*.bin. Each
+    join study has its own key pair (keys/studies/STUDY/). Both release their tables, and neither key serves the
+    other's study."""
     from he_partition.he.bfv import context_fingerprint
     from parties.data_owner.join import _scheme
 
@@ -345,9 +346,10 @@ def test_a_version_1_study_keeps_its_key_and_releases_next_to_a_version_2_study(
                        strategy="join", strategy_params_json=json.dumps({**TERMS, "join_version": 2}))
     assert (old.join_terms().version, new.join_terms().version) == (1, 2)
     keys = c.root / "ds" / "keys"
-    assert old.context_fingerprint == context_fingerprint((keys / "join_public.bin").read_bytes())
-    assert new.context_fingerprint == context_fingerprint((keys / "join_v2_public.bin").read_bytes())
-    assert (keys / "join_v2_secret.bin").stat().st_mode & 0o077 == 0
+    assert old.context_fingerprint == context_fingerprint((keys / "studies" / "jv1" / "join_public.bin").read_bytes())
+    assert new.context_fingerprint == context_fingerprint((keys / "studies" / "jv2" / "join_v2_public.bin")
+                                                          .read_bytes())
+    assert (keys / "studies" / "jv2" / "join_v2_secret.bin").stat().st_mode & 0o077 == 0
     c.restart_ds()  # the keys come back from the files
     a, b, truth = _records(5)
     for study in ("jv1", "jv2"):

@@ -67,7 +67,7 @@ def _crafted_commitment(contract: StudyContract, private: bytes, parts: list[byt
 def _attack(cs: Any, holder_clients: list[Any], contract: StudyContract, signing: dict[str, Any]) -> None:
     """Every step of the chosen-c1 / scaling attack; each must be refused."""
     store = cs.handler.store
-    ctx = load_context(holder_clients[0].public_context())
+    ctx = load_context(holder_clients[0].public_context(study_id=contract.study_id))  # the study's own key
     subs = [s for s in store.submissions(contract.study_id) if s.owner_id in HONEST]
     assert sorted(s.owner_id for s in subs) == sorted(HONEST)
     # 1. The honest uploads in the CS's store are sealed: no c1 to choose against, no ciphertext to scale.

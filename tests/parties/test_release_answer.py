@@ -109,7 +109,7 @@ def test_the_key_holder_draws_new_requests_from_stream_2_and_replays_old_ones_on
 
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=3.0)
     ds = cluster.decryption("cs-1", "computation")
-    be = BfvBackend(load_context(ds.public_context()))
+    be = BfvBackend(load_context(ds.public_context(study_id=contract.study_id)))
     chunks = [be.serialize_chunk(c) for c in be.encrypt(owner_encoding(np.arange(64) % 5)).chunks]
     m = PrefixDifferences(64, 0.1, 2)
 

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from he_partition.he.bfv import BfvBackend, load_context
+from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.protocol import encrypt_histogram
 from parties.common.errors import ServiceError
 from parties.computation import uploads
@@ -94,9 +94,10 @@ def test_partial_upload_under_a_new_key_replaces_the_old_partial(cluster: Cluste
 
 def test_encrypting_locally_matches_what_the_server_expects(cluster: Cluster) -> None:
     contract = cluster.open_study(domain_size=64)
-    be = BfvBackend(load_context(cluster.decryption().public_context()))
+    data = cluster.decryption().public_context(study_id=contract.study_id)  # the study's own key
+    be = BfvBackend(load_context(data))
     vec = encrypt_histogram(be, np.ones(64, dtype=int))
-    assert len(vec.chunks) == 1 and contract.context_fingerprint == cluster.ds.handler.fingerprint
+    assert len(vec.chunks) == 1 and contract.context_fingerprint == context_fingerprint(data)
 
 
 def test_an_upload_syncs_its_chunks_in_batches_and_a_broken_stream_keeps_what_arrived(

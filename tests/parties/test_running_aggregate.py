@@ -56,7 +56,8 @@ class Sent:
 
 def assert_cs_view_is_the_oracle(cluster: Cluster, sent: Sent, hs: list[np.ndarray], seed: int) -> None:
     """Every measurement the CS sent decrypts to the oracle's aggregate + the seeded draws, in the same order."""
-    assert_sent_is_the_oracle(cluster.ds.handler.backend, sent.measurements, hs, seed)
+    assert_sent_is_the_oracle(cluster.ds.handler.backend_for(cluster.ds.handler.get_study("s1")), sent.measurements,
+                              hs, seed)
 
 
 def _manifest(cluster: Cluster) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def test_each_commit_is_folded_once_and_a_release_reads_only_the_running_sum(tmp
     cluster = Cluster.start(tmp_path)
     hs = blocky_histograms(N)
     try:
-        cluster.open_study(domain_size=N, epsilon=1.0)
+        cluster.open_study(domain_size=N, epsilon=2.0)  # budget left after the release: the study's key stays
         for i, owner in enumerate("abc"):
             _submit(cluster, (owner,), [hs[i]])
             assert cluster.cs.handler.folds.wait_idle(60)  # the commit's fold runs in the background
@@ -82,7 +83,7 @@ def test_each_commit_is_folded_once_and_a_release_reads_only_the_running_sum(tmp
             gens = [p.name for p in (tmp_path / "cs" / "aggregates" / "s1").iterdir() if p.is_dir()]
             assert gens == [manifest["generation"]]  # the previous generation is gone
         sent = Sent(cluster)
-        assert cluster.computation().run_release("s1").state == "DONE"
+        assert cluster.computation().run_release("s1", epsilon=1.0).state == "DONE"
         (source,) = sent.sources
         assert source.templates == (str(tmp_path / "cs" / "aggregates" / "s1" / manifest["generation"] /  # type: ignore[attr-defined]
                                         "{index:07d}.ct"),)

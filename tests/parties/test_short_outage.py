@@ -28,7 +28,7 @@ def test_a_measurement_rides_out_a_short_restart_of_the_key_holder_resending_the
     contract = cluster.open_study(domain_size=64, owners=("a",), epsilon=1.0)
     ds = cluster.decryption("cs-1", "computation")
     ds.outage_seconds = 20.0  # as the computation server's client (parties.computation.server)
-    be = BfvBackend(load_context(ds.public_context()))
+    be = BfvBackend(load_context(ds.public_context(study_id=contract.study_id)))
     chunks = [be.serialize_chunk(c) for c in be.encrypt(owner_encoding(np.arange(64))).chunks]
     pulled: list[int] = []
 

@@ -39,7 +39,7 @@ def _sealed(cluster: Cluster, owner: str, contract: StudyContract, chunks: tuple
 
     enc = EncryptedHistogram(contract.study_id, contract.domain_size, contract.context_fingerprint, chunks,
                              contract.contract_hash, True, contract.holder_seal_keys)
-    return seal_upload(enc, cluster.signing_key(owner)[0], load_context(cluster.decryption().public_context()),
+    return seal_upload(enc, cluster.signing_key(owner)[0], load_context(cluster.decryption().public_context(study_id=enc.study_id)),
                        owner_id=owner, idempotency_key=key)
 
 
@@ -239,7 +239,7 @@ def test_a_signed_release_is_decrypted_with_the_owners_signed_c1(secure_cluster:
     from he_partition.he.threshold.c1 import c1_of_vector
 
     cluster = secure_cluster
-    cluster.open_study(domain_size=64, owners=("a", "b"))
+    contract = cluster.open_study(domain_size=64, owners=("a", "b"))
     for o in ("a", "b"):
         cluster.owner(o).submit("s1", np.arange(64) % 3)
     sent: list[bytes] = []
@@ -255,12 +255,12 @@ def test_a_signed_release_is_decrypted_with_the_owners_signed_c1(secure_cluster:
     assert rel.state == "DONE", rel.error_message
     book = cluster.ds.handler.uploads
     assert book.has("s1") and sent
-    ctx = cluster.ds.handler.backend.context
+    ctx = cluster.ds.handler.backend_for(contract).context
     assert all(np.array_equal(c1_of_vector(ctx, c), book.expected("s1", 0)) for c in sent)  # 64 bins: one chunk
     # and c0 is still flooded: the key holder's view of the noise polynomial is uniform on [-2^61, 2^61)
     from he_partition.he.keyholder import residual_view
 
-    be = cluster.ds.handler.backend
+    be = cluster.ds.handler.backend_for(contract)
     assert np.max(np.abs(residual_view(be, be.deserialize_chunk(sent[0])))) > 2**60
     # a restarted decryption server keeps them (c1/STUDY.npy under its data directory)
     cluster.restart_ds()

@@ -66,7 +66,7 @@ class _World:
         self.cluster = cluster
         self.contract = cluster.open_study(domain_size=64, owners=("a", "b"), strategy="gap")
         self.channels: dict[str, grpc.Channel] = {}
-        be = BfvBackend(load_context(cluster.ds.handler.public_context))
+        be = BfvBackend(load_context(cluster.ds.handler.public_key_for("s1")[0]))
         #: A genuine ciphertext of the study's key: uploads get as far as the signature check.
         self.ciphertext = be.serialize_chunk(be.encrypt(owner_encoding(np.ones(64, dtype=int))).chunks[0])
         c = self.contract

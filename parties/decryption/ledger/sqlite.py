@@ -295,6 +295,15 @@ class SqliteLedgerStore(LedgerStore):
             self._get(study_id)
             return self._direct_pieces(study_id)
 
+    def unclaimed_direct(self, study_id: str) -> int:
+        with self._lock:
+            self._get(study_id)
+            paid = self._db.execute("SELECT COUNT(*) FROM direct_pieces WHERE study_id = ? AND role = 'count'",
+                                    (study_id,)).fetchone()[0]
+            done = self._db.execute("SELECT COUNT(*) FROM direct_decryptions WHERE study_id = ?",
+                                    (study_id,)).fetchone()[0]
+        return int(paid) - int(done)
+
     def check_consistency(self) -> list[str]:
         """SQLite's own integrity and foreign-key checks, then the budget replay of `LedgerStore`."""
         with self._lock:

@@ -96,6 +96,10 @@ class LedgerStore(abc.ABC):
     def direct_pieces(self, study_id: str) -> list[DirectPiece]:
         """Every direct piece the study has paid for, oldest first."""
 
+    def unclaimed_direct(self, study_id: str) -> int:
+        """How many paid direct range counts of the study were not decrypted yet (each is decrypted once)."""
+        raise NotImplementedError
+
     def spent(self, study_id: str) -> float:
         """Epsilon the study's charges add up to (exact sum, as a float)."""
         return float(budget(0.0, self.charges(study_id)).spent)
@@ -245,5 +249,11 @@ class MemoryLedgerStore(LedgerStore):
         self.get_study(study_id)
         with self._lock:
             return list(self._direct.get(study_id, []))
+
+    def unclaimed_direct(self, study_id: str) -> int:
+        self.get_study(study_id)
+        with self._lock:
+            paid = sum(p.role == "count" for p in self._direct.get(study_id, []))
+            return paid - sum(len(v) for (s, _), v in self._claimed.items() if s == study_id)
 
 
