@@ -34,7 +34,7 @@ from parties.decryption.keyshare.uploads import sign_c1_parts
 
 from .conftest import CS_ID, FAST_RETRY, Cluster
 from .test_threshold_refusals import _as_computation_server
-from .test_threshold_services import DOMAIN, OWNERS, Threshold, _histograms, threshold
+from .test_threshold_services import OWNERS, Threshold, _histograms, threshold
 
 __all__ = ["threshold"]
 
@@ -43,13 +43,7 @@ COLLUDER = OWNERS[-1]
 
 
 def _open(t: Threshold, study: str) -> StudyContract:
-    from parties.common.signing import generate_signing_key
-    for o in OWNERS:
-        t.signing.setdefault(o, generate_signing_key())
-    contract, _ = t.computation().open_study(study_id=study, domain_size=DOMAIN, epsilon=1.0,
-                                             expected_owners=list(OWNERS), strategy="hier",
-                                             owner_keys={o: t.signing[o][1] for o in OWNERS})
-    return contract
+    return t.open(study)  # type: ignore[no-any-return]
 
 
 def _crafted_commitment(contract: StudyContract, private: bytes, parts: list[bytes], holders: int) -> Commitment:

@@ -43,13 +43,8 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         t.stop()
 
 
-def _open(t: Threshold, study: str, owners: tuple[str, ...]) -> Any:
-    for o in owners:
-        t.signing.setdefault(o, generate_signing_key())
-    contract, _ = t.computation().open_study(study_id=study, domain_size=DOMAIN, epsilon=1.0,
-                                             expected_owners=list(owners), strategy="hier",
-                                             owner_keys={o: t.signing[o][1] for o in owners})
-    return contract
+def _open(t: Threshold, study: str, owners: tuple[str, ...] = OWNERS) -> Any:
+    return t.open(study, owners, domain_size=DOMAIN)
 
 
 def _recovered_shares(t: Threshold, study: str) -> dict[int, HolderSecret]:

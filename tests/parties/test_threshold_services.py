@@ -6,7 +6,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -93,13 +93,19 @@ class Threshold:
         self.clients.append(c)
         return c
 
-    def open_and_submit(self, study_id: str, epsilon: float = 1.0, strategy: str = "hier") -> Any:
+    def open(self, study_id: str, owners: Sequence[str] = OWNERS, epsilon: float = 1.0, strategy: str = "hier",
+             domain_size: int = DOMAIN) -> Any:
+        """Open a signed study of `owners` (each one's signing key made on first use); its contract."""
         from parties.common.signing import generate_signing_key
-        for o in OWNERS:
+        for o in owners:
             self.signing.setdefault(o, generate_signing_key())
         contract, _ = self.computation().open_study(
-            study_id=study_id, domain_size=DOMAIN, epsilon=epsilon, expected_owners=list(OWNERS), strategy=strategy,
-            owner_keys={o: self.signing[o][1] for o in OWNERS})
+            study_id=study_id, domain_size=domain_size, epsilon=epsilon, expected_owners=list(owners),
+            strategy=strategy, owner_keys={o: self.signing[o][1] for o in owners})
+        return contract
+
+    def open_and_submit(self, study_id: str, epsilon: float = 1.0, strategy: str = "hier") -> Any:
+        contract = self.open(study_id, epsilon=epsilon, strategy=strategy)
         for o, h in zip(OWNERS, _histograms()):
             self.owner(o).submit(study_id, h)
         return contract
