@@ -189,13 +189,13 @@ def approval_key(args: argparse.Namespace) -> bytes | None:
     """The raw approval key named by --approval-key (None when none is given)."""
     if not getattr(args, "approval_key", None):
         return None
-    if getattr(args, "insecure", False) and not Path(args.approval_key).exists():
-        return None  # a plaintext test setup: its key holders pin nothing
-    from ..common.signing import load_private_key
-
     if not Path(args.approval_key).exists():
+        if getattr(args, "insecure", False):
+            return None  # a plaintext test setup: its key holders pin nothing
         raise DPAggError(f"--approval-key {args.approval_key}: no such file (make the operator's approval key with "
                          "`dpagg keygen --out FILE`; key holders pin FILE's .pub)")
+    from ..common.signing import load_private_key
+
     return load_private_key(args.approval_key)
 
 

@@ -68,17 +68,13 @@ def cmd_certs(args: argparse.Namespace) -> int:
         files = issue_party_certificate(ca, where, party_id, role, hostnames=names)
         entry: dict[str, Any] = {"party_id": party_id, "role": role, "cert": str(files.cert_path),
                                  "key": str(files.key_path), "hostnames": list(names)}
-        if role == "data_owner" and args.signing_keys:
+        # an owner's submission-signing key; an operator's key that signs study terms (parties.common.approval)
+        kind = {"data_owner": "signing", "operator": "approval"}.get(role)
+        if kind is not None and args.signing_keys:
             private, public = generate_signing_key()
-            key_path = save_private_key(where / f"{party_id}.signing.key", private)
-            pub_path = where / f"{party_id}.signing.pub"
-            pub_path.write_text(public.hex() + "\n")
-            entry.update(signing_key=str(key_path), signing_public_key=public.hex())
-        if role == "operator" and args.signing_keys:  # the key that signs study terms (parties.common.approval)
-            private, public = generate_signing_key()
-            key_path = save_private_key(where / f"{party_id}.approval.key", private)
-            (where / f"{party_id}.approval.pub").write_text(public.hex() + "\n")
-            entry.update(approval_key=str(key_path), approval_public_key=public.hex())
+            key_path = save_private_key(where / f"{party_id}.{kind}.key", private)
+            (where / f"{party_id}.{kind}.pub").write_text(public.hex() + "\n")
+            entry.update({f"{kind}_key": str(key_path), f"{kind}_public_key": public.hex()})
         written.append(entry)
     for node_id, hosts in args.ray_node or ():
         written += _issue_ray_node(ca, out / node_id if args.per_party_dirs else out, node_id, hosts, args, kept)

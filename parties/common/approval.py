@@ -19,7 +19,6 @@ no longer pins, is refused until the operator approves it again.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -38,8 +37,6 @@ from .util import write_file_atomic
 
 __all__ = ["APPROVAL_TAG", "ApprovalBook", "StudyApproval", "approve_study", "load_operator_keys", "study_terms"]
 
-log = logging.getLogger("dpagg.approval")
-
 APPROVAL_TAG = b"dpagg/study-approval/v1\x00"
 
 
@@ -53,8 +50,9 @@ def study_terms(*, study_id: str, domain_size: int, epsilon: float, expected_own
 
     The same function runs at the operator (before signing) and at each key holder (on the request it
     received), so both see the same dictionary; an unset field (0 or "") reads as the default the key holder
-    fills in (strategy auto, bound 1, two noise parties, one organization). `_relayed` takes what the computation server adds and
-    the approval does not cover (the holders' seal keys, the approval itself, a timeout)."""
+    fills in (strategy auto, bound 1, two noise parties, one organization). `_relayed` takes what the
+    computation server adds and the approval does not cover (the holders' seal keys, the approval itself, a
+    timeout)."""
     keys = {str(o): (k.hex() if isinstance(k, (bytes, bytearray)) else str(k)).lower()
             for o, k in (owner_keys or {}).items()}
     return {"study_id": str(study_id), "domain_size": int(domain_size), "epsilon": _number(epsilon),

@@ -19,6 +19,7 @@ from .signing import OwnerSignature
 
 __all__ = [
     "open_study_kwargs",
+    "approval_to_proto",
     "contract_to_proto",
     "contract_from_proto",
     "measurement_to_proto",
@@ -227,9 +228,14 @@ def open_study_request(*, study_id: str, domain_size: int, epsilon: float, expec
     if noise_tolerates is not None:
         request.noise_tolerates = int(noise_tolerates)
     if approval is not None:
-        request.approval.CopyFrom(decryption_pb2.StudyApproval(
-            terms_json=approval.terms_json, operator_key=approval.operator_key, signature=approval.signature))
+        request.approval.CopyFrom(approval_to_proto(approval))
     return request
+
+
+def approval_to_proto(approval: StudyApproval) -> decryption_pb2.StudyApproval:
+    """An operator's approval as `OpenStudyRequest.approval` carries it."""
+    return decryption_pb2.StudyApproval(terms_json=approval.terms_json, operator_key=approval.operator_key,
+                                        signature=approval.signature)
 
 
 def open_study_kwargs(request: Any) -> dict[str, Any]:

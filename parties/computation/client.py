@@ -18,8 +18,9 @@ from ..common.client import BaseClient
 from ..common.config import RELEASE_TIMEOUT
 from ..common.approval import approve_study
 from ..common.contract import StudyContract
-from ..common.convert import (context_from_chunks, contract_from_proto, open_study_kwargs, open_study_request, range_counts_from_proto,
-                              ranges_to_proto, signatures_from_proto, summary_from_proto)
+from ..common.convert import (approval_to_proto, context_from_chunks, contract_from_proto, open_study_kwargs,
+                              open_study_request, range_counts_from_proto, ranges_to_proto, signatures_from_proto,
+                              summary_from_proto)
 from ..common.errors import ServiceError
 from he_partition.core.errors import InvalidInputError
 from ..common.receipts import Receipt, parse_receipt
@@ -213,9 +214,7 @@ class ComputationClient(BaseClient):
             max_organizations=max_organizations, noise_tolerates=noise_tolerates)
         key = approval_key if approval_key is not None else self.approval_key
         if key is not None:  # signed as the key holders will read the request
-            approval = approve_study(key, **open_study_kwargs(req))
-            req.approval.CopyFrom(decryption_pb2.StudyApproval(
-                terms_json=approval.terms_json, operator_key=approval.operator_key, signature=approval.signature))
+            req.approval.CopyFrom(approval_to_proto(approve_study(key, **open_study_kwargs(req))))
         resp = self._unary(self._stub.OpenStudy, req, method="Computation/OpenStudy", timeout=timeout)
         return contract_from_proto(resp.contract), resp.already_existed
 

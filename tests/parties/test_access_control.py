@@ -31,7 +31,7 @@ from he_partition.he.bfv import BfvBackend, load_context
 from he_partition.core.measurements import PrefixDifferences, owner_encoding
 from parties.common.config import GRPC_OPTIONS
 from parties.common.approval import approve_study
-from parties.common.convert import measurement_to_proto, open_study_kwargs
+from parties.common.convert import approval_to_proto, measurement_to_proto, open_study_kwargs
 from parties.common.errors import ServiceError
 from parties.common.tls import TlsConfig, write_private_file
 
@@ -72,9 +72,7 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
     open_req = decryption_pb2.OpenStudyRequest(study_id="s-new", domain_size=0, epsilon=1.0, expected_owners=["a"],
                                                owner_keys={"a": cluster.signing_key("a")[1].hex()})
     approval = approve_study(OPERATOR_APPROVAL[0], **open_study_kwargs(open_req))  # so the terms are what is refused
-    open_req.approval.CopyFrom(decryption_pb2.StudyApproval(terms_json=approval.terms_json,
-                                                            operator_key=approval.operator_key,
-                                                            signature=approval.signature))
+    open_req.approval.CopyFrom(approval_to_proto(approval))
     sub_header = computation_pb2.SubmitHeader(study_id="s1", owner_id="a", idempotency_key="k-matrix",
                                               domain_length=64, context_fingerprint=contract.context_fingerprint,
                                               chunk_count=1, contract_hash=contract.contract_hash,

@@ -57,17 +57,27 @@ def test_signed_upload_resumes_with_the_same_ciphertexts(secure_cluster: Cluster
     assert secure_cluster.computation().study_status("s1").submitted_owners == ("a",)
 
 
+def _value_csv_study(cluster: Cluster, tmp_path: Path) -> Path:
+    """Study s1 of owner a over BINS value bins, and a.csv: one record every 7th value."""
+    cluster.open_study(domain_size=BINS, owners=("a",), domain_spec=f"v:0:{BINS}:{BINS}")
+    csv = tmp_path / "a.csv"
+    csv.write_text("value\n" + "\n".join(str(v) for v in range(0, BINS, 7)) + "\n")
+    return csv
+
+
+def _submit_argv(cluster: Cluster, tmp_path: Path, csv: Path, *columns: str) -> list[str]:
+    """`dpagg submit` of owner a's `csv` to study s1 on the cluster (insecure, no progress bar)."""
+    return ["submit", "--study", "s1", "--owner", "a", "--csv", str(csv), *columns, "--computation",
+            cluster.cs.target, "--decryption", cluster.ds.target, "--insecure", "--no-progress",
+            "--state-dir", str(tmp_path / "state")]
+
+
 def test_cli_says_how_to_resume_and_the_rerun_sends_only_the_rest(cluster: Cluster, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from parties.cli import main
 
-    cluster.open_study(domain_size=BINS, owners=("a",), domain_spec=f"v:0:{BINS}:{BINS}")
-    csv = tmp_path / "a.csv"
-    csv.write_text("value\n" + "\n".join(str(v) for v in range(0, BINS, 7)) + "\n")
-    argv = ["submit", "--study", "s1", "--owner", "a", "--csv", str(csv), "--value-column", "value",
-            "--computation", cluster.cs.target, "--decryption", cluster.ds.target, "--insecure", "--no-progress",
-            "--state-dir", str(tmp_path / "state")]
+    argv = _submit_argv(cluster, tmp_path, _value_csv_study(cluster, tmp_path), "--value-column", "value")
     with monkeypatch.context() as m:
         _interrupt_after(m, 2)
         assert main(argv) == 130
@@ -92,9 +102,7 @@ def test_an_interrupted_submit_of_the_sample_data_resumes(cluster: Cluster, tmp_
     cluster.open_study(domain_size=BINS, owners=("a",), domain_spec=f"age:0:100:{BINS}")
     csv = tmp_path / "owner-1.csv"
     write_sample_csv(csv, seed=7, n_records=3000, owner_index=0)
-    argv = ["submit", "--study", "s1", "--owner", "a", "--csv", str(csv), "--person-column", "person_id",
-            "--computation", cluster.cs.target, "--decryption", cluster.ds.target, "--insecure", "--no-progress",
-            "--state-dir", str(tmp_path / "state")]
+    argv = _submit_argv(cluster, tmp_path, csv, "--person-column", "person_id")
     with monkeypatch.context() as m:
         _interrupt_after(m, 1)
         assert main(argv) == 130
@@ -115,15 +123,12 @@ def test_a_submit_whose_output_pipe_is_closed_still_uploads(cluster: Cluster, tm
 
     from .test_cli import _env
 
-    cluster.open_study(domain_size=BINS, owners=("a",), domain_spec=f"v:0:{BINS}:{BINS}")
-    csv = tmp_path / "a.csv"
-    csv.write_text("value\n" + "\n".join(str(v) for v in range(0, BINS, 7)) + "\n")
+    argv = _submit_argv(cluster, tmp_path, _value_csv_study(cluster, tmp_path), "--value-column", "value")
+    argv.remove("--no-progress")  # progress on stderr is what met the closed pipe
     read, write = os.pipe()
     os.close(read)  # the reader (`head -2`) is gone
     try:
-        proc = subprocess.run([sys.executable, "-m", "parties.cli", "submit", "--study", "s1", "--owner", "a",
-                               "--csv", str(csv), "--value-column", "value", "--computation", cluster.cs.target,
-                               "--insecure", "--state-dir", str(tmp_path / "state")],
+        proc = subprocess.run([sys.executable, "-m", "parties.cli", *argv],
                               stdout=write, stderr=write, env=_env(tmp_path), timeout=300)
     finally:
         os.close(write)
