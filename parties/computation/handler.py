@@ -122,6 +122,8 @@ class ComputationHandler:
         self.running = RunningAggregates(root, durable=getattr(store, "durable", True)) if root else None
         #: Commits ask for folds here; they run in the background, a burst of commits in a few passes.
         self.folds = FoldQueue(self.fold_committed)
+        #: Set when the server begins to shut down: a release it interrupts is recorded as interrupted by it.
+        self.stopping = threading.Event()
         self.releases = Releases(self)
         self.releases.recover_interrupted()
 
@@ -299,8 +301,8 @@ class ComputationHandler:
         contract = self.store.get_study(study_id)
         if self.running is None or contract is None or contract.is_join:
             return
-        if contract.sealed and self.sealed.closed_on(study_id) is None:
-            return  # sealed chunks are folded once the uploads close and open
+        if contract.sealed and not self.sealed.opened(study_id):
+            return  # sealed chunks are folded once the uploads are closed and opened, never while sealed
         store = self.store
         with self._keys.lock:
             context = self._keys.context_of(backend)

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterator
 
+import grpc
 import numpy as np
 import numpy.typing as npt
 
@@ -220,6 +221,10 @@ class Releases:
             return done
         except Exception as exc:
             code, message = status_for(exc)
+            if self._h.stopping.is_set():
+                code, message = grpc.StatusCode.ABORTED, (
+                    f"interrupted by the computation server's shutdown ({message}); epsilon the key holders charged "
+                    "for what they already decrypted stays spent. Run a new release once the server is back")
             failed = replace(record, state=ReleaseState.FAILED, finished_at=utc_now(), error_code=code.name,
                              error_message=message, seconds=time.monotonic() - started)
             self._h.store.save_release(failed)

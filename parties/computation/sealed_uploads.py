@@ -96,7 +96,8 @@ class SealedUploads:
         data = self._read(study_id, "closed.json")
         return None if data is None else tuple(json.loads(data))
 
-    def _opened(self, study_id: str) -> bool:
+    def opened(self, study_id: str) -> bool:
+        """Whether `study_id`'s uploads are closed and every included chunk is opened (only then may a fold read them)."""
         return self._read(study_id, "opened") is not None
 
     def take_parts(self, study_id: str, owner_id: str, key: str) -> tuple[bytes, ...] | None:
@@ -134,7 +135,7 @@ class SealedUploads:
             if len(chosen) != len(owners):
                 raise FailedPreconditionError(f"study {study_id}'s uploads close on {list(owners)} but this server "
                                               f"holds submissions of {sorted(s.owner_id for s in subs)}")
-            if self._opened(study_id):
+            if self.opened(study_id):
                 return chosen
             commitments = [self.get(study_id, s.owner_id, s.idempotency_key) for s in chosen]
             keys = close(contract, commitments)

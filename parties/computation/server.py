@@ -92,7 +92,7 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
         raise
     return ServerHandle(server, port, config.host, handler,
                         [lambda: handler.folds.close(5.0), st.close, ds.close, lambda: handler.join(5.0),
-                         executor.close, unlock],
+                         executor.close, unlock, handler.stopping.set],  # closed last to first
                         starters=[executor.start])  # the workers serve every fold, release and direct query
 
 

@@ -305,12 +305,17 @@ class DecryptionClient(BaseClient):
         )
         sent: list[bytes] = []  # every chunk handed to gRPC so far: a retry re-sends these very bytes
         source = iter(chunks)
+        broke: list[Exception] = []  # why this side's chunk stream broke, when it did (gRPC reports only UNKNOWN)
 
         def chunk_stream() -> Iterator[bytes]:
             yield from list(sent)
-            for c in source:
-                sent.append(c)
-                yield c
+            try:
+                for c in source:
+                    sent.append(c)
+                    yield c
+            except Exception as exc:
+                broke.append(exc)
+                raise
 
         method = "Decryption/DecryptMeasurement"
         deadline = (self.timeout if timeout is None else timeout) + 0.5 * chunk_count
@@ -320,6 +325,8 @@ class DecryptionClient(BaseClient):
             try:  # the values come back in pages; the first page carries the charge and the receipt
                 return read_values(self._stub.DecryptMeasurement(requests, timeout=timeout), method)
             except grpc.RpcError as err:
+                if broke:  # "Exception iterating requests!": name what broke on this side instead
+                    raise broke[0] from None
                 raise ServiceError.from_rpc_error(err, method) from None
 
         first, values = self.ride_out_outage(

@@ -95,3 +95,20 @@ def test_a_forced_release_closes_on_the_owners_present_and_a_late_upload_is_refu
         cluster.owner("b").submit("s1", np.arange(64) % 3)
     assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION and "closed on the owners a" in err.value.details
     assert cluster.computation().study_status("s1").submitted_owners == ("a",)
+
+
+def test_a_fold_between_the_close_and_the_opening_reads_no_sealed_chunk(secure_cluster: Cluster,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A commit's background fold that runs while a release is closing the uploads (closed named, chunks still
+    sealed) waits for the opening instead of failing to parse sealed bytes as BFV."""
+    cluster = secure_cluster
+    contract = cluster.open_study(domain_size=64, owners=("a", "b"))
+    cluster.owner("a").submit("s1", np.arange(64) % 3)
+    handler = cluster.cs.handler
+    handler.folds.wait_idle(10)
+    handler.sealed._write(b'["a"]', "s1", "closed.json")  # the state a release leaves while it opens the chunks
+    with caplog.at_level("WARNING", logger="dpagg.computation"):
+        handler.fold_committed("s1", handler.backend_for(contract))
+    assert not [r for r in caplog.records if "running aggregate was not updated" in r.getMessage()]
+    assert cluster.computation().run_release("s1", epsilon=0.5, force=True).state == "DONE"
+    assert handler.sealed.opened("s1")
