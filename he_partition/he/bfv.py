@@ -21,8 +21,7 @@ import hmac
 import os
 import struct
 import tempfile
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +30,9 @@ import tenseal.sealapi as sealapi
 
 from ..core.backend import ChunkedVector, ChunkwiseArithmetic, IntArray, split_chunks
 from ..core.errors import InvalidInputError, PrecisionError
-from .seal_io import seal_dyn_array, seal_header, seal_version
+from .flooding import flood_residues
+from .params import BfvParams, generate_secret_context
+from .seal_io import _varint, seal_ciphertext_bytes, seal_phase_and_plaintext, seal_version
 
 __all__ = [
     "BfvParams",
@@ -65,52 +66,6 @@ HOLDER_FLOOD_MARGIN_BITS = 4
 _HOLDER_FLOOD_TAG = b"dpagg/holder-flood/v1"
 
 
-@dataclass(frozen=True)
-class BfvParams:
-    """BFV parameters.
-
-    N = 8192 (8,192 slots), coefficient primes [60, 50, 50, 58] (218 bits, the 128-bit
-    security maximum for N = 8192; the 58-bit special prime is the key level) and a 49-bit
-    batching plain modulus t = 562949952847873. Measured: a fresh ciphertext has a 103-bit
-    invariant noise budget; after flooding with 2^61, 49 bits remain. Decoded values must
-    lie in (-t/2, t/2), i.e. |value| < 2.8e14; every intermediate slot value wraps modulo t
-    harmlessly.
-    """
-
-    poly_modulus_degree: int = 8192
-    coeff_mod_bit_sizes: tuple[int, ...] = (60, 50, 50, 58)
-    plain_modulus_bits: int = 49
-
-    def __post_init__(self) -> None:
-        if self.poly_modulus_degree not in (4096, 8192, 16384, 32768):
-            raise InvalidInputError(
-                f"poly_modulus_degree must be one of 4096, 8192, 16384, 32768, got {self.poly_modulus_degree}"
-            )
-        if self.plain_modulus_bits in self.coeff_mod_bit_sizes or not 20 <= self.plain_modulus_bits <= 59:
-            raise InvalidInputError(
-                f"plain_modulus_bits must be in [20, 59] and differ from the coefficient primes' sizes "
-                f"{self.coeff_mod_bit_sizes} (SEAL would pick the same prime), got {self.plain_modulus_bits}"
-            )
-
-    @property
-    def slots(self) -> int:
-        return self.poly_modulus_degree
-
-    @property
-    def plain_modulus(self) -> int:
-        return int(sealapi.PlainModulus.Batching(self.poly_modulus_degree, self.plain_modulus_bits).value())
-
-
-def generate_secret_context(params: BfvParams = BfvParams()) -> ts.Context:
-    """Generate a fresh key pair. Call only on the decryption side: the result holds the secret key."""
-    return ts.context(
-        ts.SCHEME_TYPE.BFV,
-        params.poly_modulus_degree,
-        plain_modulus=params.plain_modulus,
-        coeff_mod_bit_sizes=list(params.coeff_mod_bit_sizes),
-    )
-
-
 def public_context_bytes(ctx: ts.Context) -> bytes:
     """Serialize only public material (public key, no secret key, no Galois or relinearization keys)."""
     return bytes(ctx.serialize(save_public_key=True, save_secret_key=False, save_galois_keys=False,
@@ -132,31 +87,6 @@ def load_context(data: bytes) -> ts.Context:
 def context_fingerprint(ctx_bytes: bytes) -> str:
     """SHA-256 of a serialized public context: lets parties check they use the same key."""
     return hashlib.sha256(ctx_bytes).hexdigest()
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def seal_ciphertext_bytes(version: bytes, parms_id: Sequence[int], polys: npt.NDArray[np.uint64], *,
-                          ntt: bool) -> bytes:
-    """SEAL's serialization of a ciphertext with coefficients `polys` (shape (size, k, N)), uncompressed.
-
-    A 16-byte header (magic 0x5EA1, `version`: header size and SEAL major/minor, no
-    compression, total size), the parameter id, the NTT flag, size/degree/prime count,
-    scale 1.0 and correction factor 1, then the coefficient array (RNS, polynomial-major).
-    """
-    body = (struct.pack("<4Q", *parms_id) + (b"\x01" if ntt else b"\x00")
-            + struct.pack("<QQQdQ", polys.shape[0], polys.shape[2], polys.shape[1], 1.0, 1)
-            + seal_dyn_array(polys.reshape(-1), version))
-    return seal_header(16 + len(body), version) + body
 
 
 class _CiphertextCodec:
@@ -279,7 +209,6 @@ class BfvBackend(ChunkwiseArithmetic):
         applies: it changes no slot value of an honest chunk); who knows e: only the key holder,
         whose flood `key` derives it (`DecryptionHandler` derives the key from its noise key).
         """
-        from .join_scheme import flood_residues  # join_scheme imports this module's helpers
         from .threshold.c1 import ciphertext_parts
         from .threshold.context import vector_ciphertext
 
@@ -402,56 +331,6 @@ class BfvBackend(ChunkwiseArithmetic):
             secret.load(seal, key_path)
         return seal_phase_and_plaintext(seal, ct, secret, self._codec.moduli, self._codec.parms_id,
                                         self._codec._version)
-
-
-def seal_phase_and_plaintext(seal: Any, ct: Any, secret: Any, moduli: Sequence[int], parms_id: Sequence[int],
-                             version: bytes) -> tuple[list[int], list[int], int]:
-    """(phase c0 + c1 s (+ c2 s^2 ...) mod Q as centred ints, plaintext polynomial, Q) of a SEAL ciphertext.
-
-    `moduli`/`parms_id`: the ciphertext's level; `version`: SEAL's header bytes (see
-    `seal_ciphertext_bytes`). The secret key's view of one ciphertext, for tests and audits.
-    """
-    k = len(moduli)
-    n = int(ct.poly_modulus_degree())
-    plain = sealapi.Plaintext()
-    sealapi.Decryptor(seal, secret).decrypt(ct, plain)
-    m = [int(plain[i]) for i in range(plain.coeff_count())] + [0] * (n - plain.coeff_count())
-    evaluator = sealapi.Evaluator(seal)
-    evaluator.transform_to_ntt_inplace(ct)
-    arr = ct.dyn_array()
-    c = np.array([arr[i] for i in range(arr.size())], dtype=np.uint64).reshape(ct.size(), k, n)
-    evaluator.transform_from_ntt_inplace(ct)  # leave the caller's ciphertext as it was
-    sk = secret.data().dyn_array()
-    s_ntt = np.array([sk[i] for i in range(k * n)], dtype=np.uint64).reshape(k, n)
-    phase_ntt = np.zeros((2, k, n), dtype=np.uint64)
-    for j, q in enumerate(moduli):
-        acc = c[0, j].astype(object)
-        power = np.ones(n, dtype=object)
-        for i in range(1, c.shape[0]):
-            power = (power * s_ntt[j].astype(object)) % q
-            acc = acc + c[i, j].astype(object) * power
-        phase_ntt[0, j] = np.array([int(v) % q for v in acc], dtype=np.uint64)
-    phase_ntt[1] = phase_ntt[0]  # SEAL refuses to transform a transparent (c1 = 0) ciphertext
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "phase.bin")
-        open(path, "wb").write(seal_ciphertext_bytes(version, parms_id, phase_ntt, ntt=True))
-        ph = sealapi.Ciphertext()
-        ph.load(seal, path)
-    evaluator.transform_from_ntt_inplace(ph)
-    arr = ph.dyn_array()
-    res = [[int(arr[j * n + i]) for i in range(n)] for j in range(k)]
-    big_q = 1
-    for q in moduli:
-        big_q *= q
-    phase = []
-    for i in range(n):
-        x = 0
-        for j, q in enumerate(moduli):
-            part = big_q // q
-            x += res[j][i] * part * pow(part, -1, q)
-        x %= big_q
-        phase.append(x - big_q if x > big_q // 2 else x)
-    return phase, m, big_q
 
 
 def _as_int_vector(values: npt.ArrayLike) -> IntArray:

@@ -1,6 +1,7 @@
 """SEAL objects to and from bytes: these bindings save and load only through file paths.
 
-Shared by the join scheme and the threshold key shares. Loading goes through an anonymous
+Shared by the BFV backend, the join scheme and the threshold key shares; also SEAL's ciphertext
+layout written by hand (`seal_ciphertext_bytes`) and the secret key's view of a ciphertext. Loading goes through an anonymous
 in-memory file (`memfd_create`, read back through /proc/self/fd), which no other process can
 open by name and costs no directory create/remove per call; a private temporary directory
 where memfd is unavailable. Saving goes through a private temporary directory.
@@ -13,15 +14,16 @@ import struct
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
+import tenseal.sealapi as sealapi
 
 from he_partition.core.errors import InvalidInputError
 
 __all__ = ["seal_bytes", "load_seal_bytes", "ciphertext_polys", "plaintext_coeffs", "seal_version", "seal_header",
-           "seal_dyn_array"]
+           "seal_dyn_array", "seal_ciphertext_bytes", "seal_phase_and_plaintext"]
 
 _MAGIC = b"\x5e\xa1"
 _COMPR_NONE, _COMPR_ZLIB, _COMPR_ZSTD = 0, 1, 2
@@ -152,3 +154,78 @@ def load_seal_bytes(obj: Any, seal_context: Any, data: bytes) -> Any:
         Path(path).write_bytes(data)
         obj.load(seal_context, path)
     return obj
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def seal_ciphertext_bytes(version: bytes, parms_id: Sequence[int], polys: npt.NDArray[np.uint64], *,
+                          ntt: bool) -> bytes:
+    """SEAL's serialization of a ciphertext with coefficients `polys` (shape (size, k, N)), uncompressed.
+
+    A 16-byte header (magic 0x5EA1, `version`: header size and SEAL major/minor, no
+    compression, total size), the parameter id, the NTT flag, size/degree/prime count,
+    scale 1.0 and correction factor 1, then the coefficient array (RNS, polynomial-major).
+    """
+    body = (struct.pack("<4Q", *parms_id) + (b"\x01" if ntt else b"\x00")
+            + struct.pack("<QQQdQ", polys.shape[0], polys.shape[2], polys.shape[1], 1.0, 1)
+            + seal_dyn_array(polys.reshape(-1), version))
+    return seal_header(16 + len(body), version) + body
+
+
+def seal_phase_and_plaintext(seal: Any, ct: Any, secret: Any, moduli: Sequence[int], parms_id: Sequence[int],
+                             version: bytes) -> tuple[list[int], list[int], int]:
+    """(phase c0 + c1 s (+ c2 s^2 ...) mod Q as centred ints, plaintext polynomial, Q) of a SEAL ciphertext.
+
+    `moduli`/`parms_id`: the ciphertext's level; `version`: SEAL's header bytes (see
+    `seal_ciphertext_bytes`). The secret key's view of one ciphertext, for tests and audits.
+    """
+    k = len(moduli)
+    n = int(ct.poly_modulus_degree())
+    plain = sealapi.Plaintext()
+    sealapi.Decryptor(seal, secret).decrypt(ct, plain)
+    m = [int(plain[i]) for i in range(plain.coeff_count())] + [0] * (n - plain.coeff_count())
+    evaluator = sealapi.Evaluator(seal)
+    evaluator.transform_to_ntt_inplace(ct)
+    arr = ct.dyn_array()
+    c = np.array([arr[i] for i in range(arr.size())], dtype=np.uint64).reshape(ct.size(), k, n)
+    evaluator.transform_from_ntt_inplace(ct)  # leave the caller's ciphertext as it was
+    sk = secret.data().dyn_array()
+    s_ntt = np.array([sk[i] for i in range(k * n)], dtype=np.uint64).reshape(k, n)
+    phase_ntt = np.zeros((2, k, n), dtype=np.uint64)
+    for j, q in enumerate(moduli):
+        acc = c[0, j].astype(object)
+        power = np.ones(n, dtype=object)
+        for i in range(1, c.shape[0]):
+            power = (power * s_ntt[j].astype(object)) % q
+            acc = acc + c[i, j].astype(object) * power
+        phase_ntt[0, j] = np.array([int(v) % q for v in acc], dtype=np.uint64)
+    phase_ntt[1] = phase_ntt[0]  # SEAL refuses to transform a transparent (c1 = 0) ciphertext
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "phase.bin")
+        open(path, "wb").write(seal_ciphertext_bytes(version, parms_id, phase_ntt, ntt=True))
+        ph = sealapi.Ciphertext()
+        ph.load(seal, path)
+    evaluator.transform_from_ntt_inplace(ph)
+    arr = ph.dyn_array()
+    res = [[int(arr[j * n + i]) for i in range(n)] for j in range(k)]
+    big_q = 1
+    for q in moduli:
+        big_q *= q
+    phase = []
+    for i in range(n):
+        x = 0
+        for j, q in enumerate(moduli):
+            part = big_q // q
+            x += res[j][i] * part * pow(part, -1, q)
+        x %= big_q
+        phase.append(x - big_q if x > big_q // 2 else x)
+    return phase, m, big_q

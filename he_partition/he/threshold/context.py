@@ -13,7 +13,8 @@ from __future__ import annotations
 import tenseal as ts
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.bfv import _varint
+from he_partition.he.params import generate_secret_context
+from he_partition.he.seal_io import _varint
 
 
 def _fields(data: bytes) -> list[tuple[int, int, bytes]]:
@@ -92,6 +93,4 @@ def collective_context_bytes(public_key: bytes) -> bytes:
     use (a used template serializes other flag bytes); the SHA-256 of these bytes is the
     collective key fingerprint studies carry (`bfv.context_fingerprint`, what owners check).
     """
-    from he_partition.he.bfv import generate_secret_context
-
     return bytes(collective_context(generate_secret_context(), public_key).serialize())

@@ -23,7 +23,8 @@ import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.core.noise import RandomSource
-from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS, seal_ciphertext_bytes
+from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS
+from he_partition.he.seal_io import seal_ciphertext_bytes
 from he_partition.he.rns import residues
 from he_partition.he.seal_io import ciphertext_polys, plaintext_coeffs, seal_bytes
 from he_partition.he.threshold.c1 import c1_digest, ciphertext_parts

@@ -28,7 +28,7 @@ import tenseal as ts
 import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.bfv import seal_ciphertext_bytes
+from he_partition.he.seal_io import seal_ciphertext_bytes
 from he_partition.he.rns import mulmod
 from he_partition.he.threshold.keys import (HolderSecret, key_moduli, load_seal, read_u64, seal_version,
                                             secret_plaintext_bytes)

@@ -22,7 +22,7 @@ import tenseal as ts
 import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.bfv import seal_ciphertext_bytes
+from he_partition.he.seal_io import seal_ciphertext_bytes
 from he_partition.he.seal_io import load_seal_bytes, seal_bytes, seal_version as seal_io_version
 from he_partition.he.threshold.wire import common_polynomial, verify_reveals
 

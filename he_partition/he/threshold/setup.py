@@ -65,7 +65,7 @@ import tenseal as ts
 import tenseal.sealapi as seal
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.he.bfv import seal_ciphertext_bytes
+from he_partition.he.seal_io import seal_ciphertext_bytes
 from he_partition.he.threshold.decrypt import combine, decryption_share
 from he_partition.he.threshold.galois import collective_galois_keys, holder_galois_share
 from he_partition.he.seal_io import ciphertext_polys, seal_bytes, seal_version
