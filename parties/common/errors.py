@@ -22,11 +22,11 @@ from he_partition.core.errors import (
     WorkerLostError,
 )
 
-from .limits import CallCancelledError
 from .signing import SignatureError
 from .tls import AccessDeniedError
 
 __all__ = [
+    "CallCancelledError",
     "NotFoundError",
     "PermissionDeniedError",
     "AlreadyExistsError",
@@ -85,6 +85,10 @@ class ServiceError(DPAggError):
         code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
         details = err.details() if hasattr(err, "details") else str(err)
         return cls(code or grpc.StatusCode.UNKNOWN, details or "", method=method)
+
+
+class CallCancelledError(Exception):
+    """The client of the running call is gone (cancelled, deadline passed): stop the work."""
 
 
 #: The one mapping from domain errors to status codes; the first matching class wins.

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 import grpc
 from google.protobuf.message import DecodeError
 
+from .errors import CallCancelledError
 from .tls import peer_identity
 
 __all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "raise_if_cancelled",
@@ -118,10 +119,6 @@ HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/Ran
 EXEMPT_ROLES = ("computation",)
 
 _EXEMPT_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
-
-
-class CallCancelledError(Exception):
-    """The client of the running call is gone (cancelled, deadline passed): stop the work."""
 
 
 _current = threading.local()
