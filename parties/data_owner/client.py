@@ -27,6 +27,7 @@ from ..common.progress import Progress
 from ..common.signing import key_fingerprint, public_key_of, sign_upload
 from ..common.sealing import Commitment
 from ..decryption.keyshare.uploads import sign_c1_parts, sign_c1_upload
+from .encrypted import EncryptedHistogram
 from .sealed import c1_parts_of, seal_upload
 from ..common.tls import TlsConfig
 from ..computation.client import ComputationClient
@@ -38,26 +39,6 @@ __all__ = ["DataOwnerClient", "EncryptedHistogram", "SubmitInterrupted", "Submit
 #: Failures after which an upload is resumed (same idempotency key, only the missing chunks).
 RESUMABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
                    grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED)
-
-
-@dataclass(frozen=True)
-class EncryptedHistogram:
-    """A histogram encrypted for one study: serialized ciphertext chunks of the prefix-encoded counts."""
-
-    study_id: str
-    domain_length: int
-    context_fingerprint: str
-    chunks: tuple[bytes, ...]
-    #: Hash of the contract the histogram was encrypted for (sent and signed with the upload).
-    contract_hash: str = ""
-    #: True when the contract lists owner keys: the upload must be signed.
-    signed: bool = False
-    #: The key holders' seal keys when the contract pins them: the upload is then sealed and committed.
-    holder_seal_keys: tuple[str, ...] = ()
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(c) for c in self.chunks)
 
 
 @dataclass(frozen=True)

@@ -6,25 +6,23 @@ budget.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector, c1_stream_digest
 
 from ..common.sealing import Commitment, commitment_statement, seal_chunk, seal_upload_key, sealed_key_shares
 from ..common.signing import sign_submission, stream_digest
-
-if TYPE_CHECKING:
-    from .client import EncryptedHistogram
+from .encrypted import EncryptedHistogram
 
 __all__ = ["c1_parts_of", "seal_upload"]
 
 
-def c1_parts_of(enc: "EncryptedHistogram", context: Any) -> list[bytes]:
+def c1_parts_of(enc: EncryptedHistogram, context: Any) -> list[bytes]:
     """The c1 part of every chunk of `enc`, in chunk order (`threshold.c1.c1_bytes`)."""
     return [c1_bytes(c1_of_vector(context, c)) for c in enc.chunks]
 
 
-def seal_upload(enc: "EncryptedHistogram", signing_key: bytes, context: Any, *, owner_id: str,
+def seal_upload(enc: EncryptedHistogram, signing_key: bytes, context: Any, *, owner_id: str,
                 idempotency_key: str, c1_parts: Sequence[bytes] | None = None) -> tuple[tuple[bytes, ...], Commitment]:
     """The sealed chunks of `enc` and the owner's signed commitment (deterministic: a retry seals alike).
 
