@@ -3,7 +3,8 @@
 One module per command group, each with its own `add_parser(sub)`:
 
 - `servers`   serve-decryption, serve-computation, serve-analyst, health
-- `studies`   certs, keygen, open-study, open-join, status (operator)
+- `studies`   open-study, open-join, status (operator)
+- `keys`      certs, keygen (the CA and party certificates; an owner's or operator's signing key)
 - `owners`    submit, join-submit, sample-csv (data owner)
 - `releases`  release run/status, query, direct-query (operator, analyst)
 - `ledger`    budget, ledger backup/verify
@@ -30,12 +31,12 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from he_partition.core.errors import DPAggError  # noqa: E402
 
 from ..common.errors import ServiceError  # noqa: E402
-from . import demo, ledger, methods, owners, releases, servers, studies  # noqa: E402
+from . import demo, keys, ledger, methods, owners, releases, servers, studies  # noqa: E402
 
 __all__ = ["main", "build_parser"]
 
 #: Command groups in the order `dpagg --help` lists them.
-GROUPS = (servers, studies, owners, releases, ledger, demo, methods)
+GROUPS = (servers, studies, keys, owners, releases, ledger, demo, methods)
 
 
 def build_parser() -> argparse.ArgumentParser:
