@@ -13,6 +13,20 @@ health checks included. `CallLimiter` is the first interceptor of every server:
   (`EXEMPT_ROLES`) and the callers of an insecure test server (no identities) are not
   limited; a call past a limit is refused at once with UNAVAILABLE
   ("server busy", retryable) and takes no further thread time;
+- an upload (`QUEUED_METHODS`) that finds its method's slots taken waits its turn instead, in
+  a first-come first-served queue (`_Slots.admit`): at most `queue_len[m]` calls wait, at
+  most one per caller (so one owner's many streams cannot push the others back), each for
+  at most `queue_wait` seconds and never past its own deadline. A waiting call holds a pool
+  thread, so it counts against `slots` and `per_caller` like a running one, and the queue is
+  sized from the pool (`CallLimits.for_pool`) so that health (`HEALTH_RESERVE`) and at least
+  one small call stay free. A queued caller is told its place at once (initial metadata
+  `dpagg-queue`: position, waiting, running) and, once admitted, how long it waited
+  (trailing metadata `dpagg-queue-waited`). What still refuses, with "server busy" (retried
+  by the owner's client within its wait limit): the queue full ("queue full (N waiting)"), a
+  second waiting call of one caller, the wait bound, and every slot of the pool taken. The
+  disk an upload fills is checked by the upload itself (RESOURCE_EXHAUSTED,
+  `parties.computation.uploads`); memory is bounded by these counts of calls (docs/scaling.md,
+  "A crowd of owners uploading at once");
 - a request stream that sends nothing for `idle_seconds` is cancelled (CANCELLED);
 - a call whose client is gone before it starts is skipped; long loops call
   `raise_if_cancelled()` to stop work nobody waits for;

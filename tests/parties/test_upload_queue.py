@@ -173,3 +173,22 @@ def test_more_uploads_than_slots_all_land_queued_or_retried(small_pool_cluster: 
     assert sum("admitted after waiting" in log.getvalue() for log in logs.values()) >= 2
     status = cluster.computation().study_status("s1")
     assert set(owners) <= set(status.submitted_owners)
+
+
+def test_an_upload_the_disk_cannot_hold_is_refused_before_anything_is_stored(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the queue does not bound is refused by size: the data directory must hold the whole upload, the
+    uploads in flight and a reserve (here a reserve no disk has)."""
+    from parties.common.errors import ServiceError
+    from parties.computation import uploads
+
+    cluster.open_study(domain_size=64, owners=("a",))
+    monkeypatch.setattr(uploads, "DISK_RESERVE_BYTES", 1 << 62)
+    owner = cluster.owner("a")
+    with pytest.raises(ServiceError) as refused:
+        owner.submit("s1", np.arange(64) % 3, idempotency_key="up-disk")
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "disk has" in refused.value.details and "nothing of it was stored" in refused.value.details.lower()
+    assert owner.computation.upload_status("s1", "a", "up-disk").state == "NONE"
+    monkeypatch.setattr(uploads, "DISK_RESERVE_BYTES", 0)  # space again: the same submit lands
+    assert owner.submit("s1", np.arange(64) % 3, idempotency_key="up-disk").committed
