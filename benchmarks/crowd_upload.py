@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """A crowd of owners uploading at once to one computation server: how many fail, how long, how long they queue.
 
-    python benchmarks/crowd_upload.py --owners 10            # ~3 min on 2 cores
-    python benchmarks/crowd_upload.py --owners 50            # ~15 min on 2 cores, 2.4 GB of uploads on disk
+    python benchmarks/crowd_upload.py --owners 10            # ~15 s on 2 cores
+    python benchmarks/crowd_upload.py --owners 50            # ~80 s on 2 cores, 2.4 GB of uploads on disk
     python benchmarks/crowd_upload.py --owners 4 --bins 65536 --no-write   # a quick look
 
 A decryption and a computation server, each its own `dpagg serve-*` process with mutual TLS

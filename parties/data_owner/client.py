@@ -439,8 +439,9 @@ class DataOwnerClient:
                         if is_busy(err) and time.monotonic() + pause < give_up:
                             busy += 1  # refused before anything was read: not a failed attempt
                             if busy == 1:
-                                reporter.say(f"upload {idempotency_key}: {err.details}; trying again for up to "
-                                             f"{give_up - time.monotonic():.0f} s")
+                                why = err.details.removeprefix("server busy: ").split("; retry in a moment")[0]
+                                reporter.say(f"upload {idempotency_key}: the server is busy ({why}); trying again "
+                                             f"for up to {give_up - time.monotonic():.0f} s")
                             time.sleep(pause)
                             continue
                         failures += 1

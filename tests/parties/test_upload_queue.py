@@ -148,7 +148,8 @@ def test_more_uploads_than_slots_all_land_queued_or_retried(small_pool_cluster: 
     for t in threads:
         t.start()
     end = time.monotonic() + 20
-    while sum("queued at position" in log.getvalue() for log in logs.values()) < 2:
+    while (sum("queued at position" in log.getvalue() for log in logs.values()) < 2
+           or sum("trying again" in log.getvalue() for log in logs.values()) < 2):
         assert time.monotonic() < end, {o: log.getvalue() for o, log in logs.items()}
         time.sleep(0.05)
     # the queue is full now: a fifth upload is refused at once, "server busy ... queue full", which clients retry
