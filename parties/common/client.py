@@ -15,12 +15,12 @@ from .config import DEFAULT_TIMEOUT, GRPC_OPTIONS, RetryPolicy
 from .errors import ServiceError
 from .tls import TlsConfig, server_role_name
 
-__all__ = ["BaseClient", "call_with_retry"]
+__all__ = ["BaseClient", "call_with_retry", "is_busy"]
 
 T = TypeVar("T")
 
 
-def _busy(error: ServiceError) -> bool:
+def is_busy(error: ServiceError) -> bool:
     """The server refused the call for load ("server busy": all its call slots taken), not because it is down."""
     return error.code == grpc.StatusCode.UNAVAILABLE and error.details.startswith("server busy")
 
@@ -46,10 +46,12 @@ def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, method: str,
         except grpc.RpcError as err:
             error = ServiceError.from_rpc_error(err, method)
             wait = random.uniform(0, min(policy.max_delay, delay))
-            busy_time_left = (give_up is not None and _busy(error) and policy.attempts > 1
+            busy_time_left = (give_up is not None and is_busy(error) and policy.attempts > 1
                               and clock() + wait < give_up)
             if error.code.name not in policy.retry_codes or (attempt >= policy.attempts and not busy_time_left):
-                if error.code == grpc.StatusCode.UNAVAILABLE:
+                if is_busy(error):
+                    error.details += f" (after {attempt} attempt(s); the server is up but busy)"
+                elif error.code == grpc.StatusCode.UNAVAILABLE:
                     error.details += f" (after {attempt} attempt(s); is the server running and reachable?)"
                     error.args = (f"{error.code.name} ({method}): {error.details}",)
                 raise error from None

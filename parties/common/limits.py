@@ -13,6 +13,20 @@ health checks included. `CallLimiter` is the first interceptor of every server:
   (`EXEMPT_ROLES`) and the callers of an insecure test server (no identities) are not
   limited; a call past a limit is refused at once with UNAVAILABLE
   ("server busy", retryable) and takes no further thread time;
+- an upload (`QUEUED_METHODS`) that finds its method's slots taken waits its turn instead, in
+  a first-come first-served queue (`_Slots.admit`): at most `queue_len[m]` calls wait, at
+  most one per caller (so one owner's many streams cannot push the others back), each for
+  at most `queue_wait` seconds and never past its own deadline. A waiting call holds a pool
+  thread, so it counts against `slots` and `per_caller` like a running one, and the queue is
+  sized from the pool (`CallLimits.for_pool`) so that health (`HEALTH_RESERVE`) and at least
+  one small call stay free. A queued caller is told its place at once (initial metadata
+  `dpagg-queue`: position, waiting, running) and, once admitted, how long it waited
+  (trailing metadata `dpagg-queue-waited`). What still refuses, with "server busy" (retried
+  by the owner's client within its wait limit): the queue full ("queue full (N waiting)"), a
+  second waiting call of one caller, the wait bound, and every slot of the pool taken. The
+  disk an upload fills is checked by the upload itself (RESOURCE_EXHAUSTED,
+  `parties.computation.uploads`); memory is bounded by these counts of calls (docs/scaling.md,
+  "A crowd of owners uploading at once");
 - a request stream that sends nothing for `idle_seconds` is cancelled (CANCELLED);
 - a call whose client is gone before it starts is skipped; long loops call
   `raise_if_cancelled()` to stop work nobody waits for;
@@ -26,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -36,7 +50,8 @@ from google.protobuf.message import DecodeError
 from .errors import CallCancelledError
 from .tls import peer_identity
 
-__all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "raise_if_cancelled",
+__all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "QUEUED_METHODS", "QUEUE_WAIT_SECONDS",
+           "QUEUE_METADATA", "QUEUE_WAITED_METADATA", "QueuePlace", "raise_if_cancelled",
            "CallCancelledError", "server_options", "DECRYPTION_MAX_RECEIVE", "ANALYST_MAX_RECEIVE",
            "COMPUTATION_MAX_RECEIVE"]
 
@@ -114,6 +129,18 @@ HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/Ran
                  # a page of a join owner's blinded identifiers: 32,768 scalar multiplications at the key holder
                  "/dpagg.v1.Decryption/EvaluatePseudonyms")
 
+#: Heavy methods whose calls wait their turn (FIFO) when the method's slots are taken, instead of being
+#: refused at once: an owner's upload refused mid-crowd is an owner who has to come back.
+QUEUED_METHODS = ("/dpagg.v1.Computation/SubmitHistogram",)
+
+#: The longest a call waits in its method's queue (seconds); it is refused "server busy" after that.
+QUEUE_WAIT_SECONDS = 120.0
+
+#: Initial metadata of a queued call: "position=P;waiting=W;running=R" (P = 1 is next).
+QUEUE_METADATA = "dpagg-queue"
+#: Trailing metadata of a call admitted from the queue: seconds it waited ("%.3f").
+QUEUE_WAITED_METADATA = "dpagg-queue-waited"
+
 #: Callers the slot limits do not refuse: the computation server calling the key holder (its
 #: calls queue as before: a refused DecryptMeasurement would fail a release).
 EXEMPT_ROLES = ("computation",)
@@ -140,23 +167,62 @@ class CallLimits:
     per_method: dict[str, int] = field(default_factory=dict)
     idle_seconds: float = IDLE_STREAM_SECONDS
     budgets: dict[str, int] = field(default_factory=lambda: dict(MESSAGE_BUDGETS))
+    #: How many calls of a method may wait for one of its slots (methods not listed: none, refused at once).
+    queue_len: dict[str, int] = field(default_factory=dict)
+    queue_wait: float = QUEUE_WAIT_SECONDS
 
     @classmethod
     def for_pool(cls, max_workers: int) -> "CallLimits":
         """`HEALTH_RESERVE` threads kept for health; one caller gets at most half the rest, each heavy
-        method a third (so two heavy methods together still leave room for small calls)."""
+        method a third (so two heavy methods together still leave room for small calls). A queued
+        method's waiting calls hold threads too: at most as many wait as run, and running plus
+        waiting leave at least one slot for small calls (a pool of 4 or fewer queues nothing)."""
         slots = max(1, max_workers - HEALTH_RESERVE)
         heavy = max(1, slots // 3)
-        return cls(slots, max(1, slots // 2), {m: heavy for m in HEAVY_METHODS}, idle_seconds=IDLE_STREAM_SECONDS)
+        waiting = max(0, min(heavy, slots - heavy - 1))
+        return cls(slots, max(1, slots // 2), {m: heavy for m in HEAVY_METHODS}, idle_seconds=IDLE_STREAM_SECONDS,
+                   queue_len={m: waiting for m in QUEUED_METHODS}, queue_wait=QUEUE_WAIT_SECONDS)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How `_Slots.admit` ended: admitted (`refused` empty) or why not; `gone`: the client left while it waited."""
+
+    refused: str = ""
+    waited: float = 0.0
+    queued: bool = False
+    gone: bool = False
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """A call's place when it joined its method's queue: `position` 1 is next; `running`: calls holding a slot."""
+
+    position: int
+    waiting: int
+    running: int
+
+    def metadata(self) -> str:
+        return f"position={self.position};waiting={self.waiting};running={self.running}"
+
+    @classmethod
+    def parse(cls, text: str) -> "QueuePlace | None":
+        """The place a server sent as `QUEUE_METADATA`, or None when the text is not one."""
+        try:
+            fields = dict(part.split("=", 1) for part in text.split(";"))
+            return cls(int(fields["position"]), int(fields["waiting"]), int(fields["running"]))
+        except (KeyError, ValueError):
+            return None
 
 
 class _Slots:
     def __init__(self, limits: CallLimits) -> None:
         self.limits = limits
-        self._lock = threading.Lock()
-        self._total = 0
-        self._by_caller: Counter[str] = Counter()
-        self._by_method: Counter[str] = Counter()
+        self._lock = threading.Condition(threading.Lock())
+        self._total = 0  # running and waiting calls (each holds a pool thread)
+        self._by_caller: Counter[str] = Counter()  # running and waiting
+        self._by_method: Counter[str] = Counter()  # running only
+        self._queues: dict[str, deque[tuple[object, str]]] = {}  # (ticket, caller), first come first
 
     def take(self, caller: str, method: str) -> str:
         """"" when a slot was taken (or `caller` is not limited), else why not."""
@@ -176,6 +242,70 @@ class _Slots:
             self._by_method[method] += 1
             return ""
 
+    def admit(self, caller: str, method: str, *, active: Callable[[], bool],
+              on_queued: Callable[[QueuePlace], None] = lambda place: None,
+              clock: Callable[[], float] = time.monotonic) -> Admission:
+        """Take a slot as `take` does, but when `method` is queued and only its own slots are taken, wait
+        for one in its FIFO queue (see the module docstring). `active()` is polled while waiting (the
+        client gone or past its deadline: leave the queue); `on_queued` is told the place once, outside the lock."""
+        lim = self.limits
+        room = lim.queue_len.get(method, 0)
+        cap = lim.per_method.get(method)
+        if not caller or room <= 0 or cap is None:
+            return Admission(self.take(caller, method))
+        name = method.rsplit("/", 1)[-1]
+        ticket = object()
+        with self._lock:
+            queue = self._queues.setdefault(method, deque())
+            if self._total >= lim.slots:
+                return Admission(f"all {lim.slots} call slots are busy")
+            if self._by_caller[caller] >= lim.per_caller:
+                return Admission(f"caller {caller} already has {lim.per_caller} calls running")
+            running = self._by_method[method]
+            if running < cap and not queue:  # nobody waits before it
+                self._total += 1
+                self._by_caller[caller] += 1
+                self._by_method[method] += 1
+                return Admission()
+            if any(c == caller for _, c in queue):
+                return Admission(f"{running} {name} calls are running and caller {caller} already waits for one "
+                                 "(one place in the queue per caller)")
+            if len(queue) >= room:
+                return Admission(f"{running} {name} calls are running; queue full ({len(queue)} waiting)")
+            queue.append((ticket, caller))
+            self._total += 1  # a waiting call holds its thread
+            self._by_caller[caller] += 1
+            place = QueuePlace(len(queue), len(queue), running)
+        start = clock()
+        log.info("%s from %s queued at position %d (%d running)", method, caller, place.position, running)
+        try:
+            on_queued(place)
+        except Exception:  # noqa: BLE001 - the client left before it was told; the loop below sees it
+            pass
+        with self._lock:
+            admitted = False
+            try:
+                while True:
+                    waited = clock() - start
+                    if queue[0][0] is ticket and self._by_method[method] < cap:
+                        queue.popleft()
+                        self._by_method[method] += 1
+                        admitted = True
+                        self._lock.notify_all()  # the next in line may have a free slot too
+                        return Admission(waited=waited, queued=True)
+                    if not active():
+                        return Admission("the client left while it waited", waited, queued=True, gone=True)
+                    if waited >= lim.queue_wait:
+                        return Admission(f"waited {waited:.0f} s for one of {cap} {name} slots "
+                                         f"(queue limit {lim.queue_wait:g} s)", waited, queued=True)
+                    self._lock.wait(min(0.25, lim.queue_wait - waited))
+            finally:
+                if not admitted:
+                    queue.remove(next(e for e in queue if e[0] is ticket))
+                    self._total -= 1
+                    self._by_caller[caller] -= 1
+                    self._lock.notify_all()
+
     def give(self, caller: str, method: str) -> None:
         if not caller:
             return
@@ -183,6 +313,7 @@ class _Slots:
             self._total -= 1
             self._by_caller[caller] -= 1
             self._by_method[method] -= 1
+            self._lock.notify_all()  # a queued call may take the slot
 
 
 class _Watchdog:
@@ -272,10 +403,16 @@ class CallLimiter(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships n
             if not context.is_active():  # the client left while the call waited for a thread
                 context.abort(grpc.StatusCode.CANCELLED, "the client is gone; nothing was done")
             caller = _caller(context)
-            refused = self._slots.take(caller, method)
-            if refused:
-                log.warning("%s from %s refused: %s", method, caller, refused)
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"server busy: {refused}; retry in a moment")
+            admission = self._slots.admit(
+                caller, method, active=context.is_active,
+                on_queued=lambda place: context.send_initial_metadata(((QUEUE_METADATA, place.metadata()),)))
+            if admission.gone:
+                context.abort(grpc.StatusCode.CANCELLED, "the client is gone; nothing was done")
+            if admission.refused:
+                log.warning("%s from %s refused: %s", method, caller, admission.refused)
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"server busy: {admission.refused}; retry in a moment")
+            if admission.queued:
+                context.set_trailing_metadata(((QUEUE_WAITED_METADATA, f"{admission.waited:.3f}"),))
             return caller
 
         def requests_of(raw: Iterator[bytes], context: Any) -> Iterator[Any]:

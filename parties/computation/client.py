@@ -22,12 +22,14 @@ from ..common.convert import (approval_to_proto, context_from_chunks, contract_f
                               open_study_request, range_counts_from_proto, ranges_to_proto, signatures_from_proto,
                               summary_from_proto)
 from ..common.errors import ServiceError
+from ..common.limits import QUEUE_METADATA, QUEUE_WAITED_METADATA, QueuePlace
 from he_partition.core.errors import InvalidInputError
 from ..common.receipts import Receipt, parse_receipt
 from ..common.signing import OwnerSignature
 from .store import ReleaseProgress
 
-__all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "ReleaseStatus", "DirectAnswers"]
+__all__ = ["ComputationClient", "StudyStatus", "UploadStatus", "SubmitResponse", "UploadQueued", "ReleaseStatus",
+           "DirectAnswers"]
 
 _UPLOAD_STATES = computation_pb2.UploadStatusResponse.State
 _RELEASE_STATES = computation_pb2.ReleaseStatusResponse.State
@@ -63,6 +65,22 @@ class SubmitResponse:
     received: tuple[int, ...]
     chunk_count: int
     bytes_received: int
+
+
+@dataclass(frozen=True)
+class UploadQueued:
+    """The server queued an upload stream for a free upload slot: its place when it joined (`place`), and once
+    admitted how many seconds it waited (`waited`; None while it still waits)."""
+
+    place: QueuePlace
+    waited: float | None = None
+
+
+def _metadata(pairs: Any, key: str) -> str:
+    for k, v in pairs or ():
+        if k == key:
+            return str(v)
+    return ""
 
 
 @dataclass(frozen=True)
@@ -302,8 +320,12 @@ class ComputationClient(BaseClient):
     def submit_chunks(self, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                       context_fingerprint: str, chunk_count: int, chunks: Iterable[tuple[int, bytes]],
                       contract_hash: str, signature: bytes = b"", c1_signature: bytes = b"",
-                      commitment: Commitment | None = None, timeout: float | None = None) -> SubmitResponse:
+                      commitment: Commitment | None = None, timeout: float | None = None,
+                      on_queued: Callable[[UploadQueued], None] | None = None) -> SubmitResponse:
         """One upload stream: the header, then (index, ciphertext bytes) pairs. Not retried here.
+
+        When the server's upload slots are taken the stream waits in its queue (`parties.common.limits`);
+        `on_queued` is then told the place as soon as the server sends it, and the wait once admitted.
 
         `contract_hash`: the study's contract hash; `signature`: the owner's signature of the
         whole upload (`parties.common.signing.sign_upload`), required in signed studies.
@@ -326,9 +348,25 @@ class ComputationClient(BaseClient):
                 yield computation_pb2.SubmitHistogramRequest(
                     chunk=computation_pb2.CiphertextChunk(index=index, data=data))
 
+        def call(req: Iterator[computation_pb2.SubmitHistogramRequest], timeout: float) -> Any:
+            if on_queued is None:
+                return self._stub.SubmitHistogram(req, timeout=timeout)
+            future = self._stub.SubmitHistogram.future(req, timeout=timeout)
+            try:
+                place = QueuePlace.parse(_metadata(future.initial_metadata(), QUEUE_METADATA))
+                if place is not None:
+                    on_queued(UploadQueued(place))
+                answer = future.result()
+                waited = _metadata(future.trailing_metadata(), QUEUE_WAITED_METADATA)
+                if place is not None and waited:
+                    on_queued(UploadQueued(place, float(waited)))
+                return answer
+            except BaseException:
+                future.cancel()  # Ctrl-C or a failing callback: the stream does not go on without us
+                raise
+
         deadline = (self.timeout if timeout is None else timeout) + 1.0 * chunk_count
-        resp = self._unary(lambda req, timeout: self._stub.SubmitHistogram(req, timeout=timeout), requests(),
-                           method="Computation/SubmitHistogram", timeout=deadline, retry=False)
+        resp = self._unary(call, requests(), method="Computation/SubmitHistogram", timeout=deadline, retry=False)
         return SubmitResponse(resp.committed, resp.duplicate, tuple(resp.received_chunks), resp.chunk_count,
                               resp.bytes_received)
 

@@ -3,19 +3,26 @@
 `open_upload` checks an upload header against the study and gives back an `UploadSession`, which
 validates and stores each chunk and commits once every chunk is in (and, in a signed study, the
 owner's signature verifies). `ComputationHandler.open_upload` / `upload_status` call these.
+
+Disk: an upload starts storing only if the data directory's free space holds all of it, the
+remaining bytes promised to the other uploads in flight and `DISK_RESERVE_BYTES` (`_DiskClaims`);
+otherwise it is refused RESOURCE_EXHAUSTED before a chunk is written, naming the sizes.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from he_partition.core.backend import n_chunks
 from he_partition.core.errors import InvalidInputError
 
 from ..common.contract import StudyContract, check_id
-from ..common.errors import FailedPreconditionError, PermissionDeniedError
+from ..common.errors import FailedPreconditionError, PermissionDeniedError, QuotaExhaustedError
 from ..common.sealing import Commitment, is_sealed
 from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
 from .join import JoinUploadBackend
@@ -25,7 +32,8 @@ from .store import UploadMeta, owner_conflict
 if TYPE_CHECKING:
     from .handler import ComputationHandler
 
-__all__ = ["UploadSession", "UploadOutcome", "UploadState", "open_upload", "upload_status"]
+__all__ = ["UploadSession", "UploadOutcome", "UploadState", "open_upload", "upload_status", "DiskFullError",
+           "DISK_RESERVE_BYTES"]
 
 log = logging.getLogger("dpagg.computation")
 
@@ -33,6 +41,44 @@ log = logging.getLogger("dpagg.computation")
 #: many chunks or bytes, and always before it reports what it holds (an unsynced chunk is never acknowledged).
 SYNC_EVERY_CHUNKS = 64
 SYNC_EVERY_BYTES = 8 << 20
+
+#: Free space the computation server keeps on its data directory beyond the uploads in flight (bytes): room
+#: for a running aggregate's next generation, a release's files, the SQLite journal and the logs.
+DISK_RESERVE_BYTES = 512 << 20
+
+MB = 1_000_000
+
+
+class DiskFullError(QuotaExhaustedError):
+    """The computation server's disk cannot hold an upload (RESOURCE_EXHAUSTED); nothing of it was stored."""
+
+
+class _DiskClaims:
+    """Bytes promised to the uploads in flight, per data directory. An upload claims its size (chunks x the size
+    of its first chunk) before it writes anything, and gives the claim back when its stream ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._claims: dict[int, tuple[Path, int]] = {}
+
+    def claim(self, key: int, directory: Path, need: int, what: str) -> None:
+        with self._lock:
+            free = shutil.disk_usage(directory).free
+            promised = sum(n for d, n in self._claims.values() if d == directory)
+            if free - promised - need < DISK_RESERVE_BYTES:
+                raise DiskFullError(
+                    f"the computation server's disk has {free / MB:,.0f} MB free; {what} needs up to "
+                    f"{need / MB:,.0f} MB, {promised / MB:,.0f} MB are promised to uploads in flight and "
+                    f"{DISK_RESERVE_BYTES / MB:,.0f} MB are kept free. Nothing of it was stored; once the operator "
+                    "has freed space, run the same submit again to resume")
+            self._claims[key] = (directory, need)
+
+    def release(self, key: int) -> None:
+        with self._lock:
+            self._claims.pop(key, None)
+
+
+_DISK = _DiskClaims()
 
 
 class UploadState:
@@ -105,6 +151,10 @@ class UploadSession:
                 "study's public context and upload again"
             ) from exc
         if not self._started:
+            directory = getattr(self._h.store, "data_dir", None)
+            if isinstance(directory, Path) and directory.exists():  # a store on disk (not the in-memory one)
+                _DISK.claim(id(self), directory, len(data) * self.meta.chunk_count,
+                            f"owner {self.meta.owner_id}'s upload of {self.meta.chunk_count} chunk(s)")
             # Begin (or resume) the partial upload. A different signature under the same key
             # (a re-encryption) discards the chunks held so far, which it would not match.
             self._h.store.start_upload(self.meta, self.signature)
@@ -122,6 +172,7 @@ class UploadSession:
 
     def close(self) -> None:
         """The stream ended early (the owner went away): keep the chunks that arrived, so a resume skips them."""
+        _DISK.release(id(self))
         try:
             self.sync()
         except Exception as exc:  # noqa: BLE001 - the stream's own error is the one to report
@@ -129,6 +180,7 @@ class UploadSession:
                         self.meta.study_id, self.meta.owner_id, exc)
 
     def abort(self) -> None:
+        _DISK.release(id(self))
         self._staged, self._staged_bytes = [], 0
         self._h.store.discard_upload(self.meta)
 
@@ -157,6 +209,7 @@ class UploadSession:
 
     def finish(self) -> UploadOutcome:
         """Commit if every chunk has arrived (and, in a signed study, the signature verifies); else report what is held."""
+        _DISK.release(id(self))
         self.sync()  # what the reply lists is on disk
         held = self._h.store.received_chunks(self.meta)
         if not self.duplicate and len(held) == self.meta.chunk_count:

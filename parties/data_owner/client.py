@@ -30,15 +30,21 @@ from ..decryption.keyshare.uploads import sign_c1_parts, sign_c1_upload
 from .encrypted import EncryptedHistogram
 from .sealed import c1_parts_of, seal_upload
 from ..common.tls import TlsConfig
-from ..computation.client import ComputationClient
+from ..common.client import is_busy
+from ..computation.client import ComputationClient, UploadQueued
 from ..decryption.client import DecryptionClient
 from .resume import UploadCache, counts_digest
 
-__all__ = ["DataOwnerClient", "EncryptedHistogram", "SubmitInterrupted", "SubmitResult", "RESUMABLE_CODES"]
+__all__ = ["DataOwnerClient", "EncryptedHistogram", "SubmitInterrupted", "SubmitResult", "RESUMABLE_CODES",
+           "BUSY_WAIT_SECONDS"]
 
 #: Failures after which an upload is resumed (same idempotency key, only the missing chunks).
 RESUMABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
                    grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+#: How long, by default, an upload keeps coming back to a server that refuses it "server busy" (its upload
+#: queue full): seconds from the start of the upload. Such refusals do not count against `max_attempts`.
+BUSY_WAIT_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,9 @@ class SubmitResult:
     bytes_sent: int
     attempts: int
     seconds: float
+    #: Seconds the upload waited in the server's upload queue, and how often the server refused it as busy.
+    queued_seconds: float = 0.0
+    busy_refusals: int = 0
 
 
 class SubmitInterrupted(KeyboardInterrupt):
@@ -248,7 +257,7 @@ class DataOwnerClient:
 
     def submit(self, study_id: str, histogram: Any, *, idempotency_key: str | None = None,
                progress: bool | None = None, max_attempts: int = 5,
-               resume_dir: str | os.PathLike[str] | None = None) -> SubmitResult:
+               resume_dir: str | os.PathLike[str] | None = None, busy_wait: float = BUSY_WAIT_SECONDS) -> SubmitResult:
         """Encrypt and upload `histogram` (counts per bin, or a BoundedHistogram) to the study.
 
         Retries (UNAVAILABLE, DEADLINE_EXCEEDED, ...) resume the upload: the server
@@ -259,7 +268,9 @@ class DataOwnerClient:
         chunks the server lacks instead of re-encrypting (a new encryption could not be
         combined with the held chunks). Raises ServiceError with ALREADY_EXISTS if this
         owner already submitted under a different key, and SubmitInterrupted (a
-        KeyboardInterrupt) on Ctrl-C during the upload.
+        KeyboardInterrupt) on Ctrl-C during the upload. A busy server queues the upload
+        (its place and wait are reported) or refuses it "server busy" when its queue is
+        full; such refusals are retried with jittered backoff for up to `busy_wait` seconds.
         """
         counts, bound = _counts_of(histogram)
         hist = validate_histogram(counts, name=f"histogram of owner {self.owner_id}")  # before any network traffic
@@ -280,7 +291,7 @@ class DataOwnerClient:
         if resume_dir is None:
             enc = self.encrypt(study_id, histogram, progress=progress)
             return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
-                               started=started)
+                               started=started, busy_wait=busy_wait)
         cache = UploadCache(Path(resume_dir), study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
         digest = counts_digest(np.asarray(counts), bound)
         contract = self.contract(study_id)
@@ -294,16 +305,26 @@ class DataOwnerClient:
             enc = self.encrypt(study_id, histogram, progress=progress)
             cache.save(digest, contract_hash=enc.contract_hash, context_fingerprint=enc.context_fingerprint,
                        domain_length=enc.domain_length, chunks=enc.chunks)
-        result = self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts, started=started)
+        result = self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts, started=started,
+                             busy_wait=busy_wait)
         if result.committed:
             cache.clear()
         return result
 
     def upload(self, enc: EncryptedHistogram, *, idempotency_key: str, progress: bool | None = None,
-               max_attempts: int = 5, only: Sequence[int] | None = None, started: float | None = None) -> SubmitResult:
+               max_attempts: int = 5, only: Sequence[int] | None = None, started: float | None = None,
+               busy_wait: float = BUSY_WAIT_SECONDS) -> SubmitResult:
         """Upload already encrypted chunks, resuming until committed. `only` restricts the first attempt
-        to some chunk indices (it simulates an interrupted upload in tests and demos)."""
+        to some chunk indices (it simulates an interrupted upload in tests and demos).
+
+        Up to `max_attempts` streams are tried on failures in `RESUMABLE_CODES`, each resuming from
+        the chunks the server holds (`upload_status`). A "server busy" refusal (the server's upload
+        queue is full) is not counted among them: it is retried after a jittered, growing pause
+        (the client's RetryPolicy) for as long as `busy_wait` seconds from the start allow. A
+        queued stream's place and wait are reported through the progress reporter.
+        """
         t0 = time.monotonic() if started is None else started
+        give_up = t0 + busy_wait
         k = len(enc.chunks)
         signature = c1_signature = b""
         commitment: Commitment | None = None
@@ -327,14 +348,31 @@ class DataOwnerClient:
         delay = self.retry.initial_delay
         held: set[int] = set()
         counted = 0
-        with self._reporter(progress).step(f"uploading {len(enc.chunks)} ciphertext{'s' if len(enc.chunks) != 1 else ''} to study {enc.study_id}",
+        queued_seconds = 0.0
+        busy = 0
+        reporter = self._reporter(progress)
+
+        def queued(note: UploadQueued) -> None:
+            nonlocal queued_seconds
+            if note.waited is None:
+                reporter.say(f"upload {idempotency_key}: the server is busy; queued at position {note.place.position} "
+                             f"({note.place.running} upload(s) running, {note.place.waiting} waiting)")
+            else:
+                queued_seconds += note.waited
+                reporter.say(f"upload {idempotency_key}: admitted after waiting {note.waited:.1f} s in the queue")
+
+        def result(committed: bool, duplicate: bool, attempts: int) -> SubmitResult:
+            return SubmitResult(enc.study_id, self.owner_id, idempotency_key, committed, duplicate, k, sent_chunks,
+                                sent_bytes, attempts, time.monotonic() - t0, queued_seconds, busy)
+
+        with reporter.step(f"uploading {len(enc.chunks)} ciphertext{'s' if len(enc.chunks) != 1 else ''} to study {enc.study_id}",
                                            total=enc.nbytes, unit="B") as advance:
             try:
-                for attempt in range(1, max_attempts + 1):
+                failures = streams = 0
+                while failures < max_attempts:
                     status = self.computation.upload_status(enc.study_id, self.owner_id, idempotency_key)
                     if status.state == "COMMITTED":
-                        return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, sent_chunks == 0, k,
-                                            sent_chunks, sent_bytes, attempt - 1, time.monotonic() - t0)
+                        return result(True, sent_chunks == 0, streams)
                     if status.state == "CONFLICT":
                         raise ServiceError(grpc.StatusCode.ALREADY_EXISTS,
                                            f"owner {self.owner_id} already submitted to study {enc.study_id} under "
@@ -352,7 +390,7 @@ class DataOwnerClient:
                                                           contract_hash=enc.contract_hash, chunks=enc.chunks)
                     held = set(status.received) if status.state == "PARTIAL" else set()
                     todo = [i for i in range(k) if i not in held]
-                    if only is not None and attempt == 1:
+                    if only is not None and streams == 0:
                         todo = [i for i in todo if i in set(only)]
                     already = sum(len(enc.chunks[i]) for i in held)  # held by the server: shown as done
                     if already > counted:
@@ -368,24 +406,39 @@ class DataOwnerClient:
                             advance(len(enc.chunks[i]))
                             yield i, enc.chunks[i]
 
+                    first = streams == 0
+                    streams += 1
                     try:
                         resp = self.computation.submit_chunks(
                             study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
                             domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
                             chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature,
-                            c1_signature=c1_signature, commitment=commitment)
+                            c1_signature=c1_signature, commitment=commitment, on_queued=queued)
                     except ServiceError as err:
-                        if err.code not in RESUMABLE_CODES or attempt == max_attempts:
-                            raise
-                        time.sleep(random.uniform(0, min(self.retry.max_delay, delay)))
+                        pause = random.uniform(0, min(self.retry.max_delay, delay))
                         delay *= self.retry.multiplier
+                        if is_busy(err) and time.monotonic() + pause < give_up:
+                            busy += 1  # refused before anything was read: not a failed attempt
+                            if busy == 1:
+                                why = err.details.removeprefix("server busy: ").split("; retry in a moment")[0]
+                                reporter.say(f"upload {idempotency_key}: the server is busy ({why}); trying again "
+                                             f"for up to {give_up - time.monotonic():.0f} s")
+                            time.sleep(pause)
+                            continue
+                        failures += 1
+                        if err.code not in RESUMABLE_CODES or failures >= max_attempts:
+                            if is_busy(err):
+                                err.details += (f" (refused busy {busy + 1} time(s) in "
+                                                f"{time.monotonic() - t0:.0f} s; the wait limit is {busy_wait:g} s)")
+                                err.args = (f"{err.code.name} ({err.method}): {err.details}",)
+                            raise
+                        time.sleep(pause)
                         continue
                     if resp.committed:
-                        return SubmitResult(enc.study_id, self.owner_id, idempotency_key, True, resp.duplicate, k,
-                                            sent_chunks, sent_bytes, attempt, time.monotonic() - t0)
-                    if only is not None and attempt == 1:
-                        return SubmitResult(enc.study_id, self.owner_id, idempotency_key, False, False, k, sent_chunks,
-                                            sent_bytes, attempt, time.monotonic() - t0)
+                        return result(True, resp.duplicate, streams)
+                    if only is not None and first:
+                        return result(False, False, streams)
+                    failures += 1  # the stream ended without a commit: ask what the server holds, go on
             except KeyboardInterrupt:
                 raise SubmitInterrupted(enc.study_id, self.owner_id, idempotency_key, sent_chunks, len(held),
                                         k) from None
