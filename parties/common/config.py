@@ -173,6 +173,8 @@ class ComputationConfig:
     ray_node_ip: str = "127.0.0.1"
     #: Threshold mode: the key-share holders as NAME=HOST:PORT (K >= 2); then no decryption_target.
     holders: tuple[str, ...] = ()
+    #: Places in the upload queue: uploads past the running ones wait here, each on a thread of its own.
+    upload_queue: int = 64
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -181,6 +183,9 @@ class ComputationConfig:
         _check_workers(self.max_workers)
         if self.executor not in ("processes", "inprocess", "ray"):
             raise InvalidInputError(f"executor must be one of processes, inprocess, ray, got {self.executor!r}")
+        if self.upload_queue < 0:
+            raise InvalidInputError(f"upload_queue must be >= 0 (0: refuse uploads past the running ones), got "
+                                    f"{self.upload_queue}")
         if self.chunk_workers < 0:
             raise InvalidInputError(f"chunk_workers must be >= 0 (0: one per core), got {self.chunk_workers}")
         if self.cluster and self.executor != "ray":

@@ -13,20 +13,22 @@ health checks included. `CallLimiter` is the first interceptor of every server:
   (`EXEMPT_ROLES`) and the callers of an insecure test server (no identities) are not
   limited; a call past a limit is refused at once with UNAVAILABLE
   ("server busy", retryable) and takes no further thread time;
-- an upload (`QUEUED_METHODS`) that finds its method's slots taken waits its turn instead, in
-  a first-come first-served queue (`_Slots.admit`): at most `queue_len[m]` calls wait, at
-  most one per caller (so one owner's many streams cannot push the others back), each for
-  at most `queue_wait` seconds and never past its own deadline. A waiting call holds a pool
-  thread, so it counts against `slots` and `per_caller` like a running one, and the queue is
-  sized from the pool (`CallLimits.for_pool`) so that health (`HEALTH_RESERVE`) and at least
-  one small call stay free. A queued caller is told its place at once (initial metadata
-  `dpagg-queue`: position, waiting, running) and, once admitted, how long it waited
-  (trailing metadata `dpagg-queue-waited`). What still refuses, with "server busy" (retried
-  by the owner's client within its wait limit): the queue full ("queue full (N waiting)"), a
-  second waiting call of one caller, the wait bound, and every slot of the pool taken. The
-  disk an upload fills is checked by the upload itself (RESOURCE_EXHAUSTED,
-  `parties.computation.uploads`); memory is bounded by these counts of calls (docs/scaling.md,
-  "A crowd of owners uploading at once");
+- an upload (`QUEUED_METHODS`) that finds its method's slots (or every slot) taken waits its
+  turn instead, in a first-come first-served queue (`_Slots.admit`): at most `queue_len[m]`
+  calls wait, at most one per caller (so one owner's many streams cannot push the others
+  back), each for at most `queue_wait` seconds and never past its own deadline. A waiting call
+  holds a thread, but one of its own: the server's pool has one thread more per place in the
+  queue (`CallLimits.queue_threads`, added by `create_server`), so the queue takes nothing
+  from `slots`, health (`HEALTH_RESERVE`) or small calls; a waiting call holds no slot until
+  it is admitted. A queued caller is told its place at once (initial metadata `dpagg-queue`:
+  position, waiting, running) and, once admitted, how long it waited (trailing metadata
+  `dpagg-queue-waited`). What still refuses, with "server busy" (retried by the owner's
+  client within its wait limit): the queue full ("queue full (N waiting)"), a second waiting
+  call of one caller, a caller already at its own limit of running calls, and the wait bound.
+  The disk an upload fills is checked by the upload itself (RESOURCE_EXHAUSTED,
+  `parties.computation.uploads`); memory by the number of running uploads (a waiting upload
+  is not read: gRPC's flow control holds its sender) (docs/scaling.md, "A crowd of owners
+  uploading at once");
 - a request stream that sends nothing for `idle_seconds` is cancelled (CANCELLED);
 - a call whose client is gone before it starts is skipped; long loops call
   `raise_if_cancelled()` to stop work nobody waits for;
@@ -42,7 +44,7 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -50,7 +52,7 @@ from google.protobuf.message import DecodeError
 from .errors import CallCancelledError
 from .tls import peer_identity
 
-__all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "QUEUED_METHODS", "QUEUE_WAIT_SECONDS",
+__all__ = ["CallLimiter", "CallLimits", "MESSAGE_BUDGETS", "HEALTH_RESERVE", "QUEUED_METHODS", "QUEUE_WAIT_SECONDS", "UPLOAD_QUEUE_PLACES",
            "QUEUE_METADATA", "QUEUE_WAITED_METADATA", "QueuePlace", "raise_if_cancelled",
            "CallCancelledError", "server_options", "DECRYPTION_MAX_RECEIVE", "ANALYST_MAX_RECEIVE",
            "COMPUTATION_MAX_RECEIVE"]
@@ -136,6 +138,9 @@ QUEUED_METHODS = ("/dpagg.v1.Computation/SubmitHistogram",)
 #: The longest a call waits in its method's queue (seconds); it is refused "server busy" after that.
 QUEUE_WAIT_SECONDS = 120.0
 
+#: Places in the upload queue by default: each is a thread of its own beside the pool, idle while it waits.
+UPLOAD_QUEUE_PLACES = 64
+
 #: Initial metadata of a queued call: "position=P;waiting=W;running=R" (P = 1 is next).
 QUEUE_METADATA = "dpagg-queue"
 #: Trailing metadata of a call admitted from the queue: seconds it waited ("%.3f").
@@ -171,17 +176,20 @@ class CallLimits:
     queue_len: dict[str, int] = field(default_factory=dict)
     queue_wait: float = QUEUE_WAIT_SECONDS
 
+    def queue_threads(self, services: Iterable[str]) -> int:
+        """Threads a server hosting `services` (full names) adds to its pool for the calls waiting in its queues."""
+        hosted = tuple(f"/{name}/" for name in services)
+        return sum(n for method, n in self.queue_len.items() if method.startswith(hosted))
+
     @classmethod
-    def for_pool(cls, max_workers: int) -> "CallLimits":
+    def for_pool(cls, max_workers: int, queue_places: int = UPLOAD_QUEUE_PLACES) -> "CallLimits":
         """`HEALTH_RESERVE` threads kept for health; one caller gets at most half the rest, each heavy
         method a third (so two heavy methods together still leave room for small calls). A queued
-        method's waiting calls hold threads too: at most as many wait as run, and running plus
-        waiting leave at least one slot for small calls (a pool of 4 or fewer queues nothing)."""
+        method gets `queue_places` places to wait, each a thread beside the pool (`queue_threads`)."""
         slots = max(1, max_workers - HEALTH_RESERVE)
         heavy = max(1, slots // 3)
-        waiting = max(0, min(heavy, slots - heavy - 1))
         return cls(slots, max(1, slots // 2), {m: heavy for m in HEAVY_METHODS}, idle_seconds=IDLE_STREAM_SECONDS,
-                   queue_len={m: waiting for m in QUEUED_METHODS}, queue_wait=QUEUE_WAIT_SECONDS)
+                   queue_len={m: max(0, queue_places) for m in QUEUED_METHODS}, queue_wait=QUEUE_WAIT_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -219,8 +227,8 @@ class _Slots:
     def __init__(self, limits: CallLimits) -> None:
         self.limits = limits
         self._lock = threading.Condition(threading.Lock())
-        self._total = 0  # running and waiting calls (each holds a pool thread)
-        self._by_caller: Counter[str] = Counter()  # running and waiting
+        self._total = 0  # running calls (a waiting call holds a queue thread, not a slot)
+        self._by_caller: Counter[str] = Counter()  # running
         self._by_method: Counter[str] = Counter()  # running only
         self._queues: dict[str, deque[tuple[object, str]]] = {}  # (ticket, caller), first come first
 
@@ -245,9 +253,10 @@ class _Slots:
     def admit(self, caller: str, method: str, *, active: Callable[[], bool],
               on_queued: Callable[[QueuePlace], None] = lambda place: None,
               clock: Callable[[], float] = time.monotonic) -> Admission:
-        """Take a slot as `take` does, but when `method` is queued and only its own slots are taken, wait
-        for one in its FIFO queue (see the module docstring). `active()` is polled while waiting (the
-        client gone or past its deadline: leave the queue); `on_queued` is told the place once, outside the lock."""
+        """Take a slot as `take` does, but when `method` is queued and its slots (or every slot) are taken,
+        wait for one in its FIFO queue on a thread of the queue's own (see the module docstring). `active()`
+        is polled while waiting (the client gone or past its deadline: leave the queue); `on_queued` is told
+        the place once, outside the lock."""
         lim = self.limits
         room = lim.queue_len.get(method, 0)
         cap = lim.per_method.get(method)
@@ -255,26 +264,25 @@ class _Slots:
             return Admission(self.take(caller, method))
         name = method.rsplit("/", 1)[-1]
         ticket = object()
+
+        def free() -> bool:
+            return (self._by_method[method] < cap and self._total < lim.slots
+                    and self._by_caller[caller] < lim.per_caller)
+
         with self._lock:
             queue = self._queues.setdefault(method, deque())
-            if self._total >= lim.slots:
-                return Admission(f"all {lim.slots} call slots are busy")
             if self._by_caller[caller] >= lim.per_caller:
                 return Admission(f"caller {caller} already has {lim.per_caller} calls running")
             running = self._by_method[method]
-            if running < cap and not queue:  # nobody waits before it
-                self._total += 1
-                self._by_caller[caller] += 1
-                self._by_method[method] += 1
+            if not queue and free():  # nobody waits before it
+                self._take_locked(caller, method)
                 return Admission()
             if any(c == caller for _, c in queue):
                 return Admission(f"{running} {name} calls are running and caller {caller} already waits for one "
                                  "(one place in the queue per caller)")
             if len(queue) >= room:
                 return Admission(f"{running} {name} calls are running; queue full ({len(queue)} waiting)")
-            queue.append((ticket, caller))
-            self._total += 1  # a waiting call holds its thread
-            self._by_caller[caller] += 1
+            queue.append((ticket, caller))  # waits on a queue thread: holds no slot yet
             place = QueuePlace(len(queue), len(queue), running)
         start = clock()
         log.info("%s from %s queued at position %d (%d running)", method, caller, place.position, running)
@@ -287,9 +295,9 @@ class _Slots:
             try:
                 while True:
                     waited = clock() - start
-                    if queue[0][0] is ticket and self._by_method[method] < cap:
+                    if queue[0][0] is ticket and free():
                         queue.popleft()
-                        self._by_method[method] += 1
+                        self._take_locked(caller, method)
                         admitted = True
                         self._lock.notify_all()  # the next in line may have a free slot too
                         return Admission(waited=waited, queued=True)
@@ -302,9 +310,12 @@ class _Slots:
             finally:
                 if not admitted:
                     queue.remove(next(e for e in queue if e[0] is ticket))
-                    self._total -= 1
-                    self._by_caller[caller] -= 1
                     self._lock.notify_all()
+
+    def _take_locked(self, caller: str, method: str) -> None:
+        self._total += 1
+        self._by_caller[caller] += 1
+        self._by_method[method] += 1
 
     def give(self, caller: str, method: str) -> None:
         if not caller:

@@ -84,9 +84,11 @@ def create_server(
     concurrency per identity and per heavy RPC, idle request streams, message size per RPC
     (parties.common.limits); health keeps threads of its own.
     """
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpagg-rpc"),
-        interceptors=(CallLimiter(limits or CallLimits.for_pool(max_workers)), ErrorMappingInterceptor()),
+    limits = limits or CallLimits.for_pool(max_workers)
+    queue_threads = limits.queue_threads(name for _, _, name in services)
+    server = grpc.server(  # the calls waiting in an upload queue wait on threads of their own
+        futures.ThreadPoolExecutor(max_workers=max_workers + queue_threads, thread_name_prefix="dpagg-rpc"),
+        interceptors=(CallLimiter(limits), ErrorMappingInterceptor()),
         options=list(config.GRPC_OPTIONS if options is None else options),
     )
     health_servicer = _HealthServicer(experimental_non_blocking=True)

@@ -20,7 +20,7 @@ from ..analyst.servicer import SERVICE_NAME as ANALYST_SERVICE
 from ..analyst.servicer import AnalystServicer
 from ..common.access import AccessPolicy
 from ..common.config import AnalystConfig, ComputationConfig
-from ..common.limits import ANALYST_MAX_RECEIVE, COMPUTATION_MAX_RECEIVE, server_options
+from ..common.limits import ANALYST_MAX_RECEIVE, COMPUTATION_MAX_RECEIVE, CallLimits, server_options
 from ..common.server import ServerHandle, ServiceBinding, create_server
 from ..common.util import lock_data_dir, noise_source
 from ..common.receipts import ReceiptBook
@@ -82,6 +82,7 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
                          AnalystServicer(AnalystHandler(st), policy), ANALYST_SERVICE))
     try:
         server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers,
+                                     limits=CallLimits.for_pool(config.max_workers, config.upload_queue),
                                      credentials=config.tls.server_credentials() if config.tls is not None else None,
                                      options=server_options(COMPUTATION_MAX_RECEIVE))
     except BaseException:

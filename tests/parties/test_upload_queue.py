@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from parties.common.config import GRPC_OPTIONS
-from parties.common.limits import CallLimits, QueuePlace, _Slots
+from parties.common.limits import HEALTH_RESERVE, UPLOAD_QUEUE_PLACES, CallLimits, QueuePlace, _Slots
 from parties.common.progress import Progress
 from parties.computation.server import create_computation_server
 from parties.data_owner.client import DataOwnerClient, SubmitResult
@@ -26,14 +26,28 @@ from .conftest import FAST_RETRY, Cluster
 UPLOAD = "/dpagg.v1.Computation/SubmitHistogram"
 
 
-def test_the_pool_sizes_the_queue_and_keeps_threads_for_small_calls() -> None:
-    for workers in (3, 4, 5, 8, 16, 64):
+def test_the_queue_waits_on_threads_of_its_own_and_takes_no_slot(tmp_path: Path) -> None:
+    """A waiting upload holds a queue thread, not one of the pool's slots: the pool keeps every slot for running
+    calls and health, and only a server hosting the upload method adds the queue's threads."""
+    for workers in (3, 4, 8, 16, 64):
         lim = CallLimits.for_pool(workers)
-        running, waiting = lim.per_method[UPLOAD], lim.queue_len[UPLOAD]
-        assert running + waiting < lim.slots or waiting == 0, (workers, running, waiting, lim.slots)
-        assert waiting <= running
-    assert CallLimits.for_pool(16).queue_len[UPLOAD] == 4  # the computation server's default pool
-    assert CallLimits.for_pool(4).queue_len[UPLOAD] == 0  # too small to queue: refused at once as before
+        assert lim.queue_len[UPLOAD] == UPLOAD_QUEUE_PLACES and lim.slots == max(1, workers - HEALTH_RESERVE)
+        assert lim.queue_threads(["dpagg.v1.Computation"]) == UPLOAD_QUEUE_PLACES
+        assert lim.queue_threads(["dpagg.v1.Decryption", "dpagg.v1.Analyst"]) == 0
+    slots = _Slots(CallLimits(slots=2, per_caller=2, per_method={UPLOAD: 2}, queue_len={UPLOAD: 3}, queue_wait=5.0))
+    assert not slots.admit("owner a", UPLOAD, active=lambda: True).refused
+    assert not slots.admit("owner b", UPLOAD, active=lambda: True).refused  # every slot taken now
+    order: list[str] = []
+    waiting = [_admit_in_thread(slots, f"owner {c}", order, [], threading.Event()) for c in "cde"]
+    time.sleep(0.2)
+    assert slots._total == 2 and len(slots._queues[UPLOAD]) == 3  # three wait, none holds a slot
+    slots.give("owner a", UPLOAD)
+    slots.give("owner b", UPLOAD)
+    time.sleep(0.3)
+    assert order == ["owner c", "owner d"] and slots._total == 2
+    slots.give("owner c", UPLOAD)
+    waiting[2].join(5)
+    assert order == ["owner c", "owner d", "owner e"]
 
 
 def _limits() -> CallLimits:
@@ -91,10 +105,10 @@ def test_a_waiting_call_whose_client_left_gives_its_place_up() -> None:
 
 @pytest.fixture
 def small_pool_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A secure cluster whose computation server has a pool of 8 threads: 2 upload slots, 2 places to wait."""
+    """A secure cluster whose computation server has a pool of 8 threads (2 upload slots) and 2 places to wait."""
     c = Cluster.start(tmp_path, secure=True)
     c.cs.stop()
-    config = replace(Cluster._cs_config(tmp_path, c.pki, c.ds.target, 0, 12), max_workers=8)
+    config = replace(Cluster._cs_config(tmp_path, c.pki, c.ds.target, 0, 12), max_workers=8, upload_queue=2)
     c.cs = create_computation_server(config).start()
     try:
         yield c
