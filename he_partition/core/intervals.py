@@ -79,6 +79,7 @@ __all__ = [
     "exact_cut_halfwidth",
     "bound_halfwidth",
     "noise_halfwidth",
+    "weighted_sum_halfwidth",
     "value_interval",
     "describe",
 ]
@@ -371,6 +372,30 @@ def noise_halfwidth(variance: float, confidence: float, draws: float = 2.0) -> t
     if draws in (1, 2, 1.0, 2.0):
         return float(exact_halfwidth(variance, confidence, int(draws))), "exact"
     return chernoff_halfwidth([1.0], [variance], confidence, draws), "chernoff"
+
+
+def weighted_sum_halfwidth(weights: npt.ArrayLike, variances: npt.ArrayLike, confidence: float,
+                           draws: float = 2.0) -> tuple[float, str]:
+    """Half-width and method for sum_j weights[j] N_j, N_j a released value's noise (`draws` draws, variance
+    variances[j]), weights in (0, 1]: 1 for a whole partition, its overlapping share for a cut one. Exact for
+    one value, for whole values (`exact_sum_halfwidth`) and for whole plus cut ones (`exact_cut_halfwidth`)
+    where the distribution fits; the Chernoff bound otherwise (or for fractional draws)."""
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    var = np.asarray(variances, dtype=np.float64).reshape(-1)
+    if w.size == 1 and w[0] == 1.0:
+        return noise_halfwidth(float(var[0]), confidence, draws)
+    whole = w == 1.0
+    uniq, counts = np.unique(var[whole], return_counts=True)
+    exact: float | None = None
+    if float(draws).is_integer():
+        exact = exact_sum_halfwidth(uniq, counts, confidence, int(draws)) if whole.all() else \
+            exact_cut_halfwidth(uniq, counts, w[~whole], var[~whole], confidence, int(draws))
+    if exact is not None:
+        return float(exact), "exact"
+    cw = np.concatenate([np.ones(uniq.size), w[~whole]])
+    cv = np.concatenate([uniq, var[~whole]])
+    n = np.concatenate([counts.astype(np.float64), np.ones(int((~whole).sum()))])
+    return chernoff_halfwidth(cw, cv, confidence, draws, counts=n), "chernoff"
 
 
 def value_interval(value: float, standard_error: float, confidence: float = DEFAULT_CONFIDENCE, *,

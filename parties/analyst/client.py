@@ -116,5 +116,5 @@ class AnalystClient(BaseClient):
             return counts
         summary = self.get_release(release_id, timeout=timeout).summary
         cis = [summary.interval(c.lo, c.hi, confidence) for c in counts]
-        return RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence)
+        return RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence, ci.method)
                            for c, ci in zip(counts, cis))

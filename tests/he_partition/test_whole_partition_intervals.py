@@ -1,0 +1,53 @@
+"""A one-level tree (auto's one count per bin) gets the exact interval of a sum of whole partitions, not the bound."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from he_partition.core.intervals import exact_sum_halfwidth
+from he_partition.protocol import release
+
+
+def _identity_release(seed: int = 3):
+    rng = np.random.default_rng(1)
+    hs = [rng.integers(0, 40, 50) for _ in range(2)]
+    summary = release(hs, 0.9, rng=seed)  # the README's walkthrough: 50 bins, 0.9 left for the release
+    assert summary.params["design"] == "identity" and summary.estimator == "tree" and len(summary.released) == 1
+    return summary, hs[0] + hs[1]
+
+
+def test_auto_identity_interval_for_whole_bins_is_the_exact_one() -> None:
+    summary, _ = _identity_release()
+    variance = summary.released[0].variance
+    ci = summary.interval(0, 10, 0.95)
+    exact = exact_sum_halfwidth([variance], [10], 0.95, 2)
+    assert exact is not None and ci.method == "exact"
+    assert (ci.hi - ci.lo) / 2 == exact  # about 13, where the bound said 24.7
+    rc = summary.range_counts([(0, 10)], confidence=0.95)[0]
+    assert (rc.ci_lo, rc.ci_hi, rc.interval_method) == (ci.lo, ci.hi, "exact")
+    assert rc.as_dict()["interval_method"] == "exact"
+    assert list(summary.range_counts([(0, 10)], confidence=0.95).to_pandas()["interval_method"]) == ["exact"]
+
+
+def test_the_exact_interval_covers_at_its_level_and_is_much_narrower_than_the_bound() -> None:
+    """Seeded: over 400 releases the 95% interval of bins [0, 10) contains the truth at least ~95% of the time."""
+    summary, truth = _identity_release()
+    ci = summary.interval(0, 10, 0.95)
+    sd = summary.range_count(0, 10).standard_error
+    assert (ci.hi - ci.lo) / 2 < 2.2 * sd  # the bound was about 3.6 standard errors
+    rng = np.random.default_rng(1)
+    hs = [rng.integers(0, 40, 50) for _ in range(2)]
+    inside = 0
+    for seed in range(400):
+        s = release(hs, 0.9, rng=10_000 + seed)
+        c = s.interval(0, 10, 0.95)
+        inside += c.lo <= truth[:10].sum() <= c.hi
+    assert inside / 400 >= 0.93
+
+
+def test_a_multi_level_tree_keeps_its_bound() -> None:
+    rng = np.random.default_rng(2)
+    hs = [rng.integers(100, 200, 256) for _ in range(2)]
+    s = release(hs, 1.0, rng=4)
+    assert s.estimator == "tree" and len(s.released) > 1
+    assert s.interval(0, 16, 0.95).method == "bound"
