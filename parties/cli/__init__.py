@@ -4,6 +4,7 @@ One module per command group, each with its own `add_parser(sub)`:
 
 - `servers`   serve-decryption, serve-computation, serve-analyst, health
 - `studies`   certs, keygen, open-study, open-join, status (operator)
+- `accuracy`  accuracy (a release's error before any budget is spent)
 - `owners`    submit, join-submit, sample-csv (data owner)
 - `releases`  release run/status, query, direct-query (operator, analyst)
 - `ledger`    budget, ledger backup/verify
@@ -30,12 +31,12 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from he_partition.core.errors import DPAggError  # noqa: E402
 
 from ..common.errors import ServiceError  # noqa: E402
-from . import demo, ledger, methods, owners, releases, servers, studies  # noqa: E402
+from . import accuracy, demo, ledger, methods, owners, releases, servers, studies  # noqa: E402
 
 __all__ = ["main", "build_parser"]
 
 #: Command groups in the order `dpagg --help` lists them.
-GROUPS = (servers, studies, owners, releases, ledger, demo, methods)
+GROUPS = (servers, studies, accuracy, owners, releases, ledger, demo, methods)
 
 
 def build_parser() -> argparse.ArgumentParser:
