@@ -21,6 +21,8 @@ Method, by how much is known:
   noise is known in closed form (P[D1 + D2 = y] = c^2 q^|y| (|y| + 1 + 2q^2/(1 - q^2)),
   c = (1 - q)/(1 + q)); the half-width is the least integer k with P[|noise| > k] <= 1 - confidence,
   so coverage is at least `confidence` (more only by the lattice's discreteness).
+* A "tree" summary of one released partition (auto's one count per bin) estimates each cell by
+  its released value, so its ranges get the partition methods below, exact for whole cells.
 * "exact" also for a sum of whole released values (a range made of whole partitions): r
   draws of one scale sum to N - N' with N, N' ~ NB(r, q), and the sum over scales is a
   convolution; the distribution is computed on the integer lattice (FFT, with a 1e-9 slack
@@ -41,6 +43,12 @@ Method, by how much is known:
   partitions at 95% (a normal interval would claim 1.96). Chebyshev (k = 1/sqrt(1 - confidence):
   4.47 standard errors at 95%) was rejected as far too wide; a normal interval (1.96) is
   not guaranteed and does under-cover for a single value at small noise (see the tests).
+* "chernoff" also for the least-squares estimators (a tree of more than one level, wavelets): the
+  answer is a linear combination of independent released values whose weights the estimator's
+  adjoint gives (`IntervalTree.query_terms`, `haar_prefix_adjoint`), so the Chernoff bound above
+  applies to it directly: about 2.8 standard errors at 95%. A value measured twice (one interval at
+  two tree levels) enters once with its combined variance, which only enlarges the MGF. Used up to
+  `summary.MAX_TERMS` cells or bins, and only where it is narrower than the "bound" below.
 * "bound": only the standard error sigma of a linear combination is known (least-squares
   "tree" and wavelet estimators), plus the smallest variance V_min of any released value
   that enters it. Each term's log-MGF is a power series in its variance share s_j = a_j^2 V_j

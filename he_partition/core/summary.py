@@ -1,4 +1,9 @@
-"""The released DP view: a partition of the domain with noisy sums, range counts with standard errors."""
+"""The released DP view: a partition of the domain with noisy sums, range counts with standard errors.
+
+Size: every estimator's answers, standard errors and intervals read the same lazily built indexes
+(the least-squares tree, the partition prefix sums), which live on the frozen summary; frames and
+plots, which only read answers, are in `frames`, and the interval arithmetic in `intervals`.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,16 @@ import numpy.typing as npt
 from .errors import InvalidInputError
 from .frames import plot_summary, range_frame, summary_frame
 from .estimation import (IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint,
-                         haar_range_variance)
-from .intervals import ConfidenceInterval, bound_halfwidth, check_confidence, weighted_sum_halfwidth
+                         haar_range_variance, range_weights)
+from .intervals import ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, weighted_sum_halfwidth
 
 __all__ = ["Summary", "RangeCount", "RangeCounts", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 
 SUMMARY_FORMAT = "dpagg.summary.v1"
+
+#: Most cells (tree) or bins (wavelet) whose least-squares answers get the Chernoff bound on their exact weights;
+#: above, the bound from the standard error alone (a Chernoff search over every released value would be slow).
+MAX_TERMS = 1 << 14
 
 #: How per-bin estimates are derived from the released values.
 #: "partition": spread each of `sums` evenly over its partition (the original gap summaries);
@@ -379,11 +388,32 @@ class Summary:
         released = [r.variance for r in self.released if r.variance > 0]
         min_var = min(released) if released else min((v for v in self.sum_variance if v > 0), default=0.0)
         half = bound_halfwidth(c.standard_error, min_var, confidence, self.draws_per_value) if min_var > 0 else 0.0
+        method, terms = "bound", self._noise_terms(c.lo, c.hi) if half > 0 else None
+        if terms is not None:  # both are guarantees: the narrower one holds
+            tight = chernoff_halfwidth(terms[0], terms[1], confidence, self.draws_per_value)
+            half, method = (tight, "chernoff") if tight < half else (half, method)
         center = c.value
         if self.estimator == "haar_nonnegative":  # the refinement is not linear: the interval is the linear one's
             prefix = self._linear_haar_prefix
             center = float(prefix[c.hi] - prefix[c.lo])
-        return ConfidenceInterval(center - half, center + half, confidence, "bound")
+        return ConfidenceInterval(center - half, center + half, confidence, method)
+
+    def _noise_terms(self, lo: int, hi: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+        """The least-squares answer for [lo, hi) as weights on independent released values and their variances
+        (None beyond MAX_TERMS values, where the Chernoff search would be slow): the adjoint of the estimator."""
+        if self.estimator == "tree":
+            tree = self._tree
+            if tree.leaf_starts.size > MAX_TERMS:
+                return None
+            return tree.query_terms(range_weights(tree.leaf_starts, self.domain_size, [lo], [hi])[0])
+        if self.domain_size > MAX_TERMS:
+            return None
+        g = np.zeros(self.domain_size)  # weights on the prefix sums: +1 at hi - 1, -1 at lo - 1
+        g[hi - 1] += 1.0
+        if lo > 0:
+            g[lo - 1] -= 1.0
+        weights = haar_prefix_adjoint(g)
+        return weights, np.full(weights.size, self.released[0].variance)
 
     def weighted_count(self, weights: npt.ArrayLike) -> tuple[float, float]:
         """Estimate of sum_i weights[i] * x[i] and the standard error of its noise.
