@@ -261,17 +261,18 @@ def _interval_text(a: dict[str, Any]) -> str:
     """' [lo, hi]' when the answer carries a confidence interval, else ''."""
     if a.get("ci_lo") is None:
         return ""
-    return f" [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}]"
+    method = f" {a['interval_method']}" if a.get("interval_method") else ""
+    return f" [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}]{method}"
 
 
 def _print_csv(answers: list[dict[str, Any]], *, interval: bool = False) -> None:
     """Range answers as CSV on stdout (header lo,hi,label,value,standard_error,cuts_partition; with `interval`
-    also ci_lo,ci_hi,confidence)."""
+    also ci_lo,ci_hi,confidence,interval_method)."""
     import csv
 
     fields = ["lo", "hi", "label", "value", "standard_error", "cuts_partition"]
     if interval:
-        fields += ["ci_lo", "ci_hi", "confidence"]
+        fields += ["ci_lo", "ci_hi", "confidence", "interval_method"]
     writer = csv.DictWriter(sys.stdout, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     writer.writerows(answers)
