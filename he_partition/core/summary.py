@@ -20,7 +20,8 @@ from .errors import InvalidInputError
 from .frames import plot_summary, range_frame, summary_frame
 from .estimation import (IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint,
                          haar_range_variance, range_weights)
-from .intervals import ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, weighted_sum_halfwidth
+from .intervals import (ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, grouped_terms,
+                        weighted_sum_halfwidth)
 
 __all__ = ["Summary", "RangeCount", "RangeCounts", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 
@@ -362,7 +363,7 @@ class Summary:
             return self._bound_interval(self.range_counts([(lo, hi)])[0], confidence)
         return self._partition_interval(self.range_count(lo, hi), confidence)
 
-    @property
+    @cached_property
     def _one_partition_level(self) -> bool:
         """A "tree" of one released partition (`auto`'s one count per bin) estimates each cell by its released
         value, as the "partition" estimator does: it gets the partition's intervals (exact for whole ones)."""
@@ -390,7 +391,8 @@ class Summary:
         half = bound_halfwidth(c.standard_error, min_var, confidence, self.draws_per_value) if min_var > 0 else 0.0
         method, terms = "bound", self._noise_terms(c.lo, c.hi) if half > 0 else None
         if terms is not None:  # both are guarantees: the narrower one holds
-            tight = chernoff_halfwidth(terms[0], terms[1], confidence, self.draws_per_value)
+            w, v, n = grouped_terms(*terms)
+            tight = chernoff_halfwidth(w, v, confidence, self.draws_per_value, counts=n)
             half, method = (tight, "chernoff") if tight < half else (half, method)
         center = c.value
         if self.estimator == "haar_nonnegative":  # the refinement is not linear: the interval is the linear one's

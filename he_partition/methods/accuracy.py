@@ -29,7 +29,8 @@ from ..core.errors import InvalidInputError
 from ..core.intervals import DEFAULT_CONFIDENCE, check_confidence
 from ..core.measurements import Measurement
 from ..core.summary import Summary
-from ..protocol import STRATEGIES, make_strategy, run_strategy, validate_epsilon
+from ..core.validation import validate_epsilon
+from ..protocol import STRATEGIES, make_strategy, run_strategy
 
 __all__ = ["RangeAccuracy", "AccuracyPreview", "accuracy_preview", "design_summary", "PREVIEWABLE", "default_lengths"]
 

@@ -63,3 +63,16 @@ def test_a_multi_level_tree_gets_the_chernoff_bound_on_its_exact_weights() -> No
     bound = bound_halfwidth(se, min(r.variance for r in s.released), 0.95, s.draws_per_value)
     assert ci.method == "chernoff" and (ci.hi - ci.lo) / 2 < 0.85 * bound
     assert inside / 300 >= 0.95
+
+
+def test_grouping_terms_only_widens_the_chernoff_bound_and_barely() -> None:
+    from he_partition.core.intervals import chernoff_halfwidth, grouped_terms
+
+    rng = np.random.default_rng(7)
+    w = np.concatenate([np.full(300, 0.25), np.full(200, 0.25 * (1 + 1e-9)), rng.uniform(0.01, 1.0, 50), [0.0]])
+    v = np.concatenate([np.full(500, 4.0), np.full(50, 9.0), [1.0]])
+    gw, gv, gn = grouped_terms(-w, v)
+    assert gn.sum() == 550 and gw.size < 60  # the 500 near-equal weights are one term; the zero weight is dropped
+    plain = chernoff_halfwidth(w, v, 0.95)
+    grouped = chernoff_halfwidth(gw, gv, 0.95, counts=gn)
+    assert plain <= grouped <= plain * (1 + 1e-6)
