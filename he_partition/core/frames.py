@@ -1,19 +1,18 @@
 """pandas and matplotlib views of a released summary and of range answers (both optional, imported on first use).
 
 Post-processing only: a frame or a plot is a deterministic function of released numbers; it adds
-no noise and spends no budget. A `domain` (anything with the study's bin `edges`, its `column`,
-`describe_range(lo, hi)` and `categories`, e.g. `dpagg.DomainSpec`) labels bins with the values
-they hold; without one, bins are labelled by index.
+no noise and spends no budget. `summary` is a `he_partition.core.summary.Summary` and answers are
+its `RangeCount`s (typed loosely: `summary` imports this module, not the other way round). A
+`domain` (anything with the study's bin `edges`, its `column`, `describe_range(lo, hi)` and
+`categories`, e.g. `dpagg.DomainSpec`) labels bins with the values they hold; without one, bins
+are labelled by index.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .summary import RangeCount, Summary
 
 __all__ = ["BinDomain", "pandas_module", "summary_frame", "range_frame", "plot_summary"]
 
@@ -55,7 +54,7 @@ def _labels(lo: Sequence[int], hi: Sequence[int], domain: BinDomain | None, n: i
     return cols
 
 
-def summary_frame(summary: "Summary", domain: BinDomain | None = None, confidence: float | None = None) -> Any:
+def summary_frame(summary: Any, domain: BinDomain | None = None, confidence: float | None = None) -> Any:
     """The released partitions: start, stop (bins [start, stop)), with `domain` value_lo, value_hi and label,
     the noisy sum and the standard error of its noise; with `confidence` also estimate (the partition's count
     as the summary answers it: the sum itself, or a least-squares tree's estimate), ci_lo, ci_hi, confidence
@@ -74,7 +73,7 @@ def summary_frame(summary: "Summary", domain: BinDomain | None = None, confidenc
     return pandas_module().DataFrame(data)
 
 
-def range_frame(answers: Iterable["RangeCount"], domain: BinDomain | None = None, n_bins: int | None = None) -> Any:
+def range_frame(answers: Iterable[Any], domain: BinDomain | None = None, n_bins: int | None = None) -> Any:
     """Range answers, one row each: lo, hi, with `domain` value_lo, value_hi and label, value, standard_error,
     and ci_lo, ci_hi, confidence, interval_method when the answers carry intervals."""
     rows = list(answers)
@@ -88,7 +87,7 @@ def range_frame(answers: Iterable["RangeCount"], domain: BinDomain | None = None
     return pandas_module().DataFrame(data, columns=list(data))
 
 
-def plot_summary(summary: "Summary", ax: Any = None, *, domain: BinDomain | None = None,
+def plot_summary(summary: Any, ax: Any = None, *, domain: BinDomain | None = None,
                  confidence: float | None = None) -> Any:
     """Bars of the released estimate per bin: one bar per released partition (spread evenly over its bins, as
     the summary estimates it), or one per bin where every bin is estimated (wavelet releases); with
