@@ -16,9 +16,12 @@
   check made before any network traffic raises the specific subclass (`InvalidInputError`,
   `PermissionDeniedError`, ...); `code_of(exc)` gives the status code of either.
   (`SubmitInterrupted`, Ctrl-C during an upload, is a KeyboardInterrupt.)
-- Results: `Summary.to_pandas()`, range answers' `.to_pandas()` and `join_table_frame(summary)`
-  give pandas DataFrames; pandas is optional (`pip install 'dpagg[pandas]'`).
-- Local files: `read_histogram` (a CSV of records -> a contribution-bounded histogram, with
+- Results: `Summary.to_pandas()`, `Release.to_pandas()` (labelled with the bins' values), range
+  answers' `.to_pandas()` and `join_table_frame(summary)` give pandas DataFrames; pandas is optional
+  (`pip install 'dpagg[pandas]'`). `Summary.plot()` / `Release.plot()` draw one (matplotlib, optional).
+- Before spending: `accuracy_preview(domain_size, epsilon, lengths)` (or `study_accuracy(contract)`)
+  gives the expected error and interval of a range of each length, from the strategy's own design.
+- Local files: `read_histogram` (a CSV of records, or a pandas DataFrame -> a contribution-bounded histogram, with
   `DomainSpec` and `ContributionBounds`), `write_sample_csv` (synthetic records to try it on),
   `generate_signing_key` / `save_private_key` / `load_private_key` (an owner's Ed25519 key).
 
@@ -44,6 +47,9 @@ if _typing.TYPE_CHECKING:
     from parties.data_owner.dataset import ContributionBounds, read_histogram, write_sample_csv
     from parties.data_owner.domain import DomainSpec
     from parties.decryption.client import DecryptionClient
+    from he_partition.methods.accuracy import AccuracyPreview, RangeAccuracy, accuracy_preview
+    from parties.analyst.value_ranges import ValueRange
+    from parties.common.accuracy import study_accuracy
 
     from ._frames import join_table_frame
 
@@ -82,14 +88,20 @@ _EXPORTS = {
     "generate_signing_key": "parties.common.signing",
     "save_private_key": "parties.common.signing",
     "load_private_key": "parties.common.signing",
+    "accuracy_preview": "he_partition.methods.accuracy",
+    "AccuracyPreview": "he_partition.methods.accuracy",
+    "RangeAccuracy": "he_partition.methods.accuracy",
+    "study_accuracy": "parties.common.accuracy",
+    "ValueRange": "parties.analyst.value_ranges",
 }
 
-__all__ = ["AlreadyExistsError", "AnalystClient", "BudgetExhaustedError", "ComputationClient", "ContributionBounds",
+__all__ = ["AccuracyPreview", "AlreadyExistsError", "AnalystClient", "BudgetExhaustedError", "ComputationClient", "ContributionBounds",
            "DPAggError", "DataOwnerClient", "DecryptionClient", "DirectAnswers", "DomainSpec",
            "FailedPreconditionError", "InvalidInputError", "NotFoundError", "PermissionDeniedError", "RangeCount",
            "RangeCounts", "Release", "ReleaseInfo", "ReleaseStatus", "RetryPolicy", "ServiceError", "StudyStatus",
-           "SubmitInterrupted", "SubmitResult", "Summary", "TlsConfig", "code_of", "generate_signing_key",
-           "join_table_frame", "load_private_key", "read_histogram", "save_private_key", "write_sample_csv"]
+           "SubmitInterrupted", "SubmitResult", "Summary", "TlsConfig", "ValueRange", "RangeAccuracy",
+           "accuracy_preview", "code_of", "generate_signing_key", "join_table_frame", "load_private_key",
+           "read_histogram", "save_private_key", "study_accuracy", "write_sample_csv"]
 
 
 def __getattr__(name: str) -> object:

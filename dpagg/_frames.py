@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from he_partition.core.summary import Summary, _pandas
+from he_partition.core.frames import pandas_module
+from he_partition.core.summary import Summary
 
 __all__ = ["join_table_frame"]
 
@@ -16,6 +17,6 @@ def join_table_frame(summary: Summary, *, standard_errors: bool = False) -> Any:
     from he_partition.join.release import cell_table
 
     est, se = cell_table(summary)
-    frame = _pandas().DataFrame(se if standard_errors else est)
+    frame = pandas_module().DataFrame(se if standard_errors else est)
     frame.index.name, frame.columns.name = "row", "column"
     return frame

@@ -14,8 +14,12 @@
 // - "chernoff" for a range that cuts a partition (Python enumerates the cut values' noise and is
 //   "exact" there; this client uses the Chernoff bound on the exact MGF, a guarantee that is wider,
 //   about 1.5 to 1.7 times for one value), and wherever the draws per value are not whole.
-// - "bound" for the least-squares estimators ("tree", "haar"): from the answer's standard error and
-//   the smallest released variance, as in Python. "haar_nonnegative" is not linear: Python centres
+// - "exact" also for a "tree" of one released partition (auto's one count per bin), which answers as
+//   the partition estimator does (its ranges take the partition paths above), as in Python.
+// - "bound" for the least-squares estimators (a "tree" of more than one level, "haar"): from the
+//   answer's standard error and the smallest released variance. Python uses the Chernoff bound on
+//   the estimator's exact weights there ("chernoff", about 25% narrower); this client does not
+//   compute the least-squares weights. "haar_nonnegative" is not linear: Python centres
 //   its interval on the linear estimate, which needs the inverse Haar transform; this client gives
 //   no interval there (null, with the reason).
 'use strict';
@@ -199,7 +203,13 @@ function rangeInterval(summary, lo, hi, value, standardError, confidence) {
              reason: 'haar_nonnegative is not linear: its interval is centred on the linear estimate, '
                      + 'which this client does not compute; use the Python SDK' };
   }
-  if (estimator !== 'partition') {
+  // A "tree" of one released partition (auto's one count per bin) estimates each cell by its released
+  // value: it answers as the "partition" estimator does, and gets the partition's intervals.
+  const rel = summary.released || [];
+  const oneLevel = estimator === 'tree' && rel.length === 1 && rel[0].kind === 'partition_sums'
+    && (rel[0].starts || []).length === summary.starts.length
+    && (rel[0].starts || []).every((x, i) => Number(x) === Number(summary.starts[i]));
+  if (estimator !== 'partition' && !oneLevel) {
     const released = (summary.released || []).map((r) => r.variance).filter((x) => x > 0);
     const minVar = released.length ? Math.min(...released)
       : Math.min(...summary.sum_variance.filter((x) => x > 0), Infinity);

@@ -341,6 +341,23 @@ class IntervalTree:
 
     def query_variance(self, leaf_weights: npt.ArrayLike) -> FloatArray:
         """Exact noise variance of q . leaf_estimates for each row q of `leaf_weights` (adjoint pass)."""
+        var = np.zeros(np.atleast_2d(np.asarray(leaf_weights)).shape[0])
+        for d, ybar in enumerate(self._measurement_weights(leaf_weights)):
+            var += np.sum(ybar**2 / self._depths[d].prec[None, :], axis=1)
+        return var
+
+    def query_terms(self, leaf_weights: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """q . leaf_estimates as a weighted sum of independent noisy node values, for one row q: (the weight of
+        each measured node, the noise variance of its value), from the same adjoint pass as `query_variance`.
+        A node measured more than once (the same interval at two levels) is one value of the combined variance:
+        its noise is a mix of smaller-MGF parts, so a tail bound computed from it stays valid."""
+        ybars = self._measurement_weights(np.asarray(leaf_weights, dtype=np.float64).reshape(1, -1))
+        weights = np.concatenate([y[0] for y in ybars])
+        variances = np.concatenate([1.0 / dd.prec for dd in self._depths])
+        return weights, variances
+
+    def _measurement_weights(self, leaf_weights: npt.ArrayLike) -> list[FloatArray]:
+        """For each depth, d(q . leaf_estimates) / d y_v for every node v at it (rows: the queries q)."""
         qm = np.atleast_2d(np.asarray(leaf_weights, dtype=np.float64))
         if qm.shape[1] != self.leaf_starts.size:
             raise InvalidInputError(f"expected weights over {self.leaf_starts.size} cells, got {qm.shape[1]}")
@@ -364,15 +381,14 @@ class IntervalTree:
             cbar[d - 1] -= up
         zbar[0] += xbar[0]
         # Reverse of the bottom-up pass (root first).
-        var = np.zeros(nq)
+        ybars = []
         for d in range(len(ds)):
             a = self._alpha[d]
-            ybar = zbar[d] * a[None, :]
-            var += np.sum(ybar**2 / ds[d].prec[None, :], axis=1)
+            ybars.append(zbar[d] * a[None, :])
             if d + 1 < len(ds):
                 cbar[d] += zbar[d] * (1.0 - a)[None, :]
                 zbar[d + 1] += cbar[d][:, ds[d + 1].parent]
-        return var
+        return ybars
 
     # -- range variances in O(depths) per range ------------------------------------
     @cached_property

@@ -1,4 +1,9 @@
-"""The released DP view: a partition of the domain with noisy sums, range counts with standard errors."""
+"""The released DP view: a partition of the domain with noisy sums, range counts with standard errors.
+
+Size: every estimator's answers, standard errors and intervals read the same lazily built indexes
+(the least-squares tree, the partition prefix sums), which live on the frozen summary; frames and
+plots, which only read answers, are in `frames`, and the interval arithmetic in `intervals`.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +17,19 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import InvalidInputError
+from .frames import plot_summary, range_frame, summary_frame
 from .estimation import (IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint,
-                         haar_range_variance)
-from .intervals import (ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, exact_cut_halfwidth,
-                        exact_sum_halfwidth, noise_halfwidth)
+                         haar_range_variance, range_weights)
+from .intervals import (ConfidenceInterval, bound_halfwidth, check_confidence, chernoff_halfwidth, grouped_terms,
+                        weighted_sum_halfwidth)
 
 __all__ = ["Summary", "RangeCount", "RangeCounts", "ReleasedValues", "SUMMARY_FORMAT", "ESTIMATORS"]
 
 SUMMARY_FORMAT = "dpagg.summary.v1"
+
+#: Most cells (tree) or bins (wavelet) whose least-squares answers get the Chernoff bound on their exact weights;
+#: above, the bound from the standard error alone (a Chernoff search over every released value would be slow).
+MAX_TERMS = 1 << 14
 
 #: How per-bin estimates are derived from the released values.
 #: "partition": spread each of `sums` evenly over its partition (the original gap summaries);
@@ -88,38 +98,34 @@ class RangeCount:
     ci_lo: float | None = None
     ci_hi: float | None = None
     confidence: float | None = None
+    interval_method: str | None = None
 
     def interval(self) -> tuple[float, float] | None:
         """(ci_lo, ci_hi), or None when no confidence level was asked for."""
         return None if self.ci_lo is None or self.ci_hi is None else (self.ci_lo, self.ci_hi)
 
     def as_dict(self) -> dict[str, Any]:
-        """lo, hi, value, standard_error, and ci_lo, ci_hi, confidence only when an interval was asked for."""
+        """lo, hi, value, standard_error, and ci_lo, ci_hi, confidence (and interval_method, how the interval was
+        computed: "exact", "chernoff" or "bound") only when an interval was asked for."""
         d: dict[str, Any] = {"lo": self.lo, "hi": self.hi, "value": self.value, "standard_error": self.standard_error}
         if self.confidence is not None:
             d.update(ci_lo=self.ci_lo, ci_hi=self.ci_hi, confidence=self.confidence)
+            if self.interval_method is not None:
+                d["interval_method"] = self.interval_method
         return d
 
 
-def _pandas() -> Any:
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError("to_pandas() needs pandas, which dpagg does not install: pip install 'dpagg[pandas]' "
-                          "(or pip install pandas)") from None
-    return pandas
-
-
 class RangeCounts(list[RangeCount]):
-    """Range answers: a list of RangeCount with `to_pandas()` (columns lo, hi, value, standard_error, and
-    ci_lo, ci_hi, confidence when the answers carry confidence intervals)."""
+    """Range answers: a list of RangeCount with `to_pandas()`. `domain` (set by the analyst client when the
+    release records its domain) labels the rows with the values each range holds."""
 
-    def to_pandas(self) -> Any:
-        """A pandas DataFrame, one row per range (pandas is optional: pip install 'dpagg[pandas]')."""
-        columns = ["lo", "hi", "value", "standard_error"]
-        if any(c.confidence is not None for c in self):
-            columns += ["ci_lo", "ci_hi", "confidence"]
-        return _pandas().DataFrame([vars(c) for c in self], columns=columns)
+    domain: Any = None
+
+    def to_pandas(self, domain: Any = None) -> Any:
+        """A pandas DataFrame, one row per range: lo, hi, with a domain (`domain`, else the one these answers
+        carry) value_lo, value_hi and label, then value, standard_error, and ci_lo, ci_hi, confidence,
+        interval_method when the answers carry intervals (pandas is optional: pip install 'dpagg[pandas]')."""
+        return range_frame(self, domain if domain is not None else self.domain)
 
 
 #: The last tree built, keyed by the identity of its inputs (see `Summary._tree`).
@@ -271,7 +277,7 @@ class Summary:
         if confidence is not None:
             c = self.range_count(lo, hi)
             ci = self.interval(lo, hi, confidence)
-            return RangeCount(lo, hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence)
+            return RangeCount(lo, hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence, ci.method)
         s, e, sums, variances, cum_sums, cum_vars = self._partition_index
         first = int(np.searchsorted(s, lo, side="right")) - 1
         last = int(np.searchsorted(s, hi, side="left"))  # partitions first .. last - 1 overlap [lo, hi)
@@ -325,8 +331,9 @@ class Summary:
                              for (a, b), v, s2 in zip(arr, values, var))
         if confidence is None:
             return counts
-        cis = [self._bound_interval(c, confidence) for c in counts]
-        return RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence)
+        cis = [self._partition_interval(c, confidence) if self._one_partition_level else
+               self._bound_interval(c, confidence) for c in counts]
+        return RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence, ci.method)
                            for c, ci in zip(counts, cis))
 
     # -- confidence intervals (post-processing: no noise, no budget) ----------------
@@ -352,33 +359,28 @@ class Summary:
         least-squares (tree, wavelet) estimators. Post-processing: adds no noise, spends no budget.
         """
         confidence = check_confidence(confidence)
-        if self.estimator != "partition":
+        if self.estimator != "partition" and not self._one_partition_level:
             return self._bound_interval(self.range_counts([(lo, hi)])[0], confidence)
-        c = self.range_count(lo, hi)
+        return self._partition_interval(self.range_count(lo, hi), confidence)
+
+    @cached_property
+    def _one_partition_level(self) -> bool:
+        """A "tree" of one released partition (`auto`'s one count per bin) estimates each cell by its released
+        value, as the "partition" estimator does: it gets the partition's intervals (exact for whole ones)."""
+        return (self.estimator == "tree" and len(self.released) == 1
+                and self.released[0].starts == tuple(self.starts))
+
+    def _partition_interval(self, c: RangeCount, confidence: float) -> ConfidenceInterval:
+        """The interval of `c` (an answer of the "partition" estimator, or of a one-level tree) from the
+        released partition sums' noise: exact where the distribution fits, else the Chernoff bound."""
+        lo, hi = c.lo, c.hi
         s, e, _, variances, _, _ = self._partition_index
         first = int(np.searchsorted(s, lo, side="right")) - 1
         last = int(np.searchsorted(s, hi, side="left"))
         lengths = (e[first:last] - s[first:last]).astype(np.float64)
         overlap = (np.minimum(e[first:last], hi) - np.maximum(s[first:last], lo)).astype(np.float64)
         weights = overlap / lengths
-        var = variances[first:last]
-        draws = self.draws_per_value
-        if weights.size == 1 and weights[0] == 1.0:
-            half, method = noise_halfwidth(float(var[0]), confidence, draws)
-        else:
-            whole = weights == 1.0
-            uniq, counts = np.unique(var[whole], return_counts=True)
-            exact: float | None = None
-            if float(draws).is_integer():
-                exact = exact_sum_halfwidth(uniq, counts, confidence, int(draws)) if whole.all() else \
-                    exact_cut_halfwidth(uniq, counts, weights[~whole], var[~whole], confidence, int(draws))
-            if exact is not None:
-                half, method = float(exact), "exact"
-            else:
-                w = np.concatenate([np.ones(uniq.size), weights[~whole]])
-                v = np.concatenate([uniq, var[~whole]])
-                n = np.concatenate([counts.astype(np.float64), np.ones(int((~whole).sum()))])
-                half, method = chernoff_halfwidth(w, v, confidence, draws, counts=n), "chernoff"
+        half, method = weighted_sum_halfwidth(weights, variances[first:last], confidence, self.draws_per_value)
         return ConfidenceInterval(c.value - half, c.value + half, confidence, method)
 
     def _bound_interval(self, c: RangeCount, confidence: float) -> ConfidenceInterval:
@@ -387,11 +389,33 @@ class Summary:
         released = [r.variance for r in self.released if r.variance > 0]
         min_var = min(released) if released else min((v for v in self.sum_variance if v > 0), default=0.0)
         half = bound_halfwidth(c.standard_error, min_var, confidence, self.draws_per_value) if min_var > 0 else 0.0
+        method, terms = "bound", self._noise_terms(c.lo, c.hi) if half > 0 else None
+        if terms is not None:  # both are guarantees: the narrower one holds
+            w, v, n = grouped_terms(*terms)
+            tight = chernoff_halfwidth(w, v, confidence, self.draws_per_value, counts=n)
+            half, method = (tight, "chernoff") if tight < half else (half, method)
         center = c.value
         if self.estimator == "haar_nonnegative":  # the refinement is not linear: the interval is the linear one's
             prefix = self._linear_haar_prefix
             center = float(prefix[c.hi] - prefix[c.lo])
-        return ConfidenceInterval(center - half, center + half, confidence, "bound")
+        return ConfidenceInterval(center - half, center + half, confidence, method)
+
+    def _noise_terms(self, lo: int, hi: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+        """The least-squares answer for [lo, hi) as weights on independent released values and their variances
+        (None beyond MAX_TERMS values, where the Chernoff search would be slow): the adjoint of the estimator."""
+        if self.estimator == "tree":
+            tree = self._tree
+            if tree.leaf_starts.size > MAX_TERMS:
+                return None
+            return tree.query_terms(range_weights(tree.leaf_starts, self.domain_size, [lo], [hi])[0])
+        if self.domain_size > MAX_TERMS:
+            return None
+        g = np.zeros(self.domain_size)  # weights on the prefix sums: +1 at hi - 1, -1 at lo - 1
+        g[hi - 1] += 1.0
+        if lo > 0:
+            g[lo - 1] -= 1.0
+        weights = haar_prefix_adjoint(g)
+        return weights, np.full(weights.size, self.released[0].variance)
 
     def weighted_count(self, weights: npt.ArrayLike) -> tuple[float, float]:
         """Estimate of sum_i weights[i] * x[i] and the standard error of its noise.
@@ -431,14 +455,17 @@ class Summary:
                        contribution_bound=self.contribution_bound, epsilon_spent=self.epsilon_spent,
                        params={**self.params, **params}, estimator=self.estimator, released=released)
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self, domain: Any = None, *, confidence: float | None = None) -> Any:
         """The released partitions as a pandas DataFrame: start, stop (bins [start, stop)), the noisy sum and
-        the standard error of its noise (pandas is optional: pip install 'dpagg[pandas]'). Per-bin estimates
-        are `estimate()`; ranges are `range_counts(...).to_pandas()`."""
-        stops = np.asarray(self.starts, dtype=np.int64) + self.lengths
-        return _pandas().DataFrame({"start": np.asarray(self.starts, dtype=np.int64), "stop": stops,
-                                    "sum": np.asarray(self.sums, dtype=np.int64),
-                                    "standard_error": np.sqrt(np.asarray(self.sum_variance, dtype=np.float64))})
+        the standard error of its noise; a `domain` (e.g. `dpagg.DomainSpec`) adds value_lo, value_hi and
+        label, `confidence` the interval columns (`he_partition.core.frames.summary_frame`). pandas is
+        optional (pip install 'dpagg[pandas]'). Per-bin estimates are `estimate()`."""
+        return summary_frame(self, domain, confidence)
+
+    def plot(self, ax: Any = None, *, domain: Any = None, confidence: float | None = None) -> Any:
+        """Bars of the released estimate per bin, one per released partition, on matplotlib axes (returned);
+        see `he_partition.core.frames.plot_summary`. matplotlib is optional and imported here, on first use."""
+        return plot_summary(self, ax, domain=domain, confidence=confidence)
 
     # -- serialization -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

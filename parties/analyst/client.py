@@ -15,6 +15,8 @@ from ..common.convert import range_counts_from_proto, ranges_to_proto, signature
 from ..common.errors import ServiceError
 from ..common.paging import summary_from_pages
 from ..common.signing import OwnerSignature
+from ..data_owner.domain import DomainSpec
+from .value_ranges import RangeSpec, has_value_ranges, resolve_ranges, summary_domain
 
 __all__ = ["AnalystClient", "ReleaseInfo", "Release", "read_release"]
 
@@ -46,6 +48,20 @@ class Release:
     created_at: str
     summary: Summary
     signatures: tuple[OwnerSignature, ...] = ()
+
+    @property
+    def domain(self) -> DomainSpec | None:
+        """The study's domain as the release records it (its bins' values), or None when it records none."""
+        return summary_domain(self.summary)
+
+    def to_pandas(self, *, confidence: float | None = None) -> Any:
+        """The released partitions as a DataFrame labelled with the values of their bins (`Summary.to_pandas`
+        with this release's domain; `confidence` adds interval columns). Post-processing: spends no budget."""
+        return self.summary.to_pandas(self.domain, confidence=confidence)
+
+    def plot(self, ax: Any = None, *, confidence: float | None = None) -> Any:
+        """`Summary.plot` with the x axis in this release's values (matplotlib is optional)."""
+        return self.summary.plot(ax, domain=self.domain, confidence=confidence)
 
 
 def read_release(stub: Any, release_id: str, call: Callable[[Callable[..., Any]], Any]) -> Release:
@@ -98,23 +114,36 @@ class AnalystClient(BaseClient):
             fn, analyst_pb2.GetReleaseRequest(release_id=release_id), method="Analyst/GetReleasePages",
             timeout=timeout))
 
-    def range_counts(self, release_id: str, ranges: Iterable[tuple[int, int]], *, confidence: float | None = None,
-                     timeout: float | None = None) -> RangeCounts:
-        """Estimated counts over half-open bin ranges [lo, hi), each with the standard error of its DP noise.
+    def range_counts(self, release_id: str, ranges: Iterable[RangeSpec], *, confidence: float | None = None,
+                     domain: DomainSpec | None = None, timeout: float | None = None) -> RangeCounts:
+        """Estimated counts over ranges, each with the standard error of its DP noise.
+
+        A range is a pair (lo, hi) of bin indices (half-open [lo, hi)), the text "LO:HI" of one, or
+        a range of the study's values: "age=20:40" (or a `ValueRange`), the values [20, 40), whose
+        ends must be bin edges of the domain the release records (`Release.domain`; pass `domain`
+        for a release that records none). Value ranges and `confidence` fetch the release's
+        summary (one more call); the answers then carry its domain, so `to_pandas()` labels them.
 
         With `confidence` (e.g. 0.95) each answer also carries ci_lo, ci_hi: an interval that
         contains the true count in at least that share of releases, over the noise (the bias
-        of spreading a count evenly inside a partition is not covered); it is computed here
-        from the release's summary (`Summary.interval`, one more call to fetch it).
-        Post-processing of the release: spends no budget. The result is a list with `to_pandas()`.
+        of spreading a count evenly inside a partition is not covered), and interval_method
+        ("exact", "chernoff" or "bound"); it is computed here from the release's summary
+        (`Summary.interval`). Post-processing of the release: spends no budget. The result is
+        a list with `to_pandas()`.
         """
-        ranges = list(ranges)
-        req = analyst_pb2.RangeCountsRequest(release_id=release_id, ranges=ranges_to_proto(ranges))
+        asked = list(ranges)
+        release: Release | None = None
+        if confidence is not None or has_value_ranges(asked):
+            release = self.get_release(release_id, timeout=timeout)
+            domain = domain if domain is not None else release.domain
+        bins = resolve_ranges(asked, domain, f"release {release_id}")
+        req = analyst_pb2.RangeCountsRequest(release_id=release_id, ranges=ranges_to_proto(bins))
         resp = self._unary(self._stub.RangeCounts, req, method="Analyst/RangeCounts", timeout=timeout)
         counts = range_counts_from_proto(resp.counts)
-        if confidence is None:
-            return counts
-        summary = self.get_release(release_id, timeout=timeout).summary
-        cis = [summary.interval(c.lo, c.hi, confidence) for c in counts]
-        return RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence)
-                           for c, ci in zip(counts, cis))
+        if confidence is not None:
+            assert release is not None
+            cis = [release.summary.interval(c.lo, c.hi, confidence) for c in counts]
+            counts = RangeCounts(RangeCount(c.lo, c.hi, c.value, c.standard_error, ci.lo, ci.hi, ci.confidence,
+                                            ci.method) for c, ci in zip(counts, cis))
+        counts.domain = domain
+        return counts

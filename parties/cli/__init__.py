@@ -4,6 +4,7 @@ One module per command group, each with its own `add_parser(sub)`:
 
 - `servers`   serve-decryption, serve-computation, serve-analyst, health
 - `studies`   open-study, open-join, status (operator)
+- `accuracy`  accuracy (a release's error before any budget is spent)
 - `keys`      certs, keygen (the CA and party certificates; an owner's or operator's signing key)
 - `owners`    submit, join-submit, sample-csv (data owner)
 - `releases`  release run/status, query, direct-query (operator, analyst)
@@ -31,12 +32,12 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from he_partition.core.errors import DPAggError  # noqa: E402
 
 from ..common.errors import ServiceError  # noqa: E402
-from . import demo, keys, ledger, methods, owners, releases, servers, studies  # noqa: E402
+from . import accuracy, demo, keys, ledger, methods, owners, releases, servers, studies  # noqa: E402
 
 __all__ = ["main", "build_parser"]
 
 #: Command groups in the order `dpagg --help` lists them.
-GROUPS = (servers, studies, keys, owners, releases, ledger, demo, methods)
+GROUPS = (servers, studies, accuracy, keys, owners, releases, ledger, demo, methods)
 
 
 def build_parser() -> argparse.ArgumentParser:

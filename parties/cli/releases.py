@@ -22,6 +22,7 @@ from ..common.errors import ServiceError
 from ..common.progress import Progress
 from .options import (Subparsers, command_adder, computation_target, conn, print_json,
                       server_address, tls_args)
+from ..analyst.value_ranges import resolve_ranges as resolve_value_ranges, summary_domain
 from .ranges import CUT_NOTE, range_arg, range_label, resolve_ranges
 
 
@@ -202,8 +203,9 @@ def cmd_query(args: argparse.Namespace) -> int:
                 raise DPAggError(f"study {args.study} has no finished release yet")
             release_id = newest.release_id
         rel = an.get_release(release_id)
-        domain = _release_domain(args, rel.study_id)
-        ranges = resolve_ranges(args.range, domain, rel.study_id) if args.range else [(0, rel.summary.domain_size)]
+        domain = summary_domain(rel.summary) or _release_domain(args, rel.study_id)
+        ranges = resolve_value_ranges(args.range, domain, f"release {release_id} of study {rel.study_id}") \
+            if args.range else [(0, rel.summary.domain_size)]
         counts = an.range_counts(release_id, ranges)
     answers = [{**c.as_dict(), "label": range_label(c.lo, c.hi, domain),
                 "cuts_partition": rel.summary.cuts_partition(c.lo, c.hi)} for c in counts]
@@ -259,17 +261,18 @@ def _interval_text(a: dict[str, Any]) -> str:
     """' [lo, hi]' when the answer carries a confidence interval, else ''."""
     if a.get("ci_lo") is None:
         return ""
-    return f" [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}]"
+    method = f" {a['interval_method']}" if a.get("interval_method") else ""
+    return f" [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}]{method}"
 
 
 def _print_csv(answers: list[dict[str, Any]], *, interval: bool = False) -> None:
     """Range answers as CSV on stdout (header lo,hi,label,value,standard_error,cuts_partition; with `interval`
-    also ci_lo,ci_hi,confidence)."""
+    also ci_lo,ci_hi,confidence,interval_method)."""
     import csv
 
     fields = ["lo", "hi", "label", "value", "standard_error", "cuts_partition"]
     if interval:
-        fields += ["ci_lo", "ci_hi", "confidence"]
+        fields += ["ci_lo", "ci_hi", "confidence", "interval_method"]
     writer = csv.DictWriter(sys.stdout, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     writer.writerows(answers)

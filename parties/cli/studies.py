@@ -41,12 +41,15 @@ def cmd_open_study(args: argparse.Namespace) -> int:
             max_organizations=args.max_organizations, noise_tolerates=args.noise_tolerates, **correlation)
     from he_partition.methods.guidance import assess_epsilon
 
+    from .accuracy import open_study_preview
+
     guide = assess_epsilon(contract.epsilon)
     for w in guide.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    preview_lines, preview = open_study_preview(contract)
     if args.json:
         print_json({**contract.to_dict(), "contract_hash": contract.contract_hash, "already_existed": existed,
-                     "noise_multiplier": contract.noise_multiplier,
+                     "noise_multiplier": contract.noise_multiplier, "accuracy_preview": preview,
                      "epsilon_guidance": {"variance_lower_bound": guide.variance_lower_bound,
                                           "guessing_bound_alpha": guide.guessing_bound,
                                           "warnings": list(guide.warnings)}})
@@ -65,6 +68,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
                 "(4/(e^eps-1)^2, a Chebyshev bound: the smaller alpha, the weaker the protection)")
             print(f"epsilon {contract.epsilon:g}: any unbiased estimate of one count has variance >= "
                   f"{guide.variance_lower_bound:.4g} (1/(e^eps-1)^2){alpha}; see `dpagg epsilon`")
+        print("\n".join(preview_lines))
         print(f"contract hash {contract.contract_hash}")
         print(f"key fingerprint {contract.context_fingerprint}")
     return 0

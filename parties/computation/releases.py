@@ -286,8 +286,10 @@ class Releases:
                 summary: Summary = run_strategy(strategy, measure)
             finally:
                 self._h.executor.drop(record.release_id)
-        # Every summary states how many organizations one person may appear in (its noise assumes it).
-        summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
+        # Every summary states how many organizations one person may appear in (its noise assumes it), and the
+        # study's domain, so its bins read as values wherever the release is read (e.g. `dpagg serve-analyst`).
+        summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations,
+                                           **({"domain_spec": contract.domain_spec} if contract.domain_spec else {})})
         if contract.noise_tolerates:  # the key holders' shares carry K/(K - T) draws' variance, not one draw's
             k, holder_var = self._h.key_holders, self._h.holder_noise_variance(contract)
             summary = summary.with_noise_variance_factor(

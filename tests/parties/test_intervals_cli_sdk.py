@@ -69,5 +69,6 @@ def test_sdk_range_counts_carry_the_interval_and_the_frame_shows_it(cluster: Clu
         ci = summary.interval(c.lo, c.hi, 0.95)
         assert c.interval() == (ci.lo, ci.hi) and c.confidence == 0.95
     frame = answers.to_pandas()
-    assert list(frame.columns) == ["lo", "hi", "value", "standard_error", "ci_lo", "ci_hi", "confidence"]
+    assert list(frame.columns) == ["lo", "hi", "value", "standard_error", "ci_lo", "ci_hi", "confidence",
+                                   "interval_method"]
     assert (frame["ci_lo"] < frame["value"]).all() and (frame["value"] < frame["ci_hi"]).all()

@@ -200,3 +200,25 @@ def test_the_ported_interval_functions_equal_pythons(tmp_path: Path) -> None:
     want = [chernoff_halfwidth([1, 0.4], [k["v"], 2 * k["v"]], k["c"], k["d"] + 0.5, counts=[3, 1]) for k in cases]
     assert got["chernoff"] == pytest.approx(want, rel=1e-9)
     assert got["sums"] == [exact_sum_halfwidth(k["vs"], k["ns"], k["c"], 2) for k in sums]
+
+
+def test_the_ported_interval_of_a_one_level_tree_is_pythons_exact_one(tmp_path: Path) -> None:
+    """auto's one count per bin: intervals.js answers it as a partition, the same exact half-width as Python."""
+    if shutil.which("node") is None:
+        pytest.skip("node is needed (not on PATH)")
+    from he_partition.protocol import release
+
+    rng = np.random.default_rng(1)
+    summary = release([rng.integers(0, 40, 50) for _ in range(2)], 0.9, rng=3)
+    assert summary.estimator == "tree" and len(summary.released) == 1
+    ranges = [(0, 10), (3, 4), (0, 50)]
+    script = tmp_path / "run.js"
+    script.write_text(
+        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.js'))});\n"
+        f"const s = {summary.to_json()}, ranges = {json.dumps(ranges)};\n"
+        "console.log(JSON.stringify(ranges.map(([lo, hi]) => i.rangeInterval(s, lo, hi, 0, 1, 0.95))));\n")
+    proc = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for got, (lo, hi) in zip(json.loads(proc.stdout), ranges):
+        ci = summary.interval(lo, hi, 0.95)
+        assert (got["method"], got["hi"]) == ("exact", (ci.hi - ci.lo) / 2) and ci.method == "exact"

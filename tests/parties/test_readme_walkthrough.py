@@ -67,6 +67,7 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
     assert "ledger hash chain verified" in out and "spent 1 of 1" in out
     assert "epsilon 0.899999" in out  # the rest, as the README's comment explains
     assert "a new release may spend 0" in out  # not 9e-17
+    assert "a range of 10 bins (age width 20): expected error" in out and "95% interval +-13 (exact)" in out
 
 
 @pytest.mark.slow
