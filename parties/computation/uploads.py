@@ -16,7 +16,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from he_partition.core.backend import n_chunks
 from he_partition.core.errors import InvalidInputError
@@ -25,17 +25,36 @@ from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, PermissionDeniedError, QuotaExhaustedError
 from ..common.sealing import Commitment, is_sealed
 from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
-from .join import JoinUploadBackend
-from .sealed_uploads import check_commitment
-from .store import UploadMeta, owner_conflict
-
-if TYPE_CHECKING:
-    from .handler import ComputationHandler
+from .folding import FoldQueue
+from .join import JoinCoordinator, JoinUploadBackend
+from .sealed_uploads import SealedUploads, check_commitment
+from .store import ComputationStore, UploadMeta, owner_conflict
+from .threshold.c1_forward import C1Signatures
 
 __all__ = ["UploadSession", "UploadOutcome", "UploadState", "open_upload", "upload_status", "DiskFullError",
-           "DISK_RESERVE_BYTES"]
+           "DISK_RESERVE_BYTES", "UploadHost"]
 
 log = logging.getLogger("dpagg.computation")
+
+
+class UploadHost(Protocol):
+    """What an upload needs of the server that takes it (`ComputationHandler` is one): its stores and studies,
+    the study's key, and whom to tell when an owner commits."""
+
+    store: ComputationStore
+    folds: FoldQueue
+    joins: JoinCoordinator
+    sealed: SealedUploads
+    c1_signatures: C1Signatures
+
+    def study(self, study_id: str) -> StudyContract: ...
+
+    def backend_for(self, contract: StudyContract) -> Any: ...
+
+    def public_context(self, study_id: str = "") -> bytes: ...
+
+    def forward_when_complete(self, study_id: str) -> None: ...
+
 
 #: An upload stream makes its chunks durable a batch at a time, one flush to storage per batch: after this
 #: many chunks or bytes, and always before it reports what it holds (an unsynced chunk is never acknowledged).
@@ -111,7 +130,7 @@ class UploadSession:
     idempotency key and contract hash; otherwise the whole upload is discarded.
     """
 
-    def __init__(self, handler: "ComputationHandler", meta: UploadMeta, backend: Any, duplicate: bool,
+    def __init__(self, handler: UploadHost, meta: UploadMeta, backend: Any, duplicate: bool,
                  contract: StudyContract | None = None, signature: bytes = b"", sealed: bool = False) -> None:
         self._h = handler
         #: The chunks are sealed (`parties.common.sealing`): checked for their form only, opened at the close.
@@ -223,7 +242,7 @@ class UploadSession:
         return UploadOutcome(state, tuple(sorted(held)), self.meta.chunk_count, sum(held.values()), self.duplicate)
 
 
-def open_upload(h: ComputationHandler, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
+def open_upload(h: UploadHost, *, study_id: str, owner_id: str, idempotency_key: str, domain_length: int,
                 context_fingerprint: str, chunk_count: int, contract_hash: str = "",
                 signature: bytes = b"", c1_signature: bytes = b"",
                 commitment: tuple[bytes, tuple[bytes, ...], bytes] | None = None) -> UploadSession:
@@ -302,7 +321,7 @@ def open_upload(h: ComputationHandler, *, study_id: str, owner_id: str, idempote
                          sealed=contract.sealed)
 
 
-def upload_status(h: ComputationHandler, study_id: str, owner_id: str, idempotency_key: str) -> UploadOutcome:
+def upload_status(h: UploadHost, study_id: str, owner_id: str, idempotency_key: str) -> UploadOutcome:
     check_id("owner_id", owner_id)
     check_id("idempotency_key", idempotency_key)
     h.study(study_id)
