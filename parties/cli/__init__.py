@@ -32,7 +32,7 @@ from he_partition.core.errors import DPAggError  # noqa: E402
 from ..common.errors import ServiceError  # noqa: E402
 from . import demo, ledger, methods, owners, releases, servers, studies  # noqa: E402
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "package_version"]
 
 #: Command groups in the order `dpagg --help` lists them.
 GROUPS = (servers, studies, owners, releases, ledger, demo, methods)
@@ -45,10 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Secure multi-party differentially private histograms: BFV-encrypted uploads, two "
                     "non-colluding servers, a privacy-budget ledger. Try `dpagg demo`.")
     ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    ap.add_argument("--version", action="version", version=f"dpagg {package_version()}",
+                    help="print the installed dpagg version and exit")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.add_parser(sub)
     return ap
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, as pip recorded it); "unknown" when this tree runs
+    without being installed (PYTHONPATH only)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dpagg")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def _verbosity_first(argv: Sequence[str]) -> list[str]:
