@@ -35,8 +35,13 @@ def _run_block(tmp_path: Path, marker: str, ports: tuple[str, ...], *, timeout: 
         script, extra = rewrite(script, free)
     for old, port in free.items():
         script = script.replace(old, port)
+    # `set -m`: each background job in its own process group, as in the interactive shell the README is typed
+    # into, so `kill %1` stops a server as it does there; at the end the jobs still running are noted in
+    # jobs.txt (a walkthrough that stops its servers leaves none) and stopped
     prelude = (
-        "set -euo pipefail\n"
+        "set -euo pipefail -m\n"
+        "trap 'jobs -p > jobs.txt; for p in $(jobs -p); do kill -- -$p 2>/dev/null || true; done' EXIT\n"
+        "trap 'exit 143' TERM\n"
         f'dpagg() {{ "{sys.executable}" -m parties.cli "$@"; }}\n'
         f'python() {{ "{sys.executable}" "$@"; }}\n' + extra
     )
@@ -67,6 +72,8 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
     assert "ledger hash chain verified" in out and "spent 1 of 1" in out
     assert "epsilon 0.899999" in out  # the rest, as the README's comment explains
     assert "a new release may spend 0" in out  # not 9e-17
+    # the walkthrough ends by stopping its servers: no job of the shell it ran in was left running
+    assert (tmp_path / "jobs.txt").read_text().split() == []
 
 
 @pytest.mark.slow
