@@ -10,7 +10,8 @@ One module per command group, each with its own `add_parser(sub)`:
 - `methods`   epsilon, audit, bayes-scale, charge, pview (offline, no server)
 - `demo`      demo
 
-Shared options (TLS, server addresses, small parsers) are in `options`; `main` is the entry point
+Shared options (TLS, server addresses, small parsers) are in `options`, the wording about a threshold
+deployment's key holders in `holder_words`; `main` is the entry point
 (`dpagg = "parties.cli:main"`).
 """
 
