@@ -349,7 +349,7 @@ def test_a_holder_down_before_the_release_stops_it_before_anything_is_charged_or
     assert code == "FAILED_PRECONDITION" and "and h3 is not (" in message, message
     assert "nothing was charged or decrypted" in message
     # whether the uploads had closed before h3 stopped (in the background, at the last commit) or not
-    assert "key is 3-of-3: every key-share holder must be up" in message or "needs all 3 key-share holders" in message
+    assert "is 3-of-3: every key-share holder must be up" in message or "needs all 3 key-share holders" in message
     assert combines.calls == 0 and _spent(threshold, 0, "s-down") == 0 and _spent(threshold, 1, "s-down") == 0
     threshold.start_holder(2)  # back: the retry charges every holder once
     threshold.combiner.clients[2].wait_ready(timeout=15)  # the CS's channel reconnects (gRPC backoff)

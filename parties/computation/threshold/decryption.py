@@ -284,8 +284,8 @@ class ThresholdDecryption:
                 v, spent=chain, remaining=v.total - chain, available=max(0.0, v.available - (chain - v.spent)))
                 for v in got.values()]
             return min(views, key=lambda v: (v.available, -v.spent))
-        self._every_holder_up(f"study {study_id}'s key is {self.k}-of-{self.k}: every key-share holder must be up "
-                              "to release or answer a query", " (only a t-of-N deployment, `dpagg setup-key "
+        self._every_holder_up(f"the key of study {study_id} is {self.k}-of-{self.k}: every key-share holder must "
+                              "be up to release or answer a query", " (only a t-of-N deployment, `dpagg setup-key "
                               "--threshold T`, releases with holders down)")
         views = self._all("did not report the budget", lambda c: c.budget(study_id, timeout=timeout))
         spent = {n: v.spent for n, v in zip(self.names, views)}
@@ -410,8 +410,8 @@ class ThresholdDecryption:
         A holder down or refusing: HolderFailedError naming it, and no upload opens (every key
         needs every holder's share).
         """
-        self._every_holder_up(f"closing study {contract.study_id}'s uploads needs all {self.k} key-share holders "
-                              "(each owner's upload key is shared among every one of them)")
+        self._every_holder_up(f"closing the uploads of study {contract.study_id} needs all {self.k} key-share "
+                              "holders (each owner's upload key is shared among every one of them)")
         per_holder = self._all("did not close the uploads",
                                lambda c: c.close_upload_shares(contract, commitments, timeout=timeout))
         return [upload_key_from_shares(h[i] for h in per_holder) for i in range(len(commitments))]
