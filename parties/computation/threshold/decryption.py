@@ -64,8 +64,8 @@ JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs rel
                        "against a single decryption server (--decryption)")
 
 
-#: Seconds an N-of-N release or direct query waits for each holder's health check before it is refused (a holder
-#: that restarted is reconnected within gRPC's 2 s reconnect backoff).
+#: Seconds a step that needs every holder (an N-of-N release or direct query, closing a study's uploads) waits for
+#: each holder's health check before it is refused (a restarted holder is reconnected within gRPC's 2 s backoff).
 HOLDER_UP_SECONDS = 3.0
 
 
