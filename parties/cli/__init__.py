@@ -12,7 +12,8 @@ One module per command group, each with its own `add_parser(sub)`:
 - `methods`   epsilon, audit, bayes-scale, charge, pview (offline, no server)
 - `demo`      demo
 
-Shared options (TLS, server addresses, small parsers) are in `options`; `main` is the entry point
+Shared options (TLS, server addresses, small parsers) are in `options`, the wording about a threshold
+deployment's key holders in `holder_words`; `main` is the entry point
 (`dpagg = "parties.cli:main"`).
 """
 
@@ -34,7 +35,7 @@ from he_partition.core.errors import DPAggError  # noqa: E402
 from ..common.errors import ServiceError  # noqa: E402
 from . import accuracy, demo, keys, ledger, methods, owners, releases, servers, studies  # noqa: E402
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "package_version"]
 
 #: Command groups in the order `dpagg --help` lists them.
 GROUPS = (servers, studies, accuracy, keys, owners, releases, ledger, demo, methods)
@@ -47,10 +48,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Secure multi-party differentially private histograms: BFV-encrypted uploads, two "
                     "non-colluding servers, a privacy-budget ledger. Try `dpagg demo`.")
     ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    ap.add_argument("--version", action="version", version=f"dpagg {package_version()}",
+                    help="print the installed dpagg version and exit")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.add_parser(sub)
     return ap
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, as pip recorded it); "unknown" when this tree runs
+    without being installed (PYTHONPATH only)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dpagg")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def _verbosity_first(argv: Sequence[str]) -> list[str]:

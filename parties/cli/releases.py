@@ -297,7 +297,8 @@ def cmd_direct_query(args: argparse.Namespace) -> int:
     from ..data_owner.domain import DomainSpec
 
     with ComputationClient(args.computation, **conn(args)) as cs:
-        contract = cs.study_status(args.study).contract
+        study = cs.study_status(args.study)
+        contract = study.contract
         spec = contract.domain_spec
         domain = DomainSpec.parse(spec) if spec else None
         r = cs.direct_range_counts(args.study, resolve_ranges(args.range, domain, args.study), args.epsilon,
@@ -322,10 +323,15 @@ def cmd_direct_query(args: argparse.Namespace) -> int:
     if args.confidence is not None:
         print(f"{_interval_heading(args.confidence)}: {describe(args.confidence)}")
     total = r.epsilon_remaining + r.epsilon_charged  # only for the "nothing usable" threshold
-    masks = (" + 2^-20 for the masked prefix the decryption server sees in front of a range not starting at bin 0"
-             if any(c.lo > 0 for c in r.counts) else "")
-    print(f"charged epsilon {r.epsilon_charged:.12g} (max-overlap rule{masks}; a plain sum would be "
-          f"{r.epsilon_sequential:g}); {epsilon_left(r.epsilon_remaining, total)} left in study {args.study}")
+    if study.t_of_n:  # the holders sign one charge per range on the study's log: no overlap discount
+        rule = (f"each range in full: with a {study.holders_per_measurement}-of-{study.key_holders} key every range "
+                "is its own charge in the study's signed charge log")
+    else:
+        masks = (" + 2^-20 for the masked prefix the decryption server sees in front of a range not starting at "
+                 "bin 0" if any(c.lo > 0 for c in r.counts) else "")
+        rule = f"max-overlap rule{masks}; a plain sum would be {r.epsilon_sequential:g}"
+    print(f"charged epsilon {r.epsilon_charged:.12g} ({rule}); {epsilon_left(r.epsilon_remaining, total)} left in "
+          f"study {args.study}")
     return 0
 
 
@@ -385,7 +391,8 @@ def add_parser(sub: Subparsers) -> None:
     tls_args(p)
 
     p = add("direct-query", cmd_direct_query, "analyst: noisy range counts straight from the encrypted aggregate "
-                                              "(spends budget: max-overlap charge)")
+                                              "(spends budget: max-overlap charge; each range in full with a "
+                                              "t-of-N key)")
     p.add_argument("study", help="study id")
     p.add_argument("--range", type=range_arg, action="append", metavar="LO:HI|COLUMN=LO:HI", required=True,
                    help="bins [LO, HI) to count, or values: age=20:40 counts 20 <= age < 40 (LO and HI must be bin "

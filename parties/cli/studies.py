@@ -14,6 +14,7 @@ from he_partition.join.protocol import DEFAULT_JOIN_RELEASE, JOIN_ORDERS, JOIN_R
 if TYPE_CHECKING:
     from ..common.contract import StudyContract
 
+from .holder_words import holder_counts, noise_tolerates_line
 from .options import (domain_size, domain_spec, Subparsers, approval_key, approval_key_arg, command_adder,
                       computation_target, conn, nonempty_id, owner_list, print_json, tls_args)
 
@@ -39,6 +40,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
             strategy=args.strategy, contribution_bound=args.contribution_bound, noise_parties=args.noise_parties,
             strategy_params_json=args.strategy_params or "", domain_spec=args.domain or "", owner_keys=owner_keys,
             max_organizations=args.max_organizations, noise_tolerates=args.noise_tolerates, **correlation)
+        holders = holder_counts(cs, contract) if contract.noise_tolerates and not args.json else (0, 0)
     from he_partition.methods.guidance import assess_epsilon
 
     from .accuracy import open_study_preview
@@ -61,7 +63,7 @@ def cmd_open_study(args: argparse.Namespace) -> int:
         if contract.correlated or contract.correlation_source:
             print(_correlation_line(contract))
         if contract.noise_tolerates:
-            print(_noise_tolerates_line(contract))
+            print(noise_tolerates_line(contract, *holders))
         if guide.warnings or not guide.guessing_bound_is_vacuous:  # else nothing worth a line (`dpagg epsilon`)
             alpha = "" if guide.guessing_bound_is_vacuous else (
                 f"; an adversary rounding one is wrong with probability at most alpha = {guide.guessing_bound:.4g} "
@@ -134,14 +136,6 @@ def _correlation_line(contract: "StudyContract") -> str:
             + (f"; model {contract.correlation_source}" if contract.correlation_source else ""))
 
 
-def _noise_tolerates_line(contract: "StudyContract") -> str:
-    t = contract.noise_tolerates
-    return (f"key holders' noise tolerates {t} colluding holder(s): with K holders each draws its share for K - {t}, "
-            f"so the computation server with {t} holders still faces one full discrete Laplace draw; cost: the "
-            f"holders' noise variance is K/(K - {t}) draws (K = {t + 1}: {t + 1}x), each released value's "
-            f"1 + K/(K - {t}) draws instead of 2")
-
-
 def _load_adjacency(path: str) -> Any:
     """A weighted adjacency matrix, read as `dpagg bayes-scale` reads it (.csv, .npy or JSON)."""
     from .methods import load_matrix
@@ -207,7 +201,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"contract": st.contract.to_dict(), "contract_hash": st.contract.contract_hash,
                      "submitted_owners": list(st.submitted_owners), "missing_owners": list(st.missing_owners),
-                     "release_ids": list(st.release_ids)})
+                     "release_ids": list(st.release_ids), "key_holders": st.key_holders,
+                     "holders_per_measurement": st.holders_per_measurement})
     else:
         c = st.contract
         print(f"study {c.study_id}: {c.domain_size} bins{f' ({c.domain_spec})' if c.domain_spec else ''}, "
@@ -215,7 +210,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if c.correlated or c.correlation_source:
             print(f"  {_correlation_line(c)}")
         if c.noise_tolerates:
-            print(f"  {_noise_tolerates_line(c)}")
+            print(f"  {noise_tolerates_line(c, st.key_holders, st.holders_per_measurement)}")
         from ..analyst.join_table import join_shape_line
 
         if (shape := join_shape_line(c)) is not None:

@@ -176,7 +176,7 @@ class StudyContract:
             from ..data_owner.domain import DomainSpec
 
             try:
-                bins = DomainSpec.parse(self.domain_spec, max_bins=MAX_DOMAIN_SIZE).n_bins
+                bins = DomainSpec.count_bins(self.domain_spec, max_bins=MAX_DOMAIN_SIZE)
             except (InvalidInputError, ValueError) as exc:
                 raise InvalidInputError(f"domain_spec {self.domain_spec!r} does not parse: {exc}") from exc
             if bins != self.domain_size:

@@ -4,8 +4,9 @@
 million bins, uploading, waiting for a release). On a terminal it draws a tqdm bar (or, with
 no total, the elapsed time) as soon as the step starts; in non-interactive output (a pipe, a
 CI log) it prints `what ...` when the step starts, a `what: N/M (P%), T s` line at most every
-`heartbeat` seconds while it runs, and `what: done in T s` when it ends, so a log shows
-every step and the last line says where it stopped. Everything goes to stderr by default:
+`heartbeat` seconds while it runs (the first one second in, with the time left estimated from
+the rate so far: `what: N/M (P%), T s, about L s left`), and `what: done in T s` when it ends,
+so a log shows every step and the last line says where it stopped. Everything goes to stderr by default:
 stdout stays the command's result (and `--json` stays machine-readable).
 
 The lines describe only this process's own work and the public state of a request
@@ -27,6 +28,9 @@ Advance = Callable[[int], None]
 
 #: Seconds between two progress lines of one step in a log.
 HEARTBEAT = 5.0
+
+#: Seconds into a step before its first progress line in a log (then one every HEARTBEAT).
+FIRST_LINE = 1.0
 
 
 class Progress:
@@ -109,20 +113,33 @@ class _LogLines:
     def __init__(self, progress: Progress, what: str, total: int | None, unit: str, start: float) -> None:
         self._p, self._what, self._total, self._unit, self._start = progress, what, total, unit, start
         self._done = 0
-        self._last = start
+        self._next = start + min(FIRST_LINE, progress.heartbeat)  # the first line a second in, not a heartbeat
 
     def __call__(self, n: int) -> None:
         self._done += n
         now = time.monotonic()
-        if now - self._last < self._p.heartbeat:
+        if now < self._next:
             return
-        self._last = now
+        self._next = now + self._p.heartbeat
+        elapsed = now - self._start
         if self._total:
-            where = f"{self._done:,}/{self._total:,}{f' {self._unit}' if self._unit else ''} " \
-                    f"({100 * self._done / self._total:.0f}%)"
+            if self._unit == "B":
+                where = f"{self._done / 1e6:,.1f}/{self._total / 1e6:,.1f} MB"
+            else:
+                where = f"{self._done:,}/{self._total:,}{f' {self._unit}' if self._unit else ''}"
+            left = _time_left(self._done, self._total, elapsed)
+            where += f" ({100 * self._done / self._total:.0f}%), {elapsed:.0f} s{left}"
         else:
-            where = "still running"
-        print(f"{self._what}: {where}, {now - self._start:.0f} s", file=self._p.stream, flush=True)
+            where = f"still running, {elapsed:.0f} s"
+        print(f"{self._what}: {where}", file=self._p.stream, flush=True)
+
+
+def _time_left(done: int, total: int, elapsed: float) -> str:
+    """", about N s left" at the rate so far; "" before anything is done or once everything is."""
+    if done <= 0 or done >= total or elapsed <= 0:
+        return ""
+    left = (total - done) * elapsed / done
+    return f", about {left:.0f} s left" if left < 120 else f", about {left / 60:.0f} min left"
 
 
 def _screen(stream: TextIO) -> tuple[int, int]:

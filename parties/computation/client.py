@@ -43,6 +43,15 @@ class StudyStatus:
     submitted_owners: tuple[str, ...]
     missing_owners: tuple[str, ...]
     release_ids: tuple[str, ...]
+    #: K, the server's key holders (1: a single decryption server), and how many answer each measurement (t of a
+    #: t-of-N key, else K); 0 when the server does not say.
+    key_holders: int = 0
+    holders_per_measurement: int = 0
+
+    @property
+    def t_of_n(self) -> bool:
+        """True when the study's key is t-of-N: any t of the K holders answer a measurement (t < K)."""
+        return 0 < self.holders_per_measurement < self.key_holders
 
 
 @dataclass(frozen=True)
@@ -245,7 +254,8 @@ class ComputationClient(BaseClient):
         resp = self._unary(self._stub.StudyStatus, computation_pb2.StudyStatusRequest(study_id=study_id),
                            method="Computation/StudyStatus", timeout=timeout)
         return StudyStatus(contract_from_proto(resp.contract), tuple(resp.submitted_owners),
-                           tuple(resp.missing_owners), tuple(resp.release_ids))
+                           tuple(resp.missing_owners), tuple(resp.release_ids), int(resp.key_holders),
+                           int(resp.holders_per_measurement))
 
     def ledger_receipts(self, study_id: str, *, timeout: float | None = None) -> list[tuple[str, list[Receipt]]]:
         """Every signed ledger receipt this server keeps for the study: (holder name, receipts) per key holder,

@@ -138,7 +138,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
         s = self.handler.study_state(request.study_id)
         return computation_pb2.StudyStatusResponse(contract=contract_to_proto(s.contract),
                                                    submitted_owners=list(s.submitted), missing_owners=list(s.missing),
-                                                   release_ids=list(s.release_ids))
+                                                   release_ids=list(s.release_ids),
+                                                   key_holders=len(self.handler.key_holder_addresses()),
+                                                   holders_per_measurement=self.handler.key_holders)
 
     def LedgerReceipts(self, request: computation_pb2.LedgerReceiptsRequest,
                        context: grpc.ServicerContext) -> computation_pb2.LedgerReceiptsResponse:

@@ -332,6 +332,8 @@ class DataOwnerClient:
         if enc.signed:
             if self._signing_key is None:
                 raise InvalidInputError(f"study {enc.study_id} requires signed uploads: pass signing_key=")
+            self._reporter(progress).say(f"{'sealing and signing' if enc.holder_seal_keys else 'signing'} {k:,} "
+                                         f"ciphertext{'s' if k != 1 else ''} ...")  # 1.4 s at 4M bins here: said
             if enc.holder_seal_keys:  # sealed until the key holders close the study (parties.common.sealing)
                 c1_parts = c1_parts_of(enc, self._parameters(enc))  # once: the commitment and the c1 signature
                 sealed, commitment = seal_upload(enc, self._signing_key, self._parameters(enc),

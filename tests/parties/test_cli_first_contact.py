@@ -57,6 +57,15 @@ def test_every_help_page_renders(path: tuple[str, ...], capsys: pytest.CaptureFi
         assert "seed 00" not in out  # no references to source-document numbers in help
 
 
+def test_version_prints_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dpagg {version('dpagg')}"
+
+
 def _run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
     """Run `dpagg ARGS` with stdout a pipe whose reader has already gone (as `| head` after its lines)."""
     read, write = os.pipe()

@@ -42,6 +42,33 @@ def test_a_step_in_a_log_says_when_it_starts_while_it_runs_and_when_it_ends() ->
     assert lines[-1].startswith("encrypting 30 bins: done in ") and "\r" not in out.getvalue()
 
 
+def test_an_upload_in_a_log_says_how_long_is_left_from_the_first_second() -> None:
+    out = io.StringIO()
+    progress = Progress(out)  # the default heartbeat: a line every few seconds, but the first one a second in
+    with progress.step("uploading 8 ciphertexts to study s1", total=8_000_000, unit="B") as advance:
+        deadline = time.monotonic() + 1.3
+        while time.monotonic() < deadline:
+            advance(100_000)
+            time.sleep(0.05)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3, lines  # start, one line a second in, done
+    assert lines[1].startswith("uploading 8 ciphertexts to study s1: ") and "/8.0 MB (" in lines[1]
+    left = float(lines[1].split("about ")[1].split(" s left")[0])
+    assert 1.5 <= left <= 30  # about 2 MB in the first second: some 3 s of the 8 MB left (a loaded machine: more)
+
+
+def test_a_sealed_upload_says_it_is_sealing_and_signing_before_it_uploads(secure_cluster: Cluster) -> None:
+    secure_cluster.open_study(domain_size=20_000, owners=("a",))
+    out = io.StringIO()
+    owner = secure_cluster.owner("a")
+    owner.progress = Progress(out)
+    owner.submit("s1", np.ones(20_000, dtype=np.int64))
+    lines = out.getvalue().splitlines()
+    # the seconds a big upload spends sealing and signing its chunks are said, not silent
+    assert "sealing and signing 3 ciphertexts ..." in lines, lines
+    assert lines.index("sealing and signing 3 ciphertexts ...") < lines.index("uploading 3 ciphertexts to study s1 ...")
+
+
 def test_a_status_in_a_log_prints_its_text_then_a_final_line() -> None:
     out = io.StringIO()
     with Progress(out, heartbeat=0.0).status("release r1") as show:

@@ -35,8 +35,13 @@ def _run_block(tmp_path: Path, marker: str, ports: tuple[str, ...], *, timeout: 
         script, extra = rewrite(script, free)
     for old, port in free.items():
         script = script.replace(old, port)
+    # `set -m`: each background job in its own process group, as in the interactive shell the README is typed
+    # into, so `kill %1` stops a server as it does there; at the end the jobs still running are noted in
+    # jobs.txt (a walkthrough that stops its servers leaves none) and stopped
     prelude = (
-        "set -euo pipefail\n"
+        "set -euo pipefail -m\n"
+        "trap 'jobs -p > jobs.txt; for p in $(jobs -p); do kill -- -$p 2>/dev/null || true; done' EXIT\n"
+        "trap 'exit 143' TERM\n"
         f'dpagg() {{ "{sys.executable}" -m parties.cli "$@"; }}\n'
         f'python() {{ "{sys.executable}" "$@"; }}\n' + extra
     )
@@ -68,6 +73,8 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
     assert "epsilon 0.899999" in out  # the rest, as the README's comment explains
     assert "a new release may spend 0" in out  # not 9e-17
     assert "a range of 10 bins (age width 20): expected error" in out and "95% interval +-13 (exact)" in out
+    # the walkthrough ends by stopping its servers: no job of the shell it ran in was left running
+    assert (tmp_path / "jobs.txt").read_text().split() == []
 
 
 @pytest.mark.slow

@@ -186,7 +186,8 @@ def test_a_threshold_deployment_through_the_cli_processes(tmp_path: Path) -> Non
         assert rel["summary"]["params"]["holder_noise"] == {"key_holders": 3, "noise_tolerates": 2,
                                                             "holder_variance_factor": 3.0}
         status = dpagg(tmp_path, "status", "thr", "--computation", cs, *_creds("op")).stdout
-        assert "noise tolerates 2 colluding holder(s)" in status and "(K = 3: 3x)" in status
+        assert "noise tolerates 2 colluding holders: each of the 3 holders draws a whole discrete Laplace" in status
+        assert "variance is 3/1 = 3 draws, each released value's 4 draws instead of 2" in status
         assert not any((tmp_path / h / "keys" / "studies" / "thr").exists() for h in HOLDERS)  # spent: erased
         for h, t in zip(HOLDERS, targets):  # every holder charged its own ledger for the whole release
             budget = json.loads(dpagg(tmp_path, "budget", "thr", "--decryption", t, "--json", *_creds("op")).stdout)

@@ -108,16 +108,20 @@ class StudyStatusRequest(_message.Message):
     def __init__(self, study_id: _Optional[str] = ...) -> None: ...
 
 class StudyStatusResponse(_message.Message):
-    __slots__ = ("contract", "submitted_owners", "missing_owners", "release_ids")
+    __slots__ = ("contract", "submitted_owners", "missing_owners", "release_ids", "key_holders", "holders_per_measurement")
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_OWNERS_FIELD_NUMBER: _ClassVar[int]
     MISSING_OWNERS_FIELD_NUMBER: _ClassVar[int]
     RELEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    KEY_HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_PER_MEASUREMENT_FIELD_NUMBER: _ClassVar[int]
     contract: _common_pb2.StudyContract
     submitted_owners: _containers.RepeatedScalarFieldContainer[str]
     missing_owners: _containers.RepeatedScalarFieldContainer[str]
     release_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ..., submitted_owners: _Optional[_Iterable[str]] = ..., missing_owners: _Optional[_Iterable[str]] = ..., release_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    key_holders: int
+    holders_per_measurement: int
+    def __init__(self, contract: _Optional[_Union[_common_pb2.StudyContract, _Mapping]] = ..., submitted_owners: _Optional[_Iterable[str]] = ..., missing_owners: _Optional[_Iterable[str]] = ..., release_ids: _Optional[_Iterable[str]] = ..., key_holders: _Optional[int] = ..., holders_per_measurement: _Optional[int] = ...) -> None: ...
 
 class RunReleaseRequest(_message.Message):
     __slots__ = ("study_id", "epsilon", "force", "wait", "request_key", "spend_rest")
