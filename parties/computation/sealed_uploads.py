@@ -125,7 +125,8 @@ class SealedUploads:
         """The submissions a release of the sealed study includes, with their chunks opened.
 
         The first call closes the uploads on `subs` (every key holder's shares through
-        `close`, e.g. `DecryptionClient.close_uploads`) and opens every chunk; later calls
+        `close`, e.g. `DecryptionClient.close_uploads`; any t holders' for a t-of-N split,
+        `ThresholdDecryption.close_uploads`) and opens every chunk; later calls
         return the closed set's submissions. FailedPreconditionError when a key holder
         refuses, or when an owner's opened chunks are not what it committed to.
         """

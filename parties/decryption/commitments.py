@@ -99,10 +99,11 @@ class CommitmentBook:
         shares = [self.seal.open_share(c.key_shares[self.holder], self.holder, study_id=contract.study_id,
                                        owner_id=c.owner_id, idempotency_key=c.idempotency_key,
                                        contract_hash=contract.contract_hash) for c in commitments]
-        wrong = [c.owner_id for c, share in zip(commitments, shares) if len(share) != share_bytes(contract.seal_threshold)]
+        split = "t-of-N" if contract.seal_threshold else "XOR"
+        wrong = [c.owner_id for c, s in zip(commitments, shares) if len(s) != share_bytes(contract.seal_threshold)]
         if wrong:
-            raise InvalidInputError(f"the upload key shares of owners {wrong} are not {'t-of-N' if contract.seal_threshold else 'XOR'} "
-                                    f"shares, as study {contract.study_id}'s contract splits them: nothing closed")
+            raise InvalidInputError(f"the upload key shares of owners {wrong} are not {split} shares, as study "
+                                    f"{contract.study_id}'s contract splits them: nothing closed")
         with self._lock:
             held = self._held(contract.study_id)
             if held is not None:

@@ -17,12 +17,13 @@ that answered (fewer than t: refused, naming the holders missing, nothing charge
 those t sign the measurement's charge on the study's whole charge log (`SignCharge`, kept here in
 `charges/<study>.json` and shown to every holder with each request), asks them for their shares
 with the log, and combines their t shares. Studies and budgets are read from the holders that
-answer. A direct query's ranges are charged the same way, one charge per range.
+answer. A direct query's ranges are charged the same way, one charge per range. A sealed study's
+uploads close with any t holders up (`close_uploads`: the owners split their upload keys t-of-N),
+and a holder that was down closes on the same set before it takes the owners' c1 parts.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -43,15 +44,16 @@ from he_partition.he.threshold.decrypt import combine
 from ...common.contract import StudyContract, check_id
 from ...common.errors import FailedPreconditionError, ServiceError, reason_of
 from ...common.receipts import ReceiptBook
-from ...common.sealing import Commitment, upload_key_from_shares, upload_key_from_threshold_shares
+from ...common.sealing import Commitment, upload_key_from_shares
 from ...common.tls import TlsConfig
-from ...common.util import new_id, write_file_atomic
+from ...common.util import new_id
 from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
 from ...decryption.forwarding import UploadForwarding
 from ...decryption.keyshare.charges import SignedCharge, dump_log
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
 from .charge_log import StudyChargeLogs
 from .key_setup import fix_deployment, setup_study_key
+from .upload_close import UploadClosing
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
@@ -107,12 +109,9 @@ class ThresholdDecryption:
         self._contexts: dict[str, bytes] = {}  # study id -> its collective public context ("": the legacy key)
         self._fps: dict[str, str] = {}
         self._uploads = UploadForwarding(self._send_uploads)  # the owners' signed c1 parts, once per study
-        #: t-of-N sealed studies: the commitments each study's uploads closed on (closes/<study>.json), the holders
-        #: known to have closed them, and the holders that missed the close or the c1 forward (caught up later).
-        self._closes_dir = Path(data_dir) / "closes" if data_dir is not None else None
-        self._close_sets: dict[str, list[Commitment]] = {}
-        self._closed_at: dict[str, set[int]] = {}
-        self._missed: dict[str, set[int]] = {}
+        #: t-of-N: sealed uploads closed with any t holders, and the holders that missed the close caught up.
+        self._closing = UploadClosing(self, Path(data_dir) / "closes" if data_dir is not None else None,
+                                      HolderFailedError)
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
         self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
@@ -393,84 +392,13 @@ class ThresholdDecryption:
 
         XOR split (`seal_threshold` 0): every holder closes, the key is the XOR of the K shares; a
         holder down or refusing: HolderFailedError naming it, and no upload opens. t-of-N split:
-        every holder that answers a status call is asked; at least t must close (fewer:
-        HolderFailedError naming the holders missing, no upload opened) and the key comes from
-        their shares (`key_split.combine_key`, which also checks that more than t agree). The
-        commitments are kept (`closes/<study>.json`) so that a holder that was down closes on the
-        same set before it takes the owners' c1 parts (`_send_uploads`, `forward_uploads`).
+        any t holders that are up (`upload_close.UploadClosing.close`).
         """
-        t = contract.seal_threshold
-        if not t:
-            per_holder = self._all("did not close the uploads",
-                                   lambda c: c.close_upload_shares(contract, commitments, timeout=timeout))
-            return [upload_key_from_shares(h[i] for h in per_holder) for i in range(len(commitments))]
-        self._keep_close_set(contract.study_id, list(commitments))  # before any holder is asked
-        up = self._up()
-        asked = [i for i, a in up.items() if not isinstance(a, Exception)]
-        got, failures = self._outcomes([self._pool.submit(self._close_at, i, contract, timeout) for i in asked],
-                                       asked)
-        failures += [(self.names[i], e) for i, e in up.items() if isinstance(e, Exception)]
-        if len(got) < t:
-            code, _ = reason_of(failures[0][1]) if failures else (grpc.StatusCode.UNAVAILABLE, "")
-            reasons = "; ".join(f"{n}: {reason_of(e)[1][:120]}" for n, e in failures)
-            raise HolderFailedError(code, f"study {contract.study_id}'s upload keys are split {t}-of-{self.k} and only "
-                                          f"{len(got)} key-share holder(s) closed the uploads; missing: "
-                                          f"{', '.join(n for n, _ in failures)} ({reasons}); no upload was opened")
-        if failures:
-            log.warning("study %s: uploads closed at %d of %d holders; %s closes on the same set when it is back "
-                        "(%s)", contract.study_id, len(got), self.k, ", ".join(n for n, _ in failures),
-                        "; ".join(f"{n}: {reason_of(e)[1][:120]}" for n, e in failures))
-        return [upload_key_from_threshold_shares({i: got[i][n] for i in got}, t) for n in range(len(commitments))]
-
-    def _up(self) -> dict[int, Any]:
-        """Every holder's answer to a status call (holder index -> the answer, or the exception it failed with),
-        asked in parallel without retries: who is up now."""
-        futures = [self._pool.submit(lambda c: c.key_setup("status", b"", self.names, retry=False, timeout=10.0), c)
-                   for c in self.clients]
-        got, failures = self._outcomes(futures)
-        out: dict[int, Any] = dict(got)
-        for name, e in failures:
-            out[self.names.index(name)] = e
-        return {i: out[i] for i in sorted(out)}
-
-    def _close_at(self, i: int, contract: StudyContract, timeout: float | None = None) -> list[bytes]:
-        """Holder i's shares of the study's kept close set (it records the set first); remembered as closed there."""
-        commitments = self._close_set(contract.study_id)
-        if commitments is None:
-            raise FailedPreconditionError(f"study {contract.study_id}: this server kept no close set to close the "
-                                          f"uploads on at holder {self.names[i]}")
-        shares = self.clients[i].close_upload_shares(contract, commitments, timeout=timeout)
-        with self._lock:
-            self._closed_at.setdefault(contract.study_id, set()).add(i)
-        return shares
-
-    def _keep_close_set(self, study_id: str, commitments: list[Commitment]) -> None:
-        with self._lock:
-            self._close_sets[study_id] = commitments
-        if self._closes_dir is not None:
-            self._closes_dir.mkdir(parents=True, exist_ok=True)
-            write_file_atomic(self._closes_dir / f"{check_id('study_id', study_id)}.json",
-                              json.dumps([c.to_json() for c in commitments]).encode())
-
-    def _close_set(self, study_id: str) -> list[Commitment] | None:
-        with self._lock:
-            got = self._close_sets.get(study_id)
-        path = self._closes_dir / f"{check_id('study_id', study_id)}.json" if self._closes_dir is not None else None
-        if got is None and path is not None and path.exists():
-            got = [Commitment.from_json(d) for d in json.loads(path.read_text())]
-            with self._lock:
-                self._close_sets[study_id] = got
-        return got
-
-    def _closed_then_send(self, i: int, contract: StudyContract, parts: list[OwnerC1Parts]) -> int:
-        """t-of-N sealed study: close at holder i first where it has not closed yet (on the kept set), then send
-        it the owners' c1 parts (a holder takes parts only from owners of the set it closed)."""
-        with self._lock:
-            closed = i in self._closed_at.get(contract.study_id, set())
-        if contract.seal_threshold and not closed and self._close_set(contract.study_id) is not None:
-            self._close_at(i, contract)
-        took: int = self.clients[i].send_uploads(contract.study_id, contract.contract_hash, parts)
-        return took
+        if contract.seal_threshold:
+            return self._closing.close(contract, commitments, timeout)
+        per_holder = self._all("did not close the uploads",
+                               lambda c: c.close_upload_shares(contract, commitments, timeout=timeout))
+        return [upload_key_from_shares(h[i] for h in per_holder) for i in range(len(commitments))]
 
     #: The CS adds its noise to c0 only (`BfvBackend.noise_in_c0`) in every study, and does not flood it:
     #: the holders compute on the owners' signed c1 and never see c0.
@@ -486,45 +414,12 @@ class ThresholdDecryption:
         that does not verify, an owner missing) stops the release before any share is asked for.
         """
         self._uploads.forward(contract, uploads, included, background=background)
-        with self._lock:
-            missed = sorted(self._missed.get(contract.study_id, ()))
-        if missed:
-            self._catch_up(contract, uploads, missed)
-
-    def _catch_up(self, contract: StudyContract, uploads: Callable[[], list[OwnerC1Parts]],
-                  missed: Sequence[int]) -> None:
-        """t-of-N: the holders that missed the study's close or its c1 forward and are up now close on the kept set
-        and take the parts (built once, only when one of them is up); the others stay missed."""
-        up = self._up()
-        back = [i for i in missed if not isinstance(up.get(i), Exception)]
-        if not back:
-            return
-        parts = uploads()
-        got, failures = self._outcomes([self._pool.submit(self._closed_then_send, i, contract, parts) for i in back],
-                                       back)
-        with self._lock:
-            self._missed[contract.study_id] = set(missed) - set(got)
-        log.info("study %s: holder(s) %s back: closed on the same %d owners' commitments and took their c1 parts%s",
-                 contract.study_id, ", ".join(self.names[i] for i in sorted(got)), len(parts),
-                 "; still missing: " + "; ".join(f"{n}: {reason_of(e)[1][:120]}" for n, e in failures)
-                 if failures else "")
+        if self.tofn() is not None:  # holders that missed the close or the forward, up again: closed and sent now
+            self._closing.catch_up(contract, uploads)
 
     def _send_uploads(self, contract: StudyContract, parts: list[OwnerC1Parts]) -> None:
         if self.tofn() is not None:  # t holders suffice; a holder down closes and takes them when it is back
-            up = self._up()
-            asked = [i for i, a in up.items() if not isinstance(a, Exception)]
-            took, failures = self._outcomes([self._pool.submit(self._closed_then_send, i, contract, parts)
-                                             for i in asked], asked)
-            failures += [(self.names[i], e) for i, e in up.items() if isinstance(e, Exception)]
-            with self._lock:
-                self._missed[contract.study_id] = {i for i in range(self.k) if i not in took}
-            if len(took) < (self.threshold or self.k):
-                raise HolderFailedError(grpc.StatusCode.UNAVAILABLE,
-                                        f"the t-of-N key needs {self.threshold} of {self.k} key-share holders and "
-                                        f"only {len(took)} took the owners' c1 parts; missing: "
-                                        + "; ".join(f"{n}: {reason_of(e)[1][:120]}" for n, e in failures))
-            log.info("study %s: c1 parts of %d owners forwarded to %d of %d holders (%s)", contract.study_id,
-                     len(parts), len(took), self.k, ", ".join(self.names[i] for i in sorted(took)))
+            self._closing.forward(contract, parts)
             return
         self._all("refused the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
                                                                            contract.contract_hash, parts))
