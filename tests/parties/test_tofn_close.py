@@ -107,3 +107,30 @@ def test_a_cs_closing_two_owner_sets_at_two_pairs_of_holders_is_refused(tofn: Th
         upload_key_from_threshold_shares({2: share}, 2)
     assert sorted(tofn.holders[0].handler.commitments.closed("s-fork")) == ["a", "b"]
     assert HOLDERS[2] == "h3"
+
+
+def test_a_close_with_fewer_than_t_holders_up_opens_nothing_and_a_later_one_closes_on_the_same_owners(
+        tofn: Threshold) -> None:
+    tofn.open("s-short", epsilon=1.0)
+    for o, h in zip(OWNERS[:2], _histograms()[:2]):  # c never uploads: the release is forced on a and b
+        tofn.owner(o).submit("s-short", h)
+    tofn.stop_holder(0)
+    tofn.stop_holder(1)
+    try:
+        with pytest.raises(ServiceError) as err:
+            tofn.computation().run_release("s-short", epsilon=0.5, force=True)
+        assert "split 2-of-3 and only 1 key-share holder(s) closed" in str(err.value)
+        assert "h1" in str(err.value) and "h2" in str(err.value) and "no upload was opened" in str(err.value)
+        store = tofn.cs.handler.store
+        assert not tofn.cs.handler.sealed.opened("s-short")
+        assert all(store.read_chunk(s, 0).startswith(b"dpagg-sealed/") for s in store.submissions("s-short"))
+        assert sorted(tofn.holders[2].handler.commitments.closed("s-short")) == ["a", "b"]
+    finally:
+        tofn.start_holder(0)
+        tofn.start_holder(1)
+    for c in tofn.combiner.clients:
+        c.wait_ready(timeout=60)
+    rel = tofn.computation().run_release("s-short", epsilon=0.5, force=True)
+    assert rel.state == "DONE", rel.error_message
+    _assert_right(rel, np.sum(_histograms()[:2], axis=0))
+    assert all(sorted(h.handler.commitments.closed("s-short")) == ["a", "b"] for h in tofn.holders)
