@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from parties.common.sealing import (Commitment, SealKeyPair, commitment_statemen
 from parties.common.signing import generate_signing_key, sign_submission
 from parties.decryption.commitments import CommitmentBook
 
-PLACE = dict(study_id="s1", owner_id="a", idempotency_key="k", contract_hash="0" * 64)
+PLACE: dict[str, Any] = dict(study_id="s1", owner_id="a", idempotency_key="k", contract_hash="0" * 64)
 
 
 def _is_probable_prime(n: int) -> bool:
@@ -115,7 +116,7 @@ def _contract(seals: list[SealKeyPair], t: int, owners: tuple[str, ...] = ("a", 
 
 def _commit(contract: StudyContract, owner: str, private: bytes, digest: bytes) -> tuple[Commitment, bytes]:
     """An owner's commitment (its c1 digest `digest`) and its upload key."""
-    place = dict(study_id="s1", owner_id=owner, idempotency_key="k", contract_hash=contract.contract_hash)
+    place: dict[str, Any] = dict(study_id="s1", owner_id=owner, idempotency_key="k", contract_hash=contract.contract_hash)
     key = seal_upload_key(private, digest, **place)
     shares = sealed_key_shares(key, contract.holder_seal_keys, threshold=contract.seal_threshold, **place)
     statement = commitment_statement("s1", owner, "k", contract.contract_hash, digest, shares)
@@ -161,7 +162,7 @@ def test_no_two_sets_of_t_holders_close_different_owner_sets() -> None:
         assert len(shares) == 1  # one holder outside the first pair: one share of c's key, never two
         with pytest.raises(InvalidInputError, match="at least 2 are needed"):
             upload_key_from_threshold_shares(shares, 2)
-        assert all(books[j].closed("s1").keys() == {"a", "b"} for j in first)
+        assert all(set(books[j].closed("s1") or ()) == {"a", "b"} for j in first)
     # c's key is c's own (a colluding owner hands it over); what the CS cannot get is t holders computing on c's c1
     assert key_c != key_a
 
@@ -170,7 +171,7 @@ def test_a_holder_refuses_shares_of_another_split_than_its_contracts() -> None:
     seals = [SealKeyPair.load_or_create(None) for _ in range(3)]
     contract, keys = _contract(seals, 2)
     # a commitment sealed by XOR, signed over the t-of-N contract's hash: 32-byte shares where 33 belong
-    place = dict(study_id="s1", owner_id="a", idempotency_key="k", contract_hash=contract.contract_hash)
+    place: dict[str, Any] = dict(study_id="s1", owner_id="a", idempotency_key="k", contract_hash=contract.contract_hash)
     key = seal_upload_key(keys["a"][0], b"\1" * 32, **place)
     shares = sealed_key_shares(key, contract.holder_seal_keys, **place)
     statement = commitment_statement("s1", "a", "k", contract.contract_hash, b"\1" * 32, shares)
