@@ -116,7 +116,8 @@ def _contract(seals: list[SealKeyPair], t: int, owners: tuple[str, ...] = ("a", 
 
 def _commit(contract: StudyContract, owner: str, private: bytes, digest: bytes) -> tuple[Commitment, bytes]:
     """An owner's commitment (its c1 digest `digest`) and its upload key."""
-    place: dict[str, Any] = dict(study_id="s1", owner_id=owner, idempotency_key="k", contract_hash=contract.contract_hash)
+    place: dict[str, Any] = dict(study_id="s1", owner_id=owner, idempotency_key="k",
+                                 contract_hash=contract.contract_hash)
     key = seal_upload_key(private, digest, **place)
     shares = sealed_key_shares(key, contract.holder_seal_keys, threshold=contract.seal_threshold, **place)
     statement = commitment_statement("s1", owner, "k", contract.contract_hash, digest, shares)
