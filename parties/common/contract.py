@@ -139,6 +139,14 @@ class StudyContract:
     server fills K - 1 when the operator gives none; a holder refuses T >= K and the single
     decryption server (K = 1) any T > 0. T = 0 (the field's default, the single server's
     only value) leaves the canonical form and hash unchanged.
+
+    `seal_threshold` t (sealed studies, `parties.common.sealing`): 0 splits each owner's upload
+    key by XOR across all N key holders (every holder must be up to close the uploads); t with
+    N/2 < t < N splits it t-of-N (Shamir, `parties.common.key_split`), so any t holders close
+    them. Each key-share holder of a t-of-N deployment fills in its t at open-study (the CS
+    relays it, never authors it; the approval does not cover it, as it does not cover the seal
+    keys) and refuses any value but its t or 0 (XOR, the stricter split of studies opened before);
+    0 leaves the canonical form and hash unchanged.
     """
 
     study_id: str
@@ -157,6 +165,7 @@ class StudyContract:
     max_organizations: int = 1
     holder_seal_keys: tuple[str, ...] = ()
     noise_tolerates: int = 0
+    seal_threshold: int = 0
     version: str = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -229,6 +238,18 @@ class StudyContract:
             raise InvalidInputError("domain_spec must be printable text of at most 4096 characters")
         object.__setattr__(self, "owner_keys", _canonical_owner_keys(self.owner_keys, owners))
         object.__setattr__(self, "holder_seal_keys", _check_seal_keys(self.holder_seal_keys, self.signed))
+        if isinstance(self.seal_threshold, bool) or not isinstance(self.seal_threshold, int):
+            raise InvalidInputError(f"seal_threshold must be an integer, got {_shown(self.seal_threshold)}")
+        if self.seal_threshold:
+            from .key_split import check_split_threshold
+
+            if not self.holder_seal_keys:
+                raise InvalidInputError("seal_threshold needs holder_seal_keys: it says how many of the key holders "
+                                        "the owners' upload keys are split to")
+            try:
+                check_split_threshold(self.seal_threshold, len(self.holder_seal_keys))
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"seal_threshold: {exc}") from None
         if self.version not in CONTRACT_VERSIONS:
             raise InvalidInputError(f"unsupported contract version {self.version!r}; this build reads "
                                     f"{' and '.join(CONTRACT_VERSIONS)}")
@@ -253,6 +274,7 @@ class StudyContract:
         max_organizations: int = 1,
         holder_seal_keys: Iterable[str] = (),
         noise_tolerates: int = 0,
+        seal_threshold: int = 0,
     ) -> "StudyContract":
         """Build a contract from loosely typed inputs (e.g. a request), validating everything."""
         return cls(
@@ -272,6 +294,7 @@ class StudyContract:
             correlation_source=correlation_source or "",
             holder_seal_keys=tuple(holder_seal_keys or ()),
             noise_tolerates=_whole("noise_tolerates", noise_tolerates),
+            seal_threshold=_whole("seal_threshold", seal_threshold),
         )
 
     @property
@@ -382,7 +405,7 @@ class StudyContract:
         "owner_keys" appears only for a signed study, and "correlation_leakage" /
         "correlation_source" only for a study that sets either, so the canonical form (and
         hash) of every other contract is unchanged from before those fields existed; likewise
-        "max_organizations" only when > 1 and "noise_tolerates" only when > 0.
+        "max_organizations" only when > 1, "noise_tolerates" and "seal_threshold" only when > 0.
         """
         d = {
             "version": self.version,
@@ -408,6 +431,8 @@ class StudyContract:
             d["holder_seal_keys"] = list(self.holder_seal_keys)
         if self.noise_tolerates:
             d["noise_tolerates"] = self.noise_tolerates
+        if self.seal_threshold:
+            d["seal_threshold"] = self.seal_threshold
         return d
 
     def canonical_json(self) -> str:
@@ -443,6 +468,7 @@ class StudyContract:
                 correlation_source=d.get("correlation_source", ""),
                 holder_seal_keys=tuple(d.get("holder_seal_keys", ())),
                 noise_tolerates=_whole("noise_tolerates", d.get("noise_tolerates", 0)),
+                seal_threshold=_whole("seal_threshold", d.get("seal_threshold", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):

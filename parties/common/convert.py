@@ -57,6 +57,7 @@ def contract_to_proto(c: StudyContract) -> common_pb2.StudyContract:
         max_records_per_owner=c.max_records_per_owner,
         holder_seal_keys=list(c.holder_seal_keys),
         noise_tolerates=c.noise_tolerates,
+        seal_threshold=c.seal_threshold,
     )
 
 
@@ -80,6 +81,7 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
         max_organizations=int(p.max_organizations) or 1,
         holder_seal_keys=tuple(p.holder_seal_keys),
         noise_tolerates=int(p.noise_tolerates),
+        seal_threshold=int(p.seal_threshold),
     )
     if verify_hash and p.contract_hash and p.contract_hash != c.contract_hash:
         raise InvalidInputError(

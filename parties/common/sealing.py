@@ -10,7 +10,9 @@ others' ciphertexts first. So every owner's upload is fixed before anyone can re
 1. **Seal.** The owner encrypts each upload chunk with AES-256-GCM under a fresh upload key k
    (`seal_chunk`; the chunk's place is authenticated). k is split into K XOR shares, share j
    encrypted to key holder j's X25519 key, which the contract pins (`holder_seal_keys`): a
-   key holder alone, or the CS, cannot open it.
+   key holder alone, or the CS, cannot open it. When the holders hold a t-of-N key (the
+   contract's `seal_threshold` t, N/2 < t < N) the split is Shamir's instead
+   (`parties.common.key_split`): any t holders' shares give k, fewer say nothing of it.
 2. **Commit.** The owner signs, with its contract key, the commitment statement
    (`commitment_statement`): study, owner, upload key, contract hash, the digest of its
    chunks' c1 parts (`threshold.c1.c1_stream_digest`) and the K encrypted shares.
@@ -18,13 +20,16 @@ others' ciphertexts first. So every owner's upload is fixed before anyone can re
    ones), the CS sends the commitments to every key holder (`Decryption.CloseUploads`). Each
    holder verifies every signature, records the set for good (a different set later is
    refused, so no owner can join after anyone saw anything) and only then returns its shares
-   of the upload keys. With every share the CS opens the chunks; each holder afterwards
-   computes only on c1 parts whose digest the closed set holds.
+   of the upload keys. With every share (t-of-N: any t) the CS opens the chunks; each holder
+   afterwards computes only on c1 parts whose digest the closed set holds.
 
 A dishonest owner must therefore commit to its c1 while every other owner's is still sealed:
 the aggregate c1 is a sum of uniformly random polynomials it never saw (no chosen c1), and no
-upload can depend on another (no scaling). This holds while one key holder is honest: every
-upload key needs every holder's share. Nothing here is noise or budget.
+upload can depend on another (no scaling). With the XOR split this holds while one key holder
+is honest: every upload key needs every holder's share. With a t-of-N split it holds while
+fewer than t holders collude with the CS (t of them give every key), and a CS closing two
+different sets needs two sets of t holders that share no honest holder: 2t - N > f holders
+colluding rules that out (docs/threshold.md, section 10). Nothing here is noise or budget.
 
 The upload key and its shares are derived from the owner's signing key and the digest of the
 plain chunks (HKDF-SHA256), so a retried or resumed upload seals to the same bytes, and two
@@ -47,16 +52,18 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from he_partition.core.errors import InvalidInputError
 
+from .key_split import SHARE_BYTES, check_split_threshold, combine_key, split_key
 from .util import write_file_atomic
 
 __all__ = ["SEALED_MAGIC", "Commitment", "SealKeyPair", "commitment_statement", "is_sealed", "open_chunk",
-           "open_key_share", "seal_chunk", "seal_to", "seal_upload_key", "sealed_key_shares", "upload_key_from_shares",
-           "check_seal_public_key"]
+           "open_key_share", "seal_chunk", "seal_to", "seal_upload_key", "sealed_key_shares", "sealed_share_bytes",
+           "share_bytes", "upload_key_from_shares", "upload_key_from_threshold_shares", "check_seal_public_key"]
 
 #: Every sealed chunk starts with these bytes (an opened chunk is a plain TenSEAL vector, which never does).
 SEALED_MAGIC = b"dpagg-sealed/v1\n"
 _KEY_BYTES = 32
 _SHARE_BLOB = 32 + _KEY_BYTES + 16  # ephemeral X25519 public key, encrypted share, GCM tag
+_SHAMIR_BLOB = 32 + SHARE_BYTES + 16  # the same around a t-of-N share (one byte longer)
 
 
 def _frame(data: bytes) -> bytes:
@@ -139,22 +146,31 @@ def _open_with(private: X25519PrivateKey, blob: bytes, bind: Callable[[bytes], b
 
 
 def sealed_key_shares(key: bytes, holder_public_keys: Sequence[str], *, study_id: str, owner_id: str,
-                      idempotency_key: str, contract_hash: str) -> tuple[bytes, ...]:
-    """Split `key` into len(holder_public_keys) XOR shares, share j encrypted to holder j's X25519 key.
+                      idempotency_key: str, contract_hash: str, threshold: int = 0) -> tuple[bytes, ...]:
+    """Split `key` into len(holder_public_keys) shares, share j encrypted to holder j's X25519 key.
 
-    Every share but the last is derived from `key` (HKDF), so the same key gives the same
-    blobs (a resumed upload commits to the same bytes); K - 1 shares reveal nothing of it.
+    `threshold` 0: XOR shares (every holder's share gives the key). Every share but the last is
+    derived from `key` (HKDF), so the same key gives the same blobs (a resumed upload commits to
+    the same bytes); K - 1 shares reveal nothing of it. `threshold` t (N/2 < t < N, the
+    contract's `seal_threshold`): Shamir shares over GF(2^256 + 297) (`key_split.split_key`),
+    the t - 1 coefficients derived from `key` with HKDF the same way; any t give the key, t - 1
+    reveal nothing of it.
     """
     if not holder_public_keys:
         raise InvalidInputError("the contract pins no key holder seal keys: nothing to seal the upload key to")
     place = _place(study_id, owner_id, idempotency_key, contract_hash)
     k = len(holder_public_keys)
-    shares = [_hkdf(key, salt=b"", info=b"dpagg/seal-share-value/v1" + place + j.to_bytes(4, "big"))
-              for j in range(k - 1)]
-    last = bytearray(key)
-    for s in shares:
-        last = bytearray(a ^ b for a, b in zip(last, s))
-    shares.append(bytes(last))
+    if threshold:
+        check_split_threshold(threshold, k)
+        shares = split_key(key, threshold, k, lambda m: _hkdf(key, salt=b"", length=64, info=(
+            b"dpagg/seal-share-coefficient/v1" + place + m.to_bytes(4, "big"))))
+    else:
+        shares = [_hkdf(key, salt=b"", info=b"dpagg/seal-share-value/v1" + place + j.to_bytes(4, "big"))
+                  for j in range(k - 1)]
+        last = bytearray(key)
+        for s in shares:
+            last = bytearray(a ^ b for a, b in zip(last, s))
+        shares.append(bytes(last))
     out = []
     for j, (share, hex_key) in enumerate(zip(shares, holder_public_keys)):
         holder_public = bytes.fromhex(check_seal_public_key(hex_key, f"holder_seal_keys[{j}]"))
@@ -176,6 +192,22 @@ def upload_key_from_shares(shares: Iterable[bytes]) -> bytes:
     if not count:
         raise InvalidInputError("no upload key shares")
     return bytes(key)
+
+
+def upload_key_from_threshold_shares(shares: Mapping[int, bytes], threshold: int) -> bytes:
+    """The upload key of a t-of-N split from holder index -> opened share, at least t of them (`key_split.combine_key`:
+    InvalidInputError for fewer, or for shares that do not lie on one polynomial)."""
+    return combine_key(shares, threshold)
+
+
+def share_bytes(threshold: int) -> int:
+    """The length of one opened share: 32 (XOR, `threshold` 0) or 33 (a t-of-N share)."""
+    return SHARE_BYTES if threshold else _KEY_BYTES
+
+
+def sealed_share_bytes(threshold: int) -> int:
+    """The length of one sealed share (`sealed_key_shares`): 80 (XOR, `threshold` 0) or 81 (a t-of-N share)."""
+    return _SHAMIR_BLOB if threshold else _SHARE_BLOB
 
 
 class SealKeyPair:
@@ -234,9 +266,9 @@ def _seal_to_binding(public: bytes, ephemeral_public: bytes, context: bytes) -> 
 def open_key_share(private: X25519PrivateKey, public: bytes, blob: bytes, holder: int, *, study_id: str,
                    owner_id: str, idempotency_key: str, contract_hash: str) -> bytes:
     """Decrypt one `sealed_key_shares` blob with holder `holder`'s private key (InvalidInputError otherwise)."""
-    if len(blob) != _SHARE_BLOB:
+    if len(blob) not in (_SHARE_BLOB, _SHAMIR_BLOB):
         raise InvalidInputError(f"owner {owner_id!r}'s upload key share for holder {holder} has {len(blob)} bytes, "
-                                f"expected {_SHARE_BLOB}")
+                                f"expected {_SHARE_BLOB} (XOR) or {_SHAMIR_BLOB} (t-of-N)")
     place = _place(study_id, owner_id, idempotency_key, contract_hash)
     try:
         return _open_with(private, blob, lambda eph_public: _share_context(place, holder, public, eph_public))

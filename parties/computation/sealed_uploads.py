@@ -24,7 +24,7 @@ from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector, c1_stream_diges
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError
-from ..common.sealing import Commitment, is_sealed, open_chunk
+from ..common.sealing import Commitment, is_sealed, open_chunk, sealed_share_bytes
 from ..common.util import write_file_atomic
 from .store import ComputationStore, Submission
 
@@ -45,6 +45,12 @@ def check_commitment(contract: StudyContract, c: Commitment) -> None:
     if len(c.key_shares) != len(contract.holder_seal_keys):
         raise InvalidInputError(f"study {contract.study_id} is sealed to {len(contract.holder_seal_keys)} key "
                                 f"holder(s); the upload header carries {len(c.key_shares)} sealed key shares")
+    want = sealed_share_bytes(contract.seal_threshold)
+    if any(len(s) != want for s in c.key_shares):
+        raise InvalidInputError(f"study {contract.study_id} splits each upload key "
+                                f"{f'{contract.seal_threshold}-of-N' if contract.seal_threshold else 'by XOR'}: every "
+                                f"sealed key share has {want} bytes, the upload header carries "
+                                f"{sorted({len(s) for s in c.key_shares})} (a current data-owner client seals them)")
     c.verify(contract, "nothing was stored")
 
 
@@ -119,7 +125,8 @@ class SealedUploads:
         """The submissions a release of the sealed study includes, with their chunks opened.
 
         The first call closes the uploads on `subs` (every key holder's shares through
-        `close`, e.g. `DecryptionClient.close_uploads`) and opens every chunk; later calls
+        `close`, e.g. `DecryptionClient.close_uploads`; any t holders' for a t-of-N split,
+        `ThresholdDecryption.close_uploads`) and opens every chunk; later calls
         return the closed set's submissions. FailedPreconditionError when a key holder
         refuses, or when an owner's opened chunks are not what it committed to.
         """

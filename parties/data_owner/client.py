@@ -229,7 +229,8 @@ class DataOwnerClient:
                 chunks += [backend.serialize_chunk(c) for c in backend.encrypt(piece).chunks]
                 advance(1)
         return EncryptedHistogram(study_id, int(hist.size), contract.context_fingerprint, tuple(chunks),
-                                  contract.contract_hash, contract.signed, contract.holder_seal_keys)
+                                  contract.contract_hash, contract.signed, contract.holder_seal_keys,
+                                  contract.seal_threshold)
 
     def _reporter(self, progress: bool | None) -> Progress:
         """Where long steps are reported: the client's Progress, or stderr when `progress` (default: the client's)."""
@@ -300,7 +301,8 @@ class DataOwnerClient:
         if saved is not None:
             self._check_signing_key(contract)
             enc = EncryptedHistogram(study_id, saved.domain_length, saved.context_fingerprint, saved.chunks,
-                                     saved.contract_hash, contract.signed, contract.holder_seal_keys)
+                                     saved.contract_hash, contract.signed, contract.holder_seal_keys,
+                                     contract.seal_threshold)
         else:
             enc = self.encrypt(study_id, histogram, progress=progress)
             cache.save(digest, contract_hash=enc.contract_hash, context_fingerprint=enc.context_fingerprint,

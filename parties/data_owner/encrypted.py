@@ -21,6 +21,8 @@ class EncryptedHistogram:
     signed: bool = False
     #: The key holders' seal keys when the contract pins them: the upload is then sealed and committed.
     holder_seal_keys: tuple[str, ...] = ()
+    #: The contract's seal_threshold: 0 splits the upload key by XOR across the holders, t > 0 t-of-N (Shamir).
+    seal_threshold: int = 0
 
     @property
     def nbytes(self) -> int:

@@ -32,6 +32,6 @@ def seal_upload(enc: EncryptedHistogram, signing_key: bytes, context: Any, *, ow
     key = seal_upload_key(signing_key, stream_digest(enc.chunks), **place)
     sealed = tuple(seal_chunk(key, i, c, **place) for i, c in enumerate(enc.chunks))
     digest = c1_stream_digest(c1_parts if c1_parts is not None else c1_parts_of(enc, context))
-    shares = sealed_key_shares(key, enc.holder_seal_keys, **place)
+    shares = sealed_key_shares(key, enc.holder_seal_keys, threshold=enc.seal_threshold, **place)
     statement = commitment_statement(enc.study_id, owner_id, idempotency_key, enc.contract_hash, digest, shares)
     return sealed, Commitment(owner_id, idempotency_key, digest, shares, sign_submission(signing_key, statement))

@@ -5,7 +5,10 @@ upload keys: it verifies every owner's signed commitment against its own copy of
 refuses two owners committing to the same c1 (a copy of another owner's commitment would add
 that owner's data twice), records the set durably, and only then returns its shares. Once a
 study is closed the same set is answered the same and any other set is refused, so no owner
-can commit after anyone has read an upload. `UploadC1Book.accept` then takes c1 parts only
+can commit after anyone has read an upload. With a t-of-N split (`StudyContract.seal_threshold`)
+the CS needs any t holders' shares: every two sets of t > N/2 holders share one, which refuses
+the second set, so the CS cannot open two different sets (docs/threshold.md, section 10); a
+holder that was down at the close is closed later on the same set. `UploadC1Book.accept` then takes c1 parts only
 from the closed set's owners, each matching its committed digest.
 
 Nothing here adds noise or spends budget.
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError
-from ..common.sealing import Commitment, SealKeyPair
+from ..common.sealing import Commitment, SealKeyPair, share_bytes
 from ..common.util import write_file_atomic
 from he_partition.core.errors import InvalidInputError
 
@@ -96,6 +99,11 @@ class CommitmentBook:
         shares = [self.seal.open_share(c.key_shares[self.holder], self.holder, study_id=contract.study_id,
                                        owner_id=c.owner_id, idempotency_key=c.idempotency_key,
                                        contract_hash=contract.contract_hash) for c in commitments]
+        split = "t-of-N" if contract.seal_threshold else "XOR"
+        wrong = [c.owner_id for c, s in zip(commitments, shares) if len(s) != share_bytes(contract.seal_threshold)]
+        if wrong:
+            raise InvalidInputError(f"the upload key shares of owners {wrong} are not {split} shares, as study "
+                                    f"{contract.study_id}'s contract splits them: nothing closed")
         with self._lock:
             held = self._held(contract.study_id)
             if held is not None:

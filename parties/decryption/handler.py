@@ -219,6 +219,9 @@ class DecryptionHandler:
         self.key_holders = key_holders
         #: The noise_tolerates this holder fills in when the operator approved none (K - 1; t - 1 at a t-of-N holder).
         self.max_noise_tolerates = key_holders - 1
+        #: The seal_threshold this holder writes into a new sealed study's contract: t at a holder of a t-of-N
+        #: deployment (the owners split their upload keys t-of-N), 0 elsewhere (XOR across every holder).
+        self.seal_threshold = 0
         # Local worker processes for a measurement's per-chunk decryption (parties.decryption.workers).
         self.decrypt_pool = decrypt_pool
         self.require_signed = require_signed
@@ -423,6 +426,7 @@ class DecryptionHandler:
             max_organizations=max_organizations or 1,
             holder_seal_keys=() if join else tuple(holder_seal_keys),
             noise_tolerates=self.key_holders - 1 if noise_tolerates is None else noise_tolerates,
+            seal_threshold=self._seal_threshold(study_id, bool(holder_seal_keys) and not join),
         )
         contract.check_key_holders(self.key_holders)
         if contract.sealed and self.commitments is not None:
@@ -455,6 +459,14 @@ class DecryptionHandler:
                 "the study carries no operator approval: this key holder opens only studies signed by an "
                 "approval key it pins (dpagg open-study ... --approval-key FILE); the study was not opened")
         approval.check_request(self.approvals.pinned, requested, default_tolerates=self.max_noise_tolerates)
+
+    def _seal_threshold(self, study_id: str, sealed: bool) -> int:
+        """The seal_threshold of a sealed study opened here: this holder's own (never the relay's), except that a
+        study opened before keeps the split its owners sealed to."""
+        if not sealed or not self.seal_threshold:
+            return 0
+        prior = self._existing_study(study_id)
+        return self.seal_threshold if prior is None else prior.seal_threshold
 
     def _existing_study(self, study_id: str) -> StudyContract | None:
         try:

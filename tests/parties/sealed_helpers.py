@@ -15,7 +15,8 @@ def commitment_of(contract: StudyContract, private: bytes, parts: OwnerC1Parts) 
     place = dict(study_id=contract.study_id, owner_id=parts.owner_id, idempotency_key=parts.idempotency_key,
                  contract_hash=contract.contract_hash)
     digest = c1_stream_digest(parts.parts)
-    shares = sealed_key_shares(seal_upload_key(private, digest, **place), contract.holder_seal_keys, **place)
+    shares = sealed_key_shares(seal_upload_key(private, digest, **place), contract.holder_seal_keys,
+                               threshold=contract.seal_threshold, **place)
     statement = commitment_statement(contract.study_id, parts.owner_id, parts.idempotency_key,
                                      contract.contract_hash, digest, shares)
     return Commitment(parts.owner_id, parts.idempotency_key, digest, shares, sign_submission(private, statement))

@@ -7,6 +7,9 @@ What it holds:
   studies at every holder, and relays the collective key setup.
 - `charge_log`: with a t-of-N key, each study's signed charge log as this server keeps it, and the
   round in which the participants of a measurement sign its charge.
+- `upload_close`: with a t-of-N key, a sealed study's uploads closed with any t holders up (the
+  owners split their upload keys t-of-N), and the holders that missed the close closed on the same
+  set before they take the owners' c1 parts.
 - `c1_forward`: the owners' c1 signatures as they arrive, and each included owner's signed c1
   parts forwarded to the key holders before a signed study's first measurement (also used
   with the single decryption server for signed studies).

@@ -17,7 +17,9 @@ that answered (fewer than t: refused, naming the holders missing, nothing charge
 those t sign the measurement's charge on the study's whole charge log (`SignCharge`, kept here in
 `charges/<study>.json` and shown to every holder with each request), asks them for their shares
 with the log, and combines their t shares. Studies and budgets are read from the holders that
-answer. A direct query's ranges are charged the same way, one charge per range.
+answer. A direct query's ranges are charged the same way, one charge per range. A sealed study's
+uploads close with any t holders up (`close_uploads`: the owners split their upload keys t-of-N),
+and a holder that was down closes on the same set before it takes the owners' c1 parts.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ from ...decryption.keyshare.charges import SignedCharge, dump_log
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
 from .charge_log import StudyChargeLogs
 from .key_setup import fix_deployment, setup_study_key
+from .upload_close import UploadClosing
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
@@ -111,6 +114,9 @@ class ThresholdDecryption:
         self._contexts: dict[str, bytes] = {}  # study id -> its collective public context ("": the legacy key)
         self._fps: dict[str, str] = {}
         self._uploads = UploadForwarding(self._send_uploads)  # the owners' signed c1 parts, once per study
+        #: t-of-N: sealed uploads closed with any t holders, and the holders that missed the close caught up.
+        self._closing = UploadClosing(self, Path(data_dir) / "closes" if data_dir is not None else None,
+                                      HolderFailedError)
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
         self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
@@ -405,13 +411,16 @@ class ThresholdDecryption:
 
     def close_uploads(self, contract: StudyContract, commitments: Sequence[Commitment], *,
                       timeout: float | None = None) -> list[bytes]:
-        """Close a sealed study's uploads at every holder; each owner's upload key is the XOR of the K shares.
+        """Close a sealed study's uploads at the key holders; each owner's upload key from their shares.
 
-        A holder down or refusing: HolderFailedError naming it, and no upload opens (every key
-        needs every holder's share).
+        XOR split (`seal_threshold` 0): every holder closes, the key is the XOR of the K shares; a
+        holder down or refusing: HolderFailedError naming it, and no upload opens. t-of-N split:
+        any t holders that are up (`upload_close.UploadClosing.close`).
         """
+        if contract.seal_threshold:
+            return self._closing.close(contract, commitments, timeout)
         self._every_holder_up(f"closing the uploads of study {contract.study_id} needs all {self.k} key-share "
-                              "holders (each owner's upload key is shared among every one of them)")
+                              "holders (each owner's upload key is XOR-shared among every one of them)")
         per_holder = self._all("did not close the uploads",
                                lambda c: c.close_upload_shares(contract, commitments, timeout=timeout))
         return [upload_key_from_shares(h[i] for h in per_holder) for i in range(len(commitments))]
@@ -430,13 +439,12 @@ class ThresholdDecryption:
         that does not verify, an owner missing) stops the release before any share is asked for.
         """
         self._uploads.forward(contract, uploads, included, background=background)
+        if self.tofn() is not None:  # holders that missed the close or the forward, up again: closed and sent now
+            self._closing.catch_up(contract, uploads)
 
     def _send_uploads(self, contract: StudyContract, parts: list[OwnerC1Parts]) -> None:
-        if self.tofn() is not None:  # t holders suffice; a holder that missed them gets them at the next forward
-            took = self._quorum("took the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
-                                                                                     contract.contract_hash, parts))
-            log.info("study %s: c1 parts of %d owners forwarded to %d of %d holders (%s)", contract.study_id,
-                     len(parts), len(took), self.k, ", ".join(self.names[i] for i in sorted(took)))
+        if self.tofn() is not None:  # t holders suffice; a holder down closes and takes them when it is back
+            self._closing.forward(contract, parts)
             return
         self._all("refused the owners' c1 parts", lambda c: c.send_uploads(contract.study_id,
                                                                            contract.contract_hash, parts))

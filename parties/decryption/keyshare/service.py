@@ -143,9 +143,16 @@ class KeyShareService:
                                          key_holders=len(self.holders), approvals=self.approvals)
         if self.threshold is not None:  # any t answer: the coalition the holders' noise tolerates is t - 1
             self.handler.max_noise_tolerates = self.threshold - 1
+        self.handler.seal_threshold = self.seal_threshold()  # owners split their upload keys so any t close
         if self.threshold is not None:
             rules = ChargeRules({h: i.signing for h, i in self.identities.items()}, self.threshold)
             self.charges = ChargeBook(self.index, self.signer._private, rules, self.keys_dir.parent / "charges.sqlite3")
+
+    def seal_threshold(self) -> int:
+        """t of this deployment's t-of-N key when t < N: the owners' upload keys are split t-of-N (any t holders
+        close a study's uploads); 0 (XOR across every holder) for N-of-N."""
+        t = self.threshold
+        return t if t is not None and t < len(self.holders) else 0
 
     def study_key(self, study_id: str) -> ActiveKey | None:
         """This holder's key of `study_id` (`StudyKeyStore.study`); None when it has none."""
@@ -315,6 +322,11 @@ class KeyShareService:
                                           "read another owner's (open the study through a current computation server)")
         if contract.sealed:
             self.commitments.check_contract(contract)
+            if contract.seal_threshold not in (0, self.seal_threshold()):
+                raise FailedPreconditionError(
+                    f"study {contract.study_id} splits the owners' upload keys {contract.seal_threshold}-of-"
+                    f"{len(self.holders)}; holder {self.name} holds a "
+                    f"{self.seal_threshold() or len(self.holders)}-of-{len(self.holders)} key share: refused")
         if self.threshold is not None and contract.noise_parties == 2 and contract.noise_tolerates >= self.threshold:
             raise FailedPreconditionError(f"study {contract.study_id}: noise_tolerates {contract.noise_tolerates} must "
                                           f"be below t = {self.threshold}: any t holders answer a t-of-N request, and "

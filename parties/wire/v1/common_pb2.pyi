@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StudyContract(_message.Message):
-    __slots__ = ("version", "study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "context_fingerprint", "strategy_params_json", "contract_hash", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations", "max_records_per_owner", "holder_seal_keys", "noise_tolerates")
+    __slots__ = ("version", "study_id", "domain_size", "epsilon", "strategy", "contribution_bound", "noise_parties", "expected_owners", "context_fingerprint", "strategy_params_json", "contract_hash", "domain_spec", "owner_keys", "correlation_leakage", "correlation_source", "max_organizations", "max_records_per_owner", "holder_seal_keys", "noise_tolerates", "seal_threshold")
     class OwnerKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class StudyContract(_message.Message):
     MAX_RECORDS_PER_OWNER_FIELD_NUMBER: _ClassVar[int]
     HOLDER_SEAL_KEYS_FIELD_NUMBER: _ClassVar[int]
     NOISE_TOLERATES_FIELD_NUMBER: _ClassVar[int]
+    SEAL_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     version: str
     study_id: str
     domain_size: int
@@ -53,7 +54,8 @@ class StudyContract(_message.Message):
     max_records_per_owner: int
     holder_seal_keys: _containers.RepeatedScalarFieldContainer[str]
     noise_tolerates: int
-    def __init__(self, version: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., context_fingerprint: _Optional[str] = ..., strategy_params_json: _Optional[str] = ..., contract_hash: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ..., max_records_per_owner: _Optional[int] = ..., holder_seal_keys: _Optional[_Iterable[str]] = ..., noise_tolerates: _Optional[int] = ...) -> None: ...
+    seal_threshold: int
+    def __init__(self, version: _Optional[str] = ..., study_id: _Optional[str] = ..., domain_size: _Optional[int] = ..., epsilon: _Optional[float] = ..., strategy: _Optional[str] = ..., contribution_bound: _Optional[int] = ..., noise_parties: _Optional[int] = ..., expected_owners: _Optional[_Iterable[str]] = ..., context_fingerprint: _Optional[str] = ..., strategy_params_json: _Optional[str] = ..., contract_hash: _Optional[str] = ..., domain_spec: _Optional[str] = ..., owner_keys: _Optional[_Mapping[str, str]] = ..., correlation_leakage: _Optional[float] = ..., correlation_source: _Optional[str] = ..., max_organizations: _Optional[int] = ..., max_records_per_owner: _Optional[int] = ..., holder_seal_keys: _Optional[_Iterable[str]] = ..., noise_tolerates: _Optional[int] = ..., seal_threshold: _Optional[int] = ...) -> None: ...
 
 class OwnerSignature(_message.Message):
     __slots__ = ("owner_id", "idempotency_key", "ciphertext_digest", "signature")
