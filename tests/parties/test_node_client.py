@@ -1,8 +1,8 @@
-"""The Node.js example analyst client (examples/node-analyst, loaded from proto/ only) against real servers.
+"""The Node.js analyst client of the TypeScript SDK (sdk-ts/analyst, loaded from proto/ only) against real servers.
 
 The script runs in place (so it finds ../../proto as documented); its npm packages come from
-examples/node-analyst/node_modules when a developer installed them, else from `npm ci` into a
-tmp dir, passed to node via NODE_PATH. Skips without node/npm or when `npm ci` cannot reach a
+sdk-ts/node_modules when a developer installed them, else from `npm ci` of the analyst's two
+gRPC packages into a tmp dir, passed to node via NODE_PATH. Skips without node/npm or when `npm ci` cannot reach a
 registry. Marked slow (the repo's marker for end-to-end runs; `-m "not slow"` leaves it out).
 """
 
@@ -22,8 +22,9 @@ from .conftest import ANALYST_ID, Cluster
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-analyst"
-SCRIPT = EXAMPLE / "analyst.js"
+SDK = Path(__file__).resolve().parents[2] / "sdk-ts"
+EXAMPLE = SDK / "analyst"
+SCRIPT = EXAMPLE / "analyst.cjs"
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +34,14 @@ def node_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if node is None or npm is None:
         pytest.skip("node and npm are needed for the Node example client test (not on PATH)")
     env = dict(os.environ)
-    if (EXAMPLE / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        return env  # installed by hand with `npm ci` in the example directory
+    if (SDK / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        return env  # installed by hand with `npm ci` in sdk-ts
     where = tmp_path_factory.mktemp("node-analyst")
-    for name in ("package.json", "package-lock.json"):
-        shutil.copy(EXAMPLE / name, where / name)
+    pins = json.loads((SDK / "package.json").read_text())["dependencies"]
+    grpc_pins = [f"{name}@{pins[name]}" for name in ("@grpc/grpc-js", "@grpc/proto-loader")]
     try:
-        proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=where,
+        proc = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save", "--prefix",
+                               str(where), *grpc_pins], cwd=where,
                               capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         pytest.skip("npm ci did not finish in 300 s (no registry access?)")
@@ -175,7 +177,7 @@ def test_node_analyst_confidence_intervals_match_the_python_sdk_or_are_wider(nod
 
 
 def test_the_ported_interval_functions_equal_pythons(tmp_path: Path) -> None:
-    """examples/node-analyst/intervals.js (no npm packages) against he_partition.core.intervals, case by case."""
+    """sdk-ts/analyst/intervals.cjs (no npm packages) against he_partition.core.intervals, case by case."""
     if shutil.which("node") is None:
         pytest.skip("node is needed (not on PATH)")
     from he_partition.core.intervals import chernoff_halfwidth, exact_halfwidth, exact_sum_halfwidth
@@ -186,7 +188,7 @@ def test_the_ported_interval_functions_equal_pythons(tmp_path: Path) -> None:
             {"vs": [1.0, 3.0, 40.0], "ns": [2, 2, 1], "c": 0.9}]
     script = tmp_path / "run.js"
     script.write_text(
-        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.js'))});\n"
+        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.cjs'))});\n"
         f"const cases = {json.dumps(cases)}, sums = {json.dumps(sums)};\n"
         "console.log(JSON.stringify({\n"
         "  exact: cases.map((k) => i.exactHalfwidth(k.v, k.c, k.d)),\n"

@@ -83,7 +83,7 @@ def test_node_recomputes_every_vector_from_the_proto_definitions() -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the cross-language check of proto/test-vectors.json needs it")
-    proc = subprocess.run([node, str(ROOT / "examples" / "node-analyst" / "check-vectors.js"), str(VECTORS)],
+    proc = subprocess.run([node, str(ROOT / "sdk-ts" / "analyst" / "check-vectors.cjs"), str(VECTORS)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout and " checks passed" in proc.stdout

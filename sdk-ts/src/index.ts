@@ -1,0 +1,8 @@
+/** dpagg's TypeScript SDK: a data owner encrypts, seals, signs and uploads; an analyst reads releases. */
+export { DataOwner, RESUMABLE, type SubmitOptions, type SubmitResult, type Progress } from './owner.ts';
+export { BfvEncryptor, c1Part, contextFingerprint, ownerEncoding } from './bfv.ts';
+export { checkContract, contractHash, canonicalize, type StudyContract } from './contract.ts';
+export { convertSeal, sealVersionOf, SealFormatError } from './seal-format.ts';
+export { loadPrivateKey, publicKeyOf } from './signing.ts';
+export { histogramFromRecords, type Bounds } from './bounding.ts';
+export { type Connection, type Tls, ServiceError } from './grpc.ts';
