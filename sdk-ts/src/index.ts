@@ -6,3 +6,7 @@ export { convertSeal, sealVersionOf, SealFormatError } from './seal-format.ts';
 export { loadPrivateKey, publicKeyOf } from './signing.ts';
 export { histogramFromRecords, type Bounds } from './bounding.ts';
 export { type Connection, type Tls, ServiceError } from './grpc.ts';
+export { DomainSpec, DomainError, pyFloat } from './domain.ts';
+export { readHistogram, keyedRandom, csvRows, RecordsError, type ReadOptions } from './records.ts';
+export { type BoundedHistogram } from './bounding.ts';
+export { UploadCache, countsDigest, ResumeError } from './resume.ts';

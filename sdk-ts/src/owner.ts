@@ -17,6 +17,8 @@ import { type Client, type Connection, ServiceError, asServiceError, deadline, l
 import { sealChunk, sealedKeyShares, sealUploadKey, type Place } from './sealing.ts';
 import { publicKeyOf, sign } from './signing.ts';
 import { toHex } from './bytes.ts';
+import { type BoundedHistogram } from './bounding.ts';
+import { UploadCache, countsDigest } from './resume.ts';
 
 /** Failures after which an upload is resumed (same idempotency key, only the missing chunks). */
 export const RESUMABLE = new Set(['UNAVAILABLE', 'DEADLINE_EXCEEDED', 'ABORTED', 'CANCELLED', 'RESOURCE_EXHAUSTED']);
@@ -27,6 +29,11 @@ export interface SubmitOptions {
   idempotencyKey?: string;
   maxAttempts?: number;
   progress?: Progress;
+  /** Keep the encrypted chunks here until the upload commits, so a later process with the same idempotency key and
+   *  counts sends only the chunks the server lacks instead of re-encrypting (resume.ts; Python's resume_dir). */
+  resumeDir?: string;
+  /** The first attempt sends only these chunk indices (simulates an interrupted upload in tests, as Python's `only`). */
+  only?: readonly number[];
 }
 
 export interface SubmitResult {
@@ -105,8 +112,10 @@ export class DataOwner {
   }
 
   /** Encrypt, seal, sign and upload `counts` (one count per bin) to the study; resumes until committed. */
-  async submit(studyId: string, counts: readonly (number | bigint)[], opts: SubmitOptions = {}): Promise<SubmitResult> {
+  async submit(studyId: string, histogram: readonly (number | bigint)[] | BoundedHistogram, opts: SubmitOptions = {}): Promise<SubmitResult> {
     const started = Date.now();
+    const counts = Array.isArray(histogram) ? histogram as readonly (number | bigint)[] : (histogram as BoundedHistogram).counts;
+    const bound = Array.isArray(histogram) ? undefined : (histogram as BoundedHistogram).contributionBound;
     const hist = counts.map((c) => {
       if (typeof c === 'number' && !Number.isSafeInteger(c)) throw new Error(`counts must be integers, got ${c}`);
       return BigInt(c);
@@ -115,17 +124,37 @@ export class DataOwner {
     if (!ID.test(key)) throw new Error(`idempotency_key must be letters, digits, '.', '_' or '-', got ${JSON.stringify(key)}`);
     const contract = await this.contract(studyId);
     this.checkTerms(contract, hist);
+    if (bound !== undefined && bound !== Number(contract.contribution_bound)) {
+      throw new Error(`the histogram was bounded to ${bound} records per person but the study contract uses contribution_bound=`
+        + `${contract.contribution_bound}; re-read the data with bounds whose perBin x maxBins equals ${contract.contribution_bound}`);
+    }
     const status = await this.uploadStatus(studyId, key);
-    if (status.state === 'COMMITTED') return this.result(studyId, key, true, true, Number(status.chunk_count), 0, 0, 0, started);
+    const cache = opts.resumeDir === undefined ? undefined : new UploadCache(opts.resumeDir, studyId, this.ownerId, key);
+    if (status.state === 'COMMITTED') {
+      cache?.clear();
+      return this.result(studyId, key, true, true, Number(status.chunk_count), 0, 0, 0, started);
+    }
     if (status.state === 'CONFLICT') throw new ServiceError('ALREADY_EXISTS', `owner ${this.ownerId} already submitted to study ${studyId} under another idempotency key`, 'UploadStatus');
-    const encryptor = await BfvEncryptor.create(await this.publicContext(contract));
+    const digest = countsDigest(hist, bound);
+    const saved = cache?.load(digest, contract.contract_hash, contract.context_fingerprint);
+    if (saved) return this.finish(cache, this.upload(contract, saved.chunks, key, opts, started));
+    const publicContext = await this.publicContext(contract);
+    const encryptor = await BfvEncryptor.create(publicContext);
     let plain: Uint8Array[];
     try {
       plain = encryptor.encryptHistogram(hist, (done, total) => opts.progress?.({ step: 'encrypt', done, total }));
     } finally {
       encryptor.dispose();
     }
-    return this.upload(contract, plain, key, opts, started);
+    cache?.save({ digest, contractHash: contract.contract_hash, contextFingerprint: contract.context_fingerprint,
+      domainLength: Number(contract.domain_size), chunks: plain });
+    return this.finish(cache, this.upload(contract, plain, key, opts, started));
+  }
+
+  private async finish(cache: UploadCache | undefined, pending: Promise<SubmitResult>): Promise<SubmitResult> {
+    const result = await pending;
+    if (result.committed) cache?.clear();
+    return result;
   }
 
   private async uploadStatus(studyId: string, key: string): Promise<{ state: string; received_chunks: number[]; chunk_count: number; c1_signature_wanted: boolean }> {
@@ -179,7 +208,7 @@ export class DataOwner {
         header.c1_signature = Buffer.from(c1Signature);
       }
       const held = new Set(status.state === 'PARTIAL' ? status.received_chunks.map(Number) : []);
-      const todo = chunks.map((_, i) => i).filter((i) => !held.has(i));
+      const todo = chunks.map((_, i) => i).filter((i) => !held.has(i) && (attempt > 1 || !opts.only || opts.only.includes(i)));
       let done = [...held].reduce((n, i) => n + chunks[i]!.length, 0);
       try {
         const res = await new Promise<{ committed: boolean; duplicate: boolean }>((resolve, reject) => {

@@ -9,7 +9,9 @@ registry cannot be reached. The release tests are marked slow.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -98,20 +100,176 @@ def _uncompressed(data: bytes) -> bytes:
     return seal_header(16 + len(body), data[2:5]) + body
 
 
-def _ts_submit(node: Path, c: Cluster, study: str, owner: str, counts: np.ndarray, tmp: Path) -> dict[str, object]:
+def _ts_submit(node: Path, c: Cluster, study: str, owner: str, counts: np.ndarray | None, tmp: Path, *args: str,
+               env: dict[str, str] | None = None, check: bool = True) -> dict[str, object]:
+    """`dpagg-ts submit` of `counts` (or, with counts None, of what `args` name: --csv ...) over mutual TLS, signed."""
     from parties.common.signing import save_private_key
 
-    path = tmp / f"{owner}.counts.json"
-    path.write_text(json.dumps([int(x) for x in counts]))
+    if counts is not None:
+        path = tmp / f"{owner}.counts.json"
+        path.write_text(json.dumps([int(x) for x in counts]))
+        args = ("--counts", str(path), *args)
     key = save_private_key(tmp / f"{owner}.key", c.signing_key(owner)[0])
     tls = c.tls(owner, "data_owner")
     assert tls is not None
-    proc = _node(node, "bin/dpagg-ts.ts", "submit", "--target", c.cs.target, "--study", study, "--owner", owner,
-                 "--counts", str(path), "--signing-key", str(key), "--ca", str(tls.ca_cert), "--cert", str(tls.cert),
-                 "--key", str(tls.key))
+    proc = subprocess.run([str(node), "bin/dpagg-ts.ts", "submit", "--target", c.cs.target, "--study", study, "--owner",
+                           owner, "--signing-key", str(key), "--ca", str(tls.ca_cert), "--cert", str(tls.cert), "--key",
+                           str(tls.key), *args], cwd=SDK, capture_output=True, text=True, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
+    if not check:
+        return {"returncode": proc.returncode, "stderr": proc.stderr}
     assert proc.returncode == 0, proc.stderr
     result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
+
+
+def _records_csv(path: Path, n_persons: int, *, seed: int, max_records: int = 3) -> Path:
+    """person_id,age records: each person has 1 to `max_records` records (ages 0..104, some outside 0..100), with
+    quoted fields, a byte-order mark, blank lines and Windows line ends, so both readers are tried on them."""
+    import csv
+
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="", encoding="utf-8-sig") as fh:
+        w = csv.writer(fh, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
+        w.writerow(["person_id", "age", "note"])
+        for p in range(n_persons):
+            base = int(rng.integers(0, 105))
+            for _ in range(int(rng.integers(1, max_records + 1))):
+                age = min(base + int(rng.integers(0, 3)), 104)
+                w.writerow([f"p{p:05d}", age if p % 7 else f"{age}.5" if p % 2 else f" {age} ", "a, \"quoted\" note"])
+            if p % 50 == 0:
+                fh.write("\r\n")
+    return path
+
+
+def _ts_histogram(node: Path, csv: Path, domain: str, *args: str) -> dict[str, object]:
+    proc = _node(node, "bin/dpagg-ts.ts", "histogram", "--csv", str(csv), "--domain", domain, *args)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, object] = json.loads(proc.stdout)
+    return out
+
+
+def _py_histogram(csv: Path, domain: str, *, person_column: str | None = "person_id", per_bin: int = 3,
+                  max_bins: int = 3) -> dict[str, object]:
+    from parties.data_owner.dataset import ContributionBounds, read_histogram
+    from parties.data_owner.domain import DomainSpec
+
+    h = read_histogram(csv, DomainSpec.parse(domain), person_column=person_column,
+                       bounds=ContributionBounds(per_bin=per_bin, max_bins=max_bins), on_bad_value="drop")
+    return {"counts": [int(x) for x in h.counts], "contribution_bound": h.contribution_bound,
+            "records_read": h.records_read, "records_dropped": h.records_dropped, "out_of_domain": h.out_of_domain}
+
+
+@pytest.mark.parametrize("domain", ["age:0:100:50", "age:0:100:7", "age:0.5:99.5:33", "age:edges:0,18,18.5,65,101",
+                                    "age:categories:20,21,30,44.5,100"])
+def test_the_typescript_owner_bins_a_csv_as_the_python_owner_does(node22: Path, tmp_path: Path, domain: str) -> None:
+    """The same file, the same domain spec (the contract's grammar) and bounds that keep every record (3 per bin, 3
+    bins; no person has more than 3 records): the TypeScript owner's histogram before encryption is Python's, exactly,
+    with the same counts of records read, outside the domain (or unreadable, dropped) and dropped by the bound."""
+    csv = _records_csv(tmp_path / "records.csv", 400, seed=5)
+    py = _py_histogram(csv, domain)
+    assert py["records_dropped"] == 0 and sum(py["counts"]) > 0  # type: ignore[arg-type]
+    ts = _ts_histogram(node22, csv, domain, "--person-column", "person_id", "--per-bin", "3", "--max-bins", "3",
+                       "--drop-bad-values")
+    assert ts == py
+
+
+def test_the_typescript_owner_bounds_a_persons_contribution_as_the_python_owner_does(node22: Path,
+                                                                                     tmp_path: Path) -> None:
+    """Bounds that drop records: the choice is random on both sides, so what agrees is what the bound fixes: the
+    records dropped and kept and each bin's count within what one person's bins allow."""
+    csv = _records_csv(tmp_path / "records.csv", 300, seed=6, max_records=6)
+    domain = "age:0:105:21"
+    py = _py_histogram(csv, domain, per_bin=1, max_bins=1)
+    ts = _ts_histogram(node22, csv, domain, "--person-column", "person_id")
+    assert ts["records_dropped"] == py["records_dropped"] > 0
+    assert sum(ts["counts"]) == sum(py["counts"]) == 300  # type: ignore[arg-type]  # one record per person kept
+    everything = _py_histogram(csv, domain, per_bin=6, max_bins=6)["counts"]
+    assert all(0 <= t <= e for t, e in zip(ts["counts"], everything))  # type: ignore[arg-type,call-overload]
+
+
+def test_a_csv_split_between_a_python_and_a_typescript_owner_gives_the_all_python_histogram(
+        node22: Path, tmp_path: Path) -> None:
+    """One CSV split in two (by lines, a person's records may fall on both sides): the Python owner's histogram of
+    one half plus the TypeScript owner's of the other equals the all-Python histogram of the whole, bin by bin."""
+    csv = _records_csv(tmp_path / "records.csv", 500, seed=7)
+    lines = csv.read_text(encoding="utf-8-sig").splitlines(keepends=True)
+    header, body = lines[0], lines[1:]
+    (tmp_path / "a.csv").write_text(header + "".join(body[: len(body) // 2]))
+    (tmp_path / "b.csv").write_text(header + "".join(body[len(body) // 2:]))
+    domain = "age:0:100:40"
+    whole = _py_histogram(csv, domain)
+    a = _py_histogram(tmp_path / "a.csv", domain)
+    b = _ts_histogram(node22, tmp_path / "b.csv", domain, "--person-column", "person_id", "--per-bin", "3",
+                      "--max-bins", "3", "--drop-bad-values")
+    assert [x + y for x, y in zip(a["counts"], b["counts"])] == whole["counts"]  # type: ignore[call-overload]
+    assert a["records_read"] + b["records_read"] == whole["records_read"]  # type: ignore[operator]
+
+
+@pytest.mark.slow
+def test_python_dpagg_submit_and_typescript_submit_of_one_csv_release_the_all_python_histogram(
+        node22: Path, secure_cluster: Cluster, tmp_path: Path) -> None:
+    """Through the services with mutual TLS, K = 1, a signed study whose contract records the domain spec: owner a
+    submits one half of a CSV with Python's `dpagg submit`, owner b the other half with `dpagg-ts submit --csv`; the
+    release (at EPS, so without noise) equals the all-Python histogram of the whole file, partition by partition."""
+    from parties.cli import main
+    from parties.common.signing import save_private_key
+
+    c = secure_cluster
+    domain = "age:0:100:50"
+    c.open_study(domain_size=50, owners=("a", "b"), epsilon=EPS, domain_spec=domain, contribution_bound=9)
+    csv = _records_csv(tmp_path / "records.csv", 500, seed=8)
+    lines = csv.read_text(encoding="utf-8-sig").splitlines(keepends=True)
+    (tmp_path / "a.csv").write_text(lines[0] + "".join(lines[1: len(lines) // 2]))
+    (tmp_path / "b.csv").write_text(lines[0] + "".join(lines[len(lines) // 2:]))
+    tls = c.tls("a", "data_owner")
+    assert tls is not None
+    key_a = save_private_key(tmp_path / "a.key", c.signing_key("a")[0])
+    bounds = ("--person-column", "person_id", "--per-bin", "3", "--max-bins", "3", "--drop-bad-values")
+    assert main(["submit", "--study", "s1", "--owner", "a", "--csv", str(tmp_path / "a.csv"), *bounds,
+                 "--computation", c.cs.target, "--no-progress", "--state-dir", str(tmp_path / "state-a"),
+                 "--signing-key", str(key_a), "--ca-cert", str(tls.ca_cert), "--cert", str(tls.cert),
+                 "--key", str(tls.key)]) == 0
+    res = _ts_submit(node22, c, "s1", "b", None, tmp_path, "--csv", str(tmp_path / "b.csv"), *bounds,
+                     "--state-dir", str(tmp_path / "state-b"))
+    assert res["committed"] is True
+    rel = c.computation().run_release("s1", epsilon=EPS)
+    summary = c.analyst().get_release(rel.release_id).summary
+    truth = np.asarray(_py_histogram(csv, domain)["counts"])
+    starts = [*summary.starts, 50]
+    assert [int(round(x)) for x in summary.sums] == [int(truth[lo:hi].sum()) for lo, hi in zip(starts, starts[1:])]
+
+
+def test_a_typescript_submit_killed_mid_upload_resumes_from_its_saved_chunks_and_commits_once(
+        node22: Path, secure_cluster: Cluster, tmp_path: Path) -> None:
+    """Mutual TLS, a signed study of 20,000 bins (3 chunks), a CSV whose bound drops records at random: the first
+    process sends one chunk and dies (SIGKILL); the same command again keeps the very same records (keyed choice),
+    reuses the saved ciphertexts (the server keeps the chunk it holds: same signature) and sends the 2 others; a
+    third run sends nothing. The release counts the records once."""
+    c = secure_cluster
+    bins = 20_000
+    c.open_study(domain_size=bins, owners=("a",), epsilon=EPS, domain_spec=f"age:0:105:{bins}")
+    csv = _records_csv(tmp_path / "records.csv", 400, seed=9, max_records=4)
+    argv = ("--csv", str(csv), "--person-column", "person_id", "--drop-bad-values", "--state-dir",
+            str(tmp_path / "state"))
+    died = _ts_submit(node22, c, "s1", "a", None, tmp_path, *argv, env={"DPAGG_TS_TEST_CRASH_AFTER_CHUNKS": "1"},
+                      check=False)
+    assert died["returncode"] == -signal.SIGKILL, died["stderr"]
+    saved = list((tmp_path / "state" / "uploads").glob("s1.a.*.chunks/chunk-*.ct"))
+    assert len(saved) == 3
+    key = saved[0].parent.name.split(".")[2]
+    status = c.computation().upload_status("s1", "a", key)
+    assert status.state == "PARTIAL" and list(status.received) == [0]
+    res = _ts_submit(node22, c, "s1", "a", None, tmp_path, *argv)
+    assert res["idempotencyKey"] == key and res["committed"] is True
+    assert (res["chunkCount"], res["chunksSent"], res["duplicate"]) == (3, 2, False)
+    assert res["records_dropped"] > 0  # type: ignore[operator]  # the bound chose among a person's records
+    assert not list((tmp_path / "state" / "uploads").glob("*.chunks"))  # forgotten once committed
+    again = _ts_submit(node22, c, "s1", "a", None, tmp_path, *argv)
+    assert (again["duplicate"], again["chunksSent"]) == (True, 0)
+    rel = c.computation().run_release("s1", epsilon=EPS)
+    summary = c.analyst().get_release(rel.release_id).summary
+    assert int(round(sum(summary.sums))) == 400  # one record of each of the 400 persons, counted once
 
 
 #: So large that every discrete Laplace draw of the release is 0 with overwhelming probability (scale 2 / EPS per
