@@ -6,6 +6,8 @@
  *       [--signing-key OWNER.key] (--ca CA --cert CERT --key KEY [--server-name computation.dpagg] | --insecure)
  *       [--idempotency-key KEY] [--state-dir DIR] [--timeout SECONDS]
  *   node bin/dpagg-ts.ts histogram --csv FILE.csv --domain SPEC [CSV options]     # the bounded histogram, no server
+ *   node bin/dpagg-ts.ts query --target HOST:PORT (--study ID | --release ID) [--ranges LO:HI,...] [--confidence 0.95]
+ *       (--ca CA --cert CERT --key KEY | --insecure)   # an analyst: releases, the release's status, range counts
  *
  * CSV options, as `dpagg submit`: --domain SPEC (default: the study's recorded domain spec), --value-column NAME,
  * --person-column NAME, --per-bin N, --max-bins N (default 1 and 1), --drop-bad-values, --accept-out-of-domain.
@@ -23,6 +25,8 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 
+import { Analyst } from '../src/analyst.ts';
+import { type Connection } from '../src/grpc.ts';
 import { DataOwner, type SubmitOptions } from '../src/owner.ts';
 import { type BoundedHistogram } from '../src/bounding.ts';
 import { DomainSpec } from '../src/domain.ts';
@@ -111,9 +115,12 @@ async function main(): Promise<number> {
   const [command, ...rest] = process.argv.slice(2);
   let args: Record<string, string>;
   try {
-    if (command !== 'submit' && command !== 'histogram') throw new UsageError('the command is submit or histogram');
+    if (command !== 'submit' && command !== 'histogram' && command !== 'query') throw new UsageError('the command is submit, histogram or query');
     args = parse(rest);
-    if (command === 'histogram') {
+    if (command === 'query') {
+      if (!args.target || !(args.study || args.release)) throw new UsageError('query needs --target and --study or --release');
+      if (!args.insecure && !(args.ca && args.cert && args.key)) throw new UsageError('mutual TLS needs --ca, --cert and --key (or --insecure)');
+    } else if (command === 'histogram') {
       for (const need of ['csv', 'domain']) if (!args[need]) throw new UsageError(`--${need} is required`);
     } else {
       for (const need of ['target', 'study', 'owner']) if (!args[need]) throw new UsageError(`--${need} is required`);
@@ -133,12 +140,14 @@ async function main(): Promise<number> {
       return err instanceof UsageError ? 2 : 1;
     }
   }
+  const conn: Connection = {
+    target: args.target!, insecure: Boolean(args.insecure), timeoutSeconds: Number(args.timeout ?? 60),
+    ...(args.insecure ? {} : { tls: { ca: args.ca!, cert: args.cert!, key: args.key!, ...(args['server-name'] ? { serverName: args['server-name'] } : {}) } }),
+  };
+  if (command === 'query') return query(args, conn);
   let owner: DataOwner | undefined;
   try {
-    owner = new DataOwner(args.owner!, {
-      target: args.target!, insecure: Boolean(args.insecure), timeoutSeconds: Number(args.timeout ?? 60),
-      ...(args.insecure ? {} : { tls: { ca: args.ca!, cert: args.cert!, key: args.key!, ...(args['server-name'] ? { serverName: args['server-name'] } : {}) } }),
-    }, args['signing-key'] ? loadPrivateKey(args['signing-key']) : undefined);
+    owner = new DataOwner(args.owner!, conn, args['signing-key'] ? loadPrivateKey(args['signing-key']) : undefined);
     const key = uploadKey(args);
     let histogram: readonly number[] | BoundedHistogram;
     if (args.csv) {
@@ -178,6 +187,31 @@ async function main(): Promise<number> {
     return 1;
   } finally {
     owner?.close();
+  }
+}
+
+/** One JSON line: the study's releases (newest first), the chosen release's status and its range counts. */
+async function query(args: Record<string, string>, conn: Connection): Promise<number> {
+  const analyst = new Analyst(conn);
+  try {
+    const releases = args.study ? await analyst.listReleases(args.study) : [];
+    const releaseId = args.release ?? releases[0]?.releaseId;
+    if (!releaseId) throw new Error(`study ${args.study} has no finished release`);
+    const status = await analyst.releaseStatus(releaseId);
+    const ranges = (args.ranges ?? '').split(',').filter(Boolean).map((r) => {
+      const m = /^(\d+):(\d+)$/.exec(r.trim());
+      if (!m) throw new UsageError(`a range is LO:HI (bin indices, HI exclusive), got ${JSON.stringify(r)}`);
+      return [Number(m[1]), Number(m[2])] as const;
+    });
+    const counts = ranges.length ? await analyst.rangeCounts(releaseId, ranges,
+      args.confidence ? { confidence: Number(args.confidence) } : {}) : [];
+    process.stdout.write(JSON.stringify({ releases, status, ranges: counts }) + '\n');
+    return 0;
+  } catch (err) {
+    process.stderr.write(`dpagg-ts: ${(err as Error).message}\n`);
+    return err instanceof UsageError ? 2 : 1;
+  } finally {
+    analyst.close();
   }
 }
 

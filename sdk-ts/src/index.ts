@@ -10,3 +10,5 @@ export { DomainSpec, DomainError, pyFloat } from './domain.ts';
 export { readHistogram, keyedRandom, csvRows, RecordsError, type ReadOptions } from './records.ts';
 export { type BoundedHistogram } from './bounding.ts';
 export { UploadCache, countsDigest, ResumeError } from './resume.ts';
+export { Analyst, type ReleaseInfo, type ReleaseStatus, type ReleaseSummary, type RangeCount } from './analyst.ts';
+export { rangeInterval, exactHalfwidth, exactSumHalfwidth, exactCutHalfwidth, chernoffHalfwidth, drawsPerValue, describe, type Interval } from './intervals.ts';

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -349,3 +350,54 @@ def test_a_typescript_owner_in_a_3_of_3_threshold_study_seals_to_every_holder(no
         assert [int(round(x)) for x in summary.sums] == [int(truth[lo:hi].sum()) for lo, hi in zip(starts, starts[1:])]
     finally:
         t.stop()
+
+
+def _ts_query(node: Path, c: Cluster, *args: str) -> dict[str, Any]:
+    from .conftest import ANALYST_ID
+
+    tls = c.tls(ANALYST_ID, "analyst")
+    assert tls is not None
+    proc = _node(node, "bin/dpagg-ts.ts", "query", "--target", c.cs.target, "--ca", str(tls.ca_cert), "--cert",
+                 str(tls.cert), "--key", str(tls.key), *args)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["gap", "hier"])
+def test_the_typed_analyst_api_answers_as_the_python_sdk(node22: Path, secure_cluster: Cluster,
+                                                         strategy: str) -> None:
+    """Mutual TLS as the analyst: the TypeScript API lists the study's releases newest first, reads a release's
+    status, and answers range counts with the Python SDK's values and standard errors (exactly) and its confidence
+    intervals and their method: exact for a whole partition and a sum of whole ones (the same integers), exact for
+    ranges that cut partitions (the same bisection, to its 1e-6 tolerance), and the bound for least squares."""
+    c = secure_cluster
+    c.open_study(domain_size=50, owners=("a", "b"), epsilon=2.0, strategy=strategy)
+    rng = np.random.default_rng(4)
+    for o in ("a", "b"):
+        assert c.owner(o).submit("s1", rng.integers(0, 30, size=50)).committed
+    first, newest = (c.computation().run_release("s1", epsilon=0.5).release_id for _ in range(2))
+    summary = c.analyst().get_release(newest).summary
+    starts = [*summary.starts, 50]
+    ranges = [(0, 50), (0, 10), (5, 45), (3, 4), (starts[0], starts[1]), (starts[0], starts[min(2, len(starts) - 1)])]
+    text = ",".join(f"{lo}:{hi}" for lo, hi in ranges)
+    out = _ts_query(node22, c, "--study", "s1", "--ranges", text, "--confidence", "0.95")
+    assert [r["releaseId"] for r in out["releases"]] == [newest, first]
+    assert out["status"]["state"] == "DONE" and out["status"]["releaseId"] == newest
+    assert out["status"]["epsilon"] == 0.5 and sorted(out["status"]["owners"]) == ["a", "b"]
+    expected = c.analyst().range_counts(newest, ranges, confidence=0.95)
+    methods = set()
+    for got, want, (lo, hi) in zip(out["ranges"], expected, ranges):
+        assert (got["lo"], got["hi"], got["value"], got["standardError"]) == (lo, hi, want.value, want.standard_error)
+        ci = summary.interval(lo, hi, 0.95)
+        assert got["intervalMethod"] == ci.method and got["confidence"] == 0.95
+        half, want_half = got["ciHi"] - got["value"], want.ci_hi - want.value  # type: ignore[operator]
+        assert got["ciLo"] == pytest.approx(want.ci_lo, abs=2e-6 * max(1.0, want_half))
+        assert half == pytest.approx(want_half, abs=2e-6 * max(1.0, want_half)), (lo, hi, ci.method)
+        methods.add((ci.method, summary.cuts_partition(lo, hi)))
+    if strategy == "gap":  # whole partitions and cut ones, both exact
+        assert methods == {("exact", False), ("exact", True)}
+    else:  # least squares (a tree of one-bin leaves)
+        assert {m for m, _ in methods} == {"bound"}
+    older = _ts_query(node22, c, "--release", first, "--ranges", "0:10")
+    assert older["releases"] == [] and older["ranges"][0]["value"] == c.analyst().range_counts(first, [(0, 10)])[0].value
