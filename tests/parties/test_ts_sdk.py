@@ -14,7 +14,7 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pytest
@@ -26,25 +26,62 @@ SDK = ROOT / "sdk-ts"
 NODE = SDK / "node_modules" / ".bin" / "node"
 
 
+#: How long `npm ci` may take (it downloads Node 22 itself, about 30 MB); each request gets NPM_FETCH_TIMEOUT_MS.
+NPM_CI_TIMEOUT_S = 600
+NPM_FETCH_TIMEOUT_MS = 120_000
+
+
+def node22_or_reason(sdk: Path = SDK, env: Mapping[str, str] | None = None) -> Path | str:
+    """Node 22 from `sdk`/node_modules, installed with `npm ci` there when absent; else why not (the skip reason).
+
+    Cheap when node_modules is there (one `node --version`). Without it: no npm on PATH, a registry that does not
+    answer a metadata read within seconds (offline: no 10-minute wait), a failed or overlong `npm ci`, or a Node older
+    than 22.18 each give a reason instead of a failure. `env`: the environment npm and node run in (tests)."""
+    env = dict(os.environ if env is None else env)
+    node = sdk / "node_modules" / ".bin" / "node"
+    if not (sdk / "node_modules" / "node-seal").is_dir() or not node.exists():
+        npm = shutil.which("npm", path=env.get("PATH", ""))
+        if npm is None:
+            return "npm is not installed: the TypeScript SDK's tests need `npm ci` in sdk-ts (Node 22 comes with it)"
+        quick = ["--no-audit", "--no-fund", "--fetch-retries=0"]
+        try:
+            # One metadata read of a package the install needs (any registry that can serve the install answers it).
+            seal = json.loads((sdk / "package.json").read_text())["dependencies"]["node-seal"]
+            ping = subprocess.run([npm, "view", f"node-seal@{seal}", "version", *quick, "--fetch-timeout=15000"],
+                                  cwd=sdk, capture_output=True, text=True, timeout=60, env=env)
+        except subprocess.TimeoutExpired:
+            ping = None
+        if ping is None or ping.returncode != 0:
+            why = "no answer in 60 s" if ping is None else \
+                (ping.stderr.strip().splitlines() or ["`npm view node-seal` failed"])[-1]
+            return f"the npm registry cannot be reached, so sdk-ts/node_modules cannot be installed: {why[-300:]}"
+        try:
+            proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--fetch-retries=1",
+                                   f"--fetch-timeout={NPM_FETCH_TIMEOUT_MS}"], cwd=sdk, capture_output=True,
+                                  text=True, timeout=NPM_CI_TIMEOUT_S, env=env)
+        except subprocess.TimeoutExpired:
+            return f"`npm ci` in sdk-ts did not finish in {NPM_CI_TIMEOUT_S} s (a slow or unreachable registry?)"
+        if proc.returncode != 0 or not node.exists():
+            return f"`npm ci` in sdk-ts failed (no registry access?): {proc.stderr.strip()[-300:]}"
+    try:
+        version = subprocess.run([str(node), "--version"], capture_output=True, text=True, timeout=60,
+                                 env=env).stdout.strip()
+        major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        return f"sdk-ts/node_modules/.bin/node does not run ({exc}); delete sdk-ts/node_modules to reinstall"
+    if (major, minor) < (22, 18):
+        return f"sdk-ts needs Node >= 22.18 (TypeScript type stripping); node_modules has {version}"
+    return node
+
+
 @pytest.fixture(scope="session")
 def node22() -> Path:
-    """Node 22 from sdk-ts/node_modules (installed with `npm ci` when absent); skips with the reason otherwise."""
-    if not (SDK / "node_modules" / "node-seal").is_dir() or not NODE.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: the TypeScript SDK's tests need `npm ci` in sdk-ts (Node 22 comes with it)")
-        try:
-            proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=SDK, capture_output=True, text=True,
-                                  timeout=600)
-        except subprocess.TimeoutExpired:
-            pytest.skip("`npm ci` in sdk-ts did not finish in 600 s (no registry access?)")
-        if proc.returncode != 0 or not NODE.exists():
-            pytest.skip(f"`npm ci` in sdk-ts failed (no registry access?): {proc.stderr.strip()[-300:]}")
-    version = subprocess.run([str(NODE), "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
-    major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
-    if (major, minor) < (22, 18):
-        pytest.skip(f"sdk-ts needs Node >= 22.18 (TypeScript type stripping); node_modules has {version}")
-    return NODE
+    """Node 22 from sdk-ts/node_modules (installed with `npm ci` once per session when absent); skips with the reason
+    where it cannot be had."""
+    found = node22_or_reason()
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
 
 
 def _node(node: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -102,7 +139,7 @@ def _uncompressed(data: bytes) -> bytes:
 
 
 def _ts_submit(node: Path, c: Cluster, study: str, owner: str, counts: np.ndarray | None, tmp: Path, *args: str,
-               env: dict[str, str] | None = None, check: bool = True) -> dict[str, object]:
+               env: dict[str, str] | None = None, check: bool = True) -> dict[str, Any]:
     """`dpagg-ts submit` of `counts` (or, with counts None, of what `args` name: --csv ...) over mutual TLS, signed."""
     from parties.common.signing import save_private_key
 
@@ -120,7 +157,7 @@ def _ts_submit(node: Path, c: Cluster, study: str, owner: str, counts: np.ndarra
     if not check:
         return {"returncode": proc.returncode, "stderr": proc.stderr}
     assert proc.returncode == 0, proc.stderr
-    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -143,15 +180,15 @@ def _records_csv(path: Path, n_persons: int, *, seed: int, max_records: int = 3)
     return path
 
 
-def _ts_histogram(node: Path, csv: Path, domain: str, *args: str) -> dict[str, object]:
+def _ts_histogram(node: Path, csv: Path, domain: str, *args: str) -> dict[str, Any]:
     proc = _node(node, "bin/dpagg-ts.ts", "histogram", "--csv", str(csv), "--domain", domain, *args)
     assert proc.returncode == 0, proc.stderr
-    out: dict[str, object] = json.loads(proc.stdout)
+    out: dict[str, Any] = json.loads(proc.stdout)
     return out
 
 
 def _py_histogram(csv: Path, domain: str, *, person_column: str | None = "person_id", per_bin: int = 3,
-                  max_bins: int = 3) -> dict[str, object]:
+                  max_bins: int = 3) -> dict[str, Any]:
     from parties.data_owner.dataset import ContributionBounds, read_histogram
     from parties.data_owner.domain import DomainSpec
 
@@ -169,7 +206,7 @@ def test_the_typescript_owner_bins_a_csv_as_the_python_owner_does(node22: Path, 
     with the same counts of records read, outside the domain (or unreadable, dropped) and dropped by the bound."""
     csv = _records_csv(tmp_path / "records.csv", 400, seed=5)
     py = _py_histogram(csv, domain)
-    assert py["records_dropped"] == 0 and sum(py["counts"]) > 0  # type: ignore[arg-type]
+    assert py["records_dropped"] == 0 and sum(py["counts"]) > 0
     ts = _ts_histogram(node22, csv, domain, "--person-column", "person_id", "--per-bin", "3", "--max-bins", "3",
                        "--drop-bad-values")
     assert ts == py
@@ -184,9 +221,9 @@ def test_the_typescript_owner_bounds_a_persons_contribution_as_the_python_owner_
     py = _py_histogram(csv, domain, per_bin=1, max_bins=1)
     ts = _ts_histogram(node22, csv, domain, "--person-column", "person_id")
     assert ts["records_dropped"] == py["records_dropped"] > 0
-    assert sum(ts["counts"]) == sum(py["counts"]) == 300  # type: ignore[arg-type]  # one record per person kept
+    assert sum(ts["counts"]) == sum(py["counts"]) == 300  # one record per person kept
     everything = _py_histogram(csv, domain, per_bin=6, max_bins=6)["counts"]
-    assert all(0 <= t <= e for t, e in zip(ts["counts"], everything))  # type: ignore[arg-type,call-overload]
+    assert all(0 <= t <= e for t, e in zip(ts["counts"], everything))
 
 
 def test_a_csv_split_between_a_python_and_a_typescript_owner_gives_the_all_python_histogram(
@@ -203,8 +240,8 @@ def test_a_csv_split_between_a_python_and_a_typescript_owner_gives_the_all_pytho
     a = _py_histogram(tmp_path / "a.csv", domain)
     b = _ts_histogram(node22, tmp_path / "b.csv", domain, "--person-column", "person_id", "--per-bin", "3",
                       "--max-bins", "3", "--drop-bad-values")
-    assert [x + y for x, y in zip(a["counts"], b["counts"])] == whole["counts"]  # type: ignore[call-overload]
-    assert a["records_read"] + b["records_read"] == whole["records_read"]  # type: ignore[operator]
+    assert [x + y for x, y in zip(a["counts"], b["counts"])] == whole["counts"]
+    assert a["records_read"] + b["records_read"] == whole["records_read"]
 
 
 @pytest.mark.slow
@@ -264,7 +301,7 @@ def test_a_typescript_submit_killed_mid_upload_resumes_from_its_saved_chunks_and
     res = _ts_submit(node22, c, "s1", "a", None, tmp_path, *argv)
     assert res["idempotencyKey"] == key and res["committed"] is True
     assert (res["chunkCount"], res["chunksSent"], res["duplicate"]) == (3, 2, False)
-    assert res["records_dropped"] > 0  # type: ignore[operator]  # the bound chose among a person's records
+    assert res["records_dropped"] > 0  # the bound chose among a person's records
     assert not list((tmp_path / "state" / "uploads").glob("*.chunks"))  # forgotten once committed
     again = _ts_submit(node22, c, "s1", "a", None, tmp_path, *argv)
     assert (again["duplicate"], again["chunksSent"]) == (True, 0)
@@ -391,7 +428,8 @@ def test_the_typed_analyst_api_answers_as_the_python_sdk(node22: Path, secure_cl
         assert (got["lo"], got["hi"], got["value"], got["standardError"]) == (lo, hi, want.value, want.standard_error)
         ci = summary.interval(lo, hi, 0.95)
         assert got["intervalMethod"] == ci.method and got["confidence"] == 0.95
-        half, want_half = got["ciHi"] - got["value"], want.ci_hi - want.value  # type: ignore[operator]
+        assert want.ci_hi is not None
+        half, want_half = got["ciHi"] - got["value"], want.ci_hi - want.value
         assert got["ciLo"] == pytest.approx(want.ci_lo, abs=2e-6 * max(1.0, want_half))
         assert half == pytest.approx(want_half, abs=2e-6 * max(1.0, want_half)), (lo, hi, ci.method)
         methods.add((ci.method, summary.cuts_partition(lo, hi)))
@@ -401,3 +439,46 @@ def test_the_typed_analyst_api_answers_as_the_python_sdk(node22: Path, secure_cl
         assert {m for m, _ in methods} == {"bound"}
     older = _ts_query(node22, c, "--release", first, "--ranges", "0:10")
     assert older["releases"] == [] and older["ranges"][0]["value"] == c.analyst().range_counts(first, [(0, 10)])[0].value
+
+
+def _sdk_without_node_modules(tmp_path: Path) -> Path:
+    sdk = tmp_path / "sdk-ts"
+    sdk.mkdir()
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(SDK / name, sdk / name)
+    return sdk
+
+
+def test_without_npm_the_typescript_tests_skip_with_the_reason(tmp_path: Path) -> None:
+    """No sdk-ts/node_modules and no npm on PATH: a reason, not a failure (and nothing is run)."""
+    sdk = _sdk_without_node_modules(tmp_path)
+    reason = node22_or_reason(sdk, {**os.environ, "PATH": str(tmp_path / "empty")})
+    assert isinstance(reason, str) and reason.startswith("npm is not installed")
+    assert not (sdk / "node_modules").exists()
+
+
+def test_without_a_registry_the_typescript_tests_skip_within_seconds(tmp_path: Path) -> None:
+    """No sdk-ts/node_modules and a registry that does not answer (here: a closed local port, an empty npm cache):
+    its metadata read says so within seconds and the tests skip with the reason instead of failing or waiting."""
+    import time
+
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed (the case of the test above)")
+    sdk = _sdk_without_node_modules(tmp_path)
+    env = {**os.environ, "npm_config_registry": "http://127.0.0.1:9/", "npm_config_cache": str(tmp_path / "cache"),
+           "npm_config_offline": "false", "npm_config_prefer_offline": "false"}
+    started = time.monotonic()
+    reason = node22_or_reason(sdk, env)
+    assert isinstance(reason, str) and reason.startswith("the npm registry cannot be reached"), reason
+    assert time.monotonic() - started < 30
+    assert not (sdk / "node_modules").exists()
+
+
+def test_a_node_older_than_22_in_node_modules_skips_with_its_version(tmp_path: Path) -> None:
+    sdk = _sdk_without_node_modules(tmp_path)
+    (sdk / "node_modules" / "node-seal").mkdir(parents=True)
+    (sdk / "node_modules" / ".bin").mkdir()
+    fake = sdk / "node_modules" / ".bin" / "node"
+    fake.write_text("#!/bin/sh\necho v20.19.5\n")
+    fake.chmod(0o755)
+    assert node22_or_reason(sdk) == "sdk-ts needs Node >= 22.18 (TypeScript type stripping); node_modules has v20.19.5"
