@@ -212,6 +212,31 @@ def test_the_typescript_owner_bins_a_csv_as_the_python_owner_does(node22: Path, 
     assert ts == py
 
 
+@pytest.mark.parametrize("text", [
+    "person_id,age\np1,20\n\np2,old\n",                  # not a number, after a blank line
+    "person_id,age\r\np1,20\r\np2,\r\n",              # empty value, CRLF
+    "person_id,age\np1,20\n\"p\n2\",nan\n",           # NaN, a quoted id across two lines
+    "person_id,age\np1,20,extra\n",                       # more fields than the header
+    "person_id,age\n,20\n",                               # no person id
+    "id,years\np1,20\n",                                  # no such column
+    "",                                                     # empty file
+])
+def test_the_typescript_owner_refuses_a_bad_csv_with_the_python_owners_words(node22: Path, tmp_path: Path,
+                                                                             text: str) -> None:
+    from he_partition.core.errors import InvalidInputError
+    from parties.data_owner.dataset import ContributionBounds, read_histogram
+    from parties.data_owner.domain import DomainSpec
+
+    csv = tmp_path / "bad.csv"
+    csv.write_bytes(text.encode())
+    with pytest.raises(InvalidInputError) as py:
+        read_histogram(csv, DomainSpec.parse("age:0:100:10"), person_column="person_id",
+                       bounds=ContributionBounds(), drop_hint="--drop-bad-values")
+    proc = _node(node22, "bin/dpagg-ts.ts", "histogram", "--csv", str(csv), "--domain", "age:0:100:10",
+                 "--person-column", "person_id")
+    assert proc.returncode == 1 and proc.stderr.strip() == f"dpagg-ts: {py.value}"
+
+
 def test_the_typescript_owner_bounds_a_persons_contribution_as_the_python_owner_does(node22: Path,
                                                                                      tmp_path: Path) -> None:
     """Bounds that drop records: the choice is random on both sides, so what agrees is what the bound fixes: the
