@@ -1,9 +1,9 @@
 """The Node.js analyst client of the TypeScript SDK (sdk-ts/analyst, loaded from proto/ only) against real servers.
 
 The script runs in place (so it finds ../../proto as documented); its npm packages come from
-sdk-ts/node_modules when a developer installed them, else from `npm ci` of the analyst's two
-gRPC packages into a tmp dir, passed to node via NODE_PATH. Skips without node/npm or when `npm ci` cannot reach a
-registry. Marked slow (the repo's marker for end-to-end runs; `-m "not slow"` leaves it out).
+sdk-ts/node_modules, installed once per session (`npm ci`, shared with tests/parties/test_ts_sdk.py) when absent.
+Skips with the reason without node, npm or a registry. Marked slow (the repo's marker for end-to-end runs;
+`-m "not slow"` leaves it out).
 """
 
 from __future__ import annotations
@@ -28,27 +28,19 @@ SCRIPT = EXAMPLE / "analyst.cjs"
 
 
 @pytest.fixture(scope="module")
-def node_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Environment for `node analyst.js` with @grpc/grpc-js and @grpc/proto-loader resolvable."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed for the Node example client test (not on PATH)")
-    env = dict(os.environ)
-    if (SDK / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        return env  # installed by hand with `npm ci` in sdk-ts
-    where = tmp_path_factory.mktemp("node-analyst")
-    pins = json.loads((SDK / "package.json").read_text())["dependencies"]
-    grpc_pins = [f"{name}@{pins[name]}" for name in ("@grpc/grpc-js", "@grpc/proto-loader")]
-    try:  # a registry that does not answer is told within seconds (one request, no retries), not after minutes
-        proc = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save",
-                               "--fetch-retries=0", "--fetch-timeout=30000", "--prefix", str(where), *grpc_pins],
-                              cwd=where, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm ci did not finish in 300 s (no registry access?)")
-    if proc.returncode != 0:
-        pytest.skip(f"npm ci failed (no registry access?): {proc.stderr.strip()[-300:]}")
-    env["NODE_PATH"] = str(where / "node_modules")
-    return env
+def node_env() -> dict[str, str]:
+    """Environment for `node analyst.cjs` (any Node: the system's) with @grpc/grpc-js and @grpc/proto-loader
+    resolvable from sdk-ts/node_modules, installed once per session with the TypeScript SDK's tests (one `npm ci`,
+    skipped with the reason where npm or the registry is missing)."""
+    from .test_ts_sdk import sdk_node22
+
+    if shutil.which("node") is None:
+        pytest.skip("node is needed for the Node example client test (not on PATH)")
+    if not (SDK / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        found = sdk_node22()
+        if isinstance(found, str):
+            pytest.skip(found)
+    return dict(os.environ)
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

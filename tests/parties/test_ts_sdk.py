@@ -8,6 +8,7 @@ registry cannot be reached. The release tests are marked slow.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -74,11 +75,17 @@ def node22_or_reason(sdk: Path = SDK, env: Mapping[str, str] | None = None) -> P
     return node
 
 
+@functools.cache
+def sdk_node22() -> Path | str:
+    """`node22_or_reason()` once per session (the Node analyst client's tests use the same install)."""
+    return node22_or_reason()
+
+
 @pytest.fixture(scope="session")
 def node22() -> Path:
     """Node 22 from sdk-ts/node_modules (installed with `npm ci` once per session when absent); skips with the reason
     where it cannot be had."""
-    found = node22_or_reason()
+    found = sdk_node22()
     if isinstance(found, str):
         pytest.skip(found)
     return found
