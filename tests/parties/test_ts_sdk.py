@@ -157,6 +157,8 @@ def _ts_submit(node: Path, c: Cluster, study: str, owner: str, counts: np.ndarra
     key = save_private_key(tmp / f"{owner}.key", c.signing_key(owner)[0])
     tls = c.tls(owner, "data_owner")
     assert tls is not None
+    if "--state-dir" not in args:  # never the home folder's ~/.dpagg
+        args = (*args, "--state-dir", str(tmp / f"state-{owner}"))
     proc = subprocess.run([str(node), "bin/dpagg-ts.ts", "submit", "--target", c.cs.target, "--study", study, "--owner",
                            owner, "--signing-key", str(key), "--ca", str(tls.ca_cert), "--cert", str(tls.cert), "--key",
                            str(tls.key), *args], cwd=SDK, capture_output=True, text=True, timeout=300,
@@ -405,7 +407,7 @@ def test_a_typescript_owner_in_a_3_of_3_threshold_study_seals_to_every_holder(no
         tls = t.pki.tls("b", "data_owner")
         proc = _node(node22, "bin/dpagg-ts.ts", "submit", "--target", t.cs.target, "--study", "s1", "--owner", "b",
                      "--counts", str(path), "--signing-key", str(key), "--ca", str(tls.ca_cert), "--cert",
-                     str(tls.cert), "--key", str(tls.key))
+                     str(tls.cert), "--key", str(tls.key), "--state-dir", str(tmp_path / "state"))
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout.strip().splitlines()[-1])["committed"] is True
         rel = t.computation().run_release("s1", epsilon=EPS)
