@@ -101,6 +101,12 @@ def test_the_packages_own_tests_pass_under_node_test(node22: Path) -> None:
     assert "# fail 0" in proc.stdout and "# pass 0" not in proc.stdout
 
 
+def test_the_package_typechecks_under_strict_typescript(node22: Path) -> None:
+    """`npm run typecheck` (tsc, strict, no emit) over src/, bin/ and test/: the types the package documents hold."""
+    proc = _node(node22, "node_modules/typescript/bin/tsc", "-p", "tsconfig.json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
+
+
 def test_seal_bodies_agree_both_ways_once_the_headers_are_converted(node22: Path, tmp_path: Path) -> None:
     """Fails if either side's SEAL changes its body format: a node-seal chunk decrypts exactly in Python with a fresh
     ciphertext's noise budget, and a TenSEAL ciphertext goes through node-seal and comes back byte for byte."""
