@@ -1,9 +1,9 @@
-"""The Node.js example analyst client (examples/node-analyst, loaded from proto/ only) against real servers.
+"""The Node.js analyst client of the TypeScript SDK (sdk-ts/analyst, loaded from proto/ only) against real servers.
 
 The script runs in place (so it finds ../../proto as documented); its npm packages come from
-examples/node-analyst/node_modules when a developer installed them, else from `npm ci` into a
-tmp dir, passed to node via NODE_PATH. Skips without node/npm or when `npm ci` cannot reach a
-registry. Marked slow (the repo's marker for end-to-end runs; `-m "not slow"` leaves it out).
+sdk-ts/node_modules, installed once per session (`npm ci`, shared with tests/parties/test_ts_sdk.py) when absent.
+Skips with the reason without node, npm or a registry. Marked slow (the repo's marker for end-to-end runs;
+`-m "not slow"` leaves it out).
 """
 
 from __future__ import annotations
@@ -22,31 +22,25 @@ from .conftest import ANALYST_ID, Cluster
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-analyst"
-SCRIPT = EXAMPLE / "analyst.js"
+SDK = Path(__file__).resolve().parents[2] / "sdk-ts"
+EXAMPLE = SDK / "analyst"
+SCRIPT = EXAMPLE / "analyst.cjs"
 
 
 @pytest.fixture(scope="module")
-def node_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Environment for `node analyst.js` with @grpc/grpc-js and @grpc/proto-loader resolvable."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed for the Node example client test (not on PATH)")
-    env = dict(os.environ)
-    if (EXAMPLE / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        return env  # installed by hand with `npm ci` in the example directory
-    where = tmp_path_factory.mktemp("node-analyst")
-    for name in ("package.json", "package-lock.json"):
-        shutil.copy(EXAMPLE / name, where / name)
-    try:
-        proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=where,
-                              capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm ci did not finish in 300 s (no registry access?)")
-    if proc.returncode != 0:
-        pytest.skip(f"npm ci failed (no registry access?): {proc.stderr.strip()[-300:]}")
-    env["NODE_PATH"] = str(where / "node_modules")
-    return env
+def node_env() -> dict[str, str]:
+    """Environment for `node analyst.cjs` (any Node: the system's) with @grpc/grpc-js and @grpc/proto-loader
+    resolvable from sdk-ts/node_modules, installed once per session with the TypeScript SDK's tests (one `npm ci`,
+    skipped with the reason where npm or the registry is missing)."""
+    from .test_ts_sdk import sdk_node22
+
+    if shutil.which("node") is None:
+        pytest.skip("node is needed for the Node example client test (not on PATH)")
+    if not (SDK / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        found = sdk_node22()
+        if isinstance(found, str):
+            pytest.skip(found)
+    return dict(os.environ)
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -142,10 +136,10 @@ def _halfwidth(lo: float | None, hi: float | None) -> float:
     return (hi - lo) / 2.0
 
 
-def test_node_analyst_confidence_intervals_match_the_python_sdk_or_are_wider(node_env: dict[str, str],
-                                                                           cluster: Cluster) -> None:
-    """--confidence: the same interval as Python where the same method is used (one whole partition, a sum of
-    whole partitions: exact), a wider one (Chernoff) where Python enumerates a cut partition's noise."""
+def test_node_analyst_confidence_intervals_match_the_python_sdk(node_env: dict[str, str], cluster: Cluster) -> None:
+    """--confidence: Python's interval and method: one whole partition, a sum of whole partitions (the same
+    integers) and a range that cuts partitions (the cut values' noise enumerated: the same bisection, to its 1e-6
+    tolerance), all exact."""
     (release_id,) = _released(cluster, epsilon=1.0, releases=1)
     summary = cluster.analyst().get_release(release_id).summary
     starts = [*summary.starts, summary.domain_size]
@@ -163,35 +157,37 @@ def test_node_analyst_confidence_intervals_match_the_python_sdk_or_are_wider(nod
         assert (r["lo"], r["hi"], r["confidence"]) == (a, b, 0.95)
         assert r["ci_lo"] < r["value"] < r["ci_hi"]
         node_half, py_half = _halfwidth(r["ci_lo"], r["ci_hi"]), _halfwidth(ci.lo, ci.hi)
-        if r["interval_method"] == ci.method:
-            assert node_half == pytest.approx(py_half, rel=1e-9, abs=1e-9), (a, b, r, ci)
-        else:  # this client's Chernoff bound where Python is exact: never narrower
-            assert (r["interval_method"], ci.method) == ("chernoff", "exact") and node_half >= py_half, (r, ci)
+        assert r["interval_method"] == ci.method, (r, ci)
+        assert node_half == pytest.approx(py_half, rel=2e-6, abs=1e-9), (a, b, r, ci)
         methods.append(r["interval_method"])
-    assert methods[:3] == ["exact", "exact", "exact"] and methods[3] == "chernoff"  # the last cuts partitions
+    assert methods == ["exact"] * 4 and summary.cuts_partition(*ranges[3])  # the last cuts partitions
 
     bad = _run(node_env, "--target", cluster.cs.target, "--study", "s1", "--insecure", "--confidence", "95")
     assert bad.returncode == 2 and "strictly between 0 and 1" in bad.stderr
 
 
 def test_the_ported_interval_functions_equal_pythons(tmp_path: Path) -> None:
-    """examples/node-analyst/intervals.js (no npm packages) against he_partition.core.intervals, case by case."""
+    """sdk-ts/analyst/intervals.cjs (no npm packages) against he_partition.core.intervals, case by case."""
     if shutil.which("node") is None:
         pytest.skip("node is needed (not on PATH)")
-    from he_partition.core.intervals import chernoff_halfwidth, exact_halfwidth, exact_sum_halfwidth
+    from he_partition.core.intervals import chernoff_halfwidth, exact_cut_halfwidth, exact_halfwidth, exact_sum_halfwidth
 
-    cases = [{"v": v, "c": c, "d": d} for v in (0.5, 2.0, 8.0, 50.0, 800.0) for c in (0.5, 0.9, 0.95, 0.99)
+    cases: list[dict[str, Any]] = [{"v": v, "c": c, "d": d} for v in (0.5, 2.0, 8.0, 50.0, 800.0) for c in (0.5, 0.9, 0.95, 0.99)
              for d in (1, 2)]
-    sums = [{"vs": [2.0, 8.0], "ns": [3, 1], "c": 0.95}, {"vs": [12.5], "ns": [10], "c": 0.99},
+    sums: list[dict[str, Any]] = [{"vs": [2.0, 8.0], "ns": [3, 1], "c": 0.95}, {"vs": [12.5], "ns": [10], "c": 0.99},
             {"vs": [1.0, 3.0, 40.0], "ns": [2, 2, 1], "c": 0.9}]
+    cuts: list[dict[str, Any]] = [{"vs": [8.0], "ns": [3], "ws": [0.25], "cv": [8.0], "c": 0.95},
+            {"vs": [], "ns": [], "ws": [0.5, 0.1], "cv": [2.0, 50.0], "c": 0.9},
+            {"vs": [12.5, 3.0], "ns": [2, 1], "ws": [0.75], "cv": [200.0], "c": 0.99}]
     script = tmp_path / "run.js"
     script.write_text(
-        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.js'))});\n"
-        f"const cases = {json.dumps(cases)}, sums = {json.dumps(sums)};\n"
+        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.cjs'))});\n"
+        f"const cases = {json.dumps(cases)}, sums = {json.dumps(sums)}, cuts = {json.dumps(cuts)};\n"
         "console.log(JSON.stringify({\n"
         "  exact: cases.map((k) => i.exactHalfwidth(k.v, k.c, k.d)),\n"
         "  chernoff: cases.map((k) => i.chernoffHalfwidth([1, 0.4], [k.v, 2 * k.v], k.c, k.d + 0.5, [3, 1])),\n"
         "  sums: sums.map((k) => i.exactSumHalfwidth(k.vs, k.ns, k.c, 2)),\n"
+        "  cuts: cuts.map((k) => i.exactCutHalfwidth(k.vs, k.ns, k.ws, k.cv, k.c, 2)),\n"
         "}));\n")
     proc = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -200,10 +196,12 @@ def test_the_ported_interval_functions_equal_pythons(tmp_path: Path) -> None:
     want = [chernoff_halfwidth([1, 0.4], [k["v"], 2 * k["v"]], k["c"], k["d"] + 0.5, counts=[3, 1]) for k in cases]
     assert got["chernoff"] == pytest.approx(want, rel=1e-9)
     assert got["sums"] == [exact_sum_halfwidth(k["vs"], k["ns"], k["c"], 2) for k in sums]
+    want_cuts = [exact_cut_halfwidth(k["vs"], k["ns"], k["ws"], k["cv"], k["c"], 2) for k in cuts]
+    assert None not in want_cuts and got["cuts"] == pytest.approx(want_cuts, rel=2e-6)
 
 
 def test_the_ported_interval_of_a_one_level_tree_is_pythons_exact_one(tmp_path: Path) -> None:
-    """auto's one count per bin: intervals.js answers it as a partition, the same exact half-width as Python."""
+    """auto's one count per bin: intervals.cjs answers it as a partition, the same exact half-width as Python."""
     if shutil.which("node") is None:
         pytest.skip("node is needed (not on PATH)")
     from he_partition.protocol import release
@@ -214,7 +212,7 @@ def test_the_ported_interval_of_a_one_level_tree_is_pythons_exact_one(tmp_path: 
     ranges = [(0, 10), (3, 4), (0, 50)]
     script = tmp_path / "run.js"
     script.write_text(
-        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.js'))});\n"
+        f"const i = require({json.dumps(str(EXAMPLE / 'intervals.cjs'))});\n"
         f"const s = {summary.to_json()}, ranges = {json.dumps(ranges)};\n"
         "console.log(JSON.stringify(ranges.map(([lo, hi]) => i.rangeInterval(s, lo, hi, 0, 1, 0.95))));\n")
     proc = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=60)

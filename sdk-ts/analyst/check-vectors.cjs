@@ -3,7 +3,7 @@
 // Node's standard library only, following the definitions in proto/dpagg/v1/common.proto
 // (StudyContract, OwnerSignature). Prints one line per vector; exits 1 on any mismatch.
 //
-//   node examples/node-analyst/check-vectors.js [path/to/test-vectors.json]
+//   node sdk-ts/analyst/check-vectors.cjs [path/to/test-vectors.json]
 'use strict';
 
 const crypto = require('crypto');

@@ -4,25 +4,25 @@
 // releases, reads the newest (or a given) release and asks range counts from it. Analyst
 // queries spend no budget.
 //
-//   node analyst.js --target 127.0.0.1:50052 --study demo --ranges 0:20,20:40 \
+//   node analyst/analyst.cjs --target 127.0.0.1:50052 --study demo --ranges 0:20,20:40 \
 //       --ca dpagg-ca.crt --cert analyst.crt --key analyst.key
-//   node analyst.js --target 127.0.0.1:50052 --study demo --insecure     # a test server run with --insecure
-//   node analyst.js ... --ranges 0:20 --confidence 0.95                   # with 95% confidence intervals
+//   node analyst/analyst.cjs --target 127.0.0.1:50052 --study demo --insecure     # a test server run with --insecure
+//   node analyst/analyst.cjs ... --ranges 0:20 --confidence 0.95                   # with 95% confidence intervals
 //
 // Prints one JSON object per line: {"health": ...}, {"release": ...}, then one {"range": ...}
 // per range. On a gRPC error prints "dpagg-node-analyst: CODE: details" on stderr and exits 1.
 // With --confidence LEVEL a {"confidence": {"level", "meaning"}} line comes before the ranges and each
 // range also carries ci_lo, ci_hi, confidence and interval_method, computed here from the summary as
-// the Python SDK does (intervals.js says where this client's interval is wider than Python's).
+// the Python SDK does (intervals.cjs says where this client's interval is wider than Python's).
 'use strict';
 
 const fs = require('fs');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { rangeInterval } = require('./intervals');
+const { rangeInterval } = require('./intervals.cjs');
 
-const USAGE = `usage: node analyst.js --target HOST:PORT --study ID [--release ID|latest]
+const USAGE = `usage: node analyst/analyst.cjs --target HOST:PORT --study ID [--release ID|latest]
                         [--ranges LO:HI,LO:HI,...] [--range LO:HI ...]
                         (--insecure | --ca FILE --cert FILE --key FILE [--server-name NAME])
                         [--confidence LEVEL] [--proto-dir DIR] [--timeout SECONDS]`;

@@ -11,15 +11,15 @@
 // - "exact" for a sum of whole partitions: the noise's distribution on the integer lattice by
 //   direct convolution (Python uses an FFT; both keep a 1e-9 slack on the tail), up to
 //   MAX_DIRECT_WORK multiply-adds; beyond that the Chernoff bound.
-// - "chernoff" for a range that cuts a partition (Python enumerates the cut values' noise and is
-//   "exact" there; this client uses the Chernoff bound on the exact MGF, a guarantee that is wider,
-//   about 1.5 to 1.7 times for one value), and wherever the draws per value are not whole.
+// - "exact" for a range that cuts partitions: the cut values' noise enumerated atom by atom, as Python
+//   does (exactCutHalfwidth), within the same MAX_DIRECT_WORK budget for the whole part.
 // - "exact" also for a "tree" of one released partition (auto's one count per bin), which answers as
 //   the partition estimator does (its ranges take the partition paths above), as in Python.
+// - "chernoff" wherever the draws per value are not whole or the direct computation does not fit.
 // - "bound" for the least-squares estimators (a "tree" of more than one level, "haar"): from the
 //   answer's standard error and the smallest released variance. Python uses the Chernoff bound on
 //   the estimator's exact weights there ("chernoff", about 25% narrower); this client does not
-//   compute the least-squares weights. "haar_nonnegative" is not linear: Python centres
+//   compute the least-squares weights: wider, never narrower. "haar_nonnegative" is not linear: Python centres
 //   its interval on the linear estimate, which needs the inverse Haar transform; this client gives
 //   no interval there (null, with the reason).
 'use strict';
@@ -134,6 +134,73 @@ function exactSumHalfwidth(variances, counts, confidence, draws) {
   return upper.length;
 }
 
+// pmf on [-H, H] (index H is 0) of the noise of a sum of whole values (counts[g] values of variance
+// variances[g], each `draws` draws); null when it does not fit the budget.
+function sumPmf(variances, counts, draws, budget) {
+  let pmf = Float64Array.of(1);
+  for (let g = 0; g < variances.length; g++) {
+    if (variances[g] <= 0 || counts[g] <= 0) continue;
+    const part = nbDifferencePmf(qFromVariance(variances[g] / draws), counts[g] * draws, budget);
+    if (part === null) return null;
+    pmf = convolve(pmf, part, budget);
+    if (pmf === null) return null;
+  }
+  return pmf;
+}
+
+// Most atoms of the fractional part of a cut range's noise that exactCutHalfwidth enumerates (as Python).
+const MAX_CUT_ATOMS = 1 << 18;
+
+// Half-width t with P[|noise| > t] <= 1 - confidence for a range that cuts partitions: the noise is a sum of
+// whole values (variances/counts, as exactSumHalfwidth) plus cutWeights[j] times the noise of value j. A port
+// of Python's exact_cut_halfwidth: the cut values' noise enumerated atom by atom, t found by bisection on the
+// covering side; null when the supports are too large (then the Chernoff bound).
+function exactCutHalfwidth(variances, counts, cutWeights, cutVariances, confidence, draws) {
+  const alpha = 1.0 - checkConfidence(confidence);
+  const budget = { left: MAX_DIRECT_WORK };
+  let atoms = Float64Array.of(0); let probs = Float64Array.of(1);
+  let lost = 0.0;
+  for (let j = 0; j < cutWeights.length; j++) {
+    const w = cutWeights[j]; const v = cutVariances[j];
+    if (w === 0 || v <= 0) continue;
+    const pmf = sumPmf([v], [1], draws, budget);
+    if (pmf === null || pmf.length * atoms.length > 4 * MAX_CUT_ATOMS) return null;
+    const mid = pmf.length >> 1;
+    const nextA = []; const nextP = [];
+    for (let a = 0; a < atoms.length; a++) {
+      for (let k = 0; k < pmf.length; k++) {
+        const p = probs[a] * pmf[k];
+        if (p >= 1e-15) { nextA.push(atoms[a] + w * (k - mid)); nextP.push(p); } else lost += p;
+      }
+    }
+    atoms = Float64Array.from(nextA); probs = Float64Array.from(nextP);
+    if (atoms.length > MAX_CUT_ATOMS) return null;
+  }
+  const base = sumPmf(variances, counts, draws, budget);
+  if (base === null) return null;
+  const h = base.length >> 1;
+  // above[i] = P[Y >= i - h] for i = 0 .. 2h + 1 (0 beyond the support)
+  const above = new Float64Array(base.length + 1);
+  for (let i = base.length - 1; i >= 0; i--) above[i] = above[i + 1] + base[i];
+  const exceed = (x) => above[Math.min(Math.max(Math.floor(x) + 1 + h, 0), 2 * h + 1)];
+  const tail = (t) => {
+    let s = 0;
+    for (let a = 0; a < atoms.length; a++) s += probs[a] * (exceed(t - atoms[a]) + exceed(t + atoms[a]));
+    return s + lost + TAIL_SLACK;
+  };
+  let maxAbs = 0;
+  for (let a = 0; a < atoms.length; a++) maxAbs = Math.max(maxAbs, Math.abs(atoms[a]));
+  let loT = 0.0; let hiT = h + maxAbs + 1.0;
+  if (tail(hiT) > alpha) return null;
+  if (tail(loT) <= alpha) return 0.0;
+  for (let i = 0; i < 60; i++) { // tail(loT) > alpha >= tail(hiT)
+    const m = 0.5 * (loT + hiT);
+    if (tail(m) > alpha) loT = m; else hiT = m;
+    if (hiT - loT < 1e-6 * Math.max(1.0, hiT)) break;
+  }
+  return hiT;
+}
+
 function logMgf(u, w, v, n, draws) {
   let s = 0;
   for (let j = 0; j < w.length; j++) {
@@ -240,12 +307,13 @@ function rangeInterval(summary, lo, hi, value, standardError, confidence) {
   }
   const uniq = [...groups.keys()].sort((x, y) => x - y);
   const counts = uniq.map((x) => groups.get(x));
-  if (cutW.length === 0 && Number.isInteger(draws)) {
-    const exact = exactSumHalfwidth(uniq, counts, confidence, draws);
+  if (Number.isInteger(draws)) {
+    const exact = cutW.length === 0 ? exactSumHalfwidth(uniq, counts, confidence, draws)
+      : exactCutHalfwidth(uniq, counts, cutW, cutV, confidence, draws);
     if (exact !== null) return done(exact, 'exact');
   }
   return done(chernoffHalfwidth([...uniq.map(() => 1.0), ...cutW], [...uniq, ...cutV], confidence, draws,
                                 [...counts, ...cutW.map(() => 1)]), 'chernoff');
 }
 
-module.exports = { rangeInterval, exactHalfwidth, exactSumHalfwidth, chernoffHalfwidth, drawsPerValue };
+module.exports = { rangeInterval, exactHalfwidth, exactSumHalfwidth, exactCutHalfwidth, chernoffHalfwidth, drawsPerValue };
