@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -90,13 +91,11 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
         proc.wait()
 
 
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A head (node_a) and a second node (node_b), one CPU each, on loopback; yields the head's address."""
+@contextmanager
+def two_ray_nodes(log_dir: Path) -> Iterator[str]:
+    """A head (node_a) and a second node (node_b), one CPU each, on loopback; yields the head's address and
+    ends both process groups after (`benchmarks/ray_nodes.py` uses it too)."""
     ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
-    if not Path(ray_bin).exists():
-        pytest.skip("the `ray` command is not installed (pip install 'dpagg[ray]')")
-    tmp = tmp_path_factory.mktemp("ray2nodes")
     # Ray's session directory (the head's, which the second node takes over) must be short: its sockets' paths
     # are limited to 107 bytes and pytest's temp paths are long.
     session = Path(tempfile.mkdtemp(prefix="dpagg-ray-", dir="/tmp"))
@@ -105,12 +104,12 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     procs = [subprocess.Popen(
         [ray_bin, "start", "--head", "--port", address.split(":")[1], "--include-dashboard=false",
          "--temp-dir", str(session), "--resources", json.dumps({"node_a": 1}), *common],
-        env=_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=(tmp / "head.log").open("wb"))]
+        env=_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=(log_dir / "head.log").open("wb"))]
     try:
         # The second node joins once the head's GCS answers (it retries the address meanwhile).
         procs.append(subprocess.Popen(
             [ray_bin, "start", "--address", address, "--resources", json.dumps({"node_b": 1}), *common],
-            env=_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=(tmp / "node.log").open("wb")))
+            env=_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=(log_dir / "node.log").open("wb")))
         wait = ("import sys, time, ray\n"
                 "ray.init(address=sys.argv[1], _node_ip_address='127.0.0.1', log_to_driver=False)\n"
                 "end = time.monotonic() + 60\n"
@@ -119,12 +118,21 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "print('ALIVE', sum(n['Alive'] for n in ray.nodes()))\n")
         out = subprocess.run([sys.executable, "-c", wait, address], env=_env(), capture_output=True, text=True,
                              timeout=180)
-        assert "ALIVE 2" in out.stdout, out.stdout + out.stderr[-3000:] + (tmp / "node.log").read_text()[-2000:]
+        assert "ALIVE 2" in out.stdout, out.stdout + out.stderr[-3000:] + (log_dir / "node.log").read_text()[-2000:]
         yield address
     finally:
         for p in reversed(procs):
             _stop(p)
         shutil.rmtree(session, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The 2-node cluster for this module's test."""
+    if not (shutil.which("ray") or Path(sys.executable).with_name("ray").exists()):
+        pytest.skip("the `ray` command is not installed (pip install 'dpagg[ray]')")
+    with two_ray_nodes(tmp_path_factory.mktemp("ray2nodes")) as address:
+        yield address
 
 
 @dataclass
@@ -156,7 +164,7 @@ class _ServedCS:
         _stop(self.proc, grace=20.0)
 
 
-def _deploy_and_release(root: Path, executor: list[str], cluster_address: str = "") -> dict[str, Any]:
+def deploy_and_release(root: Path, executor: list[str], cluster_address: str = "", *, bins: int = N) -> dict[str, Any]:
     """Key holder (in this process) and computation server (its own process) under fixed seeds; three owners
     upload through the services; a release of 0.5 of 1.0. Returns the summary, the CS's view and where the
     chunk actors ran (cluster_address given)."""
@@ -178,9 +186,9 @@ def _deploy_and_release(root: Path, executor: list[str], cluster_address: str = 
     handler._request_noise = request_keyed_noise
     handler.decrypt_measurement = recording
     cluster = Cluster(root, ds, _ServedCS.start(root, ds.target, executor))  # type: ignore[arg-type]
-    hs = blocky_histograms(N)
+    hs = blocky_histograms(bins)
     try:
-        cluster.open_study(domain_size=N, epsilon=1.0)
+        cluster.open_study(domain_size=bins, epsilon=1.0)
         secret = handler.backend_for(handler.get_study("s1"))
         for owner, h in zip(("a", "b", "c"), hs):
             assert cluster.owner(owner).submit("s1", h).committed
@@ -201,13 +209,14 @@ def _deploy_and_release(root: Path, executor: list[str], cluster_address: str = 
     finally:
         cluster.stop()
     assert_cs_view_is_the_oracle(secret, sent, hs, CS_SEED)  # (1): untouched by the double
-    return {"summary": rel.summary, "sent": sent, "where": where, "release_s": took}
+    return {"summary": rel.summary, "sent": sent, "where": where, "release_s": took,
+            "bytes_to_decryption": sum(len(c) for _, chunks in sent for c in chunks)}
 
 
 def test_a_release_with_chunk_actors_on_two_ray_nodes_equals_the_in_process_release(tmp_path: Path,
                                                                                      two_nodes: str) -> None:
-    on_ray = _deploy_and_release(tmp_path / "ray", ["--cluster", two_nodes, "--chunk-workers", "2"], two_nodes)
-    local = _deploy_and_release(tmp_path / "local", ["--executor", "inprocess"])
+    on_ray = deploy_and_release(tmp_path / "ray", ["--cluster", two_nodes, "--chunk-workers", "2"], two_nodes)
+    local = deploy_and_release(tmp_path / "local", ["--executor", "inprocess"])
     # Both nodes ran chunk work: one actor on each, and each actor owns chunks every measurement sent.
     assert on_ray["where"] == {"nodes": 2, "actors": ["node_a", "node_b"]}
     slots = 8192
