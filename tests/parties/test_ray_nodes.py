@@ -48,7 +48,7 @@ from .test_scale_out import assert_cs_view_is_the_oracle
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'dpagg[ray]'): no cluster to start")
 
-pytestmark = pytest.mark.slow  # two Ray nodes (about 15 s to start on 2 cores) and two deployments
+pytestmark = pytest.mark.slow  # two Ray nodes (4-15 s to start on 2 cores) and two deployments: 15-26 s
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 2 * 8192 + 10  # three chunks: 0 and 2 are actor 0's, 1 is actor 1's
@@ -185,7 +185,12 @@ def deploy_and_release(root: Path, executor: list[str], cluster_address: str = "
 
     handler._request_noise = request_keyed_noise
     handler.decrypt_measurement = recording
-    cluster = Cluster(root, ds, _ServedCS.start(root, ds.target, executor))  # type: ignore[arg-type]
+    try:
+        cs = _ServedCS.start(root, ds.target, executor)
+    except BaseException:
+        ds.stop()
+        raise
+    cluster = Cluster(root, ds, cs)  # type: ignore[arg-type]
     hs = blocky_histograms(bins)
     try:
         cluster.open_study(domain_size=bins, epsilon=1.0)
@@ -204,7 +209,7 @@ def deploy_and_release(root: Path, executor: list[str], cluster_address: str = "
             assert lines, out.stdout + out.stderr[-3000:]
             where = json.loads(lines[-1][len("RESULT "):])
     except BaseException:
-        print(cluster.cs.log.read_text()[-4000:])  # type: ignore[attr-defined]
+        print(cs.log.read_text()[-4000:])
         raise
     finally:
         cluster.stop()
