@@ -234,6 +234,9 @@ class Releases:
             return failed
         finally:
             self._done(record.study_id, record.release_id)
+            end = getattr(self._h.decryption, "end_release", None)
+            if end is not None:  # what the release declared and did not charge is free again (t-of-N view)
+                end(record.study_id, record.release_id)
 
     def _strategy_summary(self, record: ReleaseRecord, contract: StudyContract,
                           subs: list[Submission]) -> tuple[Summary, int]:
@@ -288,6 +291,9 @@ class Releases:
                 self._h.executor.drop(record.release_id)
         # Every summary states how many organizations one person may appear in (its noise assumes it).
         summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations})
+        failovers = getattr(self._h.decryption, "failovers", {}).pop(record.release_id, None)
+        if failovers:  # a t-of-N participant lost mid-measurement: which, which set took over, what it cost
+            summary = replace(summary, params={**summary.params, "holder_failover": failovers})
         if contract.noise_tolerates:  # the key holders' shares carry K/(K - T) draws' variance, not one draw's
             k, holder_var = self._h.key_holders, self._h.holder_noise_variance(contract)
             summary = summary.with_noise_variance_factor(
