@@ -282,6 +282,20 @@ def cs_log_line(views: Sequence[HolderView], cs_log: tuple[int, str]) -> str:
             f"see, exactly); {where}")
 
 
+def log_status_line(total: float, cs_log: tuple[int, str]) -> str:
+    """`dpagg status` with a t-of-N key: the study's budget by the computation server's signed charge log, exactly,
+    as releases, direct queries and `dpagg budget` compute it (`charges.log_budget`; the running release's hold
+    is the server's to add while it runs)."""
+    from fractions import Fraction
+
+    from ..decryption.keyshare.charges import exact_text
+
+    spent = Fraction(cs_log[1] or "0")
+    left = max(Fraction(0), Fraction(repr(float(total))) - spent)
+    return (f"budget: spent {exact_text(spent)} of {exact_text(float(total))}, {exact_text(left)} left "
+            f"({cs_log[0]} charge(s) in the signed charge log)")
+
+
 def budget_lines(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None,
                  cs_log: tuple[int, str] | None = None) -> list[str]:
     """The text report: one block per holder, then either the DISAGREE lines or that every view agrees. `cs_log`:

@@ -394,13 +394,14 @@ def test_a_failed_release_holds_nothing_and_every_view_of_what_is_left_agrees(to
         assert (v.charge_log_entries, v.available, v.reserved) == (1, cs.available, cs.reserved)
     assert views[2].charge_log_entries == 0  # h3 was down: its view lags until its next request
     # `dpagg budget` says so: the CS's log (read through the CS) is ahead of h3's view, with what is left exactly
-    from parties.cli.budgets import HolderView, budget_json, budget_lines
+    from parties.cli.budgets import HolderView, budget_json, budget_lines, log_status_line
     cs_log = tofn.computation().charge_log("s-fv")
     assert cs_log == (1, str(spent))
     hv = [HolderView(n, h.target, v) for n, h, v in zip(HOLDERS, tofn.holders, views)]
     text = "\n".join(budget_lines("s-fv", hv, None, cs_log))
     assert "signed charge log: 1 charge(s), 0.1 of 1 spent, 0.9 left" in text and "AHEAD of the view of h3" in text
     assert budget_json("s-fv", hv, None, cs_log)["computation_log"]["ahead_of"] == ["h3"]
+    assert log_status_line(1.0, cs_log).startswith("budget: spent 0.1 of 1, 0.9 left")  # `dpagg status`
     assert 1 - spent == Fraction(9, 10)  # the first of the release's two measurements: 0.1
     with pytest.raises(ServiceError, match=r"RESOURCE_EXHAUSTED.*leaves 0\.9 of 1;"):
         tofn.computation().direct_range_counts("s-fv", [(0, 10)] * 10, 0.1)  # 1.0 does not fit

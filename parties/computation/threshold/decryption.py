@@ -285,14 +285,13 @@ class ThresholdDecryption:
 
     def _log_view(self, study_id: str, views: Sequence[BudgetInfo]) -> BudgetInfo:
         """t-of-N: the study's budget as the signed charge log and the running release make it
-        (`StudyChargeLogs.view`, exact decimals), with the holders' charges; the same view a release, a direct
-        query, `status` and `budget` read. A holder's own ledger holds only the requests it answered."""
-        total = views[0].total
-        v = self.charges.view(total, study_id)
-        first = views[0]
-        charges = tuple(c for view in views for c in view.charges)
-        return dataclasses.replace(first, spent=float(v.spent), remaining=float(v.total - v.spent),
-                                   reserved=float(v.reserved), available=below(v.available), charges=charges,
+        (`StudyChargeLogs.view`, exact decimals), with the ledger rows of the holder that answered the most: what a
+        release and a direct query check, and what `dpagg budget` and every holder's BudgetStatus show (a holder's
+        own ledger holds only the requests it answered)."""
+        most = max(views, key=lambda b: (len(b.charges), b.spent))  # the holder that answered the most requests
+        v = self.charges.view(most.total, study_id)
+        return dataclasses.replace(most, spent=float(v.spent), remaining=float(v.total - v.spent),
+                                   reserved=float(v.reserved), available=below(v.available),
                                    charge_log_entries=len(self.charges.log(study_id)),
                                    charge_log_spent=float(v.spent))
 
@@ -310,6 +309,8 @@ class ThresholdDecryption:
         signed log is every holder's budget check, so a failed release holds nothing at any holder either."""
         for rid in [release_id] + [failover_release_id(release_id, a) for a in range(1, self.k + 1)]:
             self.charges.end_release(study_id, rid)
+        with self._lock:  # a release that failed after a failover: its notes are in its error's log lines
+            self.failovers.pop(release_id, None)
 
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Iterable[bytes], chunk_count: int, contract_hash: str,
