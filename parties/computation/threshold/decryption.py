@@ -326,8 +326,8 @@ class ThresholdDecryption:
         holders' shares, as the single key holder's answer carries its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
         naming it, nothing combined. Draws no noise itself.
 
-        t-of-N failover: a participant lost while the measurement runs (UNAVAILABLE, a deadline, a
-        cut stream) does not fail it when another t-set of live holders is left. The lost set's
+        t-of-N failover: a participant lost while the measurement runs (`failover.LOST_CODES`: its server
+        stopped, unreachable, out of time) does not fail it when another t-set of live holders is left. The lost set's
         charge fixed its participants and no holder issues the request's shares to another set, so
         the whole measurement is decrypted again under a charge of its own (`failover_release_id`:
         the same measurement, epsilon `measurement.epsilon` again, signed by the new set on the whole

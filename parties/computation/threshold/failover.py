@@ -43,9 +43,10 @@ class HolderFailedError(ServiceError):
     """A key-share holder did not answer or refused: keeps the holder's status code, names it and its reason."""
 
 
-#: The status codes of a holder lost during a call (down, unreachable, out of time, its stream cut): a t-of-N
-#: measurement fails over to another t-set on these; any other failure is the holder's answer and fails it.
-LOST_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+#: The status codes of a holder lost during a call (down, unreachable, its stream cut by its server, out of time): a
+#: t-of-N measurement fails over to another t-set on these; any other failure is the holder's answer and fails it.
+#: Not CANCELLED: this server's own shutdown cancels its calls, and that is no reason to charge a measurement again.
+LOST_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 class LostParticipants(Exception):
@@ -134,7 +135,7 @@ def decrypt_failing_over(dec: "ThresholdDecryption", t: int, *, study_id: str, r
 def raise_if_lost(dec: "ThresholdDecryption", asked: Sequence["Future[HolderShares]"], members: Sequence[int],
                   sent: list[bytes], extra: dict[str, Any], j: int, chunk_count: int) -> None:
     """t-of-N, chunk `j` short of a share: raise `LostParticipants` when a participant's call failed as a lost
-    holder's does (UNAVAILABLE, a deadline, a cancelled or cut stream) and no participant refused (a refusal is an
+    holder's does (`LOST_CODES`: UNAVAILABLE, a deadline) and no participant refused (a refusal is an
     answer: it fails the measurement, naming the holder, as before)."""
     if not extra:
         return
