@@ -242,19 +242,64 @@ def _view_dict(v: HolderView) -> dict[str, Any]:
     return out
 
 
-def budget_json(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None) -> dict[str, Any]:
+def budget_json(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None,
+                cs_log: tuple[int, str] | None = None) -> dict[str, Any]:
     """`{"study_id", "holders": {name: view}, "agree": bool, "disagreements": [line...]}`; with receipts checked
-    (`found`) also "rolled_back" and "missed" (lines) and "receipt_notes"."""
+    (`found`) also "rolled_back" and "missed" (lines) and "receipt_notes"; with `cs_log` (t-of-N) also
+    "computation_log": {"charges", "spent" (exact, a fraction's text), "ahead_of": [holder...]}."""
     problems = disagreements(views, found.missed if found else None)
-    out = {"study_id": study_id, "holders": {v.name: _view_dict(v) for v in views}, "agree": not problems,
-           "disagreements": problems}
+    out: dict[str, Any] = {"study_id": study_id, "holders": {v.name: _view_dict(v) for v in views},
+                           "agree": not problems, "disagreements": problems}
+    if cs_log is not None:
+        out["computation_log"] = {"charges": cs_log[0], "spent": cs_log[1] or "0",
+                                  "ahead_of": _behind(views, cs_log[0])}
     if found is not None:
         out.update(rolled_back=found.rolled_back, missed=found.missed_lines(), receipt_notes=found.notes)
     return out
 
 
-def budget_lines(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None) -> list[str]:
-    """The text report: one block per holder, then either the DISAGREE lines or that every view agrees."""
+def _behind(views: Sequence[HolderView], entries: int) -> list[str]:
+    """The t-of-N holders whose view of the signed charge log has fewer than `entries` charges (or that gave none)."""
+    return [v.name for v in views if v.budget is None or v.budget.charge_log_entries < entries]
+
+
+def cs_log_line(views: Sequence[HolderView], cs_log: tuple[int, str]) -> str:
+    """Where the computation server's copy of the signed charge log stands against the holders' views: ahead of
+    which (they lag until their next request), and what is left by it, exactly (`charges.exact_text`)."""
+    from fractions import Fraction
+
+    from ..decryption.keyshare.charges import exact_text
+
+    entries, spent_text = cs_log
+    total = next((v.budget.total for v in views if v.budget is not None), 0.0)
+    spent = Fraction(spent_text or "0")
+    left = max(Fraction(0), Fraction(repr(float(total))) - spent)
+    behind = _behind(views, entries)
+    where = (f"AHEAD of the view of {', '.join(behind)} (a holder catches up at its next request; until then its "
+             "figures above lag)" if behind else "every holder's view is up to date")
+    return (f"the computation server's signed charge log: {entries} charge(s), {exact_text(spent)} of "
+            f"{exact_text(float(total))} spent, {exact_text(left)} left (what releases, direct queries and status "
+            f"see, exactly); {where}")
+
+
+def log_status_line(total: float, cs_log: tuple[int, str]) -> str:
+    """`dpagg status` with a t-of-N key: the study's budget by the computation server's signed charge log, exactly,
+    as releases, direct queries and `dpagg budget` compute it (`charges.log_budget`; the running release's hold
+    is the server's to add while it runs)."""
+    from fractions import Fraction
+
+    from ..decryption.keyshare.charges import exact_text
+
+    spent = Fraction(cs_log[1] or "0")
+    left = max(Fraction(0), Fraction(repr(float(total))) - spent)
+    return (f"budget: spent {exact_text(spent)} of {exact_text(float(total))}, {exact_text(left)} left "
+            f"({cs_log[0]} charge(s) in the signed charge log)")
+
+
+def budget_lines(study_id: str, views: Sequence[HolderView], found: ReceiptFindings | None = None,
+                 cs_log: tuple[int, str] | None = None) -> list[str]:
+    """The text report: one block per holder, then either the DISAGREE lines or that every view agrees. `cs_log`:
+    the computation server's (charges, spent) of a t-of-N study's signed log (`ComputationClient.charge_log`)."""
     from he_partition.core.accounting import epsilon_left
 
     out = [f"study {study_id} at {len(views)} holders:"]
@@ -279,6 +324,8 @@ def budget_lines(study_id: str, views: Sequence[HolderView], found: ReceiptFindi
                    f"{longest.charge_log_entries} charge(s), {longest.charge_log_spent:.12g} of {longest.total:.12g} "
                    "spent (a holder that was down catches up at its next request); each holder's own ledger holds "
                    "the requests it answered")
+        if cs_log is not None:
+            out.append(cs_log_line(views, cs_log))
         return out
     problems = disagreements(views, found.missed if found else None)
     if found is not None:

@@ -40,6 +40,25 @@ def _cs_receipts(args: argparse.Namespace) -> list[Receipt] | None:
         return [r for _, kept in cs.ledger_receipts(args.study) for r in kept]
 
 
+def _cs_charge_log(args: argparse.Namespace) -> tuple[int, str] | None:
+    """t-of-N: the computation server's (charges, spent) of the study's signed log, when a computation server is
+    known (--computation, $DPAGG_COMPUTATION) and answers; None otherwise (the report then says nothing of it)."""
+    from ..common.errors import ServiceError
+    from ..computation.client import ComputationClient
+
+    target = _receipts_target(args)
+    if target is None:
+        return None
+    try:
+        with ComputationClient(target, **conn(args)) as cs:
+            entries, spent = cs.charge_log(args.study)
+    except ServiceError as exc:
+        print(f"dpagg: could not read the computation server's charge log ({exc.code.name}: {exc.details})",
+              file=sys.stderr)
+        return None
+    return (entries, spent) if spent else None
+
+
 #: Error codes of a holder that could not be reached at the address tried (`HolderView.error` starts with one).
 _UNREACHABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 
@@ -182,11 +201,12 @@ def _budget_across_holders(args: argparse.Namespace, endpoints: list[tuple[str, 
             print("nothing to reconcile: no holder lacks a charge the others hold signed receipts for")
         views = [ask(name, address) for name, address in endpoints]
         found = check_receipts(args.study, views, receipts or [])
-    report = budget_json(args.study, views, found)
+    cs_log = _cs_charge_log(args) if any(v.budget is not None and v.budget.key_threshold for v in views) else None
+    report = budget_json(args.study, views, found, cs_log)
     if args.json:
         print_json(report)
     else:
-        print("\n".join(budget_lines(args.study, views, found)))
+        print("\n".join(budget_lines(args.study, views, found, cs_log)))
     broken = [f"{v.name}: {v.budget.chain_problem}" for v in views if v.budget and v.budget.chain_problem]
     if args.verify:
         for b in broken:

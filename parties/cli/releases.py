@@ -53,6 +53,8 @@ def _print_release(st: Any, as_json: bool) -> None:
         total = s.range_count(0, s.domain_size)  # the whole-domain answer `dpagg query` gives
         print(f"  {s.n_partitions} partitions over {s.domain_size} bins, total {total.value:,.1f} "
               f"+- {total.standard_error:.1f}, computed in {st.seconds:.2f} s")
+        for note in s.params.get("holder_failover") or []:  # t-of-N: a participant lost, another set took over
+            print(f"  {note}")
     if st.error_message:
         print(f"  {st.error_code}: {st.error_message}")
 

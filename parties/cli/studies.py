@@ -198,6 +198,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     with ComputationClient(args.computation, **conn(args)) as cs:
         st = cs.study_status(args.study)
+        cs_log = _charge_log(cs, args.study)
     if args.json:
         print_json({"contract": st.contract.to_dict(), "contract_hash": st.contract.contract_hash,
                      "submitted_owners": list(st.submitted_owners), "missing_owners": list(st.missing_owners),
@@ -220,7 +221,21 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  submitted: {', '.join(st.submitted_owners) or '-'}")
         print(f"  missing:   {', '.join(st.missing_owners) or '-'}")
         print(f"  releases:  {', '.join(st.release_ids) or '-'}")
+        if cs_log is not None:  # t-of-N: what is left, the one view (parties/cli/budgets.py)
+            from .budgets import log_status_line
+            print(f"  {log_status_line(c.epsilon, cs_log)}")
     return 0
+
+
+def _charge_log(cs: Any, study_id: str) -> tuple[int, str] | None:
+    """The CS's (charges, spent) of a t-of-N study's signed log; None otherwise or when this role may not read it."""
+    from ..common.errors import ServiceError
+
+    try:
+        entries, spent = cs.charge_log(study_id)
+    except ServiceError:
+        return None
+    return (entries, spent) if spent else None
 
 
 

@@ -275,6 +275,13 @@ class ComputationClient(BaseClient):
             out.append((h.holder, kept))
         return out
 
+    def charge_log(self, study_id: str, *, timeout: float | None = None) -> tuple[int, str]:
+        """With a t-of-N key, (charges, their epsilon as an exact decimal: a Fraction's text) of this server's copy
+        of the study's signed charge log; (0, "") otherwise or from an older server. Operators and analysts."""
+        resp = self._unary(self._stub.LedgerReceipts, computation_pb2.LedgerReceiptsRequest(study_id=study_id),
+                           method="Computation/LedgerReceipts", timeout=timeout)
+        return int(resp.charge_log_entries), str(resp.charge_log_spent)
+
     def key_holders(self, study_id: str, *, timeout: float | None = None) -> list[tuple[str, str]]:
         """(name, HOST:PORT) of each key holder this server asks, in its order; one ("", target) for the single
         decryption server. The addresses are the server's own: they may not resolve from the caller's machine (a

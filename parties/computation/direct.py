@@ -91,6 +91,9 @@ class DirectQueries:
                     counts.append(RangeCount(m.lo, m.hi, float(values[0]), se))
             finally:
                 h.executor.drop(request_id)
+                end = getattr(h.decryption, "end_release", None)
+                if end is not None:  # t-of-N: the request holds nothing once it ended (done or failed)
+                    end(study_id, request_id)
         answers = DirectAnswers(request_id, study_id, eps, tuple(counts), paid.epsilon_charged, eps * len(rs),
                                 paid.epsilon_remaining, owners)
         if request_key:

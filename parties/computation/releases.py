@@ -234,6 +234,9 @@ class Releases:
             return failed
         finally:
             self._done(record.study_id, record.release_id)
+            end = getattr(self._h.decryption, "end_release", None)
+            if end is not None:  # what the release declared and did not charge is free again (t-of-N view)
+                end(record.study_id, record.release_id)
 
     def _strategy_summary(self, record: ReleaseRecord, contract: StudyContract,
                           subs: list[Submission]) -> tuple[Summary, int]:
@@ -290,6 +293,9 @@ class Releases:
         # study's domain, so its bins read as values wherever the release is read (e.g. `dpagg serve-analyst`).
         summary = replace(summary, params={**summary.params, "max_organizations": contract.max_organizations,
                                            **({"domain_spec": contract.domain_spec} if contract.domain_spec else {})})
+        failovers = getattr(self._h.decryption, "failovers", {}).pop(record.release_id, None)
+        if failovers:  # a t-of-N participant lost mid-measurement: which, which set took over, what it cost
+            summary = replace(summary, params={**summary.params, "holder_failover": failovers})
         if contract.noise_tolerates:  # the key holders' shares carry K/(K - T) draws' variance, not one draw's
             k, holder_var = self._h.key_holders, self._h.holder_noise_variance(contract)
             summary = summary.with_noise_variance_factor(

@@ -146,7 +146,9 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
                        context: grpc.ServicerContext) -> computation_pb2.LedgerReceiptsResponse:
         self.policy.require(context, ["operator", "analyst"], action="read a study's ledger receipts")
         addresses = dict(self.handler.key_holder_addresses())
-        return computation_pb2.LedgerReceiptsResponse(holders=[
+        view = getattr(self.handler.decryption, "charge_log_view", None)
+        entries, spent = (view(request.study_id) if view is not None else None) or (0, "")
+        return computation_pb2.LedgerReceiptsResponse(charge_log_entries=entries, charge_log_spent=spent, holders=[
             computation_pb2.HolderReceipts(holder=name, address=addresses.get(name, ""), receipts=[
                 decryption_pb2.LedgerReceipt(body=r.body, signature=r.signature, public_key=r.public_key)
                 for r in receipts])

@@ -654,7 +654,7 @@ class DecryptionHandler:
 
     # -- decryption -------------------------------------------------------------
     def check_measurement(self, contract: StudyContract, m: Measurement, chunk_count: int, *, contract_hash: str,
-                          release_id: str, release_epsilon: float) -> None:
+                          release_id: str, release_epsilon: float, reserve: bool = True) -> None:
         """Refuse a measurement that does not fit the study's contract, before any ciphertext is read.
 
         Checked, in order: the sender's contract hash equals the study's (so both servers
@@ -662,8 +662,8 @@ class DecryptionHandler:
         kind is one the study's strategy uses; the sensitivity is at least the kind's
         minimum times the contribution bound; the release's epsilon is within the
         study's total; the charge (`charged_epsilon`: m.epsilon times 1 + L) fits the
-        budget left (a dry run: the real check-and-charge is atomic in the ledger); one
-        ciphertext chunk per `slots` bins.
+        budget left (a dry run: the real check-and-charge is atomic in the ledger; `reserve` as
+        in `check_charge`); one ciphertext chunk per `slots` bins.
         """
         _check_contract_hash(contract, contract_hash, "nothing was decrypted")
         if contract.is_join:
@@ -698,7 +698,7 @@ class DecryptionHandler:
                 f"epsilon {contract.epsilon:g}"
             )
         check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id,
-                     charged_epsilon(contract, m, float(release_epsilon)), float(release_epsilon))
+                     charged_epsilon(contract, m, float(release_epsilon)), float(release_epsilon), reserve=reserve)
         self._check_chunks(contract, m, chunk_count)
 
     def _check_chunks(self, contract: StudyContract, m: Measurement, chunk_count: int) -> None:

@@ -299,3 +299,50 @@ def test_a_malformed_log_is_refused_as_bad_input(text: str) -> None:
 
     with pytest.raises(InvalidInputError):
         load_log(text)
+
+
+def test_the_failover_moves_decrypt_nothing_twice_without_a_second_charge() -> None:
+    """The failover double: request r is charged for (h1, h2) and h2 is lost. The CS then asks h1 and h3 for r's
+    shares on every log it holds, and proposes r again for (h1, h3) at every position of every log: h3 is never
+    authorized for r and no second entry for r becomes valid. Only a request of its own (the honest failover's
+    charge) gets (h1, h3) their shares, and it is charged in the log; a second failover past the budget is not."""
+    books, rules, _ = _books(3, 2)
+    cs = RoutingCS(books, rules)
+    cs.one_request("r", (0, 1), 0, [0, 1])
+    for chain in cs.chains():
+        cs.ask_share((0, 2), "r", chain)
+        for pos in range(len(chain) + 1):
+            log = chain[:pos]
+            entry = ChargeEntry(STUDY, pos, log[-1].entry.digest() if log else GENESIS, "r", EPS, (0, 2))
+            cs.ask_sign((0, 1, 2), entry, log)
+    assert ("r", 2) not in cs.shares
+    assert [c.entry.participants for c in cs.valid() if c.entry.request == "r"] == [(0, 1)]
+    assert cs.released() == EPS
+    cs.spent_chain_ok()
+    cs.one_request("r.fo1", (0, 2), -1, [0, 2])  # the failover's own charge, on the whole log
+    assert {("r.fo1", 0), ("r.fo1", 2)} <= cs.shares and cs.released() == 2 * EPS
+    cs.one_request("r.fo2", (1, 2), -1, [1, 2])  # a third decryption of the measurement: past the budget
+    assert cs.released() == 2 * EPS
+    cs.spent_chain_ok()
+
+
+def test_one_view_of_what_is_left_is_exact_and_a_failed_release_holds_nothing() -> None:
+    """`log_budget` (the t-of-N view every reader uses) and `exact_text` keep decimals exact, and a holder's own
+    ledger with a t-of-N key (`check_charge(reserve=False)`) refuses nothing for a failed release's reservation
+    while it still refuses any spend past the total."""
+    from parties.decryption.keyshare.charges import charge_epsilon, exact_text, log_budget
+    from parties.decryption.ledger.budget import Charge, check_charge
+
+    log = [SignedCharge(ChargeEntry(STUDY, i, "", f"q{i}", charge_epsilon(e), (0, 1))) for i, e in
+           enumerate([0.1, 0.2, 0.3])]
+    view = log_budget(1.0, log, Fraction(1, 10))
+    assert view.spent == Fraction(3, 5) and view.reserved == Fraction(7, 10) and view.available == Fraction(3, 10)
+    assert [exact_text(x) for x in (view.spent, view.available, 0.1 + 0.2, Fraction(1, 3))] == \
+        ["0.6", "0.3", "0.3", "0.333333333333"]
+    assert exact_text(Fraction(1) - Fraction(repr(0.1)) - Fraction(repr(0.8))) == "0.1"  # not 0.09999999999999998
+    failed = [Charge(1, STUDY, "rel-failed", "partition_sums", 0.1, 0.5, "")]  # declared 0.5, charged 0.1
+    with pytest.raises(BudgetExhaustedError, match="0.5 left of 1"):  # a reservation the failed release keeps
+        check_charge(1.0, failed, "rel-next", 0.3, 0.9)
+    assert check_charge(1.0, failed, "rel-next", 0.3, 0.9, reserve=False) == 0.3  # the log is the check
+    with pytest.raises(BudgetExhaustedError, match="total"):
+        check_charge(1.0, failed, "rel-next", 0.95, 0.95, reserve=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -252,3 +252,160 @@ def test_the_computation_server_alone_opens_no_study_at_a_holder_of_a_t_of_n_key
         assert err.value.code.name == "PERMISSION_DENIED" and "no operator approval" in err.value.details
         with pytest.raises(NotFoundError):
             tofn.ledger(i).get_study("s-ghost")
+
+
+FAILOVER_DOMAIN = 3 * 8192  # three chunks per measurement: a participant can be lost after its first
+
+
+def _submit_wide(t: Threshold, study: str, epsilon: float) -> np.ndarray:
+    """Open `study` over FAILOVER_DOMAIN bins and have every owner submit; the true sums."""
+    rng = np.random.default_rng(31)
+    hists = [rng.integers(0, 40, size=FAILOVER_DOMAIN).astype(np.int64) for _ in range(3)]
+    t.open(study, epsilon=epsilon, domain_size=FAILOVER_DOMAIN)
+    for o, h in zip(("a", "b", "c"), hists):
+        t.owner(o).submit(study, h)
+    _wait_forwarded(t, study)
+    return np.sum(hists, axis=0)
+
+
+def _lose_after_first_share(t: Threshold, i: int, seen: dict[str, Any]) -> None:
+    """Holder i's gRPC server stops (no grace: its calls are cut) as soon as its first share of the next measurement
+    reached the computation server; the request it was serving is kept in `seen`."""
+    client = t.combiner.clients[i]
+    real = client.issue_shares
+
+    def losing(**kw: Any) -> Any:
+        client.issue_shares = real  # type: ignore[method-assign]
+        seen.update(kw)
+        on_share = kw["on_share"]
+
+        def first(j: int, share: bytes) -> None:
+            on_share(j, share)
+            if "lost_after" not in seen:
+                seen["lost_after"] = j
+                t.holders[i].stop(grace=0)
+
+        return real(**{**kw, "on_share": first})
+
+    client.issue_shares = losing  # type: ignore[method-assign]
+
+
+def _no_outage_wait(t: Threshold) -> list[float]:
+    """No riding out of a holder's outage (a lost participant fails over at once); the windows before."""
+    saved = [c.outage_seconds for c in t.combiner.clients]
+    for c in t.combiner.clients:
+        c.outage_seconds = 0.0
+    return saved
+
+
+def test_a_participant_lost_mid_measurement_fails_over_to_another_t_set_and_nothing_is_overspent(
+        tofn: Threshold) -> None:
+    """2 of 3, every holder up: the first measurement goes to (h1, h2); h2's server stops after its first share of
+    three. The release completes with (h1, h3): the lost measurement is decrypted again under a charge of its own,
+    the log stays one valid chain within the budget, and the CS's view, every holder's ledger and the log agree."""
+    from fractions import Fraction
+
+    from parties.decryption.keyshare.charges import ChargeEntry, charge_request, dump_log
+    from parties.common.contract import canonical_json
+
+    truth = _submit_wide(tofn, "s-fo", epsilon=1.0)
+    seen: dict[str, Any] = {}
+    saved = _no_outage_wait(tofn)
+    _lose_after_first_share(tofn, 1, seen)
+    try:
+        rel = tofn.computation().run_release("s-fo", epsilon=0.4)
+    finally:
+        for c, w in zip(tofn.combiner.clients, saved):
+            c.outage_seconds = w
+        tofn.start_holder(1)
+    assert seen.get("lost_after") == 0 and seen["participants"] == [0, 1]
+    assert rel.state == "DONE", rel.error_message
+    assert abs(rel.summary.range_count(0, FAILOVER_DOMAIN).value - truth.sum()) < 0.05 * truth.sum()
+    notes = rel.summary.params["holder_failover"]
+    assert len(notes) == 1 and "key-share holder(s) h2 lost during measurement" in notes[0]
+    assert "continued with {h1, h3}" in notes[0] and "nothing was decrypted twice without a charge" in notes[0]
+    log = _log(tofn, "s-fo")
+    total = _rules(tofn).check_log("s-fo", log)  # one valid chain
+    first = log[0].entry
+    assert first.participants == (0, 1) and log[1].entry.participants == (0, 2)
+    assert log[1].entry.epsilon == first.epsilon  # the lost measurement, charged again for its new set
+    assert all(c.entry.participants == (0, 2) for c in log[1:])
+    # the release's 0.4 (its measurements' float split, exactly) and the re-decrypted measurement, nothing more
+    assert abs(total - first.epsilon - Fraction(4, 10)) < Fraction(1, 10**12) and total <= 1
+    view = tofn.combiner.budget("s-fo")
+    assert view.spent == float(total) and Fraction(repr(view.available)) <= 1 - total
+    assert float(1 - total) - view.available < 1e-15
+    # every holder's own ledger holds the requests it answered, and none more than the log
+    for i in range(3):
+        assert sum(Fraction(repr(c.epsilon)) for c in tofn.ledger(i).charges("s-fo")) <= total
+    # the routing double's new moves: the lost request's shares from the new set without a charge of its own
+    m = seen["measurement"]
+    request = charge_request("s-fo", seen["release_id"], float(seen["release_epsilon"]), canonical_json(m.to_dict()))
+    assert request == first.request
+    for c in tofn.combiner.clients:
+        c.wait_ready(timeout=60)
+    for i in (0, 2):  # asked under the first charge for the other set: the charge fixed (h1, h2)
+        with pytest.raises(ServiceError, match="FAILED_PRECONDITION.*(fixed|not one of them)"):
+            tofn.combiner.clients[i].issue_shares(study_id="s-fo", release_id=seen["release_id"],
+                                                  release_epsilon=seen["release_epsilon"], measurement=m,
+                                                  chunk_count=seen["chunk_count"], contract_hash=seen["contract_hash"],
+                                                  charge_log=dump_log(log), participants=[0, 2])
+        again = ChargeEntry("s-fo", len(log), log[-1].entry.digest(), request, first.epsilon, (0, 2))
+        with pytest.raises(ServiceError, match="FAILED_PRECONDITION.*already charged"):  # a second entry, same request
+            tofn.combiner.clients[i].sign_charge("s-fo", json.dumps(again.to_dict()), dump_log(log))
+    assert len(_log(tofn, "s-fo")) == len(log)
+
+
+def test_a_failed_release_holds_nothing_and_every_view_of_what_is_left_agrees(tofn: Threshold) -> None:
+    """2 of 3 with h3 down: h2 is lost after its first share and no t-set is left. The release fails naming both,
+    with nothing overspent; its charged measurement stays spent and nothing else is held: the CS's budget, each
+    holder that verified the log, a direct query's refusal and the next release all see the same exact figure."""
+    from fractions import Fraction
+
+    from parties.decryption.client import DecryptionClient
+
+    _submit_wide(tofn, "s-fv", epsilon=1.0)
+    saved = _no_outage_wait(tofn)
+    tofn.stop_holder(2)
+    _lose_after_first_share(tofn, 1, {})
+    try:
+        failed = tofn.computation().run_release("s-fv", epsilon=0.4)
+    finally:
+        for c, w in zip(tofn.combiner.clients, saved):
+            c.outage_seconds = w
+        tofn.start_holder(1)
+        tofn.start_holder(2)
+    assert failed.state == "FAILED" and failed.error_code == "UNAVAILABLE"
+    assert "key-share holder(s) h2 lost during measurement" in failed.error_message
+    assert "h3" in failed.error_message and "Nothing was overspent" in failed.error_message
+    log = _log(tofn, "s-fv")
+    spent = _rules(tofn).check_log("s-fv", log)
+    assert len(log) == 1 and spent == log[0].entry.epsilon  # the measurement it charged, nothing more
+    for c in tofn.combiner.clients:
+        c.wait_ready(timeout=60)
+    cs = tofn.combiner.budget("s-fv")
+    assert Fraction(repr(cs.spent)) == spent and Fraction(repr(cs.reserved)) == spent  # the failed release holds 0
+    assert Fraction(repr(cs.available)) == 1 - spent
+    views = []
+    for h in tofn.holders:
+        with DecryptionClient(h.target, tls=tofn.pki.tls("op", "operator")) as c:
+            views.append(c.budget("s-fv"))
+    for v in views[:2]:  # h1 and h2 verified the whole log: their view is the CS's, to the bit
+        assert (v.charge_log_entries, v.available, v.reserved) == (1, cs.available, cs.reserved)
+    assert views[2].charge_log_entries == 0  # h3 was down: its view lags until its next request
+    # `dpagg budget` says so: the CS's log (read through the CS) is ahead of h3's view, with what is left exactly
+    from parties.cli.budgets import HolderView, budget_json, budget_lines, log_status_line
+    cs_log = tofn.computation().charge_log("s-fv")
+    assert cs_log == (1, str(spent))
+    hv = [HolderView(n, h.target, v) for n, h, v in zip(HOLDERS, tofn.holders, views)]
+    text = "\n".join(budget_lines("s-fv", hv, None, cs_log))
+    assert "signed charge log: 1 charge(s), 0.1 of 1 spent, 0.9 left" in text and "AHEAD of the view of h3" in text
+    assert budget_json("s-fv", hv, None, cs_log)["computation_log"]["ahead_of"] == ["h3"]
+    assert log_status_line(1.0, cs_log).startswith("budget: spent 0.1 of 1, 0.9 left")  # `dpagg status`
+    assert 1 - spent == Fraction(9, 10)  # the first of the release's two measurements: 0.1
+    with pytest.raises(ServiceError, match=r"RESOURCE_EXHAUSTED.*leaves 0\.9 of 1;"):
+        tofn.computation().direct_range_counts("s-fv", [(0, 10)] * 10, 0.1)  # 1.0 does not fit
+    rest = tofn.computation().run_release("s-fv", epsilon=float(1 - spent))  # exactly what every view leaves
+    assert rest.state == "DONE", rest.error_message
+    total = _rules(tofn).check_log("s-fv", _log(tofn, "s-fv"))
+    assert 1 - Fraction(1, 10**12) < total <= 1

@@ -26,8 +26,8 @@ from he_partition.core.errors import BudgetExhaustedError
 
 from ...common.contract import StudyContract, canonical_json, charged_epsilon
 from ...common.errors import reason_of
-from ...decryption.keyshare.charges import (ChargeEntry, SignedCharge, chain_total, charge_request, dump_log,
-                                            load_log)
+from ...decryption.keyshare.charges import (ChargeEntry, LogBudget, SignedCharge, chain_total, charge_epsilon,
+                                            charge_request, dump_log, exact_text, load_log, log_budget)
 
 __all__ = ["StudyChargeLogs"]
 
@@ -47,6 +47,29 @@ class StudyChargeLogs:
         self._pending: dict[str, SignedCharge] = {}
         self._lock = threading.Lock()
         self._study_locks: dict[str, threading.Lock] = {}
+        #: study -> release id -> [declared epsilon, what the log charged for it so far]: the running releases'
+        #: reservations (memory only: a release that ended, or a restarted server's, holds nothing beyond its charges).
+        self._running: dict[str, dict[str, list[Fraction]]] = {}
+
+    def start_release(self, study_id: str, release_id: str, release_epsilon: float) -> None:
+        """Hold `release_epsilon` for a release from its first charge until `end_release` (idempotent)."""
+        with self._lock:
+            self._running.setdefault(study_id, {}).setdefault(release_id,
+                                                               [charge_epsilon(release_epsilon), Fraction(0)])
+
+    def end_release(self, study_id: str, release_id: str) -> None:
+        """A release ended (done or failed): it holds nothing beyond what the log charged for it."""
+        with self._lock:
+            self._running.get(study_id, {}).pop(release_id, None)
+
+    def view(self, total: float, study_id: str, *, excluding: str = "") -> LogBudget:
+        """What the study has left (`charges.log_budget`): the log's charges and what running releases still hold
+        (`excluding`: the release being charged, which may spend what it holds)."""
+        log_ = self.log(study_id)
+        with self._lock:
+            held = sum((max(Fraction(0), d - c) for r, (d, c) in self._running.get(study_id, {}).items()
+                        if r != excluding), Fraction(0))
+        return log_budget(total, log_, held)
 
     def _path(self, study_id: str) -> Path | None:
         return self._dir / f"{study_id}.json" if self._dir is not None else None
@@ -116,6 +139,7 @@ class StudyChargeLogs:
             for c in log_:
                 if c.entry.request == request:
                     return c
+            self.start_release(study_id, release_id, release_epsilon)
             holders = up()
             pending = self._pending.get(study_id)
             if pending is not None and pending.entry.index == len(log_):  # an earlier charge short of signatures
@@ -126,13 +150,17 @@ class StudyChargeLogs:
                 if done.entry.request == request:
                     return done
             entry = ChargeEntry(study_id, len(log_), log_[-1].entry.digest() if log_ else "", request,
-                                Fraction(charged_epsilon(contract, measurement, release_epsilon)), tuple(holders[:t]))
+                                charge_epsilon(charged_epsilon(contract, measurement, release_epsilon)), tuple(holders[:t]))
             self._pending[study_id] = SignedCharge(entry)
             self._save(study_id)
             signed = self._sign(t, SignedCharge(entry), log_, entry.participants)
             log_.append(signed)
             self._pending.pop(study_id, None)
             self._save(study_id)
+            with self._lock:
+                held = self._running.get(study_id, {}).get(release_id)
+                if held is not None:
+                    held[1] += entry.epsilon
             log.info("study %s: charge %d (%.6g) signed by holders %s", study_id, entry.index, float(entry.epsilon),
                      ", ".join(self._names[i] for i in entry.participants))
             return signed
@@ -144,13 +172,15 @@ class StudyChargeLogs:
         leaves. Spends nothing, draws no noise."""
         study_id = contract.study_id
         done = {c.entry.request for c in self.log(study_id)}
-        cost = sum((Fraction(charged_epsilon(contract, m, epsilon)) for m in measurements
+        cost = sum((charge_epsilon(charged_epsilon(contract, m, epsilon)) for m in measurements
                     if charge_request(study_id, request_id, epsilon, canonical_json(m.to_dict())) not in done),
                    Fraction(0))
-        spent = self.spent(study_id)
-        left = Fraction(contract.epsilon) - spent
-        if cost > left * (1 + Fraction(1, 10**9)):
-            raise BudgetExhaustedError(f"study {study_id}: {len(measurements)} direct range(s) cost {float(cost):.12g} "
+        view = self.view(contract.epsilon, study_id)
+        spent, left = view.spent, view.available
+        if cost > left:
+            held = f" ({exact_text(view.held)} held by a running release)" if view.held else ""
+            raise BudgetExhaustedError(f"study {study_id}: {len(measurements)} direct range(s) cost {exact_text(cost)} "
                                        "with a t-of-N key (each range in full); the signed charge log leaves "
-                                       f"{float(left):.12g}; nothing was charged or decrypted")
+                                       f"{exact_text(left)} of {exact_text(view.total)}{held}; nothing was charged or "
+                                       "decrypted")
         return cost, spent, left

@@ -17,9 +17,15 @@ that answered (fewer than t: refused, naming the holders missing, nothing charge
 those t sign the measurement's charge on the study's whole charge log (`SignCharge`, kept here in
 `charges/<study>.json` and shown to every holder with each request), asks them for their shares
 with the log, and combines their t shares. Studies and budgets are read from the holders that
-answer. A direct query's ranges are charged the same way, one charge per range. A sealed study's
-uploads close with any t holders up (`close_uploads`: the owners split their upload keys t-of-N),
-and a holder that was down closes on the same set before it takes the owners' c1 parts.
+answer. A direct query's ranges are charged the same way, one charge per range. A participant lost
+during a measurement hands it to another t-set under a charge of its own (`failover`). What a study
+has left is one view (`_log_view`): the signed log's charges plus what the running release declared
+and has not charged; a release that ended, done or failed, holds nothing more (`end_release`). A
+sealed study's uploads close with any t holders up (`close_uploads`: the owners split their upload
+keys t-of-N), and a holder that was down closes on the same set before it takes the owners' c1 parts.
+
+Size: one class that stands in for the decryption client, method for method; the failover, the t-of-N
+close and the key setup already live in modules of their own (`failover`, `upload_close`, `key_setup`).
 """
 from __future__ import annotations
 
@@ -42,21 +48,22 @@ from he_partition.he.threshold.context import vector_ciphertext
 from he_partition.he.threshold.decrypt import combine
 
 from ...common.contract import StudyContract, check_id
-from ...common.errors import FailedPreconditionError, ServiceError, reason_of
+from ...common.errors import FailedPreconditionError, reason_of
 from ...common.receipts import ReceiptBook
 from ...common.sealing import Commitment, upload_key_from_shares
 from ...common.tls import TlsConfig
 from ...common.util import new_id
 from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
 from ...decryption.forwarding import UploadForwarding
-from ...decryption.keyshare.charges import SignedCharge, dump_log
+from ...decryption.keyshare.charges import SignedCharge, below, chain_total, exact_text
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
 from .charge_log import StudyChargeLogs
+from .failover import HolderFailedError, decrypt_failing_over, failover_release_id, raise_if_lost
 from .key_setup import fix_deployment, setup_study_key
 from .upload_close import UploadClosing
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
-__all__ = ["ThresholdDecryption", "HolderFailedError", "parse_holders"]
+__all__ = ["ThresholdDecryption", "HolderFailedError", "failover_release_id", "parse_holders"]
 
 log = logging.getLogger("dpagg.computation.threshold")
 
@@ -70,10 +77,6 @@ JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs rel
 #: Seconds a step that needs every holder (an N-of-N release or direct query, closing a study's uploads) waits for
 #: each holder's health check before it is refused (a restarted holder is reconnected within gRPC's 2 s backoff).
 HOLDER_UP_SECONDS = 3.0
-
-
-class HolderFailedError(ServiceError):
-    """A key-share holder did not answer or refused: keeps the holder's status code, names it and its reason."""
 
 
 def parse_holders(specs: Sequence[str]) -> list[tuple[str, str]]:
@@ -117,6 +120,9 @@ class ThresholdDecryption:
         #: t-of-N: sealed uploads closed with any t holders, and the holders that missed the close caught up.
         self._closing = UploadClosing(self, Path(data_dir) / "closes" if data_dir is not None else None,
                                       HolderFailedError)
+        #: release id -> what happened to its measurements when a t-of-N participant was lost (for the release's
+        #: summary: `ReleaseRunner` takes them when the release ends).
+        self.failovers: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
         self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
@@ -284,12 +290,7 @@ class ThresholdDecryption:
         """Every holder's view (each checked against its receipts); the most spent one counts."""
         if self.tofn() is not None:
             got = self._quorum("reported the budget", lambda c: c.budget(study_id, timeout=timeout))
-            chain = float(self.charges.spent(study_id))
-            # the signed charge log is the spend: a holder's own ledger holds only the requests it answered
-            views = [v if v.spent >= chain else dataclasses.replace(
-                v, spent=chain, remaining=v.total - chain, available=max(0.0, v.available - (chain - v.spent)))
-                for v in got.values()]
-            return min(views, key=lambda v: (v.available, -v.spent))
+            return self._log_view(study_id, list(got.values()))
         self._every_holder_up(f"the key of study {study_id} is {self.k}-of-{self.k}: every key-share holder must "
                               "be up to release or answer a query", " (only a t-of-N deployment, `dpagg setup-key "
                               "--threshold T`, releases with holders down)")
@@ -314,10 +315,39 @@ class ThresholdDecryption:
                                 f"{need}, and {down} {'is' if len(failures) == 1 else 'are'} not ({reasons}); nothing "
                                 f"was charged or decrypted. Start {down} again{hint}", method="the key-share holders")
 
+    def _log_view(self, study_id: str, views: Sequence[BudgetInfo]) -> BudgetInfo:
+        """t-of-N: the study's budget as the signed charge log and the running release make it
+        (`StudyChargeLogs.view`, exact decimals), with the ledger rows of the holder that answered the most: what a
+        release and a direct query check, and what `dpagg budget` and every holder's BudgetStatus show (a holder's
+        own ledger holds only the requests it answered)."""
+        most = max(views, key=lambda b: (len(b.charges), b.spent))  # the holder that answered the most requests
+        v = self.charges.view(most.total, study_id)
+        return dataclasses.replace(most, spent=float(v.spent), remaining=float(v.total - v.spent),
+                                   reserved=float(v.reserved), available=below(v.available),
+                                   charge_log_entries=len(self.charges.log(study_id)),
+                                   charge_log_spent=float(v.spent))
+
+    def charge_log_view(self, study_id: str) -> tuple[int, str] | None:
+        """t-of-N: (charges, their epsilon as an exact decimal) of this server's copy of the study's signed log;
+        None with an N-of-N key (`dpagg budget` compares it with each holder's view)."""
+        if self.tofn() is None:
+            return None
+        log_ = self.charges.log(study_id)
+        return len(log_), str(chain_total(log_))
+
+    def end_release(self, study_id: str, release_id: str) -> None:
+        """A release ended (done or failed): what it declared and did not charge is free again in the t-of-N view
+        (and its failover charges' ids with it). The holders' own ledgers reserve nothing with a t-of-N key: the
+        signed log is every holder's budget check, so a failed release holds nothing at any holder either."""
+        for rid in [release_id] + [failover_release_id(release_id, a) for a in range(1, self.k + 1)]:
+            self.charges.end_release(study_id, rid)
+        with self._lock:  # a release that failed after a failover: its notes are in its error's log lines
+            self.failovers.pop(release_id, None)
+
     def decrypt_measurement(self, *, study_id: str, release_id: str, release_epsilon: float, measurement: Measurement,
                             chunks: Iterable[bytes], chunk_count: int, contract_hash: str,
                             timeout: float | None = None) -> DecryptResult:
-        """Every holder's shares of the measurement, combined only when all K are in; then decoded.
+        """Every holder's shares of the measurement (t-of-N: the charged participants'), combined; then decoded.
 
         Privacy: each holder charges its own ledger `measurement.epsilon` (times 1 + L) and
         adds its share of the discrete Laplace noise of scale sensitivity / epsilon per
@@ -327,16 +357,33 @@ class ThresholdDecryption:
         it knows its share. The combined values carry this server's draw and the sum of the
         holders' shares, as the single key holder's answer carries its draw. A holder down (after `outage_seconds`) or refusing: HolderFailedError
         naming it, nothing combined. Draws no noise itself.
+
+        t-of-N failover: a participant lost while the measurement runs (`failover.LOST_CODES`: its server
+        stopped, unreachable, out of time) does not fail it when another t-set of live holders is left. The lost set's
+        charge fixed its participants and no holder issues the request's shares to another set, so
+        the whole measurement is decrypted again under a charge of its own (`failover_release_id`:
+        the same measurement, epsilon `measurement.epsilon` again, signed by the new set on the whole
+        log): no chunk is decrypted under two sets without the second being charged, and only the
+        new set's combination is kept (docs/threshold.md, section 10, "A holder lost mid-measurement").
         """
-        t0 = time.monotonic()
         self._await_forward(study_id)
-        members = list(range(self.k))
-        extra: dict[str, Any] = {}
         t = self.tofn()
-        if t is not None:  # fix the participants and have them sign the charge, before any share is asked for
-            signed = self._charge(t, study_id, release_id, float(release_epsilon), measurement)
-            members = list(signed.entry.participants)
-            extra = {"charge_log": dump_log(self.charges.log(study_id)), "participants": members}
+        if t is None:
+            return self._decrypt_with(list(range(self.k)), {}, study_id=study_id, release_id=release_id,
+                                      release_epsilon=release_epsilon, measurement=measurement, chunks=chunks,
+                                      chunk_count=chunk_count, contract_hash=contract_hash, timeout=timeout)
+        return decrypt_failing_over(self, t, study_id=study_id, release_id=release_id,
+                                    release_epsilon=float(release_epsilon), measurement=measurement, chunks=chunks,
+                                    chunk_count=chunk_count, contract_hash=contract_hash, timeout=timeout)
+
+
+    def _decrypt_with(self, members: list[int], extra: dict[str, Any], *, study_id: str, release_id: str,
+                      release_epsilon: float, measurement: Measurement, chunks: Iterable[bytes], chunk_count: int,
+                      contract_hash: str, timeout: float | None) -> DecryptResult:
+        """The shares of `members` (holder indices) for the measurement, combined chunk by chunk, then decoded
+        (see `decrypt_measurement`). t-of-N (`extra` names the participants): a participant lost on the way raises
+        `_LostParticipants` with the ciphertexts sent, so that another set can take the measurement."""
+        t0 = time.monotonic()
         clients = [self.clients[i] for i in members]
         t1 = time.monotonic()
         arrived: list[list[bytes | None]] = [[None] * chunk_count for _ in clients]
@@ -380,9 +427,10 @@ class ThresholdDecryption:
                     ready.wait(1.0)
                 shares = [a[j] for a in arrived]
             if any(s is None for s in shares):  # a holder failed: its error, naming it (nothing more is combined)
+                raise_if_lost(self, asked, members, sent, extra, j, chunk_count)
                 self._collect("issued no shares", asked, members)
                 raise HolderFailedError(grpc.StatusCode.DATA_LOSS, f"a key-share holder stopped before chunk {j}")
-            fp = fp or bytes.fromhex(self._fingerprint(study_id))  # read once every holder has answered
+            fp = fp or bytes.fromhex(self._fingerprint(study_id))  # once every holder answered (t-of-N: kept by _charge)
             full[index * slots:(index + 1) * slots] = combine(ctx, vector_ciphertext(sent[j]),
                                                               [s for s in shares if s is not None],
                                                               members, fp, bound_to_c1=True)
@@ -395,19 +443,32 @@ class ThresholdDecryption:
         return DecryptResult(np.asarray(values, dtype=np.int64), got[0].charge_id,
                              min(g.epsilon_remaining for g in got))
 
+
     def _charge(self, t: int, study_id: str, release_id: str, release_epsilon: float,
-                measurement: Measurement) -> SignedCharge:
+                measurement: Measurement, *, avoid: Sequence[int] = ()) -> SignedCharge:
         """The measurement's valid charge in the study's signed log, the participants the first t holders that
         answer now (`StudyChargeLogs.charge`).
 
         Privacy: spends the measurement's charged epsilon (sensitivity `measurement.sensitivity`,
         neighbouring relation add/remove of one person with at most c records) once t holders
-        signed it. Draws no noise, so nobody knows noise from it."""
+        signed it. Draws no noise, so nobody knows noise from it. `avoid`: holders lost during this
+        measurement, never chosen again for it (a failover)."""
         def up() -> list[int]:
-            return sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
-                                                                        timeout=10.0)))
+            answered = self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
+                                                                     timeout=10.0))
+            live = sorted(i for i in answered if i not in avoid)
+            if len(live) < t:
+                raise HolderFailedError(grpc.StatusCode.UNAVAILABLE, (
+                    f"the t-of-N key needs {t} of {self.k} key-share holders; up and not lost during this measurement: "
+                    f"{', '.join(self.names[i] for i in live) or 'none'}; lost: "
+                    f"{', '.join(self.names[i] for i in avoid)}. Nothing was overspent: the study's signed charge log "
+                    f"spends {exact_text(self.charges.spent(study_id))}, every charge with its measurement"))
+            return live
 
-        return self.charges.charge(t, self.get_study(study_id), release_id, release_epsilon, measurement, up)
+        contract = self.get_study(study_id)
+        with self._lock:  # the combine reads it from here: a participant lost later does not stop it
+            self._fps.setdefault(study_id, contract.context_fingerprint)
+        return self.charges.charge(t, contract, release_id, release_epsilon, measurement, up)
 
     def close_uploads(self, contract: StudyContract, commitments: Sequence[Commitment], *,
                       timeout: float | None = None) -> list[bytes]:
@@ -497,7 +558,7 @@ class ThresholdDecryption:
         ms = range_count_batch(contract.domain_size, epsilon, contract.person_bound, ranges,
                                max_ranges=max(1, len(ranges)))
         cost, spent, left = self.charges.direct_cost(contract, request_id, epsilon, ms)
-        return DirectChargeInfo(float(cost), float(spent + cost), float(left - cost), 0, cost == 0)
+        return DirectChargeInfo(float(cost), float(spent + cost), below(left - cost), 0, cost == 0)
 
     def decrypt_join_cells(self, **kwargs: Any) -> JoinCellsResult:
         raise FailedPreconditionError(JOINS_SINGLE_HOLDER)

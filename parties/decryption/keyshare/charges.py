@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -57,8 +58,8 @@ from he_partition.protocol import EPSILON_TOLERANCE
 from ...common.errors import FailedPreconditionError
 from ...common.util import utc_now
 
-__all__ = ["ChargeBook", "ChargeEntry", "ChargeRules", "SignedCharge", "budget_collusion_tolerance", "chain_total",
-           "charge_request", "dump_log", "load_log"]
+__all__ = ["ChargeBook", "ChargeEntry", "ChargeRules", "LogBudget", "SignedCharge", "budget_collusion_tolerance",
+           "below", "chain_total", "charge_epsilon", "charge_request", "dump_log", "exact_text", "load_log", "log_budget"]
 
 _TAG = b"dpagg/tofn-charge/v1\x00"
 GENESIS = ""
@@ -214,6 +215,64 @@ def charge_request(study_id: str, release_id: str, release_epsilon: float, spec_
     h = hashlib.sha256(b"dpagg/tofn-request/v1\x00" + json.dumps(
         [study_id, release_id, repr(float(release_epsilon))]).encode() + b"\x00" + spec_json.encode("utf-8"))
     return h.hexdigest()
+
+
+def charge_epsilon(epsilon: float) -> Fraction:
+    """A charge's epsilon as the exact decimal the float prints as (0.1 is 1/10), as the holders' own ledgers
+    read it: the log and the ledgers then add up to the same decimals (0.3, never 0.30000000000000004)."""
+    return Fraction(repr(float(epsilon)))
+
+
+def below(x: Fraction) -> float:
+    """The largest float whose decimal is <= x: what is left, as a float, never rounds up."""
+    f = float(x)
+    while Fraction(repr(f)) > x:
+        f = math.nextafter(f, -math.inf)
+    return f
+
+
+def exact_text(x: Fraction | float) -> str:
+    """An epsilon as printed everywhere: its exact decimal rounded (half-even) to 12 significant digits, never
+    through a float (0.625, 0.9; not 0.8999999999999999). Sums of float splits keep their sub-ulp dust in the
+    arithmetic (a release of 0.4 split as 0.1 + 0.29999999999999998 spends 0.39999999999999998 exactly); the
+    text shows 0.4."""
+    from decimal import Decimal, localcontext
+
+    f = Fraction(repr(float(x))) if isinstance(x, float) else Fraction(x)
+    if f == 0:
+        return "0"
+    with localcontext() as ctx:
+        ctx.prec = 12
+        d = Decimal(f.numerator) / Decimal(f.denominator)
+    text = format(d.normalize(), "f")
+    return text if len(text) <= 16 else f"{d.normalize():e}"
+
+
+@dataclass(frozen=True)
+class LogBudget:
+    """What a t-of-N study has left, exactly, from its signed charge log: `spent` (the log's charges), `held`
+    (the epsilon a running release declared and has not charged yet) and `available` (total - spent - held)."""
+
+    total: Fraction
+    spent: Fraction
+    held: Fraction
+
+    @property
+    def reserved(self) -> Fraction:
+        return self.spent + self.held
+
+    @property
+    def available(self) -> Fraction:
+        return max(Fraction(0), self.total - self.reserved)
+
+
+def log_budget(total: float, log: Sequence[SignedCharge], held: Fraction = Fraction(0)) -> LogBudget:
+    """THE view of what a t-of-N study has left: releases, direct queries, `status` and `budget` all read it.
+
+    `held`: what the study's running release declared and the log has not charged for it yet (the computation
+    server knows; a release that ended, finished or failed, holds nothing beyond its charges). Exact
+    arithmetic: every epsilon is the decimal it prints as. Spends nothing, draws no noise."""
+    return LogBudget(charge_epsilon(total), chain_total(log), max(Fraction(0), Fraction(held)))
 
 
 def dump_log(log: Sequence[SignedCharge]) -> str:

@@ -52,7 +52,7 @@ from ..commitments import CommitmentBook
 from .uploads import OwnerC1Parts, UploadC1Book
 from ..ledger import Charge
 from ..receipts import ReceiptSigner
-from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_request, load_log
+from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_epsilon, charge_request, load_log
 from .resharing import HolderIdentity
 from .study_keys import ActiveKey, StudyKeyStore
 from .study_setup import StudySetups
@@ -425,7 +425,7 @@ class KeyShareService:
             if tuple(signed.entry.participants) != parts:
                 raise FailedPreconditionError(f"the request names participants {list(parts)}; its charge fixed "
                                               f"{list(signed.entry.participants)}: nothing was decrypted")
-            want = Fraction(charged_epsilon(contract, measurement, float(release_epsilon)))
+            want = charge_epsilon(charged_epsilon(contract, measurement, float(release_epsilon)))
             if signed.entry.epsilon != want:
                 raise FailedPreconditionError(f"the request's charge spends {float(signed.entry.epsilon):.12g}; this "
                                               f"measurement costs {float(want):.12g}: nothing was decrypted")
@@ -440,7 +440,8 @@ class KeyShareService:
             repeat = answered(self.holder, label)
         if not repeat:  # an identical request answered before was checked and charged then
             handler.check_measurement(contract, measurement, len(chunk_index), contract_hash=contract_hash,
-                                      release_id=release_id, release_epsilon=float(release_epsilon))
+                                      release_id=release_id, release_epsilon=float(release_epsilon),
+                                      reserve=self.threshold is None)  # t-of-N: the signed log is the budget check
         if measurement.scale > MAX_NOISE_SCALE:
             raise InvalidInputError(f"measurement epsilon {measurement.epsilon:.6g} is too small for sensitivity "
                                     f"{measurement.sensitivity}: nothing was charged or decrypted")
@@ -477,9 +478,11 @@ class KeyShareService:
                 handler.ledger.claim_direct_decryption(study_id, release_id, measurement.lo, measurement.hi,
                                                        measurement.epsilon, detail)
             else:
+                # t-of-N: the signed log (checked above, by every signer) is the budget check, and a failed
+                # release holds nothing there: this ledger records what this holder answered, reserving nothing
                 paid.append(handler.ledger.charge(study_id, release_id, measurement.kind,
                                                   charged_epsilon(contract, measurement, float(release_epsilon)),
-                                                  float(release_epsilon), detail))
+                                                  float(release_epsilon), detail, reserve=self.threshold is None))
 
         used = measurement.measured_slots()
         measured = np.ones(measurement.domain_size, dtype=bool) if used is None else np.asarray(used, dtype=bool)

@@ -11,6 +11,7 @@ side of the deployment (`setup-key`) and of each study's key setup, and IssueSha
 from __future__ import annotations
 
 import logging
+from fractions import Fraction
 from typing import Any, Iterator
 
 import grpc
@@ -29,6 +30,7 @@ from ...common.server import ServerHandle, create_server
 from ...common.util import lock_data_dir
 from ..handler import DecryptionHandler
 from ..keys import load_or_create_noise_key
+from .charges import below, charge_epsilon, log_budget
 from .service import JOINS_SINGLE_HOLDER, KeyShareService
 from ...common.sealing import Commitment
 from .uploads import OwnerC1Parts
@@ -112,6 +114,12 @@ class KeyShareServicer(DecryptionServicer):
             resp.charge_log_entries = int(view["charges"])
             resp.charge_log_spent = float(view["spent"])
             resp.charges_signed.extend(int(i) for i in view["signed"])
+            # the one view of what is left (`charges.log_budget`): the log this holder verified, exact decimals;
+            # its own ledger reserves nothing (a failed release holds nothing here), so neither does this view
+            left = log_budget(resp.epsilon_total, [], Fraction(0))
+            spent = max(Fraction(view["spent"]), charge_epsilon(resp.epsilon_spent))
+            resp.epsilon_reserved = float(spent)
+            resp.epsilon_available = below(max(Fraction(0), left.total - spent))
         return resp
 
     def ReconcileCharges(self, request: decryption_pb2.ReconcileChargesRequest,

@@ -120,7 +120,8 @@ def available(total: float, charges: Sequence[Charge]) -> float:
     return _below(budget(total, charges).available)
 
 
-def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: float, release_epsilon: float) -> float:
+def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: float, release_epsilon: float, *,
+                 reserve: bool = True) -> float:
     """Dry-run a charge against a study's existing charges; return the epsilon to book, or raise if refused.
 
     Exact arithmetic: every epsilon is the decimal it prints as (0.1 is 1/10) and sums are
@@ -129,7 +130,9 @@ def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: 
     - the first charge of a release reserves the *whole* release (`release_epsilon`): it
       must fit, exactly, next to every other started release's reservation
       (`budget`), so a release is refused before anything is decrypted rather
-      than half way through, even when two releases run at the same time;
+      than half way through, even when two releases run at the same time. `reserve` False
+      (a t-of-N key-share holder, whose budget check is the study's signed charge log, where
+      a failed release holds nothing): no reservation is checked, only the spend;
     - a release's charges never exceed its declared `release_epsilon`. A strategy splits
       its epsilon in floats (e.g. eps/3 three times), which can overshoot the declared
       value by a few ulps: a charge within EPSILON_TOLERANCE (relative) of the remainder is
@@ -147,7 +150,7 @@ def check_charge(total: float, charges: list[Charge], release_id: str, epsilon: 
     exact_total, spent, reserved = others.total, others.spent, others.reserved
     mine = [c for c in charges if c.release_id == release_id]
     declared = exact_decimal(release_epsilon)
-    if not mine and max(spent, reserved) + declared > exact_total:
+    if reserve and not mine and max(spent, reserved) + declared > exact_total:
         held = f" ({float(reserved):.12g} reserved by releases that started)" if reserved > spent else ""
         raise BudgetExhaustedError(
             f"release {release_id} needs epsilon {release_epsilon:.12g} but the study has "

@@ -175,7 +175,7 @@ class SqliteLedgerStore(LedgerStore):
         return [Charge(int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6], r[7]) for r in rows]
 
     def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
-               detail: str = "") -> Charge:
+               detail: str = "", *, reserve: bool = True) -> Charge:
         """Book `epsilon` for one measurement of a release, atomically (see `LedgerStore.charge`).
 
         Privacy: spends `epsilon` of the study's budget; the measurement's sensitivity and
@@ -187,7 +187,7 @@ class SqliteLedgerStore(LedgerStore):
         with self._lock, self._transaction():
             contract = self._get(study_id)
             booked = check_charge(contract.epsilon, self._charges(study_id), release_id, float(epsilon),
-                                  float(release_epsilon))
+                                  float(release_epsilon), reserve=reserve)
             return self._insert_charge(study_id, release_id, kind, booked, float(release_epsilon), detail)
 
     def rebook(self, study_id: str, release_id: str, kind: str, epsilon: float, detail: str) -> Charge:

@@ -49,8 +49,8 @@ class LedgerStore(abc.ABC):
 
     @abc.abstractmethod
     def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
-               detail: str = "") -> Charge:
-        """Check (`check_charge`) and append one charge atomically; durable when it returns.
+               detail: str = "", *, reserve: bool = True) -> Charge:
+        """Check (`check_charge`, `reserve` as there) and append one charge atomically; durable when it returns.
 
         This is where budget is spent: `epsilon` of the study's total (sequential
         composition over every charge of the study). Callers charge before they decrypt,
@@ -184,7 +184,7 @@ class MemoryLedgerStore(LedgerStore):
             return list(self._studies.values())
 
     def charge(self, study_id: str, release_id: str, kind: str, epsilon: float, release_epsilon: float,
-               detail: str = "") -> Charge:
+               detail: str = "", *, reserve: bool = True) -> Charge:
         """Book `epsilon` for one measurement of a release, atomically (see `LedgerStore.charge`).
 
         Privacy: spends `epsilon` of the study's budget; the measurement's sensitivity and
@@ -198,7 +198,8 @@ class MemoryLedgerStore(LedgerStore):
             if contract is None:
                 raise NotFoundError(f"unknown study {study_id!r}; open it first (dpagg open-study)")
             mine = [c for c in self._charges if c.study_id == study_id]
-            booked = check_charge(contract.epsilon, mine, release_id, float(epsilon), float(release_epsilon))
+            booked = check_charge(contract.epsilon, mine, release_id, float(epsilon), float(release_epsilon),
+                                  reserve=reserve)
             c = Charge(len(self._charges) + 1, study_id, release_id, kind, booked, float(release_epsilon),
                        utc_now(), detail)
             self._charges.append(c)

@@ -308,7 +308,11 @@ class HolderReceipts(_message.Message):
     def __init__(self, holder: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[_decryption_pb2.LedgerReceipt, _Mapping]]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class LedgerReceiptsResponse(_message.Message):
-    __slots__ = ("holders",)
+    __slots__ = ("holders", "charge_log_entries", "charge_log_spent")
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_LOG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_LOG_SPENT_FIELD_NUMBER: _ClassVar[int]
     holders: _containers.RepeatedCompositeFieldContainer[HolderReceipts]
-    def __init__(self, holders: _Optional[_Iterable[_Union[HolderReceipts, _Mapping]]] = ...) -> None: ...
+    charge_log_entries: int
+    charge_log_spent: str
+    def __init__(self, holders: _Optional[_Iterable[_Union[HolderReceipts, _Mapping]]] = ..., charge_log_entries: _Optional[int] = ..., charge_log_spent: _Optional[str] = ...) -> None: ...
