@@ -12,7 +12,8 @@ import math
 import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Iterator, Protocol
 
 import grpc
 import numpy as np
@@ -29,10 +30,49 @@ from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, NotFoundError, status_for
 from ..common.util import new_id, utc_now
 from .join_checks import PassedChecks, check_join_uploads
-from .store import ReleaseProgress, ReleaseRecord, ReleaseState, Submission
+from .store import ComputationStore, ReleaseProgress, ReleaseRecord, ReleaseState, Submission
 
-if TYPE_CHECKING:
-    from .handler import ComputationHandler
+from he_partition.core.noise import RandomSource
+from he_partition.execution import ChunkExecutor
+from he_partition.execution.base import ChunkSource
+from ..decryption.client import DecryptionClient
+from .join import JoinCoordinator
+
+
+class ReleaseHost(Protocol):
+    """What the release path needs of the server it runs in (`ComputationHandler` is one): its store, studies and
+    keys, the executor and the aggregate on it, the key holders (a decryption client or `ThresholdDecryption`),
+    the noise source, and whether the server is stopping."""
+
+    store: ComputationStore
+    executor: ChunkExecutor
+    decryption: DecryptionClient
+    joins: JoinCoordinator
+    rng: RandomSource
+    stopping: threading.Event
+
+    @property
+    def key_holders(self) -> int: ...
+
+    def study(self, study_id: str) -> StudyContract: ...
+
+    def backend_for(self, contract: StudyContract) -> Any: ...
+
+    def public_context(self, study_id: str = "") -> bytes: ...
+
+    def submissions_to_include(self, contract: StudyContract, *, force: bool, action: str) -> list[Submission]: ...
+
+    def chunk_source(self, subs: list[Submission]) -> AbstractContextManager[ChunkSource]: ...
+
+    def load_aggregate(self, key: str, contract: StudyContract, source: ChunkSource,
+                       subs: list[Submission] | None = None) -> None: ...
+
+    def decrypt_on_executor(self, cs: ComputationSide, contract: StudyContract, key: str, release_epsilon: float,
+                            m: Measurement, *, on_chunk: Callable[[], None] | None = None) -> tuple[IntArray, int]: ...
+
+    def holder_noise_variance(self, contract: StudyContract) -> float: ...
+
+    def noise_variance_units(self, contract: StudyContract) -> float: ...
 
 __all__ = ["Releases"]
 
@@ -93,7 +133,7 @@ class _Tracker:
 class Releases:
     """The release path of one `ComputationHandler` (its studies, keys, executor and decryption client)."""
 
-    def __init__(self, handler: ComputationHandler) -> None:
+    def __init__(self, handler: ReleaseHost) -> None:
         self._h = handler
         self._running: set[str] = set()
         self._running_lock = threading.Lock()

@@ -125,7 +125,8 @@ class ThresholdDecryption:
         self.failovers: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         # several calls at once (a release and another study's reads) do not queue behind each other
-        self._pool = ThreadPoolExecutor(max_workers=4 * len(self.clients), thread_name_prefix="holders")
+        self._pool: ThreadPoolExecutor = ThreadPoolExecutor(max_workers=4 * len(self.clients),
+                                                            thread_name_prefix="holders")
 
     @property
     def k(self) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import grpc
 
@@ -29,9 +29,8 @@ from ...common.errors import ServiceError, reason_of
 from ...decryption.client import DecryptResult
 from ...decryption.keyshare.charges import dump_log, exact_text
 from ...decryption.keyshare.client import HolderShares
+from .relay import HolderRelay
 
-if TYPE_CHECKING:
-    from .decryption import ThresholdDecryption
 
 __all__ = ["HolderFailedError", "LOST_CODES", "LostParticipants", "decrypt_failing_over", "failover_release_id",
            "raise_if_lost"]
@@ -68,7 +67,7 @@ def _short(text: str) -> str:
 
 
 
-def decrypt_failing_over(dec: "ThresholdDecryption", t: int, *, study_id: str, release_id: str, release_epsilon: float,
+def decrypt_failing_over(dec: HolderRelay, t: int, *, study_id: str, release_id: str, release_epsilon: float,
                          measurement: Measurement, chunks: Iterable[bytes], chunk_count: int, contract_hash: str,
                          timeout: float | None) -> DecryptResult:
     """A t-of-N measurement through `dec`: charged for the first t holders up, their shares combined; a participant
@@ -132,7 +131,7 @@ def decrypt_failing_over(dec: "ThresholdDecryption", t: int, *, study_id: str, r
         return result
 
 
-def raise_if_lost(dec: "ThresholdDecryption", asked: Sequence["Future[HolderShares]"], members: Sequence[int],
+def raise_if_lost(dec: HolderRelay, asked: Sequence["Future[HolderShares]"], members: Sequence[int],
                   sent: list[bytes], extra: dict[str, Any], j: int, chunk_count: int) -> None:
     """t-of-N, chunk `j` short of a share: raise `LostParticipants` when a participant's call failed as a lost
     holder's does (`LOST_CODES`: UNAVAILABLE, a deadline) and no participant refused (a refusal is an

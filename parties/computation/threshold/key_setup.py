@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -23,16 +23,15 @@ from he_partition.he.threshold.shamir import check_threshold, subsets
 
 from ...common.errors import FailedPreconditionError
 from ...decryption.keyshare.resharing import HolderIdentity
+from .relay import HolderRelay
 
-if TYPE_CHECKING:
-    from .decryption import ThresholdDecryption
 
 __all__ = ["fix_deployment", "setup_study_key"]
 
 log = logging.getLogger("dpagg.computation.threshold")
 
 
-def fix_deployment(td: "ThresholdDecryption", threshold: int = 0) -> tuple[str, bool]:
+def fix_deployment(td: HolderRelay, threshold: int = 0) -> tuple[str, bool]:
     """Fix the deployment at every holder: t (`threshold` > 0: t-of-N, t > N/2; 0: N-of-N) and every
     holder's identity keys; (the identities' digest, already_deployed). No key is made here: each study
     gets its own collective key when it is opened (`open_study`). Idempotent: a deployment is reported,
@@ -62,7 +61,7 @@ def fix_deployment(td: "ThresholdDecryption", threshold: int = 0) -> tuple[str, 
     return digests.pop(), already
 
 
-def setup_study_key(td: "ThresholdDecryption", study_id: str) -> str:
+def setup_study_key(td: HolderRelay, study_id: str) -> str:
     """Run the collective key setup for `study_id` through every holder (all K, also with a t-of-N key: the
     dealing needs every holder); the key's fingerprint. The session names the study
     (`study_session`), so each holder files the key under that study and no message of one study's

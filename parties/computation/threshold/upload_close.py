@@ -25,6 +25,7 @@ from ...common.errors import FailedPreconditionError, ServiceError, reason_of
 from ...common.sealing import Commitment, upload_key_from_threshold_shares
 from ...common.util import write_file_atomic
 from ...decryption.keyshare.uploads import OwnerC1Parts
+from .relay import HolderRelay
 
 __all__ = ["UploadClosing"]
 
@@ -39,7 +40,7 @@ def _short(e: Exception) -> str:
 class UploadClosing:
     """Per t-of-N study: the commitments its uploads closed on, the holders that closed, the holders that missed."""
 
-    def __init__(self, holders: Any, directory: Path | None, failed: type[ServiceError]) -> None:
+    def __init__(self, holders: HolderRelay, directory: Path | None, failed: type[ServiceError]) -> None:
         #: The `ThresholdDecryption` whose holders close (its clients, names, pool and `_outcomes`).
         self.holders = holders
         self.failed = failed  # HolderFailedError: keeps a holder's status code and names it

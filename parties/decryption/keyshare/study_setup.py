@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Protocol, Sequence
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import context_fingerprint
@@ -19,20 +19,43 @@ from he_partition.he.threshold.setup import HolderSetup, session_study
 
 from ...common.contract import check_id
 from ...common.errors import FailedPreconditionError, NotFoundError
+from ...common.sealing import SealKeyPair
+from ..receipts import ReceiptSigner
 from .resharing import HolderIdentity, deal_message, identities_digest, open_deal_message
+from .study_keys import StudyKeyStore
 
-if TYPE_CHECKING:
-    from .service import KeyShareService
-
-__all__ = ["StudySetups"]
+__all__ = ["StudySetups", "SetupHolder"]
 
 log = logging.getLogger("dpagg.decryption.keyshare")
+
+
+class SetupHolder(Protocol):
+    """What a study's key setup needs of its holder (`KeyShareService` is one): who it is among the holders, its
+    seal and signing keys, its key store and BFV parameters, and the deployment it belongs to."""
+
+    name: str
+    holders: tuple[str, ...]
+    index: int
+    seal: SealKeyPair
+    signer: ReceiptSigner
+    store: StudyKeyStore
+    template: Any  # a TenSEAL context: BFV parameters only
+    deployed: bool
+    threshold: int | None
+    identities: dict[int, HolderIdentity]
+
+    @property
+    def identity(self) -> HolderIdentity: ...
+
+    def activate_deployment(self) -> None: ...
+
+    def require_active(self) -> Any: ...
 
 
 class StudySetups:
     """The running setups of one holder's study keys, by study id (one each; a new session for a study replaces it)."""
 
-    def __init__(self, holder: "KeyShareService") -> None:
+    def __init__(self, holder: SetupHolder) -> None:
         self.holder = holder
         self.running: dict[str, HolderSetup] = {}
 
