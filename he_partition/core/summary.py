@@ -435,10 +435,11 @@ class Summary:
         """The released partitions as a pandas DataFrame: start, stop (bins [start, stop)), the noisy sum and
         the standard error of its noise (pandas is optional: pip install 'dpagg[pandas]'). Per-bin estimates
         are `estimate()`; ranges are `range_counts(...).to_pandas()`."""
-        stops = np.asarray(self.starts, dtype=np.int64) + self.lengths
-        return _pandas().DataFrame({"start": np.asarray(self.starts, dtype=np.int64), "stop": stops,
-                                    "sum": np.asarray(self.sums, dtype=np.int64),
-                                    "standard_error": np.sqrt(np.asarray(self.sum_variance, dtype=np.float64))})
+        from .summary_arrow import partition_arrays  # views of the Arrow data it was read from, when it was
+
+        starts, sums, variance = partition_arrays(self)
+        return _pandas().DataFrame({"start": starts, "stop": starts + self.lengths, "sum": sums,
+                                    "standard_error": np.sqrt(variance)}, copy=False)
 
     # -- serialization -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
