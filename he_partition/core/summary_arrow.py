@@ -37,7 +37,7 @@ from .summary import SUMMARY_FORMAT, ReleasedValues, Summary
 
 __all__ = ["ARROW_FORMAT", "PARTITIONS_FILE", "RELEASED_FILE", "SUMMARY_FILES", "BATCH_ROWS", "HEAD_KEY",
            "SummaryTables", "summary_tables", "summary_buffers", "write_summary_files", "read_summary",
-           "read_summary_files", "summary_files_size", "partition_arrays"]
+           "read_summary_files", "summary_files_size", "partition_arrays", "preload"]
 
 ARROW_FORMAT = "dpagg.summary.arrow.v1"
 PARTITIONS_FILE = "partitions.arrow"
@@ -54,8 +54,15 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 def _pa() -> Any:
     import pyarrow  # imported on first use: `import dpagg` and the core stay light
+    import pyarrow.ipc  # noqa: F401
 
     return pyarrow
+
+
+def preload() -> None:
+    """Import pyarrow now: once per process it costs 0.1-0.2 s, which a server pays at its start rather than in
+    its first release."""
+    _pa()
 
 
 def _schemas(head: dict[str, Any]) -> tuple[Any, Any]:
@@ -76,12 +83,32 @@ def _head(s: Summary) -> dict[str, Any]:
     return d
 
 
-def _ints(values: Sequence[int], what: str) -> Any:
+def _from_numpy(arr: npt.NDArray[Any], arrow_type: Any) -> Any:
+    """An Arrow array over a numpy array's buffer (no copy). `pa.array` is avoided on purpose: it imports pandas
+    (a quarter of a second) to ask whether its argument is a pandas object."""
     pa = _pa()
+    arr = np.ascontiguousarray(arr)
+    return pa.Array.from_buffers(arrow_type, len(arr), [None, pa.py_buffer(arr)])
+
+
+def _ints(values: Sequence[int], what: str) -> Any:
     try:
-        return pa.array(values, type=pa.int64())
-    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        arr = np.asarray(values, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError) as exc:
         raise InvalidInputError(f"{what} must be integers in int64 [{_INT64[0]}, {_INT64[1]}]: {exc}") from None
+    return _from_numpy(arr, _pa().int64())
+
+
+def _numpy(column: Any, dtype: type[np.generic]) -> npt.NDArray[Any]:
+    """A column's values as numpy: a read-only view of its buffer when it is one chunk, else the chunks joined.
+    For columns without nulls (`to_numpy` is avoided: it imports pandas)."""
+    chunks = column.chunks if hasattr(column, "chunks") else [column]
+    size = np.dtype(dtype).itemsize
+    views = [np.frombuffer(c.buffers()[1], dtype=dtype, count=len(c), offset=c.offset * size)
+             for c in chunks if len(c)]
+    if not views:
+        return np.zeros(0, dtype=dtype)
+    return views[0] if len(views) == 1 else np.concatenate(views)
 
 
 def _partition_batches(s: Summary, schema: Any) -> Iterator[Any]:
@@ -89,7 +116,8 @@ def _partition_batches(s: Summary, schema: Any) -> Iterator[Any]:
     for i in range(0, s.n_partitions, BATCH_ROWS):
         sl = slice(i, i + BATCH_ROWS)
         yield pa.record_batch([_ints(s.starts[sl], "partition starts"), _ints(s.sums[sl], "partition sums"),
-                               pa.array(s.sum_variance[sl], type=pa.float64())], schema=schema)
+                               _from_numpy(np.asarray(s.sum_variance[sl], dtype=np.float64), pa.float64())],
+                              schema=schema)
 
 
 def _released_batches(s: Summary, schema: Any) -> Iterator[Any]:
@@ -99,7 +127,8 @@ def _released_batches(s: Summary, schema: Any) -> Iterator[Any]:
             sl = slice(i, i + BATCH_ROWS)
             values = _ints(r.values[sl], "released values")
             starts = _ints(r.starts[sl], "released starts") if r.starts else pa.nulls(len(values), pa.int64())
-            yield pa.record_batch([pa.array(np.full(len(values), m, dtype=np.int32)), values, starts], schema=schema)
+            yield pa.record_batch([_from_numpy(np.full(len(values), m, dtype=np.int32), pa.int32()), values, starts],
+                                  schema=schema)
 
 
 @dataclass(frozen=True)
@@ -208,16 +237,19 @@ def _column(table: Any, name: str, kind: str, what: str) -> Any:
     want = {"int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64()}[kind]
     if name not in table.column_names or table.schema.field(name).type != want:
         raise InvalidInputError(f"{what} needs a {kind} column {name!r}; it has {table.schema}")
-    return table.column(name)
+    column = table.column(name)
+    if name != "start" and column.null_count:
+        raise InvalidInputError(f"{what}: column {name!r} has {column.null_count} nulls")
+    return column
 
 
 def _to_ints(col: Any) -> tuple[int, ...]:
-    return tuple(col.to_numpy().tolist())
+    return tuple(_numpy(col, np.int64).tolist())
 
 
 def _to_floats(col: Any) -> tuple[float, ...]:
     """As Python floats, each distinct value one object (a variance takes a few values over millions of rows)."""
-    arr = col.to_numpy()
+    arr = _numpy(col, np.float64)
     if arr.size == 0:
         return ()
     uniq, inverse = np.unique(arr, return_inverse=True)
@@ -269,7 +301,7 @@ def read_summary(partitions: Any, released: Any = None) -> Summary:
 
 
 def _released(r: Any, specs: list[dict[str, Any]]) -> tuple[ReleasedValues, ...]:
-    index = _column(r, "measurement", "int32", RELEASED_FILE).to_numpy()
+    index = _numpy(_column(r, "measurement", "int32", RELEASED_FILE), np.int32)
     values = _column(r, "value", "int64", RELEASED_FILE)
     starts = _column(r, "start", "int64", RELEASED_FILE)
     want = np.repeat(np.arange(len(specs), dtype=np.int32), [int(sp["values"]) for sp in specs])
@@ -303,7 +335,6 @@ def partition_arrays(s: Summary) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.
     if tables is not None and tables.partitions.num_rows == s.n_partitions:
         cols = [tables.partitions.column(name) for name in ("start", "sum", "sum_variance")]
         if all(c.num_chunks == 1 for c in cols):
-            a, b, c = (col.chunk(0).to_numpy(zero_copy_only=True) for col in cols)
-            return a, b, c
+            return _numpy(cols[0], np.int64), _numpy(cols[1], np.int64), _numpy(cols[2], np.float64)
     return (np.asarray(s.starts, dtype=np.int64), np.asarray(s.sums, dtype=np.int64),
             np.asarray(s.sum_variance, dtype=np.float64))

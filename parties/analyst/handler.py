@@ -103,7 +103,11 @@ class AnalystHandler:
         check_id("release_id", release_id)
         rec = self._record(release_id)
         if rec.summary_file:
-            return rec, [(name, Path(rec.summary_file) / name) for name in SUMMARY_FILES]
+            paths = {name: Path(rec.summary_file) / name for name in SUMMARY_FILES}
+            if missing := [name for name, path in paths.items() if not path.is_file()]:
+                raise NotFoundError(f"release {release_id}'s summary files {missing} are missing from "
+                                    f"{rec.summary_file}: the computation server's data directory was altered")
+            return rec, [(name, path) for name, path in paths.items()]
         rec, summary = self.release(release_id)
         return rec, list(zip(SUMMARY_FILES, summary_buffers(summary)))
 

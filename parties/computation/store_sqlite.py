@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from he_partition.core.summary import Summary
-from he_partition.core.summary_arrow import write_summary_files
+from he_partition.core.summary_arrow import preload as preload_arrow, write_summary_files
 from he_partition.execution.base import ChunkFiles, ChunkSource
 
 from ..common.contract import StudyContract
@@ -172,6 +172,7 @@ class SqliteComputationStore(ComputationStore):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            preload_arrow()  # releases' summaries are written with pyarrow: its import is paid at the start
             for table, column, definition in _ADDED_COLUMNS:
                 if column not in {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}:
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
