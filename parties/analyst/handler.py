@@ -101,7 +101,9 @@ class AnalystHandler:
         """A DONE release's record and its summary's Arrow files: the stored files' paths (nothing is read or
         parsed here), or for a release stored as JSON before them, the files made from its summary in memory."""
         check_id("release_id", release_id)
-        rec = self._record(release_id)
+        with self._lock:
+            cached = self._cache.get(release_id)
+        rec = cached[0] if cached is not None else self._record(release_id)  # a cached release: no store read
         if rec.summary_file:
             paths = {name: Path(rec.summary_file) / name for name in SUMMARY_FILES}
             if missing := [name for name, path in paths.items() if not path.is_file()]:

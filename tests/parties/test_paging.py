@@ -70,6 +70,8 @@ def test_a_release_of_many_partitions_travels_in_pages_and_reads_back_exactly(
     assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "GetReleaseArrow" in ei.value.details()
     got = cluster.analyst().get_release(rel.release_id)
     assert got.summary == stored.summary and got.owners == ("a",)
+    received = got.summary._arrow.partitions.column("sum").chunk(0).buffers()[1]  # type: ignore[attr-defined]
+    assert np.shares_memory(got.summary.to_pandas()["sum"].to_numpy(), np.frombuffer(received, dtype=np.uint8))
     # the Arrow files' bytes travel in pages of PAGE_BYTES; older clients' numeric pages read the same summary
     stub = analyst_pb2_grpc.AnalystStub(ch)
     arrow = list(stub.GetReleaseArrow(analyst_pb2.GetReleaseRequest(release_id=rel.release_id), timeout=30))
