@@ -85,7 +85,9 @@ def _step(name: str, fmt: str, n: int, out: Any) -> None:
             assert rec is not None
             head = common_pb2.ReleaseSummary(release_id="rel-1", study_id="s1")
             if fmt == "json":
-                pages = list(paging.summary_pages(rec.summary, release_id="rel-1", study_id="s1"))  # type: ignore[arg-type]
+                summary = rec.summary
+                assert summary is not None
+                pages = list(paging.summary_pages(summary, release_id="rel-1", study_id="s1"))
             else:
                 pages = list(paging.arrow_pages(head, [(f, Path(rec.summary_file) / f) for f in SUMMARY_FILES]))
             wire = [p.SerializeToString() for p in pages]

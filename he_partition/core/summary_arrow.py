@@ -37,7 +37,7 @@ from .summary import SUMMARY_FORMAT, ReleasedValues, Summary
 
 __all__ = ["ARROW_FORMAT", "PARTITIONS_FILE", "RELEASED_FILE", "SUMMARY_FILES", "BATCH_ROWS", "HEAD_KEY",
            "SummaryTables", "summary_tables", "summary_buffers", "write_summary_files", "read_summary",
-           "read_summary_files", "summary_files_size", "partition_arrays", "preload"]
+           "read_summary_files", "partition_arrays", "preload"]
 
 ARROW_FORMAT = "dpagg.summary.arrow.v1"
 PARTITIONS_FILE = "partitions.arrow"
@@ -200,11 +200,6 @@ def write_summary_files(s: Summary, directory: Path | str, *, durable: bool = Tr
     return size
 
 
-def summary_files_size(directory: Path | str) -> int:
-    """Total bytes of a stored summary's files (what its pages carry)."""
-    return sum((Path(directory) / name).stat().st_size for name in SUMMARY_FILES)
-
-
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -274,14 +269,17 @@ def read_summary(partitions: Any, released: Any = None) -> Summary:
     except json.JSONDecodeError as exc:
         raise InvalidInputError(f"the summary's head is not JSON: {exc}") from None
     if not isinstance(head, dict) or head.get("format") != ARROW_FORMAT:
-        raise InvalidInputError(f"not a {ARROW_FORMAT} file (format={head.get('format') if isinstance(head, dict) else None!r})")
+        found = head.get("format") if isinstance(head, dict) else None
+        raise InvalidInputError(f"not a {ARROW_FORMAT} file (format={found!r})")
     if int(head.get("partitions", -1)) != p.num_rows:
-        raise InvalidInputError(f"{PARTITIONS_FILE} has {p.num_rows} rows, its head announces {head.get('partitions')}")
+        raise InvalidInputError(f"{PARTITIONS_FILE} has {p.num_rows} rows, its head announces "
+                                f"{head.get('partitions')}")
     specs = head.get("released", [])
     if not isinstance(specs, list):
         raise InvalidInputError("the summary's head lists its released measurements as a list")
     if specs and released is None:
-        raise InvalidInputError(f"the summary's head lists {len(specs)} released measurements: {RELEASED_FILE} is needed")
+        raise InvalidInputError(f"the summary's head lists {len(specs)} released measurements: {RELEASED_FILE} is "
+                                "needed")
     r = _open_table(released, RELEASED_FILE) if specs else None
     try:
         summary = Summary(

@@ -88,7 +88,8 @@ class AnalystHandler:
         rec = self._record(release_id)
         summary = rec.summary
         assert summary is not None
-        entry = (replace(rec, summary_json="", summary_cache=None), summary, summary_is_inline(rec.stored_summary_bytes))
+        entry = (replace(rec, summary_json="", summary_cache=None), summary,
+                 summary_is_inline(rec.stored_summary_bytes))
         with self._lock:
             self._cache[release_id] = entry
             while len(self._cache) > self._cache_size or (

@@ -133,7 +133,8 @@ def _release(row: tuple[object, ...], data_dir: Path) -> ReleaseRecord:
         summary_json=str(row[11]), seconds=float(row[12]),  # type: ignore[arg-type]
         bytes_to_decryption=int(row[13]),  # type: ignore[call-overload]
         signatures=tuple(OwnerSignature.from_dict(d) for d in json.loads(str(row[14]))),
-        summary_file=str(data_dir / str(row[15])) if row[15] else "", summary_size=int(row[16]),  # type: ignore[call-overload]
+        summary_file=str(data_dir / str(row[15])) if row[15] else "",
+        summary_size=int(row[16]),  # type: ignore[call-overload]
     )
 
 

@@ -1,4 +1,4 @@
-"""The summary's Arrow IPC form: an exact round trip, files pandas reads, DataFrames without a copy, bad files refused."""
+"""The summary's Arrow IPC form: an exact round trip, files pandas reads, no-copy DataFrames, bad files refused."""
 
 from __future__ import annotations
 
