@@ -151,10 +151,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--partitions", type=int, default=1 << 20)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "summary_store.json"),
+                    help="where to write the results (default benchmarks/results/summary_store.json)")
     args = ap.parse_args()
     results = run(args.partitions)
     if not args.no_write:
-        out = ROOT / "benchmarks" / "results" / "summary_store.json"
+        out = Path(args.out)
         out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                                "load_avg_at_start": os.getloadavg()[0]},
                                    "note": "each step in a fresh process; peak_growth_mb = VmHWM growth from the "

@@ -74,10 +74,14 @@ def _schemas(head: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _head(s: Summary) -> dict[str, Any]:
-    d = s.to_dict()
-    for key in ("starts", "sums", "sum_variance"):
-        del d[key]
-    d["format"], d["summary_format"], d["partitions"] = ARROW_FORMAT, SUMMARY_FORMAT, s.n_partitions
+    """Every field of `Summary.to_dict` but the long lists (not built: 8M partitions would be 200 MB of lists),
+    with the lengths of the lists the files hold."""
+    d: dict[str, Any] = {"format": ARROW_FORMAT, "summary_format": SUMMARY_FORMAT, "domain_size": s.domain_size,
+                         "epsilon": s.epsilon, "strategy": s.strategy, "noise_parties": s.noise_parties,
+                         "contribution_bound": s.contribution_bound, "partitions": s.n_partitions,
+                         "epsilon_spent": [[k, v] for k, v in s.epsilon_spent], "params": s.params}
+    if s.estimator != "partition":
+        d["estimator"] = s.estimator
     d["released"] = [{"kind": r.kind, "variance": r.variance, "epsilon": r.epsilon, "values": len(r.values),
                       "starts": len(r.starts)} for r in s.released]
     return d
