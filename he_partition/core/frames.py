@@ -59,18 +59,21 @@ def summary_frame(summary: Any, domain: BinDomain | None = None, confidence: flo
     the noisy sum and the standard error of its noise; with `confidence` also estimate (the partition's count
     as the summary answers it: the sum itself, or a least-squares tree's estimate), ci_lo, ci_hi, confidence
     and interval_method (see `Summary.interval`)."""
-    starts = np.asarray(summary.starts, dtype=np.int64)
+    from .summary_arrow import partition_arrays  # views of the Arrow data the summary was read from, when it was
+
+    starts, sums, variance = partition_arrays(summary)
     stops = starts + summary.lengths
     data: dict[str, Any] = {"start": starts, "stop": stops}
-    data.update(_labels(starts.tolist(), stops.tolist(), domain, summary.domain_size))
-    data["sum"] = np.asarray(summary.sums, dtype=np.int64)
-    data["standard_error"] = np.sqrt(np.asarray(summary.sum_variance, dtype=np.float64))
+    if domain is not None:
+        data.update(_labels(starts.tolist(), stops.tolist(), domain, summary.domain_size))
+    data["sum"] = sums
+    data["standard_error"] = np.sqrt(variance)
     if confidence is not None:
         answers = summary.range_counts(np.stack([starts, stops], axis=1), confidence=confidence)
         data.update(estimate=[a.value for a in answers], ci_lo=[a.ci_lo for a in answers],
                     ci_hi=[a.ci_hi for a in answers], confidence=[a.confidence for a in answers],
                     interval_method=[a.interval_method for a in answers])
-    return pandas_module().DataFrame(data)
+    return pandas_module().DataFrame(data, copy=False)
 
 
 def range_frame(answers: Iterable[Any], domain: BinDomain | None = None, n_bins: int | None = None) -> Any:

@@ -13,7 +13,7 @@ from he_partition.core.summary import RangeCount, RangeCounts, Summary
 from ..common.client import BaseClient
 from ..common.convert import range_counts_from_proto, ranges_to_proto, signatures_from_proto
 from ..common.errors import ServiceError
-from ..common.paging import summary_from_pages
+from ..common.paging import summary_from_arrow_pages, summary_from_pages
 from ..common.signing import OwnerSignature
 from ..data_owner.domain import DomainSpec
 from .value_ranges import RangeSpec, has_value_ranges, resolve_ranges, summary_domain
@@ -65,12 +65,19 @@ class Release:
 
 
 def read_release(stub: Any, release_id: str, call: Callable[[Callable[..., Any]], Any]) -> Release:
-    """A release's summary read with GetReleasePages on `stub` (an Analyst stub); `call(fn)` runs
-    `fn(request, timeout=...)` with the caller's deadline and retry policy."""
-    method = "Analyst/GetReleasePages"
+    """A release's summary read as its Arrow files with GetReleaseArrow on `stub` (an Analyst stub), or with
+    GetReleasePages from a server that predates it; `call(fn)` runs `fn(request, timeout=...)` with the
+    caller's deadline and retry policy."""
 
     def fetch(request: Any, timeout: float | None = None) -> tuple[Any, Summary]:
+        method = "Analyst/GetReleaseArrow"
         try:
+            try:
+                return summary_from_arrow_pages(stub.GetReleaseArrow(request, timeout=timeout), method)
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+            method = "Analyst/GetReleasePages"
             return summary_from_pages(stub.GetReleasePages(request, timeout=timeout), method)
         except grpc.RpcError as err:
             raise ServiceError.from_rpc_error(err, method) from None
@@ -109,9 +116,10 @@ class AnalystClient(BaseClient):
                 for r in resp.releases]
 
     def get_release(self, release_id: str, *, timeout: float | None = None) -> Release:
-        """The full summary of a finished release (partitions, noisy sums, noise variances), read in pages."""
+        """The full summary of a finished release (partitions, noisy sums, noise variances), read in pages of its
+        Arrow files; its `to_pandas()` uses their columns without a copy."""
         return read_release(self._stub, release_id, lambda fn: self._unary(
-            fn, analyst_pb2.GetReleaseRequest(release_id=release_id), method="Analyst/GetReleasePages",
+            fn, analyst_pb2.GetReleaseRequest(release_id=release_id), method="Analyst/GetReleaseArrow",
             timeout=timeout))
 
     def range_counts(self, release_id: str, ranges: Iterable[RangeSpec], *, confidence: float | None = None,

@@ -6,11 +6,13 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import replace
+from pathlib import Path
 from typing import Sequence
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import check_range
 from he_partition.core.summary import RangeCount, Summary
+from he_partition.core.summary_arrow import SUMMARY_FILES, summary_buffers
 
 from ..common.limits import raise_if_cancelled
 from ..common.contract import check_id
@@ -71,7 +73,7 @@ class AnalystHandler:
             cached = self._cache.get(release_id)
         if cached is not None:
             return cached[2]
-        return summary_is_inline(self._record(release_id).summary_json)
+        return summary_is_inline(self._record(release_id).stored_summary_bytes)
 
     def release(self, release_id: str) -> tuple[ReleaseRecord, Summary]:
         """A DONE release's record and parsed summary. A cached release is answered from memory: the stored
@@ -86,7 +88,8 @@ class AnalystHandler:
         rec = self._record(release_id)
         summary = rec.summary
         assert summary is not None
-        entry = (replace(rec, summary_json="", summary_cache=None), summary, summary_is_inline(rec.summary_json))
+        entry = (replace(rec, summary_json="", summary_cache=None), summary,
+                 summary_is_inline(rec.stored_summary_bytes))
         with self._lock:
             self._cache[release_id] = entry
             while len(self._cache) > self._cache_size or (
@@ -94,6 +97,22 @@ class AnalystHandler:
                     > self._cache_numbers):
                 self._cache.popitem(last=False)
         return entry[0], entry[1]
+
+    def arrow_files(self, release_id: str) -> tuple[ReleaseRecord, list[tuple[str, Path | bytes]]]:
+        """A DONE release's record and its summary's Arrow files: the stored files' paths (nothing is read or
+        parsed here), or for a release stored as JSON before them, the files made from its summary in memory."""
+        check_id("release_id", release_id)
+        with self._lock:
+            cached = self._cache.get(release_id)
+        rec = cached[0] if cached is not None else self._record(release_id)  # a cached release: no store read
+        if rec.summary_file:
+            paths = {name: Path(rec.summary_file) / name for name in SUMMARY_FILES}
+            if missing := [name for name, path in paths.items() if not path.is_file()]:
+                raise NotFoundError(f"release {release_id}'s summary files {missing} are missing from "
+                                    f"{rec.summary_file}: the computation server's data directory was altered")
+            return rec, [(name, path) for name, path in paths.items()]
+        rec, summary = self.release(release_id)
+        return rec, list(zip(SUMMARY_FILES, summary_buffers(summary)))
 
     def range_counts(self, release_id: str, ranges: Sequence[tuple[int, int]]) -> list[RangeCount]:
         """Estimated counts over [lo, hi) with the standard error of their DP noise (no budget spent)."""

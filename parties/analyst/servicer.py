@@ -6,13 +6,13 @@ from typing import Iterator
 
 import grpc
 
-from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc
+from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc, common_pb2
 
 from ..common.access import AccessPolicy
-from ..common.convert import range_counts_to_proto, ranges_from_proto, summary_to_proto
+from ..common.convert import range_counts_to_proto, ranges_from_proto, signatures_to_proto, summary_to_proto
 from ..common.errors import TooLargeForOneMessageError
 from ..common.limits import raise_if_cancelled
-from ..common.paging import INLINE_JSON_BYTES, summary_pages
+from ..common.paging import INLINE_JSON_BYTES, arrow_pages, summary_pages
 from .handler import AnalystHandler
 
 __all__ = ["AnalystServicer", "SERVICE_NAME"]
@@ -45,8 +45,8 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
         self.policy.require(context, _READERS, action="read a release")
         if not self.handler.fits_one_message(request.release_id):  # decided before the summary is parsed
             raise TooLargeForOneMessageError(
-                f"release {request.release_id} is too large for one message (a summary document over "
-                f"{INLINE_JSON_BYTES:,} bytes): read it with GetReleasePages (the Python SDK's get_release does), "
+                f"release {request.release_id} is too large for one message (a stored summary over "
+                f"{INLINE_JSON_BYTES:,} bytes): read it with GetReleaseArrow (the Python SDK's get_release does), "
                 "or ask RangeCounts")
         rec, summary = self.handler.release(request.release_id)
         return analyst_pb2.GetReleaseResponse(summary=summary_to_proto(
@@ -60,6 +60,15 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServicer):
         yield from summary_pages(summary, release_id=rec.release_id, study_id=rec.study_id, owners=rec.owners,
                                  contract_hash=rec.contract_hash, created_at=rec.finished_at,
                                  owner_signatures=rec.signatures, check=raise_if_cancelled)
+
+    def GetReleaseArrow(self, request: analyst_pb2.GetReleaseRequest,
+                        context: grpc.ServicerContext) -> Iterator[analyst_pb2.ReleaseArrowPage]:
+        self.policy.require(context, _READERS, action="read a release")
+        rec, files = self.handler.arrow_files(request.release_id)
+        release = common_pb2.ReleaseSummary(release_id=rec.release_id, study_id=rec.study_id, owners=list(rec.owners),
+                                            contract_hash=rec.contract_hash, created_at=rec.finished_at,
+                                            owner_signatures=signatures_to_proto(rec.signatures))
+        yield from arrow_pages(release, files, check=raise_if_cancelled)
 
     def RangeCounts(self, request: analyst_pb2.RangeCountsRequest,
                     context: grpc.ServicerContext) -> analyst_pb2.RangeCountsResponse:

@@ -75,6 +75,7 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Analyst/ListReleases": 64 * 1024,
     "/dpagg.v1.Analyst/GetRelease": 64 * 1024,
     "/dpagg.v1.Analyst/GetReleasePages": 64 * 1024,
+    "/dpagg.v1.Analyst/GetReleaseArrow": 64 * 1024,
     "/dpagg.v1.Computation/DirectRangeCounts": 2 * MiB,
     "/dpagg.v1.Computation/OpenStudy": 1 * MiB,
     "/dpagg.v1.Computation/UploadStatus": 64 * 1024,
@@ -127,7 +128,7 @@ def server_options(max_receive: int) -> tuple[tuple[str, int], ...]:
 #: Methods whose calls hold a thread long (streams, big batches): each gets a share of the pool.
 HEAVY_METHODS = ("/dpagg.v1.Computation/SubmitHistogram", "/dpagg.v1.Analyst/RangeCounts",
                  "/dpagg.v1.Computation/DirectRangeCounts", "/dpagg.v1.Analyst/GetRelease",
-                 "/dpagg.v1.Analyst/GetReleasePages",
+                 "/dpagg.v1.Analyst/GetReleasePages", "/dpagg.v1.Analyst/GetReleaseArrow",
                  # a page of a join owner's blinded identifiers: 32,768 scalar multiplications at the key holder
                  "/dpagg.v1.Decryption/EvaluatePseudonyms")
 

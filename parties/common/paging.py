@@ -9,10 +9,15 @@ every list that grows with the domain travels in pages of at most `PAGE_VALUES` 
 - a partition_sums measurement's starts after the DecryptMeasurement / IssueShares header
   (`measurement_requests`, read back by `read_measurement_header`);
 - the decrypted values of a measurement (`values_replies`, `read_values`);
-- a released summary (`summary_pages`, `summary_from_pages`): a head with every field and the
-  lengths of the long lists, then the lists in pages. A summary whose stored document is at
-  most `INLINE_JSON_BYTES` (about 200,000 partitions) still travels whole in ReleaseStatus /
-  GetRelease (`summary_is_inline`, decided without parsing it).
+- a released summary as its Arrow IPC files (`arrow_pages`, `summary_from_arrow_pages`: GetReleaseArrow,
+  what the SDK reads): a head with the release's metadata and the files' sizes, then the files'
+  bytes in pages of `PAGE_BYTES`, read from disk a page at a time (the server neither parses nor
+  holds the summary to send it);
+- a released summary as numbers (`summary_pages`, `summary_from_pages`: GetReleasePages, kept
+  for older clients): a head with every field and the lengths of the long lists, then the lists
+  in pages. A summary whose stored form is at most `INLINE_JSON_BYTES` (about 150,000 partitions
+  as Arrow files) still travels whole in ReleaseStatus / GetRelease (`summary_is_inline`, decided
+  without parsing it).
 
 Every reader checks that the pages add up to the announced lengths (DATA_LOSS otherwise), so
 a cut stream never reads as a smaller, valid-looking summary or measurement.
@@ -20,6 +25,7 @@ a cut stream never reads as a smaller, valid-looking summary or measurement.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import grpc
@@ -35,15 +41,23 @@ from .convert import measurement_from_proto, measurement_to_proto, summary_from_
 from .errors import ServiceError
 from .signing import OwnerSignature
 
-__all__ = ["PAGE_VALUES", "INLINE_JSON_BYTES", "measurement_requests", "read_measurement_header", "values_replies",
-           "read_values", "summary_is_inline", "summary_numbers", "summary_pages", "summary_from_pages"]
+__all__ = ["PAGE_VALUES", "PAGE_BYTES", "INLINE_JSON_BYTES", "MAX_ARROW_BYTES", "measurement_requests",
+           "read_measurement_header", "values_replies", "read_values", "summary_is_inline", "summary_numbers",
+           "summary_pages", "summary_from_pages", "arrow_pages", "summary_from_arrow_pages"]
 
 #: Numbers per page: at most ~10 bytes each as varints or doubles, so a page stays near 1 MB or less.
 PAGE_VALUES = 1 << 16
 
-#: A summary whose JSON document is at most this long travels whole in one reply (its message is no
-#: longer than the JSON); larger ones only in pages.
+#: Bytes of a summary's Arrow files per GetReleaseArrow page.
+PAGE_BYTES = 1 << 20
+
+#: A summary whose stored form (Arrow files, or the JSON document of a release stored before them) is at most
+#: this long travels whole in one reply (its message is no longer); larger ones only in pages.
 INLINE_JSON_BYTES = 4 * 1024 * 1024
+
+#: The most bytes of Arrow files a reader accepts for one summary (2^23 partitions bin by bin with a tree's
+#: levels are ~0.6 GB): a head announcing more is refused before anything is allocated for it.
+MAX_ARROW_BYTES = 4 << 30
 
 
 def _pages(n: int) -> Iterator[slice]:
@@ -149,9 +163,10 @@ def summary_numbers(s: Summary) -> int:
     return 3 * s.n_partitions + sum(len(r.values) + len(r.starts) for r in s.released)
 
 
-def summary_is_inline(summary_json: str) -> bool:
-    """Whether a summary, by its stored JSON document, travels whole in one reply (ReleaseStatus, GetRelease)."""
-    return len(summary_json) <= INLINE_JSON_BYTES
+def summary_is_inline(stored: str | int) -> bool:
+    """Whether a summary, by its stored JSON document or its stored size in bytes (`ReleaseRecord.
+    stored_summary_bytes`), travels whole in one reply (ReleaseStatus, GetRelease)."""
+    return (len(stored) if isinstance(stored, str) else stored) <= INLINE_JSON_BYTES
 
 
 def summary_pages(s: Summary, *, release_id: str, study_id: str, owners: Sequence[str] = (), contract_hash: str = "",
@@ -237,3 +252,92 @@ def summary_from_pages(pages: Iterable[analyst_pb2.ReleaseSummaryPage], method: 
         raise ServiceError(grpc.StatusCode.DATA_LOSS, f"the summary's pages do not make a valid summary: {exc}",
                            method=method) from None
     return whole, summary
+
+
+# --- released summaries as Arrow files --------------------------------------------------------------
+
+def arrow_pages(release: common_pb2.ReleaseSummary, files: Sequence[tuple[str, Path | bytes]],
+                check: Callable[[], None] | None = None) -> Iterator[analyst_pb2.ReleaseArrowPage]:
+    """GetReleaseArrow's stream: the head (`release`: where it came from; the files' names and sizes), then the
+    files' bytes in pages of PAGE_BYTES. A file given as a path is read a page at a time (nothing the size of
+    the summary is held to send it). `check()` runs before each page (e.g. to stop for a client that left)."""
+    sizes = [len(f) if isinstance(f, bytes) else f.stat().st_size for _, f in files]
+    yield analyst_pb2.ReleaseArrowPage(head=analyst_pb2.ReleaseArrowHead(
+        release=release, files=[analyst_pb2.ArrowFile(name=name, size=n) for (name, _), n in zip(files, sizes)]))
+    pending = bytearray()  # what is left of the previous file, less than a page: it opens the next page
+    for (_, f), size in zip(files, sizes):
+        if isinstance(f, bytes):
+            chunks: Iterable[bytes] = (f[i:i + PAGE_BYTES] for i in range(0, len(f), PAGE_BYTES))
+        else:
+            chunks = _file_chunks(f, size)
+        for chunk in chunks:
+            pending += chunk
+            while len(pending) >= PAGE_BYTES:
+                if check is not None:
+                    check()
+                yield analyst_pb2.ReleaseArrowPage(data=bytes(pending[:PAGE_BYTES]))
+                del pending[:PAGE_BYTES]
+    if pending:
+        if check is not None:
+            check()
+        yield analyst_pb2.ReleaseArrowPage(data=bytes(pending))
+
+
+def _file_chunks(path: Path, size: int) -> Iterator[bytes]:
+    """A file's bytes a page at a time; exactly `size` of them (the size the head announced)."""
+    left = size
+    with path.open("rb") as fh:
+        while left > 0:
+            chunk = fh.read(min(PAGE_BYTES, left))
+            if not chunk:
+                raise ServiceError(grpc.StatusCode.DATA_LOSS, f"{path.name} ended {left} bytes early",
+                                   method="Analyst/GetReleaseArrow")
+            left -= len(chunk)
+            yield chunk
+
+
+def summary_from_arrow_pages(pages: Iterable[analyst_pb2.ReleaseArrowPage], method: str
+                             ) -> tuple[common_pb2.ReleaseSummary, Summary]:
+    """(where the release came from, the Summary) from a GetReleaseArrow stream.
+
+    The pages are copied once, into one buffer of the announced size; the Summary reads its Arrow tables
+    from that buffer without a further copy (and keeps them: its DataFrames use their columns). DATA_LOSS
+    when the pages do not add up to the announced sizes or do not make a valid summary.
+    """
+    from he_partition.core.summary_arrow import PARTITIONS_FILE, RELEASED_FILE, read_summary
+
+    it = iter(pages)
+    first = next(it, None)
+    if first is None or first.WhichOneof("part") != "head":
+        raise ServiceError(grpc.StatusCode.DATA_LOSS, "the release's pages do not start with its head", method=method)
+    head = first.head
+    names = [f.name for f in head.files]
+    sizes = [int(f.size) for f in head.files]
+    if sorted(names) not in ([PARTITIONS_FILE], sorted([PARTITIONS_FILE, RELEASED_FILE])) or min(sizes) < 0:
+        raise ServiceError(grpc.StatusCode.DATA_LOSS, f"the release's head lists files {names} of sizes {sizes}",
+                           method=method)
+    total = sum(sizes)
+    if total > MAX_ARROW_BYTES:
+        raise ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"the release's files are {total:,} bytes, more "
+                           f"than the {MAX_ARROW_BYTES:,} this reader accepts", method=method)
+    buf = bytearray(total)
+    got = 0
+    for msg in it:
+        if msg.WhichOneof("part") != "data" or got + len(msg.data) > total:
+            raise ServiceError(grpc.StatusCode.DATA_LOSS, "a release page out of order or past the announced "
+                               f"{total:,} bytes", method=method)
+        buf[got:got + len(msg.data)] = msg.data
+        got += len(msg.data)
+    if got != total:
+        raise ServiceError(grpc.StatusCode.DATA_LOSS, f"the release's pages ended after {got:,} of {total:,} bytes",
+                           method=method)
+    view, at, data = memoryview(buf), 0, {}
+    for name, size in zip(names, sizes):
+        data[name] = view[at:at + size]
+        at += size
+    try:
+        summary = read_summary(data[PARTITIONS_FILE], data.get(RELEASED_FILE))
+    except (InvalidInputError, ValueError) as exc:
+        raise ServiceError(grpc.StatusCode.DATA_LOSS, f"the release's files do not make a valid summary: {exc}",
+                           method=method) from None
+    return head.release, summary

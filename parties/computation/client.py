@@ -460,15 +460,15 @@ class ComputationClient(BaseClient):
                                          method="Computation/ReleaseStatus", timeout=timeout), timeout)
 
     def _release(self, resp: computation_pb2.ReleaseStatusResponse, timeout: float | None) -> ReleaseStatus:
-        """The release of a reply; a summary too large for one message is read in pages (Analyst.GetReleasePages,
-        hosted by the same server)."""
+        """The release of a reply; a summary too large for one message is read in pages of its Arrow files
+        (Analyst.GetReleaseArrow, hosted by the same server)."""
         if not resp.summary_paged or resp.HasField("summary"):
             return _release(resp)
         from ..analyst.client import read_release
 
         stub = analyst_pb2_grpc.AnalystStub(self._channel)
         rel = read_release(stub, resp.release_id, lambda fn: self._unary(
-            fn, analyst_pb2.GetReleaseRequest(release_id=resp.release_id), method="Analyst/GetReleasePages",
+            fn, analyst_pb2.GetReleaseRequest(release_id=resp.release_id), method="Analyst/GetReleaseArrow",
             timeout=max(timeout or 0.0, RELEASE_TIMEOUT)))
         return _release(resp, rel.summary, rel.signatures)
 

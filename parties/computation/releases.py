@@ -250,11 +250,11 @@ class Releases:
         try:
             summary, sent = compute(record, contract, subs)
             began = time.monotonic()
-            text = summary.to_json()
-            log.info("release %s: summary computed after %.2f s, written as JSON in %.2f s", record.release_id,
+            stored = self._h.store.summary_fields(record.release_id, summary)
+            log.info("release %s: summary computed after %.2f s, stored in %.2f s", record.release_id,
                      began - started, time.monotonic() - began)
-            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(), summary_json=text,
-                           seconds=time.monotonic() - started, bytes_to_decryption=sent, summary_cache=(text, summary))
+            done = replace(record, state=ReleaseState.DONE, finished_at=utc_now(),
+                           seconds=time.monotonic() - started, bytes_to_decryption=sent, **stored)
             self._h.store.save_release(done)
             log.info("release %s of study %s done in %.2f s (%d partitions)", record.release_id, record.study_id,
                      done.seconds, summary.n_partitions)

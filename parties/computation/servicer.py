@@ -37,7 +37,7 @@ def release_to_proto(rec: ReleaseRecord,
             phase=progress.phase, measurements_done=progress.measurements_done,
             measurement_kind=progress.measurement_kind, chunks_sent=progress.chunks_sent,
             chunks_total=progress.chunks_total, measurement_seconds=progress.measurement_seconds))
-    if rec.summary_json and not summary_is_inline(rec.summary_json):  # too large for one reply: read it in pages
+    if rec.summary_ref and not summary_is_inline(rec.stored_summary_bytes):  # too large for one reply: in pages
         resp.summary_paged = True
     elif (summary := rec.summary) is not None:
         resp.summary.CopyFrom(summary_to_proto(summary, release_id=rec.release_id, study_id=rec.study_id,

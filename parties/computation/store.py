@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 from pathlib import Path
 
 from he_partition.core.errors import InvalidInputError
@@ -111,7 +111,8 @@ class ReleaseProgress:
 
 @dataclass(frozen=True)
 class ReleaseRecord:
-    """One release of a study; `summary_json` is set when DONE, the error fields when FAILED."""
+    """One release of a study; when DONE its summary is stored (`summary_file`, or `summary_json` for a release
+    stored before the Arrow files and by the in-memory store), the error fields when FAILED."""
 
     release_id: str
     study_id: str
@@ -129,15 +130,33 @@ class ReleaseRecord:
     bytes_to_decryption: int = 0
     #: The signature of every owner whose submission is in the release (signed studies).
     signatures: tuple[OwnerSignature, ...] = ()
-    #: (summary_json, its Summary) when the record was made from the Summary itself: answering the
-    #: release then does not parse the stored text again (a 1M-bin summary is ~30 MB of JSON).
+    #: The directory of the summary's Arrow files (he_partition.core.summary_arrow), and their total size in
+    #: bytes: what the SQLite store keeps in place of `summary_json`.
+    summary_file: str = ""
+    summary_size: int = 0
+    #: (summary_file or summary_json, its Summary) when the record was made from the Summary itself: answering
+    #: the release then does not read the stored summary again.
     summary_cache: tuple[str, Summary] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def summary_ref(self) -> str:
+        """Where the summary is: its Arrow directory, else its JSON text ("" before DONE)."""
+        return self.summary_file or self.summary_json
+
+    @property
+    def stored_summary_bytes(self) -> int:
+        """The stored summary's size (its Arrow files', or its JSON text's): what its one-message reply grows with."""
+        return self.summary_size if self.summary_file else len(self.summary_json)
 
     @property
     def summary(self) -> Summary | None:
         cache = self.summary_cache
-        if cache is not None and cache[0] is self.summary_json:
+        if cache is not None and cache[0] is self.summary_ref:
             return cache[1]
+        if self.summary_file:
+            from he_partition.core.summary_arrow import read_summary_files
+
+            return read_summary_files(self.summary_file)
         return Summary.from_json(self.summary_json) if self.summary_json else None
 
 
@@ -256,6 +275,12 @@ class ComputationStore(abc.ABC):
         return ChunkBytes(tuple(tuple(self.read_chunk(s, i) for i in range(s.meta.chunk_count)) for s in submissions))
 
     # -- releases --------------------------------------------------------------------
+    def summary_fields(self, release_id: str, summary: Summary) -> dict[str, Any]:
+        """Store a DONE release's summary; the ReleaseRecord fields that refer to it (with `summary_cache`). Here
+        (the in-memory store) its JSON text; the SQLite store writes Arrow files."""
+        text = summary.to_json()
+        return {"summary_json": text, "summary_cache": (text, summary)}
+
     @abc.abstractmethod
     def save_release(self, record: ReleaseRecord) -> None:
         """Insert or replace a release record."""

@@ -14,13 +14,17 @@ import shutil
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
+from he_partition.core.summary import Summary
+from he_partition.core.summary_arrow import preload as preload_arrow, write_summary_files
 from he_partition.execution.base import ChunkFiles, ChunkSource
 
 from ..common.contract import StudyContract
 from ..common.errors import NotFoundError
 from ..common.signing import OwnerSignature
 from ..common.util import ImmediateTransaction, sync_written_files, utc_now, write_file_atomic
+
 from .store import (CHUNK_FILE, ComputationStore, ReleaseListing, ReleaseRecord, ReleaseState, Submission, UploadMeta,
                     _check_complete, _check_index, _listing, _study_conflict, owner_conflict)
 
@@ -76,7 +80,9 @@ CREATE TABLE IF NOT EXISTS releases (
     bytes_to_decryption INTEGER NOT NULL DEFAULT 0,
     signatures_json TEXT NOT NULL DEFAULT '[]',
     domain_size   INTEGER NOT NULL DEFAULT -1,
-    partitions    INTEGER NOT NULL DEFAULT -1
+    partitions    INTEGER NOT NULL DEFAULT -1,
+    summary_file  TEXT NOT NULL DEFAULT '',
+    summary_size  INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS releases_by_study ON releases(study_id);
 CREATE TABLE IF NOT EXISTS direct_answers (
@@ -90,7 +96,8 @@ CREATE TABLE IF NOT EXISTS direct_answers (
 
 _META_COLS = "study_id, owner_id, idempotency_key, chunk_count, domain_length, context_fingerprint"
 _REL_COLS = ("release_id, study_id, state, epsilon, owners_json, contract_hash, started_at, request_key, "
-             "finished_at, error_code, error_message, summary_json, seconds, bytes_to_decryption, signatures_json")
+             "finished_at, error_code, error_message, summary_json, seconds, bytes_to_decryption, signatures_json, "
+             "summary_file, summary_size")
 
 #: Columns added after the first schema: (table, column, definition) for opening older stores.
 _ADDED_COLUMNS = (
@@ -100,7 +107,12 @@ _ADDED_COLUMNS = (
     ("releases", "signatures_json", "TEXT NOT NULL DEFAULT '[]'"),
     ("releases", "domain_size", "INTEGER NOT NULL DEFAULT -1"),
     ("releases", "partitions", "INTEGER NOT NULL DEFAULT -1"),
+    ("releases", "summary_file", "TEXT NOT NULL DEFAULT ''"),
+    ("releases", "summary_size", "INTEGER NOT NULL DEFAULT 0"),
 )
+
+#: Where a finished release's summary files are, under the data directory: `releases/<release id>/`.
+RELEASES_DIR = "releases"
 
 
 def _meta(row: tuple[object, ...]) -> UploadMeta:
@@ -112,7 +124,8 @@ def _submission_row(row: tuple[object, ...]) -> Submission:
     return Submission(_meta(row[:6]), int(row[6]), str(row[7]), bytes(row[8]), bytes(row[9]))  # type: ignore[call-overload]
 
 
-def _release(row: tuple[object, ...]) -> ReleaseRecord:
+def _release(row: tuple[object, ...], data_dir: Path) -> ReleaseRecord:
+    """The record of a row; its summary directory, stored relative to the data directory, made absolute."""
     return ReleaseRecord(
         release_id=str(row[0]), study_id=str(row[1]), state=str(row[2]), epsilon=float(row[3]),  # type: ignore[arg-type]
         owners=tuple(json.loads(str(row[4]))), contract_hash=str(row[5]), started_at=str(row[6]),
@@ -120,6 +133,8 @@ def _release(row: tuple[object, ...]) -> ReleaseRecord:
         summary_json=str(row[11]), seconds=float(row[12]),  # type: ignore[arg-type]
         bytes_to_decryption=int(row[13]),  # type: ignore[call-overload]
         signatures=tuple(OwnerSignature.from_dict(d) for d in json.loads(str(row[14]))),
+        summary_file=str(data_dir / str(row[15])) if row[15] else "",
+        summary_size=int(row[16]),  # type: ignore[call-overload]
     )
 
 
@@ -158,6 +173,7 @@ class SqliteComputationStore(ComputationStore):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            preload_arrow()  # releases' summaries are written with pyarrow: its import is paid at the start
             for table, column, definition in _ADDED_COLUMNS:
                 if column not in {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}:
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
@@ -357,14 +373,15 @@ class SqliteComputationStore(ComputationStore):
     def save_release(self, record: ReleaseRecord) -> None:
         r = record
         # What a listing shows, kept beside the summary so a listing never reads or parses it.
-        meta = _listing(r) if r.state == ReleaseState.DONE and r.summary_json else None
+        meta = _listing(r) if r.state == ReleaseState.DONE and r.summary_ref else None
         with self._lock, self._tx():
             self._db.execute(
                 f"INSERT OR REPLACE INTO releases ({_REL_COLS}, domain_size, partitions) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (r.release_id, r.study_id, r.state, r.epsilon, json.dumps(list(r.owners)), r.contract_hash,
                  r.started_at, r.request_key, r.finished_at, r.error_code, r.error_message, r.summary_json,
                  r.seconds, r.bytes_to_decryption, json.dumps([sig.to_dict() for sig in r.signatures]),
+                 self._relative(r.summary_file), r.summary_size,
                  meta.domain_size if meta else -1, meta.partitions if meta else -1))
             if r.state == ReleaseState.DONE and r.summary_cache is not None:
                 self._newest_done = r
@@ -391,6 +408,19 @@ class SqliteComputationStore(ComputationStore):
                 out.append(ReleaseListing(str(rid), str(sid), float(eps), str(finished), int(size), int(parts)))
         return out
 
+    def summary_fields(self, release_id: str, summary: Summary) -> dict[str, Any]:
+        """Write the summary as Arrow files under `releases/<release_id>/` (atomically, fsynced when durable), in
+        record batches: neither a JSON text nor a second copy of the summary is built."""
+        path = self.data_dir.absolute() / RELEASES_DIR / release_id
+        size = write_summary_files(summary, path, durable=self.durable)
+        ref = str(path)
+        return {"summary_file": ref, "summary_size": size, "summary_cache": (ref, summary)}
+
+    def _relative(self, summary_file: str) -> str:
+        if not summary_file:
+            return ""
+        return str(Path(summary_file).absolute().relative_to(self.data_dir.absolute()))
+
     def get_release(self, release_id: str) -> ReleaseRecord | None:
         with self._lock:
             newest = self._newest_done
@@ -398,7 +428,7 @@ class SqliteComputationStore(ComputationStore):
                 return newest
             row = self._db.execute(f"SELECT {_REL_COLS} FROM releases WHERE release_id = ?",
                                    (release_id,)).fetchone()
-        return None if row is None else _release(row)
+        return None if row is None else _release(row, self.data_dir)
 
     def list_releases(self, study_id: str = "") -> list[ReleaseRecord]:
         with self._lock:
@@ -407,7 +437,7 @@ class SqliteComputationStore(ComputationStore):
                                         (study_id,)).fetchall()
             else:
                 rows = self._db.execute(f"SELECT {_REL_COLS} FROM releases ORDER BY started_at, release_id").fetchall()
-        return [_release(r) for r in rows]
+        return [_release(r, self.data_dir) for r in rows]
 
     def save_direct_answers(self, study_id: str, request_key: str, answers_json: str) -> None:
         with self._lock, self._tx():

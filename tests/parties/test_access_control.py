@@ -150,6 +150,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             analyst_pb2.GetReleaseRequest(release_id="rel-none"), timeout=t),
         "Analyst/GetReleasePages": lambda ch: list(a(ch).GetReleasePages(
             analyst_pb2.GetReleaseRequest(release_id="rel-none"), timeout=t)),
+        "Analyst/GetReleaseArrow": lambda ch: list(a(ch).GetReleaseArrow(
+            analyst_pb2.GetReleaseRequest(release_id="rel-none"), timeout=t)),
         "Analyst/RangeCounts": lambda ch: a(ch).RangeCounts(
             analyst_pb2.RangeCountsRequest(release_id="rel-none"), timeout=t),
     }
@@ -188,6 +190,7 @@ ALLOWED = {
     "Analyst/ListReleases": {"analyst", "operator"},
     "Analyst/GetRelease": {"analyst", "operator"},
     "Analyst/GetReleasePages": {"analyst", "operator"},
+    "Analyst/GetReleaseArrow": {"analyst", "operator"},
     "Analyst/RangeCounts": {"analyst", "operator"},
 }
 

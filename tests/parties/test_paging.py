@@ -25,6 +25,7 @@ from .conftest import Cluster
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paging, "PAGE_VALUES", 5)
+    monkeypatch.setattr(paging, "PAGE_BYTES", 256)
     monkeypatch.setattr(paging, "INLINE_JSON_BYTES", 300)
 
 
@@ -66,9 +67,20 @@ def test_a_release_of_many_partitions_travels_in_pages_and_reads_back_exactly(
     with pytest.raises(grpc.RpcError) as ei:
         analyst_pb2_grpc.AnalystStub(ch).GetRelease(analyst_pb2.GetReleaseRequest(release_id=rel.release_id),
                                                     timeout=30)
-    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "GetReleasePages" in ei.value.details()
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "GetReleaseArrow" in ei.value.details()
     got = cluster.analyst().get_release(rel.release_id)
     assert got.summary == stored.summary and got.owners == ("a",)
+    received = got.summary._arrow.partitions.column("sum").chunk(0).buffers()[1]  # type: ignore[attr-defined]
+    assert np.shares_memory(got.summary.to_pandas()["sum"].to_numpy(), np.frombuffer(received, dtype=np.uint8))
+    # the Arrow files' bytes travel in pages of PAGE_BYTES; older clients' numeric pages read the same summary
+    stub = analyst_pb2_grpc.AnalystStub(ch)
+    arrow = list(stub.GetReleaseArrow(analyst_pb2.GetReleaseRequest(release_id=rel.release_id), timeout=30))
+    assert len(arrow) > 3 and all(len(p.data) <= paging.PAGE_BYTES for p in arrow[1:])
+    assert [f.name for f in arrow[0].head.files] == ["partitions.arrow", "released.arrow"]
+    assert sum(len(p.data) for p in arrow[1:]) == stored.summary_size == sum(f.size for f in arrow[0].head.files)
+    old = paging.summary_from_pages(stub.GetReleasePages(analyst_pb2.GetReleaseRequest(release_id=rel.release_id),
+                                                         timeout=30), "m")[1]
+    assert old == stored.summary
     # range answers and intervals work on the paged summary as on any other
     counts = cluster.analyst().range_counts(rel.release_id, [(0, 64)], confidence=0.9)
     assert counts[0].ci_lo is not None and counts[0].ci_lo <= counts[0].value <= counts[0].ci_hi
@@ -106,6 +118,34 @@ def test_summary_pages_that_end_early_or_overflow_are_data_loss(small_pages: Non
         assert ei.value.code == grpc.StatusCode.DATA_LOSS
     head = summary_to_proto(s, release_id="r", study_id="s", lists=False)
     assert not head.starts and not head.sums and head.epsilon == 1.0
+
+
+def test_arrow_pages_that_end_early_overflow_or_announce_too_much_are_refused(small_pages: None) -> None:
+    from he_partition.core.summary import Summary
+    from he_partition.core.summary_arrow import SUMMARY_FILES, summary_buffers
+    from parties.wire.v1 import common_pb2
+
+    s = Summary(domain_size=20, epsilon=1.0, strategy="gap", noise_parties=2, starts=tuple(range(0, 20, 2)),
+                sums=tuple(range(10)), sum_variance=(2.0,) * 10, epsilon_spent=(("partition_sums", 1.0),))
+    files = list(zip(SUMMARY_FILES, summary_buffers(s)))
+    pages = list(paging.arrow_pages(common_pb2.ReleaseSummary(release_id="r", study_id="s"), files))
+    assert all(len(p.data) == paging.PAGE_BYTES for p in pages[1:-1])  # a page may span both files
+    release, back = paging.summary_from_arrow_pages(pages, "m")
+    assert back == s and back.to_json() == s.to_json() and release.release_id == "r"
+    for bad in (pages[:-1], pages[:1] + pages[2:], pages + pages[1:2], pages[1:], [pages[1], pages[0]]):
+        with pytest.raises(ServiceError) as ei:
+            paging.summary_from_arrow_pages(bad, "m")
+        assert ei.value.code == grpc.StatusCode.DATA_LOSS
+    cut = [(files[0][0], files[0][1][:-10] + b"x" * 10), files[1]]  # partitions.arrow without its footer's magic
+    flipped = list(paging.arrow_pages(common_pb2.ReleaseSummary(release_id="r"), cut))
+    with pytest.raises(ServiceError, match="valid summary") as ei:
+        paging.summary_from_arrow_pages(flipped, "m")
+    huge = analyst_pb2.ReleaseArrowPage()
+    huge.CopyFrom(pages[0])
+    huge.head.files[0].size = paging.MAX_ARROW_BYTES
+    with pytest.raises(ServiceError) as ei:
+        paging.summary_from_arrow_pages([huge, *pages[1:]], "m")
+    assert ei.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED  # refused before a buffer of that size is made
 
 
 def test_decrypted_values_cut_short_are_data_loss(small_pages: None) -> None:

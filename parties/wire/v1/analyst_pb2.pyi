@@ -102,3 +102,27 @@ class RangeCountsResponse(_message.Message):
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     counts: _containers.RepeatedCompositeFieldContainer[_common_pb2.RangeCount]
     def __init__(self, counts: _Optional[_Iterable[_Union[_common_pb2.RangeCount, _Mapping]]] = ...) -> None: ...
+
+class ReleaseArrowPage(_message.Message):
+    __slots__ = ("head", "data")
+    HEAD_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    head: ReleaseArrowHead
+    data: bytes
+    def __init__(self, head: _Optional[_Union[ReleaseArrowHead, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ReleaseArrowHead(_message.Message):
+    __slots__ = ("release", "files")
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    release: _common_pb2.ReleaseSummary
+    files: _containers.RepeatedCompositeFieldContainer[ArrowFile]
+    def __init__(self, release: _Optional[_Union[_common_pb2.ReleaseSummary, _Mapping]] = ..., files: _Optional[_Iterable[_Union[ArrowFile, _Mapping]]] = ...) -> None: ...
+
+class ArrowFile(_message.Message):
+    __slots__ = ("name", "size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size: int
+    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...

@@ -50,6 +50,11 @@ class AnalystStub:
                 request_serializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_analyst__pb2.ReleaseSummaryPage.FromString,
                 _registered_method=True)
+        self.GetReleaseArrow = channel.unary_stream(
+                '/dpagg.v1.Analyst/GetReleaseArrow',
+                request_serializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_analyst__pb2.ReleaseArrowPage.FromString,
+                _registered_method=True)
         self.RangeCounts = channel.unary_unary(
                 '/dpagg.v1.Analyst/RangeCounts',
                 request_serializer=dpagg_dot_v1_dot_analyst__pb2.RangeCountsRequest.SerializeToString,
@@ -87,6 +92,18 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetReleaseArrow(self, request, context):
+        """One released summary of any size as the computation server stores it: its
+        Arrow IPC files (partitions.arrow, released.arrow; pandas, polars and pyarrow
+        read them, see docs/scaling.md), in pages of at most 1 MiB of their bytes: a
+        head (where the release came from, and each file's name and size), then the
+        files' bytes in the head's order. The SDKs read releases this way. Errors as
+        GetRelease.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RangeCounts(self, request, context):
         """Many range counts over one release, each with its standard error; no budget
         is spent. Zero ranges is INVALID_ARGUMENT (as in Computation.DirectRangeCounts).
@@ -112,6 +129,11 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.GetReleasePages,
                     request_deserializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_analyst__pb2.ReleaseSummaryPage.SerializeToString,
+            ),
+            'GetReleaseArrow': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetReleaseArrow,
+                    request_deserializer=dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_analyst__pb2.ReleaseArrowPage.SerializeToString,
             ),
             'RangeCounts': grpc.unary_unary_rpc_method_handler(
                     servicer.RangeCounts,
@@ -201,6 +223,33 @@ class Analyst:
             '/dpagg.v1.Analyst/GetReleasePages',
             dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
             dpagg_dot_v1_dot_analyst__pb2.ReleaseSummaryPage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReleaseArrow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dpagg.v1.Analyst/GetReleaseArrow',
+            dpagg_dot_v1_dot_analyst__pb2.GetReleaseRequest.SerializeToString,
+            dpagg_dot_v1_dot_analyst__pb2.ReleaseArrowPage.FromString,
             options,
             channel_credentials,
             insecure,

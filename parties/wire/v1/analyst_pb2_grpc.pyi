@@ -50,6 +50,14 @@ class AnalystStub:
     empty, and how long each list is), then the partitions' pages in order, then each
     released measurement's pages in order. Errors as GetRelease.
     """
+    GetReleaseArrow: _grpc.UnaryStreamMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.ReleaseArrowPage]
+    """One released summary of any size as the computation server stores it: its
+    Arrow IPC files (partitions.arrow, released.arrow; pandas, polars and pyarrow
+    read them, see docs/scaling.md), in pages of at most 1 MiB of their bytes: a
+    head (where the release came from, and each file's name and size), then the
+    files' bytes in the head's order. The SDKs read releases this way. Errors as
+    GetRelease.
+    """
     RangeCounts: _grpc.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]
     """Many range counts over one release, each with its standard error; no budget
     is spent. Zero ranges is INVALID_ARGUMENT (as in Computation.DirectRangeCounts).
@@ -72,6 +80,14 @@ class AnalystAsyncStub(AnalystStub):
     """One released summary of any size, in pages: a head (every field, the long lists
     empty, and how long each list is), then the partitions' pages in order, then each
     released measurement's pages in order. Errors as GetRelease.
+    """
+    GetReleaseArrow: _aio.UnaryStreamMultiCallable[_analyst_pb2.GetReleaseRequest, _analyst_pb2.ReleaseArrowPage]  # type: ignore[assignment]
+    """One released summary of any size as the computation server stores it: its
+    Arrow IPC files (partitions.arrow, released.arrow; pandas, polars and pyarrow
+    read them, see docs/scaling.md), in pages of at most 1 MiB of their bytes: a
+    head (where the release came from, and each file's name and size), then the
+    files' bytes in the head's order. The SDKs read releases this way. Errors as
+    GetRelease.
     """
     RangeCounts: _aio.UnaryUnaryMultiCallable[_analyst_pb2.RangeCountsRequest, _analyst_pb2.RangeCountsResponse]  # type: ignore[assignment]
     """Many range counts over one release, each with its standard error; no budget
@@ -110,6 +126,20 @@ class AnalystServicer(metaclass=_abc_1.ABCMeta):
         """One released summary of any size, in pages: a head (every field, the long lists
         empty, and how long each list is), then the partitions' pages in order, then each
         released measurement's pages in order. Errors as GetRelease.
+        """
+
+    @_abc_1.abstractmethod
+    def GetReleaseArrow(
+        self,
+        request: _analyst_pb2.GetReleaseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_analyst_pb2.ReleaseArrowPage], _abc.AsyncIterator[_analyst_pb2.ReleaseArrowPage]]:
+        """One released summary of any size as the computation server stores it: its
+        Arrow IPC files (partitions.arrow, released.arrow; pandas, polars and pyarrow
+        read them, see docs/scaling.md), in pages of at most 1 MiB of their bytes: a
+        head (where the release came from, and each file's name and size), then the
+        files' bytes in the head's order. The SDKs read releases this way. Errors as
+        GetRelease.
         """
 
     @_abc_1.abstractmethod
