@@ -246,9 +246,7 @@ class _Slots:
             cap = lim.per_method.get(method)
             if cap is not None and self._by_method[method] >= cap:
                 return f"{cap} {method.rsplit('/', 1)[-1]} calls are already running"
-            self._total += 1
-            self._by_caller[caller] += 1
-            self._by_method[method] += 1
+            self._take_locked(caller, method)
             return ""
 
     def admit(self, caller: str, method: str, *, active: Callable[[], bool],
