@@ -58,7 +58,7 @@ def cmd_serve_computation(args: argparse.Namespace) -> int:
                                         host=args.host, port=args.port,
                                         noise_seed=args.insecure_noise_seed, serve_analyst=not args.no_analyst,
                                         tls=tls, insecure=tls is None, chunk_workers=args.chunk_workers,
-                                        upload_queue=args.upload_queue,
+                                        upload_queue=args.upload_queue, ingest_processes=args.ingest_processes,
                                         executor="ray" if args.cluster else args.executor, cluster=args.cluster,
                                         ray_node_ip=args.ray_node_ip),
                       port_file=args.port_file)
@@ -132,6 +132,10 @@ def add_parser(sub: Subparsers) -> None:
                    help="owners' uploads that may wait for a running one to finish, first come first served "
                         "(default 64; each waits on a thread of its own; past it an upload is refused 'server busy' "
                         "and the owner's client retries)")
+    p.add_argument("--ingest-processes", type=int, default=0, metavar="N",
+                   help="N processes share the port and receive, check and store the owners' upload chunks "
+                        "themselves, forwarding every other call to this one (default 0: this process alone; "
+                        "about one per 2 cores on a host that takes many owners at once; docs/scaling.md)")
     p.add_argument("--cluster", default="", metavar="HOST:PORT",
                    help="run the chunk work on this Ray cluster (HOST:PORT or ray://HOST:PORT; needs "
                         "pip install 'dpagg[ray]'); see docs/scaling.md for TLS and bind addresses")

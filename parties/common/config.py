@@ -175,10 +175,15 @@ class ComputationConfig:
     holders: tuple[str, ...] = ()
     #: Places in the upload queue: uploads past the running ones wait here, each on a thread of its own.
     upload_queue: int = 64
+    #: Processes that share the public port and take the owners' upload streams themselves (0: this process
+    #: serves the port alone). docs/scaling.md, "Ingest on several processes".
+    ingest_processes: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         object.__setattr__(self, "holders", tuple(self.holders))
+        if not 0 <= self.ingest_processes <= 64:
+            raise InvalidInputError(f"ingest_processes must be between 0 and 64, got {self.ingest_processes}")
         _check_port(self.port)
         _check_workers(self.max_workers)
         if self.executor not in ("processes", "inprocess", "ray"):

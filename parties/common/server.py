@@ -69,6 +69,8 @@ def create_server(
     options: Iterable[tuple[str, Any]] | None = None,
     credentials: grpc.ServerCredentials | None = None,
     limits: CallLimits | None = None,
+    address: str | None = None,
+    outer_interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a gRPC server hosting `services`, plus health checking and reflection.
 
@@ -82,13 +84,15 @@ def create_server(
 
     `limits` (default: `CallLimits.for_pool(max_workers)`) bound what one caller can hold:
     concurrency per identity and per heavy RPC, idle request streams, message size per RPC
-    (parties.common.limits); health keeps threads of its own.
+    (parties.common.limits); health keeps threads of its own. `address` replaces host:port (a computation
+    server's coordinator listens on a Unix socket, `unix:PATH`); `outer_interceptors` run before the limits
+    (the coordinator's `ForwardedPeer`, which tells them who the caller is).
     """
     limits = limits or CallLimits.for_pool(max_workers)
     queue_threads = limits.queue_threads(name for _, _, name in services)
     server = grpc.server(  # the calls waiting in an upload queue wait on threads of their own
         futures.ThreadPoolExecutor(max_workers=max_workers + queue_threads, thread_name_prefix="dpagg-rpc"),
-        interceptors=(CallLimiter(limits), ErrorMappingInterceptor()),
+        interceptors=(*outer_interceptors, CallLimiter(limits), ErrorMappingInterceptor()),
         options=list(config.GRPC_OPTIONS if options is None else options),
     )
     health_servicer = _HealthServicer(experimental_non_blocking=True)
@@ -100,7 +104,7 @@ def create_server(
         names.append(name)
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     _enable_reflection((*names, health.SERVICE_NAME), server)
-    address = f"{host}:{port}"
+    address = address or f"{host}:{port}"
     try:
         bound = (server.add_secure_port(address, credentials) if credentials is not None
                  else server.add_insecure_port(address))

@@ -10,9 +10,10 @@ process (read-only) when analysts must be isolated from the upload endpoint.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from parties.wire.v1 import analyst_pb2_grpc, computation_pb2_grpc
+from he_partition.core.errors import InvalidInputError
 from he_partition.execution import make_executor
 
 from ..analyst.handler import AnalystHandler
@@ -80,27 +81,76 @@ def create_computation_server(config: ComputationConfig, *, store: ComputationSt
     if config.serve_analyst:
         services.append((analyst_pb2_grpc.add_AnalystServicer_to_server,
                          AnalystServicer(AnalystHandler(st), policy), ANALYST_SERVICE))
+    closers: list[Callable[[], None]] = [lambda: handler.folds.close(5.0), st.close, ds.close,
+                                         lambda: handler.join(5.0), executor.close, unlock, handler.stopping.set]
     try:
-        server, port = create_server(services, host=config.host, port=config.port, max_workers=config.max_workers,
-                                     limits=CallLimits.for_pool(config.max_workers, config.upload_queue),
-                                     credentials=config.tls.server_credentials() if config.tls is not None else None,
-                                     options=server_options(COMPUTATION_MAX_RECEIVE))
+        if config.ingest_processes:
+            if store is not None and not isinstance(store, SqliteComputationStore):
+                raise InvalidInputError("ingest processes share the data directory's SQLite store; this server "
+                                        "was given another store")
+            server, port = _with_ingest(config, handler, services, closers, durable)
+        else:
+            server, port = create_server(services, host=config.host, port=config.port,
+                                         max_workers=config.max_workers,
+                                         limits=CallLimits.for_pool(config.max_workers, config.upload_queue),
+                                         credentials=config.tls.server_credentials() if config.tls is not None
+                                         else None, options=server_options(COMPUTATION_MAX_RECEIVE))
     except BaseException:
-        executor.close()
-        st.close()
-        ds.close()
-        unlock()
+        for close in reversed(closers):
+            close()
         raise
-    return ServerHandle(server, port, config.host, handler,
-                        [lambda: handler.folds.close(5.0), st.close, ds.close, lambda: handler.join(5.0),
-                         executor.close, unlock, handler.stopping.set],  # closed last to first
+    return ServerHandle(server, port, config.host, handler, closers,  # closed last to first
                         starters=[executor.start])  # the workers serve every fold, release and direct query
+
+
+def _with_ingest(config: ComputationConfig, handler: ComputationHandler, services: list[ServiceBinding],
+                 closers: list[Callable[[], None]], durable: bool) -> tuple[Any, int]:
+    """The coordinator on its private socket, and `config.ingest_processes` fronts on the public port.
+
+    Appends to `closers` what to undo (fronts first, then the socket, then the port claim, as they run last to
+    first); returns the coordinator's server and the public port.
+    """
+    from .ingest.forwarding import ForwardedPeer
+    from .ingest.front import FrontSpec
+    from .ingest.fronts import IngestFronts, claim_port, committed_handler, coordinator_socket, new_token
+
+    if config.port:
+        closers.append(claim_port(config.host, config.port))
+    address, remove = coordinator_socket()
+    closers.append(remove)
+    token = new_token()
+
+    def on_commit(study_id: str) -> None:  # what the coordinator's own upload path does after a commit
+        contract = handler.study(study_id)
+        handler.folds.request(study_id, handler.backend_for(contract))
+        handler.forward_when_complete(study_id)
+
+    bindings = [*services, (lambda _s, srv: srv.add_generic_rpc_handlers((committed_handler(on_commit),)), None,
+                            "dpagg.computation.ingest.Coordinator")]
+    server, _ = create_server(bindings, address=address, max_workers=config.max_workers,
+                              limits=CallLimits.for_pool(config.max_workers, config.upload_queue),
+                              options=server_options(COMPUTATION_MAX_RECEIVE), outer_interceptors=(ForwardedPeer(token),))
+    fronts = IngestFronts(FrontSpec(index=0, data_dir=config.data_dir, host=config.host, port=config.port,
+                                    coordinator=address, token=token, tls=config.tls, durable=durable,
+                                    max_workers=config.max_workers, upload_queue=config.upload_queue),
+                          config.ingest_processes)
+    port = fronts.start()
+    if not config.port:
+        try:
+            closers.append(claim_port(config.host, port))
+        except BaseException:
+            fronts.close()
+            raise
+    closers.append(fronts.close)
+    server._dpagg_coordinator = address  # tests call the private socket directly (and must be refused)
+    server._dpagg_fronts = fronts
+    return server, port
 
 
 def serve_computation(config: ComputationConfig, *, port_file: str | None = None) -> None:
     handle = create_computation_server(config)
-    log.info("computation server listening on %s as %s; data dir %s; decryption server %s; analyst service %s",
-             handle.target, f"{config.tls.identity.role} {config.tls.identity.party_id!r} (mutual TLS)"
+    log.info("computation server listening on %s%s as %s; data dir %s; decryption server %s; analyst service %s",
+             handle.target, f" through {config.ingest_processes} ingest process(es)" if config.ingest_processes else "", f"{config.tls.identity.role} {config.tls.identity.party_id!r} (mutual TLS)"
              if config.tls else "INSECURE: no TLS, no identities", config.data_dir,
              config.decryption_target or "key-share holders " + ", ".join(config.holders),
              "on" if config.serve_analyst else "off")

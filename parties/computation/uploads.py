@@ -25,7 +25,6 @@ from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, PermissionDeniedError, QuotaExhaustedError
 from ..common.sealing import Commitment, is_sealed
 from ..common.signing import SIGNATURE_SIZE, SignatureError, StreamHasher, submission_digest, verify_submission
-from .folding import FoldQueue
 from .join import JoinCoordinator, JoinUploadBackend
 from .sealed_uploads import SealedUploads, check_commitment
 from .store import ComputationStore, UploadMeta, owner_conflict
@@ -37,15 +36,31 @@ __all__ = ["UploadSession", "UploadOutcome", "UploadState", "open_upload", "uplo
 log = logging.getLogger("dpagg.computation")
 
 
-class UploadHost(Protocol):
-    """What an upload needs of the server that takes it (`ComputationHandler` is one): its stores and studies,
-    the study's key, and whom to tell when an owner commits."""
+class FoldRequests(Protocol):
+    """Who folds a committed upload into the study's running aggregate (`FoldQueue`, or the coordinator of an
+    ingest process)."""
 
-    store: ComputationStore
-    folds: FoldQueue
-    joins: JoinCoordinator
-    sealed: SealedUploads
-    c1_signatures: C1Signatures
+    def request(self, study_id: str, backend: Any) -> None: ...
+
+
+class UploadHost(Protocol):
+    """What an upload needs of the server that takes it (`ComputationHandler` is one, an ingest process's
+    `FrontUploads` another): its stores and studies, the study's key, and whom to tell when an owner commits."""
+
+    @property
+    def store(self) -> ComputationStore: ...
+
+    @property
+    def folds(self) -> FoldRequests: ...
+
+    @property
+    def joins(self) -> JoinCoordinator: ...
+
+    @property
+    def sealed(self) -> SealedUploads: ...
+
+    @property
+    def c1_signatures(self) -> C1Signatures: ...
 
     def study(self, study_id: str) -> StudyContract: ...
 

@@ -75,17 +75,24 @@ class Cluster:
     pki: Pki | None = None
     clients: list[object] = field(default_factory=list)
     signing_keys: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
+    #: The computation server's ingest processes (0: it serves its port alone).
+    ingest: int = 0
 
     @property
     def secure(self) -> bool:
         return self.pki is not None
 
     @classmethod
-    def start(cls, root: Path, *, ds_seed: int = 11, cs_seed: int = 12, secure: bool = False) -> "Cluster":
+    def start(cls, root: Path, *, ds_seed: int = 11, cs_seed: int = 12, secure: bool = False,
+              ingest: int = 0) -> "Cluster":
         pki = Pki(root / "pki") if secure else None
         ds = create_decryption_server(cls._ds_config(root, pki, 0, ds_seed)).start()
-        cs = create_computation_server(cls._cs_config(root, pki, ds.target, 0, cs_seed)).start()
-        return cls(root, ds, cs, pki)
+        try:
+            cs = create_computation_server(cls._cs_config(root, pki, ds.target, 0, cs_seed, ingest)).start()
+        except BaseException:
+            ds.stop()
+            raise
+        return cls(root, ds, cs, pki, ingest=ingest)
 
     @staticmethod
     def _ds_config(root: Path, pki: Pki | None, port: int, seed: int) -> DecryptionConfig:
@@ -95,9 +102,10 @@ class Cluster:
                                 operator_keys=(OPERATOR_APPROVAL[1],) if pki else ())
 
     @staticmethod
-    def _cs_config(root: Path, pki: Pki | None, ds_target: str, port: int, seed: int) -> ComputationConfig:
+    def _cs_config(root: Path, pki: Pki | None, ds_target: str, port: int, seed: int,
+                   ingest: int = 0) -> ComputationConfig:
         return ComputationConfig(root / "cs", ds_target, port=port, noise_seed=seed, insecure=pki is None,
-                                 tls=pki.tls(CS_ID, "computation") if pki else None)
+                                 tls=pki.tls(CS_ID, "computation") if pki else None, ingest_processes=ingest)
 
     def restart_ds(self, seed: int = 21) -> None:
         port = self.ds.port
@@ -107,7 +115,8 @@ class Cluster:
     def restart_cs(self, seed: int = 22) -> None:
         port = self.cs.port
         self.cs.stop()
-        self.cs = create_computation_server(self._cs_config(self.root, self.pki, self.ds.target, port, seed)).start()
+        self.cs = create_computation_server(self._cs_config(self.root, self.pki, self.ds.target, port, seed,
+                                                            self.ingest)).start()
 
     def tls(self, party_id: str, role: str) -> TlsConfig | None:
         """The certificate of `party_id` as `role` (issued on first use); None in an insecure cluster."""

@@ -1,0 +1,108 @@
+"""Ingest processes behind the computation server's one port: uploads stored by the processes that took them, the
+release the numpy oracle's, the caller's identity carried to the coordinator, and the port and the coordinator's
+socket closed to everyone else (docs/scaling.md, "Ingest on several processes")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from parties.common.config import ComputationConfig
+from parties.common.errors import FailedPreconditionError, ServiceError
+from parties.computation.ingest.forwarding import PEER_CERT_METADATA, TOKEN_METADATA
+from parties.computation.server import create_computation_server
+from parties.wire.v1 import computation_pb2
+
+from he_partition.core.errors import InvalidInputError
+
+from .conftest import OPERATOR_ID, Cluster, blocky_histograms, status_of
+from .test_running_aggregate import Sent, _manifest, assert_cs_view_is_the_oracle
+from .test_scale_out import N  # three chunks
+
+
+def test_uploads_through_ingest_processes_are_stored_there_and_release_the_oracle_values(tmp_path: Path) -> None:
+    cluster = Cluster.start(tmp_path, ingest=2)
+    hs = blocky_histograms(N)
+    coordinator_uploads: list[str] = []
+    real_open = cluster.cs.handler.open_upload
+
+    def counting(**kw: Any) -> Any:
+        coordinator_uploads.append(kw["owner_id"])
+        return real_open(**kw)
+
+    cluster.cs.handler.open_upload = counting
+    try:
+        assert cluster.cs.server._dpagg_fronts.alive() == 2
+        cluster.open_study(domain_size=N, epsilon=2.0)
+        cluster.cs.handler.backend_for(cluster.cs.handler.study("s1"))  # the study's key on disk for the fronts
+        for owner, h in zip("abc", hs):
+            assert cluster.owner(owner).submit("s1", h).committed
+        assert coordinator_uploads == []  # every chunk was received, parsed and stored by an ingest process
+        assert cluster.cs.handler.folds.wait_idle(60)
+        assert sorted(o for o, _ in _manifest(cluster)["uploads"]) == ["a", "b", "c"]  # each commit was folded
+        sent = Sent(cluster)
+        rec = cluster.computation().run_release("s1", epsilon=1.0)
+        assert rec.state == "DONE", rec.error_message
+        assert_cs_view_is_the_oracle(cluster, sent, hs, seed=12)
+    finally:
+        cluster.stop()
+
+
+def test_the_caller_not_the_ingest_process_is_checked_and_the_coordinator_socket_wants_the_token(
+        tmp_path: Path) -> None:
+    cluster = Cluster.start(tmp_path, secure=True, ingest=1)
+    try:
+        cluster.open_study(domain_size=64)
+        with pytest.raises(ServiceError) as exc:  # an owner is not an operator, through the front
+            cluster.computation("a", "data_owner").run_release("s1", epsilon=0.5)
+        assert status_of(exc) == grpc.StatusCode.PERMISSION_DENIED
+
+        # The owner forges the forwarding metadata on the public port: the front drops it.
+        assert cluster.pki is not None
+        op_pem = (cluster.pki.dir / f"{OPERATOR_ID}.crt").read_bytes()
+        tls = cluster.tls("a", "data_owner")
+        assert tls is not None
+        channel = grpc.secure_channel(cluster.cs.target, tls.channel_credentials(),
+                                      options=tls.channel_options())
+        run = channel.unary_unary("/dpagg.v1.Computation/RunRelease",
+                                  request_serializer=computation_pb2.RunReleaseRequest.SerializeToString,
+                                  response_deserializer=computation_pb2.ReleaseStatusResponse.FromString)
+        with pytest.raises(grpc.RpcError) as rpc:
+            run(computation_pb2.RunReleaseRequest(study_id="s1", epsilon=0.5), timeout=30,
+                metadata=((TOKEN_METADATA, "guess"), (PEER_CERT_METADATA, op_pem)))
+        assert rpc.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        channel.close()
+
+        # A local process that reaches the coordinator's socket without the token: refused before any handler.
+        private = grpc.insecure_channel(cluster.cs.server._dpagg_coordinator)
+        run = private.unary_unary("/dpagg.v1.Computation/RunRelease",
+                                  request_serializer=computation_pb2.RunReleaseRequest.SerializeToString,
+                                  response_deserializer=computation_pb2.ReleaseStatusResponse.FromString)
+        with pytest.raises(grpc.RpcError) as rpc:
+            run(computation_pb2.RunReleaseRequest(study_id="s1", epsilon=0.5), timeout=30,
+                metadata=((TOKEN_METADATA, "0" * 64), (PEER_CERT_METADATA, op_pem)))
+        assert rpc.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        private.close()
+        assert cluster.computation().study_status("s1").contract.study_id == "s1"  # the operator, forwarded
+    finally:
+        cluster.stop()
+
+
+def test_a_second_server_cannot_share_the_ingest_processes_port(tmp_path: Path) -> None:
+    cluster = Cluster.start(tmp_path, ingest=1)
+    try:
+        cluster.open_study(domain_size=64)
+        port = cluster.cs.port
+        plain = ComputationConfig(tmp_path / "other", cluster.ds.target, port=port, insecure=True)
+        with pytest.raises(InvalidInputError, match="in use"):
+            create_computation_server(plain)
+        fronted = ComputationConfig(tmp_path / "third", cluster.ds.target, port=port, insecure=True,
+                                    ingest_processes=1)
+        with pytest.raises(FailedPreconditionError, match=f"port {port}"):
+            create_computation_server(fronted)
+        assert cluster.computation().study_status("s1").contract.study_id == "s1"  # still serving
+    finally:
+        cluster.stop()
