@@ -213,7 +213,7 @@ def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any
 
 
 def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
-             signed: bool = False) -> dict[str, Any]:
+             signed: bool = False, ingest: int = 0) -> dict[str, Any]:
     from parties.common.signing import generate_signing_key
     from parties.computation.client import ComputationClient
     from parties.decryption.client import DecryptionClient
@@ -227,7 +227,7 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
                                     workdir, "ds")
         servers.append((ds_proc, "ds"))
         cs_proc, cs = _start_server(["serve-computation", "--insecure", "--data-dir", str(workdir / "cs"),
-                                     "--decryption", ds], workdir, "cs")
+                                     "--decryption", ds, "--ingest-processes", str(ingest)], workdir, "cs")
         servers.append((cs_proc, "cs"))
         with ComputationClient(cs, timeout=60.0, insecure=True) as op, DecryptionClient(ds, insecure=True) as key_holder:
             op.wait_ready()
@@ -366,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ds-workers", type=int, default=None,
                     help="the decryption server's --decrypt-workers (default: its default, min(cores, 8))")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/services.json")
+    ap.add_argument("--ingest-processes", type=int, default=0, metavar="N",
+                    help="the computation server's --ingest-processes (default 0: its main process takes the uploads)")
     ap.add_argument("--signed", action="store_true",
                     help="a signed study (every owner's key in the contract): the owners sign their c1 parts too")
     args = ap.parse_args(argv)
@@ -374,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"dpagg-bench-{n}-") as tmp:
             print(f"running {n} bins x {args.owners} owners ...", file=sys.stderr, flush=True)
-            rows.append(run_case(n, args.owners, Path(tmp), args.ds_workers, args.signed))
+            rows.append(run_case(n, args.owners, Path(tmp), args.ds_workers, args.signed, args.ingest_processes))
+            rows[-1]["ingest_processes"] = args.ingest_processes
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(_table(rows))
     print(_phase_table(rows))

@@ -112,7 +112,7 @@ def _with_ingest(config: ComputationConfig, handler: ComputationHandler, service
     """
     from .ingest.forwarding import ForwardedPeer
     from .ingest.front import FrontSpec
-    from .ingest.fronts import IngestFronts, claim_port, committed_handler, coordinator_socket, new_token
+    from .ingest.fronts import IngestFronts, claim_port, coordinator_handler, coordinator_socket, new_token
 
     if config.port:
         closers.append(claim_port(config.host, config.port))
@@ -125,8 +125,13 @@ def _with_ingest(config: ComputationConfig, handler: ComputationHandler, service
         handler.folds.request(study_id, handler.backend_for(contract))
         handler.forward_when_complete(study_id)
 
-    bindings = [*services, (lambda _s, srv: srv.add_generic_rpc_handlers((committed_handler(on_commit),)), None,
-                            "dpagg.computation.ingest.Coordinator")]
+    def prepare(study_id: str) -> None:  # the contract and the study key's public context, kept on disk
+        contract = handler.study(study_id)
+        if not contract.is_join:
+            handler.backend_for(contract)
+
+    bindings = [*services, (lambda _s, srv: srv.add_generic_rpc_handlers((coordinator_handler(on_commit, prepare),)),
+                            None, "dpagg.computation.ingest.Coordinator")]
     server, _ = create_server(bindings, address=address, max_workers=config.max_workers,
                               limits=CallLimits.for_pool(config.max_workers, config.upload_queue),
                               options=server_options(COMPUTATION_MAX_RECEIVE), outer_interceptors=(ForwardedPeer(token),))

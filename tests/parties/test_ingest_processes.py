@@ -37,7 +37,6 @@ def test_uploads_through_ingest_processes_are_stored_there_and_release_the_oracl
     try:
         assert cluster.cs.server._dpagg_fronts.alive() == 2
         cluster.open_study(domain_size=N, epsilon=2.0)
-        cluster.cs.handler.backend_for(cluster.cs.handler.study("s1"))  # the study's key on disk for the fronts
         for owner, h in zip("abc", hs):
             assert cluster.owner(owner).submit("s1", h).committed
         assert coordinator_uploads == []  # every chunk was received, parsed and stored by an ingest process
@@ -47,6 +46,17 @@ def test_uploads_through_ingest_processes_are_stored_there_and_release_the_oracl
         rec = cluster.computation().run_release("s1", epsilon=1.0)
         assert rec.state == "DONE", rec.error_message
         assert_cs_view_is_the_oracle(cluster, sent, hs, seed=12)
+
+        # A stream the front does not take (no header first) goes to the coordinator whole; its refusal comes back.
+        channel = grpc.insecure_channel(cluster.cs.target)
+        submit = channel.stream_unary("/dpagg.v1.Computation/SubmitHistogram",
+                                      request_serializer=computation_pb2.SubmitHistogramRequest.SerializeToString,
+                                      response_deserializer=computation_pb2.SubmitHistogramResponse.FromString)
+        with pytest.raises(grpc.RpcError) as rpc:
+            submit(iter([computation_pb2.SubmitHistogramRequest(chunk=computation_pb2.CiphertextChunk(index=0))]),
+                   timeout=30)
+        assert rpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "header" in (rpc.value.details() or "")
+        channel.close()
     finally:
         cluster.stop()
 

@@ -38,12 +38,14 @@ from ..threshold.c1_forward import C1Signatures
 from ..uploads import open_upload
 from .forwarding import TOKEN_METADATA, Forwarder, service_methods
 
-__all__ = ["FrontSpec", "run_front", "COMMITTED_METHOD", "PUBLIC_CONTEXTS_DIR"]
+__all__ = ["FrontSpec", "run_front", "COMMITTED_METHOD", "PREPARE_METHOD", "PUBLIC_CONTEXTS_DIR"]
 
 log = logging.getLogger("dpagg.computation")
 
 #: The coordinator's one method of its own (on its private socket only): an owner committed at a front.
 COMMITTED_METHOD = "/dpagg.computation.ingest.Coordinator/Committed"
+#: ... and the one that fetches a study's contract and public key for the fronts (kept on disk).
+PREPARE_METHOD = "/dpagg.computation.ingest.Coordinator/Prepare"
 #: Where the coordinator keeps each study key's public context (`ComputationHandler._key_of`).
 PUBLIC_CONTEXTS_DIR = "public_contexts"
 SUBMIT_METHOD = "/dpagg.v1.Computation/SubmitHistogram"
@@ -82,8 +84,10 @@ class FrontUploads:
     joins: Any = None
     sealed: Any = None
 
-    def __init__(self, store: SqliteComputationStore, data_dir: Path, committed: Any) -> None:
+    def __init__(self, store: SqliteComputationStore, data_dir: Path, committed: Any,
+                 prepare: Any = None) -> None:
         self.store = store
+        self.prepare = prepare
         self.data_dir = data_dir
         self.folds = _Folds()
         self.c1_signatures = C1Signatures(data_dir / "c1_signatures")
@@ -137,12 +141,8 @@ class FrontServicer:
         if first is None or first.WhichOneof("part") != "header":
             return self._forward_all(first, request_iterator, context)
         h = first.header
-        contract = self.uploads.store.get_study(h.study_id)
-        if contract is None or contract.is_join or contract.sealed:
-            return self._forward_all(first, request_iterator, context)
-        try:
-            self.uploads.backend_for(contract)
-        except _Forward:
+        contract = self._ready(h.study_id)
+        if contract is None:
             return self._forward_all(first, request_iterator, context)
         self.policy.same_party(caller, h.owner_id, what="owner_id of the upload header")
         session = open_upload(self.uploads, study_id=h.study_id, owner_id=h.owner_id,
@@ -163,6 +163,23 @@ class FrontServicer:
         return computation_pb2.SubmitHistogramResponse(committed=o.committed, duplicate=o.duplicate,
                                                        received_chunks=list(o.received), chunk_count=o.chunk_count,
                                                        bytes_received=o.bytes_received)
+
+    def _ready(self, study_id: str) -> StudyContract | None:
+        """The study's contract when this process can take its upload (aggregate, not sealed, its public key on
+        disk, asking the coordinator to fetch them once); None: forward the upload whole."""
+        for attempt in range(2):
+            contract = self.uploads.store.get_study(study_id)
+            if contract is not None and (contract.is_join or contract.sealed):
+                return None
+            if contract is not None:
+                try:
+                    self.uploads.backend_for(contract)
+                    return contract
+                except _Forward:
+                    pass
+            if attempt or self.uploads.prepare is None or not self.uploads.prepare(study_id):
+                return None
+        return None
 
     def _forward_all(self, first: Any, rest: Iterator[Any], context: Any) -> Any:
         def raw() -> Iterator[bytes]:
@@ -188,16 +205,19 @@ class _Routes(grpc.GenericRpcHandler):  # type: ignore[misc]
         return self._local.get(method) or self._forwarded.get(method)
 
 
-def _committed_link(channel: grpc.Channel, token: str) -> Any:
-    call = channel.unary_unary(COMMITTED_METHOD)
+def _coordinator_call(channel: grpc.Channel, token: str, method: str, what: str) -> Any:
+    """A call of one of the coordinator's own methods; returns whether it answered OK (a failure is logged)."""
+    call = channel.unary_unary(method)
 
-    def committed(study_id: str) -> None:
+    def ask(study_id: str) -> bool:
         try:
-            call(json.dumps({"study_id": study_id}).encode(), timeout=30.0, metadata=((TOKEN_METADATA, token),))
-        except grpc.RpcError as exc:  # the coordinator folds the owner with the next fold or release anyway
-            log.warning("study %s: the coordinator was not told of a commit (%s); the next fold or release adds it",
-                        study_id, exc.details() if callable(getattr(exc, "details", None)) else exc)
-    return committed
+            call(json.dumps({"study_id": study_id}).encode(), timeout=60.0, metadata=((TOKEN_METADATA, token),))
+            return True
+        except grpc.RpcError as exc:
+            log.warning("study %s: %s (%s)", study_id, what,
+                        exc.details() if callable(getattr(exc, "details", None)) else exc)
+            return False
+    return ask
 
 
 def build_front(spec: FrontSpec) -> tuple[grpc.Server, int, Any]:
@@ -206,7 +226,12 @@ def build_front(spec: FrontSpec) -> tuple[grpc.Server, int, Any]:
     channel = grpc.insecure_channel(spec.coordinator, options=list(server_options(COMPUTATION_MAX_RECEIVE)))
     forwarder = Forwarder(channel, spec.token)
     policy = AccessPolicy(spec.tls is not None, server=f"computation server ingest process {spec.index}")
-    uploads = FrontUploads(store, spec.data_dir, _committed_link(channel, spec.token))
+    uploads = FrontUploads(
+        store, spec.data_dir,
+        _coordinator_call(channel, spec.token, COMMITTED_METHOD,
+                          "the coordinator was not told of a commit; its next fold or release adds the owner"),
+        _coordinator_call(channel, spec.token, PREPARE_METHOD,
+                          "the coordinator could not fetch the study's terms or key; the upload goes to it whole"))
     servicer = FrontServicer(uploads, forwarder, policy)
     local = {SUBMIT_METHOD: grpc.stream_unary_rpc_method_handler(
         servicer.SubmitHistogram, request_deserializer=computation_pb2.SubmitHistogramRequest.FromString,

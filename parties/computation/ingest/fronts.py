@@ -30,9 +30,9 @@ import grpc
 from he_partition.execution.spawning import without_user_main
 
 from ...common.errors import FailedPreconditionError
-from .front import COMMITTED_METHOD, FrontSpec, run_front
+from .front import COMMITTED_METHOD, PREPARE_METHOD, FrontSpec, run_front
 
-__all__ = ["IngestFronts", "claim_port", "coordinator_socket", "committed_handler", "START_TIMEOUT"]
+__all__ = ["IngestFronts", "claim_port", "coordinator_socket", "coordinator_handler", "START_TIMEOUT"]
 
 log = logging.getLogger("dpagg.computation")
 
@@ -59,17 +59,27 @@ def claim_port(host: str, port: int) -> Callable[[], None]:
     return claim.close
 
 
-def committed_handler(on_commit: Callable[[str], None]) -> grpc.GenericRpcHandler:
-    """The coordinator's `Committed` method: an ingest process stored and committed an owner's upload."""
+def coordinator_handler(on_commit: Callable[[str], None], prepare: Callable[[str], None]) -> grpc.GenericRpcHandler:
+    """The coordinator's own methods, for its ingest processes: `Committed` (a front stored and committed an
+    owner's upload: fold it, and start what a complete study needs) and `Prepare` (a front met a study it has no
+    contract or public key of on disk: fetch both from the key holder, as the coordinator's own first upload
+    would). Each takes {"study_id": ...} as JSON and answers nothing; an error goes back as its status."""
+
+    def study_of(request: bytes) -> str:
+        return str(json.loads(request.decode())["study_id"])
 
     def committed(request: bytes, context: Any) -> bytes:
-        study_id = str(json.loads(request.decode())["study_id"])
-        on_commit(study_id)
+        on_commit(study_of(request))
         return b""
 
-    handler = grpc.unary_unary_rpc_method_handler(committed)
-    service, method = COMMITTED_METHOD.rsplit("/", 1)
-    return grpc.method_handlers_generic_handler(service.lstrip("/"), {method: handler})
+    def prepared(request: bytes, context: Any) -> bytes:
+        prepare(study_of(request))
+        return b""
+
+    service = COMMITTED_METHOD.rsplit("/", 1)[0].lstrip("/")
+    return grpc.method_handlers_generic_handler(service, {
+        COMMITTED_METHOD.rsplit("/", 1)[1]: grpc.unary_unary_rpc_method_handler(committed),
+        PREPARE_METHOD.rsplit("/", 1)[1]: grpc.unary_unary_rpc_method_handler(prepared)})
 
 
 class IngestFronts:
