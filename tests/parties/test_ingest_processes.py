@@ -64,8 +64,18 @@ def test_uploads_through_ingest_processes_are_stored_there_and_release_the_oracl
 def test_the_caller_not_the_ingest_process_is_checked_and_the_coordinator_socket_wants_the_token(
         tmp_path: Path) -> None:
     cluster = Cluster.start(tmp_path, secure=True, ingest=1)
+    coordinator_uploads: list[str] = []
+    real_open = cluster.cs.handler.open_upload
+    cluster.cs.handler.open_upload = lambda **kw: coordinator_uploads.append(kw["owner_id"]) or real_open(**kw)
     try:
-        cluster.open_study(domain_size=64)
+        contract = cluster.open_study(domain_size=64)
+        assert contract.sealed and contract.signed  # as deployed: sealed, signed uploads, c1 parts signed
+        hs = blocky_histograms(64)
+        for owner, h in zip("abc", hs):
+            assert cluster.owner(owner).submit("s1", h).committed
+        assert coordinator_uploads == []
+        rec = cluster.computation().run_release("s1", epsilon=0.5)
+        assert rec.state == "DONE", rec.error_message
         with pytest.raises(ServiceError) as exc:  # an owner is not an operator, through the front
             cluster.computation("a", "data_owner").run_release("s1", epsilon=0.5)
         assert status_of(exc) == grpc.StatusCode.PERMISSION_DENIED

@@ -6,9 +6,11 @@ the public port with SO_REUSEPORT. `SubmitHistogram` of an aggregate study runs 
 header's checks to the commit (`parties.computation.uploads`, the code the coordinator runs):
 each chunk is parsed under the study's public key, checked and stored by this process; after a
 commit the coordinator is told (`Committed`), which folds the owner into the running aggregate and
-starts what a complete study needs. Uploads that need the coordinator's memory (join studies,
-sealed studies, a study or key this process has not seen on disk yet) are forwarded whole, as is
-every other call (`forwarding.Forwarder`).
+starts what a complete study needs. The records an upload leaves beside its chunks (a sealed
+study's commitment, an owner's c1 signature) are files of the data directory, which the coordinator
+reads. Join uploads, which need the coordinator's join state, are forwarded whole, as is every
+other call (`forwarding.Forwarder`), and so is an upload whose study the coordinator could not
+fetch (it answers with the reason).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ...common.limits import COMPUTATION_MAX_RECEIVE, CallLimits, server_options
 from ...common.server import create_server
 from ...common.tls import TlsConfig
 from ..store_sqlite import SqliteComputationStore
+from ..sealed_uploads import SealedUploads
 from ..threshold.c1_forward import C1Signatures
 from ..uploads import open_upload
 from .forwarding import TOKEN_METADATA, Forwarder, service_methods
@@ -81,8 +84,7 @@ class FrontUploads:
     """What an upload needs of its server (`uploads.UploadHost`), in a front: the shared store, the public
     contexts the coordinator kept on disk, and a link to tell the coordinator of each commit."""
 
-    joins: Any = None
-    sealed: Any = None
+    joins: Any = None  # join uploads go to the coordinator whole
 
     def __init__(self, store: SqliteComputationStore, data_dir: Path, committed: Any,
                  prepare: Any = None) -> None:
@@ -90,7 +92,9 @@ class FrontUploads:
         self.prepare = prepare
         self.data_dir = data_dir
         self.folds = _Folds()
+        # Both keep their records in files of the data directory, where the coordinator reads them.
         self.c1_signatures = C1Signatures(data_dir / "c1_signatures")
+        self.sealed = SealedUploads(data_dir / "sealed")
         self._committed = committed
         self._backends: dict[str, BfvBackend] = {}
         self._lock = threading.Lock()
@@ -149,7 +153,9 @@ class FrontServicer:
                               idempotency_key=h.idempotency_key, domain_length=int(h.domain_length),
                               context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count),
                               contract_hash=h.contract_hash, signature=bytes(h.signature),
-                              c1_signature=bytes(h.c1_signature), commitment=None)
+                              c1_signature=bytes(h.c1_signature),
+                              commitment=(bytes(h.c1_parts_digest), tuple(bytes(x) for x in h.key_shares),
+                                          bytes(h.commitment_signature)))
         try:
             for msg in request_iterator:
                 if msg.WhichOneof("part") != "chunk":
@@ -165,11 +171,11 @@ class FrontServicer:
                                                        bytes_received=o.bytes_received)
 
     def _ready(self, study_id: str) -> StudyContract | None:
-        """The study's contract when this process can take its upload (aggregate, not sealed, its public key on
+        """The study's contract when this process can take its upload (an aggregate study whose public key is on
         disk, asking the coordinator to fetch them once); None: forward the upload whole."""
         for attempt in range(2):
             contract = self.uploads.store.get_study(study_id)
-            if contract is not None and (contract.is_join or contract.sealed):
+            if contract is not None and contract.is_join:
                 return None
             if contract is not None:
                 try:
