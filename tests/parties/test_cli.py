@@ -97,7 +97,8 @@ def test_a_whole_study_through_the_cli_processes(tmp_path: Path) -> None:
     try:
         ds_addr = f"127.0.0.1:{_wait_port(tmp_path / 'ds.port', ds)}"
         cs = subprocess.Popen([sys.executable, "-m", "parties.cli", "serve-computation", "--data-dir", "cs", "--port",
-                               "0", "--port-file", "cs.port", "--decryption", ds_addr, *_creds("cs")], cwd=tmp_path,
+                               "0", "--port-file", "cs.port", "--decryption", ds_addr, "--ingest-processes", "1",
+                               *_creds("cs")], cwd=tmp_path,
                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         cs_addr = f"127.0.0.1:{_wait_port(tmp_path / 'cs.port', cs)}"
         opened = json.loads(dpagg(tmp_path, "open-study", "--computation", cs_addr, "--study-id", "cli",

@@ -59,6 +59,7 @@ def test_uploads_through_ingest_processes_are_stored_there_and_release_the_oracl
         channel.close()
     finally:
         cluster.stop()
+    assert cluster.cs.server._dpagg_fronts.alive() == 0  # stopping the server ended its ingest processes
 
 
 def test_the_caller_not_the_ingest_process_is_checked_and_the_coordinator_socket_wants_the_token(
