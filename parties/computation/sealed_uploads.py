@@ -17,7 +17,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector, c1_stream_digest
@@ -161,16 +161,20 @@ class SealedUploads:
         place = dict(study_id=contract.study_id, owner_id=sub.owner_id, idempotency_key=sub.idempotency_key,
                      contract_hash=contract.contract_hash)
         parts = []
-        for i in range(sub.meta.chunk_count):
-            data = store.read_chunk(sub, i)
-            try:
-                opened = open_chunk(key, i, data, **place) if is_sealed(data) else data  # else: opened before
-                parts.append(c1_bytes(c1_of_vector(context, opened)))
-            except InvalidInputError as exc:  # the owner's upload, not the caller's request, is at fault
-                raise FailedPreconditionError(f"owner {sub.owner_id!r}'s upload to study {contract.study_id} does "
-                                              f"not open to a valid ciphertext: {exc}") from None
-            if opened is not data:
-                store.replace_chunk(sub, i, opened)
+
+        def opened_chunks() -> Iterator[tuple[int, bytes]]:
+            for i in range(sub.meta.chunk_count):
+                data = store.read_chunk(sub, i)
+                try:
+                    opened = open_chunk(key, i, data, **place) if is_sealed(data) else data  # else: opened before
+                    parts.append(c1_bytes(c1_of_vector(context, opened)))
+                except InvalidInputError as exc:  # the owner's upload, not the caller's request, is at fault
+                    raise FailedPreconditionError(f"owner {sub.owner_id!r}'s upload to study {contract.study_id} "
+                                                  f"does not open to a valid ciphertext: {exc}") from None
+                if opened is not data:
+                    yield i, opened
+
+        store.replace_chunks(sub, opened_chunks())  # durable together, not one flush per chunk
         if c1_stream_digest(parts) == c.c1_parts_digest:
             with self._lock:  # the forward to the key holders takes them instead of parsing every chunk again
                 self._parts[(contract.study_id, sub.owner_id, sub.idempotency_key)] = tuple(parts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Iterable, cast
 from pathlib import Path
 
 from he_partition.core.errors import InvalidInputError
@@ -230,6 +230,12 @@ class ComputationStore(abc.ABC):
     @abc.abstractmethod
     def replace_chunk(self, submission: Submission, index: int, data: bytes) -> None:
         """Rewrite one chunk of a committed submission (a sealed chunk by its opened form; atomic per chunk)."""
+
+    def replace_chunks(self, submission: Submission, chunks: Iterable[tuple[int, bytes]]) -> None:
+        """`replace_chunk` for each (index, bytes) of `chunks`, all or none (an error while `chunks` is read replaces
+        nothing); a store on disk makes them durable together (one flush for all) rather than one by one."""
+        for index, data in list(chunks):
+            self.replace_chunk(submission, index, data)
 
     @abc.abstractmethod
     def received_chunks(self, meta: UploadMeta) -> dict[int, int]:

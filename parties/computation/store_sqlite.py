@@ -14,7 +14,7 @@ import shutil
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from he_partition.core.summary import Summary
 from he_partition.core.summary_arrow import preload as preload_arrow, write_summary_files
@@ -294,6 +294,34 @@ class SqliteComputationStore(ComputationStore):
         _check_index(submission.meta, index)
         write_file_atomic(self._dir(submission.meta) / CHUNK_FILE.format(index=index), bytes(data),
                           fsync=self.durable)
+
+    def replace_chunks(self, submission: Submission, chunks: Iterable[tuple[int, bytes]]) -> None:
+        """Each new chunk written under a staged name, all of them flushed at once, then renamed over the old ones,
+        then the directory flushed: a crash leaves every chunk either as it was or as it was replaced, never a file
+        half written (opening a sealed study's 1,280 chunks took 7 s of fsyncs, one per file)."""
+        directory = self._dir(submission.meta)
+        pairs: list[tuple[Path, Path]] = []
+        try:
+            for index, data in chunks:
+                _check_index(submission.meta, index)
+                final = directory / CHUNK_FILE.format(index=index)
+                staged = final.with_name(f".{final.name}.{secrets.token_hex(4)}{STAGED_SUFFIX}")
+                staged.write_bytes(bytes(data))
+                pairs.append((staged, final))
+            if self.durable and pairs:
+                sync_written_files([s for s, _ in pairs], directory)
+            for staged, final in pairs:
+                os.replace(staged, final)
+        except BaseException:
+            for staged, _ in pairs:
+                staged.unlink(missing_ok=True)
+            raise
+        if self.durable and pairs:
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
         d = self._dir(meta)

@@ -173,6 +173,19 @@ def test_store_upload_lifecycle(cstore: ComputationStore) -> None:
     cstore.discard_upload(m)  # never removes a committed submission
     assert cstore.read_chunk(sub, 1) == b"one"
 
+    def opened(fail_at: int) -> Iterator[tuple[int, bytes]]:
+        for i in range(3):
+            if i == fail_at:
+                raise InvalidInputError("the owner's chunk does not open")
+            yield i, f"open-{i}".encode()
+
+    with pytest.raises(InvalidInputError):  # a failure half way replaces nothing and leaves no staged file
+        cstore.replace_chunks(sub, opened(fail_at=2))
+    assert [cstore.read_chunk(sub, i) for i in range(3)] == [b"zero", b"one", b"two"]
+    assert cstore.received_chunks(sub.meta) == {0: 4, 1: 3, 2: 3}
+    cstore.replace_chunks(sub, opened(fail_at=3))
+    assert [cstore.read_chunk(sub, i) for i in range(3)] == [b"open-0", b"open-1", b"open-2"]
+
 
 def test_store_new_key_discards_the_old_partial(cstore: ComputationStore) -> None:
     old, new = meta("old"), meta("new")
