@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from he_partition.core.backend import n_chunks
 from he_partition.execution import ChunkExecutor, InProcessExecutor
+from he_partition.execution.processes import ProcessExecutor
 from he_partition.execution.base import ChunkFiles, ChunkSource, ChunkWorker, noise_in_c0_context
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from he_partition.core.errors import InvalidInputError, WorkerLostError
@@ -253,8 +254,10 @@ class ComputationHandler:
                 f"until they have submitted, or force the {action} with the owners present"
             )
         if contract.sealed:  # the first time: the key holders close the uploads on these owners, chunks opened
-            backend = self.backend_for(contract)
-            subs = self.sealed.include(contract, subs, self.store, self.decryption.close_uploads, backend.context)
+            backend, context = self._key_of(contract)
+            local = isinstance(self.executor, ProcessExecutor) and getattr(self.store, "data_dir", None) is not None
+            subs = self.sealed.include(contract, subs, self.store, self.decryption.close_uploads, backend.context,
+                                       workers=self.executor if local else None, context_bytes=context)
             self.fold_committed(contract.study_id, backend)
         return subs
 

@@ -13,6 +13,7 @@ spends budget.
 from __future__ import annotations
 
 import json
+import secrets
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError
 from ..common.sealing import Commitment, is_sealed, open_chunk, sealed_share_bytes
 from ..common.util import write_file_atomic
+from .sealed_open import OpenJob, opener_of
 from .store import ComputationStore, Submission
 
 __all__ = ["SealedUploads", "check_commitment"]
@@ -121,14 +123,17 @@ class SealedUploads:
                 "the operator to open a new study")
 
     def include(self, contract: StudyContract, subs: Sequence[Submission], store: ComputationStore,
-                close: Callable[[StudyContract, list[Commitment]], list[bytes]], context: Any) -> list[Submission]:
+                close: Callable[[StudyContract, list[Commitment]], list[bytes]], context: Any,
+                workers: Any = None, context_bytes: bytes = b"") -> list[Submission]:
         """The submissions a release of the sealed study includes, with their chunks opened.
 
         The first call closes the uploads on `subs` (every key holder's shares through
         `close`, e.g. `DecryptionClient.close_uploads`; any t holders' for a t-of-N split,
         `ThresholdDecryption.close_uploads`) and opens every chunk; later calls
         return the closed set's submissions. FailedPreconditionError when a key holder
-        refuses, or when an owner's opened chunks are not what it committed to.
+        refuses, or when an owner's opened chunks are not what it committed to. With `workers` (the
+        server's local chunk workers) and the study's public context as `context_bytes`, the chunks
+        are opened on the workers (`parties.computation.sealed_open`).
         """
         study_id = contract.study_id
         with self._lock:
@@ -146,14 +151,55 @@ class SealedUploads:
                 return chosen
             commitments = [self.get(study_id, s.owner_id, s.idempotency_key) for s in chosen]
             keys = close(contract, commitments)
-            # Owners in parallel: the AES pass, the c1 parse and each chunk's durable write overlap.
-            with ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="open-uploads") as pool:
-                for done in [pool.submit(self._open_submission, contract, sub, c, key, store, context)
-                             for sub, c, key in zip(chosen, commitments, keys)]:
-                    done.result()
+            if workers is not None and context_bytes:
+                self._open_on_workers(contract, chosen, commitments, keys, store, workers, context_bytes)
+            else:  # owners in parallel: the AES pass, the c1 parse and the writes overlap
+                with ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="open-uploads") as pool:
+                    for done in [pool.submit(self._open_submission, contract, sub, c, key, store, context)
+                                 for sub, c, key in zip(chosen, commitments, keys)]:
+                        done.result()
             self._write(b"1", study_id, "opened")
             log.info("study %s: uploads closed on %d owners' commitments and opened", study_id, len(chosen))
             return chosen
+
+    def _open_on_workers(self, contract: StudyContract, chosen: list[Submission], commitments: list[Commitment],
+                         keys: list[bytes], store: ComputationStore, workers: Any, context_bytes: bytes) -> None:
+        """Every chunk opened and parsed by the chunk workers (worker w: every W-th); then every owner's c1 parts
+        checked against its commitment, and only then the opened files made current, owner by owner."""
+        jobs = [OpenJob(store.chunk_template(sub).format(index=i), i, key, contract.study_id, sub.owner_id,
+                        sub.idempotency_key, contract.contract_hash)
+                for sub, key in zip(chosen, keys) for i in range(sub.meta.chunk_count)]
+        count = int(workers.workers)
+        shares = [jobs[w::count] for w in range(count)]
+        held = f"open/{contract.study_id}/{secrets.token_hex(4)}"
+        workers.hold(held, opener_of(context_bytes))
+        try:
+            replies = workers.call(held, "open", [(share,) for share in shares])
+        finally:
+            workers.drop(held)
+        done = {(job.owner_id, job.index): reply for share, got in zip(shares, replies) for job, reply in zip(share, got)}
+        staged_all = [Path(staged) for _, staged, _ in done.values() if staged]
+        try:
+            checked = []
+            for sub, c in zip(chosen, commitments):  # every owner checked before any file is replaced
+                got = [done[(sub.owner_id, i)] for i in range(sub.meta.chunk_count)]
+                failed = next((err for _, _, err in got if err), "")
+                if failed:
+                    raise FailedPreconditionError(f"owner {sub.owner_id!r}'s upload to study {contract.study_id} "
+                                                  f"does not open to a valid ciphertext: {failed}")
+                parts = tuple(part for part, _, _ in got)
+                if c1_stream_digest(list(parts)) != c.c1_parts_digest:
+                    raise FailedPreconditionError(
+                        f"owner {sub.owner_id!r}'s opened chunks are not the ones it committed to (their c1 parts "
+                        f"differ from its commitment): study {contract.study_id} cannot be released with this upload")
+                checked.append((sub, got, parts))
+            for sub, got, parts in checked:
+                store.replace_staged(sub, [(staged, i) for i, (_, staged, _) in enumerate(got) if staged])
+                with self._lock:
+                    self._parts[(contract.study_id, sub.owner_id, sub.idempotency_key)] = parts
+        finally:
+            for path in staged_all:  # what was not installed (an owner refused, or an error) is removed
+                path.unlink(missing_ok=True)
 
     def _open_submission(self, contract: StudyContract, sub: Submission, c: Commitment, key: bytes,
                          store: ComputationStore, context: Any) -> None:

@@ -237,6 +237,11 @@ class ComputationStore(abc.ABC):
         for index, data in list(chunks):
             self.replace_chunk(submission, index, data)
 
+    def replace_staged(self, submission: Submission, staged: list[tuple[str, int]]) -> None:
+        """Make chunk files that were written beside a submission's chunks (staged, not yet durable) its chunks
+        `index`, all together (a store on disk only; the chunk workers wrote them)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no chunk files")
+
     @abc.abstractmethod
     def received_chunks(self, meta: UploadMeta) -> dict[int, int]:
         """Index -> size in bytes of every chunk held for this upload (partial or committed)."""

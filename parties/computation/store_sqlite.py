@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable
 
+from he_partition.core.errors import InvalidInputError
 from he_partition.core.summary import Summary
 from he_partition.core.summary_arrow import preload as preload_arrow, write_summary_files
 from he_partition.execution.base import ChunkFiles, ChunkSource
@@ -308,6 +309,27 @@ class SqliteComputationStore(ComputationStore):
                 staged = final.with_name(f".{final.name}.{secrets.token_hex(4)}{STAGED_SUFFIX}")
                 staged.write_bytes(bytes(data))
                 pairs.append((staged, final))
+        except BaseException:
+            for staged, _ in pairs:
+                staged.unlink(missing_ok=True)
+            raise
+        self._install(directory, pairs)
+
+    def replace_staged(self, submission: Submission, staged: list[tuple[str, int]]) -> None:
+        directory = self._dir(submission.meta)
+        pairs = []
+        for name, index in staged:
+            _check_index(submission.meta, index)
+            path = Path(name)
+            if path.parent != directory or not path.name.startswith(f".{CHUNK_FILE.format(index=index)}."):
+                raise InvalidInputError(f"{name} is not a staged chunk {index} of owner {submission.owner_id}")
+            pairs.append((path, directory / CHUNK_FILE.format(index=index)))
+        self._install(directory, pairs)
+
+    def _install(self, directory: Path, pairs: list[tuple[Path, Path]]) -> None:
+        """Staged files' data flushed at once, then renamed over their chunks, then the directory flushed: a crash
+        leaves each chunk as it was or as replaced, never half written."""
+        try:
             if self.durable and pairs:
                 sync_written_files([s for s, _ in pairs], directory)
             for staged, final in pairs:

@@ -75,8 +75,16 @@ def test_the_caller_not_the_ingest_process_is_checked_and_the_coordinator_socket
         for owner, h in zip("abc", hs):
             assert cluster.owner(owner).submit("s1", h).committed
         assert coordinator_uploads == []
+        executor = cluster.cs.handler.executor
+        calls: list[str] = []
+        real_call = executor.call
+        executor.call = lambda key, method, args: calls.append(method) or real_call(key, method, args)
         rec = cluster.computation().run_release("s1", epsilon=0.5)
         assert rec.state == "DONE", rec.error_message
+        assert "open" in calls  # the chunk workers opened the sealed chunks, not the server process
+        chunk_dir = tmp_path / "cs" / "uploads" / "s1"
+        files = [p.name for p in chunk_dir.rglob("*") if p.is_file()]
+        assert files and not [n for n in files if n.endswith(".part")]  # every staged file was installed
         with pytest.raises(ServiceError) as exc:  # an owner is not an operator, through the front
             cluster.computation("a", "data_owner").run_release("s1", epsilon=0.5)
         assert status_of(exc) == grpc.StatusCode.PERMISSION_DENIED

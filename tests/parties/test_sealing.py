@@ -112,3 +112,24 @@ def test_a_fold_between_the_close_and_the_opening_reads_no_sealed_chunk(secure_c
     assert not [r for r in caplog.records if "running aggregate was not updated" in r.getMessage()]
     assert cluster.computation().run_release("s1", epsilon=0.5, force=True).state == "DONE"
     assert handler.sealed.opened("s1")
+
+
+def test_a_chunk_that_does_not_open_is_refused_by_owner_and_nothing_is_replaced(secure_cluster: Cluster) -> None:
+    """The chunk workers open the sealed chunks (each its share); one owner's chunk broken on the server's disk
+    refuses the release naming that owner, and no opened chunk of anyone is installed or left staged."""
+    cluster = secure_cluster
+    cluster.open_study(domain_size=64, owners=("a", "b"))
+    for owner in ("a", "b"):
+        cluster.owner(owner).submit("s1", np.arange(64) % 3)
+    uploads = cluster.root / "cs" / "uploads" / "s1"
+    (chunk,) = (uploads / "b").rglob("0000000.ct") or list((uploads / "b").rglob("*.ct"))[:1]
+    before = {p: p.read_bytes() for p in uploads.rglob("*.ct")}
+    data = bytearray(chunk.read_bytes())
+    data[-1] ^= 1  # the seal's tag no longer verifies
+    chunk.write_bytes(bytes(data))
+    before[chunk] = bytes(data)
+    with pytest.raises(ServiceError) as err:
+        cluster.computation().run_release("s1", epsilon=0.5)
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION and "owner 'b'" in err.value.details
+    assert {p: p.read_bytes() for p in uploads.rglob("*.ct")} == before  # a's chunks stay sealed too
+    assert not [p for p in uploads.rglob("*") if p.name.endswith(".part")]
