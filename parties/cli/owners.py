@@ -108,6 +108,17 @@ def _check_careless_csv(args: argparse.Namespace, hist: Any) -> None:
         )
 
 
+def positive_streams(text: str) -> int:
+    """argparse type of --streams: an integer of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--streams takes a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--streams must be at least 1, got {n}")
+    return n
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from ..computation.client import ComputationClient
     from ..common.errors import ServiceError
@@ -141,7 +152,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
             signing_key = load_private_key(args.signing_key)
         with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls, insecure=args.insecure,
-                             signing_key=signing_key, progress=not args.no_progress and not args.json) as owner:
+                             signing_key=signing_key, progress=not args.no_progress and not args.json,
+                             streams=args.streams) as owner:
             try:
                 res = owner.submit(args.study, hist, idempotency_key=key, resume_dir=state_dir(args))
             except ServiceError as exc:
@@ -259,6 +271,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--state-dir", help=f"where upload keys and the encrypted chunks of an unfinished upload are "
                                        f"kept, so a re-run resumes (env {ENV_STATE_DIR}; default ~/.dpagg)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--streams", type=positive_streams, default=None, metavar="N",
+                   help="upload streams at once, each taking the next chunk none has taken (default: 1 for small "
+                        "uploads, up to 4 for large ones, one per 64 chunks)")
     p.add_argument("--signing-key", default=os.environ.get("DPAGG_SIGNING_KEY"), metavar="PATH",
                    help="your Ed25519 signing key (from `dpagg keygen`); required by signed studies "
                         "(env DPAGG_SIGNING_KEY)")

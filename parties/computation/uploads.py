@@ -89,14 +89,19 @@ class DiskFullError(QuotaExhaustedError):
 
 class _DiskClaims:
     """Bytes promised to the uploads in flight, per data directory. An upload claims its size (chunks x the size
-    of its first chunk) before it writes anything, and gives the claim back when its stream ends."""
+    of its first chunk) before it writes anything, and gives the claim back when its last stream ends: an
+    owner's parallel streams of one upload share one claim."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._claims: dict[int, tuple[Path, int]] = {}
+        self._claims: dict[Any, tuple[Path, int]] = {}
+        self._streams: dict[Any, int] = {}
 
-    def claim(self, key: int, directory: Path, need: int, what: str) -> None:
+    def claim(self, key: Any, directory: Path, need: int, what: str) -> None:
         with self._lock:
+            if key in self._claims:
+                self._streams[key] += 1
+                return
             free = shutil.disk_usage(directory).free
             promised = sum(n for d, n in self._claims.values() if d == directory)
             if free - promised - need < DISK_RESERVE_BYTES:
@@ -106,9 +111,15 @@ class _DiskClaims:
                     f"{DISK_RESERVE_BYTES / MB:,.0f} MB are kept free. Nothing of it was stored; once the operator "
                     "has freed space, run the same submit again to resume")
             self._claims[key] = (directory, need)
+            self._streams[key] = 1
 
-    def release(self, key: int) -> None:
+    def release(self, key: Any) -> None:
         with self._lock:
+            left = self._streams.get(key, 0) - 1
+            if left > 0:
+                self._streams[key] = left
+                return
+            self._streams.pop(key, None)
             self._claims.pop(key, None)
 
 
@@ -159,6 +170,8 @@ class UploadSession:
         self._started = False
         self._staged: list[object] = []  # written, not yet durable: `sync` makes them held
         self._staged_bytes = 0
+        self._upload_key = (meta.study_id, meta.owner_id, meta.idempotency_key)
+        self._claimed = False
 
     def add(self, index: int, data: bytes) -> None:
         """Validate (deserialize under the study's public key) and store one chunk.
@@ -187,8 +200,9 @@ class UploadSession:
         if not self._started:
             directory = getattr(self._h.store, "data_dir", None)
             if isinstance(directory, Path) and directory.exists():  # a store on disk (not the in-memory one)
-                _DISK.claim(id(self), directory, len(data) * self.meta.chunk_count,
+                _DISK.claim(self._upload_key, directory, len(data) * self.meta.chunk_count,
                             f"owner {self.meta.owner_id}'s upload of {self.meta.chunk_count} chunk(s)")
+                self._claimed = True
             # Begin (or resume) the partial upload. A different signature under the same key
             # (a re-encryption) discards the chunks held so far, which it would not match.
             self._h.store.start_upload(self.meta, self.signature)
@@ -204,9 +218,14 @@ class UploadSession:
         staged, self._staged, self._staged_bytes = self._staged, [], 0
         self._h.store.sync_chunks(self.meta, staged)
 
+    def _release_disk(self) -> None:
+        if self._claimed:
+            self._claimed = False
+            _DISK.release(self._upload_key)
+
     def close(self) -> None:
         """The stream ended early (the owner went away): keep the chunks that arrived, so a resume skips them."""
-        _DISK.release(id(self))
+        self._release_disk()
         try:
             self.sync()
         except Exception as exc:  # noqa: BLE001 - the stream's own error is the one to report
@@ -214,7 +233,7 @@ class UploadSession:
                         self.meta.study_id, self.meta.owner_id, exc)
 
     def abort(self) -> None:
-        _DISK.release(id(self))
+        self._release_disk()
         self._staged, self._staged_bytes = [], 0
         self._h.store.discard_upload(self.meta)
 
@@ -242,8 +261,12 @@ class UploadSession:
         return hasher.digest()
 
     def finish(self) -> UploadOutcome:
-        """Commit if every chunk has arrived (and, in a signed study, the signature verifies); else report what is held."""
-        _DISK.release(id(self))
+        """Commit if every chunk has arrived (and, in a signed study, the signature verifies); else report what is held.
+
+        An owner may send one upload over several streams at once: each stream makes its own chunks durable
+        before it looks, so the one that ends last sees every chunk and commits (two that end together may both
+        commit: the store's commit is idempotent, and the fold request and the forward are too)."""
+        self._release_disk()
         self.sync()  # what the reply lists is on disk
         held = self._h.store.received_chunks(self.meta)
         if not self.duplicate and len(held) == self.meta.chunk_count:

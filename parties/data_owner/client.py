@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Self, Sequence
+from typing import Any, Callable, Iterator, Self, Sequence
 
 import grpc
 import numpy as np
@@ -31,7 +33,7 @@ from .encrypted import EncryptedHistogram
 from .sealed import c1_parts_of, seal_upload
 from ..common.tls import TlsConfig
 from ..common.client import is_busy
-from ..computation.client import ComputationClient, UploadQueued
+from ..computation.client import ComputationClient, SubmitResponse, UploadQueued
 from ..decryption.client import DecryptionClient
 from .resume import UploadCache, counts_digest
 
@@ -45,6 +47,55 @@ RESUMABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDE
 #: How long, by default, an upload keeps coming back to a server that refuses it "server busy" (its upload
 #: queue full): seconds from the start of the upload. Such refusals do not count against `max_attempts`.
 BUSY_WAIT_SECONDS = 900.0
+
+#: Upload streams one owner sends at once by default (`upload_streams`), and the fewest chunks each must carry:
+#: an upload of 128 chunks (2^20 bins) goes over 2 streams, one of 256 or more over 4; a small one over 1.
+DEFAULT_STREAMS = 4
+MIN_CHUNKS_PER_STREAM = 64
+
+
+def upload_streams(chunks: int, wanted: int | None = None) -> int:
+    """How many streams carry `chunks` chunks: `wanted` if given, else up to DEFAULT_STREAMS with at least
+    MIN_CHUNKS_PER_STREAM each; never more streams than chunks."""
+    n = wanted if wanted is not None else min(DEFAULT_STREAMS, chunks // MIN_CHUNKS_PER_STREAM)
+    return max(1, min(n, chunks))
+
+
+def _in_parallel(send: Callable[[], SubmitResponse], streams: int) -> SubmitResponse:
+    """`send` on `streams` threads at once (each one upload stream that takes chunks from a shared queue).
+
+    The answer of a stream that committed, else of one that ended without error; if every stream failed, the
+    first stream's error (a busy refusal of the others is expected and ignored while one stream got through),
+    and an error that resuming cannot help wins over any answer.
+    """
+    if streams <= 1:
+        return send()
+    answers: list[SubmitResponse | None] = [None] * streams
+    errors: list[ServiceError | None] = [None] * streams
+
+    def run(j: int) -> None:
+        try:
+            answers[j] = send()
+        except ServiceError as err:
+            errors[j] = err
+
+    threads = [threading.Thread(target=run, args=(j,), name=f"upload-stream-{j}", daemon=True)
+               for j in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fatal = next((e for e in errors if e is not None and not is_busy(e) and e.code not in RESUMABLE_CODES), None)
+    if fatal is not None:
+        raise fatal
+    done = [a for a in answers if a is not None]
+    committed = next((a for a in done if a.committed), None)
+    if committed is not None:
+        return committed
+    if done:
+        return done[0]
+    first = next(e for e in errors if e is not None)
+    raise first
 
 
 @dataclass(frozen=True)
@@ -127,8 +178,13 @@ class DataOwnerClient:
     def __init__(self, owner_id: str, *, computation: str | ComputationClient,
                  decryption: str | DecryptionClient | None = None,
                  timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
-                 progress: bool | Progress = True, tls: TlsConfig | None = None, signing_key: bytes | None = None, insecure: bool = False) -> None:
+                 progress: bool | Progress = True, tls: TlsConfig | None = None, signing_key: bytes | None = None,
+                 insecure: bool = False, streams: int | None = None) -> None:
         self.owner_id = check_id("owner_id", owner_id)
+        if streams is not None and streams < 1:
+            raise InvalidInputError(f"streams must be at least 1, got {streams}")
+        #: Upload streams at once (None: `upload_streams` picks by the upload's size).
+        self.streams = streams
         if tls is not None and (tls.identity.role != "data_owner" or tls.identity.party_id != owner_id):
             raise InvalidInputError(
                 f"{tls.cert} is the certificate of {tls.identity.role} {tls.identity.party_id!r}, not of data owner "
@@ -258,7 +314,8 @@ class DataOwnerClient:
 
     def submit(self, study_id: str, histogram: Any, *, idempotency_key: str | None = None,
                progress: bool | None = None, max_attempts: int = 5,
-               resume_dir: str | os.PathLike[str] | None = None, busy_wait: float = BUSY_WAIT_SECONDS) -> SubmitResult:
+               resume_dir: str | os.PathLike[str] | None = None, busy_wait: float = BUSY_WAIT_SECONDS,
+               streams: int | None = None) -> SubmitResult:
         """Encrypt and upload `histogram` (counts per bin, or a BoundedHistogram) to the study.
 
         Retries (UNAVAILABLE, DEADLINE_EXCEEDED, ...) resume the upload: the server
@@ -292,7 +349,7 @@ class DataOwnerClient:
         if resume_dir is None:
             enc = self.encrypt(study_id, histogram, progress=progress)
             return self.upload(enc, idempotency_key=key, progress=progress, max_attempts=max_attempts,
-                               started=started, busy_wait=busy_wait)
+                               started=started, busy_wait=busy_wait, streams=streams)
         cache = UploadCache(Path(resume_dir), study_id=study_id, owner_id=self.owner_id, idempotency_key=key)
         digest = counts_digest(np.asarray(counts), bound)
         contract = self.contract(study_id)
@@ -315,9 +372,15 @@ class DataOwnerClient:
 
     def upload(self, enc: EncryptedHistogram, *, idempotency_key: str, progress: bool | None = None,
                max_attempts: int = 5, only: Sequence[int] | None = None, started: float | None = None,
-               busy_wait: float = BUSY_WAIT_SECONDS) -> SubmitResult:
+               busy_wait: float = BUSY_WAIT_SECONDS, streams: int | None = None) -> SubmitResult:
         """Upload already encrypted chunks, resuming until committed. `only` restricts the first attempt
         to some chunk indices (it simulates an interrupted upload in tests and demos).
+
+        `streams` (default `DEFAULT_STREAMS` for an upload of `MIN_CHUNKS_PER_STREAM` chunks per stream or more,
+        else 1): upload streams sent at once, each taking the next chunk no stream has taken, so a server
+        with several ingest processes receives one owner's chunks on as many cores. A stream the server
+        refuses as busy takes nothing more; the others carry the chunks, and what none delivered is sent
+        again by the next round.
 
         Up to `max_attempts` streams are tried on failures in `RESUMABLE_CODES`, each resuming from
         the chunks the server holds (`upload_status`). A "server busy" refusal (the server's upload
@@ -328,6 +391,9 @@ class DataOwnerClient:
         t0 = time.monotonic() if started is None else started
         give_up = t0 + busy_wait
         k = len(enc.chunks)
+        lanes = self.streams if streams is None else streams
+        if lanes is not None and lanes < 1:
+            raise InvalidInputError(f"streams must be at least 1, got {lanes}")
         signature = c1_signature = b""
         commitment: Commitment | None = None
         c1_parts: list[bytes] | None = None
@@ -401,23 +467,34 @@ class DataOwnerClient:
                         advance(already - counted)
                         counted = already
 
-                    def stream(indices: list[int] = todo) -> Iterator[tuple[int, bytes]]:
+                    pending = deque(todo)
+                    taking = threading.Lock()
+
+                    def stream(pending: deque[int] = pending,
+                               taking: Any = taking) -> Iterator[tuple[int, bytes]]:
                         nonlocal sent_chunks, sent_bytes, counted
-                        for i in indices:  # counted when handed to gRPC
-                            sent_chunks += 1
-                            sent_bytes += len(enc.chunks[i])
-                            counted += len(enc.chunks[i])
-                            advance(len(enc.chunks[i]))
+                        while True:  # every stream of this round takes the next chunk nobody has taken
+                            with taking:
+                                if not pending:
+                                    return
+                                i = pending.popleft()
+                                sent_chunks += 1  # counted when handed to gRPC
+                                sent_bytes += len(enc.chunks[i])
+                                counted += len(enc.chunks[i])
+                                advance(len(enc.chunks[i]))
                             yield i, enc.chunks[i]
 
-                    first = streams == 0
-                    streams += 1
-                    try:
-                        resp = self.computation.submit_chunks(
+                    def send(c1_signature: bytes = c1_signature) -> SubmitResponse:
+                        return self.computation.submit_chunks(
                             study_id=enc.study_id, owner_id=self.owner_id, idempotency_key=idempotency_key,
                             domain_length=enc.domain_length, context_fingerprint=enc.context_fingerprint,
                             chunk_count=k, chunks=stream(), contract_hash=enc.contract_hash, signature=signature,
                             c1_signature=c1_signature, commitment=commitment, on_queued=queued)
+
+                    first = streams == 0
+                    streams += 1
+                    try:
+                        resp = _in_parallel(send, 1 if only is not None else upload_streams(len(todo), lanes))
                     except ServiceError as err:
                         pause = random.uniform(0, min(self.retry.max_delay, delay))
                         delay *= self.retry.multiplier

@@ -37,9 +37,10 @@ def test_uploads_through_ingest_processes_are_stored_there_and_release_the_oracl
     try:
         assert cluster.cs.server._dpagg_fronts.alive() == 2
         cluster.open_study(domain_size=N, epsilon=2.0)
-        for owner, h in zip("abc", hs):
-            assert cluster.owner(owner).submit("s1", h).committed
+        for owner, h in zip("abc", hs):  # a's three chunks go over three streams at once, across the processes
+            assert cluster.owner(owner).submit("s1", h, streams=3 if owner == "a" else None).committed
         assert coordinator_uploads == []  # every chunk was received, parsed and stored by an ingest process
+        assert [s.owner_id for s in cluster.cs.handler.store.submissions("s1")] == ["a", "b", "c"]  # committed once
         assert cluster.cs.handler.folds.wait_idle(60)
         assert sorted(o for o, _ in _manifest(cluster)["uploads"]) == ["a", "b", "c"]  # each commit was folded
         sent = Sent(cluster)

@@ -142,3 +142,19 @@ def test_an_upload_syncs_its_chunks_in_batches_and_a_broken_stream_keeps_what_ar
     assert cs.upload_status("s1", "b", "kb").received == (0, 1, 2)  # staged, then synced as the stream broke
     done = cluster.owner("b").upload(enc, idempotency_key="kb")
     assert done.committed and done.chunks_sent == 2
+
+
+def test_one_owner_sends_its_chunks_over_several_streams_at_once_and_commits_once(cluster: Cluster) -> None:
+    n = 2 * 8192 + 10  # three chunks
+    cluster.open_study(domain_size=n, owners=("a",))
+    headers: list[str] = []
+    real_open = cluster.cs.handler.open_upload
+    cluster.cs.handler.open_upload = lambda **kw: headers.append(kw["owner_id"]) or real_open(**kw)
+    h = np.arange(n) % 5
+    res = cluster.owner("a").submit("s1", h, streams=3)
+    assert res.committed and res.chunks_sent == 3  # each chunk sent once, whichever stream took it
+    assert headers == ["a", "a", "a"]  # three streams of the one upload, at once
+    (sub,) = cluster.cs.handler.store.submissions("s1")
+    assert sorted(cluster.cs.handler.store.received_chunks(sub.meta)) == [0, 1, 2]
+    rec = cluster.computation().run_release("s1", epsilon=1.0)
+    assert rec.state == "DONE" and abs(sum(rec.summary.sums) - int(h.sum())) < 200  # type: ignore[union-attr]
