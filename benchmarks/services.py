@@ -182,7 +182,7 @@ def _start_server(args: list[str], workdir: Path, name: str) -> tuple[subprocess
 
 
 def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any, out: Any, finish: Any,
-           signing_key: bytes | None = None) -> None:
+           signing_key: bytes | None = None, streams: int | None = None) -> None:
     """One data-owner process: encrypt before the start signal, upload after it, then idle until the end.
 
     Owners run on their own machines in a deployment; idling (instead of exiting) keeps
@@ -196,6 +196,7 @@ def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any
     rng = np.random.default_rng(1000 + index)
     hist = rng.poisson(3.0, n).astype(np.int64)
     with DataOwnerClient(owner_id, computation=cs, decryption=ds, progress=False, timeout=120.0, insecure=True,
+                         streams=streams,
                          signing_key=signing_key) as client:
         t0 = time.monotonic()
         enc = client.encrypt(study, hist)
@@ -213,7 +214,7 @@ def _owner(index: int, study: str, n: int, cs: str, ds: str, ready: Any, go: Any
 
 
 def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
-             signed: bool = False, ingest: int = 0) -> dict[str, Any]:
+             signed: bool = False, ingest: int = 0, streams: int | None = None) -> dict[str, Any]:
     from parties.common.signing import generate_signing_key
     from parties.computation.client import ComputationClient
     from parties.decryption.client import DecryptionClient
@@ -238,7 +239,7 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
             ctx = mp.get_context("spawn")
             ready, out, go, finish = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
             procs = [ctx.Process(target=_owner, name=o, args=(i, contract.study_id, n, cs, ds, ready, go, out, finish,
-                                                              keys[o][0] if signed else None))
+                                                              keys[o][0] if signed else None, streams))
                      for i, o in enumerate(owner_ids)]
             marks: list[tuple[str, float, dict[str, float]]] = [("start", time.monotonic(),
                                                                  _cpu_snapshot(cs_proc.pid, ds_proc.pid, []))]
@@ -368,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/services.json")
     ap.add_argument("--ingest-processes", type=int, default=0, metavar="N",
                     help="the computation server's --ingest-processes (default 0: its main process takes the uploads)")
+    ap.add_argument("--streams", type=int, default=None, metavar="N",
+                    help="upload streams per owner (default: the client's own choice by upload size)")
     ap.add_argument("--signed", action="store_true",
                     help="a signed study (every owner's key in the contract): the owners sign their c1 parts too")
     args = ap.parse_args(argv)
@@ -376,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"dpagg-bench-{n}-") as tmp:
             print(f"running {n} bins x {args.owners} owners ...", file=sys.stderr, flush=True)
-            rows.append(run_case(n, args.owners, Path(tmp), args.ds_workers, args.signed, args.ingest_processes))
+            rows.append(run_case(n, args.owners, Path(tmp), args.ds_workers, args.signed, args.ingest_processes,
+                                 args.streams))
             rows[-1]["ingest_processes"] = args.ingest_processes
+            rows[-1]["streams_per_owner"] = args.streams
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(_table(rows))
     print(_phase_table(rows))
