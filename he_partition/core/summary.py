@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from .columns import float_column, int_column
 from .errors import InvalidInputError
 from .frames import plot_summary, range_frame, summary_frame
 from .estimation import (IntervalTree, haar_inverse_prefix, haar_nonnegative_prefix, haar_prefix_adjoint,
@@ -58,6 +59,8 @@ class ReleasedValues:
     starts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "values", int_column(self.values))  # 8 bytes a value (`columns.Column`)
+        object.__setattr__(self, "starts", int_column(self.starts))
         if self.kind not in _RELEASED_KINDS:
             raise InvalidInputError(f"unknown released kind {self.kind!r}; known: {', '.join(_RELEASED_KINDS)}")
         if not (np.isfinite(self.variance) and self.variance >= 0):
@@ -168,6 +171,8 @@ class Summary:
     released: tuple[ReleasedValues, ...] = ()
 
     def __post_init__(self) -> None:
+        for name, column in (("starts", int_column), ("sums", int_column), ("sum_variance", float_column)):
+            object.__setattr__(self, name, column(getattr(self, name)))  # 8 bytes a value (`columns.Column`)
         k = len(self.starts)
         if k == 0 or self.starts[0] != 0:
             raise InvalidInputError("a summary needs partition starts beginning with 0")
