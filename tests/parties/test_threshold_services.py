@@ -291,7 +291,7 @@ def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_d
 
         contract1, rel1, direct1 = _run_study(open1, single.computation())
     finally:
-        single.stop()
+        single.stop(drop_pending_folds=True)
     k3 = Threshold.start(tmp_path / "k3", cs_seed=12)
     try:
         k3.computation().setup_key()

@@ -156,7 +156,7 @@ def test_a_release_and_direct_queries_with_one_holder_down_equal_the_single_key_
         assert single.computation().run_release("s-eq", epsilon=0.5).state == "DONE"
         single.computation().direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
     finally:
-        single.stop()
+        single.stop(drop_pending_folds=True)
     t = Threshold.start(tmp_path / "t2", cs_seed=12)
     try:
         t.computation().setup_key(threshold=2)
