@@ -57,7 +57,7 @@ def limited_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     try:
         yield c
     finally:
-        c.stop()
+        c.stop(drop_pending_folds=True)
 
 
 def test_idle_streams_and_heavy_queries_leave_health_and_a_small_query_answering(limited_cluster: Cluster) -> None:

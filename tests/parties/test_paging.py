@@ -200,7 +200,7 @@ def test_a_release_of_2_21_bins_with_every_message_under_2_mib(tmp_path: Any, mo
         got = c.analyst().get_release(rel.release_id)
         assert got.summary == rel.summary
     finally:
-        c.stop()
+        c.stop(drop_pending_folds=True)
 
 
 def test_parsed_summaries_kept_for_queries_are_bounded_by_their_size(cluster: Cluster) -> None:

@@ -26,6 +26,7 @@ def tofn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Threshold]:
     t = Threshold.start(tmp_path_factory.mktemp("tofn-close"))
     try:
         t.computation().setup_key(threshold=2)
+        t.fail_fast_on_stopped_holders()
         yield t
     finally:
         t.stop()
@@ -45,7 +46,7 @@ def _assert_right(rel: object, truth: np.ndarray) -> None:
     assert summary.range_count(0, DOMAIN).standard_error < 0.1 * truth.sum()
 
 
-@pytest.mark.slow  # about 17 s: two releases, a holder stopped and restarted twice
+@pytest.mark.slow  # about 5 s: two releases, a holder stopped and restarted twice
 def test_a_holder_down_from_before_the_close_to_the_end_of_the_release_loses_nothing(tofn: Threshold) -> None:
     contract = tofn.open("s-close", epsilon=1.0)
     assert contract.sealed and contract.seal_threshold == 2  # every holder filled in its t: the owners split 2-of-3

@@ -23,6 +23,7 @@ def tofn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Threshold]:
         c = t.computation()
         fp, names, already = c.setup_key(threshold=2)
         assert not already and names == HOLDERS and c.key_threshold == 2
+        t.fail_fast_on_stopped_holders()
         yield t
     finally:
         t.stop()
@@ -155,10 +156,11 @@ def test_a_release_and_direct_queries_with_one_holder_down_equal_the_single_key_
         assert single.computation().run_release("s-eq", epsilon=0.5).state == "DONE"
         single.computation().direct_range_counts("s-eq", [(0, 10), (5, 40), (17, 64)], 0.1)
     finally:
-        single.stop()
+        single.stop(drop_pending_folds=True)
     t = Threshold.start(tmp_path / "t2", cs_seed=12)
     try:
         t.computation().setup_key(threshold=2)
+        t.fail_fast_on_stopped_holders()
         spy2 = _Spy(t.combiner)
         t.open_and_submit("s-eq")
         _wait_forwarded(t, "s-eq")

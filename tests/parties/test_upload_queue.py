@@ -113,7 +113,7 @@ def small_pool_cluster(tmp_path: Path) -> Iterator[Cluster]:
     try:
         yield c
     finally:
-        c.stop()
+        c.stop(drop_pending_folds=True)
 
 
 def _held_streams(cluster: Cluster, owners: list[str], stop: threading.Event) -> list[grpc.Future]:
