@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -241,6 +241,27 @@ class IntervalTree:
     def __init__(self, domain_size: int,
                  partitions: Sequence[tuple[npt.ArrayLike, npt.ArrayLike, float | npt.ArrayLike]],
                  cells: npt.ArrayLike | None = None) -> None:
+        n, parts, built, cs, at = self._nodes(domain_size, partitions, cells)
+        depths, node_keys, node_depth, node_index = built
+        self.domain_size = n
+        self._depths = depths
+        self.leaf_starts = cs
+        # Cells in bin order: (depth, index) of each node that is spread evenly.
+        self._leaf_depth = node_depth[at]
+        self._leaf_index = node_index[at]
+        self._solve()
+
+    @classmethod
+    def check(cls, domain_size: int,
+              partitions: Sequence[tuple[npt.ArrayLike, npt.ArrayLike, float | npt.ArrayLike]],
+              cells: npt.ArrayLike | None = None) -> None:
+        """InvalidInputError unless the tree could be built (nested partitions, cells among their intervals); keeps
+        nothing, and solves nothing (a summary checks this when it is made and builds the tree when first asked)."""
+        cls._nodes(domain_size, partitions, cells)
+
+    @staticmethod
+    def _nodes(domain_size: int, partitions: Sequence[tuple[npt.ArrayLike, npt.ArrayLike, float | npt.ArrayLike]],
+               cells: npt.ArrayLike | None) -> tuple[int, Any, Any, IntArray, IntArray]:
         if not partitions:
             raise InvalidInputError("a tree estimate needs at least one released partition")
         n = int(domain_size)
@@ -258,9 +279,7 @@ class IntervalTree:
         built = _chain_nodes(n, parts)
         if built is None:  # not a chain of refinements: the general laminar-family construction
             built = _laminar_nodes(n, parts, finest)
-        depths, node_keys, node_depth, node_index = built
-        self.domain_size = n
-        self._depths = depths
+        node_keys = built[1]
         cs = finest if cells is None else np.asarray(cells, dtype=np.int64)
         ce = np.append(cs[1:], n)
         wanted = cs * (n + 1) + ce
@@ -271,11 +290,7 @@ class IntervalTree:
             raise InvalidInputError(
                 f"the estimate's cells must be measured intervals; {int((~found).sum())} are not (first: {missing[:1]})"
             )
-        self.leaf_starts = cs
-        # Cells in bin order: (depth, index) of each node that is spread evenly.
-        self._leaf_depth = node_depth[at]
-        self._leaf_index = node_index[at]
-        self._solve()
+        return n, parts, built, cs, at
 
     # -- the two passes ------------------------------------------------------------
     @staticmethod

@@ -53,10 +53,10 @@ class ReleasedValues:
     """
 
     kind: str
-    values: tuple[int, ...]
+    values: Sequence[int]  # a tuple or a read-only `columns.Column` (made one at construction)
     variance: float
     epsilon: float
-    starts: tuple[int, ...] = ()
+    starts: Sequence[int] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", int_column(self.values))  # 8 bytes a value (`columns.Column`)
@@ -161,9 +161,9 @@ class Summary:
     epsilon: float
     strategy: str
     noise_parties: int
-    starts: tuple[int, ...]
-    sums: tuple[int, ...]
-    sum_variance: tuple[float, ...]
+    starts: Sequence[int]  # each a tuple or a read-only `columns.Column` (made one at construction)
+    sums: Sequence[int]
+    sum_variance: Sequence[float]
     contribution_bound: int = 1
     epsilon_spent: tuple[tuple[str, float], ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
@@ -189,7 +189,9 @@ class Summary:
         if self.estimator == "tree":
             if not self.released or any(r.kind != "partition_sums" for r in self.released):
                 raise InvalidInputError("a tree summary needs released partition sums (and only those)")
-            _ = self._tree  # validates nesting
+            # The nesting checked now; the tree itself (and its solve) only when an estimate is first asked for.
+            IntervalTree.check(self.domain_size, [(r.starts, r.values, r.variance) for r in self.released],
+                               cells=self.starts)
         elif self.estimator in ("haar", "haar_nonnegative"):
             if len(self.released) != 1 or self.released[0].kind != "haar_coefficients":
                 raise InvalidInputError("a wavelet summary needs exactly one released haar_coefficients measurement")

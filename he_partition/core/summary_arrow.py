@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import InvalidInputError
+from .columns import Column
 from .summary import SUMMARY_FORMAT, ReleasedValues, Summary
 
 __all__ = ["ARROW_FORMAT", "PARTITIONS_FILE", "RELEASED_FILE", "SUMMARY_FILES", "BATCH_ROWS", "HEAD_KEY",
@@ -242,20 +243,13 @@ def _column(table: Any, name: str, kind: str, what: str) -> Any:
     return column
 
 
-def _to_ints(col: Any) -> tuple[int, ...]:
-    return tuple(_numpy(col, np.int64).tolist())
+def _to_ints(col: Any) -> Column:
+    """The column's values as a read-only Column over the Arrow buffer (no copy where the data is one chunk)."""
+    return Column(_numpy(col, np.int64))
 
 
-def _to_floats(col: Any) -> tuple[float, ...]:
-    """As Python floats, each distinct value one object (a variance takes a few values over millions of rows)."""
-    arr = _numpy(col, np.float64)
-    if arr.size == 0:
-        return ()
-    uniq, inverse = np.unique(arr, return_inverse=True)
-    if np.isnan(uniq).any():
-        return tuple(arr.tolist())
-    objects = uniq.tolist()
-    return tuple(map(objects.__getitem__, inverse.ravel().tolist()))
+def _to_floats(col: Any) -> Column:
+    return Column(_numpy(col, np.float64))
 
 
 def read_summary(partitions: Any, released: Any = None) -> Summary:
