@@ -272,7 +272,19 @@ def run_case(n: int, owners: int, workdir: Path, ds_workers: int | None = None,
             assert rel.state == "DONE" and rel.summary is not None
             total = sum(r["hist_sum"] for r in results)
             released_total = sum(rel.summary.sums)
-        rss = {"decryption": _vm_hwm_mb(ds_proc.pid), "computation": _vm_hwm_mb(cs_proc.pid),
+        table = _proc_table()
+
+        def workers_peak(root: int) -> float:  # the largest of a server's worker (and ingest) processes, so far
+            peaks = []
+            for pid in _descendants(table, root):
+                try:
+                    peaks.append(_vm_hwm_mb(pid))
+                except OSError:  # ended meanwhile
+                    pass
+            return max(peaks, default=0.0)
+
+        rss = {"decryption_workers_max": workers_peak(ds_proc.pid), "computation_workers_max": workers_peak(cs_proc.pid),
+               "decryption": _vm_hwm_mb(ds_proc.pid), "computation": _vm_hwm_mb(cs_proc.pid),
                "owner_max": max(r["peak_rss_mb"] for r in results),
                # this process: the SDK client that reads the whole summary (in pages when it is large)
                "client": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
