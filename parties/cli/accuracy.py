@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from he_partition.core.errors import DPAggError, InvalidInputError
 
-from .options import (Subparsers, command_adder, computation_target, conn, domain_size, domain_spec, print_json,
-                      tls_args)
+from .options import (Subparsers, command_adder, computation_target, conn, domain_size, domain_spec, positive_int,
+                      print_json, tls_args)
 from .releases import confidence_arg
 
 if TYPE_CHECKING:
@@ -98,16 +98,6 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return v
-
-
 def add_parser(sub: Subparsers) -> None:
     add = command_adder(sub)
     p = add("accuracy", cmd_accuracy,
@@ -120,11 +110,11 @@ def add_parser(sub: Subparsers) -> None:
                    help="the release's epsilon (with --study: default the study's whole budget)")
     p.add_argument("--strategy", default="auto", help="auto (default), hier or privelet; gap and dawa choose their "
                    "partition from the data, so their error cannot be previewed")
-    p.add_argument("--contribution-bound", type=_positive_int, default=1, help="records per person (default 1)")
-    p.add_argument("--max-organizations", type=_positive_int, default=1,
+    p.add_argument("--contribution-bound", type=positive_int, default=1, help="records per person (default 1)")
+    p.add_argument("--max-organizations", type=positive_int, default=1,
                    help="organizations one person may appear in (default 1)")
     p.add_argument("--noise-parties", type=int, choices=(1, 2), default=2, help="noise draws per value (default 2)")
-    p.add_argument("--length", type=_positive_int, action="append",
+    p.add_argument("--length", type=positive_int, action="append",
                    help="range length in bins (repeatable; default: 1 bin, a tenth and half of the domain)")
     p.add_argument("--width", type=float, action="append",
                    help="range width in the domain's values, e.g. 10 (years); a whole number of bins (repeatable)")

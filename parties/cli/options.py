@@ -72,6 +72,17 @@ def domain_size(text: str) -> int:
     return n
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return v
+
+
 def nonempty_id(text: str) -> str:
     """An id given on the command line: an empty one is an error (usually an unset shell variable)."""
     if not text.strip():

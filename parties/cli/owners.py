@@ -15,7 +15,7 @@ from he_partition.core.errors import DPAggError
 from ..common.config import ENV_DECRYPTION
 from ..data_owner.join_quota import DEFAULT_PARTNER_FACTOR
 from .options import (bounding_random, domain_spec, ENV_STATE_DIR, Subparsers, command_adder, computation_target, conn,
-                      print_json,
+                      positive_int, print_json,
                       server_address, state_dir, tls_args, tls_config, upload_key, upload_key_path)
 
 
@@ -106,17 +106,6 @@ def _check_careless_csv(args: argparse.Namespace, hist: Any) -> None:
             f"{args.csv}: {hist.out_of_domain} of {hist.records_read} records ({share:.0%}) fall outside the domain; "
             "a wrong column or unit? Nothing was sent. Pass --accept-out-of-domain to submit the rest anyway"
         )
-
-
-def positive_streams(text: str) -> int:
-    """argparse type of --streams: an integer of at least 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--streams takes a whole number, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--streams must be at least 1, got {n}")
-    return n
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -271,7 +260,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--state-dir", help=f"where upload keys and the encrypted chunks of an unfinished upload are "
                                        f"kept, so a re-run resumes (env {ENV_STATE_DIR}; default ~/.dpagg)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--streams", type=positive_streams, default=None, metavar="N",
+    p.add_argument("--streams", type=positive_int, default=None, metavar="N",
                    help="upload streams at once, each taking the next chunk none has taken (default: 1 for small "
                         "uploads, up to 4 for large ones, one per 64 chunks)")
     p.add_argument("--signing-key", default=os.environ.get("DPAGG_SIGNING_KEY"), metavar="PATH",

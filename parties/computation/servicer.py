@@ -16,7 +16,7 @@ from ..common.convert import (context_to_chunks, contract_to_proto, open_study_k
                               ranges_from_proto, summary_to_proto)
 from .direct import DirectQueries
 from .handler import ComputationHandler
-from .uploads import UploadOutcome
+from .uploads import UploadOutcome, receive_upload
 from .store import ReleaseProgress, ReleaseRecord, ReleaseState
 
 __all__ = ["ComputationServicer", "SERVICE_NAME", "release_to_proto"]
@@ -46,7 +46,7 @@ def release_to_proto(rec: ReleaseRecord,
     return resp
 
 
-def _submit_response(o: UploadOutcome) -> computation_pb2.SubmitHistogramResponse:
+def submit_response(o: UploadOutcome) -> computation_pb2.SubmitHistogramResponse:
     return computation_pb2.SubmitHistogramResponse(committed=o.committed, duplicate=o.duplicate,
                                                    received_chunks=list(o.received), chunk_count=o.chunk_count,
                                                    bytes_received=o.bytes_received)
@@ -104,23 +104,7 @@ class ComputationServicer(computation_pb2_grpc.ComputationServicer):
             raise InvalidInputError("SubmitHistogram must start with a header message")
         h = first.header
         self.policy.same_party(caller, h.owner_id, what="owner_id of the upload header")
-        session = self.handler.open_upload(study_id=h.study_id, owner_id=h.owner_id,
-                                           idempotency_key=h.idempotency_key, domain_length=int(h.domain_length),
-                                           context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count),
-                                           contract_hash=h.contract_hash, signature=bytes(h.signature),
-                                           c1_signature=bytes(h.c1_signature),
-                                           commitment=(bytes(h.c1_parts_digest), tuple(bytes(x) for x in h.key_shares),
-                                                       bytes(h.commitment_signature)))
-        try:
-            for msg in request_iterator:
-                if msg.WhichOneof("part") != "chunk":
-                    session.abort()
-                    raise InvalidInputError("only ciphertext chunks may follow the upload header; upload discarded")
-                session.add(int(msg.chunk.index), msg.chunk.data)
-        except BaseException:
-            session.close()  # a broken stream keeps the chunks that arrived (nothing after an abort)
-            raise
-        return _submit_response(session.finish())
+        return submit_response(receive_upload(self.handler.open_upload, h, request_iterator))
 
     def UploadStatus(self, request: computation_pb2.UploadStatusRequest,
                      context: grpc.ServicerContext) -> computation_pb2.UploadStatusResponse:

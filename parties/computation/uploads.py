@@ -16,7 +16,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from he_partition.core.backend import n_chunks
 from he_partition.core.errors import InvalidInputError
@@ -31,7 +31,7 @@ from .store import ComputationStore, UploadMeta, owner_conflict
 from .threshold.c1_forward import C1Signatures
 
 __all__ = ["UploadSession", "UploadOutcome", "UploadState", "open_upload", "upload_status", "DiskFullError",
-           "DISK_RESERVE_BYTES", "UploadHost"]
+           "DISK_RESERVE_BYTES", "UploadHost", "receive_upload"]
 
 log = logging.getLogger("dpagg.computation")
 
@@ -357,6 +357,29 @@ def open_upload(h: UploadHost, *, study_id: str, owner_id: str, idempotency_key:
     # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
     return UploadSession(h, meta, backend, duplicate=False, contract=contract, signature=sig,
                          sealed=contract.sealed)
+
+
+def receive_upload(open_session: Callable[..., UploadSession], header: Any, chunks: Iterable[Any]) -> UploadOutcome:
+    """One SubmitHistogram stream after its header: the session `open_session(**the header's fields)` opens takes
+    every chunk message of `chunks`, then finishes. Anything but a chunk discards the upload; a broken stream keeps
+    the chunks that arrived (nothing after a discard)."""
+    h = header
+    session = open_session(study_id=h.study_id, owner_id=h.owner_id, idempotency_key=h.idempotency_key,
+                           domain_length=int(h.domain_length), context_fingerprint=h.context_fingerprint,
+                           chunk_count=int(h.chunk_count), contract_hash=h.contract_hash, signature=bytes(h.signature),
+                           c1_signature=bytes(h.c1_signature),
+                           commitment=(bytes(h.c1_parts_digest), tuple(bytes(x) for x in h.key_shares),
+                                       bytes(h.commitment_signature)))
+    try:
+        for msg in chunks:
+            if msg.WhichOneof("part") != "chunk":
+                session.abort()
+                raise InvalidInputError("only ciphertext chunks may follow the upload header; upload discarded")
+            session.add(int(msg.chunk.index), msg.chunk.data)
+    except BaseException:
+        session.close()
+        raise
+    return session.finish()
 
 
 def upload_status(h: UploadHost, study_id: str, owner_id: str, idempotency_key: str) -> UploadOutcome:

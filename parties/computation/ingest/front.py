@@ -20,13 +20,13 @@ import logging
 import multiprocessing.connection
 import os
 import threading
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import grpc
 
-from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
 from parties.wire.v1 import analyst_pb2, computation_pb2
 
@@ -38,7 +38,8 @@ from ...common.tls import TlsConfig
 from ..store_sqlite import SqliteComputationStore
 from ..sealed_uploads import SealedUploads
 from ..threshold.c1_forward import C1Signatures
-from ..uploads import open_upload
+from ..servicer import submit_response
+from ..uploads import open_upload, receive_upload
 from .forwarding import TOKEN_METADATA, Forwarder, service_methods
 
 __all__ = ["FrontSpec", "run_front", "COMMITTED_METHOD", "PREPARE_METHOD", "PUBLIC_CONTEXTS_DIR"]
@@ -149,26 +150,7 @@ class FrontServicer:
         if contract is None:
             return self._forward_all(first, request_iterator, context)
         self.policy.same_party(caller, h.owner_id, what="owner_id of the upload header")
-        session = open_upload(self.uploads, study_id=h.study_id, owner_id=h.owner_id,
-                              idempotency_key=h.idempotency_key, domain_length=int(h.domain_length),
-                              context_fingerprint=h.context_fingerprint, chunk_count=int(h.chunk_count),
-                              contract_hash=h.contract_hash, signature=bytes(h.signature),
-                              c1_signature=bytes(h.c1_signature),
-                              commitment=(bytes(h.c1_parts_digest), tuple(bytes(x) for x in h.key_shares),
-                                          bytes(h.commitment_signature)))
-        try:
-            for msg in request_iterator:
-                if msg.WhichOneof("part") != "chunk":
-                    session.abort()
-                    raise InvalidInputError("only ciphertext chunks may follow the upload header; upload discarded")
-                session.add(int(msg.chunk.index), msg.chunk.data)
-        except BaseException:
-            session.close()
-            raise
-        o = session.finish()
-        return computation_pb2.SubmitHistogramResponse(committed=o.committed, duplicate=o.duplicate,
-                                                       received_chunks=list(o.received), chunk_count=o.chunk_count,
-                                                       bytes_received=o.bytes_received)
+        return submit_response(receive_upload(partial(open_upload, self.uploads), h, request_iterator))
 
     def _ready(self, study_id: str) -> StudyContract | None:
         """The study's contract when this process can take its upload (an aggregate study whose public key is on
