@@ -59,9 +59,10 @@ def summary_frame(summary: Any, domain: BinDomain | None = None, confidence: flo
     the noisy sum and the standard error of its noise; with `confidence` also estimate (the partition's count
     as the summary answers it: the sum itself, or a least-squares tree's estimate), ci_lo, ci_hi, confidence
     and interval_method (see `Summary.interval`)."""
-    from .summary_arrow import partition_arrays  # views of the Arrow data the summary was read from, when it was
-
-    starts, sums, variance = partition_arrays(summary)
+    # The summary's columns (`columns.Column`): read-only arrays, views of the Arrow data it was read from, if it was.
+    starts = np.asarray(summary.starts, dtype=np.int64)
+    sums = np.asarray(summary.sums, dtype=np.int64)
+    variance = np.asarray(summary.sum_variance, dtype=np.float64)
     stops = starts + summary.lengths
     data: dict[str, Any] = {"start": starts, "stop": stops}
     if domain is not None:

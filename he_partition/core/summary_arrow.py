@@ -38,7 +38,7 @@ from .summary import SUMMARY_FORMAT, ReleasedValues, Summary
 
 __all__ = ["ARROW_FORMAT", "PARTITIONS_FILE", "RELEASED_FILE", "SUMMARY_FILES", "BATCH_ROWS", "HEAD_KEY",
            "SummaryTables", "summary_tables", "summary_buffers", "write_summary_files", "read_summary",
-           "read_summary_files", "partition_arrays", "preload"]
+           "read_summary_files", "preload"]
 
 ARROW_FORMAT = "dpagg.summary.arrow.v1"
 PARTITIONS_FILE = "partitions.arrow"
@@ -322,15 +322,3 @@ def read_summary_files(directory: Path | str) -> Summary:
     if not (d / PARTITIONS_FILE).is_file():
         raise InvalidInputError(f"{d} holds no {PARTITIONS_FILE}")
     return read_summary(d / PARTITIONS_FILE, d / RELEASED_FILE)
-
-
-def partition_arrays(s: Summary) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """starts, sums and sum_variance as arrays: read-only views of the Arrow buffers the summary was read from (no
-    copy) when it came from Arrow data of one record batch per column, new arrays otherwise."""
-    tables = s.__dict__.get("_arrow")
-    if tables is not None and tables.partitions.num_rows == s.n_partitions:
-        cols = [tables.partitions.column(name) for name in ("start", "sum", "sum_variance")]
-        if all(c.num_chunks == 1 for c in cols):
-            return _numpy(cols[0], np.int64), _numpy(cols[1], np.int64), _numpy(cols[2], np.float64)
-    return (np.asarray(s.starts, dtype=np.int64), np.asarray(s.sums, dtype=np.int64),
-            np.asarray(s.sum_variance, dtype=np.float64))
