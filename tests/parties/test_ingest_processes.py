@@ -136,3 +136,25 @@ def test_a_second_server_cannot_share_the_ingest_processes_port(tmp_path: Path) 
         assert cluster.computation().study_status("s1").contract.study_id == "s1"  # still serving
     finally:
         cluster.stop()
+
+
+def test_an_ingest_process_that_dies_is_started_again_and_uploads_go_on(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    cluster = Cluster.start(tmp_path, ingest=2)
+    try:
+        fronts = cluster.cs.server._dpagg_fronts
+        cluster.open_study(domain_size=64, owners=("a", "b"))
+        assert cluster.owner("a").submit("s1", blocky_histograms(64)[0]).committed
+        dead = fronts._procs[0][0]
+        os.kill(dead.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (fronts._procs[0][0] is dead or fronts.alive() < 2):
+            time.sleep(0.2)
+        assert fronts._procs[0][0] is not dead and fronts.alive() == 2  # the watcher started it again
+        assert cluster.owner("b").submit("s1", blocky_histograms(64)[1]).committed
+        assert cluster.computation().run_release("s1", epsilon=1.0).state == "DONE"
+    finally:
+        cluster.stop()
