@@ -10,6 +10,7 @@ SQLite, chunks as files, so a restart loses nothing) and `store_memory.MemoryCom
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, cast
 from pathlib import Path
@@ -252,6 +253,21 @@ class ComputationStore(abc.ABC):
 
         The caller has verified `signature` over the chunks (`ciphertext_digest`); both are kept.
         """
+
+    def commit_upload_once(self, meta: UploadMeta, signature: bytes = b"",
+                           ciphertext_digest: bytes = b"") -> tuple[Submission, bool]:
+        """`commit_upload`, and whether THIS call committed (False: another stream of the same upload already had).
+
+        An owner may send one upload over several streams, which may end together (in one process or in
+        several sharing the store): exactly one of them sees True and folds and forwards the upload. A store
+        shared by processes overrides this with one transaction; this default serves one process's store.
+        """
+        with self._commit_lock:
+            before = self.get_submission(meta.study_id, meta.owner_id)
+            sub = self.commit_upload(meta, signature, ciphertext_digest)
+            return sub, before is None
+
+    _commit_lock = threading.Lock()
 
     @abc.abstractmethod
     def discard_upload(self, meta: UploadMeta) -> None:

@@ -233,8 +233,8 @@ class SqliteComputationStore(ComputationStore):
                     return
             if current is not None:
                 self.discard_upload(current)
-            with self._tx():
-                self._db.execute(f"INSERT INTO uploads ({_META_COLS}, started_at, signature) "
+            with self._tx():  # OR IGNORE: a parallel stream of the same upload (maybe in another process) began it
+                self._db.execute(f"INSERT OR IGNORE INTO uploads ({_META_COLS}, started_at, signature) "
                                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                  (meta.study_id, meta.owner_id, meta.idempotency_key, meta.chunk_count,
                                   meta.domain_length, meta.context_fingerprint, utc_now(), bytes(signature)))
@@ -356,18 +356,25 @@ class SqliteComputationStore(ComputationStore):
         return out
 
     def commit_upload(self, meta: UploadMeta, signature: bytes = b"", ciphertext_digest: bytes = b"") -> Submission:
+        return self.commit_upload_once(meta, signature, ciphertext_digest)[0]
+
+    def commit_upload_once(self, meta: UploadMeta, signature: bytes = b"",
+                           ciphertext_digest: bytes = b"") -> tuple[Submission, bool]:
+        """Commit in one BEGIN IMMEDIATE transaction: the check for an existing submission and the insert hold
+        SQLite's write lock together, so of several streams of one upload (threads, or processes sharing the
+        data directory) exactly one commits and sees True; the others get the same submission and False."""
         with self._lock:
-            sub = self._submission(meta.study_id, meta.owner_id)
-            if sub is not None:
-                if sub.meta == meta:
-                    return sub
-                raise owner_conflict(sub)
-            if self._upload(meta.study_id, meta.owner_id) != meta:
-                raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}")
-            held = self.received_chunks(meta)
-            _check_complete(meta, held)
-            sub = Submission(meta, sum(held.values()), utc_now(), bytes(signature), bytes(ciphertext_digest))
             with self._tx():
+                sub = self._submission(meta.study_id, meta.owner_id)
+                if sub is not None:
+                    if sub.meta == meta:
+                        return sub, False
+                    raise owner_conflict(sub)
+                if self._upload(meta.study_id, meta.owner_id) != meta:
+                    raise NotFoundError(f"no open upload {meta.idempotency_key} for owner {meta.owner_id}")
+                held = self.received_chunks(meta)
+                _check_complete(meta, held)
+                sub = Submission(meta, sum(held.values()), utc_now(), bytes(signature), bytes(ciphertext_digest))
                 self._db.execute(
                     f"INSERT INTO submissions ({_META_COLS}, bytes_total, committed_at, signature, ciphertext_digest) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -378,7 +385,7 @@ class SqliteComputationStore(ComputationStore):
                                  (meta.study_id, meta.owner_id))
             for leftover in self._dir(meta).glob(f".*{STAGED_SUFFIX}"):  # staged by a stream that broke off
                 leftover.unlink(missing_ok=True)
-            return sub
+            return sub, True
 
     def discard_upload(self, meta: UploadMeta) -> None:
         with self._lock:

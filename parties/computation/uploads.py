@@ -264,18 +264,21 @@ class UploadSession:
         """Commit if every chunk has arrived (and, in a signed study, the signature verifies); else report what is held.
 
         An owner may send one upload over several streams at once: each stream makes its own chunks durable
-        before it looks, so the one that ends last sees every chunk and commits (two that end together may both
-        commit: the store's commit is idempotent, and the fold request and the forward are too)."""
+        before it looks, so the one that ends last sees every chunk and commits. Two that end together may both
+        find the upload complete: the store's `commit_upload_once` lets exactly one of them commit (one SQLite
+        transaction, across processes too), and only that one requests the fold and the forward."""
         self._release_disk()
         self.sync()  # what the reply lists is on disk
         held = self._h.store.received_chunks(self.meta)
         if not self.duplicate and len(held) == self.meta.chunk_count:
             ciphertext_digest = self._verify()
-            self._h.store.commit_upload(self.meta, self.signature if ciphertext_digest else b"", ciphertext_digest)
-            self._h.folds.request(self.meta.study_id, self._backend)
-            log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id, self.meta.owner_id,
-                     len(held), sum(held.values()))
-            self._h.forward_when_complete(self.meta.study_id)
+            _, first = self._h.store.commit_upload_once(self.meta, self.signature if ciphertext_digest else b"",
+                                                        ciphertext_digest)
+            if first:  # another stream of this upload may have committed it already: fold and forward once
+                self._h.folds.request(self.meta.study_id, self._backend)
+                log.info("study %s: committed owner %s (%d chunks, %d bytes)", self.meta.study_id,
+                         self.meta.owner_id, len(held), sum(held.values()))
+                self._h.forward_when_complete(self.meta.study_id)
         state = UploadState.COMMITTED if self.duplicate or len(held) == self.meta.chunk_count else UploadState.PARTIAL
         return UploadOutcome(state, tuple(sorted(held)), self.meta.chunk_count, sum(held.values()), self.duplicate)
 

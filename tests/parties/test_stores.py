@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.queues
+import multiprocessing.synchronize
 import sqlite3
 import threading
 from fractions import Fraction
@@ -410,3 +413,42 @@ def test_a_refusal_with_only_float_dust_left_says_0(ledger_factory: Callable[[],
     with pytest.raises(BudgetExhaustedError) as ei:
         store.charge("s1", "late", "prefix_differences", 1e-3, 1e-3)
     assert "has 0 left of 1" in str(ei.value) and "e-1" not in str(ei.value)
+
+
+def _commit_in_own_process(directory: str, barrier: "multiprocessing.synchronize.Barrier",
+                           results: "multiprocessing.queues.Queue[str]") -> None:
+    """One stream's end in its own CS process: its own store on the shared data directory, then the commit."""
+    store = SqliteComputationStore(Path(directory), durable=False)
+    try:
+        store.start_upload(meta())  # every stream begins the same upload: must not discard the others' chunks
+        barrier.wait()
+        _, first = store.commit_upload_once(meta())
+        results.put("first" if first else "again")
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        results.put(f"error: {exc!r}")
+    finally:
+        store.close()
+
+
+def test_streams_in_several_processes_commit_one_upload_exactly_once(tmp_path: Path) -> None:
+    """Four streams of one upload end together in four processes sharing the SQLite store: exactly one commits
+    (and so folds and forwards), the others see it committed, and no chunk is lost."""
+    ctx = multiprocessing.get_context("fork")
+    setup = SqliteComputationStore(tmp_path / "cs", durable=False)
+    m = meta()
+    setup.start_upload(m)
+    for i in range(3):
+        setup.put_chunk(m, i, bytes([i]) * 8)
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_commit_in_own_process, args=(str(tmp_path / "cs"), barrier, results))
+             for _ in range(4)]
+    for p in procs:
+        p.start()
+    outcomes = sorted(results.get(timeout=30) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    assert outcomes == ["again", "again", "again", "first"], outcomes
+    sub = setup.get_submission("s1", "a")
+    assert sub is not None and sub.bytes_total == 24
+    assert [setup.read_chunk(sub, i) for i in range(3)] == [bytes([i]) * 8 for i in range(3)]
+    setup.close()
