@@ -96,6 +96,17 @@ def _close_when_idle(stream: Generator[Any, None, None], timeout: float = 120.0)
             time.sleep(0.01)
 
 
+
+def kept_context(data_dir: Path, fingerprint: str) -> bytes | None:
+    """The public context of key `fingerprint` a computation server kept in `data_dir` (None: not kept, or not that
+    key): its own file per key, or the single file of the server key from before keys were per study."""
+    for p in (data_dir / PUBLIC_CONTEXTS_DIR / f"{fingerprint}.bin", data_dir / PUBLIC_CONTEXT_FILE):
+        if p.exists():
+            data = p.read_bytes()
+            if context_fingerprint(data) == fingerprint:
+                return data
+    return None
+
 class ComputationHandler:
     """The computation server's operations. It holds public material only: no secret key ever reaches it.
 
@@ -170,14 +181,7 @@ class ComputationHandler:
 
     def _cached_context(self, fingerprint: str) -> bytes | None:
         """The public context of key `fingerprint` this server kept on disk (None: not kept, or not that key)."""
-        if self.data_dir is None:
-            return None
-        for p in (self.data_dir / PUBLIC_CONTEXTS_DIR / f"{fingerprint}.bin", self.data_dir / PUBLIC_CONTEXT_FILE):
-            if p.exists():
-                data = p.read_bytes()
-                if context_fingerprint(data) == fingerprint:
-                    return data
-        return None
+        return None if self.data_dir is None else kept_context(self.data_dir, fingerprint)
 
     @property
     def key_holders(self) -> int:

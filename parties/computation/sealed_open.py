@@ -25,11 +25,9 @@ from he_partition.he.bfv import load_context
 from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 
 from ..common.sealing import is_sealed, open_chunk
+from .store_sqlite import STAGED_SUFFIX  # a name the store's chunk listing skips
 
-__all__ = ["OpenJob", "ChunkOpener", "opener_of", "STAGED_OPEN_SUFFIX"]
-
-#: The suffix of an opened chunk written beside its sealed file, before the server renames it into place.
-STAGED_OPEN_SUFFIX = ".part"
+__all__ = ["OpenJob", "ChunkOpener", "opener_of"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class ChunkOpener:
                 continue
             staged = ""
             if opened is not data:
-                target = path.with_name(f".{path.name}.{secrets.token_hex(4)}{STAGED_OPEN_SUFFIX}")
+                target = path.with_name(f".{path.name}.{secrets.token_hex(4)}{STAGED_SUFFIX}")
                 target.write_bytes(opened)
                 staged = str(target)
             out.append((part, staged, ""))

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import grpc
 
-from he_partition.he.bfv import BfvBackend, context_fingerprint, load_context
+from he_partition.he.bfv import BfvBackend, load_context
 from parties.wire.v1 import analyst_pb2, computation_pb2
 
 from ...common.access import AccessPolicy
@@ -38,11 +38,12 @@ from ...common.tls import TlsConfig
 from ..store_sqlite import SqliteComputationStore
 from ..sealed_uploads import SealedUploads
 from ..threshold.c1_forward import C1Signatures
+from ..handler import kept_context
 from ..servicer import submit_response
 from ..uploads import open_upload, receive_upload
 from .forwarding import TOKEN_METADATA, Forwarder, service_methods
 
-__all__ = ["FrontSpec", "run_front", "COMMITTED_METHOD", "PREPARE_METHOD", "PUBLIC_CONTEXTS_DIR"]
+__all__ = ["FrontSpec", "run_front", "COMMITTED_METHOD", "PREPARE_METHOD"]
 
 log = logging.getLogger("dpagg.computation")
 
@@ -50,8 +51,6 @@ log = logging.getLogger("dpagg.computation")
 COMMITTED_METHOD = "/dpagg.computation.ingest.Coordinator/Committed"
 #: ... and the one that fetches a study's contract and public key for the fronts (kept on disk).
 PREPARE_METHOD = "/dpagg.computation.ingest.Coordinator/Prepare"
-#: Where the coordinator keeps each study key's public context (`ComputationHandler._key_of`).
-PUBLIC_CONTEXTS_DIR = "public_contexts"
 SUBMIT_METHOD = "/dpagg.v1.Computation/SubmitHistogram"
 
 
@@ -112,9 +111,8 @@ class FrontUploads:
             backend = self._backends.get(want)
         if backend is not None:
             return backend
-        path = self.data_dir / PUBLIC_CONTEXTS_DIR / f"{want}.bin"
-        data = path.read_bytes() if path.exists() else b""
-        if not data or context_fingerprint(data) != want:
+        data = kept_context(self.data_dir, want)  # what the coordinator kept on disk
+        if data is None:
             raise _Forward(contract.study_id)  # the coordinator fetches it from the key holder
         ctx = load_context(data)
         if ctx.is_private():
