@@ -35,6 +35,7 @@ from .accounting import RangeQuery
 from .estimation import haar_depth, haar_forward_prefix
 from .noise import RandomSource, discrete_laplace, laplace_scale, discrete_laplace_variance
 from .backend import DEFAULT_PLAIN_MODULUS, centre, n_chunks
+from .columns import Column
 from .validation import positive_finite
 
 __all__ = [
@@ -234,11 +235,19 @@ class PartitionSums(Measurement):
     """
 
     kind: ClassVar[str] = "partition_sums"
-    starts: tuple[int, ...] = field(default=(0,))
+    #: Kept as a read-only int64 `Column` (reads like a tuple of ints; 8 bytes a start where a tuple
+    #: of Python ints takes 36: 2^24 starts are 128 MB, not 600).
+    starts: Sequence[int] = field(default=(0,))
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        s = np.asarray(self.starts, dtype=np.int64)
+        if not isinstance(self.starts, Column):
+            s = np.array(self.starts, dtype=np.int64)  # a copy of its own (nobody else can change it)
+            if s.ndim != 1:
+                raise InvalidInputError("partition starts must be a flat sequence of integers")
+            s.setflags(write=False)
+            object.__setattr__(self, "starts", Column(s))
+        s = np.asarray(self.starts)
         if s.size == 0 or s[0] != 0:
             raise InvalidInputError("partition starts must begin with 0")
         if np.any(np.diff(s) <= 0) or s[-1] >= self.domain_size:
@@ -249,7 +258,7 @@ class PartitionSums(Measurement):
     @cached_property
     def ends(self) -> IntArray:
         """Index of each partition's last bin (read-only; computed once: both sides use it several times)."""
-        s = np.asarray(self.starts, dtype=np.int64)
+        s = np.asarray(self.starts)
         ends = np.append(s[1:], self.domain_size) - 1
         ends.setflags(write=False)
         return ends
@@ -278,7 +287,7 @@ class PartitionSums(Measurement):
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
-        d["starts"] = [int(v) for v in self.starts]
+        d["starts"] = np.asarray(self.starts).tolist()
         return d
 
 
@@ -490,7 +499,7 @@ def measurement_from_dict(d: dict[str, Any]) -> Measurement:
     if cls is None:
         raise InvalidInputError(f"unknown measurement kind {kind!r}; known: {sorted(_KINDS)}")
     kwargs = {k: v for k, v in d.items() if k != "kind"}
-    if "starts" in kwargs:
+    if "starts" in kwargs and not (isinstance(kwargs["starts"], np.ndarray) and kwargs["starts"].dtype == np.int64):
         kwargs["starts"] = tuple(int(v) for v in kwargs["starts"])
     try:
         return cls(**kwargs)

@@ -6,14 +6,17 @@ import hashlib
 import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from parties.wire.v1 import common_pb2, decryption_pb2
 from he_partition.core.errors import InvalidInputError
-from he_partition.core.measurements import Measurement, measurement_from_dict
+from he_partition.core.measurements import Measurement, PartitionSums, measurement_from_dict
 from he_partition.core.summary import RangeCount, RangeCounts, ReleasedValues, Summary
 
 from .config import CONTEXT_CHUNK_BYTES
 from .approval import StudyApproval
-from .contract import StudyContract, check_id
+from .contract import StudyContract, canonical_json, check_id
 from .sealing import Commitment
 from .signing import OwnerSignature
 
@@ -22,6 +25,7 @@ __all__ = [
     "approval_to_proto",
     "contract_to_proto",
     "contract_from_proto",
+    "measurement_json",
     "measurement_to_proto",
     "measurement_from_proto",
     "summary_to_proto",
@@ -91,21 +95,45 @@ def contract_from_proto(p: common_pb2.StudyContract, *, verify_hash: bool = True
     return c
 
 
+#: Partition starts formatted per block when a measurement's spec is written (`measurement_json`).
+_JSON_BLOCK = 1 << 16
+
+
+def measurement_json(m: Measurement) -> str:
+    """`canonical_json(m.to_dict())`, the text that names a measurement (its hash is in each ledger row and it
+    keys the key holder's draw), written without a Python int per partition start.
+
+    The same text, character for character: "starts" is the last of a partition-sums spec's sorted keys, and
+    each start is written as json writes an int, a block of starts at a time (at 2^24 starts the list of
+    Python ints `to_dict` makes would be about 600 MB more).
+    """
+    if not isinstance(m, PartitionSums) or len(m.starts) <= _JSON_BLOCK:
+        return canonical_json(m.to_dict())
+    head = canonical_json(Measurement.to_dict(m))  # every field but the starts, sorted; "starts" sorts last
+    starts = np.asarray(m.starts)
+    parts = [head[:-1], ',"starts":[']
+    for lo in range(0, len(starts), _JSON_BLOCK):
+        parts.extend(("," if lo else "", ",".join(map(str, starts[lo:lo + _JSON_BLOCK].tolist()))))
+    parts.append("]}")
+    return "".join(parts)  # one copy of the text besides its blocks
+
+
 def measurement_to_proto(m: Measurement, *, with_starts: bool = True) -> common_pb2.MeasurementSpec:
     """The measurement's spec; `with_starts=False` leaves the partition starts out (they travel in pages)."""
-    d = m.to_dict()
+    starts = getattr(m, "starts", None)
     return common_pb2.MeasurementSpec(
-        kind=d["kind"], domain_size=int(d["domain_size"]), epsilon=float(d["epsilon"]),
-        sensitivity=int(d["sensitivity"]), starts=[int(s) for s in d.get("starts", [])] if with_starts else [],
-        lo=int(d.get("lo", 0)), hi=int(d.get("hi", 0)),
+        kind=m.kind, domain_size=int(m.domain_size), epsilon=float(m.epsilon), sensitivity=int(m.sensitivity),
+        starts=np.asarray(starts, dtype=np.int64).tolist() if with_starts and starts is not None else [],
+        lo=int(getattr(m, "lo", 0)), hi=int(getattr(m, "hi", 0)),
     )
 
 
-def measurement_from_proto(p: common_pb2.MeasurementSpec) -> Measurement:
+def measurement_from_proto(p: common_pb2.MeasurementSpec, starts: npt.NDArray[np.int64] | None = None) -> Measurement:
+    """The measurement a spec names; `starts`: its partition starts when they came in pages (not in `p`)."""
     d: dict[str, Any] = {"kind": p.kind, "domain_size": int(p.domain_size), "epsilon": float(p.epsilon),
                          "sensitivity": int(p.sensitivity)}
     if p.kind == "partition_sums":
-        d["starts"] = [int(s) for s in p.starts]
+        d["starts"] = starts if starts is not None else np.fromiter(p.starts, dtype=np.int64, count=len(p.starts))
     elif len(p.starts):
         raise InvalidInputError(f"measurement kind {p.kind!r} takes no partition starts")
     if p.kind == "range_count":

@@ -94,6 +94,7 @@ def read_measurement_header(requests: Iterator[decryption_pb2.DecryptMeasurement
                             ) -> tuple[decryption_pb2.DecryptMeasurementHeader, Measurement]:
     """The header of a DecryptMeasurement / IssueShares stream and its measurement, starts' pages read.
 
+    Paged starts go into the measurement only (one int64 array), not into `header.measurement`.
     Leaves `requests` at the first chunk. INVALID_ARGUMENT for a stream that does not start with a
     header, or whose pages do not add up to `starts_count` before the first chunk.
     """
@@ -101,7 +102,7 @@ def read_measurement_header(requests: Iterator[decryption_pb2.DecryptMeasurement
     if first is None or first.WhichOneof("part") != "header":
         raise InvalidInputError(f"{method} must start with a header message")
     header = decryption_pb2.DecryptMeasurementHeader()
-    header.CopyFrom(first.header)  # small when the starts are paged; filled in below
+    header.CopyFrom(first.header)  # small when the starts are paged
     want = int(header.starts_count)
     if want < 0:
         raise InvalidInputError(f"starts_count must be >= 0, got {want}")
@@ -111,16 +112,19 @@ def read_measurement_header(requests: Iterator[decryption_pb2.DecryptMeasurement
                                     "header in pages (measurement.starts then empty)")
         if want > header.measurement.domain_size:
             raise InvalidInputError(f"starts_count {want} exceeds the domain size {header.measurement.domain_size}")
-        got = header.measurement.starts
-        while len(got) < want:
+        starts = np.empty(want, dtype=np.int64)  # the pages go straight into one array (8 bytes a start)
+        got = 0
+        while got < want:
             msg = next(requests, None)
             if msg is None or msg.WhichOneof("part") != "starts":
-                raise InvalidInputError(f"{method}: {want} partition starts announced, {len(got)} arrived before "
+                raise InvalidInputError(f"{method}: {want} partition starts announced, {got} arrived before "
                                         f"{'the end' if msg is None else 'a ' + str(msg.WhichOneof('part'))}")
             page = msg.starts.values
-            if len(got) + len(page) > want:
+            if got + len(page) > want:
                 raise InvalidInputError(f"{method}: more than the announced {want} partition starts")
-            got.extend(page)
+            starts[got:got + len(page)] = page
+            got += len(page)
+        return header, measurement_from_proto(header.measurement, starts=starts)
     return header, measurement_from_proto(header.measurement)
 
 

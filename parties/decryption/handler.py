@@ -40,6 +40,7 @@ from he_partition.protocol import EPSILON_TOLERANCE, STRATEGY_MEASUREMENT_KINDS,
 from ..common.approval import ApprovalBook, StudyApproval
 from ..common.contract import StudyContract, canonical_json, charged_epsilon, check_id, join_terms_of
 from ..common.contract import scaled_charge as _scaled
+from ..common.convert import measurement_json
 from ..common.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
 from ..common.signing import stream_digest
 from ..common.util import new_id
@@ -843,7 +844,7 @@ class DecryptionHandler:
             vector = ChunkedVector(contract.domain_size, tuple(
                 next(sent) if i in wanted else None for i in range(n_chunks(contract.domain_size, backend.slots))))
             stream = self._noise_stream(study_id, release_id, digest)
-            spec = canonical_json(measurement.to_dict())  # once: a 1M-value measurement's spec is ~8 MB of JSON
+            spec = measurement_json(measurement)  # once: a 1M-value measurement's spec is ~8 MB of JSON
             detail = decryption_detail(contract, measurement, digest, noise_stream=stream, spec_json=spec)
             prior = None if isinstance(measurement, RangeCount) else next(
                 (c for c in self.ledger.charges(study_id) if c.release_id == release_id and c.detail == detail), None)
@@ -859,6 +860,7 @@ class DecryptionHandler:
                                   self._request_noise(study_id, release_id, float(release_epsilon),
                                                       measurement, digest, stream=stream, spec_json=spec),
                                   budget, contract.noise_parties)
+            del spec  # in the row's detail and the draw's key now; not held while the values are decoded
             # In-process: one user of the secret-key decryptor at a time; the workers have their own.
             with self._decrypt_lock if pipeline is None else nullcontext():
                 started = time.monotonic()
@@ -951,12 +953,14 @@ class DecryptionHandler:
         if the caller has it (the label is the same text either way). Draws no noise itself.
         """
         marker = f"measurement:{uuid.uuid4().hex}"
-        label = canonical_json({"study_id": study_id, "release_id": release_id, "release_epsilon": release_epsilon,
-                                "measurement": marker if spec_json is not None else m.to_dict(),
-                                "ciphertext_digest": digest})
-        if spec_json is not None:
-            label = label.replace(f'"{marker}"', spec_json, 1)
-        return KeyedRandom(self._noise_key, label.encode("utf-8"), stream=stream)
+        head, tail = canonical_json({"study_id": study_id, "release_id": release_id,
+                                     "release_epsilon": release_epsilon, "measurement": marker,
+                                     "ciphertext_digest": digest}).split(f'"{marker}"', 1)
+        spec = spec_json if spec_json is not None else measurement_json(m)
+        # The label's bytes in one piece (the spec is ASCII: canonical JSON), not the text and then its bytes.
+        label = b"".join((head.encode("utf-8"), spec.encode("ascii"), tail.encode("utf-8")))
+        del spec
+        return KeyedRandom(self._noise_key, label, stream=stream)
 
     def charge_direct_queries(self, *, study_id: str, request_id: str, contract_hash: str,
                               ranges: Sequence[tuple[int, int]], epsilon: float) -> DirectCharge:
@@ -1041,7 +1045,7 @@ def decryption_detail(contract: StudyContract, m: Measurement, ciphertext_digest
     Kept small (hashes, not the ciphertexts or partition starts), so every decryption is
     recorded and can later be matched with the computation server's records.
     """
-    spec = hashlib.sha256((spec_json if spec_json is not None else canonical_json(m.to_dict())).encode("utf-8")).hexdigest()
+    spec = hashlib.sha256((spec_json if spec_json is not None else measurement_json(m)).encode("utf-8")).hexdigest()
     return canonical_json({"contract_hash": contract.contract_hash, "measurement_sha256": spec,
                            "ciphertext_digest": ciphertext_digest, "values": int(m.count),
                            "sensitivity": int(m.sensitivity),

@@ -117,15 +117,15 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                 if len(chunks) >= header.chunk_count:
                     raise InvalidInputError(f"more than the announced {header.chunk_count} ciphertext chunks")
                 j = len(chunks)
-                chunks.append(msg.chunk)
+                data = msg.chunk  # read once: each read of a bytes field is a copy of its own
+                chunks.append(data)
                 if pipeline is not None:
-                    pipeline.submit(msg.chunk, None if signed_c1 is None else signed_c1[j])
+                    pipeline.submit(data, None if signed_c1 is None else signed_c1[j])
                     refused = pipeline.failed()  # bytes a worker could not parse end the stream here (public)
                     if refused is not None:
                         raise refused.with_traceback(None) from None
                     continue
-                signed.append(msg.chunk if signed_c1 is None else self.handler.with_signed_c1(msg.chunk, j,
-                                                                                            signed_c1[j]))
+                signed.append(data if signed_c1 is None else self.handler.with_signed_c1(data, j, signed_c1[j]))
                 # Parse and flood each chunk as it arrives, while the sender encrypts the next one (its integrity
                 # check, a function of the secret key, runs after the charge).
                 checked.append(self.handler.checked_chunk(signed[j], j, contract))

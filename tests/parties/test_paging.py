@@ -6,6 +6,8 @@ test at the end releases 2^21 bins with every gRPC message limited to 2 MiB.
 """
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import grpc
@@ -14,8 +16,11 @@ import pytest
 
 from he_partition.core.errors import InvalidInputError
 from he_partition.core.measurements import PartitionSums
-from parties.common import paging
+from he_partition.core.noise import KeyedRandom
+from parties.common import convert, paging
+from parties.common.contract import canonical_json
 from parties.common.convert import summary_to_proto
+from parties.decryption.handler import NOISE_STREAM, DecryptionHandler
 from parties.common.errors import ServiceError
 from parties.wire.v1 import analyst_pb2, analyst_pb2_grpc, computation_pb2, computation_pb2_grpc, decryption_pb2
 
@@ -174,6 +179,24 @@ def test_a_header_whose_starts_pages_do_not_add_up_is_invalid_argument(small_pag
     extra = msgs[:1] + [decryption_pb2.DecryptMeasurementRequest(starts=decryption_pb2.Int64Page(values=[1] * 20))]
     with pytest.raises(InvalidInputError, match="more than the announced"):
         paging.read_measurement_header(iter(extra), "DecryptMeasurement")
+
+
+def test_a_spec_written_a_block_of_starts_at_a_time_is_the_canonical_json_and_keys_the_same_draw(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(convert, "_JSON_BLOCK", 4)  # 11 starts: three blocks
+    m = PartitionSums(domain_size=100, epsilon=0.3, sensitivity=2, starts=(0, 3, 7, 11, 19, 20, 31, 42, 57, 60, 99))
+    text = convert.measurement_json(m)
+    assert text == canonical_json(m.to_dict()) and json.loads(text)["starts"] == list(m.starts)
+    # The key holder's draw is keyed by the same label as when the spec was spliced in as text.
+    key, digest = b"k" * 32, "ab" * 32
+    label = canonical_json({"study_id": "s", "release_id": "r", "release_epsilon": 1.0, "measurement": m.to_dict(),
+                            "ciphertext_digest": digest}).encode("utf-8")
+    want = KeyedRandom(key, label, stream=NOISE_STREAM).integers(1 << 40, 16)
+    holder = SimpleNamespace(_noise_key=key)
+    for spec in (text, None):
+        got = DecryptionHandler._request_noise(holder, "s", "r", 1.0, m, digest,  # type: ignore[arg-type]
+                                               stream=NOISE_STREAM, spec_json=spec).integers(1 << 40, 16)
+        assert np.array_equal(got, want)
 
 
 @pytest.mark.slow

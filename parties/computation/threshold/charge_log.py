@@ -24,7 +24,8 @@ import grpc
 
 from he_partition.core.errors import BudgetExhaustedError
 
-from ...common.contract import StudyContract, canonical_json, charged_epsilon
+from ...common.contract import StudyContract, charged_epsilon
+from ...common.convert import measurement_json
 from ...common.errors import reason_of
 from ...decryption.keyshare.charges import (ChargeEntry, LogBudget, SignedCharge, chain_total, charge_epsilon,
                                             charge_request, dump_log, exact_text, load_log, log_budget)
@@ -131,7 +132,7 @@ class StudyChargeLogs:
         when the whole log plus it fits the budget (`charges.ChargeBook.sign`). Draws no noise, so
         nobody knows noise from it."""
         study_id = contract.study_id
-        request = charge_request(study_id, release_id, release_epsilon, canonical_json(measurement.to_dict()))
+        request = charge_request(study_id, release_id, release_epsilon, measurement_json(measurement))
         with self._lock:
             lock = self._study_locks.setdefault(study_id, threading.Lock())
         with lock:
@@ -173,7 +174,7 @@ class StudyChargeLogs:
         study_id = contract.study_id
         done = {c.entry.request for c in self.log(study_id)}
         cost = sum((charge_epsilon(charged_epsilon(contract, m, epsilon)) for m in measurements
-                    if charge_request(study_id, request_id, epsilon, canonical_json(m.to_dict())) not in done),
+                    if charge_request(study_id, request_id, epsilon, measurement_json(m)) not in done),
                    Fraction(0))
         view = self.view(contract.epsilon, study_id)
         spent, left = view.spent, view.available

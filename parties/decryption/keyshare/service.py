@@ -40,7 +40,8 @@ from he_partition.he.threshold.keys import HolderSecret
 from he_partition.protocol import MAX_NOISE_SCALE
 
 from ...common.approval import ApprovalBook, StudyApproval
-from ...common.contract import StudyContract, canonical_json, charged_epsilon, check_id
+from ...common.contract import StudyContract, charged_epsilon, check_id
+from ...common.convert import measurement_json
 from ...common.errors import FailedPreconditionError, NotFoundError
 from ..handler import NOISE_STREAM, DecryptionHandler, decryption_detail
 from ..keys import KeyMaterial
@@ -416,7 +417,7 @@ class KeyShareService:
         if int(chunk_count) != len(chunk_index):
             raise InvalidInputError(f"the request announces {chunk_count} chunks; measurement {measurement.kind} "
                                     f"measures {len(chunk_index)}: nothing was charged or decrypted")
-        spec_json = canonical_json(measurement.to_dict())  # once: a 1M-bin partition's spec is megabytes
+        spec_json = measurement_json(measurement)  # once: a 1M-bin partition's spec is megabytes
         k = len(self.holders)
         if self.threshold is not None:  # the charge in the signed log, before anything is computed for the set
             assert self.charges is not None
