@@ -85,6 +85,8 @@ def _run(s: dict[str, Any], workers: int, chunks: int, tmp: Path) -> tuple[dict[
         return {"cold_s": round(times[0], 3), "warm_s": round(min(times[1:]), 3)}, first
     finally:
         holder.close()
+        if pool is not None:
+            pool.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,7 +151,8 @@ class ThresholdHolder:
         self._weighted: dict[tuple[bytes, tuple[int, ...]], HolderSecret] = {}
         #: (study, chunk) -> c1_digest of the signed aggregate c1 (public), for pooled measurements.
         self._bounds: dict[tuple[str, int], bytes] = {}
-        #: The local workers computing a large measurement's shares (a keyless `DecryptPool`); None: in-process.
+        #: The local workers computing a large measurement's shares (`share_workers.holder_pool`, closed by whoever
+        #: made it); None: in-process.
         self.pool = pool
         #: Study id -> this holder's key share file in its key store (mode 0600), or None (no file: the workers
         #: get the share's bytes through their pipe).
@@ -246,8 +247,7 @@ class ThresholdHolder:
                 del self._weighted[key]
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
+        """Close the ledger (the pool is its owner's to close: `KeyShareService.close`)."""
         self.ledger.close()
         self._db.close()
 
