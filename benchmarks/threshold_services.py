@@ -4,6 +4,7 @@
     python benchmarks/threshold_services.py                     # 1,048,576 bins, K = 1 then K = 3
     python benchmarks/threshold_services.py --bins 4096         # a quick run
     python benchmarks/threshold_services.py --threshold 2       # K = 3 as a 2-of-3 key
+    python benchmarks/threshold_services.py --cases 3 --holder-workers 0,default   # holders in-process / pooled
 
 Each case starts real `dpagg serve-*` processes on loopback (plaintext test setup): K = 1 is one
 decryption server and a computation server with `--decryption`; K = 3 is three decryption servers in
@@ -16,6 +17,9 @@ wall, upload and release phases, the computation server's release time, the key 
 peak RSS (VmHWM) of every server process and the largest owner, every holder's spend (they must
 agree), and the K = 3 / K = 1 ratios (target: wall within 1.3x). The cases alternate K = 1, K = 3
 `--repeat` times so both see the same machine load. Writes benchmarks/results/threshold_services.json.
+`--holder-workers` runs each K > 1 case once per entry (each holder's `--decrypt-workers`: 0, in the
+server process, as before the holders had workers; `default`, its default min(cores, 8)), alternating,
+and writes benchmarks/results/threshold_services_holder_workers.json.
 """
 
 from __future__ import annotations
@@ -73,9 +77,11 @@ def _owner(index: int, study: str, n: int, cs: str, ready: Any, go: Any, out: An
     finish.wait(1800)
 
 
-def _servers(k: int, workdir: Path, threshold: int = 0) -> tuple[dict[str, tuple[subprocess.Popen[bytes], str]], str,
-                                                                 float]:
-    """Start the key holder(s) and the CS; K > 1 runs the key setup. Returns ({name: (proc, addr)}, cs, setup_s)."""
+def _servers(k: int, workdir: Path, threshold: int = 0, holder_workers: int | None = None
+             ) -> tuple[dict[str, tuple[subprocess.Popen[bytes], str]], str, float]:
+    """Start the key holder(s) and the CS; K > 1 runs the key setup. Returns ({name: (proc, addr)}, cs, setup_s).
+
+    `holder_workers`: each holder's --decrypt-workers (None: its default)."""
     procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     if k == 1:
         procs["decryption"] = _start_server(["serve-decryption", "--insecure", "--data-dir", str(workdir / "ds")],
@@ -83,9 +89,10 @@ def _servers(k: int, workdir: Path, threshold: int = 0) -> tuple[dict[str, tuple
         link = ["--decryption", procs["decryption"][1]]
     else:
         names = HOLDERS[:k]
+        workers = [] if holder_workers is None else ["--decrypt-workers", str(holder_workers)]
         for name in names:
             procs[name] = _start_server(["serve-decryption", "--insecure", "--data-dir", str(workdir / name),
-                                         "--key-share", name, "--holders", ",".join(names)], workdir, name)
+                                         "--key-share", name, "--holders", ",".join(names), *workers], workdir, name)
         link = [a for name in names for a in ("--holder", f"{name}={procs[name][1]}")]
     procs["computation"] = _start_server(["serve-computation", "--insecure", "--data-dir", str(workdir / "cs"), *link],
                                          workdir, "cs")
@@ -99,11 +106,12 @@ def _servers(k: int, workdir: Path, threshold: int = 0) -> tuple[dict[str, tuple
     return procs, cs, setup_s
 
 
-def run_case(n: int, k: int, owners: int, workdir: Path, threshold: int = 0) -> dict[str, Any]:
+def run_case(n: int, k: int, owners: int, workdir: Path, threshold: int = 0,
+             holder_workers: int | None = None) -> dict[str, Any]:
     from parties.computation.client import ComputationClient
     from parties.decryption.client import DecryptionClient
 
-    procs, cs, setup_s = _servers(k, workdir, threshold if k > 1 else 0)
+    procs, cs, setup_s = _servers(k, workdir, threshold if k > 1 else 0, holder_workers)
     workers: list[Any] = []
     finish: Any = None
     try:
@@ -148,6 +156,7 @@ def run_case(n: int, k: int, owners: int, workdir: Path, threshold: int = 0) -> 
     last = max(r["upload_end"] for r in results)
     return {**_key_holder_work(k, workdir),
         "bins": n, "holders": k, "threshold": (threshold or k) if k > 1 else 1, "owners": owners,
+        "holder_decrypt_workers": ("default" if holder_workers is None else holder_workers) if k > 1 else None,
         "wall_first_upload_to_summary_s": round(done - first, 3),
         "upload_phase_s": round(last - first, 3),
         "release_s": round(done - last, 3),
@@ -211,30 +220,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-logs", metavar="DIR", help="copy every server's log to DIR/k<K>-<repeat>/")
     ap.add_argument("--threshold", type=int, default=0, metavar="T",
                     help="K > 1 cases use a T-of-K key (default: K-of-K); the release then asks T holders")
+    ap.add_argument("--holder-workers", default="", metavar="LIST",
+                    help="comma-separated holder --decrypt-workers to compare in K > 1 cases (e.g. 0,default)")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/threshold_services.json")
     args = ap.parse_args(argv)
+    variants: list[int | None] = [None if w == "default" else int(w) for w in args.holder_workers.split(",") if w] \
+        or [None]
     rows = []
     for rep in range(args.repeat):
-        for k in [int(c) for c in args.cases.split(",")]:
+        for k, workers in [(int(c), w) for c in args.cases.split(",") for w in (variants if int(c) > 1 else [None])]:
             with tempfile.TemporaryDirectory(prefix=f"dpagg-bench-k{k}-") as tmp:
-                print(f"[{rep + 1}/{args.repeat}] {args.bins} bins, K = {k}, {args.owners} owners ...",
-                      file=sys.stderr, flush=True)
-                rows.append(run_case(args.bins, k, args.owners, Path(tmp), args.threshold))
+                print(f"[{rep + 1}/{args.repeat}] {args.bins} bins, K = {k}, {args.owners} owners, holder workers "
+                      f"{'default' if workers is None else workers} ...", file=sys.stderr, flush=True)
+                rows.append(run_case(args.bins, k, args.owners, Path(tmp), args.threshold, workers))
                 if args.keep_logs:
-                    keep = Path(args.keep_logs) / f"k{k}-{rep + 1}"
+                    keep = Path(args.keep_logs) / f"k{k}-w{'d' if workers is None else workers}-{rep + 1}"
                     keep.mkdir(parents=True, exist_ok=True)
                     for log in Path(tmp).glob("*.log"):
                         shutil.copy(log, keep / log.name)
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    ratios = _ratios(rows)
+    ratios = _ratios([r for r in rows if r["holder_decrypt_workers"] in (None, "default")])
     for r in rows:
-        print(f"K={r['holders']}: wall {r['wall_first_upload_to_summary_s']:.2f} s (upload {r['upload_phase_s']:.2f}, "
+        print(f"K={r['holders']} (holder workers {r['holder_decrypt_workers']}): wall {r['wall_first_upload_to_summary_s']:.2f} s (upload {r['upload_phase_s']:.2f}, "
               f"release {r['release_s']:.2f}; setup {r['key_setup_s']:.2f}) RSS MB {r['peak_rss_mb']}")
     print(f"K=3 / K=1: {ratios}")
     if not args.no_write:
         from benchmarks.common import write_result
 
-        path = write_result("threshold_services" + (f"_t{args.threshold}" if args.threshold else ""), {
+        name = "threshold_services" + (f"_t{args.threshold}" if args.threshold else "") + \
+            ("_holder_workers" if args.holder_workers else "")
+        path = write_result(name, {
             "cases": rows, "ratios_k3_over_k1": ratios,
             "note": "loopback gRPC, plaintext test setup; every server and owner a separate process on one "
                     "machine shared with other jobs; wall = first upload byte -> summary stored; K = 1 and K = 3 "

@@ -104,8 +104,9 @@ def add_parser(sub: Subparsers) -> None:
     server_args(p, 50051)
     p.add_argument("--decrypt-workers", type=int, default=None, metavar="N",
                    help="local processes checking and decrypting a measurement's chunks on this host as they arrive "
-                        "(default: min(cores, 8); 0 or 1: in the server process). They start with the server and "
-                        "read the key file here; see docs/scaling.md")
+                        "(with --key-share: computing this holder's shares of a measurement's chunks) (default: "
+                        "min(cores, 8); 0 or 1: in the server process). They start with the server and read the key "
+                        "file here; see docs/scaling.md")
     p.add_argument("--key-share", default="", metavar="NAME",
                    help="run as key-share holder NAME (threshold mode, docs/threshold.md): holds a share of the "
                         "collective key, its own ledger, and issues decryption shares only")

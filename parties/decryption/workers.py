@@ -31,11 +31,16 @@ Workers compute a deterministic function of the chunk bytes, so the released val
 byte-identical to the in-process path under the same noise key, and a worker that dies is
 replaced and the measurement's chunks are decrypted again from their bytes: the released
 values and the ledger row are those of the first attempt (`tests/parties/test_decryption_workers.py`).
+
+A key-share holder runs its shares on the same pool, started `keyless` (no server key: each task
+names the holder's key share, `parties.decryption.keyshare.share_workers`), through `submit_task`
+and `run_again`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -44,7 +49,7 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +59,8 @@ from he_partition.core.errors import DPAggError, InvalidInputError, PrecisionErr
 from he_partition.execution.spawning import end_with_parent, usable_cores, without_user_main
 from he_partition.he.bfv import MIN_NOISE_BUDGET_BITS, BfvBackend, load_context
 
-__all__ = ["ChunkPipeline", "DecryptPool", "FloodedDecryption", "PipelinedDecryption", "default_decrypt_workers", "MIN_POOLED_CHUNKS"]
+__all__ = ["ChunkPipeline", "DecryptPool", "FloodedDecryption", "PipelinedDecryption", "default_decrypt_workers", "MIN_POOLED_CHUNKS",
+           "maybe_die"]
 
 log = logging.getLogger("dpagg.decryption")
 
@@ -87,14 +93,29 @@ def default_decrypt_workers() -> int:
     return min(cores, MAX_DEFAULT_WORKERS) if cores > 1 else 0
 
 
-def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker: str | None) -> None:
-    """Load the secret context in this worker (from the local key file, or bytes from the spawn pipe)."""
+def _init_worker(secret_path: str | None, secret_bytes: bytes | None, die_marker: str | None,
+                 preload: str | None = None) -> None:
+    """Load the secret context in this worker (from the local key file, or bytes from the spawn pipe); neither
+    (a keyless pool): no server key, each task names its key. `preload`: a module of the tasks to come, imported
+    (and its `prepare()` run) now rather than at the first task."""
     global _BACKEND, _DIE_MARKER
     end_with_parent()
+    if preload is not None:
+        getattr(importlib.import_module(preload), "prepare", lambda: None)()
     data = Path(secret_path).read_bytes() if secret_path is not None else secret_bytes
-    assert data is not None
-    _BACKEND = BfvBackend(load_context(data))
+    _BACKEND = BfvBackend(load_context(data)) if data is not None else None
     _DIE_MARKER = Path(die_marker) if die_marker is not None else None
+
+
+def maybe_die() -> None:
+    """Fault injection for the retry tests: exactly one worker (the first that finds the die marker) exits, once."""
+    if _DIE_MARKER is not None:
+        try:
+            _DIE_MARKER.unlink()
+        except FileNotFoundError:
+            pass
+        else:
+            os._exit(1)
 
 
 def _ready() -> None:
@@ -123,13 +144,7 @@ def _check_and_decrypt(data: bytes, index: int, c1: C1 | None, flood_key: bytes 
     (`flood_key`; None: not flooded, checked at the unflooded MIN_NOISE_BUDGET_BITS), decrypted. (Its slot
     values centred in (-t/2, t/2], whether it passed the integrity check); InvalidInputError raised when the
     bytes are not a chunk of this context."""
-    if _DIE_MARKER is not None:
-        try:
-            _DIE_MARKER.unlink()  # fault injection for the retry test: exactly one worker dies, once
-        except FileNotFoundError:
-            pass
-        else:
-            os._exit(1)
+    maybe_die()
     backend = _study_backend(key)
     if c1 is not None:
         data = backend.with_c1(data, c1, chunk=index)
@@ -147,13 +162,18 @@ class DecryptPool:
     `workers` <= 1: no processes; `active` is False and the handler decrypts in-process.
     `retries`: how many times a measurement is resubmitted to a fresh pool after a worker died.
     `die_marker`: tests only: a file whose presence makes the first worker that sees it exit.
+    `keyless`: the workers load no server key (a key-share holder's pool: each task names its key share).
+    `preload`: a module each worker imports as it starts (the module of its tasks).
     """
 
     def __init__(self, workers: int, *, secret_path: Path | None = None, secret_bytes: bytes | None = None,
-                 retries: int = 2, min_chunks: int = MIN_POOLED_CHUNKS, die_marker: Path | None = None) -> None:
+                 retries: int = 2, min_chunks: int = MIN_POOLED_CHUNKS, die_marker: Path | None = None,
+                 keyless: bool = False, preload: str | None = None) -> None:
         if workers < 0:
             raise InvalidInputError(f"decrypt workers must be >= 0 (0 or 1: in-process), got {workers}")
-        if workers > 1 and (secret_path is None) == (secret_bytes is None):
+        if keyless and (secret_path is not None or secret_bytes is not None):
+            raise InvalidInputError("a keyless pool takes no server key")
+        if workers > 1 and not keyless and (secret_path is None) == (secret_bytes is None):
             raise InvalidInputError("a decrypt pool needs exactly one of secret_path or secret_bytes")
         self.workers = workers
         self.min_chunks = min_chunks
@@ -161,6 +181,7 @@ class DecryptPool:
         self._secret_bytes = secret_bytes
         self._retries = retries
         self._die_marker = str(die_marker) if die_marker is not None else None
+        self._preload = preload
         self._executor: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self.restarts = 0
@@ -178,7 +199,7 @@ class DecryptPool:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
                 self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                initargs=(self._secret_path, self._secret_bytes, self._die_marker))
+                initargs=(self._secret_path, self._secret_bytes, self._die_marker, self._preload))
             with without_user_main():  # the workers start now: they must not run the caller's script
                 for _ in range(self.workers):  # each submit finds no idle worker and spawns one
                     self._executor.submit(_ready)
@@ -209,12 +230,19 @@ class DecryptPool:
 
     def _submit(self, data: bytes, index: int, c1: C1 | None, flood_key: bytes | None = None,
                 key: KeyRef = None) -> tuple[ProcessPoolExecutor, Future[Checked]]:
+        return self.submit_task(_check_and_decrypt, data, index, c1, flood_key, key)
+
+    def submit_task(self, fn: Callable[..., Any], *args: Any) -> tuple[ProcessPoolExecutor, Future[Any]]:
+        """`fn(*args)` on a worker (`fn` a module-level function): (the executor it went to, its future).
+
+        A worker that died while earlier tasks were in work: the future holds BrokenProcessPool, and the caller
+        runs its tasks again (`run_again`)."""
         with self._lock:
             pool = self._pool()
             try:
-                return pool, pool.submit(_check_and_decrypt, data, index, c1, flood_key, key)
+                return pool, pool.submit(fn, *args)
             except BrokenProcessPool as exc:  # a worker died while earlier chunks were in work
-                lost: Future[Checked] = Future()  # `ChunkPipeline.values` then decrypts every chunk again
+                lost: Future[Any] = Future()  # `ChunkPipeline.values` then decrypts every chunk again
                 lost.set_exception(exc)
                 return pool, lost
 
@@ -232,17 +260,23 @@ class DecryptPool:
     def _decrypt_again(self, sent: Sequence[tuple[bytes, C1 | None]], broken: ProcessPoolExecutor,
                        flood_key: bytes | None = None, key: KeyRef = None) -> list[Checked]:
         """After a worker died: every chunk of the measurement checked and decrypted again by a fresh pool, in order."""
+        return self.run_again(_check_and_decrypt, [(d, i, c, flood_key, key) for i, (d, c) in enumerate(sent)],
+                              broken)
+
+    def run_again(self, fn: Callable[..., Any], rows: Sequence[tuple[Any, ...]],
+                  broken: ProcessPoolExecutor) -> list[Any]:
+        """After a worker died: `fn(*row)` of every row again, by a fresh pool, in order (up to `retries` pools, then
+        WorkerLostError)."""
         with self._lock:
             self._replace(broken)
             for attempt in range(self._retries):
                 self.restarts += 1
-                log.warning("a decrypt worker died (attempt %d); decrypting the measurement again", attempt + 1)
+                log.warning("a decrypt worker died (attempt %d); computing the measurement's chunks again",
+                            attempt + 1)
                 pool = self._pool()
                 try:
-                    size = max(1, len(sent) // (4 * self.workers))
-                    return list(pool.map(_check_and_decrypt, [d for d, _ in sent], range(len(sent)),
-                                         [c for _, c in sent], [flood_key] * len(sent), [key] * len(sent),
-                                         chunksize=size))
+                    size = max(1, len(rows) // (4 * self.workers))
+                    return list(pool.map(fn, *zip(*rows), chunksize=size)) if rows else []
                 except BrokenProcessPool:
                     self._replace(pool)
             self.restarts += 1

@@ -52,20 +52,24 @@ class Threshold:
     reconnect_on_start: bool = False
 
     @classmethod
-    def start(cls, root: Path, cs_seed: int = 12) -> "Threshold":
+    def start(cls, root: Path, cs_seed: int = 12, pooled: Sequence[str] = ()) -> "Threshold":
+        """`pooled`: holders that compute every measurement's shares on two local workers (however few chunks)."""
         pki = Pki(root / "pki")
-        holders = [create_keyshare_server(cls._holder_config(root, pki, name, 0), name, HOLDERS).start()
-                   for name in HOLDERS]
+        holders = [create_keyshare_server(cls._holder_config(root, pki, name, 0, 2 if name in pooled else None), name,
+                                          HOLDERS).start() for name in HOLDERS]
+        for name in pooled:
+            holders[HOLDERS.index(name)].handler.pool.min_chunks = 1
         specs = tuple(f"{n}={h.target}" for n, h in zip(HOLDERS, holders))
         cs = create_computation_server(ComputationConfig(root / "cs", "", holders=specs, port=0, noise_seed=cs_seed,
                                                          tls=pki.tls(CS_ID, "computation"), executor="inprocess"))
         return cls(root, pki, holders, cs.start(), cs_seed)
 
     @staticmethod
-    def _holder_config(root: Path, pki: Pki, name: str, port: int) -> DecryptionConfig:
+    def _holder_config(root: Path, pki: Pki, name: str, port: int, workers: int | None = None) -> DecryptionConfig:
         seed = 100 + HOLDERS.index(name)
         return DecryptionConfig(root / name, port=port, noise_seed=seed, tls=pki.tls(name, "decryption"),
-                                computation_ids=(CS_ID,), operator_keys=(OPERATOR_APPROVAL[1],))
+                                computation_ids=(CS_ID,), operator_keys=(OPERATOR_APPROVAL[1],),
+                                decrypt_workers=workers)
 
     def stop_holder(self, i: int) -> None:
         self.holders[i].stop()
@@ -276,7 +280,8 @@ def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_d
     holder-side DP noise, i.e. data + the computation server's draw. K = 1's holder-side noise is the
     decryption server's keyed draw; K = 3's is the sum of the three holders' keyed shares, each
     recomputed here from the holder's noise key and the request label. Also compared: the
-    measurements themselves (kind, partitions, epsilon, sensitivity) and their order.
+    measurements themselves (kind, partitions, epsilon, sensitivity) and their order. Holder h1
+    computes its shares on its local workers (`share_workers`), h2 and h3 in their server process.
     """
     single = Cluster.start(tmp_path / "k1", cs_seed=12, secure=True)
     try:
@@ -292,11 +297,14 @@ def test_release_and_direct_queries_equal_the_single_key_path_once_the_holders_d
         contract1, rel1, direct1 = _run_study(open1, single.computation())
     finally:
         single.stop(drop_pending_folds=True)
-    k3 = Threshold.start(tmp_path / "k3", cs_seed=12)
+    k3 = Threshold.start(tmp_path / "k3", cs_seed=12, pooled=("h1",))
     try:
         k3.computation().setup_key()
         spy3 = _Spy(k3.combiner)
         contract3, rel3, direct3 = _run_study(lambda: k3.open_and_submit("s-eq"), k3.computation())
+        pools = [h.handler.pool for h in k3.holders]
+        assert pools[0]._executor is not None and pools[0].restarts == 0  # h1's workers computed its shares
+        assert pools[1]._executor is None and pools[2]._executor is None
     finally:
         k3.stop()
     assert len(spy1.calls) == len(spy3.calls) >= 4

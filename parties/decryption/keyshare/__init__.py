@@ -13,9 +13,11 @@ What it holds:
 - `charges`: a t-of-N study's signed charge log: the holder's rules for signing a charge and for
   answering a request (also read by the computation server, which keeps the log).
 - `resharing`: the t-of-N setup's dealing round on the wire (sub-shares sealed and signed).
+- `share_workers`: a large measurement's shares computed on the holder's local worker processes
+  (the decryption server's pool, each worker reading the key share from the holder's key store).
 
 May import `parties.common`, the single decryption server's modules beside it
-(`parties.decryption`: handler, keys, ledger, receipts, commitments, servicer, client),
+(`parties.decryption`: handler, keys, ledger, receipts, commitments, servicer, client, workers),
 `he_partition` (core, `he.threshold`, protocol) and the generated `parties.wire.v1` stubs; nothing from
 the computation server, data owners or analysts.
 

@@ -24,6 +24,8 @@ shares it issued in the same file). It decides alone, in this order, from its ow
 form); `measurement_shares` for a whole measurement of a release or a direct query (the service
 form, `parties.decryption.keyshare.servicer`): one charge per measurement, the DP share drawn on
 the measured values and mapped to slots by the measurement's public map, one share per chunk.
+With a worker pool (`pool`, `share_workers`) a measurement of MIN_POOLED_CHUNKS chunks or more has
+its shares computed on the holder's local workers before the charge and held here until it commits.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.core.noise import KeyedRandom, laplace_scale
 from he_partition.core.noise_shares import holder_noise_source, tolerant_share
 from he_partition.he.threshold.c1 import C1Part, c1_digest
-from he_partition.he.threshold.decrypt import chunk_share, decryption_share, padded_noise, secret_product
+from he_partition.he.threshold.decrypt import decryption_share, padded_noise, secret_product
 from he_partition.he.threshold.keys import HolderSecret
 from he_partition.he.threshold.shamir import participant_secret
 from he_partition.he.threshold.wire import ciphertext_digest
@@ -53,8 +55,10 @@ from ...common.contract import StudyContract, canonical_json, check_id
 from ...common.errors import FailedPreconditionError
 from ...common.util import utc_now
 from ..handler import NOISE_STREAM
+from .share_workers import ShareTask, noised_chunk_share, pooled_shares
 from .uploads import UploadC1Book
 from ..ledger import SqliteLedgerStore
+from ..workers import DecryptPool, KeyRef
 
 __all__ = ["MeasurementShares", "ShareRequest", "StudyKeys", "ThresholdHolder"]
 
@@ -117,7 +121,8 @@ class ThresholdHolder:
 
     def __init__(self, ctx: Any, secret: HolderSecret | None, holders: int, key_fingerprint: bytes,
                  noise_key: bytes, ledger_path: Path | str, *, uploads: UploadC1Book | None = None,
-                 keys: StudyKeys | None = None, index: int = 0) -> None:
+                 keys: StudyKeys | None = None, index: int = 0, pool: DecryptPool | None = None,
+                 key_files: Callable[[str], Path | None] | None = None) -> None:
         if len(noise_key) < 16:
             raise InvalidInputError(f"a holder's noise key needs at least 16 bytes, got {len(noise_key)}")
         if secret is not None and len(key_fingerprint) != 32:
@@ -144,6 +149,36 @@ class ThresholdHolder:
         self._products: dict[tuple[str, int, tuple[int, ...]], tuple[npt.NDArray[np.uint64], list[int], bytes]] = {}
         #: t-of-N: participant set -> lambda_j S_j (`shamir.participant_secret`): secret, memory only.
         self._weighted: dict[tuple[bytes, tuple[int, ...]], HolderSecret] = {}
+        #: (study, chunk) -> c1_digest of the signed aggregate c1 (public), for pooled measurements.
+        self._bounds: dict[tuple[str, int], bytes] = {}
+        #: The local workers computing a large measurement's shares (`share_workers.holder_pool`, closed by whoever
+        #: made it); None: in-process.
+        self.pool = pool
+        #: Study id -> this holder's key share file in its key store (mode 0600), or None (no file: the workers
+        #: get the share's bytes through their pipe).
+        self._key_files = key_files
+
+    def pooled(self, chunk_count: int) -> bool:
+        """Whether a measurement of `chunk_count` chunks (public) has its shares computed on the workers."""
+        return self.pool is not None and self.pool.uses_pool(chunk_count)
+
+    def key_ref(self, study_id: str) -> KeyRef:
+        """What names the study's key share to a worker: its key store file, else its bytes (in-memory holders)."""
+        path = self._key_files(study_id) if self._key_files is not None else None
+        return str(path) if path is not None else self.key_for(study_id)[0].to_bytes()
+
+    def bound(self, study_id: str, chunk: int) -> bytes:
+        """c1_digest of chunk `chunk`'s signed aggregate c1: what its shares are bound to (public; no c1 s_i made).
+        FailedPreconditionError as `product` when no c1 parts were forwarded for the study."""
+        got = self._bounds.get((study_id, int(chunk)))
+        if got is None:
+            if self.uploads is None:
+                raise FailedPreconditionError("this holder keeps no owners' c1 parts: it cannot compute shares of a "
+                                              "measurement")
+            got = c1_digest(self.uploads.expected(study_id, int(chunk)))
+            with self._lock:
+                self._bounds[(study_id, int(chunk))] = got
+        return got
 
     def key_for(self, study_id: str) -> tuple[HolderSecret, bytes]:
         """(this holder's share, the key fingerprint) of the key `study_id` is under (FailedPrecondition: none)."""
@@ -186,17 +221,24 @@ class ThresholdHolder:
             parms = [int(x) for x in self.ctx.seal_context().data.first_parms_id()]
             got = (secret_product(self.ctx, self._secret_for(study_id, tuple(participants)), parms, expected),
                    self.uploads.moduli, c1_digest(expected))
-            with self._lock:
-                while len(self._products) >= MAX_KEPT_PRODUCTS:  # the oldest first (196 KB each at 3 primes)
-                    del self._products[next(iter(self._products))]
-                self._products[key] = got
+            self.keep_product(key, got)
         return got
+
+    def keep_product(self, key: tuple[str, int, tuple[int, ...]],
+                     got: tuple[npt.NDArray[np.uint64], list[int], bytes]) -> None:
+        """Keep one chunk's (c1 s_i, primes, c1 digest) in memory, the oldest dropped past MAX_KEPT_PRODUCTS."""
+        with self._lock:
+            while len(self._products) >= MAX_KEPT_PRODUCTS:  # the oldest first (196 KB each at 3 primes)
+                del self._products[next(iter(self._products))]
+            self._products[key] = got
 
     def forget_products(self, study_id: str) -> None:
         """Drop the kept c1 s_i of `study_id` (new c1 parts were forwarded)."""
         with self._lock:
             for key in [k for k in self._products if k[0] == study_id]:
                 del self._products[key]
+            for bound in [k for k in self._bounds if k[0] == study_id]:
+                del self._bounds[bound]
 
     def forget_key(self, fingerprint: bytes) -> None:
         """Drop the kept Lagrange-weighted shares of the key `fingerprint` (its study's key was erased)."""
@@ -205,6 +247,7 @@ class ThresholdHolder:
                 del self._weighted[key]
 
     def close(self) -> None:
+        """Close the ledger (the pool is its owner's to close: `KeyShareService.close`)."""
         self.ledger.close()
         self._db.close()
 
@@ -379,7 +422,13 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
     identical shares again -- every noise is keyed by the request -- and is not charged again.
     `participants` (t-of-N keys): the request's participant set; each share then carries
     c1 lambda_j S_j (this holder's Lagrange weight for the set) in place of c1 s_i.
+    With the holder's pool (`ThresholdHolder.pooled`), every share is computed on its local
+    workers first (the same bytes, `share_workers`) and held here; `charge()` then runs as
+    above, and a refused charge drops them: nothing computed before the charge leaves.
     """
+    held: list[bytes] | None = None
+    if holder.pooled(len(chunk_index)):
+        held = _pooled(holder, label, study_id, chunk_index, noise, measured, slots, participants)
     with holder._lock:
         repeated = answered(holder, label)  # an identical request answered before or meanwhile: charged then
         if not repeated:
@@ -387,24 +436,60 @@ def measurement_shares(holder: ThresholdHolder, label: bytes, study_id: str, chu
             holder._db.execute("INSERT INTO threshold_requests (label_digest, label, chunks, created_at) "
                                "VALUES (?, ?, ?, ?)",
                                (hashlib.sha256(label).hexdigest(), label.decode("utf-8"), len(chunk_index), utc_now()))
+    if held is not None:
+        return MeasurementShares(iter(held), repeated)
     return MeasurementShares(_shares(holder, label, study_id, chunk_index, noise, measured, slots, participants),
                              repeated)
+
+
+def _chunk_noise(noise: Any, measured: Any, index: int, slots: int) -> tuple[npt.NDArray[np.int64],
+                                                                           npt.NDArray[np.bool_]]:
+    """Upload chunk `index`'s slice of the holder's slot noise and of the measured mask (zeros/False past the end)."""
+    chunk_noise, chunk_mask = np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=bool)
+    part = noise[index * slots:(index + 1) * slots]
+    chunk_noise[:len(part)], chunk_mask[:len(part)] = part, measured[index * slots:(index + 1) * slots]
+    return chunk_noise, chunk_mask
+
+
+def _tasks(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any, measured: Any,
+           slots: int, participants: tuple[int, ...]) -> list[ShareTask]:
+    """The workers' tasks of `measurement_shares` (one per chunk: the key share's reference, the chunk's kept
+    c1 s_i or else its signed c1, the chunk's noise slice; see there for the noise)."""
+    assert holder.uploads is not None
+    request = hashlib.sha256(label).digest()
+    key, fingerprint = holder.key_ref(study_id), holder.key_for(study_id)[1]
+    tasks: list[ShareTask] = []
+    for index in chunk_index:
+        chunk_noise, chunk_mask = _chunk_noise(noise, measured, index, slots)
+        kept = holder._products.get((study_id, int(index), tuple(participants)))
+        product = kept[0] if kept is not None else None
+        c1 = holder.uploads.expected(study_id, index) if product is None else None
+        tasks.append((key, fingerprint, tuple(participants), holder.index, c1, product, holder.bound(study_id, index),
+                      holder._noise_key, request, index, chunk_noise, chunk_mask, NOISE_STREAM))
+    return tasks
+
+
+def _pooled(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any, measured: Any,
+            slots: int, participants: tuple[int, ...]) -> list[bytes]:
+    """`measurement_shares`' shares computed on the holder's workers (before the charge; held by the caller), each
+    c1 s_i a worker computed kept for the chunk's next measurement (`ThresholdHolder.product`'s cache)."""
+    assert holder.pool is not None and holder.uploads is not None
+    answers = pooled_shares(holder.pool, _tasks(holder, label, study_id, chunk_index, noise, measured, slots,
+                                                participants))
+    for index, (_, made) in zip(chunk_index, answers):
+        if made is not None:
+            holder.keep_product((study_id, int(index), tuple(participants)),
+                                (made, holder.uploads.moduli, holder.bound(study_id, index)))
+    return [share for share, _ in answers]
 
 
 def _shares(holder: ThresholdHolder, label: bytes, study_id: str, chunk_index: list[int], noise: Any, measured: Any,
             slots: int, participants: tuple[int, ...] = ()) -> Iterator[bytes]:
     """The shares of `measurement_shares`, one chunk at a time (the caller has charged; see there for the noise)."""
-    plain_modulus = int(holder.ctx.seal_context().data.first_context_data().parms().plain_modulus().value())
     # the label holds the measurement's spec hash; each chunk's sources are keyed by the label's SHA-256
     request = hashlib.sha256(label).digest()
     for index in chunk_index:
-        at = index.to_bytes(4, "big")
-        smudge = KeyedRandom(holder._noise_key, b"dpagg/threshold/smudge/v2" + request + at, stream=NOISE_STREAM)
-        chunk_noise, chunk_mask = np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=bool)
-        part = noise[index * slots:(index + 1) * slots]
-        chunk_noise[:len(part)], chunk_mask[:len(part)] = part, measured[index * slots:(index + 1) * slots]
-        pads = KeyedRandom(holder._noise_key, b"dpagg/threshold/pads/v2" + request + at, stream=NOISE_STREAM)
-        dp = padded_noise(chunk_noise, chunk_mask, pads, plain_modulus)
+        chunk_noise, chunk_mask = _chunk_noise(noise, measured, index, slots)
         product, moduli, bound = holder.product(study_id, index, participants)  # with a set: only its t combine
-        yield chunk_share(holder.ctx, holder.index, holder.key_for(study_id)[1], product, moduli, bound,
-                          dp_noise=dp, rng=smudge)
+        yield noised_chunk_share(holder.ctx, holder.index, holder.key_for(study_id)[1], product, moduli, bound,
+                                 holder._noise_key, request, index, chunk_noise, chunk_mask, NOISE_STREAM)

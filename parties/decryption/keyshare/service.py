@@ -52,6 +52,7 @@ from ...common.sealing import Commitment, SealKeyPair
 from ..commitments import CommitmentBook
 from .uploads import OwnerC1Parts, UploadC1Book
 from ..ledger import Charge
+from .share_workers import holder_pool
 from ..receipts import ReceiptSigner
 from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_epsilon, charge_request, load_log
 from .resharing import HolderIdentity
@@ -82,7 +83,7 @@ class KeyShareService:
     """One holder: its deployment, each study's key (from disk after a restart), the share decisions."""
 
     def __init__(self, name: str, holders: Sequence[str], data_dir: Path, noise_key: bytes, *,
-                 require_signed: bool = False, operator_keys: Sequence[bytes] = ()) -> None:
+                 require_signed: bool = False, operator_keys: Sequence[bytes] = (), decrypt_workers: int = 0) -> None:
         self.name, self.holders = name, tuple(holders)
         #: The operator approval keys this holder pins and the approvals it accepted (parties.common.approval).
         self.approvals = ApprovalBook(operator_keys, Path(data_dir) / "approvals")
@@ -112,6 +113,9 @@ class KeyShareService:
         self.identities: dict[int, HolderIdentity] = {}
         self.charges: ChargeBook | None = None
         self.commitments = CommitmentBook(self.seal, self.index, len(self.holders), Path(data_dir) / "commitments")
+        #: The local workers computing a large measurement's shares (`share_workers`; 0 or 1: in-process). Each
+        #: reads the study's key share from this holder's key store file itself.
+        self.pool = holder_pool(decrypt_workers)
         self._load()
 
     # -- key store ------------------------------------------------------------------------
@@ -138,7 +142,8 @@ class KeyShareService:
         self.holder = ThresholdHolder(self.template, legacy.secret if legacy else None, len(self.holders),
                                       bytes.fromhex(legacy.fingerprint) if legacy else b"", self.noise_key,
                                       self.ledger_path, uploads=UploadC1Book(self.template, self.c1_dir),
-                                      keys=self._secret_of, index=self.index)
+                                      keys=self._secret_of, index=self.index, pool=self.pool,
+                                      key_files=self._key_file)
         self.handler = DecryptionHandler(self.holder.ledger, material, CipherRandom(),
                                          require_signed=self.require_signed, noise_key=self.noise_key,
                                          key_holders=len(self.holders), approvals=self.approvals)
@@ -171,6 +176,12 @@ class KeyShareService:
             raise FailedPreconditionError(f"holder {self.name} holds no key for study {contract.study_id} (never set "
                                           "up here, or erased when the study ended): nothing was decrypted")
         return key
+
+    def _key_file(self, study_id: str) -> Path | None:
+        """The key store file (mode 0600) of this holder's share of `study_id`'s key: the study's own, or the legacy
+        key's for a study opened under it."""
+        key = self.key_of(self.require_active().get_study(study_id))
+        return self.store.secret_file(key.study_id)
 
     def _secret_of(self, study_id: str) -> tuple[HolderSecret, bytes]:
         handler = self.require_active()
@@ -221,6 +232,7 @@ class KeyShareService:
                 log.warning("holder %s: study key folder %s not checked: %s", self.name, study_id, exc)
 
     def close(self) -> None:
+        self.pool.close()
         if self.holder is not None:
             self.holder.close()
         if self.charges is not None:
@@ -432,7 +444,11 @@ class KeyShareService:
                                               f"measurement costs {float(want):.12g}: nothing was decrypted")
             k = self.threshold  # the t participants' shares make the draw
         # c1 s_i (t-of-N: c1 lambda_j S_j) of every measured chunk (FailedPrecondition when no c1 parts were forwarded)
-        bound = [self.holder.product(study_id, i, parts)[2] for i in chunk_index]
+        # (pooled: only the signed c1's public digests here; the workers compute c1 s_i with the shares, before the
+        # charge, in `measurement_shares`)
+        pooled = self.holder.pooled(len(chunk_index))
+        bound = [self.holder.bound(study_id, i) if pooled else self.holder.product(study_id, i, parts)[2]
+                 for i in chunk_index]
         digest = chunks_digest(bound, chunk_index)
         label = measurement_label(study_id, release_id, float(release_epsilon), spec_json, digest)
         if parts:

@@ -36,6 +36,7 @@ from ...common.sealing import Commitment
 from .uploads import OwnerC1Parts
 from ..receipts import ReceiptSigner, reconcile_charges
 from ..servicer import SERVICE_NAME, DecryptionServicer
+from ..workers import default_decrypt_workers
 
 __all__ = ["KeyShareServicer", "create_keyshare_server"]
 
@@ -210,12 +211,16 @@ def create_keyshare_server(config: DecryptionConfig, name: str, holders: tuple[s
     """A key-share holder on `config.data_dir` (its key share, noise key, ledger and receipt key), not started.
 
     Restarting on the same directory finds the active collective key, every study and charge.
+    `config.decrypt_workers`: the local processes computing a large measurement's shares, as the decryption
+    server's (default min(cores, 8); 0 or 1: in the server process); they start at the first such measurement
+    (`serve_keyshare` starts them with the server) and end with it.
     """
     unlock = lock_data_dir(config.data_dir, f"key-share holder {name}")
     try:
         noise_key = load_or_create_noise_key(config.data_dir / "keys", seed=config.noise_seed)
+        workers = default_decrypt_workers() if config.decrypt_workers is None else config.decrypt_workers
         service = KeyShareService(name, holders, config.data_dir, noise_key, require_signed=config.tls is not None,
-                                  operator_keys=config.operator_keys)
+                                  operator_keys=config.operator_keys, decrypt_workers=workers)
     except BaseException:
         unlock()
         raise
@@ -239,6 +244,7 @@ def serve_keyshare(config: DecryptionConfig, name: str, holders: tuple[str, ...]
     """Run a key-share holder until SIGINT/SIGTERM."""
     handle = create_keyshare_server(config, name, holders)
     service: KeyShareService = handle.handler
+    service.pool.start()  # the workers start now, not while the first large measurement waits
     log.info("key-share holder %s (%d of %d: %s) listening on %s; data dir %s; %s%s", name,
              service.index + 1, len(holders), ",".join(holders), handle.target, config.data_dir,
              "deployed, a key per study" if service.deployed else "not deployed yet (dpagg setup-key)",

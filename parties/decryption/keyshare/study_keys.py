@@ -130,6 +130,12 @@ class StudyKeyStore:
             self._cache[study_id] = got
             return got
 
+    def secret_file(self, study_id: str) -> Path:
+        """The file of this holder's share of `study_id`'s key (mode 0600); "" names the legacy key's."""
+        if not study_id:
+            return self.keys_dir / SECRET_FILE
+        return self.studies_dir / check_id("study_id", study_id) / STUDY_SECRET
+
     def put_study(self, study_id: str, setup: HolderSetup) -> ActiveKey:
         """File the key `setup` built (its test decryption succeeded) under `study_id`; the secret mode 0600."""
         assert setup.secret is not None
