@@ -10,6 +10,8 @@ new). The answers are added (he_partition.join.toprf.combine) and unblinded as o
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, Sequence
@@ -17,12 +19,12 @@ from typing import Protocol, Sequence
 import grpc
 
 from he_partition.core.errors import InvalidInputError
-from he_partition.join import toprf
+from he_partition.join import oprf, toprf
 
 from ..common.contract import StudyContract
 from ..common.errors import FailedPreconditionError, ServiceError
 
-__all__ = ["SharedEvaluator", "holders_form", "shared_evaluations"]
+__all__ = ["SharedEvaluator", "holders_form", "shared_evaluations", "shared_batch", "shared_outputs"]
 
 log = logging.getLogger("dpagg.join")
 
@@ -90,3 +92,31 @@ def shared_evaluations(holders: Sequence[SharedEvaluator | None], contract: Stud
                 raise InvalidInputError(f"a key holder answered page {page} with another number of elements")
             out.extend(toprf.combine(answers))
     return out
+
+
+def shared_batch(secret: bytes, inputs: list[bytes], pads: int) -> tuple[list[bytes], list[bytes], list[int]]:
+    """`join.evaluation_batch` for key-share holders: (the blinded ristretto255 elements to send, sorted; the blinds
+    of `inputs`; where each input's element is in the batch). Blinds and padding come from `secret`, so a re-run
+    sends the same pages; the padding elements are t G for uniform t, as uniform as the blinded elements."""
+    seed = hmac.new(secret, b"oprf-blinds", hashlib.sha256).digest()
+    order = sorted(range(len(inputs)), key=lambda i: inputs[i])
+    scalars = oprf.blind_scalars(seed, len(inputs))
+    blinds: list[bytes] = [b""] * len(inputs)
+    for k, i in enumerate(order):
+        blinds[i] = scalars[k]
+    elements = toprf.blind(inputs, blinds)
+    sodium = oprf._sodium()
+    padding = [bytes(sodium.crypto_scalarmult_ristretto255_base(bytes(sodium.crypto_core_ristretto255_scalar_reduce(
+        hashlib.sha512(b"dpagg/oprf-pad|" + seed + j.to_bytes(8, "big")).digest())))) for j in range(pads)]
+    batch = sorted(elements + padding)
+    where = {e: k for k, e in enumerate(batch)}
+    return batch, blinds, [where[e] for e in elements]
+
+
+def shared_outputs(holders: Sequence[SharedEvaluator | None], contract: StudyContract, owner_id: str, secret: bytes,
+                   inputs: list[bytes], pads: int, *, page_elements: int) -> list[bytes]:
+    """The oblivious PRF value of each input under the study's shared key: blinded, evaluated by t of the contract's
+    holders page by page (`shared_evaluations`), added and unblinded (equal to the single key's output under k)."""
+    batch, blinds, where = shared_batch(secret, inputs, pads)
+    combined = shared_evaluations(holders, contract, owner_id, batch, page_elements=page_elements)
+    return toprf.finalize(inputs, blinds, [combined[k] for k in where])
