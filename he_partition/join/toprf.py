@@ -46,7 +46,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..core.errors import InvalidInputError
 from . import oprf
@@ -148,7 +148,8 @@ def route_scalar(key: HolderKey, route: Sequence[int], owner_id: str, page: int,
     return out
 
 
-def _sodium():  # type: ignore[no-untyped-def]
+def _sodium() -> Any:
+    """libsodium's ristretto255 functions (loaded on first use: `oprf._sodium`)."""
     return oprf._sodium()
 
 

@@ -308,9 +308,9 @@ def _oblivious_outputs(owner: DataOwnerClient, contract: StudyContract, pair: Jo
         raise InvalidInputError("an identifier appears twice (after normalization): keep one record per "
                                 "identifier (the join's contribution bound)")
     if shared:
-        assert key_holders is not None
-        return shared_outputs(key_holders, contract, owner.owner_id, secret, inputs, pads,
+        return shared_outputs(key_holders or (), contract, owner.owner_id, secret, inputs, pads,
                               page_elements=PAGE_ELEMENTS)
+    assert owner.decryption is not None  # checked above: a single key holder's study needs its address
     batch, blinds, where = evaluation_batch(secret, inputs, pads)
     evaluated = owner.decryption.evaluate_pseudonyms(study_id=contract.study_id, owner_id=owner.owner_id,
                                                      contract_hash=contract.contract_hash, elements=batch)
