@@ -21,6 +21,10 @@ the study wrote, and a partner colluding with the computation server may test th
 guessed identifiers against this owner's list. Both sides' counts and quotas are logged, and
 a partner quota above `max_partner_records` (default `DEFAULT_PARTNER_FACTOR` x this owner's
 records) plus the dummies' allowance is refused before the join key is posted.
+
+A study whose contract pins K >= 2 key-share holders has its OPRF key shared among them
+(join_holders): the owner sends each page to t of them (`key_holders`, in the contract's holder
+order) and adds their answers.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives import serialization
@@ -53,6 +57,8 @@ from ..common.tls import write_private_file
 from .client import DataOwnerClient, EncryptedHistogram, SubmitResult
 from .domain import DomainSpec
 from .join_quota import DEFAULT_PARTNER_FACTOR, JoinQuotas, join_quotas
+from .join_holders import SharedEvaluator, shared_outputs
+from ..decryption.oprf import PAGE_ELEMENTS
 
 __all__ = ["submit_join", "read_join_csv", "JoinRecords", "PART_PSEUDONYMS", "evaluation_batch", "JoinQuotas",
            "join_quotas", "DEFAULT_PARTNER_FACTOR"]
@@ -164,7 +170,8 @@ def _scheme(owner: DataOwnerClient, contract: StudyContract) -> JoinScheme:
 
 def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int], *, idempotency_key: str,
                 state_dir: Path | str | None = None, wait_timeout: float = 600.0, poll_interval: float = 0.5,
-                progress: bool | None = None, max_partner_records: int | None = None) -> SubmitResult:
+                progress: bool | None = None, max_partner_records: int | None = None,
+                key_holders: Sequence[SharedEvaluator | None] | None = None) -> SubmitResult:
     """Run this owner's side of join study `study_id` with `records` (identifier -> attribute bin).
 
     Before anything is sent (its join key, an evaluation page, pseudonyms, an upload), both sides' declared
@@ -217,7 +224,7 @@ def submit_join(owner: DataOwnerClient, study_id: str, records: Mapping[str, int
     verify_join_key(contract, contract.expected_owners[1 - side], peer, peer_signature)
     key = pair.join_key(peer, study_id=study_id, contract_hash=contract.contract_hash)
     ids = list(records)
-    outputs = _oblivious_outputs(owner, contract, pair, ids) if terms.oblivious else None
+    outputs = _oblivious_outputs(owner, contract, pair, ids, key_holders) if terms.oblivious else None
     mine, real = posted_pseudonyms(pair, key, ids, terms, study_id=study_id, prf_outputs=outputs)
     if len(mine) <= PART_PSEUDONYMS:
         cs.join_placement(study_id, owner.owner_id, b"".join(mine))
@@ -270,12 +277,18 @@ def evaluation_batch(secret: bytes, inputs: list[bytes], pads: int, *,
     return batch, blinds, [where[e] for e in elements]
 
 
-def _oblivious_outputs(owner: DataOwnerClient, contract: StudyContract, pair: JoinKeyPair, ids: list[str]) -> list[bytes]:
+def _oblivious_outputs(owner: DataOwnerClient, contract: StudyContract, pair: JoinKeyPair, ids: list[str],
+                       key_holders: Sequence[SharedEvaluator | None] | None = None) -> list[bytes]:
     """The oblivious PRF value of each identifier (he_partition.join.oprf), evaluated blindly by the key holder.
 
     The key holder sees |records| + min(P, allowance) uniformly random group elements (P: this owner's private
     dummy count, `private_dummies`), never an identifier; this owner never sees the study's OPRF key."""
-    if owner.decryption is None:
+    shared = len(contract.holder_seal_keys) >= 2  # K key-share holders, pinned by the signed contract
+    if shared and not key_holders:
+        raise InvalidInputError(f"join study {contract.study_id}'s pseudonyms are evaluated by its "
+                                f"{len(contract.holder_seal_keys)} key-share holders: this owner needs their addresses "
+                                "in the contract's holder order (key_holders=)")
+    if owner.decryption is None and not shared:
         raise InvalidInputError(f"join study {contract.study_id} has oblivious pseudonyms: the key holder evaluates "
                                 "them, so this owner needs its address (--decryption / DataOwnerClient(decryption=))")
     terms = contract.join_terms()
@@ -294,6 +307,10 @@ def _oblivious_outputs(owner: DataOwnerClient, contract: StudyContract, pair: Jo
     if len(set(inputs)) != len(inputs):  # before any evaluation is spent
         raise InvalidInputError("an identifier appears twice (after normalization): keep one record per "
                                 "identifier (the join's contribution bound)")
+    if shared:
+        return shared_outputs(key_holders or (), contract, owner.owner_id, secret, inputs, pads,
+                              page_elements=PAGE_ELEMENTS)
+    assert owner.decryption is not None  # checked above: a single key holder's study needs its address
     batch, blinds, where = evaluation_batch(secret, inputs, pads)
     evaluated = owner.decryption.evaluate_pseudonyms(study_id=contract.study_id, owner_id=owner.owner_id,
                                                      contract_hash=contract.contract_hash, elements=batch)

@@ -203,6 +203,22 @@ class DecryptionClient(BaseClient):
             raise InvalidInputError(f"the key holder answered {len(out)} elements for {len(elements)}")
         return out
 
+    def evaluate_shared(self, *, study_id: str, owner_id: str, contract_hash: str, page: int, route: Sequence[int],
+                        elements: Sequence[bytes], timeout: float | None = None) -> list[bytes]:
+        """A key-share holder's answer to one page of a join owner's blinded elements (ristretto255) on `route` (the
+        t holders the page goes to): its share, which the owner adds to the route's other answers."""
+        request = decryption_pb2.EvaluatePseudonymsRequest(
+            study_id=study_id, owner_id=owner_id, contract_hash=contract_hash, page=int(page),
+            route=[int(h) for h in route], blinded_elements=b"".join(elements))
+
+        def call(req: decryption_pb2.EvaluatePseudonymsRequest = request) -> bytes:
+            return bytes(self._stub.EvaluatePseudonyms(req, timeout=timeout or self.timeout).evaluated_elements)
+
+        data = self._call(call, policy=self.retry, method="Decryption/EvaluatePseudonyms")
+        if len(data) != 32 * len(elements):
+            raise InvalidInputError(f"the key holder answered {len(data) // 32} elements for {len(elements)}")
+        return [data[i:i + 32] for i in range(0, len(data), 32)]
+
     def join_check_seed(self, *, study_id: str, contract_hash: str, timeout: float | None = None) -> tuple[bytes, int]:
         """(seed, rounds) of a join study's well-formedness check, chosen by the key holder."""
         resp = self._unary(lambda req, timeout: self._stub.JoinCheckSeed(req, timeout=timeout),

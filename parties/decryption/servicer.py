@@ -179,6 +179,9 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
         of the study, for its own id; `DecryptionHandler.evaluate_pseudonyms` checks the quota and logs the page)."""
         caller = self.policy.require(context, ["data_owner"], action="evaluate join pseudonyms")
         self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
+        if request.route:
+            raise InvalidInputError("this decryption server holds the whole OPRF key of its studies: a request names "
+                                    "no route of key-share holders; nothing was evaluated")
         data = bytes(request.blinded_elements)
         if len(data) % oprf.ELEMENT_BYTES:
             raise InvalidInputError(f"blinded_elements must be a whole number of {oprf.ELEMENT_BYTES}-byte elements")

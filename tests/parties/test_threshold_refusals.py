@@ -120,9 +120,58 @@ def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(t
     from parties.decryption.client import DecryptionClient
     owner_at_h1 = DecryptionClient(threshold.holders[0].target, retry=FAST_RETRY, tls=threshold.pki.tls("a", "data_owner"))
     threshold.clients.append(owner_at_h1)
-    with pytest.raises(ServiceError) as err:  # no shared OPRF key: a holder evaluates no join pseudonyms
+    with pytest.raises(ServiceError) as err:  # the single holder's request (no route): refused by name
         owner_at_h1.evaluate_pseudonyms(study_id="s-join", owner_id="a", contract_hash="f" * 64, elements=[b"\0" * 32])
+    assert err.value.code.name == "INVALID_ARGUMENT" and "names its route" in err.value.details
+    with pytest.raises(ServiceError) as err:  # a join study the holder does not hold: nothing evaluated
+        owner_at_h1.evaluate_shared(study_id="s-join", owner_id="a", contract_hash="f" * 64, page=0, route=[0, 1, 2],
+                                    elements=[b"\0" * 32])
     assert err.value.code.name == "FAILED_PRECONDITION" and "nothing was evaluated" in err.value.details
+    _shared_pseudonyms_through_the_holders(threshold, keys)
+
+
+def _shared_pseudonyms_through_the_holders(threshold: Threshold, keys: dict[str, tuple[bytes, bytes]]) -> None:
+    """3-of-3 through real holders: a join study written into each holder's ledger (no open-study path puts a
+    join at key-share holders yet; its contract pins the holders' seal keys in order), owner a's pseudonyms from the three holders' answers
+    equal the single key's under the combined key, each holder books the page; and the study's join RPCs stay
+    refused."""
+    import json
+
+    from he_partition.join import oprf, toprf
+    from he_partition.join.protocol import oprf_input
+    from parties.data_owner.join_holders import shared_outputs
+    from parties.decryption.client import DecryptionClient
+
+    from parties.common.contract import StudyContract
+
+    contract = StudyContract.create(
+        study_id="s-join", domain_size=4, epsilon=3.0, expected_owners=["a", "b"], context_fingerprint="ab" * 32,
+        strategy="join", owner_keys={o: k[1].hex() for o, k in keys.items()},
+        strategy_params=json.dumps({"shape": [2, 2], "capacity": 8192, "padding_epsilon": 0.5, "padding_offset": 86,
+                                    "max_records": [20, 20], "pseudonyms": "oprf"}),
+        holder_seal_keys=[h.handler.seal.public_hex for h in threshold.holders])
+    approval = approved(study_id="s-join", domain_size=4, epsilon=3.0, expected_owners=["a", "b"], strategy="join",
+                        strategy_params_json=contract.strategy_params_json, owner_keys=dict(contract.owner_keys))
+    for h in threshold.holders:
+        h.handler.require_active().ledger.create_study(contract)
+        h.handler.approvals.keep("s-join", approval)
+    owners = [DecryptionClient(h.target, retry=FAST_RETRY, tls=threshold.pki.tls("a", "data_owner"))
+              for h in threshold.holders]
+    threshold.clients.extend(owners)
+    inputs = [oprf_input(f"cust-{i}@example.org") for i in range(20)]
+    out = shared_outputs(owners, contract, "a", b"s" * 32, inputs, 3, page_elements=32_768)
+    k = toprf.combined_key([h.handler.shared_pseudonyms().key(contract) for h in threshold.holders])
+    assert out == [oprf.evaluate(k, x) for x in inputs]
+    assert [[(r.owner_id, r.page, r.elements) for r in h.handler.evaluations.rows("s-join")]
+            for h in threshold.holders] == [[("a", 0, 23)]] * 3
+    with pytest.raises(ServiceError) as err:  # owner b's page in a's name: refused before anything
+        DecryptionClient(threshold.holders[0].target, retry=FAST_RETRY, tls=threshold.pki.tls("b", "data_owner")
+                         ).evaluate_shared(study_id="s-join", owner_id="a", contract_hash=contract.contract_hash,
+                                           page=1, route=[0, 1, 2], elements=[b"\0" * 32])
+    assert err.value.code.name == "PERMISSION_DENIED"
+    with pytest.raises(ServiceError) as err:  # the join itself still releases nothing at holders
+        _as_computation_server(threshold, 0).join_check_seed(study_id="s-join", contract_hash=contract.contract_hash)
+    assert err.value.code.name == "FAILED_PRECONDITION"
 
 
 def _partition_sums() -> Measurement:

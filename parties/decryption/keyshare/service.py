@@ -58,6 +58,8 @@ from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_epsilon, charg
 from .resharing import HolderIdentity
 from .study_keys import ActiveKey, StudyKeyStore
 from .study_setup import StudySetups
+from .pseudonyms import SharedPseudonyms
+from ..oprf import EVALUATIONS_FILE, EvaluationLog, load_or_create_oprf_key
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
@@ -116,6 +118,8 @@ class KeyShareService:
         #: The local workers computing a large measurement's shares (`share_workers`; 0 or 1: in-process). Each
         #: reads the study's key share from this holder's key store file itself.
         self.pool = holder_pool(decrypt_workers)
+        #: The book and log of the join pages this holder answered with its share of a study's OPRF key.
+        self.evaluations = EvaluationLog(Path(data_dir) / EVALUATIONS_FILE)
         self._load()
 
     # -- key store ------------------------------------------------------------------------
@@ -233,6 +237,7 @@ class KeyShareService:
 
     def close(self) -> None:
         self.pool.close()
+        self.evaluations.close()
         if self.holder is not None:
             self.holder.close()
         if self.charges is not None:
@@ -313,6 +318,36 @@ class KeyShareService:
                 return b"", digest, "already deployed" if already else "deployed"
             return self.study_setups.step(step, session, messages, ciphertext, values, threshold=threshold,
                                           participants=participants)
+
+    # -- join pseudonyms ------------------------------------------------------------------
+    def evaluate_pseudonyms(self, *, study_id: str, owner_id: str, contract_hash: str, page: int,
+                            route: Sequence[int], elements: Sequence[bytes]) -> tuple[list[bytes], int, int]:
+        """This holder's answer to one page of a join owner's blinded elements on `route`, under its share of the
+        study's OPRF key (`pseudonyms.SharedPseudonyms.evaluate`: its own quota book and page log).
+
+        Only for a join study in this holder's ledger (joins are not opened at key-share holders yet: their release
+        needs the whole key, JOINS_SINGLE_HOLDER), whose contract pins this deployment's holders and form."""
+        handler = self.require_active()
+        try:
+            contract = handler.get_study(check_id("study_id", study_id))
+        except NotFoundError:
+            raise FailedPreconditionError(f"key-share holder {self.name} has no join study {study_id!r}: "
+                                          f"{JOINS_SINGLE_HOLDER}; nothing was evaluated") from None
+        return self.shared_pseudonyms().evaluate(contract, owner_id=owner_id, contract_hash=contract_hash, page=page,
+                                                 route=route, elements=elements)
+
+    def shared_pseudonyms(self) -> SharedPseudonyms:
+        """This holder's part of the join studies' shared OPRF keys over its own book (FAILED_PRECONDITION for a
+        deployment without the holders' identity keys, or a t-of-N form whose shared OPRF key is not built)."""
+        if not self.identities:
+            raise FailedPreconditionError(f"key-share holder {self.name} has no record of the other holders' "
+                                          "identity keys (a legacy deployment): nothing was evaluated")
+        try:
+            return SharedPseudonyms(self.index, len(self.holders), self.threshold or len(self.holders),
+                                    load_or_create_oprf_key(self.keys_dir), self.seal,
+                                    {h: i.seal for h, i in self.identities.items()}, self.evaluations)
+        except InvalidInputError as exc:
+            raise FailedPreconditionError(f"key-share holder {self.name}: {exc}; nothing was evaluated") from None
 
     # -- studies and shares ---------------------------------------------------------------
     def check_contract(self, contract: StudyContract) -> None:

@@ -5,7 +5,8 @@ collective public context of the study named: each study has its own key), OpenS
 only under the key this holder built for it) / GetStudy / BudgetStatus / ChargeDirectQueries over this
 holder's own ledger, with receipts signed by this holder's own key. DecryptMeasurement,
 DecryptJoinCells and the join check (JoinCheckSeed, CheckJoinUpload) need the whole key and answer
-FAILED_PRECONDITION; KeySetup runs this holder's
+FAILED_PRECONDITION; EvaluatePseudonyms answers a join owner's page with this holder's share of the
+study's OPRF key (docs/join.md, "Oblivious pseudonyms with key holders"); KeySetup runs this holder's
 side of the deployment (`setup-key`) and of each study's key setup, and IssueShares its decryption shares of one measurement.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import grpc
 
 from parties.wire.v1 import decryption_pb2, decryption_pb2_grpc
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
+from he_partition.join.oprf import ELEMENT_BYTES
 
 from ...common.access import ANY_ROLE, AccessPolicy
 from ...common.config import DecryptionConfig
@@ -92,10 +94,23 @@ class KeyShareServicer(DecryptionServicer):
 
     def EvaluatePseudonyms(self, request: decryption_pb2.EvaluatePseudonymsRequest,
                            context: grpc.ServicerContext) -> decryption_pb2.EvaluatePseudonymsResponse:
-        self.policy.require(context, ["data_owner"], action="evaluate join pseudonyms")
-        raise FailedPreconditionError(f"this server is key-share holder {self.service.name!r}: {JOINS_SINGLE_HOLDER} "
-                                      "(the shared OPRF key of docs/join.md, \"Oblivious pseudonyms with key "
-                                      "holders\", is not built); nothing was evaluated")
+        """gRPC: one page of a join owner's blinded identifiers (ristretto255), answered with this holder's share of
+        the study's OPRF key for the request's route (a data owner of the study, for its own id;
+        `KeyShareService.evaluate_pseudonyms` checks the contract, the quota and logs the page)."""
+        caller = self.policy.require(context, ["data_owner"], action="evaluate join pseudonyms")
+        self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
+        data = bytes(request.blinded_elements)
+        if len(data) % ELEMENT_BYTES or not data:
+            raise InvalidInputError(f"blinded_elements must be 1 or more {ELEMENT_BYTES}-byte elements")
+        if not request.route:
+            raise InvalidInputError(f"key-share holder {self.service.name!r} answers with its share of the key: the "
+                                    "request names its route (the t holders the page goes to); nothing was evaluated")
+        elements = [data[i:i + ELEMENT_BYTES] for i in range(0, len(data), ELEMENT_BYTES)]
+        answers, used, quota = self.service.evaluate_pseudonyms(
+            study_id=request.study_id, owner_id=request.owner_id, contract_hash=request.contract_hash,
+            page=int(request.page), route=[int(h) for h in request.route], elements=elements)
+        return decryption_pb2.EvaluatePseudonymsResponse(evaluated_elements=b"".join(answers),
+                                                         evaluations_used=used, evaluation_quota=quota)
 
     def JoinCheckSeed(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._computation_only(context, "ask for a join check seed")

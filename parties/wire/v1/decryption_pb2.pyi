@@ -472,18 +472,20 @@ class ReconcileChargesResponse(_message.Message):
     def __init__(self, booked: _Optional[_Iterable[_Union[LedgerCharge, _Mapping]]] = ..., epsilon_spent: _Optional[float] = ...) -> None: ...
 
 class EvaluatePseudonymsRequest(_message.Message):
-    __slots__ = ("study_id", "owner_id", "contract_hash", "page", "blinded_elements")
+    __slots__ = ("study_id", "owner_id", "contract_hash", "page", "blinded_elements", "route")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     PAGE_FIELD_NUMBER: _ClassVar[int]
     BLINDED_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     owner_id: str
     contract_hash: str
     page: int
     blinded_elements: bytes
-    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., page: _Optional[int] = ..., blinded_elements: _Optional[bytes] = ...) -> None: ...
+    route: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, study_id: _Optional[str] = ..., owner_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., page: _Optional[int] = ..., blinded_elements: _Optional[bytes] = ..., route: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EvaluatePseudonymsResponse(_message.Message):
     __slots__ = ("evaluated_elements", "evaluations_used", "evaluation_quota")
