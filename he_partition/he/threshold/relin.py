@@ -102,7 +102,8 @@ class _Sampler:
         pk = seal.PublicKey()
         self.gen.create_public_key(pk)
         _, _, polys = ciphertext_polys(seal_bytes(pk))
-        return (polys[0] + _mul(polys[1], self.secret, self.moduli)) % _qs(self.moduli)
+        e: U64 = (polys[0] + _mul(polys[1], self.secret, self.moduli)) % _qs(self.moduli)
+        return e
 
 
 def _gadget(s: U64, index: int, moduli: list[int]) -> U64:
