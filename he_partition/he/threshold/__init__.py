@@ -7,6 +7,8 @@ What it holds:
 - `keys`: each holder's secret s_i and public-key share p_i, and the collective public key.
 - `setup`: the collective key setup as a state machine of rounds (holder side, relay side).
 - `galois`: the collective Galois keys, one linear round over a common polynomial per element.
+- `relin`: the collective relinearization key (encrypting s^2), two rounds with an ephemeral secret
+  per holder (Mouchet et al.'s RKG), loaded as SEAL RelinKeys; `join_context` for the join's parameters.
 - `context`: a public TenSEAL context that encrypts under the collective public key.
 - `c1`: the c1 part of ciphertexts, the owners' signed c1 and the check a holder runs on it.
 - `decrypt`: the holders' decryption shares (smudged, bound to the ciphertext or its c1) and
