@@ -20,18 +20,24 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from he_partition.join import toprf
 
-from ...common.contract import StudyContract
-from ...common.errors import FailedPreconditionError, QuotaExhaustedError
-from ...common.sealing import SealKeyPair
-from ..oprf import PAGE_ELEMENTS, EvaluationLog
+from he_partition.core.errors import InvalidInputError
 
-__all__ = ["pair_secret", "key_form", "page_fits", "SharedPseudonyms"]
+from ...common.contract import StudyContract, check_id
+from ...common.errors import FailedPreconditionError, NotFoundError, QuotaExhaustedError
+from ...common.sealing import SealKeyPair
+from ..oprf import PAGE_ELEMENTS, EvaluationLog, load_or_create_oprf_key
+
+if TYPE_CHECKING:
+    from .service import KeyShareService
+
+__all__ = ["pair_secret", "key_form", "page_fits", "SharedPseudonyms", "holder_part", "evaluate_page"]
 
 log = logging.getLogger("dpagg.decryption.keyshare")
 
@@ -130,3 +136,33 @@ class SharedPseudonyms:
                  contract.study_id, self.index, page, owner_id, list(route), len(elements), used, quota)
         return answers, used, quota
 
+
+
+def holder_part(index: int, holders: int, threshold: int, name: str, keys_dir: Path, seal: SealKeyPair,
+                peers: Mapping[int, bytes], evaluations: EvaluationLog) -> SharedPseudonyms:
+    """Holder `name`'s part of the join studies' shared OPRF keys over its own book (FAILED_PRECONDITION for a
+    deployment without the holders' identity keys, or a t-of-N form whose shared OPRF key is not built)."""
+    if not peers:
+        raise FailedPreconditionError(f"key-share holder {name} has no record of the other holders' identity keys "
+                                      "(a legacy deployment): nothing was evaluated")
+    try:
+        return SharedPseudonyms(index, holders, threshold, load_or_create_oprf_key(keys_dir), seal, peers,
+                                evaluations)
+    except InvalidInputError as exc:
+        raise FailedPreconditionError(f"key-share holder {name}: {exc}; nothing was evaluated") from None
+
+
+def evaluate_page(service: KeyShareService, *, study_id: str, owner_id: str, contract_hash: str, page: int,
+                  route: Sequence[int], elements: Sequence[bytes]) -> tuple[list[bytes], int, int]:
+    """Holder `service`'s answer to one page of a join owner's blinded elements on `route`, under its share of the
+    study's OPRF key (`SharedPseudonyms.evaluate`: its own quota book and page log).
+
+    Only for a join study in this holder's ledger, whose contract pins this deployment's holders and form."""
+    handler = service.require_active()
+    try:
+        contract = handler.get_study(check_id("study_id", study_id))
+    except NotFoundError:
+        raise FailedPreconditionError(f"key-share holder {service.name} has no join study {study_id!r} in its "
+                                      "ledger: nothing was evaluated") from None
+    return service.shared_pseudonyms().evaluate(contract, owner_id=owner_id, contract_hash=contract_hash, page=page,
+                                                route=route, elements=elements)

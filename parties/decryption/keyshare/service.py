@@ -58,8 +58,8 @@ from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_epsilon, charg
 from .resharing import HolderIdentity
 from .study_keys import ActiveKey, StudyKeyStore
 from .study_setup import StudySetups
-from .pseudonyms import SharedPseudonyms
-from ..oprf import EVALUATIONS_FILE, EvaluationLog, load_or_create_oprf_key
+from .pseudonyms import SharedPseudonyms, holder_part
+from ..oprf import EVALUATIONS_FILE, EvaluationLog
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
@@ -319,35 +319,12 @@ class KeyShareService:
             return self.study_setups.step(step, session, messages, ciphertext, values, threshold=threshold,
                                           participants=participants)
 
-    # -- join pseudonyms ------------------------------------------------------------------
-    def evaluate_pseudonyms(self, *, study_id: str, owner_id: str, contract_hash: str, page: int,
-                            route: Sequence[int], elements: Sequence[bytes]) -> tuple[list[bytes], int, int]:
-        """This holder's answer to one page of a join owner's blinded elements on `route`, under its share of the
-        study's OPRF key (`pseudonyms.SharedPseudonyms.evaluate`: its own quota book and page log).
-
-        Only for a join study in this holder's ledger (joins are not opened at key-share holders yet: their release
-        needs the whole key, JOINS_SINGLE_HOLDER), whose contract pins this deployment's holders and form."""
-        handler = self.require_active()
-        try:
-            contract = handler.get_study(check_id("study_id", study_id))
-        except NotFoundError:
-            raise FailedPreconditionError(f"key-share holder {self.name} has no join study {study_id!r}: "
-                                          f"{JOINS_SINGLE_HOLDER}; nothing was evaluated") from None
-        return self.shared_pseudonyms().evaluate(contract, owner_id=owner_id, contract_hash=contract_hash, page=page,
-                                                 route=route, elements=elements)
-
+    # -- join pseudonyms (`pseudonyms.evaluate_page` answers a page) -------------------------
     def shared_pseudonyms(self) -> SharedPseudonyms:
-        """This holder's part of the join studies' shared OPRF keys over its own book (FAILED_PRECONDITION for a
-        deployment without the holders' identity keys, or a t-of-N form whose shared OPRF key is not built)."""
-        if not self.identities:
-            raise FailedPreconditionError(f"key-share holder {self.name} has no record of the other holders' "
-                                          "identity keys (a legacy deployment): nothing was evaluated")
-        try:
-            return SharedPseudonyms(self.index, len(self.holders), self.threshold or len(self.holders),
-                                    load_or_create_oprf_key(self.keys_dir), self.seal,
-                                    {h: i.seal for h, i in self.identities.items()}, self.evaluations)
-        except InvalidInputError as exc:
-            raise FailedPreconditionError(f"key-share holder {self.name}: {exc}; nothing was evaluated") from None
+        """This holder's part of the join studies' shared OPRF keys over its own book (`pseudonyms.holder_part`)."""
+        return holder_part(self.index, len(self.holders), self.threshold or len(self.holders), self.name,
+                           self.keys_dir, self.seal, {h: i.seal for h, i in self.identities.items()},
+                           self.evaluations)
 
     # -- studies and shares ---------------------------------------------------------------
     def check_contract(self, contract: StudyContract) -> None:

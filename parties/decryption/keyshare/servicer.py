@@ -31,6 +31,7 @@ from ...common.limits import DECRYPTION_MAX_RECEIVE, server_options
 from ...common.server import ServerHandle, create_server
 from ...common.util import lock_data_dir
 from ..handler import DecryptionHandler
+from .pseudonyms import evaluate_page
 from ..keys import load_or_create_noise_key
 from .charges import below, charge_epsilon, log_budget
 from .service import JOINS_SINGLE_HOLDER, KeyShareService
@@ -96,7 +97,7 @@ class KeyShareServicer(DecryptionServicer):
                            context: grpc.ServicerContext) -> decryption_pb2.EvaluatePseudonymsResponse:
         """gRPC: one page of a join owner's blinded identifiers (ristretto255), answered with this holder's share of
         the study's OPRF key for the request's route (a data owner of the study, for its own id;
-        `KeyShareService.evaluate_pseudonyms` checks the contract, the quota and logs the page)."""
+        `pseudonyms.evaluate_page` checks the contract, the quota and logs the page)."""
         caller = self.policy.require(context, ["data_owner"], action="evaluate join pseudonyms")
         self.policy.same_party(caller, request.owner_id, what="owner_id of the request")
         data = bytes(request.blinded_elements)
@@ -106,8 +107,8 @@ class KeyShareServicer(DecryptionServicer):
             raise InvalidInputError(f"key-share holder {self.service.name!r} answers with its share of the key: the "
                                     "request names its route (the t holders the page goes to); nothing was evaluated")
         elements = [data[i:i + ELEMENT_BYTES] for i in range(0, len(data), ELEMENT_BYTES)]
-        answers, used, quota = self.service.evaluate_pseudonyms(
-            study_id=request.study_id, owner_id=request.owner_id, contract_hash=request.contract_hash,
+        answers, used, quota = evaluate_page(
+            self.service, study_id=request.study_id, owner_id=request.owner_id, contract_hash=request.contract_hash,
             page=int(request.page), route=[int(h) for h in request.route], elements=elements)
         return decryption_pb2.EvaluatePseudonymsResponse(evaluated_elements=b"".join(answers),
                                                          evaluations_used=used, evaluation_quota=quota)
