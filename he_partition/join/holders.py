@@ -1,0 +1,159 @@
+"""A join's values decrypted by key-share holders, each holder computing the values' ciphertexts itself.
+
+With one key holder the computation server (CS) sends it each measured value as a ciphertext,
+and the key holder returns slot 0 plus its own noise: whatever the CS put in that ciphertext,
+the key holder's answer is one decoded, noised slot. With K holders the CS is the combiner: it
+adds c0 and the holders' shares c1 s_i + e_i and reads the whole phase. A ciphertext the CS
+made up then shows it far more than one slot: an owner's raw indicator plane decrypts to every
+position of it (`tests/he_partition/test_join_holders.py` recovers all 8,192 with holders that
+share whatever they are sent), and a chosen c1 gives it c1 s plus the smudging, a noisy linear
+equation in the secret key per coefficient. For ordinary studies the holders bind their shares
+to the owners' signed c1 (docs/threshold.md, section 3a), which works because a release's c1 is
+a sum of the owners' c1. A join value is a sum of products, relinearized and rotated: its c1 is
+no sum of anything the owners sent, so it cannot be checked by adding. So each holder computes
+it: from the owners' indicator planes it runs the same circuit as the CS (`joint_totals`:
+products, one relinearization, the rotation-sum, then the value's +-1 sum of cells,
+`JoinScheme.signed_sum`) under the collective join keys. SEAL's evaluation is deterministic, so
+its c1 is the CS's, bit for bit, and the holder binds its share to that c1's digest
+(`threshold.c1.c1_digest`): the combine refuses shares bound to anything else, and the CS can
+choose c0 only, which changes nothing it learns.
+
+Each holder's share of a value (`HolderJoinValues.shares`): c1 s_i + its smudging, uniform on
+[-2^110, 2^110) (`JOIN_SMUDGING_BITS`: the flood's width, so each honest holder alone hides the
+product's data- and key-dependent noise, about 2^59 at the capacity edge: N 2^59 / 2^111 = 2^-39
+per value), + Delta (its DP share in slot 0, a uniform pad mod t in every other slot). The
+value is decrypted at the full level (three data primes): at the last prime the switch's
+rounding is the CS's to know and the holders' smudging leaves no budget (docs/threshold.md,
+section 8). After a rotation-sum every slot holds the cell total, so the pads are what keeps
+the CS from reading the total in the other slots without the DP noise. The CS adds its own draw
+to slot 0 as a plaintext (`noised_for_holders`: c0 only, so c1 stays the holders'), and floods
+nothing: the holders' smudging does what its flood did against the key holder.
+
+Measured cost: each holder runs the whole circuit, the CS's join work (the products and
+rotation-sums) once more per holder; see docs/threshold.md, section 8.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import tenseal as ts
+import tenseal.sealapi as seal
+
+from ..core.errors import InvalidInputError
+from ..core.measurements import Measurement
+from ..core.noise import RandomSource
+from ..he.join_scheme import JoinParams, JoinScheme, _context, _load
+from ..he.threshold.c1 import c1_digest, ciphertext_parts
+from ..he.threshold.decrypt import chunk_share, combine, padded_noise, secret_product
+from ..he.threshold.keys import HolderSecret
+from .protocol import joint_totals
+from .release import Terms, measurement_terms
+
+__all__ = ["JOIN_SMUDGING_BITS", "rotation_steps", "collective_join_scheme", "HolderJoinValues",
+           "noised_for_holders", "combine_values"]
+
+IntArray = npt.NDArray[np.int64]
+
+#: Each holder's smudging on a join value's share: the width of the single key holder's flood (`he.flooding`).
+JOIN_SMUDGING_BITS = 110
+
+
+def rotation_steps(slots: int) -> list[int]:
+    """The row rotations of the join's rotation-sum (1, 2, ..., slots / 4) and 0, the column swap: the Galois
+    elements its collective Galois keys need (`threshold.galois.galois_elements`)."""
+    return [1 << i for i in range(max(1, slots // 2).bit_length() - 1)] + [0]
+
+
+def collective_join_scheme(params: JoinParams, public_key: bytes, relin_keys: bytes, galois_keys: bytes) -> JoinScheme:
+    """The join scheme of the holders' collective keys (`threshold.keys.collective_public_key`,
+    `threshold.relin.collective_relin_keys`, `threshold.galois.collective_galois_keys` at the join's parameters):
+    public only; its `public_bytes()` is what the CS and the owners load with `JoinScheme.from_public`."""
+    ctx = _context(params)
+    return JoinScheme(params, ctx, _load(seal.PublicKey, ctx, public_key, "collective join public key", params),
+                      _load(seal.RelinKeys, ctx, relin_keys, "collective join relinearization keys", params),
+                      _load(seal.GaloisKeys, ctx, galois_keys, "collective join Galois keys", params))
+
+
+class HolderJoinValues:
+    """Holder `secret.holder`'s side of one join release: the cell totals it computed from the owners' planes.
+
+    `ctx`: the TenSEAL context at the join's parameters (`threshold.relin.join_context`); `public`: the
+    collective join keys (`JoinScheme.public_bytes`); `a`, `b`: the owners' indicator planes (groups x values of
+    serialized fresh ciphertexts, as the owners uploaded them); `bins[k]`: the row-major cell of bin k of the
+    flattened table (`release.bin_cells`). Building it runs the products and rotation-sums: the CS's join work.
+    """
+
+    def __init__(self, ctx: ts.Context, secret: HolderSecret, key_fp: bytes, public: bytes,
+                 a: Sequence[Sequence[bytes]], b: Sequence[Sequence[bytes]], bins: Sequence[int]) -> None:
+        self.ctx, self.secret, self.key_fp = ctx, secret, key_fp
+        self.scheme = JoinScheme.from_public(public)
+        totals = joint_totals(self.scheme, [[self.scheme.deserialize(c) for c in g] for g in a],
+                              [[self.scheme.deserialize(c) for c in g] for g in b])
+        self.bin_totals = [totals[int(c)] for c in bins]
+
+    def value(self, terms: Terms) -> Any:
+        """The ciphertext of one measured value, sum of coef * the totals of bins [lo, hi) (the CS's, bit for bit)."""
+        n = len(self.bin_totals)
+        if any(not 0 <= lo < hi <= n for _, lo, hi in terms):
+            raise InvalidInputError(f"a measured value's bins {list(terms)} leave the table's {n} bins")
+        return self.scheme.signed_sum([(c, self.bin_totals[k]) for c, lo, hi in terms for k in range(lo, hi)])
+
+    def shares(self, m: Measurement, dp_shares: Sequence[int] | IntArray, rng: RandomSource) -> list[bytes]:
+        """This holder's decryption share of each value `m` measures, bound to the c1 it computed.
+
+        Privacy: adds this holder's DP share `dp_shares[v]` to slot 0 of value v (drawn and charged by the
+        caller: epsilon m.epsilon for L1 sensitivity m.sensitivity under add/remove of one shared customer, who
+        changes one cell by 1; the holders' shares sum to one discrete Laplace of scale m.scale, or tolerate
+        missing holders as the contract's `noise_tolerates` says), a uniform pad mod t on every other slot, and
+        smudging on [-2^110, 2^110), all from `rng` (this holder's keyed source: a repeat gives the same bytes).
+        Who knows the noise: only this holder; the combiner sees the sum over the holders.
+        """
+        terms = measurement_terms(m)
+        if len(dp_shares) != len(terms):
+            raise InvalidInputError(f"{m.kind} measures {len(terms)} values, {len(dp_shares)} DP shares given")
+        slots, t = self.scheme.slots, self.scheme.plain_modulus
+        measured = np.zeros(slots, dtype=bool)
+        measured[0] = True
+        out = []
+        for value_terms, dp in zip(terms, dp_shares):
+            parms_id, moduli, parts = ciphertext_parts(self.ctx, self.scheme.serialize(self.value(value_terms)))
+            product = secret_product(self.ctx, self.secret, parms_id, parts[1])
+            noise = padded_noise(np.concatenate([[int(dp)], np.zeros(slots - 1, dtype=np.int64)]), measured, rng, t)
+            out.append(chunk_share(self.ctx, self.secret.holder, self.key_fp, product, moduli, c1_digest(parts[1]),
+                                   JOIN_SMUDGING_BITS, dp_noise=noise, rng=rng))
+        return out
+
+
+def noised_for_holders(scheme: JoinScheme, value: Any, draw: int) -> bytes:
+    """The CS's half of a value decrypted by key-share holders: `value` + Delta `draw` in slot 0, as a plaintext.
+
+    Privacy: adds the CS's discrete Laplace draw (scale m.sensitivity / m.epsilon, drawn by the caller from the
+    CS's source: only it knows the draw; neighbouring relation add/remove of one shared customer). A plaintext
+    addition changes c0 only, so the value's c1 stays the one every holder computed; no pads (each holder pads)
+    and no flood (each holder smudges). Spends nothing: the holders charge.
+    """
+    pt = seal.Plaintext()
+    vec = np.zeros(scheme.slots, dtype=np.int64)
+    vec[0] = int(draw) % scheme.plain_modulus
+    seal.BatchEncoder(scheme.context).encode(vec.astype(np.uint64).tolist(), pt)
+    out = seal.Ciphertext()
+    seal.Evaluator(scheme.context).add_plain(value, pt, out)
+    return scheme.serialize(out)
+
+
+def combine_values(ctx: ts.Context, values: Sequence[bytes], shares: Sequence[Sequence[bytes]],
+                   holders: Sequence[int], key_fp: bytes, plain_modulus: int) -> IntArray:
+    """Slot 0 of each value (centred mod t) from the holders' shares, each bound to the value's c1.
+
+    Refuses (`ShareCombineError`) a share bound to another c1 (a value the holders did not compute), another
+    key or holder, and a combined value without noise budget. Holds no secret, adds no noise.
+    """
+    if len(values) != len(shares):
+        raise InvalidInputError(f"{len(values)} values, shares for {len(shares)}")
+    t = int(plain_modulus)
+    first = np.array([int(combine(ctx, v, s, holders, key_fp, bound_to_c1=True)[0]) for v, s in zip(values, shares)],
+                     dtype=np.int64)
+    return np.where(first > t // 2, first - t, first)
+
