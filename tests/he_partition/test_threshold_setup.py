@@ -240,8 +240,8 @@ def test_a_t_of_n_setup_refuses_a_foreign_set_a_repeat_and_inconsistent_dealing(
     from he_partition.core.errors import ShareCombineError
     with pytest.raises(ShareCombineError):
         bad_relay.combine_test(bad_ct, {h: bad_holders[h].test_share(bad_ct, (1, 2)) for h in (1, 2)}, bad_fp, (1, 2))
-    h = HolderSetup(ctx, secrets.token_bytes(16), 0, HOLDERS, 2)
-    h.state = "active"
+    h = holders[1]
+    h.state = "active"  # an active t-of-N key keeps S_j only: no Galois (or relinearization) rounds then
     with pytest.raises(InvalidInputError, match="N-of-N shares"):
         h.commit_galois([3])
     with pytest.raises(InvalidInputError, match="strict majority"):

@@ -31,6 +31,13 @@ Rounds (K holders, `session` a unique id of this setup, e.g. 16 random bytes fro
    decomposition index from the same seed under its own domain tag), reveals it once every
    commitment is in, and every holder builds the collective GaloisKeys itself (two message rounds,
    one round of key material: Galois keys are linear in s).
+7. **Relinearization keys (optional, once; joins)**: the two rounds of `threshold.relin` (Mouchet et
+   al.), each commit-then-reveal; every holder sums the round-1 parts itself before its round 2 and
+   builds the collective RelinKeys itself. The setup closes them with a test product: the test
+   ciphertext times itself, relinearized, which every holder computes itself and shares once (per
+   participant set with a t-of-N key); the keys are kept only if it decrypts to the test vector
+   squared. Galois and relinearization keys need every holder's N-of-N share s_i, so with a t-of-N
+   key they are made between the key's build and its test decryption.
 
 t-of-N keys (`threshold` t > N/2, `threshold.shamir`): between rounds 4 and 5, holder i deals its
 s_i (`deal_subshares`: one sub-share per holder, sealed and signed by the caller, relayed by the CS)
@@ -70,6 +77,7 @@ from he_partition.he.threshold.decrypt import combine, decryption_share
 from he_partition.he.threshold.galois import collective_galois_keys, holder_galois_share
 from he_partition.he.seal_io import ciphertext_polys, seal_bytes, seal_version
 from he_partition.he.threshold.keys import HolderSecret, collective_public_key, holder_keygen, key_fingerprint, load_seal
+from he_partition.he.threshold.relin import RelinRoundOne, collective_relin_keys, relin_round_one, relin_round_two
 from he_partition.he.threshold.shamir import SubShare, check_threshold, deal, participant_secret, receive, subsets
 from he_partition.he.threshold.wire import key_share_commitment
 
@@ -163,6 +171,13 @@ class HolderSetup:
         self._galois_share = b""
         self._galois_commits: dict[int, bytes] = {}
         self.galois_keys = b""
+        self.relin_state = "none"
+        self._relin_one: RelinRoundOne | None = None
+        self._relin_commits: dict[str, dict[int, bytes]] = {}
+        self._relin_one_reveals: dict[int, bytes] = {}
+        self._relin_two = b""
+        self.relin_keys = b""
+        self._product_sets: set[tuple[int, ...]] = set()
 
     def _at(self, expected: str) -> None:
         if self.state != expected:
@@ -287,18 +302,28 @@ class HolderSetup:
             self.secret = self._tofn_share
         self.state = "active"
 
-    # Optional Galois rounds (joins, rotations), after the key is active; their own state, once per setup.
+    # Optional Galois rounds (joins, rotations), after the key is active (t-of-N: before its test decryption);
+    # their own state, once per setup.
+
+    def _additive(self, what: str) -> HolderSecret:
+        """s_i, the N-of-N share that collective Galois and relinearization keys are made from (they need all N
+        holders): once the collective key is built, and with a t-of-N key only until it is active (the holder then
+        keeps S_j alone, so those rounds run between the key's build and its test decryption)."""
+        if not self.fingerprint or self.secret is None:
+            raise InvalidInputError(f"holder {self.holder} has no collective key yet: no {what}")
+        if self.threshold is not None and self.state in ("active", "failed"):
+            raise InvalidInputError(f"holder {self.holder}: collective {what} need the N-of-N shares s_i; an active "
+                                    "t-of-N key has none (make them before its test decryption)")
+        return self.secret
 
     def commit_galois(self, elements: Sequence[int]) -> bytes:
         """Galois round 1: commit to this holder's Galois key share for `elements` (`threshold.galois`), once."""
-        self._at("active")
-        if self.threshold is not None:
-            raise InvalidInputError(f"holder {self.holder}: collective Galois keys need the N-of-N shares s_i; a t-of-N "
-                                    "key has none")
+        secret = self._additive("Galois keys")
+        if self.threshold is None:
+            self._at("active")
         if self.galois_state != "none":
             raise InvalidInputError(f"holder {self.holder} made its Galois key share already: one per setup")
-        assert self.secret is not None
-        self._galois_share = holder_galois_share(self.ctx, self.secret, self.seed, elements)
+        self._galois_share = holder_galois_share(self.ctx, secret, self.seed, elements)
         self.galois_elements = sorted(int(e) for e in elements)
         self.galois_state = "galois committed"
         return key_share_commitment(self.holder, self.seed, self._galois_share)
@@ -327,6 +352,104 @@ class HolderSetup:
         self.galois_state = "galois built"
         return hashlib.sha256(b"dpagg/collective-galois/v1" + self.fingerprint + self.galois_keys).digest()
 
+    # Optional relinearization rounds (joins: `threshold.relin`), when Galois rounds may run; once per setup.
+
+    def _relin_at(self, expected: str) -> None:
+        if self.relin_state != expected:
+            raise InvalidInputError(f"holder {self.holder} is at '{self.relin_state}'; this step needs '{expected}'")
+
+    def commit_relin_one(self) -> bytes:
+        """Relinearization round 1: commit to this holder's part (its ephemeral u_i stays in memory), once."""
+        secret = self._additive("relinearization keys")
+        if self.threshold is None:
+            self._at("active")
+        self._relin_at("none")
+        self._relin_one = relin_round_one(self.ctx, secret, self.seed)
+        self.relin_state = "relin one committed"
+        return key_share_commitment(self.holder, self.seed, self._relin_one.share)
+
+    def _relin_reveal(self, at: str, what: str, commitments: dict[int, bytes], own: bytes, to: str) -> None:
+        self._relin_at(at)
+        _complete(what, commitments, self.holders)
+        if not hmac.compare_digest(commitments[self.holder], key_share_commitment(self.holder, self.seed, own)):
+            raise InvalidInputError(f"the relayed {what} of holder {self.holder} is not the one it sent")
+        self._relin_commits[at] = dict(commitments)
+        self.relin_state = to
+
+    def reveal_relin_one(self, commitments: dict[int, bytes]) -> bytes:
+        """Relinearization round 1's part, once every holder's commitment is in (its own unchanged)."""
+        own = self._relin_one.share if self._relin_one is not None else b""
+        self._relin_reveal("relin one committed", "relinearization round-1 commitment", commitments, own,
+                           "relin one revealed")
+        return own
+
+    def commit_relin_two(self, reveals: dict[int, bytes]) -> bytes:
+        """Relinearization round 2: check and sum every round-1 part itself, then commit to this holder's part."""
+        self._relin_at("relin one revealed")
+        _complete("relinearization round-1 part", reveals, self.holders)
+        assert self._relin_one is not None
+        self._relin_one_reveals = dict(reveals)
+        self._relin_two = relin_round_two(self.ctx, self._additive("relinearization keys"), self._relin_one,
+                                          self.seed, self._relin_commits["relin one committed"], reveals)
+        self.relin_state = "relin two committed"
+        return key_share_commitment(self.holder, self.seed, self._relin_two)
+
+    def reveal_relin_two(self, commitments: dict[int, bytes]) -> bytes:
+        """Relinearization round 2's part, once every holder's commitment is in (its own unchanged)."""
+        self._relin_reveal("relin two committed", "relinearization round-2 commitment", commitments, self._relin_two,
+                           "relin two revealed")
+        return self._relin_two
+
+    def build_relin(self, reveals: dict[int, bytes]) -> bytes:
+        """Check both rounds' parts against their commitments and build the collective RelinKeys; returns their
+        SHA-256. Close the setup with `product_share` and `confirm_product` before using them."""
+        self._relin_at("relin two revealed")
+        _complete("relinearization round-2 part", reveals, self.holders)
+        self.relin_keys = collective_relin_keys(self.ctx, self.seed, (self._relin_commits["relin one committed"],
+                                                                      self._relin_one_reveals),
+                                                self._relin_commits["relin two committed"], reveals)
+        self.relin_state = "relin built"
+        return hashlib.sha256(b"dpagg/collective-relin/v1" + self.fingerprint + self.relin_keys).digest()
+
+    def product_share(self, participants: Sequence[int] | None = None) -> bytes:
+        """This holder's share of the setup's test product: the test ciphertext times itself, relinearized with the
+        built keys, which every holder computes itself (`setup_test_product`; the relay sends no ciphertext).
+        Smudged, no DP noise (the plaintext is public). N-of-N: once; t-of-N (active): once per participant set
+        that holds this holder, with its Lagrange-weighted S_j."""
+        self._relin_at("relin built")
+        self._at("active")
+        product = setup_test_product(self.ctx, self.public_key, self.seed, self.relin_keys)
+        assert self.secret is not None
+        if self.threshold is None:
+            p: tuple[int, ...] = tuple(self.holders)
+            secret = self.secret
+        else:
+            p = tuple(sorted(int(h) for h in participants or ()))
+            if p not in [s for s in subsets(self.holders, self.threshold) if self.holder in s]:
+                raise InvalidInputError(f"holder {self.holder}: a test product share is for a set of {self.threshold} "
+                                        f"holders that holds it, got {list(p)}")
+            secret = participant_secret(self.ctx, self.secret, p)
+        if p in self._product_sets:
+            raise InvalidInputError(f"holder {self.holder} issued its test product share for holders {list(p)} already")
+        self._product_sets.add(p)  # before the share exists: a failure never allows a second try
+        return decryption_share(self.ctx, secret, self.fingerprint, product)
+
+    def confirm_product(self, decrypted: Sequence[int]) -> None:
+        """Keep the relinearization keys only if the combined test product equals the test vector squared (slot by
+        slot mod t) for every participant set (t-of-N: each set's decryption in `subsets` order, concatenated, as
+        `confirm` takes them); else refuse and drop them. A malformed round part gives keys SEAL loads but that do
+        not relinearize: their product decrypts to noise, which the combine refuses or this check catches."""
+        self._relin_at("relin built")
+        t = _plain_modulus(self.ctx)
+        expected = [v * v % t for v in test_vector(self.seed, _slots(self.ctx), t)]
+        sets = len(subsets(self.holders, self.threshold)) if self.threshold is not None else 1
+        got = [int(v) % t for v in decrypted]
+        if got != expected * sets:
+            self.relin_state, self.relin_keys = "failed", b""
+            raise InvalidInputError(f"holder {self.holder}: the test product does not decrypt to the test vector "
+                                    "squared for every participant set: the relinearization keys are not kept")
+        self.relin_state = "relin checked"
+
 
 def setup_test_ciphertext(ctx: ts.Context, public_key: bytes, seed: bytes) -> bytes:
     """The setup's test ciphertext: (p + Delta m, a) at the data level, m the test vector, (p, a) the collective key.
@@ -349,6 +472,16 @@ def setup_test_ciphertext(ctx: ts.Context, public_key: bytes, seed: bytes) -> by
     seal.BatchEncoder(sealctx).encode(test_vector(seed, _slots(ctx), _plain_modulus(ctx)), plain)
     evaluator.add_plain_inplace(ct, plain)
     return seal_bytes(ct)
+
+
+def setup_test_product(ctx: ts.Context, public_key: bytes, seed: bytes, relin_keys: bytes) -> bytes:
+    """The setup's test ciphertext times itself, relinearized with `relin_keys`: every party computes it alike."""
+    ct = load_seal(seal.Ciphertext, ctx, setup_test_ciphertext(ctx, public_key, seed), "test ciphertext")
+    evaluator = seal.Evaluator(ctx.seal_context().data)
+    product = seal.Ciphertext()
+    evaluator.multiply(ct, ct, product)
+    evaluator.relinearize_inplace(product, load_seal(seal.RelinKeys, ctx, relin_keys, "relinearization keys"))
+    return seal_bytes(product)
 
 
 def _slots(ctx: ts.Context) -> int:
