@@ -29,12 +29,20 @@ the CS from reading the total in the other slots without the DP noise. The CS ad
 to slot 0 as a plaintext (`noised_for_holders`: c0 only, so c1 stays the holders'), and floods
 nothing: the holders' smudging does what its flood did against the key holder.
 
+The well-formedness check (`he_partition.join.wellformed`: every plane 0/1 and one-hot) is each
+holder's own too: from a seed the holders fix after the uploads close, each computes every round's
+residue from the owner's planes (`check_values`), commits to its shares of them, reveals them once
+every commitment is in, and combines everyone's itself (`check_passes`): no holder shares a join
+value before it saw both owners' residues decrypt to 0. The commitments matter: a holder that saw
+the others' shares first could pick its own to cancel them into zeros and pass a malformed upload.
+
 Measured cost: each holder runs the whole circuit, the CS's join work (the products and
 rotation-sums) once more per holder; see docs/threshold.md, section 8.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import hmac
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -48,11 +56,13 @@ from ..he.join_scheme import JoinParams, JoinScheme, _context, _load
 from ..he.threshold.c1 import c1_digest, ciphertext_parts
 from ..he.threshold.decrypt import chunk_share, combine, padded_noise, secret_product
 from ..he.threshold.keys import HolderSecret
+from ..he.threshold.wire import key_share_commitment
 from .protocol import joint_totals
 from .release import Terms, measurement_terms
+from .wellformed import partial_sums
 
-__all__ = ["JOIN_SMUDGING_BITS", "rotation_steps", "collective_join_scheme", "HolderJoinValues",
-           "noised_for_holders", "combine_values"]
+__all__ = ["JOIN_SMUDGING_BITS", "rotation_steps", "collective_join_scheme", "HolderJoinValues", "check_values",
+           "check_commitment", "check_passes", "noised_for_holders", "combine_values"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -89,6 +99,7 @@ class HolderJoinValues:
                  a: Sequence[Sequence[bytes]], b: Sequence[Sequence[bytes]], bins: Sequence[int]) -> None:
         self.ctx, self.secret, self.key_fp = ctx, secret, key_fp
         self.scheme = JoinScheme.from_public(public)
+        self.planes = (a, b)
         totals = joint_totals(self.scheme, [[self.scheme.deserialize(c) for c in g] for g in a],
                               [[self.scheme.deserialize(c) for c in g] for g in b])
         self.bin_totals = [totals[int(c)] for c in bins]
@@ -124,6 +135,53 @@ class HolderJoinValues:
             out.append(chunk_share(self.ctx, self.secret.holder, self.key_fp, product, moduli, c1_digest(parts[1]),
                                    JOIN_SMUDGING_BITS, dp_noise=noise, rng=rng))
         return out
+
+
+    def check_shares(self, side: int, owner_id: str, seed: bytes, rng: RandomSource) -> list[bytes]:
+        """This holder's shares of the well-formedness residues of owner `side`'s planes (`check_values`, each round's
+        ciphertext computed here), bound to their c1: smudging on [-2^110, 2^110), no pads and no DP noise (every slot
+        of an honest upload's residue is 0; a malformed one shows where that owner deviated, as the single key
+        holder's check does). Commit to them (`check_commitment`) and reveal them only once every holder's
+        commitment is in, so no holder picks its share after seeing the others'. Spends nothing."""
+        out = []
+        for ct in check_values(self.scheme, self.planes[side], seed, owner_id):
+            parms_id, moduli, parts = ciphertext_parts(self.ctx, ct)
+            product = secret_product(self.ctx, self.secret, parms_id, parts[1])
+            out.append(chunk_share(self.ctx, self.secret.holder, self.key_fp, product, moduli, c1_digest(parts[1]),
+                                   JOIN_SMUDGING_BITS, rng=rng))
+        return out
+
+
+def check_values(scheme: JoinScheme, planes: Sequence[Sequence[bytes]], seed: bytes, owner_id: str) -> list[bytes]:
+    """Each round's well-formedness residue of one owner's planes (`wellformed.partial_sums`, relinearized), at the
+    full level and not flooded: what every holder computes alike (SEAL's evaluation is deterministic)."""
+    sums = partial_sums(scheme, enumerate(planes), seed, owner_id)
+    if not sums or any(z is None for z in sums):
+        raise InvalidInputError("a join upload with no groups cannot be checked")
+    return [scheme.serialize(scheme._relinearized(z)) for z in sums]
+
+
+def check_commitment(holder: int, seed: bytes, shares: Sequence[bytes]) -> bytes:
+    """A holder's commitment to its check shares (all rounds), bound to the holder and the check's seed."""
+    return key_share_commitment(holder, seed, b"".join(len(x).to_bytes(4, "big") + x for x in shares))
+
+
+def check_passes(ctx: ts.Context, scheme: JoinScheme, planes: Sequence[Sequence[bytes]], seed: bytes, owner_id: str,
+                 commitments: Mapping[int, bytes], shares: Mapping[int, Sequence[bytes]], key_fp: bytes) -> bool:
+    """Each holder's own verdict on one owner's upload: True when every slot of every round decrypts to 0.
+
+    The holder recomputes the residues (c0 included) from the planes, checks every holder's revealed shares
+    against its commitment (InvalidInputError naming the holder: a share chosen after the others', which could
+    cancel them into zeros, is refused), and combines them itself; the relay's verdict is never taken.
+    A combine without noise budget (a share made with another secret) raises `ShareCombineError`.
+    """
+    holders = sorted(commitments)
+    for h in holders:
+        if h not in shares or not hmac.compare_digest(check_commitment(h, seed, shares[h]), commitments[h]):
+            raise InvalidInputError(f"the check shares of holder {h} do not match its commitment: not combined")
+    values = check_values(scheme, planes, seed, owner_id)
+    return all(not combine(ctx, v, [shares[h][r] for h in holders], holders, key_fp, bound_to_c1=True).any()
+               for r, v in enumerate(values))
 
 
 def noised_for_holders(scheme: JoinScheme, value: Any, draw: int) -> bytes:

@@ -14,19 +14,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from he_partition.core.errors import ShareCombineError
+from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.join_scheme import JoinParams, join_plain_modulus
 from he_partition.he.threshold.c1 import ciphertext_parts
-from he_partition.he.threshold.decrypt import combined_phase, decryption_share, padded_noise, secret_product
+from he_partition.he.threshold.decrypt import combine, combined_phase, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold.galois import collective_galois_keys, galois_elements, holder_galois_share
 from he_partition.he.seal_io import seal_ciphertext_bytes
 from he_partition.he.threshold.keys import collective_public_key, holder_keygen, key_fingerprint, seal_version
 from he_partition.he.threshold.relin import (collective_relin_keys, join_context, relin_round_one, relin_round_two)
 from he_partition.he.threshold.shamir import deal, participant_secret, receive
 from he_partition.he.threshold.wire import DecryptionShare, key_share_commitment
-from he_partition.join.holders import (JOIN_SMUDGING_BITS, HolderJoinValues, collective_join_scheme, combine_values,
-                                       noised_for_holders, rotation_steps)
+from he_partition.join.holders import (JOIN_SMUDGING_BITS, HolderJoinValues, check_commitment, check_passes,
+                                       check_values, collective_join_scheme, combine_values, noised_for_holders,
+                                       rotation_steps)
 from he_partition.join.protocol import joint_totals
 from he_partition.join.release import cells_strategy, measurement_terms
 
@@ -159,3 +160,45 @@ def test_a_cs_combining_shares_of_a_ciphertext_it_made_up_gets_the_key_unless_th
         combine_values(ctx, [crafted], [[honest[h][0] for h in HOLDERS]], HOLDERS, s["fp"], t)
     with pytest.raises(ShareCombineError, match="another ciphertext"):  # nor an owner's raw plane: it is no value they computed
         combine_values(ctx, [s["a"][0][0]], [[honest[h][0] for h in HOLDERS]], HOLDERS, s["fp"], t)
+
+
+def test_each_holder_checks_both_uploads_itself_and_a_share_picked_after_the_others_is_refused(
+        setup: dict[str, Any]) -> None:
+    """The well-formedness check at K holders: honest planes pass at every holder; a plane set twice at one position
+    fails; and a holder (or relay) that picks its shares after seeing the others', so that they cancel into zeros,
+    would pass the malformed upload were it not for the commitments."""
+    s = setup
+    ctx, scheme, fp = s["ctx"], s["scheme"], s["fp"]
+    seed = bytes(range(32))
+    bad_a_of = s["a_of"].copy()
+    x = np.stack([(bad_a_of == v).astype(np.int64) for v in range(ROWS)])
+    x[:, 5] = 1  # position 5 set in both of A's planes: two records at one position
+    bad_a = [[scheme.serialize(scheme.encrypt(x[v])) for v in range(ROWS)]]
+    bins = list(range(ROWS * COLS))
+    for planes, owner, ok in ((s["a"], "a", True), (s["b"], "b", True), (bad_a, "a", False)):
+        side = 1 if owner == "b" else 0
+        holders = {h: HolderJoinValues(ctx, s["secrets"][h], fp, s["public"], planes if side == 0 else s["a"],
+                                       planes if side == 1 else s["b"], bins) for h in HOLDERS}
+        shares = {h: holders[h].check_shares(side, owner, seed, holder_noise_source(NOISE_KEYS[h], h, 3, b"c"))
+                  for h in HOLDERS}
+        commits = {h: check_commitment(h, seed, shares[h]) for h in HOLDERS}
+        assert all(check_passes(ctx, scheme, planes, seed, owner, commits, shares, fp) is ok for _ in HOLDERS)
+    # the forger: holder 2's "shares" chosen after holders 0 and 1 revealed theirs, so the residues combine to 0
+    values = check_values(scheme, bad_a, seed, "a")
+    forged = []
+    for r, v in enumerate(values):
+        _, moduli, parts = ciphertext_parts(ctx, v)
+        qs = np.array(moduli, dtype=np.uint64)[:, None]
+        got = [DecryptionShare.from_bytes(shares[h][r]) for h in (0, 1)]
+        total = parts[0].astype(np.uint64)
+        for g in got:
+            total = (total + np.frombuffer(g.payload, dtype="<u8").reshape(parts[0].shape)) % qs
+        payload = ((qs - total) % qs).astype("<u8").tobytes()
+        forged.append(DecryptionShare(2, fp, got[0].ciphertext_digest, payload).to_bytes())
+    cheat = {0: shares[0], 1: shares[1], 2: forged}
+    # without the commitments the forgery passes the malformed upload ...
+    assert all(not combine(ctx, v, [cheat[h][r] for h in HOLDERS], HOLDERS, fp, bound_to_c1=True).any()
+               for r, v in enumerate(values))
+    # ... with them it is refused, naming the holder
+    with pytest.raises(InvalidInputError, match="holder 2 do not match its commitment"):
+        check_passes(ctx, scheme, bad_a, seed, "a", commits, cheat, fp)
