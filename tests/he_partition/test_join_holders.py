@@ -21,15 +21,17 @@ from he_partition.he.threshold.c1 import ciphertext_parts
 from he_partition.he.threshold.decrypt import combine, combined_phase, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold.galois import collective_galois_keys, galois_elements, holder_galois_share
 from he_partition.he.seal_io import seal_ciphertext_bytes
-from he_partition.he.threshold.keys import collective_public_key, holder_keygen, key_fingerprint, seal_version
-from he_partition.he.threshold.relin import (collective_relin_keys, join_context, relin_round_one, relin_round_two)
+from he_partition.he.threshold.keys import key_fingerprint, seal_version
+from he_partition.he.threshold.relin import (join_context)
 from he_partition.he.threshold.shamir import deal, participant_secret, receive
-from he_partition.he.threshold.wire import DecryptionShare, key_share_commitment
+from he_partition.he.threshold.wire import DecryptionShare
 from he_partition.join.holders import (JOIN_SMUDGING_BITS, HolderJoinValues, check_commitment, check_passes,
                                        check_values, collective_join_scheme, combine_values, noised_for_holders,
                                        rotation_steps)
 from he_partition.join.protocol import joint_totals
 from he_partition.join.release import cells_strategy, measurement_terms
+
+from .join_keys import commit, holder_keys, relin_rounds
 
 SEED = b"join-holders-test-seed-0123456789"
 HOLDERS = [0, 1, 2]
@@ -38,25 +40,15 @@ ROWS, COLS = 2, 3
 NOISE_KEYS = {h: bytes([h + 1]) * 32 for h in HOLDERS}
 
 
-def _commit(parts: dict[int, bytes]) -> dict[int, bytes]:
-    return {h: key_share_commitment(h, SEED, b) for h, b in parts.items()}
-
-
 @pytest.fixture(scope="module")
 def setup() -> dict[str, Any]:
     """Three holders' join key (public key, relinearization and Galois rounds, all local) and two owners' planes."""
     ctx = join_context(VERSION)
-    keys = {h: holder_keygen(ctx, SEED, h) for h in HOLDERS}
-    secrets_ = {h: keys[h][0] for h in HOLDERS}
-    reveals = {h: keys[h][1] for h in HOLDERS}
-    pk = collective_public_key(ctx, SEED, _commit(reveals), reveals)
-    one = {h: relin_round_one(ctx, secrets_[h], SEED) for h in HOLDERS}
-    r1 = {h: one[h].share for h in HOLDERS}
-    r2 = {h: relin_round_two(ctx, secrets_[h], one[h], SEED, _commit(r1), r1) for h in HOLDERS}
-    rk = collective_relin_keys(ctx, SEED, (_commit(r1), r1), _commit(r2), r2)
+    secrets_, pk = holder_keys(ctx, SEED, HOLDERS)
+    rk = relin_rounds(ctx, SEED, secrets_)["rk"]
     elements = galois_elements(ctx, rotation_steps(8192))
     g = {h: holder_galois_share(ctx, secrets_[h], SEED, elements) for h in HOLDERS}
-    gk = collective_galois_keys(ctx, SEED, elements, _commit(g), g)
+    gk = collective_galois_keys(ctx, SEED, elements, commit(SEED, g), g)
     scheme = collective_join_scheme(JoinParams.for_version(VERSION), pk, rk, gk)
     rng = np.random.default_rng(11)
     slots = scheme.slots

@@ -11,12 +11,13 @@ from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.he.join_scheme import JoinParams, JoinScheme, _context, join_plain_modulus
 from he_partition.he.seal_io import seal_bytes
 from he_partition.he.threshold.decrypt import combine, decryption_share
-from he_partition.he.threshold.keys import (HolderSecret, collective_public_key, holder_keygen, key_fingerprint,
+from he_partition.he.threshold.keys import (HolderSecret, key_fingerprint,
                                             key_moduli, load_seal, secret_plaintext_bytes)
 from he_partition.he.threshold.relin import (collective_relin_keys, join_context, relin_round_one, relin_round_two,
                                              round_one_sum)
 from he_partition.he.threshold.shamir import deal, participant_secret, receive
-from he_partition.he.threshold.wire import key_share_commitment
+
+from .join_keys import commit, holder_keys, relin_rounds
 
 SEED = b"relin-test-seed-0123456789abcdef"
 HOLDERS = [0, 1, 2]
@@ -24,28 +25,18 @@ VERSION = 2
 
 
 def _commit(parts: dict[int, bytes]) -> dict[int, bytes]:
-    return {h: key_share_commitment(h, SEED, b) for h, b in parts.items()}
+    return commit(SEED, parts)
 
 
 def _rounds(ctx: Any, secrets_: dict[int, HolderSecret], seeds: dict[int, bytes] | None = None) -> dict[str, Any]:
     """Both rounds, every holder honest unless `seeds` gives one another common seed."""
-    seeds = seeds or {}
-    one = {h: relin_round_one(ctx, secrets_[h], seeds.get(h, SEED)) for h in HOLDERS}
-    r1 = {h: one[h].share for h in HOLDERS}
-    c1 = _commit(r1)
-    r2 = {h: relin_round_two(ctx, secrets_[h], one[h], SEED, c1, r1) for h in HOLDERS}
-    c2 = _commit(r2)
-    return {"one": one, "r1": r1, "c1": c1, "r2": r2, "c2": c2,
-            "rk": collective_relin_keys(ctx, SEED, (c1, r1), c2, r2)}
+    return relin_rounds(ctx, SEED, secrets_, seeds)
 
 
 @pytest.fixture(scope="module")
 def relin() -> dict[str, Any]:
     ctx = join_context(VERSION)
-    keys = {h: holder_keygen(ctx, SEED, h) for h in HOLDERS}
-    secrets_ = {h: keys[h][0] for h in HOLDERS}
-    reveals = {h: keys[h][1] for h in HOLDERS}
-    pk = collective_public_key(ctx, SEED, _commit(reveals), reveals)
+    secrets_, pk = holder_keys(ctx, SEED, HOLDERS)
     return {"ctx": ctx, "secrets": secrets_, "pk": pk, "fp": key_fingerprint(pk), **_rounds(ctx, secrets_)}
 
 
