@@ -202,6 +202,15 @@ class JoinScheme:
                    _load(seal.RelinKeys, ctx, parts[1], "relinearization key", params),
                    _load(seal.GaloisKeys, ctx, parts[2], "rotation key", params))
 
+    @classmethod
+    def from_keys(cls, params: JoinParams, public_key: bytes, relin_keys: bytes, galois_keys: bytes) -> "JoinScheme":
+        """The public scheme of SEAL key bytes made elsewhere (key-share holders' collective keys,
+        he_partition.join.holders); InvalidInputError naming the key that does not load."""
+        ctx = _context(params)
+        return cls(params, ctx, _load(seal.PublicKey, ctx, public_key, "public key", params),
+                   _load(seal.RelinKeys, ctx, relin_keys, "relinearization key", params),
+                   _load(seal.GaloisKeys, ctx, galois_keys, "rotation key", params))
+
     def secret_bytes(self) -> bytes:
         """The secret key, for the key holder's 0600 key file only (never sent anywhere)."""
         if self._secret is None:
@@ -335,6 +344,20 @@ class JoinScheme:
                 self._evaluator.add_inplace(out, ct)
             else:
                 self._evaluator.sub_inplace(out, ct)
+        return out
+
+    def plus_plain(self, ct: Any, values: Sequence[int] | npt.NDArray[np.int64]) -> Any:
+        """ct + the plaintext of `values` on the leading slots (0 elsewhere): c0 changes, c1 does not (key-share
+        holders bind their shares to c1, he_partition.join.holders). Adds exactly `values`; draws nothing."""
+        vec = np.zeros(self.slots, dtype=np.int64)
+        arr = np.asarray(values, dtype=np.int64).ravel()
+        if arr.size > self.slots:
+            raise InvalidInputError(f"{arr.size} values do not fit one ciphertext of {self.slots} slots")
+        vec[:arr.size] = np.mod(arr, self.plain_modulus)
+        pt = seal.Plaintext()
+        self._encoder.encode(vec.astype(np.uint64).tolist(), pt)
+        out = seal.Ciphertext()
+        self._evaluator.add_plain(ct, pt, out)
         return out
 
     def _relinearized(self, ct: Any) -> Any:

@@ -46,13 +46,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import tenseal as ts
-import tenseal.sealapi as seal
 
 from ..core.errors import InvalidInputError
 from ..core.measurements import Measurement
 from ..core.noise import RandomSource
-from ..he.join_scheme import JoinParams, JoinScheme, _context, _load
+from ..he.join_scheme import JoinParams, JoinScheme
 from ..he.threshold.c1 import c1_digest, ciphertext_parts
 from ..he.threshold.decrypt import chunk_share, combine, padded_noise, secret_product
 from ..he.threshold.keys import HolderSecret
@@ -80,10 +78,7 @@ def collective_join_scheme(params: JoinParams, public_key: bytes, relin_keys: by
     """The join scheme of the holders' collective keys (`threshold.keys.collective_public_key`,
     `threshold.relin.collective_relin_keys`, `threshold.galois.collective_galois_keys` at the join's parameters):
     public only; its `public_bytes()` is what the CS and the owners load with `JoinScheme.from_public`."""
-    ctx = _context(params)
-    return JoinScheme(params, ctx, _load(seal.PublicKey, ctx, public_key, "collective join public key", params),
-                      _load(seal.RelinKeys, ctx, relin_keys, "collective join relinearization keys", params),
-                      _load(seal.GaloisKeys, ctx, galois_keys, "collective join Galois keys", params))
+    return JoinScheme.from_keys(params, public_key, relin_keys, galois_keys)
 
 
 class HolderJoinValues:
@@ -95,7 +90,7 @@ class HolderJoinValues:
     flattened table (`release.bin_cells`). Building it runs the products and rotation-sums: the CS's join work.
     """
 
-    def __init__(self, ctx: ts.Context, secret: HolderSecret, key_fp: bytes, public: bytes,
+    def __init__(self, ctx: Any, secret: HolderSecret, key_fp: bytes, public: bytes,
                  a: Sequence[Sequence[bytes]], b: Sequence[Sequence[bytes]], bins: Sequence[int]) -> None:
         self.ctx, self.secret, self.key_fp = ctx, secret, key_fp
         self.scheme = JoinScheme.from_public(public)
@@ -166,7 +161,7 @@ def check_commitment(holder: int, seed: bytes, shares: Sequence[bytes]) -> bytes
     return key_share_commitment(holder, seed, b"".join(len(x).to_bytes(4, "big") + x for x in shares))
 
 
-def check_passes(ctx: ts.Context, scheme: JoinScheme, planes: Sequence[Sequence[bytes]], seed: bytes, owner_id: str,
+def check_passes(ctx: Any, scheme: JoinScheme, planes: Sequence[Sequence[bytes]], seed: bytes, owner_id: str,
                  commitments: Mapping[int, bytes], shares: Mapping[int, Sequence[bytes]], key_fp: bytes) -> bool:
     """Each holder's own verdict on one owner's upload: True when every slot of every round decrypts to 0.
 
@@ -189,19 +184,13 @@ def noised_for_holders(scheme: JoinScheme, value: Any, draw: int) -> bytes:
 
     Privacy: adds the CS's discrete Laplace draw (scale m.sensitivity / m.epsilon, drawn by the caller from the
     CS's source: only it knows the draw; neighbouring relation add/remove of one shared customer). A plaintext
-    addition changes c0 only, so the value's c1 stays the one every holder computed; no pads (each holder pads)
-    and no flood (each holder smudges). Spends nothing: the holders charge.
+    addition changes c0 only (`JoinScheme.plus_plain`), so the value's c1 stays the one every holder computed; no
+    pads (each holder pads) and no flood (each holder smudges). Spends nothing: the holders charge.
     """
-    pt = seal.Plaintext()
-    vec = np.zeros(scheme.slots, dtype=np.int64)
-    vec[0] = int(draw) % scheme.plain_modulus
-    seal.BatchEncoder(scheme.context).encode(vec.astype(np.uint64).tolist(), pt)
-    out = seal.Ciphertext()
-    seal.Evaluator(scheme.context).add_plain(value, pt, out)
-    return scheme.serialize(out)
+    return scheme.serialize(scheme.plus_plain(value, [int(draw)]))
 
 
-def combine_values(ctx: ts.Context, values: Sequence[bytes], shares: Sequence[Sequence[bytes]],
+def combine_values(ctx: Any, values: Sequence[bytes], shares: Sequence[Sequence[bytes]],
                    holders: Sequence[int], key_fp: bytes, plain_modulus: int) -> IntArray:
     """Slot 0 of each value (centred mod t) from the holders' shares, each bound to the value's c1.
 
