@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
@@ -34,10 +34,7 @@ from ...common.errors import FailedPreconditionError, NotFoundError, QuotaExhaus
 from ...common.sealing import SealKeyPair
 from ..oprf import PAGE_ELEMENTS, EvaluationLog, load_or_create_oprf_key
 
-if TYPE_CHECKING:
-    from .service import KeyShareService
-
-__all__ = ["pair_secret", "key_form", "page_fits", "SharedPseudonyms", "holder_part", "evaluate_page"]
+__all__ = ["pair_secret", "key_form", "page_fits", "SharedPseudonyms", "holder_part", "evaluate_page", "PseudonymHolder"]
 
 log = logging.getLogger("dpagg.decryption.keyshare")
 
@@ -152,7 +149,18 @@ def holder_part(index: int, holders: int, threshold: int, name: str, keys_dir: P
         raise FailedPreconditionError(f"key-share holder {name}: {exc}; nothing was evaluated") from None
 
 
-def evaluate_page(service: KeyShareService, *, study_id: str, owner_id: str, contract_hash: str, page: int,
+class PseudonymHolder(Protocol):
+    """What answering a page needs of its holder (`KeyShareService` is one): its name, its active handler (the
+    ledger of its studies) and its part of the shared OPRF keys."""
+
+    name: str
+
+    def require_active(self) -> Any: ...
+
+    def shared_pseudonyms(self) -> SharedPseudonyms: ...
+
+
+def evaluate_page(service: PseudonymHolder, *, study_id: str, owner_id: str, contract_hash: str, page: int,
                   route: Sequence[int], elements: Sequence[bytes]) -> tuple[list[bytes], int, int]:
     """Holder `service`'s answer to one page of a join owner's blinded elements on `route`, under its share of the
     study's OPRF key (`SharedPseudonyms.evaluate`: its own quota book and page log).
