@@ -19,6 +19,10 @@ import numpy.typing as npt
 
 from he_partition.core.noise import CipherRandom, RandomSource, SeededRandom
 
+#: The suffix of a file written under a staged name before it is made durable and renamed into place: the
+#: computation store's chunk listing skips such names (`store_sqlite`), and the sealed opening stages under it too.
+STAGED_SUFFIX = ".part"
+
 __all__ = ["lock_data_dir", "utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic",
            "sync_written_files", "ImmediateTransaction"]
 

@@ -25,7 +25,7 @@ from he_partition.he.bfv import load_context
 from he_partition.he.threshold.c1 import c1_bytes, c1_of_vector
 
 from ..common.sealing import is_sealed, open_chunk
-from .store_sqlite import STAGED_SUFFIX  # a name the store's chunk listing skips
+from ..common.util import STAGED_SUFFIX  # a name the store's chunk listing skips
 
 __all__ = ["OpenJob", "ChunkOpener", "opener_of"]
 

@@ -24,15 +24,12 @@ from he_partition.execution.base import ChunkFiles, ChunkSource
 from ..common.contract import StudyContract
 from ..common.errors import NotFoundError
 from ..common.signing import OwnerSignature
-from ..common.util import ImmediateTransaction, sync_written_files, utc_now, write_file_atomic
+from ..common.util import STAGED_SUFFIX, ImmediateTransaction, sync_written_files, utc_now, write_file_atomic
 
 from .store import (CHUNK_FILE, ComputationStore, ReleaseListing, ReleaseRecord, ReleaseState, Submission, UploadMeta,
                     _check_complete, _check_index, _listing, _study_conflict, owner_conflict)
 
 __all__ = ["SqliteComputationStore"]
-
-#: A chunk written but not yet synced (`stage_chunk`): never listed, never read as a chunk.
-STAGED_SUFFIX = ".part"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS studies (
