@@ -11,7 +11,8 @@ Library level, one process, CPU seconds of each step (`time.process_time`), on r
 - K holders (the collective join keys of `benchmarks.threshold_relin.collective`): the CS's cell totals and its
   draw added as a plaintext (`holders.noised_for_holders`), one holder's own cell totals and its shares
   (`holders.HolderJoinValues`: every holder does the same work, on its own machine in a deployment), and the
-  CS's combine. Values are checked against the plaintext join plus the noises.
+  CS's combine. Values are checked against the plaintext join plus the noises. With --holder-workers N, holder 0
+  again on N local worker processes (wall seconds; its shares must be the same bytes).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import numpy as np
 from benchmarks.common import write_result
 from benchmarks.threshold_relin import collective
 from he_partition.core.noise import CipherRandom
+from he_partition.execution.processes import ProcessExecutor
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.join_scheme import JoinParams, JoinScheme
 from he_partition.he.threshold.relin import join_context
@@ -58,6 +60,9 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=13)
     ap.add_argument("--holders", type=int, default=3)
     ap.add_argument("--version", type=int, default=2)
+    ap.add_argument("--holder-workers", type=int, default=0,
+                    help="also time holder 0 on this many local worker processes (wall seconds, the workers started "
+                         "before the clock, as a holder's pool starts with its server)")
     args = ap.parse_args()
     params = JoinParams.for_version(args.version)
     rng = np.random.default_rng(7)
@@ -103,6 +108,19 @@ def main() -> None:
     got, combine_s = timed(lambda: combine_values(ctx, values, [[shares[h][v] for h in holders] for v in range(n)],
                                                   holders, keys["fp"], scheme.plain_modulus))
     assert (got == truth + draws + sum(dp.values())).all()
+    if args.holder_workers:
+        pool = ProcessExecutor(args.holder_workers)
+        pool.start()
+        key = bytes([1]) * 32
+        t0 = time.perf_counter()
+        with HolderJoinValues(ctx, keys["secrets"][0], keys["fp"], public, a, b, bins, executor=pool) as hv:
+            t1 = time.perf_counter()
+            pooled = hv.shares(m, dp[0], holder_noise_source(key, 0, args.holders, b"s"))
+        t2 = time.perf_counter()
+        pool.close()
+        assert pooled == shares[0]  # the same bytes as in one process
+        result["holder_0_on_workers"] = {"workers": args.holder_workers, "cell_totals_wall_s": t1 - t0,
+                                         "shares_wall_s": t2 - t1, "wall_s": t2 - t0}
     per_holder = float(np.median([x["cell_totals_s"] + x["shares_s"] for x in holder_s.values()]))
     result["k_holders"] = {"key_setup_s_all_holders": setup_s, "cs_cell_totals_s": cs_s, "cs_noise_s": noise_s,
                            "holder_s": holder_s, "holder_cpu_s_median": per_holder, "combine_s": combine_s,

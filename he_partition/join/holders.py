@@ -11,9 +11,10 @@ equation in the secret key per coefficient. For ordinary studies the holders bin
 to the owners' signed c1 (docs/threshold.md, section 3a), which works because a release's c1 is
 a sum of the owners' c1. A join value is a sum of products, relinearized and rotated: its c1 is
 no sum of anything the owners sent, so it cannot be checked by adding. So each holder computes
-it: from the owners' indicator planes it runs the same circuit as the CS (`joint_totals`:
-products, one relinearization, the rotation-sum, then the value's +-1 sum of cells,
-`JoinScheme.signed_sum`) under the collective join keys. SEAL's evaluation is deterministic, so
+it: from the owners' indicator planes it runs the same circuit as the CS, with the CS's own
+evaluator (`parallel.JoinEvaluator` on the holder's executor: products, one relinearization, the
+rotation-sum per cell, then the value's +-1 sum of cells, `JoinScheme.signed_sum`) under the
+collective join keys. SEAL's evaluation is deterministic, so
 its c1 is the CS's, bit for bit, and the holder binds its share to that c1's digest
 (`threshold.c1.c1_digest`): the combine refuses shares bound to anything else, and the CS can
 choose c0 only, which changes nothing it learns.
@@ -49,14 +50,14 @@ import numpy.typing as npt
 
 from ..core.errors import InvalidInputError
 from ..core.measurements import Measurement
-from ..core.noise import RandomSource
+from ..core.noise import CipherRandom, RandomSource
+from ..execution.base import ChunkExecutor
 from ..he.join_scheme import JoinParams, JoinScheme
 from ..he.threshold.c1 import c1_digest, ciphertext_parts
 from ..he.threshold.decrypt import chunk_share, combine, padded_noise, secret_product
 from ..he.threshold.keys import HolderSecret
 from ..he.threshold.wire import key_share_commitment
-from .protocol import joint_totals
-from .release import Terms, measurement_terms
+from .parallel import JoinEvaluator
 from .wellformed import partial_sums
 
 __all__ = ["JOIN_SMUDGING_BITS", "rotation_steps", "collective_join_scheme", "HolderJoinValues", "check_values",
@@ -87,24 +88,30 @@ class HolderJoinValues:
     `ctx`: the TenSEAL context at the join's parameters (`threshold.relin.join_context`); `public`: the
     collective join keys (`JoinScheme.public_bytes`); `a`, `b`: the owners' indicator planes (groups x values of
     serialized fresh ciphertexts, as the owners uploaded them); `bins[k]`: the row-major cell of bin k of the
-    flattened table (`release.bin_cells`). Building it runs the products and rotation-sums: the CS's join work.
+    flattened table (`release.bin_cells`); `executor`: where the products run (the holder's own local worker
+    processes, or None: this process). Building it runs the products and rotation-sums: the CS's join work.
     """
 
     def __init__(self, ctx: Any, secret: HolderSecret, key_fp: bytes, public: bytes,
-                 a: Sequence[Sequence[bytes]], b: Sequence[Sequence[bytes]], bins: Sequence[int]) -> None:
+                 a: Sequence[Sequence[bytes]], b: Sequence[Sequence[bytes]], bins: Sequence[int], *,
+                 executor: ChunkExecutor | None = None) -> None:
         self.ctx, self.secret, self.key_fp = ctx, secret, key_fp
         self.scheme = JoinScheme.from_public(public)
         self.planes = (a, b)
-        totals = joint_totals(self.scheme, [[self.scheme.deserialize(c) for c in g] for g in a],
-                              [[self.scheme.deserialize(c) for c in g] for g in b])
-        self.bin_totals = [totals[int(c)] for c in bins]
+        # The CS's own evaluator (he_partition.join.parallel), on this holder's executor (None: in this process):
+        # the cell totals in blocks, each value's un-noised ciphertext summed from them. Draws nothing here.
+        self._evaluator = JoinEvaluator(public, a, b, bins, CipherRandom(), executor=executor)
+        self._evaluator.__enter__()
 
-    def value(self, terms: Terms) -> Any:
-        """The ciphertext of one measured value, sum of coef * the totals of bins [lo, hi) (the CS's, bit for bit)."""
-        n = len(self.bin_totals)
-        if any(not 0 <= lo < hi <= n for _, lo, hi in terms):
-            raise InvalidInputError(f"a measured value's bins {list(terms)} leave the table's {n} bins")
-        return self.scheme.signed_sum([(c, self.bin_totals[k]) for c, lo, hi in terms for k in range(lo, hi)])
+    def close(self) -> None:
+        """Let go of the cell totals (and the executor's blocks)."""
+        self._evaluator.__exit__(None, None, None)
+
+    def __enter__(self) -> "HolderJoinValues":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def shares(self, m: Measurement, dp_shares: Sequence[int] | IntArray, rng: RandomSource) -> list[bytes]:
         """This holder's decryption share of each value `m` measures, bound to the c1 it computed.
@@ -116,21 +123,19 @@ class HolderJoinValues:
         smudging on [-2^110, 2^110), all from `rng` (this holder's keyed source: a repeat gives the same bytes).
         Who knows the noise: only this holder; the combiner sees the sum over the holders.
         """
-        terms = measurement_terms(m)
-        if len(dp_shares) != len(terms):
-            raise InvalidInputError(f"{m.kind} measures {len(terms)} values, {len(dp_shares)} DP shares given")
+        if len(dp_shares) != m.count:
+            raise InvalidInputError(f"{m.kind} measures {m.count} values, {len(dp_shares)} DP shares given")
         slots, t = self.scheme.slots, self.scheme.plain_modulus
         measured = np.zeros(slots, dtype=bool)
         measured[0] = True
         out = []
-        for value_terms, dp in zip(terms, dp_shares):
-            parms_id, moduli, parts = ciphertext_parts(self.ctx, self.scheme.serialize(self.value(value_terms)))
+        for value, dp in zip(self._evaluator.values(m), dp_shares):
+            parms_id, moduli, parts = ciphertext_parts(self.ctx, value)
             product = secret_product(self.ctx, self.secret, parms_id, parts[1])
             noise = padded_noise(np.concatenate([[int(dp)], np.zeros(slots - 1, dtype=np.int64)]), measured, rng, t)
             out.append(chunk_share(self.ctx, self.secret.holder, self.key_fp, product, moduli, c1_digest(parts[1]),
                                    JOIN_SMUDGING_BITS, dp_noise=noise, rng=rng))
         return out
-
 
     def check_shares(self, side: int, owner_id: str, seed: bytes, rng: RandomSource) -> list[bytes]:
         """This holder's shares of the well-formedness residues of owner `side`'s planes (`check_values`, each round's

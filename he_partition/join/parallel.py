@@ -276,6 +276,32 @@ class JoinEvaluator:
     def _blocks_of(self, terms: Terms) -> list[int]:
         return [w for w, (lo, hi) in enumerate(self._bounds) if any(a < hi and lo < b for _, a, b in terms)]
 
+    def _fan_out(self, m: Measurement, noise: Sequence[tuple[int, IntArray] | None]
+                 ) -> tuple[list[list[bytes]], list[list[tuple[int, int]]]]:
+        """Every block's answers for `m`'s values (a value in one block gets its `noise`, if any; a value across
+        blocks comes back as un-noised partial sums), and where each value's parts are."""
+        if m.domain_size != self.n:
+            raise InvalidInputError(f"a {m.domain_size}-bin measurement of a {self.n}-cell table")
+        if not self._key:
+            raise InvalidInputError("enter the evaluator (with JoinEvaluator(...) as ev) before measuring")
+        jobs: list[list[_Job]] = [[] for _ in self._bounds]
+        where: list[list[tuple[int, int]]] = []  # per value: (block, index in its job list)
+        for terms, extra in zip(measurement_terms(m), noise):
+            blocks = self._blocks_of(terms)
+            where.append([(w, len(jobs[w])) for w in blocks])
+            for w in blocks:
+                jobs[w].append((terms, extra if len(blocks) == 1 else None))
+        return self._executor.call(self._key, "run", [(j,) for j in jobs]), where
+
+    def _check(self, m: Measurement) -> None:
+        if m.domain_size != self.n:
+            raise InvalidInputError(f"a {m.domain_size}-bin measurement of a {self.n}-cell table")
+        if not self._key:
+            raise InvalidInputError("enter the evaluator (with JoinEvaluator(...) as ev) before measuring")
+
+    def _summed(self, results: list[list[bytes]], spots: list[tuple[int, int]]) -> Any:
+        return self.scheme.signed_sum([(1, self.scheme.deserialize(results[w][k])) for w, k in spots])
+
     def measure(self, m: Measurement) -> list[bytes]:
         """Serialized ciphertexts, one per value `m` measures: value + this server's draw in slot 0, pads, flood.
 
@@ -286,28 +312,23 @@ class JoinEvaluator:
         AES-CTR under a fresh OS key) are fixed here before
         the workers get them; the workers only flood.
         """
-        if m.domain_size != self.n:
-            raise InvalidInputError(f"a {m.domain_size}-bin measurement of a {self.n}-cell table")
-        if not self._key:
-            raise InvalidInputError("enter the evaluator (with JoinEvaluator(...) as ev) before measuring")
-        all_terms = measurement_terms(m)
+        self._check(m)  # before any draw: a refused call consumes nothing of `rng`
         draws = [int(d) for d in discrete_laplace(m.scale, m.count, self.rng)]
         pads = [self._pads.integers(self.scheme.plain_modulus, self.scheme.slots - 1) for _ in draws]
-        jobs: list[list[_Job]] = [[] for _ in self._bounds]
-        where: list[list[tuple[int, int]]] = []  # per value: (block, index in its job list)
-        for terms, draw, pad in zip(all_terms, draws, pads):
-            blocks = self._blocks_of(terms)
-            single = len(blocks) == 1
-            where.append([(w, len(jobs[w])) for w in blocks])
-            for w in blocks:
-                jobs[w].append((terms, (draw, pad) if single else None))
-        results = self._executor.call(self._key, "run", [(j,) for j in jobs])
+        results, where = self._fan_out(m, list(zip(draws, pads)))
         out = []
         for spots, draw, pad in zip(where, draws, pads):
             if len(spots) == 1:
                 w, k = spots[0]
                 out.append(results[w][k])
-                continue
-            parts = [(1, self.scheme.deserialize(results[w][k])) for w, k in spots]
-            out.append(_noised(self.scheme, self.scheme.signed_sum(parts), draw, pad))
+            else:
+                out.append(_noised(self.scheme, self._summed(results, spots), draw, pad))
         return out
+
+    def values(self, m: Measurement) -> list[bytes]:
+        """Serialized ciphertexts of the values `m` measures, un-noised: a key-share holder's own values
+        (he_partition.join.holders), which never leave it. Draws nothing."""
+        self._check(m)
+        results, where = self._fan_out(m, [None] * m.count)
+        return [results[spots[0][0]][spots[0][1]] if len(spots) == 1
+                else self.scheme.serialize(self._summed(results, spots)) for spots in where]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from he_partition.core.errors import InvalidInputError, ShareCombineError
+from he_partition.execution.processes import ProcessExecutor
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.join_scheme import JoinParams, join_plain_modulus
 from he_partition.he.threshold.c1 import ciphertext_parts
@@ -194,3 +195,22 @@ def test_each_holder_checks_both_uploads_itself_and_a_share_picked_after_the_oth
     # ... with them it is refused, naming the holder
     with pytest.raises(InvalidInputError, match="holder 2 do not match its commitment"):
         check_passes(ctx, scheme, bad_a, seed, "a", commits, cheat, fp)
+
+
+def test_a_holder_computing_on_its_worker_processes_makes_the_same_shares(setup: dict[str, Any]) -> None:
+    """The holder's values on two local worker processes (the CS's evaluator, in blocks) are the in-process ones
+    bit for bit, so its shares (keyed noise) are the same bytes."""
+    s = setup
+    m = next(cells_strategy(ROWS * COLS, 1.0, noise_parties=2))
+    bins = list(range(ROWS * COLS))
+
+    def shares(executor: Any) -> list[bytes]:
+        with HolderJoinValues(s["ctx"], s["secrets"][1], s["fp"], s["public"], s["a"], s["b"], bins,
+                              executor=executor) as hv:
+            return hv.shares(m, [0] * m.count, holder_noise_source(NOISE_KEYS[1], 1, 3, b"w"))
+
+    executor = ProcessExecutor(2)
+    try:
+        assert shares(executor) == shares(None)
+    finally:
+        executor.close()
