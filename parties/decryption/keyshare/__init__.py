@@ -13,6 +13,8 @@ What it holds:
 - `charges`: a t-of-N study's signed charge log: the holder's rules for signing a charge and for
   answering a request (also read by the computation server, which keeps the log).
 - `resharing`: the t-of-N setup's dealing round on the wire (sub-shares sealed and signed).
+- `join_planes`: a join study's indicator planes, taken only as their owners signed them (the holder computes
+  the join's values from them itself: `he_partition.join.holders`).
 - `share_workers`: a large measurement's shares computed on the holder's local worker processes
   (the decryption server's pool, each worker reading the key share from the holder's key store).
 
