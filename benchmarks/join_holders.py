@@ -31,7 +31,7 @@ from he_partition.execution.processes import ProcessExecutor
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
 from he_partition.he.join_scheme import JoinParams, JoinScheme
 from he_partition.he.threshold.relin import join_context
-from he_partition.join.holders import (HolderJoinValues, collective_join_scheme, combine_values, noised_for_holders,
+from he_partition.join.holders import (HolderJoinValues, combine_values, noised_for_holders,
                                        rotation_steps)
 from he_partition.join.protocol import joint_totals
 from he_partition.join.release import cells_strategy, noised_value
@@ -88,7 +88,7 @@ def main() -> None:
     ctx = join_context(args.version)
     holders = list(range(args.holders))
     keys, setup_s = timed(lambda: collective(ctx, holders, rotation_steps(params.slots)))
-    scheme = collective_join_scheme(params, keys["pk"], keys["rk"], keys["gk"])
+    scheme = JoinScheme.from_keys(params, keys["pk"], keys["rk"], keys["gk"])
     public = scheme.public_bytes()
     a, b = planes(scheme, a_of, b_of, args.rows, args.cols)
     totals, cs_s = timed(lambda: joint_totals(scheme, parsed(scheme, a), parsed(scheme, b)))

@@ -52,15 +52,14 @@ from ..core.errors import InvalidInputError
 from ..core.measurements import Measurement
 from ..core.noise import CipherRandom, RandomSource
 from ..execution.base import ChunkExecutor
-from ..he.join_scheme import JoinParams, JoinScheme
-from ..he.threshold.c1 import c1_digest, ciphertext_parts
-from ..he.threshold.decrypt import chunk_share, combine, padded_noise, secret_product
+from ..he.join_scheme import JoinScheme
+from ..he.threshold.decrypt import combine, decryption_share, padded_noise
 from ..he.threshold.keys import HolderSecret
 from ..he.threshold.wire import key_share_commitment
 from .parallel import JoinEvaluator
 from .wellformed import partial_sums
 
-__all__ = ["JOIN_SMUDGING_BITS", "rotation_steps", "collective_join_scheme", "HolderJoinValues", "check_values",
+__all__ = ["JOIN_SMUDGING_BITS", "rotation_steps", "HolderJoinValues", "check_values",
            "check_commitment", "check_passes", "noised_for_holders", "combine_values"]
 
 IntArray = npt.NDArray[np.int64]
@@ -73,13 +72,6 @@ def rotation_steps(slots: int) -> list[int]:
     """The row rotations of the join's rotation-sum (1, 2, ..., slots / 4) and 0, the column swap: the Galois
     elements its collective Galois keys need (`threshold.galois.galois_elements`)."""
     return [1 << i for i in range(max(1, slots // 2).bit_length() - 1)] + [0]
-
-
-def collective_join_scheme(params: JoinParams, public_key: bytes, relin_keys: bytes, galois_keys: bytes) -> JoinScheme:
-    """The join scheme of the holders' collective keys (`threshold.keys.collective_public_key`,
-    `threshold.relin.collective_relin_keys`, `threshold.galois.collective_galois_keys` at the join's parameters):
-    public only; its `public_bytes()` is what the CS and the owners load with `JoinScheme.from_public`."""
-    return JoinScheme.from_keys(params, public_key, relin_keys, galois_keys)
 
 
 class HolderJoinValues:
@@ -130,11 +122,9 @@ class HolderJoinValues:
         measured[0] = True
         out = []
         for value, dp in zip(self._evaluator.values(m), dp_shares):
-            parms_id, moduli, parts = ciphertext_parts(self.ctx, value)
-            product = secret_product(self.ctx, self.secret, parms_id, parts[1])
             noise = padded_noise(np.concatenate([[int(dp)], np.zeros(slots - 1, dtype=np.int64)]), measured, rng, t)
-            out.append(chunk_share(self.ctx, self.secret.holder, self.key_fp, product, moduli, c1_digest(parts[1]),
-                                   JOIN_SMUDGING_BITS, dp_noise=noise, rng=rng))
+            out.append(decryption_share(self.ctx, self.secret, self.key_fp, value, JOIN_SMUDGING_BITS, dp_noise=noise,
+                                        rng=rng, bound_to_c1=True))
         return out
 
     def check_shares(self, side: int, owner_id: str, seed: bytes, rng: RandomSource) -> list[bytes]:
@@ -143,13 +133,8 @@ class HolderJoinValues:
         of an honest upload's residue is 0; a malformed one shows where that owner deviated, as the single key
         holder's check does). Commit to them (`check_commitment`) and reveal them only once every holder's
         commitment is in, so no holder picks its share after seeing the others'. Spends nothing."""
-        out = []
-        for ct in check_values(self.scheme, self.planes[side], seed, owner_id):
-            parms_id, moduli, parts = ciphertext_parts(self.ctx, ct)
-            product = secret_product(self.ctx, self.secret, parms_id, parts[1])
-            out.append(chunk_share(self.ctx, self.secret.holder, self.key_fp, product, moduli, c1_digest(parts[1]),
-                                   JOIN_SMUDGING_BITS, rng=rng))
-        return out
+        return [decryption_share(self.ctx, self.secret, self.key_fp, ct, JOIN_SMUDGING_BITS, rng=rng, bound_to_c1=True)
+                for ct in check_values(self.scheme, self.planes[side], seed, owner_id)]
 
 
 def check_values(scheme: JoinScheme, planes: Sequence[Sequence[bytes]], seed: bytes, owner_id: str) -> list[bytes]:

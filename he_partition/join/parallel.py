@@ -279,11 +279,7 @@ class JoinEvaluator:
     def _fan_out(self, m: Measurement, noise: Sequence[tuple[int, IntArray] | None]
                  ) -> tuple[list[list[bytes]], list[list[tuple[int, int]]]]:
         """Every block's answers for `m`'s values (a value in one block gets its `noise`, if any; a value across
-        blocks comes back as un-noised partial sums), and where each value's parts are."""
-        if m.domain_size != self.n:
-            raise InvalidInputError(f"a {m.domain_size}-bin measurement of a {self.n}-cell table")
-        if not self._key:
-            raise InvalidInputError("enter the evaluator (with JoinEvaluator(...) as ev) before measuring")
+        blocks comes back as un-noised partial sums), and where each value's parts are. The caller ran `_check`."""
         jobs: list[list[_Job]] = [[] for _ in self._bounds]
         where: list[list[tuple[int, int]]] = []  # per value: (block, index in its job list)
         for terms, extra in zip(measurement_terms(m), noise):

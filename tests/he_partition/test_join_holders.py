@@ -17,7 +17,7 @@ import pytest
 from he_partition.core.errors import InvalidInputError, ShareCombineError
 from he_partition.execution.processes import ProcessExecutor
 from he_partition.core.noise_shares import discrete_laplace_share, holder_noise_source
-from he_partition.he.join_scheme import JoinParams, join_plain_modulus
+from he_partition.he.join_scheme import JoinParams, JoinScheme, join_plain_modulus
 from he_partition.he.threshold.c1 import ciphertext_parts
 from he_partition.he.threshold.decrypt import combine, combined_phase, decryption_share, padded_noise, secret_product
 from he_partition.he.threshold.galois import collective_galois_keys, galois_elements, holder_galois_share
@@ -27,7 +27,7 @@ from he_partition.he.threshold.relin import (join_context)
 from he_partition.he.threshold.shamir import deal, participant_secret, receive
 from he_partition.he.threshold.wire import DecryptionShare
 from he_partition.join.holders import (JOIN_SMUDGING_BITS, HolderJoinValues, check_commitment, check_passes,
-                                       check_values, collective_join_scheme, combine_values, noised_for_holders,
+                                       check_values, combine_values, noised_for_holders,
                                        rotation_steps)
 from he_partition.join.protocol import joint_totals
 from he_partition.join.release import cells_strategy, measurement_terms
@@ -50,7 +50,7 @@ def setup() -> dict[str, Any]:
     elements = galois_elements(ctx, rotation_steps(8192))
     g = {h: holder_galois_share(ctx, secrets_[h], SEED, elements) for h in HOLDERS}
     gk = collective_galois_keys(ctx, SEED, elements, commit(SEED, g), g)
-    scheme = collective_join_scheme(JoinParams.for_version(VERSION), pk, rk, gk)
+    scheme = JoinScheme.from_keys(JoinParams.for_version(VERSION), pk, rk, gk)
     rng = np.random.default_rng(11)
     slots = scheme.slots
     a_of = rng.integers(-1, ROWS, slots)  # -1: no record of A at the position

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from he_partition.core.errors import InvalidInputError, ShareCombineError
-from he_partition.he.join_scheme import JoinParams
+from he_partition.he.join_scheme import JoinParams, JoinScheme
 from he_partition.he.threshold.galois import galois_elements
 from he_partition.he.threshold.relin import join_context
 from he_partition.he.threshold.decrypt import decryption_share
@@ -17,7 +17,7 @@ from he_partition.he.threshold.relin import collective_relin_keys, relin_round_o
 from he_partition.he.threshold.setup import HolderSetup, SetupRelay, setup_test_product
 from he_partition.he.threshold.shamir import participant_secret
 from he_partition.he.threshold.wire import key_share_commitment
-from he_partition.join.holders import (HolderJoinValues, collective_join_scheme, combine_values, noised_for_holders,
+from he_partition.join.holders import (HolderJoinValues, combine_values, noised_for_holders,
                                        rotation_steps)
 from he_partition.join.protocol import joint_totals
 from he_partition.join.release import cells_strategy
@@ -96,7 +96,7 @@ def _product_check(relay: SetupRelay, holders: dict[int, HolderSetup], sets: lis
 def _join_value(relay: SetupRelay, holders: dict[int, HolderSetup], p: tuple[int, ...]) -> None:
     """A 2 x 2 join over one group under the set-up keys, decrypted by the holders `p` that computed it."""
     ctx, h0 = relay.ctx, holders[0]
-    scheme = collective_join_scheme(JoinParams.for_version(VERSION), h0.public_key, h0.relin_keys, h0.galois_keys)
+    scheme = JoinScheme.from_keys(JoinParams.for_version(VERSION), h0.public_key, h0.relin_keys, h0.galois_keys)
     rng = np.random.default_rng(5)
     a_of, b_of = rng.integers(-1, 2, scheme.slots), rng.integers(-1, 2, scheme.slots)
     a = [[scheme.serialize(scheme.encrypt((a_of == v).astype(np.int64))) for v in range(2)]]

@@ -182,8 +182,12 @@ def chunk_share(ctx: ts.Context, holder: int, key_fp: bytes, product: npt.NDArra
 
 def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphertext: bytes,
                      bits: int = SMUDGING_BITS, *, dp_noise: Sequence[int] | npt.NDArray[np.int64] | None = None,
-                     rng: RandomSource | None = None) -> bytes:
+                     rng: RandomSource | None = None, bound_to_c1: bool = False) -> bytes:
     """Holder `secret.holder`'s share of `ciphertext`: c1 s_i + e_smudge + Delta m_i, bound to the ciphertext and key.
+
+    `bound_to_c1`: bound to the ciphertext's c1 (`threshold.c1.c1_digest`) instead, for a ciphertext whose c1
+    the holder computed itself (a join value, `he_partition.join.holders`): `combine(..., bound_to_c1=True)`
+    then takes the share with that c1 only, whatever c0 the combiner holds.
 
     `dp_noise`: the holder's share of the DP noise, one integer per measured slot (the first
     len(dp_noise) slots; unmeasured slots get none), typically
@@ -202,8 +206,8 @@ def decryption_share(ctx: ts.Context, secret: HolderSecret, key_fp: bytes, ciphe
     """
     parms_id, moduli, parts = ciphertext_parts(ctx, bytes(ciphertext))
     product = secret_product(ctx, secret, parms_id, parts[1])  # c1 s_i: c0 is never read
-    return chunk_share(ctx, secret.holder, key_fp, product, moduli, ciphertext_digest(bytes(ciphertext)), bits,
-                       dp_noise=dp_noise, rng=rng)
+    bound = c1_digest(parts[1]) if bound_to_c1 else ciphertext_digest(bytes(ciphertext))
+    return chunk_share(ctx, secret.holder, key_fp, product, moduli, bound, bits, dp_noise=dp_noise, rng=rng)
 
 
 def combine(ctx: ts.Context, ciphertext: bytes, shares: Iterable[bytes], holders: Sequence[int],

@@ -173,8 +173,9 @@ class HolderSetup:
         self.galois_keys = b""
         self.relin_state = "none"
         self._relin_one: RelinRoundOne | None = None
-        self._relin_commits: dict[str, dict[int, bytes]] = {}
+        self._relin_one_commits: dict[int, bytes] = {}
         self._relin_one_reveals: dict[int, bytes] = {}
+        self._relin_two_commits: dict[int, bytes] = {}
         self._relin_two = b""
         self.relin_keys = b""
         self._product_sets: set[tuple[int, ...]] = set()
@@ -189,14 +190,19 @@ class HolderSetup:
         self.state = "seed committed"
         return seed_commitment(self.session, self.holder, self._contribution)
 
-    def _reveal(self, at: str, what: str, commitments: dict[int, bytes], own: bytes, to: str) -> dict[int, bytes]:
-        """Move from `at` to `to` once every holder's `what` is in and the relay kept this holder's own as sent."""
-        self._at(at)
+    def _kept(self, what: str, commitments: dict[int, bytes], own: bytes) -> dict[int, bytes]:
+        """`commitments` once every holder's `what` is in and the relay kept this holder's own (`own`) as sent."""
         _complete(what, commitments, self.holders)
         if not hmac.compare_digest(commitments[self.holder], own):
             raise InvalidInputError(f"the relayed {what} of holder {self.holder} is not the one it sent")
-        self.state = to
         return dict(commitments)
+
+    def _reveal(self, at: str, what: str, commitments: dict[int, bytes], own: bytes, to: str) -> dict[int, bytes]:
+        """Move from `at` to `to` once every holder's `what` is in and the relay kept this holder's own as sent."""
+        self._at(at)
+        kept = self._kept(what, commitments, own)
+        self.state = to
+        return kept
 
     def reveal_seed(self, commitments: dict[int, bytes]) -> bytes:
         """Round 2: this holder's seed contribution, once every holder's commitment is in (its own unchanged)."""
@@ -267,18 +273,23 @@ class HolderSetup:
             return decryption_share(self.ctx, self.secret, self.fingerprint, ciphertext)
         self._at("key received")
         assert self._tofn_share is not None
-        p = tuple(sorted(int(h) for h in participants or ()))
-        mine = [s for s in subsets(self.holders, self.threshold) if self.holder in s]
-        if p not in mine:
-            raise InvalidInputError(f"holder {self.holder}: a test share is for a set of {self.threshold} holders "
-                                    f"that holds it, got {list(p)}")
+        p = self._own_set(participants, "test share")
         if p in self._test_sets:
             raise InvalidInputError(f"holder {self.holder} issued its test share for holders {list(p)} already")
         self._test_sets.add(p)  # before the share exists: a failure never allows a second try
-        if len(self._test_sets) == len(mine):
+        if len(self._test_sets) == len([s for s in subsets(self.holders, self.threshold) if self.holder in s]):
             self.state = "test share issued"
         return decryption_share(self.ctx, participant_secret(self.ctx, self._tofn_share, p), self.fingerprint,
                                 ciphertext)
+
+    def _own_set(self, participants: Sequence[int] | None, what: str) -> tuple[int, ...]:
+        """t-of-N: `participants` as a sorted set of t holders that holds this holder (InvalidInputError otherwise)."""
+        p = tuple(sorted(int(h) for h in participants or ()))
+        assert self.threshold is not None
+        if p not in [s for s in subsets(self.holders, self.threshold) if self.holder in s]:
+            raise InvalidInputError(f"holder {self.holder}: a {what} is for a set of {self.threshold} holders that "
+                                    f"holds it, got {list(p)}")
+        return p
 
     def confirm(self, decrypted: Sequence[int]) -> None:
         """Mark the key active if the combined test decryption equals the test vector; else refuse (setup stopped).
@@ -333,11 +344,8 @@ class HolderSetup:
         if self.galois_state != "galois committed":
             raise InvalidInputError(f"holder {self.holder} is at '{self.galois_state}'; this step needs "
                                     "'galois committed'")
-        _complete("Galois key commitment", commitments, self.holders)
-        if not hmac.compare_digest(commitments[self.holder],
-                                   key_share_commitment(self.holder, self.seed, self._galois_share)):
-            raise InvalidInputError(f"the relayed Galois key commitment of holder {self.holder} is not the one it sent")
-        self._galois_commits = dict(commitments)
+        self._galois_commits = self._kept("Galois key commitment", commitments,
+                                          key_share_commitment(self.holder, self.seed, self._galois_share))
         self.galois_state = "galois revealed"
         return self._galois_share
 
@@ -368,19 +376,14 @@ class HolderSetup:
         self.relin_state = "relin one committed"
         return key_share_commitment(self.holder, self.seed, self._relin_one.share)
 
-    def _relin_reveal(self, at: str, what: str, commitments: dict[int, bytes], own: bytes, to: str) -> None:
-        self._relin_at(at)
-        _complete(what, commitments, self.holders)
-        if not hmac.compare_digest(commitments[self.holder], key_share_commitment(self.holder, self.seed, own)):
-            raise InvalidInputError(f"the relayed {what} of holder {self.holder} is not the one it sent")
-        self._relin_commits[at] = dict(commitments)
-        self.relin_state = to
-
     def reveal_relin_one(self, commitments: dict[int, bytes]) -> bytes:
         """Relinearization round 1's part, once every holder's commitment is in (its own unchanged)."""
-        own = self._relin_one.share if self._relin_one is not None else b""
-        self._relin_reveal("relin one committed", "relinearization round-1 commitment", commitments, own,
-                           "relin one revealed")
+        self._relin_at("relin one committed")
+        assert self._relin_one is not None
+        own = self._relin_one.share
+        self._relin_one_commits = self._kept("relinearization round-1 commitment", commitments,
+                                             key_share_commitment(self.holder, self.seed, own))
+        self.relin_state = "relin one revealed"
         return own
 
     def commit_relin_two(self, reveals: dict[int, bytes]) -> bytes:
@@ -390,14 +393,16 @@ class HolderSetup:
         assert self._relin_one is not None
         self._relin_one_reveals = dict(reveals)
         self._relin_two = relin_round_two(self.ctx, self._additive("relinearization keys"), self._relin_one,
-                                          self.seed, self._relin_commits["relin one committed"], reveals)
+                                          self.seed, self._relin_one_commits, reveals)
         self.relin_state = "relin two committed"
         return key_share_commitment(self.holder, self.seed, self._relin_two)
 
     def reveal_relin_two(self, commitments: dict[int, bytes]) -> bytes:
         """Relinearization round 2's part, once every holder's commitment is in (its own unchanged)."""
-        self._relin_reveal("relin two committed", "relinearization round-2 commitment", commitments, self._relin_two,
-                           "relin two revealed")
+        self._relin_at("relin two committed")
+        self._relin_two_commits = self._kept("relinearization round-2 commitment", commitments,
+                                             key_share_commitment(self.holder, self.seed, self._relin_two))
+        self.relin_state = "relin two revealed"
         return self._relin_two
 
     def build_relin(self, reveals: dict[int, bytes]) -> bytes:
@@ -405,9 +410,8 @@ class HolderSetup:
         SHA-256. Close the setup with `product_share` and `confirm_product` before using them."""
         self._relin_at("relin two revealed")
         _complete("relinearization round-2 part", reveals, self.holders)
-        self.relin_keys = collective_relin_keys(self.ctx, self.seed, (self._relin_commits["relin one committed"],
-                                                                      self._relin_one_reveals),
-                                                self._relin_commits["relin two committed"], reveals)
+        self.relin_keys = collective_relin_keys(self.ctx, self.seed, (self._relin_one_commits, self._relin_one_reveals),
+                                                self._relin_two_commits, reveals)
         self.relin_state = "relin built"
         return hashlib.sha256(b"dpagg/collective-relin/v1" + self.fingerprint + self.relin_keys).digest()
 
@@ -424,10 +428,7 @@ class HolderSetup:
             p: tuple[int, ...] = tuple(self.holders)
             secret = self.secret
         else:
-            p = tuple(sorted(int(h) for h in participants or ()))
-            if p not in [s for s in subsets(self.holders, self.threshold) if self.holder in s]:
-                raise InvalidInputError(f"holder {self.holder}: a test product share is for a set of {self.threshold} "
-                                        f"holders that holds it, got {list(p)}")
+            p = self._own_set(participants, "test product share")
             secret = participant_secret(self.ctx, self.secret, p)
         if p in self._product_sets:
             raise InvalidInputError(f"holder {self.holder} issued its test product share for holders {list(p)} already")
