@@ -52,20 +52,26 @@ from ..core.errors import InvalidInputError
 from ..core.measurements import Measurement
 from ..core.noise import CipherRandom, RandomSource
 from ..execution.base import ChunkExecutor
-from ..he.join_scheme import JoinScheme
+from ..he.join_scheme import JoinParams, JoinScheme
 from ..he.threshold.decrypt import combine, decryption_share, padded_noise
 from ..he.threshold.keys import HolderSecret
 from ..he.threshold.wire import key_share_commitment
 from .parallel import JoinEvaluator
 from .wellformed import partial_sums
 
-__all__ = ["JOIN_SMUDGING_BITS", "rotation_steps", "HolderJoinValues", "check_values",
+__all__ = ["JOIN_SMUDGING_BITS", "join_public_bytes", "rotation_steps", "HolderJoinValues", "check_values",
            "check_commitment", "check_passes", "noised_for_holders", "combine_values"]
 
 IntArray = npt.NDArray[np.int64]
 
 #: Each holder's smudging on a join value's share: the width of the single key holder's flood (`he.flooding`).
 JOIN_SMUDGING_BITS = 110
+
+
+def join_public_bytes(version: int, public_key: bytes, relin_keys: bytes, galois_keys: bytes) -> bytes:
+    """The join study's public key material (`JoinScheme.public_bytes`) of the holders' collective keys: what the
+    owners encrypt under, and whose SHA-256 the study's contract names (`context_fingerprint`)."""
+    return JoinScheme.from_keys(JoinParams.for_version(version), public_key, relin_keys, galois_keys).public_bytes()
 
 
 def rotation_steps(slots: int) -> list[int]:
@@ -105,7 +111,8 @@ class HolderJoinValues:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def shares(self, m: Measurement, dp_shares: Sequence[int] | IntArray, rng: RandomSource) -> list[bytes]:
+    def shares(self, m: Measurement, dp_shares: Sequence[int] | IntArray, rng: RandomSource, *,
+               secret: HolderSecret | None = None) -> list[bytes]:
         """This holder's decryption share of each value `m` measures, bound to the c1 it computed.
 
         Privacy: adds this holder's DP share `dp_shares[v]` to slot 0 of value v (drawn and charged by the
@@ -113,7 +120,8 @@ class HolderJoinValues:
         changes one cell by 1; the holders' shares sum to one discrete Laplace of scale m.scale, or tolerate
         missing holders as the contract's `noise_tolerates` says), a uniform pad mod t on every other slot, and
         smudging on [-2^110, 2^110), all from `rng` (this holder's keyed source: a repeat gives the same bytes).
-        Who knows the noise: only this holder; the combiner sees the sum over the holders.
+        Who knows the noise: only this holder; the combiner sees the sum over the holders. `secret`: the key share
+        to use in place of the one given at construction (a t-of-N participant set's Lagrange-weighted share).
         """
         if len(dp_shares) != m.count:
             raise InvalidInputError(f"{m.kind} measures {m.count} values, {len(dp_shares)} DP shares given")
@@ -123,17 +131,20 @@ class HolderJoinValues:
         out = []
         for value, dp in zip(self._evaluator.values(m), dp_shares):
             noise = padded_noise(np.concatenate([[int(dp)], np.zeros(slots - 1, dtype=np.int64)]), measured, rng, t)
-            out.append(decryption_share(self.ctx, self.secret, self.key_fp, value, JOIN_SMUDGING_BITS, dp_noise=noise,
+            out.append(decryption_share(self.ctx, secret or self.secret, self.key_fp, value, JOIN_SMUDGING_BITS,
+                                        dp_noise=noise,
                                         rng=rng, bound_to_c1=True))
         return out
 
-    def check_shares(self, side: int, owner_id: str, seed: bytes, rng: RandomSource) -> list[bytes]:
+    def check_shares(self, side: int, owner_id: str, seed: bytes, rng: RandomSource, *,
+                     secret: HolderSecret | None = None) -> list[bytes]:
         """This holder's shares of the well-formedness residues of owner `side`'s planes (`check_values`, each round's
         ciphertext computed here), bound to their c1: smudging on [-2^110, 2^110), no pads and no DP noise (every slot
         of an honest upload's residue is 0; a malformed one shows where that owner deviated, as the single key
         holder's check does). Commit to them (`check_commitment`) and reveal them only once every holder's
         commitment is in, so no holder picks its share after seeing the others'. Spends nothing."""
-        return [decryption_share(self.ctx, self.secret, self.key_fp, ct, JOIN_SMUDGING_BITS, rng=rng, bound_to_c1=True)
+        return [decryption_share(self.ctx, secret or self.secret, self.key_fp, ct, JOIN_SMUDGING_BITS, rng=rng,
+                                 bound_to_c1=True)
                 for ct in check_values(self.scheme, self.planes[side], seed, owner_id)]
 
 

@@ -321,6 +321,20 @@ class JoinEvaluator:
                 out.append(_noised(self.scheme, self._summed(results, spots), draw, pad))
         return out
 
+    def measure_for_holders(self, m: Measurement) -> list[bytes]:
+        """Serialized ciphertexts, one per value `m` measures, for key-share holders to decrypt: value + this
+        server's draw in slot 0 as a plaintext (c0 only, so c1 stays the one every holder computes), no pads and
+        no flood (each holder pads and smudges its share: he_partition.join.holders).
+
+        Privacy: one discrete Laplace draw of scale m.sensitivity / m.epsilon per value from `rng` (only this
+        server knows it; neighbouring relation add/remove of one shared customer); spends nothing here (each
+        holder charges m.epsilon)."""
+        from .holders import noised_for_holders
+
+        values = self.values(m)  # checks before any draw
+        draws = [int(d) for d in discrete_laplace(m.scale, m.count, self.rng)]
+        return [noised_for_holders(self.scheme, self.scheme.deserialize(v), d) for v, d in zip(values, draws)]
+
     def values(self, m: Measurement) -> list[bytes]:
         """Serialized ciphertexts of the values `m` measures, un-noised: a key-share holder's own values
         (he_partition.join.holders), which never leave it. Draws nothing."""

@@ -304,6 +304,13 @@ class StudyContract:
         return bool(self.holder_seal_keys)
 
     @property
+    def seals_uploads(self) -> bool:
+        """True when the owners' uploads travel sealed (`sealed`), except a join study's: a join at key-share
+        holders pins their seal keys for its shared OPRF key's form, and its planes are signed uploads that every
+        holder verifies itself (parties.decryption.keyshare.join_planes)."""
+        return self.sealed and not self.is_join
+
+    @property
     def signed(self) -> bool:
         """True when every owner's public key is part of the contract (submissions must be signed)."""
         return bool(self.owner_keys)

@@ -102,7 +102,8 @@ MESSAGE_BUDGETS: dict[str, int] = {
     "/dpagg.v1.Decryption/DecryptMeasurement": 16 * MiB,
     # key-share holders: the same stream as DecryptMeasurement; a setup round with K key shares
     "/dpagg.v1.Decryption/IssueShares": 16 * MiB,
-    "/dpagg.v1.Decryption/KeySetup": 8 * MiB,
+    # one holder's join Galois key share (about 10 MB at the join's parameters) or a round with K smaller parts
+    "/dpagg.v1.Decryption/KeySetup": 12 * MiB,
     "/dpagg.v1.Computation/SetupKey": 64 * 1024,
 }
 

@@ -257,7 +257,7 @@ class ComputationHandler:
                 f"study {contract.study_id} still waits for {len(missing)} owner(s): {', '.join(missing)}; wait "
                 f"until they have submitted, or force the {action} with the owners present"
             )
-        if contract.sealed:  # the first time: the key holders close the uploads on these owners, chunks opened
+        if contract.seals_uploads:  # the first time: the key holders close the uploads on these owners, chunks opened
             backend, context = self._key_of(contract)
             local = isinstance(self.executor, ProcessExecutor) and getattr(self.store, "data_dir", None) is not None
             subs = self.sealed.include(contract, subs, self.store, self.decryption.close_uploads, backend.context,
@@ -385,7 +385,7 @@ class ComputationHandler:
         """
         try:
             contract = self.study(study_id)
-            if contract.sealed:  # close and open as soon as every owner is in; the release finds it done
+            if contract.seals_uploads:  # close and open as soon as every owner is in; the release finds it done
                 if all(o in {s.owner_id for s in self.store.submissions(study_id)} for o in contract.expected_owners):
                     t = threading.Thread(target=self._close_in_background, args=(contract,),
                                          name=f"close-{study_id}", daemon=True)

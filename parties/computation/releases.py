@@ -36,6 +36,7 @@ from he_partition.core.noise import RandomSource
 from he_partition.execution import ChunkExecutor
 from he_partition.execution.base import ChunkSource
 from ..decryption.client import DecryptionClient
+from ..decryption.keyshare.uploads import OwnerC1Parts
 from .join import JoinCoordinator
 
 
@@ -375,21 +376,28 @@ class Releases:
             templates: dict[str, str] | None = {o: self._h.store.chunk_template(s) for o, s in by_owner.items()}
         except NotImplementedError:  # an in-memory store: the chunks are read here
             templates = None
-        # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted (join_checks);
-        # the groups are spread over the workers, which read them as the cell totals do.
-        check_join_uploads(contract, self._h.joins.scheme(contract, self._h.public_context),
-                           self._h.joins.public_key(contract, self._h.public_context),
-                           self._h.joins.uploads(contract, self._h.public_context,
-                                                 lambda o, i: self._h.store.read_chunk(by_owner[o], i), templates),
-                           self._h.decryption, self._h.executor, passed=self._passed_checks,
-                           upload_keys=tuple((s.owner_id, s.idempotency_key) for s in subs))
+        holders = bool(getattr(self._h.decryption, "joins_at_holders", False))
+        if holders:  # key-share holders compute the values themselves from the owners' signed planes, and check them
+            holder_relay: Any = self._h.decryption
+            holder_relay.prepare_join(contract, [OwnerC1Parts(
+                o, sub.idempotency_key, tuple(self._h.store.read_chunk(sub, i) for i in range(sub.meta.chunk_count)),
+                sub.signature) for o in contract.expected_owners for sub in [by_owner[o]]])
+        else:
+            # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted
+            # (join_checks); the groups are spread over the workers, which read them as the cell totals do.
+            check_join_uploads(contract, self._h.joins.scheme(contract, self._h.public_context),
+                               self._h.joins.public_key(contract, self._h.public_context),
+                               self._h.joins.uploads(contract, self._h.public_context,
+                                                     lambda o, i: self._h.store.read_chunk(by_owner[o], i), templates),
+                               self._h.decryption, self._h.executor, passed=self._passed_checks,
+                               upload_keys=tuple((s.owner_id, s.idempotency_key) for s in subs))
         with self._h.joins.evaluator(contract, self._h.public_context,
                                      lambda o, i: self._h.store.read_chunk(by_owner[o], i), self._h.executor,
                                      templates) as evaluator:
 
             def measure(m: Measurement) -> IntArray:
                 tracker.start_measurement(m.kind, 0)  # the cells are counted once they are computed
-                cts = evaluator.measure(m)
+                cts = evaluator.measure_for_holders(m) if holders else evaluator.measure(m)
                 tracker.start_measurement(m.kind, len(cts))
                 sent[0] += sum(len(c) for c in cts)
                 values = self._h.decryption.decrypt_join_cells(
@@ -401,4 +409,10 @@ class Releases:
 
             summary: Summary = run_strategy(join_strategy(terms, record.epsilon,
                                                           noise_parties=contract.noise_parties), measure)
-        return replace(summary, params={**summary.params, **summary_params(terms)}), sent[0]
+        summary = replace(summary, params={**summary.params, **summary_params(terms)})
+        if holders and contract.noise_tolerates:  # the holders' DP shares carry K/(K - T) draws' variance
+            summary = summary.with_noise_variance_factor(
+                self._h.noise_variance_units(contract) / contract.noise_parties,
+                holder_noise={"key_holders": self._h.key_holders, "noise_tolerates": contract.noise_tolerates,
+                              "holder_variance_factor": self._h.holder_noise_variance(contract)})
+        return summary, sent[0]

@@ -349,7 +349,7 @@ def open_upload(h: UploadHost, *, study_id: str, owner_id: str, idempotency_key:
     if existing is not None:
         raise owner_conflict(existing)  # one submission per owner, ever
     sig = bytes(signature) if contract.signed else b""
-    if contract.sealed:  # the chunks are sealed: keep the owner's commitment, checked, before any chunk
+    if contract.seals_uploads:  # the chunks are sealed: keep the owner's commitment, checked, before any chunk
         h.sealed.refuse_late(contract, owner_id)
         digest, shares, commit_sig = commitment or (b"", (), b"")
         owner_commitment = Commitment(owner_id, idempotency_key, bytes(digest), tuple(shares), bytes(commit_sig))
@@ -359,7 +359,7 @@ def open_upload(h: UploadHost, *, study_id: str, owner_id: str, idempotency_key:
         h.c1_signatures.keep(study_id, owner_id, idempotency_key, c1_signature)
     # Nothing is stored yet: the upload starts with its first valid chunk (UploadSession.add).
     return UploadSession(h, meta, backend, duplicate=False, contract=contract, signature=sig,
-                         sealed=contract.sealed)
+                         sealed=contract.seals_uploads)
 
 
 def receive_upload(open_session: Callable[..., UploadSession], header: Any, chunks: Iterable[Any]) -> UploadOutcome:

@@ -405,9 +405,11 @@ class DecryptionHandler:
             fingerprint = existing.context_fingerprint
         elif fresh is not None:
             fingerprint, keep = fresh
-        else:  # a key-share holder names the key it built for the study (`key_fingerprint`)
+        elif key_fingerprint:  # a key-share holder names the key it built for the study (a join's too)
+            fingerprint = key_fingerprint
+        else:
             fingerprint = (context_fingerprint(self.join_scheme(version).public_bytes()) if version is not None
-                           else key_fingerprint or self.fingerprint)
+                           else self.fingerprint)
         if not holder_seal_keys and self.seal_key is not None and owner_keys and not join:
             holder_seal_keys = (self.seal_key.public_hex,)  # the single key holder seals to itself
         contract = StudyContract.create(
@@ -425,9 +427,10 @@ class DecryptionHandler:
             correlation_leakage=correlation_leakage,
             correlation_source=correlation_source,
             max_organizations=max_organizations or 1,
-            holder_seal_keys=() if join else tuple(holder_seal_keys),
+            # a join at key-share holders pins their seal keys: its shared OPRF key's form (parties.decryption.keyshare)
+            holder_seal_keys=() if join and self.key_holders == 1 else tuple(holder_seal_keys),
             noise_tolerates=self.key_holders - 1 if noise_tolerates is None else noise_tolerates,
-            seal_threshold=self._seal_threshold(study_id, bool(holder_seal_keys) and not join),
+            seal_threshold=self._seal_threshold(study_id, bool(holder_seal_keys) and (not join or self.key_holders > 1)),
         )
         contract.check_key_holders(self.key_holders)
         if contract.sealed and self.commitments is not None:
@@ -554,6 +557,36 @@ class DecryptionHandler:
                  "passed" if ok else "FAILED")
         return ok
 
+    def join_measurement(self, contract: StudyContract, release_id: str, release_epsilon: float, contract_hash: str,
+                         measurement: Measurement | None, count: int) -> Measurement:
+        """The join measurement a request names, checked against the contract before anything is charged or
+        decrypted (None: every cell at `release_epsilon`); `count` the values the request carries or asks for."""
+        study_id = contract.study_id
+        check_id("release_id", release_id)
+        _check_contract_hash(contract, contract_hash, "nothing was decrypted")
+        terms = contract.join_terms()
+        n = terms.rows * terms.cols
+        eps = float(release_epsilon)
+        if not (math.isfinite(eps) and 0 < eps <= contract.epsilon * (1 + EPSILON_TOLERANCE)):
+            raise InvalidInputError(f"release_epsilon {release_epsilon:g} must be > 0 and at most study "
+                                    f"{study_id}'s total epsilon {contract.epsilon:g}")
+        m = measurement or PartitionSums(n, eps, 1, starts=tuple(range(n)))
+        allowed = ({PartitionSums.kind} if terms.release == "cells"
+                   else set(STRATEGY_MEASUREMENT_KINDS.get(terms.release, ())))
+        if m.kind not in allowed:
+            raise FailedPreconditionError(f"measurement.kind {m.kind!r} is not used by join study {study_id}'s "
+                                          f"release {terms.release!r} (it measures only {', '.join(sorted(allowed))}); "
+                                          "nothing was decrypted")
+        if m.domain_size != n:
+            raise InvalidInputError(f"measurement.domain_size {m.domain_size}: join study {study_id}'s table has "
+                                    f"{terms.rows} x {terms.cols} = {n} bins")
+        if m.sensitivity < m.unit_sensitivity:
+            raise InvalidInputError(f"measurement.sensitivity: {m.kind} sensitivity {m.sensitivity} is below "
+                                    f"{m.unit_sensitivity} (one record per identifier): its noise would be too small")
+        if count != m.count:
+            raise InvalidInputError(f"this {m.kind} measurement has {m.count} values, {count} ciphertexts arrived")
+        return m
+
     def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
                            cells: Sequence[bytes], measurement: Measurement | None = None) -> JoinCellsResult:
         """Check a join measurement and its ciphertexts, charge the ledger, decrypt slot 0 of each, add noise.
@@ -576,29 +609,8 @@ class DecryptionHandler:
         `refusal_after_charge`, and counts toward the caps (`RefusalGate`).
         """
         contract = self.get_study(study_id)
-        check_id("release_id", release_id)
-        _check_contract_hash(contract, contract_hash, "nothing was decrypted")
-        terms = contract.join_terms()
-        n = terms.rows * terms.cols
         eps = float(release_epsilon)
-        if not (math.isfinite(eps) and 0 < eps <= contract.epsilon * (1 + EPSILON_TOLERANCE)):
-            raise InvalidInputError(f"release_epsilon {release_epsilon:g} must be > 0 and at most study "
-                                    f"{study_id}'s total epsilon {contract.epsilon:g}")
-        m = measurement or PartitionSums(n, eps, 1, starts=tuple(range(n)))
-        allowed = ({PartitionSums.kind} if terms.release == "cells"
-                   else set(STRATEGY_MEASUREMENT_KINDS.get(terms.release, ())))
-        if m.kind not in allowed:
-            raise FailedPreconditionError(f"measurement.kind {m.kind!r} is not used by join study {study_id}'s "
-                                          f"release {terms.release!r} (it measures only {', '.join(sorted(allowed))}); "
-                                          "nothing was decrypted")
-        if m.domain_size != n:
-            raise InvalidInputError(f"measurement.domain_size {m.domain_size}: join study {study_id}'s table has "
-                                    f"{terms.rows} x {terms.cols} = {n} bins")
-        if m.sensitivity < m.unit_sensitivity:
-            raise InvalidInputError(f"measurement.sensitivity: {m.kind} sensitivity {m.sensitivity} is below "
-                                    f"{m.unit_sensitivity} (one record per identifier): its noise would be too small")
-        if len(cells) != m.count:
-            raise InvalidInputError(f"this {m.kind} measurement has {m.count} values, {len(cells)} ciphertexts arrived")
+        m = self.join_measurement(contract, release_id, eps, contract_hash, measurement, len(cells))
         # Both owners' uploads must have passed the well-formedness check with this server's coefficients.
         self.join_checks.require_passed(study_id, contract.expected_owners)
         check_charge(contract.epsilon, self.ledger.charges(study_id), release_id, m.epsilon, eps)
@@ -636,6 +648,24 @@ class DecryptionHandler:
         self._end_after_charge(study_id)
         return JoinCellsResult(values, contract.noise_parties * m.noise_variance, charge.epsilon,
                                max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
+
+    def charge_join(self, contract: StudyContract, release_id: str, release_epsilon: float, m: Measurement,
+                    digest: str) -> Charge:
+        """Charge a join measurement whose values a key-share holder shares (`keyshare.join_release`).
+
+        Privacy: spends `m.epsilon` (sensitivity `m.sensitivity` under add/remove of one shared customer,
+        contribution bound 1) against the study's budget, refused when it does not fit. Draws no noise."""
+        check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id, m.epsilon,
+                     float(release_epsilon))
+        with self._decrypt_lock:
+            charge: Charge = self.ledger.charge(contract.study_id, release_id, m.kind, m.epsilon,
+                                                float(release_epsilon), decryption_detail(contract, m, digest))
+        return charge
+
+    def budget_left(self, study_id: str) -> float:
+        """What the study's budget has left in this ledger."""
+        contract = self.get_study(study_id)
+        return max(0.0, contract.epsilon - math.fsum(c.epsilon for c in self.ledger.charges(study_id)))
 
     def get_study(self, study_id: str) -> StudyContract:
         """The study's contract; refused (FailedPreconditionError) when this holder pins approval keys and holds

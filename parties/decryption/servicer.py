@@ -173,6 +173,18 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
                                                        epsilon_charged=r.epsilon_charged,
                                                        epsilon_remaining=r.epsilon_remaining)
 
+    def JoinCheck(self, request: decryption_pb2.JoinCheckRequest,
+                  context: grpc.ServicerContext) -> decryption_pb2.JoinCheckResponse:
+        self._computation_only(context, "run a join check")
+        raise FailedPreconditionError("JoinCheck is the key-share holders' check of a join among themselves; the "
+                                      "single decryption server checks joins with JoinCheckSeed and CheckJoinUpload")
+
+    def JoinShares(self, request: decryption_pb2.JoinSharesRequest,
+                   context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:
+        self._computation_only(context, "ask for join value shares")
+        raise FailedPreconditionError("JoinShares is a key-share holder's: the single decryption server decrypts a "
+                                      "join's values itself (DecryptJoinCells)")
+
     def EvaluatePseudonyms(self, request: decryption_pb2.EvaluatePseudonymsRequest,
                            context: grpc.ServicerContext) -> decryption_pb2.EvaluatePseudonymsResponse:
         """gRPC: one page of a join owner's blinded identifiers, evaluated under the study's OPRF key (a data owner
@@ -281,7 +293,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
             if (msg.idempotency_key, bytes(msg.signature)) != (key, sig) or int(msg.index) != len(parts):
                 raise InvalidInputError(f"owner {msg.owner_id!r}'s c1 parts must come in chunk order under one "
                                         "upload key and signature")
-            parts.append(bytes(msg.c1))
+            parts.append(bytes(msg.plane) or bytes(msg.c1))  # a join's whole planes (key-share holders)
         if not study:
             raise InvalidInputError("ForwardUploads needs at least one c1 part")
         chunks = self._accept_uploads(study, contract_hash, [

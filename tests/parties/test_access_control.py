@@ -97,6 +97,8 @@ def _calls(cluster: Cluster) -> dict[str, Callable[[grpc.Channel], Any]]:
             decryption_pb2.DecryptMeasurementRequest(header=header),
             decryption_pb2.DecryptMeasurementRequest(chunk=chunk)]), timeout=t)),
         "Decryption/KeySetup": lambda ch: d(ch).KeySetup(decryption_pb2.KeySetupRequest(step="status"), timeout=t),
+        "Decryption/JoinCheck": lambda ch: d(ch).JoinCheck(decryption_pb2.JoinCheckRequest(study_id="s"), timeout=t),
+        "Decryption/JoinShares": lambda ch: list(d(ch).JoinShares(decryption_pb2.JoinSharesRequest(), timeout=t)),
         "Decryption/SignCharge": lambda ch: d(ch).SignCharge(decryption_pb2.SignChargeRequest(study_id="s"),
                                                              timeout=t),
         "Decryption/IssueShares": lambda ch: list(d(ch).IssueShares(iter([
@@ -164,6 +166,8 @@ ALLOWED = {
     "Decryption/OpenStudy": {"cs"},
     "Decryption/DecryptMeasurement": {"cs"},
     "Decryption/KeySetup": {"cs"},
+    "Decryption/JoinCheck": {"cs"},
+    "Decryption/JoinShares": {"cs"},
     "Decryption/SignCharge": {"cs"},
     "Decryption/IssueShares": {"cs"},
     "Decryption/ForwardUploads": {"cs"},

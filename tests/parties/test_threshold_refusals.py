@@ -98,7 +98,7 @@ def test_a_rogue_key_gets_nothing_from_the_holders_or_the_owners(threshold: Thre
     assert _spent(threshold, 0, "s-foreign") == 0
 
 
-def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(threshold: Threshold) -> None:
+def test_a_holder_answers_the_full_key_rpcs_with_failed_precondition(threshold: Threshold) -> None:
     from parties.common.signing import generate_signing_key
 
     contract = threshold.open_and_submit("s-full")
@@ -110,13 +110,8 @@ def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(t
     assert err.value.code.name == "FAILED_PRECONDITION" and "key-share holder 'h1'" in err.value.details
     with pytest.raises(ServiceError) as err:  # nor the join's well-formedness check
         h1.join_check_seed(study_id="s-full", contract_hash=contract.contract_hash)
-    assert err.value.code.name == "FAILED_PRECONDITION" and "joins use a single key holder" in err.value.details
+    assert err.value.code.name == "FAILED_PRECONDITION" and "check a join among themselves" in err.value.details
     keys = {o: generate_signing_key() for o in ("a", "b")}
-    with pytest.raises(ServiceError) as err:
-        threshold.computation().open_study(study_id="s-join", domain_size=DOMAIN, epsilon=1.0,
-                                           expected_owners=["a", "b"], strategy="join",
-                                           owner_keys={o: k[1] for o, k in keys.items()})
-    assert err.value.code.name == "FAILED_PRECONDITION" and "joins use a single key holder" in err.value.details
     from parties.decryption.client import DecryptionClient
     owner_at_h1 = DecryptionClient(threshold.holders[0].target, retry=FAST_RETRY, tls=threshold.pki.tls("a", "data_owner"))
     threshold.clients.append(owner_at_h1)
@@ -131,10 +126,9 @@ def test_a_holder_answers_the_full_key_rpcs_and_joins_with_failed_precondition(t
 
 
 def _shared_pseudonyms_through_the_holders(threshold: Threshold, keys: dict[str, tuple[bytes, bytes]]) -> None:
-    """3-of-3 through real holders: a join study written into each holder's ledger (no open-study path puts a
-    join at key-share holders yet; its contract pins the holders' seal keys in order), owner a's pseudonyms from the three holders' answers
-    equal the single key's under the combined key, each holder books the page; and the study's join RPCs stay
-    refused."""
+    """3-of-3 through real holders: a join study written into each holder's ledger (its contract pins the holders'
+    seal keys in order), owner a's pseudonyms from the three holders' answers equal the single key's under the
+    combined key, each holder books the page; and the single key holder's join RPCs stay refused at a holder."""
     import json
 
     from he_partition.join import oprf, toprf
@@ -169,7 +163,7 @@ def _shared_pseudonyms_through_the_holders(threshold: Threshold, keys: dict[str,
                          ).evaluate_shared(study_id="s-join", owner_id="a", contract_hash=contract.contract_hash,
                                            page=1, route=[0, 1, 2], elements=[b"\0" * 32])
     assert err.value.code.name == "PERMISSION_DENIED"
-    with pytest.raises(ServiceError) as err:  # the join itself still releases nothing at holders
+    with pytest.raises(ServiceError) as err:  # the single key holder's check RPC: a holder checks with the others
         _as_computation_server(threshold, 0).join_check_seed(study_id="s-join", contract_hash=contract.contract_hash)
     assert err.value.code.name == "FAILED_PRECONDITION"
 

@@ -45,9 +45,10 @@ from he_partition.core.backend import DEFAULT_PLAIN_MODULUS, n_chunks
 from he_partition.core.measurements import Measurement, refuse_implausible
 from he_partition.he.bfv import context_fingerprint, generate_secret_context
 from he_partition.he.threshold.context import vector_ciphertext
+from he_partition.he.join_scheme import join_plain_modulus
 from he_partition.he.threshold.decrypt import combine
 
-from ...common.contract import StudyContract, check_id
+from ...common.contract import StudyContract, check_id, join_terms_of
 from ...common.errors import FailedPreconditionError, reason_of
 from ...common.receipts import ReceiptBook
 from ...common.sealing import Commitment, upload_key_from_shares
@@ -59,8 +60,10 @@ from ...decryption.keyshare.charges import SignedCharge, below, chain_total, exa
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
 from .charge_log import StudyChargeLogs
 from .failover import HolderFailedError, decrypt_failing_over, failover_release_id, raise_if_lost
+from .join_holders import combine_shares, run_check, send_planes
 from .key_setup import fix_deployment, setup_study_key
 from .upload_close import UploadClosing
+from ...decryption.keyshare.study_keys import join_template
 from ...decryption.keyshare.uploads import OwnerC1Parts
 
 __all__ = ["ThresholdDecryption", "HolderFailedError", "failover_release_id", "parse_holders"]
@@ -69,9 +72,11 @@ log = logging.getLogger("dpagg.computation.threshold")
 
 T = TypeVar("T")
 
-JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs relinearization keys, whose "
-                       "collective protocol is not built (docs/threshold.md, section 8); run join studies "
-                       "against a single decryption server (--decryption)")
+JOINS_SINGLE_HOLDER = ("a join's check seed and residues are the single key holder's: key-share holders run the "
+                       "check among themselves (docs/threshold.md, section 8)")
+JOINS_TOFN = ("join studies at key-share holders need an N-of-N deployment: a t-of-N join's charge log for join "
+              "measurements is not built (docs/threshold.md, section 8); run `dpagg setup-key` without --threshold, "
+              "or join against a single decryption server (--decryption)")
 
 
 #: Seconds a step that needs every holder (an N-of-N release or direct query, closing a study's uploads) waits for
@@ -213,9 +218,10 @@ class ThresholdDecryption:
         """Fix the deployment at every holder (`key_setup.fix_deployment`); (identities digest, already_deployed)."""
         return fix_deployment(self, threshold)
 
-    def setup_study_key(self, study_id: str) -> str:
-        """Set up `study_id`'s own collective key at every holder (`key_setup.setup_study_key`); its fingerprint."""
-        return setup_study_key(self, study_id)
+    def setup_study_key(self, study_id: str, join_version: int = 0) -> str:
+        """Set up `study_id`'s own collective key at every holder (`key_setup.setup_study_key`; a join study's at
+        its scheme's `join_version`); its fingerprint."""
+        return setup_study_key(self, study_id, join_version)
 
     # -- the decryption client's interface -------------------------------------------------
     def public_context(self, *, study_id: str = "", timeout: float | None = None) -> bytes:
@@ -224,10 +230,6 @@ class ThresholdDecryption:
         with self._lock:
             if study_id in self._contexts:
                 return self._contexts[study_id]
-        if study_id:
-            contract = self.get_study(study_id)
-            if contract.is_join:
-                raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         if self.tofn() is not None:
             contexts = list(self._quorum("served the collective public context",
                                          lambda c: c.public_context(study_id=study_id, timeout=timeout)).values())
@@ -251,9 +253,12 @@ class ThresholdDecryption:
         draw), at K times the holders' noise variance. Every holder gets the same number, so the
         contracts agree; a holder refuses T >= K.
         """
-        if terms.get("strategy") == "join":
-            raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        if terms.get("strategy") == "join" and self.tofn() is not None:
+            raise FailedPreconditionError(JOINS_TOFN)
         terms = dict(terms)
+        # a join study's key is made at its scheme's parameters, with Galois and relinearization keys (key_setup)
+        join_version = (join_terms_of(str(terms.get("strategy_params_json") or ""), int(terms["domain_size"])).version
+                        if terms.get("strategy") == "join" else 0)
         terms["study_id"] = check_id("study_id", terms.get("study_id") or new_id("study"))
         if terms.get("owner_keys"):  # owners seal their uploads to every holder (parties.common.sealing)
             status = self._all("did not report its seal key", lambda c: c.key_setup("status", b"", self.names))
@@ -263,7 +268,7 @@ class ThresholdDecryption:
             terms["noise_tolerates"] = (t if t is not None else self.k) - 1
         if not self._open_everywhere(terms["study_id"]):
             t0 = time.monotonic()
-            self.setup_study_key(terms["study_id"])
+            self.setup_study_key(terms["study_id"], join_version)
             log.info("study %s: its key set up in %.2f s", terms["study_id"], time.monotonic() - t0)
         opened = self._all("refused the study", lambda c: c.open_study(**terms))
         hashes = {c.contract_hash for c, _ in opened}
@@ -561,8 +566,31 @@ class ThresholdDecryption:
         cost, spent, left = self.charges.direct_cost(contract, request_id, epsilon, ms)
         return DirectChargeInfo(float(cost), float(spent + cost), below(left - cost), 0, cost == 0)
 
-    def decrypt_join_cells(self, **kwargs: Any) -> JoinCellsResult:
-        raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+    #: A join study's values are computed and shared by the holders themselves (`join_holders`): the release
+    #: forwards the planes (`prepare_join`) and sends each measurement's values with this server's draw in c0.
+    joins_at_holders = True
+
+    def prepare_join(self, contract: StudyContract, uploads: list[OwnerC1Parts]) -> None:
+        """Forward both owners' signed planes to every holder and relay the holders' check of them."""
+        if self.tofn() is not None:
+            raise FailedPreconditionError(JOINS_TOFN)
+        send_planes(self, contract, uploads)
+        run_check(self, contract)
+
+    def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
+                           cells: Iterable[bytes], cell_count: int, measurement: Measurement) -> JoinCellsResult:
+        """Every holder's shares of the measurement's values combined with `cells` (this server's values, its draw
+        in c0: `holders.noised_for_holders`); see `join_holders.combine_shares` for who charges and draws what."""
+        contract = self.get_study(study_id)
+        if contract.contract_hash != contract_hash:
+            raise FailedPreconditionError(f"the join measurement names another contract than study {study_id}'s")
+        version = contract.join_terms().version
+        values = list(cells)
+        if len(values) != cell_count:
+            raise InvalidInputError(f"{len(values)} join values for {cell_count} announced")
+        return combine_shares(self, contract, release_id=release_id, release_epsilon=release_epsilon,
+                              measurement=measurement, values=values, ctx=join_template(version),
+                              plain_modulus=join_plain_modulus(version))
 
     def join_check_seed(self, **kwargs: Any) -> tuple[bytes, int]:
         raise FailedPreconditionError(JOINS_SINGLE_HOLDER)

@@ -11,9 +11,11 @@ from parties.wire.v1 import decryption_pb2
 from he_partition.core.measurements import Measurement
 
 from ...common.config import RELEASE_TIMEOUT
+from ...common.convert import measurement_to_proto
 from ...common.paging import measurement_requests
 from ...common.errors import ServiceError
 from ..client import DecryptionClient
+from .uploads import OwnerC1Parts
 
 __all__ = ["HolderShares", "KeyShareClient", "SetupReply"]
 
@@ -53,12 +55,14 @@ class KeyShareClient(DecryptionClient):
 
     def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: Mapping[int, bytes] | None = None,
                   *, ciphertext: bytes = b"", values: Sequence[int] = (), threshold: int = 0,
-                  participants: Sequence[int] = (), timeout: float | None = None, retry: bool | None = None) -> SetupReply:
+                  participants: Sequence[int] = (), join_version: int = 0, timeout: float | None = None,
+                  retry: bool | None = None) -> SetupReply:
         """One step of the collective key setup at this holder (not retried: every step moves its state)."""
         req = decryption_pb2.KeySetupRequest(step=step, session=session, holders=list(holders),
                                              messages=dict(messages or {}), ciphertext=ciphertext,
                                              values=[int(v) for v in values], threshold=int(threshold),
-                                             participants=[int(p) for p in participants])
+                                             participants=[int(p) for p in participants],
+                                             join_version=int(join_version))
         resp = self._unary(self._stub.KeySetup, req, method="Decryption/KeySetup", timeout=timeout or 120.0,
                            retry=step == "status" if retry is None else retry)
         return SetupReply(bytes(resp.message), resp.fingerprint, resp.state, int(resp.holder), resp.seal_public_key,
@@ -120,3 +124,55 @@ class KeyShareClient(DecryptionClient):
             return HolderShares(tuple(shares), int(done.charge_id), float(done.epsilon_remaining), bool(done.repeated))
 
         return self.ride_out_outage(call, release_id, measurement.kind, f"key-share holder {self.name}")
+
+    # -- a join study's release at the holders (parties.decryption.keyshare.join_release) --------------
+    def send_planes(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerC1Parts], *,
+                    timeout: float | None = None) -> int:
+        """Send both owners' whole join planes with their upload signatures (ForwardUploads with `plane`)."""
+        def requests() -> Iterator[decryption_pb2.ForwardUploadsRequest]:
+            for u in uploads:
+                for i, plane in enumerate(u.parts):
+                    yield decryption_pb2.ForwardUploadsRequest(
+                        study_id=study_id, contract_hash=contract_hash, owner_id=u.owner_id,
+                        idempotency_key=u.idempotency_key, signature=u.signature, index=i, plane=plane)
+
+        deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.1 * sum(len(u.parts) for u in uploads)
+        try:
+            return int(self._stub.ForwardUploads(requests(), timeout=deadline).chunks)
+        except grpc.RpcError as err:
+            raise ServiceError.from_rpc_error(err, "Decryption/ForwardUploads") from None
+
+    def join_check(self, study_id: str, contract_hash: str, step: str, messages: Mapping[int, bytes] | None,
+                   participants: Sequence[int], *, timeout: float | None = None) -> bytes:
+        """One step of a join study's check at this holder; its message (not retried: steps move its state)."""
+        req = decryption_pb2.JoinCheckRequest(study_id=study_id, contract_hash=contract_hash, step=step,
+                                              messages=dict(messages or {}),
+                                              participants=[int(p) for p in participants])
+        resp = self._unary(self._stub.JoinCheck, req, method="Decryption/JoinCheck",
+                           timeout=timeout or RELEASE_TIMEOUT, retry=False)
+        return bytes(resp.message)
+
+    def join_shares(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
+                    measurement: Measurement, participants: Sequence[int],
+                    timeout: float | None = None) -> HolderShares:
+        """This holder's shares of the join measurement's values (it computes each value itself), after its charge."""
+        header = decryption_pb2.DecryptJoinCellsHeader(study_id=study_id, release_id=release_id,
+                                                       release_epsilon=release_epsilon, contract_hash=contract_hash,
+                                                       cell_count=measurement.count,
+                                                       measurement=measurement_to_proto(measurement))
+        req = decryption_pb2.JoinSharesRequest(header=header, participants=[int(p) for p in participants])
+        shares: list[bytes] = []
+        done = None
+        try:
+            for msg in self._stub.JoinShares(req, timeout=(RELEASE_TIMEOUT if timeout is None else timeout)):
+                if msg.WhichOneof("part") == "share":
+                    shares.append(bytes(msg.share))
+                else:
+                    done = msg.done
+        except grpc.RpcError as err:
+            raise ServiceError.from_rpc_error(err, "Decryption/JoinShares") from None
+        if done is None or len(shares) != measurement.count:
+            raise ServiceError(grpc.StatusCode.DATA_LOSS, f"holder {self.name} sent {len(shares)} join shares for "
+                               f"{measurement.count} values and {'no' if done is None else 'a'} final message")
+        self._keep(done.receipt)
+        return HolderShares(tuple(shares), int(done.charge_id), float(done.epsilon_remaining), False)

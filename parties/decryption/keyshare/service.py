@@ -59,16 +59,17 @@ from .resharing import HolderIdentity
 from .study_keys import ActiveKey, StudyKeyStore
 from .study_setup import StudySetups
 from .pseudonyms import SharedPseudonyms, holder_part
+from .join_release import HolderJoins
 from ..oprf import EVALUATIONS_FILE, EvaluationLog
 
 __all__ = ["ActiveKey", "KeyShareService", "holder_index"]
 
 log = logging.getLogger("dpagg.decryption.keyshare")
 
-#: The refusal of the full-key RPCs on a holder, and of joins in threshold mode.
-JOINS_SINGLE_HOLDER = ("joins use a single key holder: the join scheme needs relinearization keys, whose "
-                       "collective (two-round) protocol is not built (docs/threshold.md, section 8); run join "
-                       "studies against a single decryption server")
+#: The refusal of the single key holder's join RPCs on a holder.
+JOINS_SINGLE_HOLDER = ("that is the single key holder's join RPC: key-share holders check a join among themselves "
+                       "and share values they compute from the owners' planes (JoinCheck, JoinShares; "
+                       "docs/threshold.md, section 8)")
 
 
 def holder_index(name: str, holders: Sequence[str]) -> int:
@@ -120,6 +121,8 @@ class KeyShareService:
         self.pool = holder_pool(decrypt_workers)
         #: The book and log of the join pages this holder answered with its share of a study's OPRF key.
         self.evaluations = EvaluationLog(Path(data_dir) / EVALUATIONS_FILE)
+        #: The join studies' signed planes, their check and value shares at this holder (`join_release`).
+        self.joins = HolderJoins(self, Path(data_dir) / "join_planes")
         self._load()
 
     # -- key store ------------------------------------------------------------------------
@@ -276,6 +279,11 @@ class KeyShareService:
                                           "own key, set up when the computation server opens it; the study was not "
                                           "opened")
         else:
+            join = terms.get("strategy") == "join"
+            if join != bool(key.join_version):
+                raise FailedPreconditionError(f"holder {self.name}'s key for study {study_id} is "
+                                              f"{'a join key' if key.join_version else 'no join key'}, but the study "
+                                              f"{'is' if join else 'is not'} a join: the study was not opened")
             fingerprint = key.fingerprint
         return handler.open_study(**terms, key_fingerprint=fingerprint)  # type: ignore[arg-type]
 
@@ -293,7 +301,7 @@ class KeyShareService:
     # -- key setup ------------------------------------------------------------------------
     def key_setup(self, step: str, session: bytes, holders: Sequence[str], messages: dict[int, bytes],
                   ciphertext: bytes, values: Sequence[int], *, threshold: int = 0,
-                  participants: Sequence[int] = ()) -> tuple[bytes, str, str]:
+                  participants: Sequence[int] = (), join_version: int = 0) -> tuple[bytes, str, str]:
         """One setup step: (this holder's message, fingerprint, state). See `HolderSetup` for the rounds.
 
         "status": this holder's state ("deployed" once `setup-key` fixed the deployment); "deploy"
@@ -317,7 +325,7 @@ class KeyShareService:
                 digest, already = self.study_setups.deploy(int(threshold), idents)
                 return b"", digest, "already deployed" if already else "deployed"
             return self.study_setups.step(step, session, messages, ciphertext, values, threshold=threshold,
-                                          participants=participants)
+                                          participants=participants, join_version=join_version)
 
     # -- join pseudonyms (`pseudonyms.evaluate_page` answers a page) -------------------------
     def shared_pseudonyms(self) -> SharedPseudonyms:
@@ -328,10 +336,8 @@ class KeyShareService:
 
     # -- studies and shares ---------------------------------------------------------------
     def check_contract(self, contract: StudyContract) -> None:
-        """Refuse a contract that names another key than the one this holder built for the study (or a join), or
-        whose noise_tolerates is not below the K holders."""
-        if contract.is_join:
-            raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
+        """Refuse a contract that names another key than the one this holder built for the study (a join's: of the
+        join's scheme version), or whose noise_tolerates is not below the K holders."""
         try:
             contract.check_key_holders(len(self.holders))
         except InvalidInputError as exc:
@@ -341,6 +347,9 @@ class KeyShareService:
             raise FailedPreconditionError(f"study {contract.study_id} names key {contract.context_fingerprint[:16]}, "
                                           f"not the key {key.fingerprint[:16]} holder {self.name} built for it: "
                                           "nothing was decrypted")
+        if (contract.join_terms().version if contract.is_join else 0) != key.join_version:
+            raise FailedPreconditionError(f"study {contract.study_id} and holder {self.name}'s key for it differ in "
+                                          "kind (a join's scheme version against the key's): nothing was decrypted")
         if contract.signed and not contract.sealed:
             raise FailedPreconditionError(f"study {contract.study_id} is signed but pins no key holder seal keys: "
                                           "key-share holders take only sealed uploads, committed before anyone could "

@@ -24,7 +24,7 @@ from he_partition.join.oprf import ELEMENT_BYTES
 from ...common.access import ANY_ROLE, AccessPolicy
 from ...common.config import DecryptionConfig
 from ...common.contract import check_id
-from ...common.convert import context_to_chunks, contract_to_proto, open_study_kwargs
+from ...common.convert import context_to_chunks, contract_to_proto, measurement_from_proto, open_study_kwargs
 from ...common.paging import read_measurement_header
 from ...common.errors import FailedPreconditionError
 from ...common.limits import DECRYPTION_MAX_RECEIVE, server_options
@@ -36,6 +36,7 @@ from ..keys import load_or_create_noise_key
 from .charges import below, charge_epsilon, log_budget
 from .service import JOINS_SINGLE_HOLDER, KeyShareService
 from ...common.sealing import Commitment
+from .join_planes import OwnerPlanes
 from .uploads import OwnerC1Parts
 from ..receipts import ReceiptSigner, reconcile_charges
 from ..servicer import SERVICE_NAME, DecryptionServicer
@@ -63,8 +64,6 @@ class KeyShareServicer(DecryptionServicer):
     def OpenStudy(self, request: decryption_pb2.OpenStudyRequest,
                   context: grpc.ServicerContext) -> decryption_pb2.OpenStudyResponse:
         self._computation_only(context, "open a study at a key-share holder")
-        if request.strategy == "join":
-            raise FailedPreconditionError(JOINS_SINGLE_HOLDER)
         seals = list(request.holder_seal_keys)
         if request.owner_keys and (len(seals) != len(self.service.holders)
                                    or seals[self.service.index].lower() != self.service.seal.public_hex):
@@ -168,7 +167,8 @@ class KeyShareServicer(DecryptionServicer):
         message, fingerprint, state = self.service.key_setup(
             request.step, bytes(request.session), list(request.holders),
             {int(k): bytes(v) for k, v in request.messages.items()}, bytes(request.ciphertext), list(request.values),
-            threshold=int(request.threshold), participants=[int(p) for p in request.participants])
+            threshold=int(request.threshold), participants=[int(p) for p in request.participants],
+            join_version=int(request.join_version))
         return decryption_pb2.KeySetupResponse(message=message, fingerprint=fingerprint, state=state,
                                                holder=self.service.index, seal_public_key=self.service.seal.public_hex,
                                                signing_public_key=self.service.signer.public_key.hex(),
@@ -220,7 +220,38 @@ class KeyShareServicer(DecryptionServicer):
             repeated=result.repeated))
 
     def _accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
+        if self.handler.get_study(check_id("study_id", study_id)).is_join:  # whole planes under upload signatures
+            return self.service.joins.accept(study_id, contract_hash, [
+                OwnerPlanes(u.owner_id, u.idempotency_key, u.signature, u.parts) for u in uploads])
         return self.service.accept_uploads(study_id, contract_hash, uploads)
+
+    def JoinCheck(self, request: decryption_pb2.JoinCheckRequest,
+                  context: grpc.ServicerContext) -> decryption_pb2.JoinCheckResponse:
+        """One step of a join study's check at the holders (`join_release.HolderJoins.check`); spends nothing."""
+        self._computation_only(context, "run a join check")
+        message = self.service.joins.check(request.study_id, request.contract_hash, request.step,
+                                           {int(k): bytes(v) for k, v in request.messages.items()},
+                                           [int(p) for p in request.participants])
+        return decryption_pb2.JoinCheckResponse(message=message)
+
+    def JoinShares(self, request: decryption_pb2.JoinSharesRequest,
+                   context: grpc.ServicerContext) -> Iterator[decryption_pb2.IssueSharesResponse]:
+        """This holder's shares of one join measurement's values (`join_release.HolderJoins.shares`).
+
+        Privacy: charges the measurement's epsilon to this holder's ledger before any share leaves (sensitivity
+        `measurement.sensitivity`, add/remove of one shared customer); each share carries this holder's DP
+        share, known only to it, its smudging and pads."""
+        self._computation_only(context, "ask for join value shares")
+        header = request.header
+        measurement = measurement_from_proto(header.measurement) if header.HasField("measurement") else None
+        shares, charge, remaining = self.service.joins.shares(
+            study_id=header.study_id, release_id=header.release_id, release_epsilon=float(header.release_epsilon),
+            contract_hash=header.contract_hash, measurement=measurement, count=int(header.cell_count),
+            participants=[int(p) for p in request.participants])
+        for share in shares:
+            yield decryption_pb2.IssueSharesResponse(share=share)
+        yield decryption_pb2.IssueSharesResponse(done=decryption_pb2.IssueSharesDone(
+            charge_id=charge.charge_id, epsilon_remaining=remaining, receipt=self._receipt(charge)))
 
 
 def create_keyshare_server(config: DecryptionConfig, name: str, holders: tuple[str, ...]) -> ServerHandle:

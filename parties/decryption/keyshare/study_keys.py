@@ -8,7 +8,10 @@ In the holder's `keys/` directory (mode 0700):
 - `studies/<study>/` (mode 0700), one per study, written when the study's setup test decryption
   succeeded: `secret.bin` (mode 0600), this holder's share of the study's own collective key (s_i,
   or S_j with a t-of-N deployment), never served; `public_key.bin`, the study's collective public
-  key; `key.json`, the study id and the key's fingerprint. Erased when the study ends;
+  key; `key.json`, the study id and the key's fingerprint. A join study's key (at the join scheme's
+  own parameters, `join_version` in key.json) adds the collective `relin_keys.bin` and
+  `galois_keys.bin`, and its fingerprint is that of the join's public key material
+  (`holders.join_public_bytes`). Erased when the study ends;
 - a legacy collective key (`threshold_secret.bin`, `collective_key.bin`, `collective.json`) where the
   holder set one up before keys were made per study: the studies opened under it keep it.
 
@@ -21,6 +24,7 @@ import json
 import shutil
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -28,7 +32,9 @@ from he_partition.core.errors import InvalidInputError
 from he_partition.he.bfv import context_fingerprint
 from he_partition.he.threshold.context import collective_context_bytes
 from he_partition.he.threshold.keys import HolderSecret
+from he_partition.he.threshold.relin import join_context
 from he_partition.he.threshold.setup import HolderSetup
+from he_partition.join.holders import join_public_bytes
 
 from ...common.contract import check_id
 from ...common.errors import FailedPreconditionError
@@ -43,6 +49,13 @@ META_FILE = "collective.json"
 DEPLOYMENT_FILE = "deployment.json"
 STUDIES_DIR = "studies"
 STUDY_SECRET, STUDY_PUBLIC, STUDY_META = "secret.bin", "public_key.bin", "key.json"
+STUDY_RELIN, STUDY_GALOIS = "relin_keys.bin", "galois_keys.bin"
+
+
+@lru_cache(maxsize=4)
+def join_template(version: int) -> Any:
+    """The TenSEAL context at join scheme `version`'s parameters (parameters only: its own keys are never used)."""
+    return join_context(version)
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,10 @@ class ActiveKey:
     fingerprint: str
     secret: HolderSecret
     study_id: str = ""
+    #: The join scheme version of a join study's key (its context is then the join's public key material); 0 else.
+    join_version: int = 0
+    relin_keys: bytes = b""
+    galois_keys: bytes = b""
 
 
 class StudyKeyStore:
@@ -67,9 +84,12 @@ class StudyKeyStore:
         self._lock = threading.Lock()
         self._cache: dict[str, ActiveKey] = {}
 
-    def key(self, public_key: bytes, secret: HolderSecret, study_id: str = "") -> ActiveKey:
-        data = collective_context_bytes(public_key)
-        return ActiveKey(self.holders, self.index, public_key, data, context_fingerprint(data), secret, study_id)
+    def key(self, public_key: bytes, secret: HolderSecret, study_id: str = "", join_version: int = 0,
+            relin_keys: bytes = b"", galois_keys: bytes = b"") -> ActiveKey:
+        data = (join_public_bytes(join_version, public_key, relin_keys, galois_keys) if join_version
+                else collective_context_bytes(public_key))
+        return ActiveKey(self.holders, self.index, public_key, data, context_fingerprint(data), secret, study_id,
+                         join_version, relin_keys, galois_keys)
 
     def _meta(self, file: str, what: str) -> dict[str, Any] | None:
         path = self.keys_dir / file
@@ -122,8 +142,12 @@ class StudyKeyStore:
             if not (folder / STUDY_META).exists():
                 return None
             meta = json.loads((folder / STUDY_META).read_text())
-            secret = HolderSecret.from_bytes(self.template, (folder / STUDY_SECRET).read_bytes())
-            got = self.key((folder / STUDY_PUBLIC).read_bytes(), secret, study_id)
+            version = int(meta.get("join_version") or 0)
+            template = join_template(version) if version else self.template
+            secret = HolderSecret.from_bytes(template, (folder / STUDY_SECRET).read_bytes())
+            extra = ((folder / STUDY_RELIN).read_bytes(), (folder / STUDY_GALOIS).read_bytes()) if version else (
+                b"", b"")
+            got = self.key((folder / STUDY_PUBLIC).read_bytes(), secret, study_id, version, *extra)
             if meta.get("study_id") != study_id or got.fingerprint != meta.get("fingerprint"):
                 raise FailedPreconditionError(f"holder {self.name}'s key store for study {study_id} does not match its "
                                               "recorded study and fingerprint: nothing was decrypted")
@@ -136,17 +160,22 @@ class StudyKeyStore:
             return self.keys_dir / SECRET_FILE
         return self.studies_dir / check_id("study_id", study_id) / STUDY_SECRET
 
-    def put_study(self, study_id: str, setup: HolderSetup) -> ActiveKey:
-        """File the key `setup` built (its test decryption succeeded) under `study_id`; the secret mode 0600."""
+    def put_study(self, study_id: str, setup: HolderSetup, join_version: int = 0) -> ActiveKey:
+        """File the key `setup` built (its test decryption succeeded; a join key's test product too) under
+        `study_id`; the secret mode 0600."""
         assert setup.secret is not None
-        key = self.key(setup.public_key, setup.secret, study_id)
+        key = self.key(setup.public_key, setup.secret, study_id, join_version, setup.relin_keys, setup.galois_keys)
         folder = self.studies_dir / check_id("study_id", study_id)
         self.studies_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         folder.mkdir(exist_ok=True, mode=0o700)
         write_private_file(folder / STUDY_SECRET, setup.secret.to_bytes())
         write_file_atomic(folder / STUDY_PUBLIC, setup.public_key)
+        if join_version:
+            write_file_atomic(folder / STUDY_RELIN, setup.relin_keys)
+            write_file_atomic(folder / STUDY_GALOIS, setup.galois_keys)
         write_file_atomic(folder / STUDY_META, json.dumps({"study_id": study_id, "fingerprint": key.fingerprint,
-                                                          "threshold": setup.threshold}).encode())
+                                                          "threshold": setup.threshold,
+                                                          "join_version": join_version}).encode())
         with self._lock:
             self._cache[study_id] = key
         return key

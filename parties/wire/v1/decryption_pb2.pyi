@@ -40,7 +40,7 @@ class CloseUploadsResponse(_message.Message):
     def __init__(self, key_shares: _Optional[_Iterable[bytes]] = ..., holder: _Optional[int] = ...) -> None: ...
 
 class ForwardUploadsRequest(_message.Message):
-    __slots__ = ("study_id", "contract_hash", "owner_id", "idempotency_key", "signature", "index", "c1")
+    __slots__ = ("study_id", "contract_hash", "owner_id", "idempotency_key", "signature", "index", "c1", "plane")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class ForwardUploadsRequest(_message.Message):
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     C1_FIELD_NUMBER: _ClassVar[int]
+    PLANE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     contract_hash: str
     owner_id: str
@@ -55,7 +56,8 @@ class ForwardUploadsRequest(_message.Message):
     signature: bytes
     index: int
     c1: bytes
-    def __init__(self, study_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., signature: _Optional[bytes] = ..., index: _Optional[int] = ..., c1: _Optional[bytes] = ...) -> None: ...
+    plane: bytes
+    def __init__(self, study_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., owner_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., signature: _Optional[bytes] = ..., index: _Optional[int] = ..., c1: _Optional[bytes] = ..., plane: _Optional[bytes] = ...) -> None: ...
 
 class ForwardUploadsResponse(_message.Message):
     __slots__ = ("chunks",)
@@ -391,7 +393,7 @@ class SignChargeResponse(_message.Message):
     def __init__(self, holder: _Optional[int] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class KeySetupRequest(_message.Message):
-    __slots__ = ("step", "session", "holders", "messages", "ciphertext", "values", "threshold", "participants")
+    __slots__ = ("step", "session", "holders", "messages", "ciphertext", "values", "threshold", "participants", "join_version")
     class MessagesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -407,6 +409,7 @@ class KeySetupRequest(_message.Message):
     VALUES_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    JOIN_VERSION_FIELD_NUMBER: _ClassVar[int]
     step: str
     session: bytes
     holders: _containers.RepeatedScalarFieldContainer[str]
@@ -415,7 +418,43 @@ class KeySetupRequest(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[int]
     threshold: int
     participants: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, step: _Optional[str] = ..., session: _Optional[bytes] = ..., holders: _Optional[_Iterable[str]] = ..., messages: _Optional[_Mapping[int, bytes]] = ..., ciphertext: _Optional[bytes] = ..., values: _Optional[_Iterable[int]] = ..., threshold: _Optional[int] = ..., participants: _Optional[_Iterable[int]] = ...) -> None: ...
+    join_version: int
+    def __init__(self, step: _Optional[str] = ..., session: _Optional[bytes] = ..., holders: _Optional[_Iterable[str]] = ..., messages: _Optional[_Mapping[int, bytes]] = ..., ciphertext: _Optional[bytes] = ..., values: _Optional[_Iterable[int]] = ..., threshold: _Optional[int] = ..., participants: _Optional[_Iterable[int]] = ..., join_version: _Optional[int] = ...) -> None: ...
+
+class JoinCheckRequest(_message.Message):
+    __slots__ = ("study_id", "contract_hash", "step", "messages", "participants")
+    class MessagesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: bytes
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_HASH_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    contract_hash: str
+    step: str
+    messages: _containers.ScalarMap[int, bytes]
+    participants: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, study_id: _Optional[str] = ..., contract_hash: _Optional[str] = ..., step: _Optional[str] = ..., messages: _Optional[_Mapping[int, bytes]] = ..., participants: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class JoinCheckResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: bytes
+    def __init__(self, message: _Optional[bytes] = ...) -> None: ...
+
+class JoinSharesRequest(_message.Message):
+    __slots__ = ("header", "participants")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    header: DecryptJoinCellsHeader
+    participants: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[DecryptJoinCellsHeader, _Mapping]] = ..., participants: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class KeySetupResponse(_message.Message):
     __slots__ = ("message", "fingerprint", "state", "holder", "seal_public_key", "signing_public_key", "threshold")

@@ -91,6 +91,16 @@ class DecryptionStub:
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.SerializeToString,
                 response_deserializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupResponse.FromString,
                 _registered_method=True)
+        self.JoinCheck = channel.unary_unary(
+                '/dpagg.v1.Decryption/JoinCheck',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckResponse.FromString,
+                _registered_method=True)
+        self.JoinShares = channel.unary_stream(
+                '/dpagg.v1.Decryption/JoinShares',
+                request_serializer=dpagg_dot_v1_dot_decryption__pb2.JoinSharesRequest.SerializeToString,
+                response_deserializer=dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.FromString,
+                _registered_method=True)
         self.IssueShares = channel.stream_stream(
                 '/dpagg.v1.Decryption/IssueShares',
                 request_serializer=dpagg_dot_v1_dot_decryption__pb2.DecryptMeasurementRequest.SerializeToString,
@@ -251,10 +261,43 @@ class DecryptionServicer:
         "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
         at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
         sealed and signed, out) and "receive" (every dealer's message in) before the test
-        shares, which are then asked once per participant set. The holder checks
+        shares, which are then asked once per participant set. A join study's key (join_version
+        at commit_seed) adds "commit_galois", "reveal_galois", "take_galois" (one holder's
+        Galois share per call: K of them exceed one message), "build_galois", "commit_relin_one",
+        "reveal_relin_one", "commit_relin_two", "reveal_relin_two", "build_relin" (after "confirm";
+        t-of-N: after "build_key", before "deal"), then "product_share" (the test product, which each
+        holder computes itself; once per participant set of a t-of-N key) and "confirm_product",
+        which files the key. The holder checks
         the holder list against its own configuration and every message itself; a step out
         of order or a message that does not match its commitment stops the setup
         (INVALID_ARGUMENT). Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinCheck(self, request, context):
+        """Key-share holders only: one step of a join study's well-formedness check at the holders
+        (he_partition.join.holders), after the owners' signed planes were forwarded (ForwardUploads
+        with `plane`). `step`: "seed_commit" (this holder's commitment to its seed contribution),
+        "seed_reveal" (every commitment in; the contribution out), "check_commit" (every contribution
+        in: the seed is their hash; this holder's commitment to its shares of both owners' residues,
+        which it computes itself), "check_reveal" (every commitment in; the shares out), "verdict"
+        (every holder's shares in: this holder combines them itself and records both owners passed,
+        or refuses naming the owner, FAILED_PRECONDITION). `participants`: the holders taking part
+        (every holder of an N-of-N key). Nothing is charged. Only the computation server may call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinShares(self, request, context):
+        """Key-share holders only: this holder's shares of one join measurement's values, each value
+        computed by the holder itself from the owners' signed planes (never a ciphertext the caller
+        sends), once both owners passed its check. The header is DecryptJoinCells' (cell_count the
+        measurement's count); the holder checks it as DecryptJoinCells is checked, charges its ledger,
+        and streams one share per value (its smudging, pads and DP share, bound to the value's c1),
+        then `done`. Only the computation server may call it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -389,6 +432,16 @@ def add_DecryptionServicer_to_server(servicer, server):
                     servicer.KeySetup,
                     request_deserializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.FromString,
                     response_serializer=dpagg_dot_v1_dot_decryption__pb2.KeySetupResponse.SerializeToString,
+            ),
+            'JoinCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinCheck,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.JoinCheckResponse.SerializeToString,
+            ),
+            'JoinShares': grpc.unary_stream_rpc_method_handler(
+                    servicer.JoinShares,
+                    request_deserializer=dpagg_dot_v1_dot_decryption__pb2.JoinSharesRequest.FromString,
+                    response_serializer=dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.SerializeToString,
             ),
             'IssueShares': grpc.stream_stream_rpc_method_handler(
                     servicer.IssueShares,
@@ -715,6 +768,60 @@ class Decryption:
             '/dpagg.v1.Decryption/KeySetup',
             dpagg_dot_v1_dot_decryption__pb2.KeySetupRequest.SerializeToString,
             dpagg_dot_v1_dot_decryption__pb2.KeySetupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpagg.v1.Decryption/JoinCheck',
+            dpagg_dot_v1_dot_decryption__pb2.JoinCheckRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.JoinCheckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinShares(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dpagg.v1.Decryption/JoinShares',
+            dpagg_dot_v1_dot_decryption__pb2.JoinSharesRequest.SerializeToString,
+            dpagg_dot_v1_dot_decryption__pb2.IssueSharesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -125,10 +125,35 @@ class DecryptionStub:
     "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
     at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
     sealed and signed, out) and "receive" (every dealer's message in) before the test
-    shares, which are then asked once per participant set. The holder checks
+    shares, which are then asked once per participant set. A join study's key (join_version
+    at commit_seed) adds "commit_galois", "reveal_galois", "take_galois" (one holder's
+    Galois share per call: K of them exceed one message), "build_galois", "commit_relin_one",
+    "reveal_relin_one", "commit_relin_two", "reveal_relin_two", "build_relin" (after "confirm";
+    t-of-N: after "build_key", before "deal"), then "product_share" (the test product, which each
+    holder computes itself; once per participant set of a t-of-N key) and "confirm_product",
+    which files the key. The holder checks
     the holder list against its own configuration and every message itself; a step out
     of order or a message that does not match its commitment stops the setup
     (INVALID_ARGUMENT). Only the computation server may call it.
+    """
+    JoinCheck: _grpc.UnaryUnaryMultiCallable[_decryption_pb2.JoinCheckRequest, _decryption_pb2.JoinCheckResponse]
+    """Key-share holders only: one step of a join study's well-formedness check at the holders
+    (he_partition.join.holders), after the owners' signed planes were forwarded (ForwardUploads
+    with `plane`). `step`: "seed_commit" (this holder's commitment to its seed contribution),
+    "seed_reveal" (every commitment in; the contribution out), "check_commit" (every contribution
+    in: the seed is their hash; this holder's commitment to its shares of both owners' residues,
+    which it computes itself), "check_reveal" (every commitment in; the shares out), "verdict"
+    (every holder's shares in: this holder combines them itself and records both owners passed,
+    or refuses naming the owner, FAILED_PRECONDITION). `participants`: the holders taking part
+    (every holder of an N-of-N key). Nothing is charged. Only the computation server may call it.
+    """
+    JoinShares: _grpc.UnaryStreamMultiCallable[_decryption_pb2.JoinSharesRequest, _decryption_pb2.IssueSharesResponse]
+    """Key-share holders only: this holder's shares of one join measurement's values, each value
+    computed by the holder itself from the owners' signed planes (never a ciphertext the caller
+    sends), once both owners passed its check. The header is DecryptJoinCells' (cell_count the
+    measurement's count); the holder checks it as DecryptJoinCells is checked, charges its ledger,
+    and streams one share per value (its smudging, pads and DP share, bound to the value's c1),
+    then `done`. Only the computation server may call it.
     """
     IssueShares: _grpc.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.IssueSharesResponse]
     """Key-share holders only: this holder's decryption share of every measured chunk of one
@@ -276,10 +301,35 @@ class DecryptionAsyncStub(DecryptionStub):
     "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
     at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
     sealed and signed, out) and "receive" (every dealer's message in) before the test
-    shares, which are then asked once per participant set. The holder checks
+    shares, which are then asked once per participant set. A join study's key (join_version
+    at commit_seed) adds "commit_galois", "reveal_galois", "take_galois" (one holder's
+    Galois share per call: K of them exceed one message), "build_galois", "commit_relin_one",
+    "reveal_relin_one", "commit_relin_two", "reveal_relin_two", "build_relin" (after "confirm";
+    t-of-N: after "build_key", before "deal"), then "product_share" (the test product, which each
+    holder computes itself; once per participant set of a t-of-N key) and "confirm_product",
+    which files the key. The holder checks
     the holder list against its own configuration and every message itself; a step out
     of order or a message that does not match its commitment stops the setup
     (INVALID_ARGUMENT). Only the computation server may call it.
+    """
+    JoinCheck: _aio.UnaryUnaryMultiCallable[_decryption_pb2.JoinCheckRequest, _decryption_pb2.JoinCheckResponse]  # type: ignore[assignment]
+    """Key-share holders only: one step of a join study's well-formedness check at the holders
+    (he_partition.join.holders), after the owners' signed planes were forwarded (ForwardUploads
+    with `plane`). `step`: "seed_commit" (this holder's commitment to its seed contribution),
+    "seed_reveal" (every commitment in; the contribution out), "check_commit" (every contribution
+    in: the seed is their hash; this holder's commitment to its shares of both owners' residues,
+    which it computes itself), "check_reveal" (every commitment in; the shares out), "verdict"
+    (every holder's shares in: this holder combines them itself and records both owners passed,
+    or refuses naming the owner, FAILED_PRECONDITION). `participants`: the holders taking part
+    (every holder of an N-of-N key). Nothing is charged. Only the computation server may call it.
+    """
+    JoinShares: _aio.UnaryStreamMultiCallable[_decryption_pb2.JoinSharesRequest, _decryption_pb2.IssueSharesResponse]  # type: ignore[assignment]
+    """Key-share holders only: this holder's shares of one join measurement's values, each value
+    computed by the holder itself from the owners' signed planes (never a ciphertext the caller
+    sends), once both owners passed its check. The header is DecryptJoinCells' (cell_count the
+    measurement's count); the holder checks it as DecryptJoinCells is checked, charges its ledger,
+    and streams one share per value (its smudging, pads and DP share, bound to the value's c1),
+    then `done`. Only the computation server may call it.
     """
     IssueShares: _aio.StreamStreamMultiCallable[_decryption_pb2.DecryptMeasurementRequest, _decryption_pb2.IssueSharesResponse]  # type: ignore[assignment]
     """Key-share holders only: this holder's decryption share of every measured chunk of one
@@ -490,10 +540,47 @@ class DecryptionServicer(metaclass=_abc_1.ABCMeta):
         "commit_key", "reveal_key", "build_key", "test_share", "confirm"; a t-of-N key (threshold
         at commit_seed) adds "deal" (every holder's identity keys in; this holder's sub-shares,
         sealed and signed, out) and "receive" (every dealer's message in) before the test
-        shares, which are then asked once per participant set. The holder checks
+        shares, which are then asked once per participant set. A join study's key (join_version
+        at commit_seed) adds "commit_galois", "reveal_galois", "take_galois" (one holder's
+        Galois share per call: K of them exceed one message), "build_galois", "commit_relin_one",
+        "reveal_relin_one", "commit_relin_two", "reveal_relin_two", "build_relin" (after "confirm";
+        t-of-N: after "build_key", before "deal"), then "product_share" (the test product, which each
+        holder computes itself; once per participant set of a t-of-N key) and "confirm_product",
+        which files the key. The holder checks
         the holder list against its own configuration and every message itself; a step out
         of order or a message that does not match its commitment stops the setup
         (INVALID_ARGUMENT). Only the computation server may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def JoinCheck(
+        self,
+        request: _decryption_pb2.JoinCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_decryption_pb2.JoinCheckResponse, _abc.Awaitable[_decryption_pb2.JoinCheckResponse]]:
+        """Key-share holders only: one step of a join study's well-formedness check at the holders
+        (he_partition.join.holders), after the owners' signed planes were forwarded (ForwardUploads
+        with `plane`). `step`: "seed_commit" (this holder's commitment to its seed contribution),
+        "seed_reveal" (every commitment in; the contribution out), "check_commit" (every contribution
+        in: the seed is their hash; this holder's commitment to its shares of both owners' residues,
+        which it computes itself), "check_reveal" (every commitment in; the shares out), "verdict"
+        (every holder's shares in: this holder combines them itself and records both owners passed,
+        or refuses naming the owner, FAILED_PRECONDITION). `participants`: the holders taking part
+        (every holder of an N-of-N key). Nothing is charged. Only the computation server may call it.
+        """
+
+    @_abc_1.abstractmethod
+    def JoinShares(
+        self,
+        request: _decryption_pb2.JoinSharesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_decryption_pb2.IssueSharesResponse], _abc.AsyncIterator[_decryption_pb2.IssueSharesResponse]]:
+        """Key-share holders only: this holder's shares of one join measurement's values, each value
+        computed by the holder itself from the owners' signed planes (never a ciphertext the caller
+        sends), once both owners passed its check. The header is DecryptJoinCells' (cell_count the
+        measurement's count); the holder checks it as DecryptJoinCells is checked, charges its ledger,
+        and streams one share per value (its smudging, pads and DP share, bound to the value's c1),
+        then `done`. Only the computation server may call it.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,173 @@
+"""A join study's collective keys set up by K = 3 key-share holders through real services, 3-of-3 and 2-of-3:
+the computation server relays the key, Galois and relinearization rounds and the test product; each holder files
+the key only after the test product decrypted, and a relay that deviates stops the setup."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from he_partition.he.bfv import context_fingerprint
+from he_partition.he.join_scheme import JoinScheme
+from parties.common.errors import ServiceError
+from tests.parties.conftest import FAST_RETRY
+from tests.parties.test_join_services import SHAPE, TERMS, _records
+from tests.parties.test_threshold_services import HOLDERS, Threshold, threshold
+
+__all__ = ["threshold"]  # the 3-of-3 fixture, imported for the tests here
+
+VERSION = 2  # the join scheme version new join studies use
+
+
+@pytest.fixture(params=[0, 2], ids=["3-of-3", "2-of-3"])
+def holders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Threshold]:
+    t = Threshold.start(tmp_path)
+    try:
+        t.computation().setup_key(threshold=request.param)
+        yield t
+    finally:
+        t.stop()
+
+
+def test_the_holders_set_up_a_join_key_that_every_holder_files_alike(holders: Threshold) -> None:
+    fp = holders.combiner.setup_study_key("s-jk", VERSION)
+    keys = [h.handler.store.study("s-jk") for h in holders.holders]
+    assert all(k is not None and k.join_version == VERSION and k.fingerprint == fp for k in keys)
+    assert keys[0] is not None
+    assert context_fingerprint(keys[0].context) == fp
+    # the key reloads from the holder's files (after a restart) as it was filed
+    store = holders.holders[1].handler.store
+    store._cache.clear()
+    again = store.study("s-jk")
+    assert again is not None and again.fingerprint == fp and again.secret.to_bytes() == keys[1].secret.to_bytes()
+    # what the owners encrypt under: the join's public key with the collective Galois and relinearization keys
+    scheme = JoinScheme.from_public(keys[0].context)
+    assert len(scheme.serialize(scheme.encrypt(np.arange(8)))) > 0
+
+
+def test_a_relay_that_changes_a_galois_share_or_mixes_the_kinds_of_setup_stops_it(holders: Threshold) -> None:
+    from he_partition.he.threshold.setup import study_session
+
+    c = holders.combiner.clients[0]
+    session = study_session("s-jx", b"\x07" * 16)
+    got = c.key_setup("commit_seed", session, HOLDERS, threshold=holders.combiner.tofn() or 0)
+    assert got.state == "seed committed"
+    with pytest.raises(ServiceError) as err:  # a join step in a study key's setup
+        c.key_setup("commit_galois", session, HOLDERS)
+    assert err.value.code.name == "INVALID_ARGUMENT" and "belongs to a join key's setup" in err.value.details
+    with pytest.raises(ServiceError) as err:  # an unknown join scheme version
+        c.key_setup("commit_seed", session, HOLDERS, threshold=holders.combiner.tofn() or 0, join_version=99)
+    assert err.value.code.name == "INVALID_ARGUMENT" and "99" in err.value.details
+
+
+def _open_join(t: Threshold, study_id: str = "j1") -> Any:
+    from parties.common.signing import generate_signing_key
+
+    for o in "ab":
+        t.signing.setdefault(o, generate_signing_key())
+    contract, _ = t.computation().open_study(
+        study_id=study_id, domain_size=SHAPE[0] * SHAPE[1], epsilon=3.0, expected_owners=["a", "b"],
+        strategy="join", owner_keys={o: t.signing[o][1] for o in "ab"}, strategy_params_json=json.dumps(TERMS))
+    return contract
+
+
+def _submit_both(t: Threshold, study_id: str, a: dict[str, int], b: dict[str, int], tmp: Path) -> dict[str, Any]:
+    """Both owners' submit_join in threads, their pseudonyms from the three holders (each owner's own channels)."""
+    from parties.data_owner.join import submit_join
+    from parties.decryption.client import DecryptionClient
+
+    out: dict[str, Any] = {}
+
+    def run(owner: str, records: dict[str, int]) -> None:
+        holders = [DecryptionClient(h.target, retry=FAST_RETRY, tls=t.pki.tls(owner, "data_owner"))
+                   for h in t.holders]
+        t.clients.extend(holders)
+        try:
+            out[owner] = submit_join(t.owner(owner), study_id, records, idempotency_key=f"k-{owner}",
+                                     state_dir=tmp / owner, wait_timeout=120, poll_interval=0.05,
+                                     max_partner_records=8192, key_holders=holders)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            out[owner] = exc
+
+    threads = [threading.Thread(target=run, args=("a", a)), threading.Thread(target=run, args=("b", b))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+    return out
+
+
+def test_a_join_released_by_three_holders_that_each_compute_and_check_it(threshold: Threshold,
+                                                                         tmp_path: Path) -> None:
+    """3-of-3 through real services: the join's keys set up at open-study, pseudonyms from the holders' shared
+    OPRF key, the planes forwarded under the owners' signatures, checked by the holders among themselves, and each
+    value decrypted from shares the holders computed themselves; each holder's ledger charged once."""
+    contract = _open_join(threshold)
+    assert contract.is_join and len(contract.holder_seal_keys) == 3 and not contract.seals_uploads
+    assert context_fingerprint(threshold.combiner.public_context(study_id="j1")) == contract.context_fingerprint
+    a, b, truth = _records()
+    out = _submit_both(threshold, "j1", a, b, tmp_path)
+    assert all(getattr(r, "committed", False) for r in out.values()), out
+    release = threshold.computation().run_release("j1", epsilon=2.5)
+    assert release.state == "DONE"
+    summary = release.summary
+    table = np.array(summary.sums).reshape(SHAPE)
+    sd = np.sqrt(summary.sum_variance[0])
+    assert np.all(np.abs(table - truth) <= 8 * sd), (table, truth)
+    # the holders' noise accounted for: the CS's draw and the three holders' shares (K/(K - T) = 3 draws)
+    assert summary.params["holder_noise"] == {"key_holders": 3, "noise_tolerates": 2, "holder_variance_factor": 3.0}
+    from he_partition.core.measurements import PartitionSums
+    one_draw = PartitionSums(SHAPE[0] * SHAPE[1], 2.5, 1, starts=tuple(range(SHAPE[0] * SHAPE[1]))).noise_variance
+    assert summary.sum_variance[0] == pytest.approx(4 * one_draw)
+    for i in range(3):
+        charges = [(c.kind, c.epsilon) for c in threshold.ledger(i).charges("j1")]
+        assert charges == [("join_padding", 0.5), ("partition_sums", 2.5)], charges
+    # what a holder keeps: the owners' planes as they signed them, nothing the CS computed
+    held = sorted(p.name for p in (threshold.root / HOLDERS[0] / "join_planes" / "j1").iterdir())
+    assert len(held) == out["a"].chunk_count + out["b"].chunk_count
+
+
+def test_a_malformed_upload_is_refused_by_the_holders_naming_its_owner(threshold: Threshold, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.parties.test_join_wellformed_services import _tamper
+
+    _open_join(threshold, "jm")
+    _tamper(monkeypatch, SHAPE[1], "two-hot")  # owner b puts one record in two cells
+    a, b, _ = _records()
+    out = _submit_both(threshold, "jm", a, b, tmp_path)
+    assert all(getattr(r, "committed", False) for r in out.values()), out
+    with pytest.raises(ServiceError) as err:
+        threshold.computation().run_release("jm", epsilon=2.5)
+    assert err.value.code.name == "FAILED_PRECONDITION" and "owner b is not well formed" in str(err.value)
+    assert "owner a" not in str(err.value)
+    for i in range(3):  # nothing charged beyond the padding, nothing shared
+        assert [c.kind for c in threshold.ledger(i).charges("jm")] == ["join_padding"]
+
+
+def test_a_holder_shares_no_join_value_before_its_own_check_passed(threshold: Threshold) -> None:
+    from he_partition.core.measurements import PartitionSums
+    from parties.decryption.keyshare.client import KeyShareClient
+    from tests.parties.conftest import CS_ID
+
+    contract = _open_join(threshold, "jn")
+    cs = KeyShareClient(HOLDERS[0], threshold.holders[0].target, retry=FAST_RETRY,
+                        tls=threshold.pki.tls(CS_ID, "computation"))
+    threshold.clients.append(cs)
+    m = PartitionSums(SHAPE[0] * SHAPE[1], 2.5, 1, starts=tuple(range(SHAPE[0] * SHAPE[1])))
+    with pytest.raises(ServiceError) as err:  # a CS that asks for shares with no planes and no check
+        cs.join_shares(study_id="jn", release_id="r1", release_epsilon=2.5, contract_hash=contract.contract_hash,
+                       measurement=m, participants=[0, 1, 2])
+    assert err.value.code.name == "FAILED_PRECONDITION" and "holds no join planes" in err.value.details
+    assert [c.kind for c in threshold.ledger(0).charges("jn")] == ["join_padding"]
+
+
+@pytest.mark.parametrize("holders", [2], indirect=True, ids=["2-of-3"])
+def test_a_t_of_n_deployment_refuses_a_join_study_by_name(holders: Threshold) -> None:
+    with pytest.raises(ServiceError) as err:
+        _open_join(holders, "jt")
+    assert err.value.code.name == "FAILED_PRECONDITION" and "need an N-of-N deployment" in err.value.details
+    assert all(h.handler.store.study("jt") is None for h in holders.holders)  # no key was set up
