@@ -7,6 +7,9 @@ release, an analyst read) and prints its figures on the last line; `--bins 64` r
 (16x the ciphertext products); `--records`, `--shared`, `--padding-offset` change the data.
 `--release` picks how the table is released (default cells: every cell noised; gap, hier,
 dawa, privelet, auto: that strategy over the table flattened along the Hilbert curve).
+`--holders 3` runs the same join at three key-share holders (each its own process; `--threshold 2`
+for 2-of-3, `--stop-holder I` stops holder I once the study is open, through the uploads and the
+release) right after the single key holder's run with the same data, and reports both and their ratio.
 `--library` runs the protocol's library path in one process instead, timing each step:
 key generation (decryption server), oblivious pseudonyms (owners blind, the key holder evaluates,
 owners unblind: `oprf_blind`, `oprf_evaluate`, `oprf_finalize`, both owners together), X25519 key
@@ -172,16 +175,18 @@ def run(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float
 
 
 def _owner_process(owner: str, study: str, cs: str, records: dict[str, int], state: str, out: Any,
-                   signing_key: bytes, ds: str, capacity: int) -> None:
+                   signing_key: bytes, ds: str, capacity: int, holders: list[str] | None = None) -> None:
     from parties.data_owner.client import DataOwnerClient
     from parties.data_owner.join import submit_join
+    from parties.decryption.client import DecryptionClient
 
     t0 = time.perf_counter()
-    with DataOwnerClient(owner, computation=cs, decryption=ds, insecure=True, progress=False,
+    key_holders = [DecryptionClient(h, insecure=True) for h in holders] if holders else None
+    with DataOwnerClient(owner, computation=cs, decryption=ds or None, insecure=True, progress=False,
                          signing_key=signing_key) as client:
         # The study declares no counts, so each owner's quota is the capacity: both owners here accept it.
         res = submit_join(client, study, records, idempotency_key=f"bench-{owner}", state_dir=state,
-                          max_partner_records=capacity)
+                          max_partner_records=capacity, key_holders=key_holders)
     out.put((owner, res.bytes_sent, time.perf_counter() - t0,
              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
@@ -204,8 +209,11 @@ def _owner_results(out: Any, procs: list[Any], limit: float = 3600.0) -> list[An
 
 
 def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsilon: float, pad_offset: int,
-                 seed: int, release: str = "cells", skew: float = 0.0) -> dict[str, Any]:
-    """End to end through the services: servers and owners in their own processes, plaintext loopback."""
+                 seed: int, release: str = "cells", skew: float = 0.0, holders: int = 0, threshold: int = 0,
+                 stop_holder: int | None = None) -> dict[str, Any]:
+    """End to end through the services: servers and owners in their own processes, plaintext loopback; with
+    `holders` K > 1, K key-share holders in place of the decryption server (t-of-N: `threshold`; holder
+    `stop_holder` stopped once the study is open)."""
     import multiprocessing as mp
     import tempfile
     from pathlib import Path
@@ -218,9 +226,21 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
 
     a, b = _data(records, shared, bins, seed, skew)
     work = Path(tempfile.mkdtemp(prefix="dpagg-join-bench-"))
-    ds, ds_target = _start_server(["serve-decryption", "--data-dir", str(work / "ds"), "--insecure"], work, "ds")
-    cs, cs_target = _start_server(["serve-computation", "--data-dir", str(work / "cs"), "--decryption", ds_target,
-                                   "--insecure"], work, "cs")
+    names = [f"h{i + 1}" for i in range(holders)]
+    servers: dict[str, Any] = {}
+    if holders:
+        for name in names:
+            servers[name] = _start_server(["serve-decryption", "--insecure", "--data-dir", str(work / name),
+                                           "--key-share", name, "--holders", ",".join(names)], work, name)
+        link = [a for name in names for a in ("--holder", f"{name}={servers[name][1]}")]
+        ds_target = ""
+    else:
+        servers["ds"] = _start_server(["serve-decryption", "--data-dir", str(work / "ds"), "--insecure"], work, "ds")
+        ds_target = servers["ds"][1]
+        link = ["--decryption", ds_target]
+    cs, cs_target = _start_server(["serve-computation", "--data-dir", str(work / "cs"), *link, "--insecure"], work,
+                                  "cs")
+    holder_targets = [servers[n][1] for n in names] if holders else None
     procs: list[Any] = []
     try:
         capacity = _capacity(records, shared, pad_offset)
@@ -228,16 +248,22 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
                  "padding_offset": pad_offset, "release": release, "order": _order(bins),
                  "join_version": CURRENT_JOIN_VERSION}
         keys = {o: generate_signing_key() for o in ("a", "b")}  # a join study is signed (docs/join.md)
+        with ComputationClient(cs_target, insecure=True) as op:
+            if holders:
+                op.setup_key(threshold=threshold)
         start = time.perf_counter()
         with ComputationClient(cs_target, insecure=True) as op:
             op.open_study(study_id="bench", domain_size=bins * bins, epsilon=epsilon + pad_epsilon,
                           expected_owners=["a", "b"], strategy="join", strategy_params_json=json.dumps(terms),
                           owner_keys={o: public for o, (_, public) in keys.items()})
             opened = time.perf_counter()
+            if stop_holder is not None:
+                servers[names[stop_holder]][0].terminate()
+                servers[names[stop_holder]][0].wait(30)
             out: Any = mp.get_context("spawn").Queue()
             procs = [mp.get_context("spawn").Process(target=_owner_process, args=(o, "bench", cs_target, r,
                                                                                  str(work / o), out, keys[o][0], ds_target,
-                                                                                 capacity))
+                                                                                 capacity, holder_targets))
                      for o, r in (("a", a), ("b", b))]
             for p in procs:
                 p.start()
@@ -250,9 +276,11 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
         with AnalystClient(cs_target, insecure=True) as an:
             summary = an.get_release(rel.release_id).summary
         total = time.perf_counter() - start
-        rss: dict[str, Any] = {"decryption": _vm_hwm_mb(ds.pid), "computation": _vm_hwm_mb(cs.pid),
-                               **{f"owner_{o}": round(m, 1) for o, _, _, m in owners}}
-        cpu: dict[str, Any] = {"computation_server": _cpu_seconds(cs.pid)}
+        live = {n: proc for n, (proc, _) in servers.items() if proc.poll() is None}
+        rss: dict[str, Any] = {**{n: _vm_hwm_mb(proc.pid) for n, proc in live.items()},
+                               "computation": _vm_hwm_mb(cs.pid), **{f"owner_{o}": round(m, 1) for o, _, _, m in owners}}
+        cpu: dict[str, Any] = {"computation_server": _cpu_seconds(cs.pid),
+                               **{n: _cpu_seconds(proc.pid) for n, proc in live.items()}}
         log_lines = (work / "cs.log").read_text().splitlines()
         workers = [line.rsplit("peak RSS per worker ", 1)[-1] for line in log_lines if "peak RSS per worker" in line]
         if workers:  # the last: after the release (the workers' peak over the products and the measurements)
@@ -268,14 +296,16 @@ def run_services(records: int, shared: int, bins: int, epsilon: float, pad_epsil
             if owner.is_alive():
                 owner.terminate()
             owner.join(30)
-        for proc in (cs, ds):
-            proc.terminate()
+        for proc in (cs, *(p for p, _ in servers.values())):
+            if proc.poll() is None:
+                proc.terminate()
             proc.wait(30)
     truth = np.zeros((bins, bins), dtype=np.int64)
     for ident in set(a) & set(b):
         truth[a[ident], b[ident]] += 1
     return {
-        "mode": "services", "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "skew": skew,
+        "mode": "services", "key_holders": holders or 1, "threshold": threshold or holders or 1,
+        "stopped_holder": names[stop_holder] if stop_holder is not None else None, "records_per_owner": records, "shared": shared, "bins": f"{bins}x{bins}", "skew": skew,
         "epsilon": epsilon, "padding": {"epsilon": pad_epsilon, "offset": pad_offset}, "capacity": capacity,
         "ciphertext_products": capacity // 8192 * bins * bins,
         "seconds": {"open_study": round(opened - start, 2), "owners_until_both_committed": round(submitted - opened, 2),
@@ -328,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="attribute bins geometric(SKEW) instead of uniform: 0.3 leaves most cells nearly empty "
                         "(default 0: uniform)")
     p.add_argument("--library", action="store_true", help="run the library path in one process (no services)")
+    p.add_argument("--holders", type=int, default=0, metavar="K",
+                   help="also run the join at K key-share holders (after the single key holder's run, same data)")
+    p.add_argument("--threshold", type=int, default=0, metavar="T", help="with --holders: a T-of-K key (default K)")
+    p.add_argument("--stop-holder", type=int, default=None, metavar="I",
+                   help="with --holders: stop holder I (0-based) once the study is open")
     p.add_argument("--compare", type=int, default=0, metavar="N",
                    help="with --library: then release the same table with every join release N times each and "
                         "print the mean cell RMSE of each")
@@ -339,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.library:
         result = run(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon, args.padding_offset,
                      args.seed, args.release, args.skew, args.compare)
+    elif args.holders:
+        return _main_holders(args)
     else:
         result = run_services(args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon,
                               args.padding_offset, args.seed, args.release, args.skew)
@@ -360,6 +397,29 @@ def main(argv: list[str] | None = None) -> int:
                       "bytes_uploaded_per_owner": result["bytes_uploaded_per_owner"][0],
                       "peak_rss_mb": result["peak_rss_mb"],
                       **({"cpu_seconds": result["cpu_seconds"]} if "cpu_seconds" in result else {})}))
+    return 0
+
+
+def _main_holders(args: argparse.Namespace) -> int:
+    """The single key holder's run, then the same join at --holders key-share holders; both and their ratios."""
+    common = (args.records, args.shared, args.bins, args.epsilon, args.padding_epsilon, args.padding_offset,
+              args.seed, args.release, args.skew)
+    single = run_services(*common)
+    held = run_services(*common, holders=args.holders, threshold=args.threshold, stop_holder=args.stop_holder)
+    ratios = {k: round(held["seconds"][k] / single["seconds"][k], 2)
+              for k in ("release", "owners_until_both_committed") if single["seconds"].get(k)}
+    ratios["total"] = round(held["total_seconds"] / single["total_seconds"], 2)
+    form = f"{args.threshold or args.holders}of{args.holders}" + (f"_stop{args.stop_holder}"
+                                                                  if args.stop_holder is not None else "")
+    path = write_result(f"join_holders_services_{args.bins}x{args.bins}_{form}", {
+        "single_key_holder": single, "key_share_holders": held, "ratio_holders_over_single": ratios,
+        "note": "every server and owner a separate process on one machine, plaintext loopback; the two runs one "
+                "after the other with the same data"})
+    for r in (single, held):
+        print(f"{r['key_holders']} key holder(s) ({r['threshold']} per release, stopped: {r['stopped_holder']}): "
+              + ", ".join(f"{k} {v} s" for k, v in r["seconds"].items()) + f"; total {r['total_seconds']} s; "
+              f"cell RMSE {r['rmse']}; CPU s {r['cpu_seconds']}; peak RSS MB {r['peak_rss_mb']}")
+    print(f"holders / single: {ratios}; wrote {path}")
     return 0
 
 

@@ -36,6 +36,7 @@ def cmd_join_submit(args: argparse.Namespace) -> int:
     from ..data_owner.client import DataOwnerClient
     from ..data_owner.domain import DomainSpec
     from ..data_owner.join import join_quotas, read_join_csv, submit_join
+    from ..decryption.client import DecryptionClient
 
     tls = tls_config(args)
     with ComputationClient(args.computation, **conn(args)) as cs:
@@ -71,11 +72,19 @@ def cmd_join_submit(args: argparse.Namespace) -> int:
             from ..common.signing import load_private_key
 
             signing_key = load_private_key(args.signing_key)
-        with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls, insecure=args.insecure,
-                             signing_key=signing_key, progress=False) as owner:
-            res = submit_join(owner, args.study, recs.values, idempotency_key=upload_key(args),
-                              state_dir=state_dir(args), wait_timeout=args.wait,
-                              max_partner_records=args.max_partner_records)
+        holders = [DecryptionClient(target, tls=tls, insecure=args.insecure) for target in args.key_holders]
+        if holders and len(holders) != len(contract.holder_seal_keys):
+            raise DPAggError(f"join study {args.study} has {len(contract.holder_seal_keys)} key-share holders; "
+                             f"{len(holders)} --key-holder given (one per holder, in the study's holder order)")
+        try:
+            with DataOwnerClient(args.owner, computation=cs, decryption=args.decryption, tls=tls,
+                                 insecure=args.insecure, signing_key=signing_key, progress=False) as owner:
+                res = submit_join(owner, args.study, recs.values, idempotency_key=upload_key(args),
+                                  state_dir=state_dir(args), wait_timeout=args.wait,
+                                  max_partner_records=args.max_partner_records, key_holders=holders or None)
+        finally:
+            for h in holders:
+                h.close()
     if args.json:
         print_json({"study_id": res.study_id, "owner_id": res.owner_id, "committed": res.committed,
                      "duplicate": res.duplicate, "chunks": res.chunk_count, "bytes_sent": res.bytes_sent,
@@ -237,6 +246,11 @@ def add_parser(sub: Subparsers) -> None:
                    help="the decryption server (key holder): it evaluates the study's oblivious pseudonyms, so a "
                         "join study opened with them needs it; the join key is fetched from it too (without it, "
                         "through the computation server; its fingerprint is checked either way)")
+    p.add_argument("--key-holder", action="append", default=[], metavar="HOST:PORT", type=server_address,
+                   dest="key_holders",
+                   help="a key-share holder of the study, once per holder in the study's holder order (the order its "
+                        "contract pins their seal keys; `dpagg status` shows them): with key-share holders the "
+                        "pseudonyms are evaluated by them, each page by t of them")
     p.add_argument("--json", action="store_true", help="print JSON")
     tls_args(p)
 

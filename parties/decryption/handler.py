@@ -650,16 +650,19 @@ class DecryptionHandler:
                                max(0.0, contract.epsilon - math.fsum(c.epsilon for c in charges)))
 
     def charge_join(self, contract: StudyContract, release_id: str, release_epsilon: float, m: Measurement,
-                    digest: str) -> Charge:
+                    digest: str, *, reserve: bool = True) -> Charge:
         """Charge a join measurement whose values a key-share holder shares (`keyshare.join_release`).
 
         Privacy: spends `m.epsilon` (sensitivity `m.sensitivity` under add/remove of one shared customer,
-        contribution bound 1) against the study's budget, refused when it does not fit. Draws no noise."""
-        check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id, m.epsilon,
-                     float(release_epsilon))
+        contribution bound 1) against the study's budget, refused when it does not fit. Draws no noise.
+        `reserve` False (a t-of-N key): the signed charge log was the budget check; this ledger records."""
+        if reserve:
+            check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id, m.epsilon,
+                         float(release_epsilon))
         with self._decrypt_lock:
             charge: Charge = self.ledger.charge(contract.study_id, release_id, m.kind, m.epsilon,
-                                                float(release_epsilon), decryption_detail(contract, m, digest))
+                                                float(release_epsilon), decryption_detail(contract, m, digest),
+                                                reserve=reserve)
         return charge
 
     def budget_left(self, study_id: str) -> float:

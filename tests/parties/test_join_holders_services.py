@@ -1,6 +1,8 @@
-"""A join study's collective keys set up by K = 3 key-share holders through real services, 3-of-3 and 2-of-3:
-the computation server relays the key, Galois and relinearization rounds and the test product; each holder files
-the key only after the test product decrypted, and a relay that deviates stops the setup."""
+"""Joins at K = 3 key-share holders through real services, 3-of-3 and 2-of-3: the join's collective keys set up
+at open-study (key, Galois and relinearization rounds and a test product, relayed by the computation server), the
+owners' signed planes forwarded to the holders, their check among themselves, and each value decrypted from
+shares the holders computed themselves; a relay that deviates, a malformed upload and an early share request are
+refused."""
 from __future__ import annotations
 
 import json
@@ -166,8 +168,27 @@ def test_a_holder_shares_no_join_value_before_its_own_check_passed(threshold: Th
 
 
 @pytest.mark.parametrize("holders", [2], indirect=True, ids=["2-of-3"])
-def test_a_t_of_n_deployment_refuses_a_join_study_by_name(holders: Threshold) -> None:
-    with pytest.raises(ServiceError) as err:
-        _open_join(holders, "jt")
-    assert err.value.code.name == "FAILED_PRECONDITION" and "need an N-of-N deployment" in err.value.details
-    assert all(h.handler.store.study("jt") is None for h in holders.holders)  # no key was set up
+def test_a_2_of_3_join_releases_with_one_holder_stopped_from_before_the_uploads(holders: Threshold,
+                                                                                 tmp_path: Path) -> None:
+    """Holder h2 stops once the study is open (its key set up by all three) and stays down through the uploads,
+    the owners' pseudonyms (their pages go to the two holders up), the check and the release: the two others
+    check the planes, each measurement is charged in the signed log with them as participants, and their shares
+    combine to the table."""
+    holders.fail_fast_on_stopped_holders()
+    _open_join(holders)
+    holders.stop_holder(1)
+    a, b, truth = _records()
+    out = _submit_both(holders, "j1", a, b, tmp_path)
+    assert all(getattr(r, "committed", False) for r in out.values()), out
+    release = holders.computation().run_release("j1", epsilon=2.5)
+    assert release.state == "DONE"
+    summary = release.summary
+    table = np.array(summary.sums).reshape(SHAPE)
+    assert np.all(np.abs(table - truth) <= 8 * np.sqrt(summary.sum_variance[0])), (table, truth)
+    for i in (0, 2):
+        assert [(c.kind, c.epsilon) for c in holders.ledger(i).charges("j1")] == [("join_padding", 0.5),
+                                                                                 ("partition_sums", 2.5)]
+    log_ = holders.combiner.charges.log("j1")
+    assert [(c.entry.participants, float(c.entry.epsilon)) for c in log_] == [((0, 2), 2.5)]
+    budget = holders.combiner.budget("j1")  # the signed log's spend plus the padding each holder booked at open
+    assert budget.spent == pytest.approx(3.0) and budget.remaining == pytest.approx(0.0)

@@ -30,6 +30,7 @@ close and the key setup already live in modules of their own (`failover`, `uploa
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 import logging
 import threading
 import time
@@ -56,7 +57,7 @@ from ...common.tls import TlsConfig
 from ...common.util import new_id
 from ...decryption.client import BudgetInfo, DecryptResult, DirectChargeInfo, JoinCellsResult
 from ...decryption.forwarding import UploadForwarding
-from ...decryption.keyshare.charges import SignedCharge, below, chain_total, exact_text
+from ...decryption.keyshare.charges import SignedCharge, below, chain_total, dump_log, exact_text, log_epsilon
 from ...decryption.keyshare.client import HolderShares, KeyShareClient
 from .charge_log import StudyChargeLogs
 from .failover import HolderFailedError, decrypt_failing_over, failover_release_id, raise_if_lost
@@ -74,9 +75,6 @@ T = TypeVar("T")
 
 JOINS_SINGLE_HOLDER = ("a join's check seed and residues are the single key holder's: key-share holders run the "
                        "check among themselves (docs/threshold.md, section 8)")
-JOINS_TOFN = ("join studies at key-share holders need an N-of-N deployment: a t-of-N join's charge log for join "
-              "measurements is not built (docs/threshold.md, section 8); run `dpagg setup-key` without --threshold, "
-              "or join against a single decryption server (--decryption)")
 
 
 #: Seconds a step that needs every holder (an N-of-N release or direct query, closing a study's uploads) waits for
@@ -119,6 +117,8 @@ class ThresholdDecryption:
         self.charges = StudyChargeLogs(Path(data_dir) / "charges" if data_dir is not None else None, self.names,
                                        lambda i, study, entry, log_: self._pool.submit(
                                            self.clients[i].sign_charge, study, entry, log_), HolderFailedError)
+        #: The holders that hold each join study's planes and checked them in its running release (join_holders).
+        self._join_sets: dict[str, list[int]] = {}
         self._contexts: dict[str, bytes] = {}  # study id -> its collective public context ("": the legacy key)
         self._fps: dict[str, str] = {}
         self._uploads = UploadForwarding(self._send_uploads)  # the owners' signed c1 parts, once per study
@@ -253,8 +253,6 @@ class ThresholdDecryption:
         draw), at K times the holders' noise variance. Every holder gets the same number, so the
         contracts agree; a holder refuses T >= K.
         """
-        if terms.get("strategy") == "join" and self.tofn() is not None:
-            raise FailedPreconditionError(JOINS_TOFN)
         terms = dict(terms)
         # a join study's key is made at its scheme's parameters, with Galois and relinearization keys (key_setup)
         join_version = (join_terms_of(str(terms.get("strategy_params_json") or ""), int(terms["domain_size"])).version
@@ -327,8 +325,10 @@ class ThresholdDecryption:
         release and a direct query check, and what `dpagg budget` and every holder's BudgetStatus show (a holder's
         own ledger holds only the requests it answered)."""
         most = max(views, key=lambda b: (len(b.charges), b.spent))  # the holder that answered the most requests
-        v = self.charges.view(most.total, study_id)
-        return dataclasses.replace(most, spent=float(v.spent), remaining=float(v.total - v.spent),
+        contract = self.get_study(study_id)
+        padding = Fraction(contract.epsilon) - log_epsilon(contract)  # a join's padding, charged before any entry
+        v = self.charges.view(float(Fraction(most.total) - padding), study_id)
+        return dataclasses.replace(most, spent=float(v.spent + padding), remaining=float(v.total - v.spent),
                                    reserved=float(v.reserved), available=below(v.available),
                                    charge_log_entries=len(self.charges.log(study_id)),
                                    charge_log_spent=float(v.spent))
@@ -571,11 +571,19 @@ class ThresholdDecryption:
     joins_at_holders = True
 
     def prepare_join(self, contract: StudyContract, uploads: list[OwnerC1Parts]) -> None:
-        """Forward both owners' signed planes to every holder and relay the holders' check of them."""
-        if self.tofn() is not None:
-            raise FailedPreconditionError(JOINS_TOFN)
-        send_planes(self, contract, uploads)
-        run_check(self, contract)
+        """Forward both owners' signed planes to the release's holders and relay their check of them: every holder
+        of an N-of-N key; t-of-N, the first t that answer now, who then take every measurement of the release."""
+        t = self.tofn()
+        if t is None:
+            parts = list(range(self.k))
+        else:
+            live = sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
+                                                                        timeout=10.0)))
+            parts = live[:t]
+        with self._lock:
+            self._join_sets[contract.study_id] = parts
+        send_planes(self, contract, uploads, parts)
+        run_check(self, contract, parts)
 
     def decrypt_join_cells(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
                            cells: Iterable[bytes], cell_count: int, measurement: Measurement) -> JoinCellsResult:
@@ -588,9 +596,20 @@ class ThresholdDecryption:
         values = list(cells)
         if len(values) != cell_count:
             raise InvalidInputError(f"{len(values)} join values for {cell_count} announced")
+        with self._lock:
+            parts = self._join_sets.get(study_id)
+        if parts is None:
+            raise FailedPreconditionError(f"join study {study_id}: no holder holds its planes for this release")
+        charge_log = ""
+        t = self.tofn()
+        if t is not None:  # charged in the signed log with the holders that checked the planes as participants
+            signed = self._charge(t, study_id, release_id, release_epsilon, measurement,
+                                  avoid=[i for i in range(self.k) if i not in parts])
+            parts = list(signed.entry.participants)
+            charge_log = dump_log(self.charges.log(study_id))
         return combine_shares(self, contract, release_id=release_id, release_epsilon=release_epsilon,
                               measurement=measurement, values=values, ctx=join_template(version),
-                              plain_modulus=join_plain_modulus(version))
+                              plain_modulus=join_plain_modulus(version), parts=parts, charge_log=charge_log)
 
     def join_check_seed(self, **kwargs: Any) -> tuple[bytes, int]:
         raise FailedPreconditionError(JOINS_SINGLE_HOLDER)

@@ -55,10 +55,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from he_partition.core.errors import BudgetExhaustedError, InvalidInputError
 from he_partition.protocol import EPSILON_TOLERANCE
 
+from ...common.contract import StudyContract
 from ...common.errors import FailedPreconditionError
 from ...common.util import utc_now
 
 __all__ = ["ChargeBook", "ChargeEntry", "ChargeRules", "LogBudget", "SignedCharge", "budget_collusion_tolerance",
+           "log_epsilon",
            "below", "chain_total", "charge_epsilon", "charge_request", "dump_log", "exact_text", "load_log", "log_budget"]
 
 _TAG = b"dpagg/tofn-charge/v1\x00"
@@ -414,3 +416,12 @@ class ChargeBook:
             log = [SignedCharge.from_dict(json.loads(r[0])) for r in rows.fetchall()]
             signed = sorted(self._signed(study_id))
         return {"holder": self.holder, "charges": len(log), "spent": chain_total(log), "signed": signed}
+
+
+def log_epsilon(contract: StudyContract) -> Fraction:
+    """What a t-of-N study's signed charge log may spend: the study's epsilon, less a join's padding epsilon (each
+    holder charged that to its own ledger when the study opened, before any log entry)."""
+    total = Fraction(contract.epsilon)
+    if contract.is_join:
+        total -= Fraction(contract.join_terms().padding_epsilon)
+    return total

@@ -153,14 +153,15 @@ class KeyShareClient(DecryptionClient):
         return bytes(resp.message)
 
     def join_shares(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
-                    measurement: Measurement, participants: Sequence[int],
+                    measurement: Measurement, participants: Sequence[int], charge_log: str = "",
                     timeout: float | None = None) -> HolderShares:
         """This holder's shares of the join measurement's values (it computes each value itself), after its charge."""
         header = decryption_pb2.DecryptJoinCellsHeader(study_id=study_id, release_id=release_id,
                                                        release_epsilon=release_epsilon, contract_hash=contract_hash,
                                                        cell_count=measurement.count,
                                                        measurement=measurement_to_proto(measurement))
-        req = decryption_pb2.JoinSharesRequest(header=header, participants=[int(p) for p in participants])
+        req = decryption_pb2.JoinSharesRequest(header=header, participants=[int(p) for p in participants],
+                                               charge_log=charge_log)
         shares: list[bytes] = []
         done = None
         try:

@@ -13,7 +13,9 @@ phase of what it combines, so a holder never shares a ciphertext the CS sends (h
    before any value share leaves; the holder records that for the planes it holds.
 3. **Shares** (`shares`): for each measured value, the holder computes the value from the planes itself and
    returns its share: c1 s_i + smudging on [-2^110, 2^110) + its DP share in slot 0 and a uniform pad in every
-   other slot, bound to the value's c1. It charges its own ledger first.
+   other slot, bound to the value's c1. It charges its own ledger first; with a t-of-N key the measurement's
+   charge must be in the study's signed charge log with this request's participants (`ChargeBook.authorize`),
+   and the share uses this holder's Lagrange-weighted key share for that set.
 
 What a holder sees: the owners' ciphertexts (under the collective key), the other holders' seed
 contributions and check shares (the residues of an honest upload are 0 in every slot), the measurement
@@ -48,6 +50,7 @@ from ...common.convert import measurement_json
 from ...common.errors import FailedPreconditionError
 from ...common.util import write_file_atomic
 from ..ledger import Charge
+from .charges import charge_epsilon, charge_request, load_log
 from .join_planes import OwnerPlanes, accept_planes
 from .study_keys import ActiveKey, join_template
 
@@ -69,6 +72,7 @@ class JoinHolder(Protocol):
     index: int
     threshold: int | None
     noise_key: bytes
+    charges: Any  # the t-of-N charge book (`charges.ChargeBook`), None for an N-of-N key
 
     def require_active(self) -> Any: ...
 
@@ -253,8 +257,8 @@ class HolderJoins:
 
     # -- 3. shares ------------------------------------------------------------------------------
     def shares(self, *, study_id: str, release_id: str, release_epsilon: float, contract_hash: str,
-               measurement: Measurement | None, count: int,
-               participants: Sequence[int]) -> tuple[list[bytes], Charge, float]:
+               measurement: Measurement | None, count: int, participants: Sequence[int],
+               charge_log: str = "") -> tuple[list[bytes], Charge, float]:
         """This holder's share of each value the measurement measures, after its charge; (shares, charge, left).
 
         Privacy: charges `measurement.epsilon` to this holder's ledger (L1 sensitivity
@@ -263,15 +267,28 @@ class HolderJoins:
         the combined holders (any of them short of the contract's noise_tolerates sum to a full discrete
         Laplace draw), drawn from this holder's noise key keyed by the request: only it knows the share;
         the combiner sees the sum. Each share also carries smudging on [-2^110, 2^110) and a uniform pad in
-        every slot but slot 0 (`HolderJoinValues.shares`)."""
+        every slot but slot 0 (`HolderJoinValues.shares`). t-of-N key: the measurement's charge must be in the
+        study's signed `charge_log` at exactly `measurement.epsilon`, with `participants` as its participant set
+        (`ChargeBook.authorize`): the signed log is the budget check, this ledger records what this holder
+        answered."""
         handler = self.holder.require_active()
         contract = self._contract(study_id, contract_hash)
-        if self.holder.threshold is not None:
-            raise FailedPreconditionError("a join at a t-of-N deployment is not released yet (its charge log for "
-                                          "join measurements is not built): nothing was charged")
         eps = float(release_epsilon)
         m = handler.join_measurement(contract, release_id, eps, contract_hash, measurement, count)
         secret = self._secret(contract, participants)
+        tofn = self.holder.threshold is not None
+        if tofn:
+            signed = self.holder.charges.authorize(study_id, charge_request(study_id, release_id, eps,
+                                                                            measurement_json(m)), load_log(charge_log))
+            if sorted(signed.entry.participants) != sorted(int(p) for p in participants):
+                raise FailedPreconditionError(f"the request names participants {sorted(participants)}; its charge "
+                                              f"fixed {list(signed.entry.participants)}: nothing was shared")
+            if signed.entry.epsilon != charge_epsilon(m.epsilon):
+                raise FailedPreconditionError(f"the request's charge spends {float(signed.entry.epsilon):.12g}; this "
+                                              f"measurement costs {m.epsilon:.12g}: nothing was shared")
+        elif charge_log:
+            raise InvalidInputError(f"key-share holder {self.holder.name} holds an N-of-N key share: a request names "
+                                    "no charge log")
         with self._lock:
             held = self._study(study_id)
             if not held.passed:
@@ -282,9 +299,11 @@ class HolderJoins:
                      + held.digest + b"|" + ",".join(map(str, sorted(participants))).encode())
             k = len(participants)
             dp = (tolerant_share(m.scale, k, contract.noise_tolerates, m.count,
-                                 holder_noise_source(self.holder.noise_key, self.holder.index, k, b"dp/" + label))
+                                 holder_noise_source(self.holder.noise_key, self.holder.index,
+                                                     len(self.holder.holders), b"dp/" + label))
                   if contract.noise_parties == 2 else np.zeros(m.count, dtype=np.int64))
-            charge = handler.charge_join(contract, release_id, eps, m, hashlib.sha256(label).hexdigest())
+            charge = handler.charge_join(contract, release_id, eps, m, hashlib.sha256(label).hexdigest(),
+                                         reserve=not tofn)
             rng = KeyedRandom(self.holder.noise_key, b"dpagg/join-holders/shares/v1|" + hashlib.sha256(label).digest())
             out = values.shares(m, dp, rng, secret=secret)
         left = handler.budget_left(study_id)

@@ -54,7 +54,7 @@ from .uploads import OwnerC1Parts, UploadC1Book
 from ..ledger import Charge
 from .share_workers import holder_pool
 from ..receipts import ReceiptSigner
-from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_epsilon, charge_request, load_log
+from .charges import ChargeBook, ChargeEntry, ChargeRules, charge_epsilon, charge_request, load_log, log_epsilon
 from .resharing import HolderIdentity
 from .study_keys import ActiveKey, StudyKeyStore
 from .study_setup import StudySetups
@@ -385,7 +385,7 @@ class KeyShareService:
             raise InvalidInputError(f"the charge entry is not JSON: {exc}") from exc
         if entry.study_id != study_id:
             raise InvalidInputError(f"the charge entry is for study {entry.study_id!r}, the request for {study_id!r}")
-        return self.charges.sign(entry, load_log(log_json), Fraction(contract.epsilon))
+        return self.charges.sign(entry, load_log(log_json), log_epsilon(contract))
 
     def close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> list[bytes]:
         """Close `study_id`'s uploads on `commitments` (`CommitmentBook.close`): this holder's upload key shares."""

@@ -247,7 +247,7 @@ class KeyShareServicer(DecryptionServicer):
         shares, charge, remaining = self.service.joins.shares(
             study_id=header.study_id, release_id=header.release_id, release_epsilon=float(header.release_epsilon),
             contract_hash=header.contract_hash, measurement=measurement, count=int(header.cell_count),
-            participants=[int(p) for p in request.participants])
+            participants=[int(p) for p in request.participants], charge_log=request.charge_log)
         for share in shares:
             yield decryption_pb2.IssueSharesResponse(share=share)
         yield decryption_pb2.IssueSharesResponse(done=decryption_pb2.IssueSharesDone(

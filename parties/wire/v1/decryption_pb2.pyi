@@ -449,12 +449,14 @@ class JoinCheckResponse(_message.Message):
     def __init__(self, message: _Optional[bytes] = ...) -> None: ...
 
 class JoinSharesRequest(_message.Message):
-    __slots__ = ("header", "participants")
+    __slots__ = ("header", "participants", "charge_log")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_LOG_FIELD_NUMBER: _ClassVar[int]
     header: DecryptJoinCellsHeader
     participants: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, header: _Optional[_Union[DecryptJoinCellsHeader, _Mapping]] = ..., participants: _Optional[_Iterable[int]] = ...) -> None: ...
+    charge_log: str
+    def __init__(self, header: _Optional[_Union[DecryptJoinCellsHeader, _Mapping]] = ..., participants: _Optional[_Iterable[int]] = ..., charge_log: _Optional[str] = ...) -> None: ...
 
 class KeySetupResponse(_message.Message):
     __slots__ = ("message", "fingerprint", "state", "holder", "seal_public_key", "signing_public_key", "threshold")
