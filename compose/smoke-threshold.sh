@@ -154,3 +154,37 @@ for h in "${HOLDERS[@]}"; do
 done
 grep -q "all 3 holders agree" <<<"$view" || fail "the holders' views of study demo2 disagree"
 ok "each holder charged 0.5 once (the refused release charged nobody); holder-2's share and ledger survived"
+
+step "a join study at the three holders: its keys set up at open-join, pseudonyms from the holders, planes checked by them"
+DJ=("${D[@]}" --profile join)
+opened="$("${D[@]}" run --rm --no-deps -T open-study dpagg open-join --computation computation:50052 \
+  --study-id join --owners owner-1,owner-2 --rows age:0:100:4 --cols age:0:100:3 --max-records 1000,1000 \
+  --epsilon 3 --padding-epsilon 0.5 --release cells --owner-keys-dir /owner-keys \
+  --approval-key /operator/operator.approval.key 2>&1)" || { echo "$opened" >&2; fail "open-join at the holders failed"; }
+grep -q "^join study join opened" <<<"$opened" || { echo "$opened" >&2; fail "open-join did not open study join"; }
+ok "$(head -1 <<<"$opened")"
+"${DJ[@]}" run --rm --no-deps -T join-owner-1 >/tmp/dpagg-join-owner-1.$$ 2>&1 & pid1=$!
+"${DJ[@]}" run --rm --no-deps -T join-owner-2 >/tmp/dpagg-join-owner-2.$$ 2>&1 & pid2=$!
+for o in 1 2; do
+  pid="pid$o"
+  if ! wait "${!pid}"; then cat "/tmp/dpagg-join-owner-$o.$$" >&2; fail "join-owner-$o failed"; fi
+  grep -q "^owner-$o submitted .* records to join study join" "/tmp/dpagg-join-owner-$o.$$" || {
+    cat "/tmp/dpagg-join-owner-$o.$$" >&2; fail "join-owner-$o did not submit"; }
+  ok "$(grep "^owner-$o submitted" "/tmp/dpagg-join-owner-$o.$$")"
+  rm -f "/tmp/dpagg-join-owner-$o.$$"
+done
+joined="$("${D[@]}" run --rm --no-deps -T release dpagg release run join --epsilon 2.5 --computation computation:50052 \
+  --state-dir /tmp/dpagg --request-key join-1 2>&1)" || { echo "$joined" >&2; fail "the join's release failed"; }
+echo "$joined" | tail -3 | sed 's/^/   /'
+q="$("${D[@]}" run --rm --no-deps -T query dpagg query latest --study join --analyst computation:50052 \
+     --range 0:3 --range 3:6 --range 6:9 --range 9:12)"
+[ "$(grep -c '^bins \[' <<<"$q")" = 4 ] || { echo "$q" >&2; fail "no query answer for the join's table"; }
+ok "the join's table released through the holders: $(grep -m1 '^bins \[' <<<"$q")"
+view="$(budget join || true)"
+echo "$view" | grep -v '^  #' | sed 's/^/   /'
+for h in "${HOLDERS[@]}"; do
+  grep -q "^holder $h (.*): spent 3 of 3," <<<"$view" || fail "$h was not charged the padding and the release"
+  "${D[@]}" exec -T "$h" sh -c '! test -e /data/keys/studies/join && ! test -e /data/join_planes/join' ||
+    fail "$h still keeps study join's key share or the owners' planes"
+done
+ok "each holder charged the padding (0.5) and the release (2.5); the budget spent, each erased its key share and the planes"

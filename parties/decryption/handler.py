@@ -653,8 +653,9 @@ class DecryptionHandler:
                     digest: str, *, reserve: bool = True) -> Charge:
         """Charge a join measurement whose values a key-share holder shares (`keyshare.join_release`).
 
-        Privacy: spends `m.epsilon` (sensitivity `m.sensitivity` under add/remove of one shared customer,
-        contribution bound 1) against the study's budget, refused when it does not fit. Draws no noise.
+        Privacy: spends `m.epsilon` (sensitivity `m.sensitivity`; neighbouring relation add/remove of one shared
+        customer, contribution bound 1) against the study's budget, refused when it does not fit. Draws no noise,
+        so nobody knows noise from it.
         `reserve` False (a t-of-N key): the signed charge log was the budget check; this ledger records."""
         if reserve:
             check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id, m.epsilon,

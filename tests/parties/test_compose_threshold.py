@@ -100,6 +100,9 @@ def test_each_holder_is_alone_on_its_own_internal_network_with_the_computation_s
         if name in ("computation", *HOLDERS):
             continue
         joined = svc.get("networks", [])
+        if name in JOIN_OWNERS:  # a join study's owners evaluate their pseudonyms at the holders (profile join)
+            assert svc["profiles"] == ["join"] and sorted(joined) == sorted(["frontend", *nets.values()]), name
+            continue
         assert not set(joined) & set(nets.values()), f"{name} joins a holder's network"
     # The single-key server does not run in this profile.
     assert services["decryption"]["profiles"] == ["single-key"]
@@ -192,3 +195,22 @@ def test_each_holders_ledger_is_backed_up_on_a_schedule_to_its_own_volume(doc: d
                        if any(v.split(":")[0] == f"{h}-ledger-backups" for v in s.get("volumes", [])))
         assert users == [f"{h}-ledger-backup"], users
         assert svc["image"] == "dpagg:local" and svc["read_only"] is True and svc["user"] == "10001:10001"
+
+
+JOIN_OWNERS = ("join-owner-1", "join-owner-2")
+
+
+def test_the_join_owners_submit_with_the_three_holders_in_holder_order(doc: dict[str, Any]) -> None:
+    """Profile join: each join owner's script runs a valid `dpagg join-submit` naming holder-1..3 in order."""
+    import shlex
+
+    parser = build_parser()
+    for name in JOIN_OWNERS:
+        svc = doc["services"][name]
+        assert svc["command"][:2] == ["sh", "-c"] and svc["read_only"] is True and svc["user"] == "10001:10001"
+        script = svc["command"][2].replace("\\\n", " ")
+        line = next(x for x in script.splitlines() if x.strip().startswith("exec dpagg join-submit"))
+        argv = shlex.split(re.sub(r"\$\{DPAGG_[A-Z_]+:-([^}]*)\}", r"\1", line))[2:]
+        args = parser.parse_args(argv)
+        assert args.key_holders == [f"{h}:50051" for h in HOLDERS], name
+        assert args.owner == name.removeprefix("join-")

@@ -128,9 +128,10 @@ def test_a_join_released_by_three_holders_that_each_compute_and_check_it(thresho
     for i in range(3):
         charges = [(c.kind, c.epsilon) for c in threshold.ledger(i).charges("j1")]
         assert charges == [("join_padding", 0.5), ("partition_sums", 2.5)], charges
-    # what a holder keeps: the owners' planes as they signed them, nothing the CS computed
-    held = sorted(p.name for p in (threshold.root / HOLDERS[0] / "join_planes" / "j1").iterdir())
-    assert len(held) == out["a"].chunk_count + out["b"].chunk_count
+    # the release spent the study's budget: each holder erased its key share and the owners' planes
+    for h in threshold.holders:
+        assert h.handler.store.study("j1") is None
+        assert not (threshold.root / h.handler.name / "join_planes" / "j1").exists()
 
 
 def test_a_malformed_upload_is_refused_by_the_holders_naming_its_owner(threshold: Threshold, tmp_path: Path,

@@ -80,6 +80,8 @@ class JoinHolder(Protocol):
 
     def key_of(self, contract: StudyContract) -> ActiveKey: ...
 
+    def retire_if_ended(self, study_id: str) -> bool: ...
+
 
 @dataclass
 class _Study:
@@ -262,7 +264,8 @@ class HolderJoins:
         """This holder's share of each value the measurement measures, after its charge; (shares, charge, left).
 
         Privacy: charges `measurement.epsilon` to this holder's ledger (L1 sensitivity
-        `measurement.sensitivity` under add/remove of one shared customer, who changes one cell by 1)
+        `measurement.sensitivity`; neighbouring relation add/remove of one shared customer, who changes one cell
+        by 1)
         before any share leaves. Its DP share per value is `tolerant_share` of the measurement's scale for
         the combined holders (any of them short of the contract's noise_tolerates sum to a full discrete
         Laplace draw), drawn from this holder's noise key keyed by the request: only it knows the share;
@@ -307,6 +310,11 @@ class HolderJoins:
             rng = KeyedRandom(self.holder.noise_key, b"dpagg/join-holders/shares/v1|" + hashlib.sha256(label).digest())
             out = values.shares(m, dp, rng, secret=secret)
         left = handler.budget_left(study_id)
+        try:  # the study's budget spent: its key share and planes are erased (the shares are computed already)
+            self.holder.retire_if_ended(study_id)
+        except OSError as exc:
+            log.warning("holder %s: study %s ended but its key share was not erased: %s", self.holder.name, study_id,
+                        exc)
         log.info("holder %s, study %s, release %s: %d join value shares of %s, charged %.6g", self.holder.name,
                  study_id, release_id, len(out), m.kind, charge.epsilon)
         return out, charge, left

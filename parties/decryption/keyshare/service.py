@@ -198,6 +198,7 @@ class KeyShareService:
     def erase_study_key(self, study_id: str) -> bool:
         """Erase this holder's share of `study_id`'s key (files and every copy in memory); True when there was one."""
         existed, key = self.store.erase_study(study_id)
+        self.joins.forget(study_id)  # a join's planes and the values computed from them
         if self.holder is not None:
             self.holder.forget_products(study_id)
             if key is not None:
@@ -208,13 +209,11 @@ class KeyShareService:
 
     def study_ended(self, contract: StudyContract) -> bool:
         """True when the study's whole budget is spent: this holder's ledger (N-of-N), the study's signed
-        charge log (t-of-N) books exactly its epsilon."""
+        charge log (t-of-N) books exactly what the log may spend (its epsilon, less a join's padding)."""
         handler = self.require_active()
         if self.charges is not None:
-            spent = Fraction(self.charges.view(contract.study_id)["spent"])
-        else:
-            spent = Fraction(handler.budget(contract.study_id).spent)
-        return spent >= Fraction(contract.epsilon)
+            return Fraction(self.charges.view(contract.study_id)["spent"]) >= log_epsilon(contract)
+        return Fraction(handler.budget(contract.study_id).spent) >= Fraction(contract.epsilon)
 
     def retire_if_ended(self, study_id: str) -> bool:
         """Erase the study's key share once the study ended (`study_ended`); True when it was erased now.
