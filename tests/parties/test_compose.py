@@ -200,7 +200,10 @@ def test_every_networked_service_uses_mutual_tls_with_its_own_certificate(compos
     for name, role in expected_role.items():
         svc = services[name]
         assert "--insecure" not in svc["command"], name
-        env = svc["environment"]
+        env = dict(svc["environment"])
+        if name == "decryption":  # the OPRF's libsodium is loaded from TMPDIR: its own small exec tmpfs
+            assert env.pop("TMPDIR") == "/run/dpagg-lib"
+            assert any(t.startswith("/run/dpagg-lib:exec") for t in svc["tmpfs"]) and "/tmp" in svc["tmpfs"]
         party = env["DPAGG_CERT"].removeprefix("/pki/").removesuffix(".crt")
         assert env == {"DPAGG_CA_CERT": "/pki/dpagg-ca.crt", "DPAGG_CERT": f"/pki/{party}.crt",
                        "DPAGG_KEY": f"/pki/{party}.key"}, name

@@ -123,7 +123,8 @@ def test_each_holder_has_its_own_certificate_volume_and_ledger(doc: dict[str, An
                                                  "operator-public:/operator-public:ro"]), h
         assert svc["command"][svc["command"].index("--operator-key") + 1] == "/operator-public/operator.approval.pub"
         assert svc["environment"] == {"DPAGG_CA_CERT": "/pki/dpagg-ca.crt", "DPAGG_CERT": f"/pki/{h}.crt",
-                                      "DPAGG_KEY": f"/pki/{h}.key"}
+                                      "DPAGG_KEY": f"/pki/{h}.key", "TMPDIR": "/run/dpagg-lib"}  # the OPRF's libsodium
+        assert any(t.startswith("/run/dpagg-lib:exec") for t in svc["tmpfs"]) and "/tmp" in svc["tmpfs"]
     every = {**base["services"], **services}
     for vol in [f"{h}-data" for h in HOLDERS] + [f"pki-{h}" for h in HOLDERS]:
         users = sorted(n for n, s in every.items() if any(v.split(":")[0] == vol for v in s.get("volumes", [])))

@@ -114,6 +114,7 @@ def test_a_join_released_by_three_holders_that_each_compute_and_check_it(thresho
     a, b, truth = _records()
     out = _submit_both(threshold, "j1", a, b, tmp_path)
     assert all(getattr(r, "committed", False) for r in out.values()), out
+    _a_dictionary_gets_no_evaluation(threshold, contract)
     release = threshold.computation().run_release("j1", epsilon=2.5)
     assert release.state == "DONE"
     summary = release.summary
@@ -132,6 +133,26 @@ def test_a_join_released_by_three_holders_that_each_compute_and_check_it(thresho
     for h in threshold.holders:
         assert h.handler.store.study("j1") is None
         assert not (threshold.root / h.handler.name / "join_planes" / "j1").exists()
+
+
+def _a_dictionary_gets_no_evaluation(t: Threshold, contract: Any) -> None:
+    """Owner a, colluding with the CS, asks the holders for a dictionary of guesses after its submission: its
+    answered page again with other elements, or a page past its quota's positions: every holder refuses, and
+    each holder's book still holds a's one page."""
+    from he_partition.join import oprf, toprf
+    from he_partition.join.protocol import oprf_input
+    from parties.decryption.client import DecryptionClient
+
+    guesses = toprf.blind([oprf_input(f"cust-{i}@example.org") for i in range(64)], oprf.blind_scalars(b"g" * 32, 64))
+    for i, h in enumerate(t.holders):
+        c = DecryptionClient(h.target, retry=FAST_RETRY, tls=t.pki.tls("a", "data_owner"))
+        t.clients.append(c)
+        for page, code in ((0, "FAILED_PRECONDITION"), (1, "RESOURCE_EXHAUSTED")):
+            with pytest.raises(ServiceError) as err:
+                c.evaluate_shared(study_id="j1", owner_id="a", contract_hash=contract.contract_hash, page=page,
+                                  route=[0, 1, 2], elements=guesses)
+            assert err.value.code.name == code, (i, page, err.value)
+        assert [(r.owner_id, r.page) for r in h.handler.evaluations.rows("j1") if r.owner_id == "a"] == [("a", 0)]
 
 
 def test_a_malformed_upload_is_refused_by_the_holders_naming_its_owner(threshold: Threshold, tmp_path: Path,
