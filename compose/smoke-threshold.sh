@@ -29,6 +29,12 @@ docker info >/dev/null 2>&1 || fail "no Docker daemon reachable (docker info fai
 trap cleanup EXIT
 
 log_of() { "${D[@]}" logs --no-color --no-log-prefix "$1"; }  # read whole, then grep (see smoke.sh)
+extra_failure_logs() {  # on failure: every server's errors with their tracebacks (the tail above is the backups')
+  for svc in computation "${HOLDERS[@]}"; do
+    printf '\n-- %s: errors\n' "$svc"
+    "${D[@]}" logs --no-color --no-log-prefix "$svc" 2>&1 | grep -A25 -E 'ERROR|Traceback' | tail -60
+  done
+}
 # `dpagg budget STUDY` across the three holders, asked by the computation server (the only party on
 # their networks; role computation may read a budget). Extra arguments go to the command.
 budget() {
