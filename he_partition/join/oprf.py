@@ -59,6 +59,7 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.util
 import os
+import sys
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -113,10 +114,24 @@ R = TypeVar("R")
 def _sodium() -> Any:
     """libsodium's ristretto255 functions (`rbcl`), loaded on first use: rbcl writes its bundled library to the
     temporary directory and loads it from there, which a hardened host mounts without exec (the compose
-    deployments' read-only containers); a server that never evaluates a join pseudonym must still start there."""
+    deployments' read-only containers, which give it a small exec tmpfs as TMPDIR); a server that never evaluates
+    a join pseudonym must still start there. The written file is removed once loaded (the mapping stays): each
+    process that loads it would otherwise leave 2.7 MB behind in the temporary directory."""
     import rbcl
 
+    global _SODIUM_FILE_REMOVED
+    if not _SODIUM_FILE_REMOVED:
+        _SODIUM_FILE_REMOVED = True
+        path = getattr(sys.modules.get("rbcl._sodium"), "lib_path", None)
+        if isinstance(path, str):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     return rbcl
+
+
+_SODIUM_FILE_REMOVED = False
 
 
 def _x25519() -> Any:
