@@ -58,6 +58,8 @@ __all__ = ["JoinHolder", "HolderJoins", "CHECK_STEPS"]
 
 log = logging.getLogger("dpagg.decryption.keyshare")
 
+#: A join of at least this many groups has its products computed on the holder's local worker processes.
+POOLED_GROUPS = 4
 #: The steps of the check at the holders, in order (`HolderJoins.check`).
 CHECK_STEPS = ("seed_commit", "seed_reveal", "check_commit", "check_reveal", "verdict")
 _SEED = b"dpagg/join-holders/check-seed/v1|"
@@ -73,6 +75,7 @@ class JoinHolder(Protocol):
     threshold: int | None
     noise_key: bytes
     charges: Any  # the t-of-N charge book (`charges.ChargeBook`), None for an N-of-N key
+    pool: Any  # the holder's local worker pool (`share_workers.holder_pool`): its `workers` count is used here
 
     def require_active(self) -> Any: ...
 
@@ -106,6 +109,31 @@ class HolderJoins:
         self.holder, self.root = holder, Path(root)
         self._studies: dict[str, _Study] = {}
         self._lock = threading.Lock()
+        self._executor: Any = None  # the join's products on `workers` local processes, started when first needed
+
+    def _products_executor(self, groups: int) -> Any:
+        """Where a join's products run: this holder's `--decrypt-workers` local processes for a join of at least
+        POOLED_GROUPS groups (each reads its block of the planes from this holder's files), else this process."""
+        workers = int(getattr(self.holder.pool, "workers", 0) or 0)
+        if workers <= 1 or groups < POOLED_GROUPS:
+            return None
+        if self._executor is None:
+            from he_partition.execution.processes import ProcessExecutor
+
+            self._executor = ProcessExecutor(workers)
+            self._executor.start()
+        return self._executor
+
+    def close(self) -> None:
+        """Stop the join's worker processes (the holder stops)."""
+        with self._lock:
+            for study_id in list(self._studies):
+                held = self._studies.pop(study_id)
+                if held.values is not None:
+                    held.values.close()
+            if self._executor is not None:
+                self._executor.close()
+                self._executor = None
 
     def _contract(self, study_id: str, contract_hash: str) -> StudyContract:
         contract: StudyContract = self.holder.require_active().get_study(check_id("study_id", study_id))
@@ -170,7 +198,8 @@ class HolderJoins:
             key = self.holder.key_of(contract)
             held.values = HolderJoinValues(join_template(key.join_version), key.secret,
                                            bytes.fromhex(contract.context_fingerprint), key.context, held.a, held.b,
-                                           [int(c) for c in bin_cells(contract.join_terms())])
+                                           [int(c) for c in bin_cells(contract.join_terms())],
+                                           executor=self._products_executor(len(held.a)))
         return held.values
 
     def _secret(self, contract: StudyContract, participants: Sequence[int]) -> Any:

@@ -239,6 +239,7 @@ class KeyShareService:
 
     def close(self) -> None:
         self.pool.close()
+        self.joins.close()
         self.evaluations.close()
         if self.holder is not None:
             self.holder.close()
