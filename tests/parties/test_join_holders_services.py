@@ -159,7 +159,7 @@ def test_a_malformed_upload_is_refused_by_the_holders_naming_its_owner(threshold
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.parties.test_join_wellformed_services import _tamper
 
-    _open_join(threshold, "jm")
+    contract = _open_join(threshold, "jm")
     _tamper(monkeypatch, SHAPE[1], "two-hot")  # owner b puts one record in two cells
     a, b, _ = _records()
     out = _submit_both(threshold, "jm", a, b, tmp_path)
@@ -170,6 +170,16 @@ def test_a_malformed_upload_is_refused_by_the_holders_naming_its_owner(threshold
     assert "owner a" not in str(err.value)
     for i in range(3):  # nothing charged beyond the padding, nothing shared
         assert [c.kind for c in threshold.ledger(i).charges("jm")] == ["join_padding"]
+    # A CS that restarts the check, to grind for a seed under which b's planes pass, gets the same seed: each
+    # holder's contribution is fixed by its noise key and the planes it holds.
+    from parties.decryption.keyshare.client import KeyShareClient
+    from tests.parties.conftest import CS_ID
+
+    cs = KeyShareClient(HOLDERS[0], threshold.holders[0].target, retry=FAST_RETRY,
+                        tls=threshold.pki.tls(CS_ID, "computation"))
+    threshold.clients.append(cs)
+    commits = {cs.join_check("jm", contract.contract_hash, "seed_commit", None, [0, 1, 2]) for _ in range(2)}
+    assert len(commits) == 1
 
 
 def test_a_holder_shares_no_join_value_before_its_own_check_passed(threshold: Threshold) -> None:

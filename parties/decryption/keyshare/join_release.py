@@ -6,9 +6,10 @@ phase of what it combines, so a holder never shares a ciphertext the CS sends (h
 1. **Planes** (`accept`): the CS forwards both owners' committed uploads whole; the holder takes them only
    under each owner's upload signature (`join_planes.accept_planes`) and keeps them in files under its data
    directory (`join_planes/<study>/<side>.<index>`), read by its evaluator group by group.
-2. **The check** (`check`): the holders fix the check's seed together (each commits to 32 random bytes,
-   then reveals them; the seed is their hash, so one honest holder makes it unpredictable to the owners and
-   the CS), each computes both owners' well-formedness residues from the planes, commits to its shares of
+2. **The check** (`check`): the holders fix the check's seed together (each commits to 32 bytes it derives
+   from its noise key and the planes, then reveals them; the seed is their hash, so one honest holder makes it
+   unpredictable to the owners and the CS, and a CS that aborts the check after seeing the seed and starts it
+   again gets the same seed: it cannot grind for one under which a malformed upload passes), each computes both owners' well-formedness residues from the planes, commits to its shares of
    them, reveals them once every commitment is in, and combines everyone's itself. Both owners must pass
    before any value share leaves; the holder records that for the planes it holds.
 3. **Shares** (`shares`): for each measured value, the holder computes the value from the planes itself and
@@ -27,7 +28,6 @@ import hashlib
 import hmac
 import json
 import logging
-import secrets
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -64,6 +64,7 @@ POOLED_GROUPS = 4
 CHECK_STEPS = ("seed_commit", "seed_reveal", "check_commit", "check_reveal", "verdict")
 _SEED = b"dpagg/join-holders/check-seed/v1|"
 _SEED_COMMIT = b"dpagg/join-holders/check-seed-commit/v1|"
+_CONTRIBUTION = b"dpagg/join-holders/check-contribution/v1|"
 
 
 class JoinHolder(Protocol):
@@ -231,8 +232,10 @@ class HolderJoins:
                 if sorted(messages) != parts:
                     raise InvalidInputError(f"the {what} must come from holders {parts}, got {sorted(messages)}")
 
-            if step == "seed_commit":
-                held.contribution, held.seed, held.passed, held.commits = secrets.token_bytes(32), b"", False, {}
+            if step == "seed_commit":  # the same contribution for the same planes: a restarted check grinds nothing
+                held.contribution = hmac.new(self.holder.noise_key, _CONTRIBUTION + study_id.encode() + b"|"
+                                             + held.digest, hashlib.sha256).digest()
+                held.seed, held.passed, held.commits = b"", False, {}
                 return _seed_commitment(study_id, me, held.contribution)
             if step == "seed_reveal":
                 complete("seed commitments")
