@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import hashlib
 import logging
 import os
+import secrets
 import stat
 import time
 from dataclasses import dataclass
@@ -287,20 +288,30 @@ def load_or_create_noise_key(directory: Path | str, *, seed: int | None = None) 
 
 def load_or_create_secret(directory: Path | str, file_name: str, what: str, *, seed: int | None = None) -> bytes:
     """A 32-byte secret of this key holder in `directory`/`file_name` (mode 0600, refused if others may read it),
-    generated on first use from the OS CSPRNG, or from `seed` for a seeded test server."""
+    generated on first use from the OS CSPRNG, or from `seed` for a seeded test server.
+
+    Created once even when several calls (threads or processes) find it missing at once: the new secret is
+    written to a file of its own and linked into place, which fails if another call linked first; every
+    caller then uses the one secret in the file."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = d / file_name
-    if path.exists():
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-        if mode & 0o077:
-            raise InvalidInputError(f"{path} has mode {mode:04o}: other users could read the {what}. "
-                                    f"Run: chmod 600 {path}")
-        key = path.read_bytes()
-        if len(key) != 32:
-            raise InvalidInputError(f"{path} holds {len(key)} bytes, not 32: restore it from a backup")
-        return key
-    key = os.urandom(32) if seed is None else hashlib.sha256(f"dpagg test {what} {seed}".encode()).digest()
-    write_private_file(path, key)
-    log.info("generated the %s in %s", what, d)
+    if not path.exists():
+        key = os.urandom(32) if seed is None else hashlib.sha256(f"dpagg test {what} {seed}".encode()).digest()
+        fresh = d / f".{file_name}.{os.getpid()}.{secrets.token_hex(8)}"
+        write_private_file(fresh, key)
+        try:
+            os.link(fresh, path)  # atomic, and never replaces a secret another call created meanwhile
+            log.info("generated the %s in %s", what, d)
+        except FileExistsError:
+            pass
+        finally:
+            fresh.unlink(missing_ok=True)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        raise InvalidInputError(f"{path} has mode {mode:04o}: other users could read the {what}. "
+                                f"Run: chmod 600 {path}")
+    key = path.read_bytes()
+    if len(key) != 32:
+        raise InvalidInputError(f"{path} holds {len(key)} bytes, not 32: restore it from a backup")
     return key

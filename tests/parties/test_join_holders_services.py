@@ -6,7 +6,6 @@ refused."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,7 +16,7 @@ from he_partition.he.bfv import context_fingerprint
 from he_partition.he.join_scheme import JoinScheme
 from parties.common.errors import ServiceError
 from tests.parties.conftest import FAST_RETRY
-from tests.parties.test_join_services import SHAPE, TERMS, _records
+from tests.parties.test_join_services import SHAPE, TERMS, _both, _records
 from tests.parties.test_threshold_services import HOLDERS, Threshold, threshold
 
 __all__ = ["threshold"]  # the 3-of-3 fixture, imported for the tests here
@@ -79,28 +78,14 @@ def _open_join(t: Threshold, study_id: str = "j1") -> Any:
 
 def _submit_both(t: Threshold, study_id: str, a: dict[str, int], b: dict[str, int], tmp: Path) -> dict[str, Any]:
     """Both owners' submit_join in threads, their pseudonyms from the three holders (each owner's own channels)."""
-    from parties.data_owner.join import submit_join
     from parties.decryption.client import DecryptionClient
 
-    out: dict[str, Any] = {}
+    def holders(owner: str) -> list[Any]:
+        got = [DecryptionClient(h.target, retry=FAST_RETRY, tls=t.pki.tls(owner, "data_owner")) for h in t.holders]
+        t.clients.extend(got)
+        return got
 
-    def run(owner: str, records: dict[str, int]) -> None:
-        holders = [DecryptionClient(h.target, retry=FAST_RETRY, tls=t.pki.tls(owner, "data_owner"))
-                   for h in t.holders]
-        t.clients.extend(holders)
-        try:
-            out[owner] = submit_join(t.owner(owner), study_id, records, idempotency_key=f"k-{owner}",
-                                     state_dir=tmp / owner, wait_timeout=120, poll_interval=0.05,
-                                     max_partner_records=8192, key_holders=holders)
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            out[owner] = exc
-
-    threads = [threading.Thread(target=run, args=("a", a)), threading.Thread(target=run, args=("b", b))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(300)
-    return out
+    return _both(t, study_id, a, b, tmp, key_holders=holders)
 
 
 def test_a_join_released_by_three_holders_that_each_compute_and_check_it(threshold: Threshold,

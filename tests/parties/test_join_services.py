@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 import numpy as np
@@ -40,18 +40,19 @@ def _records(seed: int = 1) -> tuple[dict[str, int], dict[str, int], np.ndarray]
     return a, b, truth
 
 
-def _both(c: Cluster, study_id: str, a: dict[str, int], b: dict[str, int], tmp: Path,
-          max_partner_records: int = 8192) -> dict[str, Any]:
+def _both(c: Any, study_id: str, a: dict[str, int], b: dict[str, int], tmp: Path,
+          max_partner_records: int = 8192, key_holders: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Both owners' submit_join in threads. Each accepts a partner quota up to `max_partner_records` (plus the
     dummies' allowance): TERMS declares no counts, so each quota is the capacity, 8,192, above the default 4 x
-    1,000 records."""
+    1,000 records. `key_holders(owner)`: that owner's clients of the key-share holders (a study at holders)."""
     out: dict[str, Any] = {}
 
     def run(owner: str, records: dict[str, int]) -> None:
         try:
             out[owner] = submit_join(c.owner(owner), study_id, records, idempotency_key=f"k-{owner}",
                                      state_dir=tmp / owner, wait_timeout=120, poll_interval=0.05,
-                                     max_partner_records=max_partner_records)
+                                     max_partner_records=max_partner_records,
+                                     key_holders=key_holders(owner) if key_holders else None)
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             out[owner] = exc
 

@@ -135,3 +135,28 @@ def test_an_owner_colluding_with_the_cs_routing_pages_through_other_pairs_recove
     with pytest.raises(QuotaExhaustedError, match="ends past it"):
         holders[2].service.evaluate(contract, owner_id="a", contract_hash=contract.contract_hash, page=2,
                                     route=(1, 2), elements=pages[2][:1])
+
+
+def test_a_holders_oprf_secret_created_by_two_first_pages_at_once_is_one_secret(tmp_path: Path) -> None:
+    """Two owners' first pages reach a fresh holder at once: both must be answered under one master secret, or
+    their pseudonyms never match (a join of two owners then releases an empty table). Eight calls race here."""
+    import threading
+
+    from parties.decryption.keys import load_or_create_secret
+
+    for round_ in range(5):
+        folder = tmp_path / f"keys{round_}"
+        start = threading.Barrier(8)
+        got: list[bytes] = []
+
+        def run(start: threading.Barrier, got: list[bytes], folder: Path) -> None:
+            start.wait()
+            got.append(load_or_create_secret(folder, "oprf_key.bin", "oprf key"))
+
+        threads = [threading.Thread(target=run, args=(start, got, folder)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 8 and set(got) == {(folder / "oprf_key.bin").read_bytes()}
+        assert sorted(p.name for p in folder.iterdir()) == ["oprf_key.bin"]  # no stray temporary file

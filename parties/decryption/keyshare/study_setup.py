@@ -190,8 +190,6 @@ class StudySetups:
         if step == "commit_galois":  # the elements are this holder's own: the rotations the join's circuit needs
             slots = JoinParams.for_version(version).slots
             return s.commit_galois(galois_elements(s.ctx, rotation_steps(slots))), "", s.galois_state
-        if step == "reveal_galois":
-            return s.reveal_galois(messages), "", s.galois_state
         if step == "take_galois":  # one holder's Galois share per call: K of them exceed one message's limit
             held = self._galois_shares.setdefault(study_id, {})
             for i, m in messages.items():
@@ -202,14 +200,9 @@ class StudySetups:
             return s.build_galois({**self._galois_shares.pop(study_id, {}), **messages}), "", s.galois_state
         if step == "commit_relin_one":
             return s.commit_relin_one(), "", s.relin_state
-        if step == "reveal_relin_one":
-            return s.reveal_relin_one(messages), "", s.relin_state
-        if step == "commit_relin_two":
-            return s.commit_relin_two(messages), "", s.relin_state
-        if step == "reveal_relin_two":
-            return s.reveal_relin_two(messages), "", s.relin_state
-        if step == "build_relin":
-            return s.build_relin(messages), "", s.relin_state
+        if step in _RELAYED:  # a round that takes the previous round's relayed messages
+            state = "galois_state" if "galois" in step else "relin_state"
+            return getattr(s, step)(messages), "", getattr(s, state)
         if step == "product_share":
             return s.product_share([int(p) for p in participants] or None), "", s.relin_state
         assert step == "confirm_product"
@@ -236,6 +229,8 @@ class StudySetups:
         return b"", key.fingerprint, "active"
 
 
+#: The join key's steps that take the previous round's messages, each `HolderSetup`'s method of that name.
+_RELAYED = ("reveal_galois", "reveal_relin_one", "commit_relin_two", "reveal_relin_two", "build_relin")
 #: A join key's setup steps beyond a study key's (`StudySetups._join_step`).
 _JOIN_STEPS = ("commit_galois", "reveal_galois", "take_galois", "build_galois", "commit_relin_one", "reveal_relin_one",
                "commit_relin_two", "reveal_relin_two", "build_relin", "product_share", "confirm_product")
