@@ -329,11 +329,11 @@ class JoinEvaluator:
         Privacy: one discrete Laplace draw of scale m.sensitivity / m.epsilon per value from `rng` (only this
         server knows it; neighbouring relation add/remove of one shared customer); spends nothing here (each
         holder charges m.epsilon)."""
-        from .holders import noised_for_holders
-
         values = self.values(m)  # checks before any draw
         draws = [int(d) for d in discrete_laplace(m.scale, m.count, self.rng)]
-        return [noised_for_holders(self.scheme, self.scheme.deserialize(v), d) for v, d in zip(values, draws)]
+        # as holders.noised_for_holders: the draw in slot 0 as a plaintext (c0 only)
+        return [self.scheme.serialize(self.scheme.plus_plain(self.scheme.deserialize(v), [d]))
+                for v, d in zip(values, draws)]
 
     def values(self, m: Measurement) -> list[bytes]:
         """Serialized ciphertexts of the values `m` measures, un-noised: a key-share holder's own values
