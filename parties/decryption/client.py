@@ -377,17 +377,20 @@ class DecryptionClient(BaseClient):
     server_label = "decryption server"
 
     def send_uploads(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerC1Parts], *,
-                     timeout: float | None = None) -> int:
+                     timeout: float | None = None, planes: bool = False) -> int:
         """Send every owner's signed c1 parts of `study_id` (Decryption.ForwardUploads); returns the chunks it keeps.
+        `planes`: a join study's whole planes under the owners' upload signatures, to a key-share holder.
 
         Retried while the server is UNAVAILABLE for up to `outage_seconds` (`ride_out_outage`).
         Only the computation server may call this."""
+        field = "plane" if planes else "c1"
+
         def requests() -> Iterator[decryption_pb2.ForwardUploadsRequest]:
             for u in uploads:
                 for i, part in enumerate(u.parts):
                     yield decryption_pb2.ForwardUploadsRequest(
                         study_id=study_id, contract_hash=contract_hash, owner_id=u.owner_id,
-                        idempotency_key=u.idempotency_key, signature=u.signature, index=i, c1=part)
+                        idempotency_key=u.idempotency_key, signature=u.signature, index=i, **{field: part})
 
         deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.1 * sum(len(u.parts) for u in uploads)
 

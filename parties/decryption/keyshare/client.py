@@ -15,7 +15,6 @@ from ...common.convert import measurement_to_proto
 from ...common.paging import measurement_requests
 from ...common.errors import ServiceError
 from ..client import DecryptionClient
-from .uploads import OwnerC1Parts
 
 __all__ = ["HolderShares", "KeyShareClient", "SetupReply"]
 
@@ -126,22 +125,6 @@ class KeyShareClient(DecryptionClient):
         return self.ride_out_outage(call, release_id, measurement.kind, f"key-share holder {self.name}")
 
     # -- a join study's release at the holders (parties.decryption.keyshare.join_release) --------------
-    def send_planes(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerC1Parts], *,
-                    timeout: float | None = None) -> int:
-        """Send both owners' whole join planes with their upload signatures (ForwardUploads with `plane`)."""
-        def requests() -> Iterator[decryption_pb2.ForwardUploadsRequest]:
-            for u in uploads:
-                for i, plane in enumerate(u.parts):
-                    yield decryption_pb2.ForwardUploadsRequest(
-                        study_id=study_id, contract_hash=contract_hash, owner_id=u.owner_id,
-                        idempotency_key=u.idempotency_key, signature=u.signature, index=i, plane=plane)
-
-        deadline = (RELEASE_TIMEOUT if timeout is None else timeout) + 0.1 * sum(len(u.parts) for u in uploads)
-        try:
-            return int(self._stub.ForwardUploads(requests(), timeout=deadline).chunks)
-        except grpc.RpcError as err:
-            raise ServiceError.from_rpc_error(err, "Decryption/ForwardUploads") from None
-
     def join_check(self, study_id: str, contract_hash: str, step: str, messages: Mapping[int, bytes] | None,
                    participants: Sequence[int], *, timeout: float | None = None) -> bytes:
         """One step of a join study's check at this holder; its message (not retried: steps move its state)."""
