@@ -32,7 +32,7 @@ from ..common.errors import AlreadyExistsError, FailedPreconditionError, Permiss
 from ..common.join_keys import verify_join_key
 from ..common.util import write_file_atomic
 
-__all__ = ["JoinCoordinator", "JoinUploadBackend"]
+__all__ = ["JoinCoordinator", "JoinUploadBackend", "StoredUpload"]
 
 #: What the coordinator keeps per owner until the first release of the study starts (`forget`).
 _PER_OWNER = ("x25519", "x25519.sig", "pseudonyms", "positions")
@@ -334,6 +334,24 @@ class _LazyGroup(Sequence[bytes]):
         if not 0 <= v < self._n:
             raise IndexError(v)
         return self._chunks_of(self._owner, self._first + v)
+
+
+class StoredUpload(Sequence[bytes]):
+    """An owner's whole committed upload, each chunk read from the store when asked for (what the CS forwards to
+    key-share holders: one chunk in memory at a time)."""
+
+    def __init__(self, chunks_of: Any, count: int) -> None:
+        self._chunks_of, self._n = chunks_of, count
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._chunks_of(i)
 
 
 def _split(data: bytes) -> list[bytes]:

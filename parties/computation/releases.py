@@ -37,7 +37,7 @@ from he_partition.execution import ChunkExecutor
 from he_partition.execution.base import ChunkSource
 from ..decryption.client import DecryptionClient
 from ..decryption.keyshare.uploads import OwnerC1Parts
-from .join import JoinCoordinator
+from .join import JoinCoordinator, StoredUpload
 
 
 class ReleaseHost(Protocol):
@@ -379,8 +379,9 @@ class Releases:
         holders = bool(getattr(self._h.decryption, "joins_at_holders", False))
         if holders:  # key-share holders compute the values themselves from the owners' signed planes, and check them
             holder_relay: Any = self._h.decryption
-            holder_relay.prepare_join(contract, [OwnerC1Parts(
-                o, sub.idempotency_key, tuple(self._h.store.read_chunk(sub, i) for i in range(sub.meta.chunk_count)),
+            holder_relay.prepare_join(contract, [OwnerC1Parts(  # read chunk by chunk as each holder takes them
+                o, sub.idempotency_key,
+                StoredUpload(lambda i, sub=sub: self._h.store.read_chunk(sub, i), sub.meta.chunk_count),
                 sub.signature) for o in contract.expected_owners for sub in [by_owner[o]]])
         else:
             # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted

@@ -293,7 +293,7 @@ class DecryptionServicer(decryption_pb2_grpc.DecryptionServicer):
             if (msg.idempotency_key, bytes(msg.signature)) != (key, sig) or int(msg.index) != len(parts):
                 raise InvalidInputError(f"owner {msg.owner_id!r}'s c1 parts must come in chunk order under one "
                                         "upload key and signature")
-            parts.append(bytes(msg.plane) or bytes(msg.c1))  # a join's whole planes (key-share holders)
+            parts.append(bytes(msg.c1))
         if not study:
             raise InvalidInputError("ForwardUploads needs at least one c1 part")
         chunks = self._accept_uploads(study, contract_hash, [

@@ -181,6 +181,17 @@ def test_a_holder_shares_no_join_value_before_its_own_check_passed(threshold: Th
         cs.join_shares(study_id="jn", release_id="r1", release_epsilon=2.5, contract_hash=contract.contract_hash,
                        measurement=m, participants=[0, 1, 2])
     assert err.value.code.name == "FAILED_PRECONDITION" and "holds no join planes" in err.value.details
+    # planes the CS made up (no owner signed them), or in a non-owner's name: refused as they stream in, none kept
+    from parties.decryption.keyshare.uploads import OwnerC1Parts
+
+    made_up = [OwnerC1Parts(o, f"k-{o}", [b"\x01" * 64] * n, b"\x00" * 64) for o, n in (("a", 4), ("b", 3))]
+    for planes, code in ((made_up, "UNAUTHENTICATED"), ([made_up[0], OwnerC1Parts("x", "k-x", [b"1"], b"")],
+                                                         "FAILED_PRECONDITION")):
+        with pytest.raises(ServiceError) as err:
+            cs.send_uploads("jn", contract.contract_hash, planes, planes=True)
+        assert err.value.code.name == code, err.value
+    assert not (threshold.root / HOLDERS[0] / "join_planes" / "jn").exists()
+    assert not any((threshold.root / HOLDERS[0] / "join_planes" / ".incoming").iterdir())
     assert [c.kind for c in threshold.ledger(0).charges("jn")] == ["join_padding"]
 
 

@@ -51,8 +51,8 @@ def send_planes(td: HolderRelay, contract: StudyContract, uploads: list[OwnerC1P
     t0 = time.monotonic()
     _each(td, parts, "refused the owners' join planes",
           lambda c: c.send_uploads(contract.study_id, contract.contract_hash, uploads, planes=True))
-    log.info("study %s: both owners' join planes (%d bytes) forwarded to holders %s in %.2f s", contract.study_id,
-             sum(len(p) for u in uploads for p in u.parts), list(parts), time.monotonic() - t0)
+    log.info("study %s: both owners' join planes (%d) forwarded to holders %s in %.2f s", contract.study_id,
+             sum(len(u.parts) for u in uploads), list(parts), time.monotonic() - t0)
 
 
 def run_check(td: HolderRelay, contract: StudyContract, parts: Sequence[int]) -> None:

@@ -18,7 +18,7 @@ Nothing is computed or decrypted before every check passed. Adds no noise and sp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from he_partition.core.errors import InvalidInputError
 
@@ -38,9 +38,27 @@ class OwnerPlanes:
     chunks: Sequence[bytes]
 
 
-def accept_planes(contract: StudyContract, uploads: Iterable[OwnerPlanes]) -> tuple[list[list[bytes]],
-                                                                                   list[list[bytes]]]:
-    """Both owners' planes (groups x values, the contract's first owner first) after every check above."""
+class _Group(Sequence[bytes]):
+    """Values [first, first + count) of an owner's chunks, read when asked for (chunks kept in files stay there)."""
+
+    def __init__(self, chunks: Sequence[bytes], first: int, count: int) -> None:
+        self._chunks, self._first, self._count = chunks, first, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, v: Any) -> Any:
+        if isinstance(v, slice):
+            return [self[i] for i in range(*v.indices(self._count))]
+        if not 0 <= v < self._count:
+            raise IndexError(v)
+        return self._chunks[self._first + v]
+
+
+def accept_planes(contract: StudyContract, uploads: Iterable[OwnerPlanes]) -> tuple[list[Sequence[bytes]],
+                                                                                   list[Sequence[bytes]]]:
+    """Both owners' planes (groups x values, the contract's first owner first) after every check above; each group
+    reads its planes from the upload's chunks when asked (nothing is copied)."""
     if not contract.is_join:
         raise FailedPreconditionError(f"study {contract.study_id} is no join study: it has no indicator planes")
     if not contract.signed:
@@ -55,7 +73,7 @@ def accept_planes(contract: StudyContract, uploads: Iterable[OwnerPlanes]) -> tu
     terms = contract.join_terms()
     groups = terms.groups(terms.scheme_params.slots)
     keys = dict(contract.owner_keys)
-    out: list[list[list[bytes]]] = []
+    out: list[list[Sequence[bytes]]] = []
     for side, owner in enumerate(owners):
         u = next(x for x in got if x.owner_id == owner)
         values = terms.values_of(side)
@@ -69,5 +87,5 @@ def accept_planes(contract: StudyContract, uploads: Iterable[OwnerPlanes]) -> tu
             raise SignatureError(f"owner {owner!r}'s signature does not verify over the planes relayed for it (other "
                                  "planes than it uploaded, or another owner's): refused, nothing was computed or "
                                  "decrypted") from None
-        out.append([list(u.chunks[g * values:(g + 1) * values]) for g in range(groups)])
+        out.append([_Group(u.chunks, g * values, values) for g in range(groups)])
     return out[0], out[1]

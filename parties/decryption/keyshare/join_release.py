@@ -28,11 +28,12 @@ import hashlib
 import hmac
 import json
 import logging
+import secrets
 import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -146,6 +147,35 @@ class HolderJoins:
         return contract
 
     # -- 1. planes ----------------------------------------------------------------------------
+    def receive(self, study_id: str, contract_hash: str, messages: Iterable[Any]) -> int:
+        """Take a ForwardUploads stream of a join's whole planes: each plane is written to a file as it arrives
+        (in order, one upload key and signature per owner, owners of the contract only), then `accept` checks
+        the signatures over the files and keeps them; the incoming files are removed either way. Memory holds
+        one plane at a time, however large the join."""
+        contract = self._contract(study_id, contract_hash)
+        incoming = self.root / ".incoming" / f"{study_id}-{secrets.token_hex(8)}"
+        incoming.mkdir(parents=True, mode=0o700)
+        owners: dict[str, tuple[str, bytes, int]] = {}
+        try:
+            for msg in messages:
+                if (msg.study_id, msg.contract_hash) != (study_id, contract_hash):
+                    raise InvalidInputError("ForwardUploads carries the planes of one study under one contract")
+                if msg.owner_id not in contract.expected_owners:
+                    raise FailedPreconditionError(f"planes for {msg.owner_id!r}, who is not an owner of join study "
+                                                  f"{study_id}: refused, nothing was computed")
+                key, sig, count = owners.get(msg.owner_id, (msg.idempotency_key, bytes(msg.signature), 0))
+                if (msg.idempotency_key, bytes(msg.signature)) != (key, sig) or int(msg.index) != count \
+                        or not msg.plane:
+                    raise InvalidInputError(f"owner {msg.owner_id!r}'s planes must come whole, in chunk order, under "
+                                            "one upload key and signature")
+                (incoming / f"{contract.expected_owners.index(msg.owner_id)}.{count}").write_bytes(msg.plane)
+                owners[msg.owner_id] = (key, sig, count + 1)
+            uploads = [OwnerPlanes(o, key, sig, _Files(incoming, contract.expected_owners.index(o), n))
+                       for o, (key, sig, n) in owners.items()]
+            return self.accept(study_id, contract_hash, uploads)
+        finally:
+            shutil.rmtree(incoming, ignore_errors=True)
+
     def accept(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerPlanes]) -> int:
         """Keep both owners' planes once every check of `accept_planes` passed; the number of planes kept. Planes
         other than those held (another upload) replace them and the check runs again."""
@@ -350,6 +380,23 @@ class HolderJoins:
         log.info("holder %s, study %s, release %s: %d join value shares of %s, charged %.6g", self.holder.name,
                  study_id, release_id, len(out), m.kind, charge.epsilon)
         return out, charge, left
+
+
+class _Files(Sequence[bytes]):
+    """An owner's incoming planes in files `<side>.<index>`, read one at a time when asked for."""
+
+    def __init__(self, folder: Path, side: int, count: int) -> None:
+        self._folder, self._side, self._count = folder, side, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._count))]
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        return (self._folder / f"{self._side}.{i}").read_bytes()
 
 
 def _seed_commitment(study_id: str, holder: int, contribution: bytes) -> bytes:

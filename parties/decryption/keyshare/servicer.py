@@ -11,6 +11,7 @@ side of the deployment (`setup-key`) and of each study's key setup, and IssueSha
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from fractions import Fraction
 from typing import Any, Iterator
@@ -36,7 +37,6 @@ from ..keys import load_or_create_noise_key
 from .charges import below, charge_epsilon, log_budget
 from .service import JOINS_SINGLE_HOLDER, KeyShareService
 from ...common.sealing import Commitment
-from .join_planes import OwnerPlanes
 from .uploads import OwnerC1Parts
 from ..receipts import ReceiptSigner, reconcile_charges
 from ..servicer import SERVICE_NAME, DecryptionServicer
@@ -219,10 +219,22 @@ class KeyShareServicer(DecryptionServicer):
             charge_id=charge.charge_id if charge else 0, epsilon_remaining=remaining, receipt=self._receipt(charge),
             repeated=result.repeated))
 
+    def ForwardUploads(self, request_iterator: Iterator[decryption_pb2.ForwardUploadsRequest],
+                       context: grpc.ServicerContext) -> decryption_pb2.ForwardUploadsResponse:
+        """gRPC: the owners' signed c1 parts of a study, or a join study's whole planes under the owners' upload
+        signatures (`plane`), each written to a file as it arrives (`join_release.HolderJoins.receive`)."""
+        self._computation_only(context, "forward the owners' uploads")
+        first = next(request_iterator, None)
+        if first is None:
+            raise InvalidInputError("ForwardUploads needs at least one part")
+        stream = itertools.chain([first], request_iterator)
+        if first.plane:
+            study_id = check_id("study_id", first.study_id)
+            return decryption_pb2.ForwardUploadsResponse(
+                chunks=self.service.joins.receive(study_id, first.contract_hash, stream))
+        return super().ForwardUploads(stream, context)
+
     def _accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
-        if self.handler.get_study(check_id("study_id", study_id)).is_join:  # whole planes under upload signatures
-            return self.service.joins.accept(study_id, contract_hash, [
-                OwnerPlanes(u.owner_id, u.idempotency_key, u.signature, u.parts) for u in uploads])
         return self.service.accept_uploads(study_id, contract_hash, uploads)
 
     def JoinCheck(self, request: decryption_pb2.JoinCheckRequest,

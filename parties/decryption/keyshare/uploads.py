@@ -63,7 +63,7 @@ class OwnerC1Parts:
 
     owner_id: str
     idempotency_key: str
-    parts: tuple[bytes, ...]
+    parts: Sequence[bytes]  # a tuple, or an upload read from the store chunk by chunk (a join's planes)
     signature: bytes
 
 
