@@ -12,7 +12,7 @@ import sqlite3
 import sys
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,7 @@ from he_partition.core.noise import CipherRandom, RandomSource, SeededRandom
 #: computation store's chunk listing skips such names (`store_sqlite`), and the sealed opening stages under it too.
 STAGED_SUFFIX = ".part"
 
-__all__ = ["lock_data_dir", "utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic",
+__all__ = ["ReadOnDemand", "lock_data_dir", "utc_now", "new_id", "LockedRandom", "noise_source", "write_private_file", "write_file_atomic",
            "sync_written_files", "ImmediateTransaction"]
 
 
@@ -170,3 +170,20 @@ def lock_data_dir(directory: Path, what: str) -> "Callable[[], None]":
 
     return release
 
+
+class ReadOnDemand(Sequence[bytes]):
+    """`count` chunks, chunk i read by `read(first + i)` only when it is asked for: an upload (or a group of it)
+    kept in a store or in files, passed on or verified one chunk in memory at a time."""
+
+    def __init__(self, read: Callable[[int], bytes], count: int, first: int = 0) -> None:
+        self._read, self._count, self._first = read, count, first
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._count))]
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        return self._read(self._first + i)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,9 +31,9 @@ from he_partition.core.noise import RandomSource
 from ..common.contract import StudyContract
 from ..common.errors import AlreadyExistsError, FailedPreconditionError, PermissionDeniedError
 from ..common.join_keys import verify_join_key
-from ..common.util import write_file_atomic
+from ..common.util import ReadOnDemand, write_file_atomic
 
-__all__ = ["JoinCoordinator", "JoinUploadBackend", "StoredUpload"]
+__all__ = ["JoinCoordinator", "JoinUploadBackend"]
 
 #: What the coordinator keeps per owner until the first release of the study starts (`forget`).
 _PER_OWNER = ("x25519", "x25519.sig", "pseudonyms", "positions")
@@ -308,7 +309,8 @@ class JoinCoordinator:
         terms = contract.join_terms()
         groups = terms.groups(self.scheme(contract, fetch).slots)
         return {owner: UploadFiles(templates[owner], groups, terms.values_of(side)) if templates
-                else [_LazyGroup(chunks_of, owner, g, terms.values_of(side)) for g in range(groups)]
+                else [ReadOnDemand(partial(chunks_of, owner), terms.values_of(side), g * terms.values_of(side))
+                      for g in range(groups)]
                 for side, owner in enumerate(contract.expected_owners)}
 
 
@@ -316,42 +318,6 @@ def _refuse_too_long(contract: StudyContract, owner_id: str, terms: JoinTerms, d
     if len(data) // PSEUDONYM_BYTES > terms.capacity:
         raise InvalidInputError(f"owner {owner_id}'s pseudonyms alone do not fit study {contract.study_id}'s join "
                                 f"capacity {terms.capacity}: the operator must open a new study with a larger capacity")
-
-
-class _LazyGroup(Sequence[bytes]):
-    """One group of an owner's committed upload, read chunk by chunk when a worker's block needs it (so this
-    process never holds both uploads whole)."""
-
-    def __init__(self, chunks_of: Any, owner: str, group: int, values: int) -> None:
-        self._chunks_of, self._owner, self._first, self._n = chunks_of, owner, group * values, values
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, v: Any) -> Any:
-        if isinstance(v, slice):
-            return [self[i] for i in range(*v.indices(self._n))]
-        if not 0 <= v < self._n:
-            raise IndexError(v)
-        return self._chunks_of(self._owner, self._first + v)
-
-
-class StoredUpload(Sequence[bytes]):
-    """An owner's whole committed upload, each chunk read from the store when asked for (what the CS forwards to
-    key-share holders: one chunk in memory at a time)."""
-
-    def __init__(self, chunks_of: Any, count: int) -> None:
-        self._chunks_of, self._n = chunks_of, count
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self._n))]
-        if not 0 <= i < self._n:
-            raise IndexError(i)
-        return self._chunks_of(i)
 
 
 def _split(data: bytes) -> list[bytes]:

@@ -12,6 +12,7 @@ import math
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterator, Protocol
 
@@ -28,7 +29,7 @@ from he_partition.protocol import EPSILON_TOLERANCE, MIN_RELEASE_EPSILON, Comput
 
 from ..common.contract import StudyContract, check_id
 from ..common.errors import FailedPreconditionError, NotFoundError, status_for
-from ..common.util import new_id, utc_now
+from ..common.util import ReadOnDemand, new_id, utc_now
 from .join_checks import PassedChecks, check_join_uploads
 from .store import ComputationStore, ReleaseProgress, ReleaseRecord, ReleaseState, Submission
 
@@ -37,7 +38,7 @@ from he_partition.execution import ChunkExecutor
 from he_partition.execution.base import ChunkSource
 from ..decryption.client import DecryptionClient
 from ..decryption.keyshare.uploads import OwnerC1Parts
-from .join import JoinCoordinator, StoredUpload
+from .join import JoinCoordinator
 
 
 class ReleaseHost(Protocol):
@@ -381,7 +382,7 @@ class Releases:
             holder_relay: Any = self._h.decryption
             holder_relay.prepare_join(contract, [OwnerC1Parts(  # read chunk by chunk as each holder takes them
                 o, sub.idempotency_key,
-                StoredUpload(lambda i, sub=sub: self._h.store.read_chunk(sub, i), sub.meta.chunk_count),
+                ReadOnDemand(partial(self._h.store.read_chunk, sub), sub.meta.chunk_count),
                 sub.signature) for o in contract.expected_owners for sub in [by_owner[o]]])
         else:
             # Both owners' indicator planes must be 0/1 and one-hot or empty before any cell is decrypted

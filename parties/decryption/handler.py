@@ -656,20 +656,13 @@ class DecryptionHandler:
         Privacy: spends `m.epsilon` (sensitivity `m.sensitivity`; neighbouring relation add/remove of one shared
         customer, contribution bound 1) against the study's budget, refused when it does not fit. Draws no noise,
         so nobody knows noise from it.
-        `reserve` False (a t-of-N key): the signed charge log was the budget check; this ledger records."""
-        if reserve:
-            check_charge(contract.epsilon, self.ledger.charges(contract.study_id), release_id, m.epsilon,
-                         float(release_epsilon))
+        `reserve` False (a t-of-N key): the signed charge log was the budget check; this ledger records. The
+        ledger's charge checks the budget (`check_charge`, `reserve` as there)."""
         with self._decrypt_lock:
             charge: Charge = self.ledger.charge(contract.study_id, release_id, m.kind, m.epsilon,
                                                 float(release_epsilon), decryption_detail(contract, m, digest),
                                                 reserve=reserve)
         return charge
-
-    def budget_left(self, study_id: str) -> float:
-        """What the study's budget has left in this ledger."""
-        contract = self.get_study(study_id)
-        return max(0.0, contract.epsilon - math.fsum(c.epsilon for c in self.ledger.charges(study_id)))
 
     def get_study(self, study_id: str) -> StudyContract:
         """The study's contract; refused (FailedPreconditionError) when this holder pins approval keys and holds

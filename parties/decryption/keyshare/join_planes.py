@@ -18,13 +18,14 @@ Nothing is computed or decrypted before every check passed. Adds no noise and sp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from he_partition.core.errors import InvalidInputError
 
 from ...common.contract import StudyContract
 from ...common.errors import FailedPreconditionError
 from ...common.signing import SignatureError, verify_upload
+from ...common.util import ReadOnDemand
 
 __all__ = ["OwnerPlanes", "accept_planes"]
 
@@ -36,23 +37,6 @@ class OwnerPlanes:
     idempotency_key: str
     signature: bytes
     chunks: Sequence[bytes]
-
-
-class _Group(Sequence[bytes]):
-    """Values [first, first + count) of an owner's chunks, read when asked for (chunks kept in files stay there)."""
-
-    def __init__(self, chunks: Sequence[bytes], first: int, count: int) -> None:
-        self._chunks, self._first, self._count = chunks, first, count
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, v: Any) -> Any:
-        if isinstance(v, slice):
-            return [self[i] for i in range(*v.indices(self._count))]
-        if not 0 <= v < self._count:
-            raise IndexError(v)
-        return self._chunks[self._first + v]
 
 
 def accept_planes(contract: StudyContract, uploads: Iterable[OwnerPlanes]) -> tuple[list[Sequence[bytes]],
@@ -87,5 +71,5 @@ def accept_planes(contract: StudyContract, uploads: Iterable[OwnerPlanes]) -> tu
             raise SignatureError(f"owner {owner!r}'s signature does not verify over the planes relayed for it (other "
                                  "planes than it uploaded, or another owner's): refused, nothing was computed or "
                                  "decrypted") from None
-        out.append([_Group(u.chunks, g * values, values) for g in range(groups)])
+        out.append([ReadOnDemand(u.chunks.__getitem__, values, g * values) for g in range(groups)])
     return out[0], out[1]

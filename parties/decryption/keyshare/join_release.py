@@ -3,9 +3,9 @@
 With K key holders nobody holds the join key, and the combiner (the computation server) reads the whole
 phase of what it combines, so a holder never shares a ciphertext the CS sends (he_partition.join.holders):
 
-1. **Planes** (`accept`): the CS forwards both owners' committed uploads whole; the holder takes them only
-   under each owner's upload signature (`join_planes.accept_planes`) and keeps them in files under its data
-   directory (`join_planes/<study>/<side>.<index>`), read by its evaluator group by group.
+1. **Planes** (`receive`): the CS forwards both owners' committed uploads whole; the holder writes them to files
+   as they arrive and keeps them only under each owner's upload signature (`join_planes.accept_planes`), under
+   its data directory (`join_planes/<study>/<side>.<index>`), read by its evaluator group by group.
 2. **The check** (`check`): the holders fix the check's seed together (each commits to 32 bytes it derives
    from its noise key and the planes, then reveals them; the seed is their hash, so one honest holder makes it
    unpredictable to the owners and the CS, and a CS that aborts the check after seeing the seed and starts it
@@ -32,6 +32,7 @@ import secrets
 import shutil
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
@@ -49,7 +50,7 @@ from he_partition.join.release import bin_cells
 from ...common.contract import StudyContract, check_id
 from ...common.convert import measurement_json
 from ...common.errors import FailedPreconditionError
-from ...common.util import write_file_atomic
+from ...common.util import ReadOnDemand
 from ..ledger import Charge
 from .charges import charge_epsilon, charge_request, load_log
 from .join_planes import OwnerPlanes, accept_planes
@@ -81,7 +82,7 @@ class JoinHolder(Protocol):
 
     def require_active(self) -> Any: ...
 
-    def check_contract(self, contract: StudyContract) -> None: ...
+    def named_study(self, study_id: str, contract_hash: str, who: str) -> StudyContract: ...
 
     def key_of(self, contract: StudyContract) -> ActiveKey: ...
 
@@ -138,20 +139,19 @@ class HolderJoins:
                 self._executor = None
 
     def _contract(self, study_id: str, contract_hash: str) -> StudyContract:
-        contract: StudyContract = self.holder.require_active().get_study(check_id("study_id", study_id))
+        contract = self.holder.named_study(check_id("study_id", study_id), contract_hash, "the request names")
         if not contract.is_join:
             raise FailedPreconditionError(f"study {study_id} is no join study")
-        self.holder.check_contract(contract)
-        if not hmac.compare_digest(contract_hash, contract.contract_hash):
-            raise FailedPreconditionError(f"the request names another contract than study {study_id}'s: refused")
         return contract
 
     # -- 1. planes ----------------------------------------------------------------------------
     def receive(self, study_id: str, contract_hash: str, messages: Iterable[Any]) -> int:
-        """Take a ForwardUploads stream of a join's whole planes: each plane is written to a file as it arrives
-        (in order, one upload key and signature per owner, owners of the contract only), then `accept` checks
-        the signatures over the files and keeps them; the incoming files are removed either way. Memory holds
-        one plane at a time, however large the join."""
+        """Take a ForwardUploads stream of a join's whole planes; the number of planes. Each plane is written to a
+        file as it arrives (in order, one upload key and signature per owner, owners of the contract only), in
+        the layout the evaluator reads (`<side>.<index>`); then `accept_planes` checks the owners' signatures
+        over the files, and the folder becomes the study's planes (other planes held, another upload, are
+        replaced and the check runs again). The incoming files are removed if anything is refused. Memory
+        holds one plane at a time, however large the join."""
         contract = self._contract(study_id, contract_hash)
         incoming = self.root / ".incoming" / f"{study_id}-{secrets.token_hex(8)}"
         incoming.mkdir(parents=True, mode=0o700)
@@ -170,37 +170,25 @@ class HolderJoins:
                                             "one upload key and signature")
                 (incoming / f"{contract.expected_owners.index(msg.owner_id)}.{count}").write_bytes(msg.plane)
                 owners[msg.owner_id] = (key, sig, count + 1)
-            uploads = [OwnerPlanes(o, key, sig, _Files(incoming, contract.expected_owners.index(o), n))
+            uploads = [OwnerPlanes(o, key, sig, ReadOnDemand(partial(_read_plane, incoming,
+                                                                     contract.expected_owners.index(o)), n))
                        for o, (key, sig, n) in owners.items()]
-            return self.accept(study_id, contract_hash, uploads)
+            planes = accept_planes(contract, uploads)
+            digest = hashlib.sha256(b"".join(
+                f"{o}|{key}|".encode() + sig for o in contract.expected_owners for key, sig, _ in [owners[o]])).digest()
+            count = sum(n for _, _, n in owners.values())
+            with self._lock:
+                held = self._studies.get(study_id)
+                if held is not None and held.digest == digest:
+                    return count
+                self._drop(study_id)
+                folder = self.root / study_id
+                incoming.rename(folder)
+                a, b = (UploadFiles(str(folder / f"{side}.{{index}}"), len(groups), len(groups[0]) if groups else 0)
+                        for side, groups in enumerate(planes))
+                self._studies[study_id] = _Study(digest, a, b)
         finally:
             shutil.rmtree(incoming, ignore_errors=True)
-
-    def accept(self, study_id: str, contract_hash: str, uploads: Sequence[OwnerPlanes]) -> int:
-        """Keep both owners' planes once every check of `accept_planes` passed; the number of planes kept. Planes
-        other than those held (another upload) replace them and the check runs again."""
-        contract = self._contract(study_id, contract_hash)
-        a, b = accept_planes(contract, uploads)
-        by_owner = {u.owner_id: u for u in uploads}
-        digest = hashlib.sha256(b"".join(
-            f"{o}|{by_owner[o].idempotency_key}|".encode() + by_owner[o].signature
-            for o in contract.expected_owners)).digest()
-        with self._lock:
-            held = self._studies.get(study_id)
-            if held is not None and held.digest == digest:
-                return sum(len(g) for g in a) + sum(len(g) for g in b)
-            self._drop(study_id)
-            folder = self.root / study_id
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            files = []
-            for side, planes in enumerate((a, b)):
-                values = len(planes[0]) if planes else 0
-                for g, group in enumerate(planes):
-                    for v, plane in enumerate(group):
-                        write_file_atomic(folder / f"{side}.{g * values + v}", plane)
-                files.append(UploadFiles(str(folder / f"{side}.{{index}}"), len(planes), values))
-            self._studies[study_id] = _Study(digest, files[0], files[1])
-        count = sum(len(g) for g in a) + sum(len(g) for g in b)
         log.info("holder %s, study %s: both owners' signed join planes kept (%d planes)", self.holder.name, study_id,
                  count)
         return count
@@ -371,7 +359,7 @@ class HolderJoins:
                                          reserve=not tofn)
             rng = KeyedRandom(self.holder.noise_key, b"dpagg/join-holders/shares/v1|" + hashlib.sha256(label).digest())
             out = values.shares(m, dp, rng, secret=secret)
-        left = handler.budget_left(study_id)
+        left = handler.budget(study_id).remaining
         try:  # the study's budget spent: its key share and planes are erased (the shares are computed already)
             self.holder.retire_if_ended(study_id)
         except OSError as exc:
@@ -382,21 +370,8 @@ class HolderJoins:
         return out, charge, left
 
 
-class _Files(Sequence[bytes]):
-    """An owner's incoming planes in files `<side>.<index>`, read one at a time when asked for."""
-
-    def __init__(self, folder: Path, side: int, count: int) -> None:
-        self._folder, self._side, self._count = folder, side, count
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self._count))]
-        if not 0 <= i < self._count:
-            raise IndexError(i)
-        return (self._folder / f"{self._side}.{i}").read_bytes()
+def _read_plane(folder: Path, side: int, index: int) -> bytes:
+    return (folder / f"{side}.{index}").read_bytes()
 
 
 def _seed_commitment(study_id: str, holder: int, contribution: bytes) -> bytes:

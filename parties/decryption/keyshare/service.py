@@ -366,6 +366,15 @@ class KeyShareService:
                                           f"be below t = {self.threshold}: any t holders answer a t-of-N request, and "
                                           "their shares must sum to a full draw; nothing was decrypted")
 
+    def named_study(self, study_id: str, contract_hash: str, who: str) -> StudyContract:
+        """The study's contract as this holder keeps it (`check_contract`), refused (FAILED_PRECONDITION) when the
+        request names another contract hash (`who`: what names it, in the refusal)."""
+        contract: StudyContract = self.require_active().get_study(study_id)
+        self.check_contract(contract)
+        if not hmac.compare_digest(contract_hash, contract.contract_hash):
+            raise FailedPreconditionError(f"{who} another contract than study {study_id}'s")
+        return contract
+
     def sign_charge(self, study_id: str, entry_json: str, log_json: str) -> bytes:
         """This holder's signature on one charge of a t-of-N study's charge log (`charges.ChargeBook.sign`).
 
@@ -389,11 +398,7 @@ class KeyShareService:
 
     def close_uploads(self, study_id: str, contract_hash: str, commitments: list[Commitment]) -> list[bytes]:
         """Close `study_id`'s uploads on `commitments` (`CommitmentBook.close`): this holder's upload key shares."""
-        handler = self.require_active()
-        contract = handler.get_study(study_id)
-        self.check_contract(contract)
-        if not hmac.compare_digest(contract_hash, contract.contract_hash):
-            raise FailedPreconditionError(f"the commitments name another contract than study {study_id}'s")
+        contract = self.named_study(study_id, contract_hash, "the commitments name")
         shares = self.commitments.close(contract, commitments)
         log.info("holder %s, study %s: uploads closed on %d owners' commitments", self.name, study_id,
                  len(commitments))
@@ -401,12 +406,8 @@ class KeyShareService:
 
     def accept_uploads(self, study_id: str, contract_hash: str, uploads: list[OwnerC1Parts]) -> int:
         """Keep the expected c1 of every chunk of `study_id` from the owners' signed c1 parts (`UploadC1Book.accept`)."""
-        handler = self.require_active()
         assert self.holder is not None and self.holder.uploads is not None
-        contract = handler.get_study(study_id)
-        self.check_contract(contract)
-        if not hmac.compare_digest(contract_hash, contract.contract_hash):
-            raise FailedPreconditionError(f"the forwarded uploads name another contract than study {study_id}'s")
+        contract = self.named_study(study_id, contract_hash, "the forwarded uploads name")
         chunks = self.holder.uploads.accept(contract, uploads, self.commitments.closed(study_id))
         self.holder.forget_products(study_id)
         log.info("holder %s, study %s: the signed c1 parts of %d owners (%d chunks) verified and kept", self.name,
