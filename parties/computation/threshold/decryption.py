@@ -144,9 +144,11 @@ class ThresholdDecryption:
             c.close()
 
     # -- fan-out ---------------------------------------------------------------------------
-    def _all(self, what: str, call: Callable[[KeyShareClient], T]) -> list[T]:
-        """`call` at every holder in parallel; the first failure (in holder order) as HolderFailedError."""
-        return self._collect(what, [self._pool.submit(call, c) for c in self.clients])
+    def _all(self, what: str, call: Callable[[KeyShareClient], T], holders: Sequence[int] | None = None) -> list[T]:
+        """`call` at every holder (or each holder index in `holders`, in that order) in parallel; the first failure
+        (in that order) as HolderFailedError."""
+        asked = range(self.k) if holders is None else list(holders)
+        return self._collect(what, [self._pool.submit(call, self.clients[i]) for i in asked], holders)
 
     def _outcomes(self, futures: Sequence[Future[T]],
                   holders: Sequence[int] | None = None) -> tuple[dict[int, T], list[tuple[str, Exception]]]:

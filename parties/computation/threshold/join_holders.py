@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -33,24 +33,15 @@ __all__ = ["send_planes", "run_check", "combine_shares"]
 
 log = logging.getLogger("dpagg.computation.threshold")
 
-T = TypeVar("T")
-
 _CHECK = ("seed_commit", "seed_reveal", "check_commit", "check_reveal", "verdict")
-
-
-def _each(td: HolderRelay, parts: Sequence[int], what: str, call: Callable[[KeyShareClient], T]) -> list[T]:
-    """`call` at each holder of `parts`, in parallel; a holder that fails stops it (HolderFailedError naming it)."""
-    futures = [td._pool.submit(call, td.clients[i]) for i in parts]
-    got: list[T] = td._collect(what, futures, list(parts))
-    return got
 
 
 def send_planes(td: HolderRelay, contract: StudyContract, uploads: list[OwnerC1Parts], parts: Sequence[int]) -> None:
     """Both owners' planes (whole ciphertexts, in chunk order) with their upload signatures, to each holder of
     `parts`."""
     t0 = time.monotonic()
-    _each(td, parts, "refused the owners' join planes",
-          lambda c: c.send_uploads(contract.study_id, contract.contract_hash, uploads, planes=True))
+    td._all("refused the owners' join planes",
+            lambda c: c.send_uploads(contract.study_id, contract.contract_hash, uploads, planes=True), parts)
     log.info("study %s: both owners' join planes (%d) forwarded to holders %s in %.2f s", contract.study_id,
              sum(len(u.parts) for u in uploads), list(parts), time.monotonic() - t0)
 
@@ -65,7 +56,7 @@ def run_check(td: HolderRelay, contract: StudyContract, parts: Sequence[int]) ->
         def call(c: KeyShareClient, step: str = step, sent: dict[int, bytes] | None = messages) -> bytes:
             return c.join_check(contract.study_id, contract.contract_hash, step, sent, list(parts))
 
-        replies = _each(td, parts, f"refused join check step {step}", call)
+        replies = td._all(f"refused join check step {step}", call, parts)
         messages = dict(zip(parts, replies))
     log.info("study %s: both owners' join planes passed every holder's check in %.2f s", contract.study_id,
              time.monotonic() - t0)
@@ -86,7 +77,7 @@ def combine_shares(td: HolderRelay, contract: StudyContract, *, release_id: str,
                              contract_hash=contract.contract_hash, measurement=measurement, participants=list(parts),
                              charge_log=charge_log)
 
-    got = _each(td, parts, f"refused its shares of {measurement.kind}", ask)
+    got: list[HolderShares] = td._all(f"refused its shares of {measurement.kind}", ask, parts)
     combined = combine_values(ctx, values, [[g.shares[v] for g in got] for v in range(len(values))], list(parts),
                               bytes.fromhex(contract.context_fingerprint), plain_modulus)
     variance = measurement.noise_variance * (1 + (contract.holder_noise_variance(len(parts))

@@ -116,9 +116,9 @@ def setup_study_key(td: HolderRelay, study_id: str, join_version: int = 0) -> st
         step("receive", dealt)
         parts: list[int] = []
         for p in subsets(range(td.k), int(threshold)):
-            futures = [td._pool.submit(td.clients[i].key_setup, "test_share", session, names, ciphertext=ct,
-                                         participants=p) for i in p]
-            shares = {i: r.message for i, r in zip(p, td._collect("refused a test share", futures, p))}
+            got = td._all("refused a test share", lambda c, p=p: c.key_setup(
+                "test_share", session, names, ciphertext=ct, participants=p), p)
+            shares = {i: r.message for i, r in zip(p, got)}
             parts += relay.combine_test(ct, shares, key_fingerprint(public_key), p).tolist()
         values = np.array(parts, dtype=np.int64)
     else:
@@ -172,9 +172,9 @@ def test_product(td: HolderRelay, relay: SetupRelay, session: bytes, public_key:
     fp = key_fingerprint(public_key)
     parts: list[int] = []
     for p in (subsets(range(td.k), threshold) if threshold else [tuple(range(td.k))]):
-        futures = [td._pool.submit(td.clients[i].key_setup, "product_share", session, names,
-                                   participants=p if threshold else ()) for i in p]
-        shares = {i: r.message for i, r in zip(p, td._collect("refused a test product share", futures, p))}
+        got = td._all("refused a test product share", lambda c, p=p: c.key_setup(
+            "product_share", session, names, participants=p if threshold else ()), p)
+        shares = {i: r.message for i, r in zip(p, got)}
         parts += relay.combine_test(product, shares, fp, p).tolist()
     replies: list[Any] = td._all("refused the test product",
                                  lambda c: c.key_setup("confirm_product", session, names, values=parts))
