@@ -338,12 +338,7 @@ class Releases:
         failovers = getattr(self._h.decryption, "failovers", {}).pop(record.release_id, None)
         if failovers:  # a t-of-N participant lost mid-measurement: which, which set took over, what it cost
             summary = replace(summary, params={**summary.params, "holder_failover": failovers})
-        if contract.noise_tolerates:  # the key holders' shares carry K/(K - T) draws' variance, not one draw's
-            k, holder_var = self._h.key_holders, self._h.holder_noise_variance(contract)
-            summary = summary.with_noise_variance_factor(
-                self._h.noise_variance_units(contract) / contract.noise_parties,
-                holder_noise={"key_holders": k, "noise_tolerates": contract.noise_tolerates,
-                              "holder_variance_factor": holder_var})
+        summary = self._with_holder_noise(summary, contract)
         if contract.correlated or contract.correlation_source:
             bdp = _bayesian_dp_params(contract, record.epsilon, summary)
             summary = replace(summary, params={**summary.params, "bayesian_dp": bdp})
@@ -412,9 +407,14 @@ class Releases:
             summary: Summary = run_strategy(join_strategy(terms, record.epsilon,
                                                           noise_parties=contract.noise_parties), measure)
         summary = replace(summary, params={**summary.params, **summary_params(terms)})
-        if holders and contract.noise_tolerates:  # the holders' DP shares carry K/(K - T) draws' variance
-            summary = summary.with_noise_variance_factor(
-                self._h.noise_variance_units(contract) / contract.noise_parties,
-                holder_noise={"key_holders": self._h.key_holders, "noise_tolerates": contract.noise_tolerates,
-                              "holder_variance_factor": self._h.holder_noise_variance(contract)})
-        return summary, sent[0]
+        return self._with_holder_noise(summary, contract), sent[0]
+
+    def _with_holder_noise(self, summary: Summary, contract: StudyContract) -> Summary:
+        """`summary` with the key holders' noise: their shares carry K/(K - T) draws' variance, not one draw's
+        (T = noise_tolerates > 0: key-share holders; unchanged with the single key holder). Adds no noise."""
+        if not contract.noise_tolerates:
+            return summary
+        return summary.with_noise_variance_factor(
+            self._h.noise_variance_units(contract) / contract.noise_parties,
+            holder_noise={"key_holders": self._h.key_holders, "noise_tolerates": contract.noise_tolerates,
+                          "holder_variance_factor": self._h.holder_noise_variance(contract)})
