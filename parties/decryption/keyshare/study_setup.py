@@ -17,6 +17,7 @@ and "deal" (`HolderSetup._additive`).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 import hmac
 import logging
 from typing import Any, Protocol, Sequence
@@ -64,16 +65,22 @@ class SetupHolder(Protocol):
     def require_active(self) -> Any: ...
 
 
+@dataclass
+class _Running:
+    """One study's running setup: its rounds, the join scheme version of a join key (0: a study key) and the Galois
+    key shares relayed so far (one holder's per "take_galois" call)."""
+
+    setup: HolderSetup
+    join_version: int = 0
+    galois_shares: dict[int, bytes] = field(default_factory=dict)
+
+
 class StudySetups:
     """The running setups of one holder's study keys, by study id (one each; a new session for a study replaces it)."""
 
     def __init__(self, holder: SetupHolder) -> None:
         self.holder = holder
-        self.running: dict[str, HolderSetup] = {}
-        #: The join scheme version of each running join key's setup (absent: a study key).
-        self.join_versions: dict[str, int] = {}
-        #: The Galois key shares relayed so far (one holder's per "take_galois" call), by study.
-        self._galois_shares: dict[str, dict[int, bytes]] = {}
+        self.running: dict[str, _Running] = {}
 
     def deploy(self, threshold: int, identities: dict[int, HolderIdentity]) -> tuple[str, bool]:
         """Fix this deployment's t (0: N-of-N) and holders' identity keys, once; (identities digest, already)."""
@@ -138,16 +145,12 @@ class StudySetups:
                 JoinParams.for_version(int(join_version))  # an unknown version is refused by name
                 template = join_template(int(join_version))
             setup = HolderSetup(template, session, h.index, list(range(len(h.holders))), h.threshold)
-            self.running[study_id] = setup
-            self.join_versions.pop(study_id, None)
-            self._galois_shares.pop(study_id, None)
-            if join_version:
-                self.join_versions[study_id] = int(join_version)
+            self.running[study_id] = _Running(setup, int(join_version))
             return setup.commit_seed(), "", setup.state
-        s = self.running.get(study_id)
-        if s is None or not hmac.compare_digest(s.session, session):
+        run = self.running.get(study_id)
+        if run is None or not hmac.compare_digest(run.setup.session, session):
             raise InvalidInputError(f"holder {h.name} has no setup session {session.hex()[:16]}: setup stopped")
-        version = self.join_versions.get(study_id, 0)
+        s, version = run.setup, run.join_version
         if step == "reveal_seed":
             return s.reveal_seed(messages), "", s.state
         if step == "commit_key":
@@ -181,23 +184,25 @@ class StudySetups:
         if step in _JOIN_STEPS:
             if not version:
                 raise InvalidInputError(f"step {step!r} belongs to a join key's setup; study {study_id}'s is not one")
-            return self._join_step(step, study_id, s, version, messages, values, participants)
+            return self._join_step(step, study_id, run, messages, values, participants)
         raise InvalidInputError(f"unknown key setup step {step!r}")
 
-    def _join_step(self, step: str, study_id: str, s: HolderSetup, version: int, messages: dict[int, bytes],
+    def _join_step(self, step: str, study_id: str, run: _Running, messages: dict[int, bytes],
                    values: Sequence[int], participants: Sequence[int]) -> tuple[bytes, str, str]:
         """One of a join key's extra rounds (Galois, relinearization, test product); "confirm_product" files it."""
+        s, version = run.setup, run.join_version
         if step == "commit_galois":  # the elements are this holder's own: the rotations the join's circuit needs
             slots = JoinParams.for_version(version).slots
             return s.commit_galois(galois_elements(s.ctx, rotation_steps(slots))), "", s.galois_state
         if step == "take_galois":  # one holder's Galois share per call: K of them exceed one message's limit
-            held = self._galois_shares.setdefault(study_id, {})
             for i, m in messages.items():
-                if held.setdefault(i, m) != m:
+                if run.galois_shares.setdefault(i, m) != m:
                     raise InvalidInputError(f"a second, different Galois key share of holder {i}: setup stopped")
             return b"", "", s.galois_state
         if step == "build_galois":
-            return s.build_galois({**self._galois_shares.pop(study_id, {}), **messages}), "", s.galois_state
+            shares = {**run.galois_shares, **messages}
+            run.galois_shares.clear()  # about 10 MB a holder: not kept past the build
+            return s.build_galois(shares), "", s.galois_state
         if step == "commit_relin_one":
             return s.commit_relin_one(), "", s.relin_state
         if step in _RELAYED:  # a round that takes the previous round's relayed messages
@@ -223,7 +228,6 @@ class StudySetups:
             pass
         key = h.store.put_study(study_id, s, version)
         del self.running[study_id]
-        self.join_versions.pop(study_id, None)
         log.info("holder %s: study %s's %skey %s active", h.name, study_id, "join " if version else "",
                  key.fingerprint[:16])
         return b"", key.fingerprint, "active"
