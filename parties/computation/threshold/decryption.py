@@ -452,6 +452,12 @@ class ThresholdDecryption:
                              min(g.epsilon_remaining for g in got))
 
 
+    def _answering(self) -> list[int]:
+        """The holders (indices, in order) that answer a status call now: t-of-N, at least t of them, or refused
+        naming the holders missing (`_quorum`)."""
+        return sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
+                                                                    timeout=10.0)))
+
     def _charge(self, t: int, study_id: str, release_id: str, release_epsilon: float,
                 measurement: Measurement, *, avoid: Sequence[int] = ()) -> SignedCharge:
         """The measurement's valid charge in the study's signed log, the participants the first t holders that
@@ -462,9 +468,7 @@ class ThresholdDecryption:
         signed it. Draws no noise, so nobody knows noise from it. `avoid`: holders lost during this
         measurement, never chosen again for it (a failover)."""
         def up() -> list[int]:
-            answered = self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
-                                                                     timeout=10.0))
-            live = sorted(i for i in answered if i not in avoid)
+            live = [i for i in self._answering() if i not in avoid]
             if len(live) < t:
                 raise HolderFailedError(grpc.StatusCode.UNAVAILABLE, (
                     f"the t-of-N key needs {t} of {self.k} key-share holders; up and not lost during this measurement: "
@@ -579,9 +583,7 @@ class ThresholdDecryption:
         if t is None:
             parts = list(range(self.k))
         else:
-            live = sorted(self._quorum("answered", lambda c: c.key_setup("status", b"", self.names, retry=False,
-                                                                        timeout=10.0)))
-            parts = live[:t]
+            parts = self._answering()[:t]
         with self._lock:
             self._join_sets[contract.study_id] = parts
         send_planes(self, contract, uploads, parts)
